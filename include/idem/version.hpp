@@ -9,6 +9,7 @@
 namespace idem {
 
 /// The version as a number: major * 10000 + minor * 100 + patch.
-inline constexpr int version = IDEM_VERSION_MAJOR * 10000 + IDEM_VERSION_MINOR * 100 + IDEM_VERSION_PATCH;
+inline constexpr int version =
+    IDEM_VERSION_MAJOR * 10000 + IDEM_VERSION_MINOR * 100 + IDEM_VERSION_PATCH;
 
 }  // namespace idem

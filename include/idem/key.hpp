@@ -1,0 +1,75 @@
+// Idempotency keys: the text that names one logical operation across all its attempts.
+//
+// A key is held inline (no heap), so generating one on every call costs no allocation. Keys are
+// at most max_key_length bytes of visible ASCII (RFC 5234 VCHAR, 0x21-0x7E): what survives being
+// sent as an HTTP header value, logged, and stored as a database key without quoting surprises.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <stdexcept>
+#include <string_view>
+
+namespace idem {
+
+/// The longest key accepted, in bytes (Stripe's limit for idempotency keys is 255 too).
+inline constexpr std::size_t max_key_length = 255;
+
+/// True when `key` is non-empty, at most `max_length` bytes, and visible ASCII only.
+constexpr bool is_valid_key(std::string_view key,
+                            std::size_t max_length = max_key_length) noexcept {
+  if (key.empty() || key.size() > max_length) return false;
+  return std::all_of(key.begin(), key.end(), [](char c) { return c >= 0x21 && c <= 0x7e; });
+}
+
+/// A key's text, stored inline.
+class key_buffer {
+ public:
+  constexpr key_buffer() noexcept = default;
+  constexpr key_buffer(const key_buffer& other) noexcept : length_(other.length_) {
+    std::copy_n(other.text_, length_, text_);
+  }
+  constexpr key_buffer& operator=(const key_buffer& other) noexcept {
+    length_ = other.length_;
+    std::copy_n(other.text_, length_, text_);
+    return *this;
+  }
+
+  /// Copies `text`; throws std::invalid_argument unless it is a valid key.
+  explicit key_buffer(std::string_view text) {
+    if (!is_valid_key(text)) {
+      throw std::invalid_argument(
+          "idem::key_buffer: a key must be 1 to 255 bytes of visible ASCII (0x21-0x7E)");
+    }
+    assign_unchecked(text);
+  }
+
+  /// For generators that build the text in place: fills `length` bytes through `data()`.
+  /// Precondition: length <= max_key_length.
+  constexpr char* data() noexcept { return text_; }
+  constexpr void set_length(std::size_t length) noexcept {
+    length_ = static_cast<unsigned char>(length);
+  }
+
+  constexpr std::string_view view() const noexcept { return {text_, length_}; }
+  constexpr operator std::string_view() const noexcept { return view(); }
+  constexpr std::size_t size() const noexcept { return length_; }
+  constexpr bool empty() const noexcept { return length_ == 0; }
+
+  friend constexpr bool operator==(const key_buffer& a, const key_buffer& b) noexcept {
+    return a.view() == b.view();
+  }
+
+ private:
+  constexpr void assign_unchecked(std::string_view text) noexcept {
+    std::copy(text.begin(), text.end(), text_);
+    length_ = static_cast<unsigned char>(text.size());
+  }
+
+  // Only the first length_ bytes are ever read; the rest is left unwritten on purpose, so that
+  // making a key does not clear 255 bytes.
+  char text_[max_key_length];
+  unsigned char length_ = 0;
+};
+
+}  // namespace idem

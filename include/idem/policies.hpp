@@ -1,0 +1,70 @@
+// The policies struct: every choice a retrying wrapper makes, in one place.
+//
+// Users inherit from default_policies and override only what they change:
+//
+//   struct my_policies : idem::default_policies {
+//     using backoff = idem::decorrelated_jitter;
+//     using breaker = idem::consecutive_failure_breaker;
+//     static constexpr int max_attempts = 5;
+//   };
+//
+// Each type is checked against its concept where the policies are used, with a message that
+// names what is missing.
+#pragma once
+
+#include <chrono>
+
+#include <idem/policy/backoff.hpp>
+#include <idem/policy/breaker.hpp>
+#include <idem/policy/budget.hpp>
+#include <idem/policy/classifier.hpp>
+#include <idem/policy/clock.hpp>
+#include <idem/policy/key_generator.hpp>
+#include <idem/policy/observer.hpp>
+#include <idem/policy/random.hpp>
+
+namespace idem {
+
+/// Whether a call may be repeated, and why.
+enum class call_safety {
+  /// The call sends the idempotency key and the server deduplicates by it: repeating is safe,
+  /// even after an ambiguous failure. The default.
+  keyed,
+  /// The call is idempotent by nature (a GET, a PUT of a whole resource): repeating is safe.
+  idempotent,
+  /// Neither: a repeat might do the effect twice. Never retried.
+  unsafe,
+};
+
+struct default_policies {
+  /// Reads the time and waits: steady_clock (monotonic), or manual_clock in tests.
+  using clock = idem::steady_clock;
+  /// The random engine each operation draws its jitter and key from.
+  using random = idem::xoshiro256ss;
+  /// The wait before each retry: full jitter, base 100 ms, cap 20 s (AWS SDK standard mode).
+  using backoff = idem::full_jitter;
+  /// Caps retries at a share of traffic: a 500-token bucket, a retry costs 5 (AWS SDK retry
+  /// quota), refilled by 10% of a retry per first attempt (gRPC retry throttling's ratio).
+  using budget = idem::token_bucket;
+  /// No circuit breaker by default: whether to fail fast is the service's decision.
+  using breaker = idem::no_breaker;
+  /// HTTP-like responses, error codes, gRPC codes and std::system_error, by their specs' rules.
+  using classifier = idem::default_classifier;
+  /// Telemetry: none, at no cost.
+  using observer = idem::no_observer;
+  /// The idempotency key of each operation: a random UUID (version 4).
+  using key_generator = idem::uuid_v4;
+
+  /// Attempts per operation, the first included (the AWS SDKs' standard mode default).
+  static constexpr int max_attempts = 3;
+  /// The overall time one operation may take, attempts and waits together. There is no
+  /// standard value; 10 s is a common request timeout. Set it from your caller's own deadline.
+  static constexpr std::chrono::milliseconds deadline{10'000};
+  /// Calls are keyed: the key goes with every attempt and the server deduplicates.
+  static constexpr call_safety safety = call_safety::keyed;
+  /// A retrying call made inside another one on the same thread makes one attempt only, so that
+  /// retries happen at one layer (three layers of three attempts would be 27 calls).
+  static constexpr bool retry_when_nested = false;
+};
+
+}  // namespace idem

@@ -1,0 +1,123 @@
+// Retry budgets: may this retry go at all?
+//
+// When a dependency is down, every caller retrying multiplies the load exactly when it can least
+// take it. A budget caps retries at a share of the traffic, so an outage costs at most that much
+// extra. token_bucket follows the AWS SDKs' retry quota (a bucket of 500 tokens; a retry takes 5,
+// a retry after a timeout 10; a success gives back) and adds the refill of gRPC's retry
+// throttling and Finagle's RetryBudget: every first attempt deposits `retry_ratio` of a retry's
+// cost. Under total failure the bucket drains and then retries settle at `retry_ratio` of first
+// attempts (half that when every failure is a timeout, as those cost double).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+
+namespace idem {
+
+/// What a `budget` policy must provide. Copies of a budget share its state, so one budget can
+/// guard every call to one dependency; all members must be safe to call from many threads.
+template <class B>
+concept Budget = std::copy_constructible<B> && requires(B& budget, bool flag) {
+  budget.on_request();                                       // a first attempt is about to go
+  { budget.try_acquire_retry(flag) } -> std::same_as<bool>;  // flag: after an ambiguous outcome
+  budget.on_success(flag);                                   // flag: the success came on a retry
+};
+
+/// Never refuses a retry. Only for dependencies that cannot be overloaded by their callers.
+struct unlimited_budget {
+  void on_request() const noexcept {}
+  bool try_acquire_retry(bool) const noexcept { return true; }
+  void on_success(bool) const noexcept {}
+};
+
+/// A token bucket shared by its copies. Tokens are kept in thousandths so that fractional
+/// deposits (0.1 x 5 = 0.5 token) add up exactly.
+class token_bucket {
+ public:
+  struct settings {
+    double max_tokens = 500;           // AWS SDK INITIAL_RETRY_TOKENS; also the bucket's size
+    double retry_cost = 5;             // AWS SDK RETRY_COST
+    double ambiguous_retry_cost = 10;  // AWS SDK TIMEOUT_RETRY_COST
+    double success_deposit = 1;        // AWS SDK NO_RETRY_INCREMENT: a first-attempt success
+    double retry_ratio = 0.1;          // gRPC retry throttling's example tokenRatio
+  };
+
+  token_bucket() : token_bucket(settings{}) {}
+  explicit token_bucket(settings s) : state_(std::make_shared<state>(validated(s))) {}
+
+  void on_request() noexcept { deposit(state_->request_deposit); }
+
+  bool try_acquire_retry(bool ambiguous) noexcept {
+    const std::int64_t cost = ambiguous ? state_->ambiguous_cost : state_->cost;
+    auto& tokens = state_->tokens;
+    std::int64_t current = tokens.load(std::memory_order_relaxed);
+    do {
+      if (current < cost) return false;
+    } while (!tokens.compare_exchange_weak(current, current - cost, std::memory_order_relaxed));
+    return true;
+  }
+
+  void on_success(bool after_retry) noexcept {
+    // A retry that worked gives its cost back (AWS SDK): it was worth spending.
+    deposit(after_retry ? state_->cost : state_->success_deposit);
+  }
+
+  /// Tokens left, for tests and dashboards.
+  double tokens() const noexcept {
+    return static_cast<double>(state_->tokens.load(std::memory_order_relaxed)) / scale;
+  }
+
+ private:
+  static constexpr double scale = 1000;
+
+  struct state {
+    explicit state(const settings& s)
+        : capacity(milli(s.max_tokens)),
+          cost(milli(s.retry_cost)),
+          ambiguous_cost(milli(s.ambiguous_retry_cost)),
+          success_deposit(milli(s.success_deposit)),
+          request_deposit(milli(s.retry_ratio * s.retry_cost)),
+          tokens(capacity) {}
+    std::int64_t capacity, cost, ambiguous_cost, success_deposit, request_deposit;
+    std::atomic<std::int64_t> tokens;
+  };
+
+  static std::int64_t milli(double tokens) { return std::llround(tokens * scale); }
+
+  static const settings& validated(const settings& s) {
+    const bool finite = std::isfinite(s.max_tokens) && std::isfinite(s.retry_cost) &&
+                        std::isfinite(s.ambiguous_retry_cost) && std::isfinite(s.success_deposit) &&
+                        std::isfinite(s.retry_ratio);
+    if (!finite || s.max_tokens < 0 || s.max_tokens > 1e12 || s.retry_cost <= 0 ||
+        s.ambiguous_retry_cost <= 0 || s.retry_cost > s.max_tokens + 1 || s.success_deposit < 0 ||
+        s.retry_ratio < 0 || s.retry_ratio > 1e6) {
+      throw std::invalid_argument(
+          "idem::token_bucket: tokens and costs must be finite, costs positive, and the "
+          "deposits and ratio non-negative");
+    }
+    return s;
+  }
+
+  void deposit(std::int64_t amount) noexcept {
+    auto& tokens = state_->tokens;
+    const std::int64_t capacity = state_->capacity;
+    std::int64_t current = tokens.load(std::memory_order_relaxed);
+    // The common case, a healthy dependency, keeps the bucket full: then this is one load and
+    // no write, so callers on many cores do not fight over the cache line.
+    while (current < capacity) {
+      if (tokens.compare_exchange_weak(current, std::min(capacity, current + amount),
+                                       std::memory_order_relaxed)) {
+        return;
+      }
+    }
+  }
+
+  std::shared_ptr<state> state_;
+};
+
+}  // namespace idem

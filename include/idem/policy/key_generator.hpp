@@ -1,0 +1,80 @@
+// Key generators: where a logical operation's idempotency key comes from.
+//
+// retrying calls its generator once per operation, before the first attempt, and hands the same
+// key to every attempt; so a retry can never be sent under a new key. UUIDs are the usual choice
+// (RFC 9562): version 4 is 122 random bits; version 7 puts the Unix time in milliseconds first, so
+// keys sort by creation time and index well in B-tree stores.
+#pragma once
+
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+
+#include <idem/key.hpp>
+#include <idem/policy/clock.hpp>
+#include <idem/policy/random.hpp>
+
+namespace idem {
+
+/// What a `key_generator` policy must provide: a fresh key from the operation's random source
+/// and the clock.
+template <class G, class R, class C>
+concept KeyGenerator = RandomSource<R> && Clock<C> &&
+    requires(const G& generator, R& rng, C& clock) {
+  { generator.generate(rng, clock) } -> std::same_as<key_buffer>;
+};
+
+namespace detail {
+
+/// Writes 16 bytes as the 36-character 8-4-4-4-12 lowercase hex form of RFC 9562.
+inline key_buffer format_uuid(std::uint64_t high, std::uint64_t low) noexcept {
+  static constexpr char hex[] = "0123456789abcdef";
+  key_buffer key;
+  char* out = key.data();
+  int written = 0;
+  auto put = [&](std::uint64_t word) {
+    for (int shift = 60; shift >= 0; shift -= 4) {
+      if (written == 8 || written == 13 || written == 18 || written == 23) out[written++] = '-';
+      out[written++] = hex[(word >> shift) & 0xf];
+    }
+  };
+  put(high);
+  put(low);
+  key.set_length(36);
+  return key;
+}
+
+// The variant field (RFC 9562 section 4.1): the two top bits of octet 8 are 1 0.
+inline constexpr std::uint64_t variant_mask = 0x3fffffffffffffffULL;
+inline constexpr std::uint64_t variant_bits = 0x8000000000000000ULL;
+
+}  // namespace detail
+
+/// UUID version 4: 122 random bits (RFC 9562 section 5.4). The default.
+struct uuid_v4 {
+  template <RandomSource R, Clock C>
+  key_buffer generate(R& rng, C&) const noexcept {
+    const std::uint64_t high = (rng() & ~std::uint64_t{0xf000}) | 0x4000;  // version 4
+    const std::uint64_t low = (rng() & detail::variant_mask) | detail::variant_bits;
+    return detail::format_uuid(high, low);
+  }
+};
+
+/// UUID version 7: 48 bits of Unix time in milliseconds, then 74 random bits (RFC 9562 section
+/// 5.7). Keys from one process sort by creation time to the millisecond; within one millisecond
+/// they are random, not counted (the RFC's optional monotonic counter is left out: the keys only
+/// need to be unique).
+struct uuid_v7 {
+  template <RandomSource R, Clock C>
+  key_buffer generate(R& rng, C& clock) const {
+    const auto millis =
+        std::chrono::duration_cast<std::chrono::milliseconds>(clock.wall_now().time_since_epoch())
+            .count();
+    const std::uint64_t unix_ms = static_cast<std::uint64_t>(millis) & 0xffffffffffffULL;
+    const std::uint64_t high = (unix_ms << 16) | 0x7000 | (rng() & 0x0fff);  // version 7
+    const std::uint64_t low = (rng() & detail::variant_mask) | detail::variant_bits;
+    return detail::format_uuid(high, low);
+  }
+};
+
+}  // namespace idem

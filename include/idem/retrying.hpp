@@ -1,0 +1,423 @@
+// idem::retrying<Call, Policies>: a call retried only when that is safe, under one idempotency key.
+//
+//   auto charge = idem::retrying{[&](const idem::attempt_context& attempt) {
+//     return http.post("/charges", body, {{"Idempotency-Key", attempt.key()}},
+//                      attempt.time_left());
+//   }};
+//   auto outcome = charge();            // an idem::retry_outcome<response>
+//   if (outcome) use(outcome.value());
+//
+// What it guarantees:
+//   * the key is generated once per operation, before the first attempt, and every attempt gets
+//     it: a retry can never go out under a new key;
+//   * only what the classifier calls transient or ambiguous is repeated, and only when the call
+//     is keyed or idempotent by nature;
+//   * at most max_attempts attempts (the first counts), and never a wait that ends past the
+//     deadline; a Retry-After that the server sends is honoured, one beyond the deadline ends
+//     the retries at once;
+//   * a retrying call inside another one on the same thread makes one attempt: only the
+//     outermost layer retries;
+//   * after an ambiguous failure, the call's optional `resolve` hook is asked whether the effect
+//     landed, and a yes ends the retries;
+//   * a budget and a circuit breaker can refuse, and the operation then ends with their verdict.
+//
+// Concurrency: one retrying object may be called from many threads at once. Each operation has
+// its own random engine and history; the budget, breaker and observer are shared and thread-safe.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+#include <idem/attempt.hpp>
+#include <idem/key.hpp>
+#include <idem/policies.hpp>
+#include <idem/retry_after.hpp>
+#include <idem/retry_outcome.hpp>
+
+namespace idem {
+
+/// How many attempts one operation may make and how long it may take. Defaults come from the
+/// policies; a wrapper can be given others at construction.
+struct retry_limits {
+  int max_attempts;                   // the first attempt included; at least 1
+  std::chrono::nanoseconds deadline;  // for all attempts and waits together; positive
+};
+
+namespace detail {
+
+// How many retrying operations are running on this thread, outermost first. constinit keeps the
+// access a plain thread-local load, with no initialisation guard.
+inline constinit thread_local int retry_depth = 0;
+
+class retry_layer {
+ public:
+  retry_layer() noexcept : nested_(retry_depth++ > 0) {}
+  ~retry_layer() { --retry_depth; }
+  retry_layer(const retry_layer&) = delete;
+  retry_layer& operator=(const retry_layer&) = delete;
+  bool nested() const noexcept { return nested_; }
+
+ private:
+  bool nested_;
+};
+
+template <class Call, class... Args>
+concept takes_context = std::invocable<Call&, const attempt_context&, Args&...>;
+
+template <class Call, class... Args>
+struct call_result {
+  using type = std::invoke_result_t<Call&, Args&...>;
+};
+template <class Call, class... Args>
+requires takes_context<Call, Args...>
+struct call_result<Call, Args...> {
+  using type = std::invoke_result_t<Call&, const attempt_context&, Args&...>;
+};
+template <class Call, class... Args>
+using call_result_t = typename call_result<Call, Args...>::type;
+
+template <class Call, class... Args>
+concept resolvable_with_arguments = requires(Call& call, const attempt_context& context,
+                                             Args&... args) {
+  call.resolve(context, args...);
+};
+template <class Call>
+concept resolvable = requires(Call& call, const attempt_context& context) {
+  call.resolve(context);
+};
+
+template <class TimePoint>
+constexpr std::chrono::nanoseconds since_epoch(const TimePoint& t) noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch());
+}
+
+}  // namespace detail
+
+/// A call with a resolve hook: `resolver(attempt_context)` (or with the call's arguments too)
+/// asks the downstream system, by the key, whether an ambiguous attempt took effect after all.
+/// It returns std::optional<Result> (bool for a call returning void): a value, or true, when it
+/// landed.
+template <class Call, class Resolver>
+struct resolvable_call {
+  Call call;
+  Resolver resolver;
+
+  template <class... Args>
+  decltype(auto) operator()(Args&&... args) {
+    return std::invoke(call, std::forward<Args>(args)...);
+  }
+  template <class... Args>
+  decltype(auto) resolve(const attempt_context& context, Args&... args) {
+    if constexpr (std::invocable<Resolver&, const attempt_context&, Args&...>) {
+      return std::invoke(resolver, context, args...);
+    } else {
+      return std::invoke(resolver, context);
+    }
+  }
+};
+
+template <class Call, class Resolver>
+resolvable_call<Call, Resolver> with_resolver(Call call, Resolver resolver) {
+  return {std::move(call), std::move(resolver)};
+}
+
+template <class Call, class Policies = default_policies>
+class retrying {
+ public:
+  using clock_type = typename Policies::clock;
+  using random_type = typename Policies::random;
+  using backoff_type = typename Policies::backoff;
+  using budget_type = typename Policies::budget;
+  using breaker_type = typename Policies::breaker;
+  using classifier_type = typename Policies::classifier;
+  using observer_type = typename Policies::observer;
+  using key_generator_type = typename Policies::key_generator;
+
+  static_assert(Clock<clock_type>,
+                "Policies::clock must provide now() returning its time_point, wall_now() "
+                "returning std::chrono::system_clock::time_point, and sleep_for(nanoseconds).");
+  static_assert(RandomSource<random_type>,
+                "Policies::random must be a std::uniform_random_bit_generator of 64-bit words "
+                "that can be constructed from one std::uint64_t seed, like idem::xoshiro256ss.");
+  static_assert(Backoff<backoff_type, random_type>,
+                "Policies::backoff must provide delay(int retry_index, nanoseconds previous, "
+                "Random&) returning std::chrono::nanoseconds.");
+  static_assert(Budget<budget_type>,
+                "Policies::budget must be copyable and provide on_request(), "
+                "try_acquire_retry(bool) returning bool, and on_success(bool).");
+  static_assert(Breaker<breaker_type>,
+                "Policies::breaker must be copyable and provide allow(nanoseconds) returning "
+                "bool, on_success(nanoseconds), on_failure(nanoseconds), and state(nanoseconds) "
+                "returning idem::breaker_state.");
+  static_assert(Observer<observer_type>,
+                "Policies::observer must be copyable and provide on_attempt(const "
+                "attempt_event&), on_delay(const delay_event&) and on_finish(const "
+                "finish_event&).");
+  static_assert(KeyGenerator<key_generator_type, random_type, clock_type>,
+                "Policies::key_generator must provide generate(Random&, Clock&) returning "
+                "idem::key_buffer.");
+  static_assert(Policies::max_attempts >= 1,
+                "Policies::max_attempts counts the first attempt, so it must be at least 1.");
+  static_assert(Policies::deadline > decltype(Policies::deadline)::zero(),
+                "Policies::deadline must be positive.");
+
+  /// The parts a wrapper is built from. Each is default-constructed from its policy type unless
+  /// given; budgets, breakers, manual clocks and counting observers share state with the copy
+  /// they were given, so one budget can guard several wrappers.
+  struct options {
+    clock_type clock{};
+    backoff_type backoff{};
+    budget_type budget{};
+    breaker_type breaker{};
+    classifier_type classifier{};
+    observer_type observer{};
+    key_generator_type key_generator{};
+    /// Seeds the jitter and the keys; unset, a nondeterministic seed is drawn.
+    std::optional<std::uint64_t> seed{};
+    retry_limits limits{Policies::max_attempts, Policies::deadline};
+  };
+
+  explicit retrying(Call call) : retrying(std::move(call), options{}) {}
+
+  retrying(Call call, options parts)
+      : call_(std::move(call)),
+        clock_(std::move(parts.clock)),
+        backoff_(std::move(parts.backoff)),
+        budget_(std::move(parts.budget)),
+        breaker_(std::move(parts.breaker)),
+        classifier_(std::move(parts.classifier)),
+        observer_(std::move(parts.observer)),
+        key_generator_(std::move(parts.key_generator)),
+        seed_(parts.seed ? *parts.seed : nondeterministic_seed()),
+        limits_(parts.limits) {
+    if (limits_.max_attempts < 1) {
+      throw std::invalid_argument(
+          "idem::retrying: max_attempts counts the first attempt and "
+          "must be at least 1");
+    }
+    if (limits_.deadline <= std::chrono::nanoseconds::zero()) {
+      throw std::invalid_argument("idem::retrying: the deadline must be positive");
+    }
+  }
+
+  retrying(const retrying&) = delete;
+  retrying& operator=(const retrying&) = delete;
+
+  /// Runs one operation: as many attempts as the policies allow, each given an attempt_context
+  /// (when the call accepts one) and `args` as lvalues, since they may be needed again.
+  template <class... Args>
+  requires detail::takes_context<Call, Args...> || std::invocable<Call&, Args&...>
+      retry_outcome<detail::call_result_t<Call, Args...>>
+  operator()(Args&&... args) {
+    using result_type = detail::call_result_t<Call, Args...>;
+    static_assert(Classifier<classifier_type, result_type>,
+                  "Policies::classifier must provide classify(const Result&) for this call's "
+                  "result type and classify_exception(std::exception_ptr), both returning "
+                  "idem::classification.");
+
+    retry_outcome<result_type> outcome;
+    const detail::retry_layer layer;
+    const bool may_repeat =
+        Policies::safety != call_safety::unsafe && (Policies::retry_when_nested || !layer.nested());
+
+    random_type rng{next_seed()};
+    outcome.key_ = key_generator_.generate(rng, clock_);
+    const auto start = clock_.now();
+    budget_.on_request();
+
+    std::chrono::nanoseconds previous_delay{0};
+    for (int attempt = 1;; ++attempt) {
+      const auto attempt_start = attempt == 1 ? start : clock_.now();
+      const std::chrono::nanoseconds elapsed = attempt_start - start;
+      if (!breaker_.allow(detail::since_epoch(attempt_start))) {
+        outcome.verdict_ = retry_verdict::circuit_open;
+        break;
+      }
+      const attempt_context context{attempt, outcome.key(), time_left(elapsed)};
+
+      bool threw = false;
+      try {
+        run_attempt(outcome, context, args...);
+      } catch (...) {
+        outcome.value_.reset();
+        outcome.error_ = std::current_exception();
+        threw = true;
+      }
+      classification verdict;
+      if (threw) {
+        verdict = classifier_.classify_exception(outcome.error_);
+      } else if constexpr (std::is_void_v<result_type>) {
+        verdict = classification{};
+      } else {
+        verdict = classifier_.classify(*outcome.value_);
+      }
+
+      attempt_record& record =
+          outcome.history_.push({attempt, verdict.kind, verdict.code, threw, elapsed, {}, false});
+      observer_.on_attempt(attempt_event{outcome.key(), record});
+
+      if (verdict.kind == disposition::success) {
+        breaker_.on_success(detail::since_epoch(attempt_start));
+        budget_.on_success(attempt > 1);
+        outcome.verdict_ = retry_verdict::succeeded;
+        break;
+      }
+
+      const auto now = clock_.now();
+      if (verdict.fault) {
+        breaker_.on_failure(detail::since_epoch(now));
+      } else {
+        breaker_.on_success(detail::since_epoch(now));
+      }
+      if (verdict.kind == disposition::permanent) {
+        outcome.verdict_ = retry_verdict::permanent_failure;
+        break;
+      }
+      if (!may_repeat) {
+        outcome.verdict_ = retry_verdict::not_retried;
+        break;
+      }
+      if (attempt >= limits_.max_attempts) {
+        outcome.verdict_ = retry_verdict::attempts_exhausted;
+        break;
+      }
+
+      // The wait: the server's Retry-After when it sent a valid one, else the backoff.
+      std::optional<std::chrono::nanoseconds> delay;
+      if (!verdict.retry_after.empty()) {
+        delay = parse_retry_after(verdict.retry_after, clock_.wall_now());
+      }
+      const bool from_retry_after = delay.has_value();
+      if (!delay) delay = backoff_.delay(attempt - 1, previous_delay, rng);
+      if (*delay < std::chrono::nanoseconds::zero()) delay = std::chrono::nanoseconds::zero();
+
+      // A wait that ends at or past the deadline would leave the next attempt no time at all.
+      if (*delay >= time_left(now - start)) {
+        outcome.verdict_ = retry_verdict::deadline_exceeded;
+        break;
+      }
+      if (!budget_.try_acquire_retry(verdict.kind == disposition::ambiguous)) {
+        outcome.verdict_ = retry_verdict::budget_exhausted;
+        break;
+      }
+      record.delay_after = *delay;
+      record.delay_from_retry_after = from_retry_after;
+      observer_.on_delay(delay_event{outcome.key(), attempt + 1, *delay, from_retry_after});
+      clock_.sleep_for(*delay);
+      previous_delay = *delay;
+
+      if (verdict.kind == disposition::ambiguous) {
+        const attempt_context next{attempt + 1, outcome.key(), time_left(clock_.now() - start)};
+        if (effect_landed(outcome, next, args...)) {
+          outcome.verdict_ = retry_verdict::resolved;
+          break;
+        }
+      }
+    }
+
+    if constexpr (!std::is_same_v<observer_type, no_observer>) {
+      const std::chrono::nanoseconds total = clock_.now() - start;
+      observer_.on_finish(finish_event{outcome.key(), outcome.verdict_, outcome.attempts(), total});
+    }
+    return outcome;
+  }
+
+  Call& call() noexcept { return call_; }
+  clock_type& clock() noexcept { return clock_; }
+  budget_type& budget() noexcept { return budget_; }
+  breaker_type& breaker() noexcept { return breaker_; }
+  observer_type& observer() noexcept { return observer_; }
+  const retry_limits& limits() const noexcept { return limits_; }
+
+ private:
+  std::chrono::nanoseconds time_left(std::chrono::nanoseconds elapsed) const noexcept {
+    const auto left = limits_.deadline - elapsed;
+    return left > std::chrono::nanoseconds::zero() ? left : std::chrono::nanoseconds::zero();
+  }
+
+  // Each operation gets its own engine, seeded from the wrapper's seed and a count of
+  // operations: concurrent operations never share engine state, and a fixed seed replays.
+  std::uint64_t next_seed() noexcept {
+    std::uint64_t state =
+        seed_ ^ operations_.fetch_add(1, std::memory_order_relaxed) * 0xd1b54a32d192ed03ULL;
+    return detail::splitmix64(state);
+  }
+
+  template <class Result, class... Args>
+  void run_attempt(retry_outcome<Result>& outcome, const attempt_context& context, Args&... args) {
+    if (outcome.error_) outcome.error_ = nullptr;
+    if constexpr (std::is_void_v<Result>) {
+      invoke_call(context, args...);
+      outcome.value_.emplace();
+    } else {
+      outcome.value_.emplace(invoke_call(context, args...));
+    }
+  }
+
+  template <class... Args>
+  decltype(auto) invoke_call(const attempt_context& context, Args&... args) {
+    if constexpr (detail::takes_context<Call, Args...>) {
+      return std::invoke(call_, context, args...);
+    } else {
+      return std::invoke(call_, args...);
+    }
+  }
+
+  // Asks the call's resolve hook, if it has one, whether the ambiguous attempt took effect.
+  template <class Result, class... Args>
+  bool effect_landed(retry_outcome<Result>& outcome, const attempt_context& context,
+                     Args&... args) {
+    if constexpr (detail::resolvable_with_arguments<Call, Args...> || detail::resolvable<Call>) {
+      auto answer = [&] {
+        if constexpr (detail::resolvable_with_arguments<Call, Args...>) {
+          return call_.resolve(context, args...);
+        } else {
+          return call_.resolve(context);
+        }
+      }();
+      if constexpr (std::is_void_v<Result>) {
+        static_assert(std::is_convertible_v<decltype(answer), bool>,
+                      "resolve(attempt_context) of a call returning void must return bool: true "
+                      "when the effect landed.");
+        if (!answer) return false;
+        outcome.value_.emplace();
+      } else {
+        static_assert(std::is_convertible_v<decltype(answer), std::optional<Result>>,
+                      "resolve(attempt_context) must return std::optional<Result>: the result "
+                      "when the effect landed, std::nullopt when it did not.");
+        std::optional<Result> found = std::move(answer);
+        if (!found) return false;
+        outcome.value_.emplace(std::move(*found));
+      }
+      outcome.error_ = nullptr;
+      return true;
+    } else {
+      return false;
+    }
+  }
+
+  Call call_;
+  [[no_unique_address]] clock_type clock_;
+  [[no_unique_address]] backoff_type backoff_;
+  [[no_unique_address]] budget_type budget_;
+  [[no_unique_address]] breaker_type breaker_;
+  [[no_unique_address]] classifier_type classifier_;
+  [[no_unique_address]] observer_type observer_;
+  [[no_unique_address]] key_generator_type key_generator_;
+  std::uint64_t seed_;
+  std::atomic<std::uint64_t> operations_{0};
+  retry_limits limits_;
+};
+
+template <class Call>
+retrying(Call) -> retrying<Call, default_policies>;
+
+}  // namespace idem
