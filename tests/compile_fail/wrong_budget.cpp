@@ -1,0 +1,25 @@
+// expect: Policies::budget must be copyable and provide on_request
+// A user's policies struct with a budget without on_request(); the control build swaps in a correct
+// one.
+#include <idem/idem.hpp>
+
+struct budget_without_deposit {
+  bool try_acquire_retry(bool) const { return true; }
+  void on_success(bool) const {}
+};
+
+#ifdef IDEM_COMPILE_FAIL_CONTROL
+struct policies : idem::default_policies {
+  using budget = idem::unlimited_budget;
+};
+#else
+struct policies : idem::default_policies {
+  using budget = budget_without_deposit;
+};
+#endif
+
+int main() {
+  auto call = [](const idem::attempt_context&) { return 0; };
+  idem::retrying<decltype(call), policies> retried{call};
+  return retried().succeeded() ? 0 : 1;
+}

@@ -1,0 +1,21 @@
+// expect: Policies::random must be a std::uniform_random_bit_generator
+// A user's policies struct with a 32-bit engine; the control build swaps in a correct one.
+#include <idem/idem.hpp>
+
+#include <random>
+
+#ifdef IDEM_COMPILE_FAIL_CONTROL
+struct policies : idem::default_policies {
+  using random = std::mt19937_64;
+};
+#else
+struct policies : idem::default_policies {
+  using random = std::mt19937;
+};
+#endif
+
+int main() {
+  auto call = [](const idem::attempt_context&) { return 0; };
+  idem::retrying<decltype(call), policies> retried{call};
+  return retried().succeeded() ? 0 : 1;
+}
