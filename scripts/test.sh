@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# Build idem and run every test: the README's test command, and what CI runs (.ci/run).
+#
+#   scripts/test.sh              full run: g++ (+ bench build), clang++ ASan+UBSan, clang++ TSan
+#   scripts/test.sh --quick      g++ build and its tests only
+#   scripts/test.sh --jobs N     parallel build and test jobs (default 2)
+#
+# Works from any directory. Build trees live in build/<name> and are reused (incremental); CI
+# starts without them. Missing Debian packages are installed with apt-get first.
+#
+# The last line printed is the total over every ctest run, "idem: N passed, M failed"; the
+# exit status is non-zero if anything failed.
+set -euo pipefail
+
+usage() { sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
+quick=0
+jobs=2
+while (($#)); do
+  case "$1" in
+    --quick) quick=1 ;;
+    --jobs) jobs="${2:?--jobs needs a number}"; shift ;;
+    --jobs=*) jobs="${1#--jobs=}" ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "scripts/test.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+  shift
+done
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "scripts/test.sh: --jobs wants a positive number" >&2; exit 2; }
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root="$PWD"
+
+# --- packages --------------------------------------------------------------------------------
+ensure_packages() {
+  if ! command -v dpkg >/dev/null 2>&1; then
+    echo "scripts/test.sh: no dpkg here; assuming the tools are installed" >&2
+    return
+  fi
+  local missing=() package
+  for package in "$@"; do
+    dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
+  done
+  ((${#missing[@]})) || return 0
+  local sudo=()
+  if ((EUID != 0)); then
+    command -v sudo >/dev/null 2>&1 || {
+      echo "scripts/test.sh: missing packages ${missing[*]}, and not root" >&2
+      exit 1
+    }
+    sudo=(sudo)
+  fi
+  echo "== installing ${missing[*]}"
+  "${sudo[@]}" apt-get update
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y --no-install-recommends "${missing[@]}"
+}
+
+ensure_packages g++ clang libclang-rt-14-dev cmake ninja-build catch2 libbenchmark-dev python3
+
+# --- bookkeeping -----------------------------------------------------------------------------
+total_passed=0
+total_failed=0
+recap=()         # one line per step for the summary
+ctest_prefix=()  # a command ctest runs under, e.g. setarch for ThreadSanitizer
+
+# run_ctest NAME BUILD_DIR [ctest args...]: runs ctest, adds its counts to the totals.
+run_ctest() {
+  local name="$1" dir="$2"
+  shift 2
+  local log="$dir/ctest.log" rc
+  set +e
+  "${ctest_prefix[@]}" ctest --test-dir "$dir" --output-on-failure -j "$jobs" "$@" 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  local line passed=0 failed=0
+  line="$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1 || true)"
+  if [[ -n "$line" ]]; then
+    local total
+    failed="$(sed -E 's/.* ([0-9]+) tests? failed.*/\1/' <<<"$line")"
+    total="$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$line")"
+    passed=$((total - failed))
+  fi
+  # ctest failing without a failed test (no tests found, a crash of ctest itself) still fails.
+  if ((rc != 0 && failed == 0)); then failed=1; fi
+  total_passed=$((total_passed + passed))
+  total_failed=$((total_failed + failed))
+  recap+=("$(printf '%-12s %4d passed, %d failed  (%d s)' "$name:" "$passed" "$failed" \
+    $((SECONDS - step_started)))")
+}
+
+finish() {
+  echo
+  echo "== summary"
+  local line
+  for line in "${recap[@]}"; do echo "$line"; done
+  echo "total time: $((SECONDS - started)) s"
+  echo "idem: $total_passed passed, $total_failed failed"
+  ((total_failed == 0))
+}
+
+# A configure or build error ends the run: there is nothing to test.
+build_failed() {
+  recap+=("$(printf '%-12s build failed' "$1:")")
+  total_failed=$((total_failed + 1))
+  finish || exit 1
+}
+
+# configure_and_build NAME BUILD_DIR "TARGETS" [cmake args...]
+configure_and_build() {
+  local name="$1" dir="$2" targets="$3"
+  shift 3
+  step_started=$SECONDS
+  echo
+  echo "== $name: configure $dir"
+  cmake -S "$root" -B "$dir" -G Ninja "$@" || { build_failed "$name"; return 1; }
+  echo "== $name: build"
+  local target_args=()
+  [[ -z "$targets" ]] || target_args=(--target $targets)
+  cmake --build "$dir" -j "$jobs" "${target_args[@]}" || { build_failed "$name"; return 1; }
+}
+
+started=$SECONDS
+step_started=$SECONDS
+
+# --- the single header must be fresh ---------------------------------------------------------
+echo "== scripts/amalgamate --check"
+if python3 scripts/amalgamate --check; then
+  recap+=("$(printf '%-12s %4d passed, %d failed' "amalgamate:" 1 0)")
+  total_passed=$((total_passed + 1))
+else
+  recap+=("$(printf '%-12s %4d passed, %d failed' "amalgamate:" 0 1)")
+  total_failed=$((total_failed + 1))
+fi
+
+# --- 1: g++, all targets ---------------------------------------------------------------------
+# RelWithDebInfo for the optimiser's warnings, with its -DNDEBUG dropped so asserts stay on.
+bench=ON
+((quick)) && bench=OFF
+configure_and_build gcc build/gcc "" \
+  -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g" \
+  -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=ON -DIDEM_BUILD_BENCH=$bench -DIDEM_SANITIZE= ||
+  exit 1
+run_ctest gcc build/gcc
+
+if ((!quick)); then
+  # --- 2: clang++, AddressSanitizer + UndefinedBehaviorSanitizer -----------------------------
+  export ASAN_OPTIONS="${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1}"
+  export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
+  configure_and_build clang-asan build/clang-asan "" \
+    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" \
+    -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=ON -DIDEM_BUILD_BENCH=OFF \
+    -DIDEM_SANITIZE=address,undefined || exit 1
+  run_ctest clang-asan build/clang-asan
+
+  # --- 3: clang++, ThreadSanitizer, the [concurrency] test cases -----------------------------
+  # They carry the ctest label "concurrency" (tests/CMakeLists.txt); --no-tests=error makes an
+  # empty selection a failure rather than a silent pass.
+  export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}"
+  # Clang 14's TSan cannot map its shadow memory on kernels with more than 28 bits of mmap
+  # randomness ("unexpected memory mapping"); running without ASLR avoids that.
+  if [[ -r /proc/sys/vm/mmap_rnd_bits ]] && (($(cat /proc/sys/vm/mmap_rnd_bits) > 28)) &&
+    command -v setarch >/dev/null 2>&1; then
+    ctest_prefix=(setarch "$(uname -m)" -R)
+  fi
+  configure_and_build tsan build/tsan idem_tests \
+    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" \
+    -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=OFF -DIDEM_BUILD_BENCH=OFF \
+    -DIDEM_SANITIZE=thread || exit 1
+  run_ctest tsan build/tsan -L concurrency --no-tests=error
+fi
+
+finish
