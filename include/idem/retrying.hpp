@@ -94,6 +94,20 @@ concept resolvable = requires(Call& call, const attempt_context& context) {
   call.resolve(context);
 };
 
+// Which operation of which retrying object this thread is numbering. Each object hands out
+// operation numbers in blocks: a thread takes a block (one atomic add) when it starts using an
+// object or comes back to it after using another, and numbers its operations from the block, so
+// the hot path writes nothing shared. A number is never handed out twice by one object (2^64
+// numbers, used up at most a block per switch between objects), which makes each operation's
+// engine seed, and so its key, unique.
+struct operation_numbering {
+  std::uint64_t object = 0;  // the id of the object the block belongs to; 0 for none
+  std::uint64_t next = 0;
+  std::uint64_t end = 0;
+};
+inline constinit thread_local operation_numbering thread_numbering{};
+inline std::atomic<std::uint64_t> next_object_id{1};
+
 template <class TimePoint>
 constexpr std::chrono::nanoseconds since_epoch(const TimePoint& t) noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch());
@@ -146,7 +160,7 @@ class retrying {
                 "returning std::chrono::system_clock::time_point, and sleep_for(nanoseconds).");
   static_assert(RandomSource<random_type>,
                 "Policies::random must be a std::uniform_random_bit_generator of 64-bit words "
-                "that can be constructed from one std::uint64_t seed, like idem::xoshiro256ss.");
+                "that can be constructed from an idem::random_seed, like idem::xoshiro256ss.");
   static_assert(Backoff<backoff_type, random_type>,
                 "Policies::backoff must provide delay(int retry_index, nanoseconds previous, "
                 "Random&) returning std::chrono::nanoseconds.");
@@ -180,7 +194,8 @@ class retrying {
     classifier_type classifier{};
     observer_type observer{};
     key_generator_type key_generator{};
-    /// Seeds the jitter and the keys; unset, a nondeterministic seed is drawn.
+    /// Seeds the jitter and the keys, for tests that replay; unset, 256 nondeterministic bits
+    /// are drawn. Never fix it in production: two processes with one seed make the same keys.
     std::optional<std::uint64_t> seed{};
     retry_limits limits{Policies::max_attempts, Policies::deadline};
   };
@@ -196,7 +211,7 @@ class retrying {
         classifier_(std::move(parts.classifier)),
         observer_(std::move(parts.observer)),
         key_generator_(std::move(parts.key_generator)),
-        seed_(parts.seed ? *parts.seed : nondeterministic_seed()),
+        seed_(parts.seed ? seed_from(*parts.seed) : nondeterministic_seed()),
         limits_(parts.limits) {
     if (limits_.max_attempts < 1) {
       throw std::invalid_argument(
@@ -228,7 +243,7 @@ class retrying {
     const bool may_repeat =
         Policies::safety != call_safety::unsafe && (Policies::retry_when_nested || !layer.nested());
 
-    random_type rng{next_seed()};
+    random_type rng{operation_seed()};
     outcome.key_ = key_generator_.generate(rng, clock_);
     const auto start = clock_.now();
     budget_.on_request();
@@ -343,12 +358,24 @@ class retrying {
     return left > std::chrono::nanoseconds::zero() ? left : std::chrono::nanoseconds::zero();
   }
 
-  // Each operation gets its own engine, seeded from the wrapper's seed and a count of
-  // operations: concurrent operations never share engine state, and a fixed seed replays.
-  std::uint64_t next_seed() noexcept {
-    std::uint64_t state =
-        seed_ ^ operations_.fetch_add(1, std::memory_order_relaxed) * 0xd1b54a32d192ed03ULL;
-    return detail::splitmix64(state);
+  // Each operation gets its own engine: the object's seed with the operation's unique number
+  // mixed into every word. The number goes through SplitMix64, a bijection, into word 1, which
+  // alone decides an xoshiro engine's first output; so within one object no two operations can
+  // draw the same first word, and their keys differ.
+  random_seed operation_seed() noexcept {
+    auto& numbering = detail::thread_numbering;
+    if (numbering.object != id_ || numbering.next == numbering.end) {
+      constexpr std::uint64_t block = 1024;
+      numbering.object = id_;
+      numbering.next = numbers_.fetch_add(block, std::memory_order_relaxed);
+      numbering.end = numbering.next + block;
+    }
+    const std::uint64_t number = numbering.next++;
+    random_seed seed = seed_;
+    std::uint64_t state = number;
+    for (auto& word : seed.words)
+      word ^= detail::splitmix64(state);
+    return seed;
   }
 
   template <class Result, class... Args>
@@ -412,8 +439,9 @@ class retrying {
   [[no_unique_address]] classifier_type classifier_;
   [[no_unique_address]] observer_type observer_;
   [[no_unique_address]] key_generator_type key_generator_;
-  std::uint64_t seed_;
-  std::atomic<std::uint64_t> operations_{0};
+  random_seed seed_;
+  const std::uint64_t id_ = detail::next_object_id.fetch_add(1, std::memory_order_relaxed);
+  std::atomic<std::uint64_t> numbers_{0};
   retry_limits limits_;
 };
 

@@ -6,7 +6,7 @@
 
 #ifdef IDEM_COMPILE_FAIL_CONTROL
 struct policies : idem::default_policies {
-  using random = std::mt19937_64;
+  using random = idem::xoshiro256ss;
 };
 #else
 struct policies : idem::default_policies {

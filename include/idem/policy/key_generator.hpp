@@ -6,9 +6,11 @@
 // keys sort by creation time and index well in B-tree stores.
 #pragma once
 
+#include <bit>
 #include <chrono>
 #include <concepts>
 #include <cstdint>
+#include <cstring>
 
 #include <idem/key.hpp>
 #include <idem/policy/clock.hpp>
@@ -26,20 +28,46 @@ concept KeyGenerator = RandomSource<R> && Clock<C> &&
 
 namespace detail {
 
+/// Eight lowercase hex digits of `value`, most significant first, written as one 64-bit word:
+/// each nibble is spread into its own byte, then turned into '0'-'9' or 'a'-'f' all at once.
+inline std::uint64_t hex_digits(std::uint32_t value) noexcept {
+  std::uint64_t v = value;
+  v = (v | (v << 16)) & 0x0000ffff0000ffffULL;
+  v = (v | (v << 8)) & 0x00ff00ff00ff00ffULL;
+  v = (v | (v << 4)) & 0x0f0f0f0f0f0f0f0fULL;
+  // The highest nibble is now in the highest byte; on a little-endian machine memory starts at
+  // the lowest, so reverse the bytes (compilers turn this into one bswap).
+  if constexpr (std::endian::native == std::endian::little) {
+    v = ((v & 0x00000000ffffffffULL) << 32) | (v >> 32);
+    v = ((v & 0x0000ffff0000ffffULL) << 16) | ((v >> 16) & 0x0000ffff0000ffffULL);
+    v = ((v & 0x00ff00ff00ff00ffULL) << 8) | ((v >> 8) & 0x00ff00ff00ff00ffULL);
+  }
+  // A byte holding 10..15 gets 'a' - '0' - 10 = 39 more than one holding 0..9.
+  const std::uint64_t letters = ((v + 0x0606060606060606ULL) >> 4) & 0x0101010101010101ULL;
+  return v + 0x3030303030303030ULL + letters * 39;
+}
+
 /// Writes 16 bytes as the 36-character 8-4-4-4-12 lowercase hex form of RFC 9562.
 inline key_buffer format_uuid(std::uint64_t high, std::uint64_t low) noexcept {
-  static constexpr char hex[] = "0123456789abcdef";
+  char digits[32];
+  const std::uint32_t parts[4] = {
+      static_cast<std::uint32_t>(high >> 32), static_cast<std::uint32_t>(high),
+      static_cast<std::uint32_t>(low >> 32), static_cast<std::uint32_t>(low)};
+  for (int i = 0; i < 4; ++i) {
+    const std::uint64_t word = hex_digits(parts[i]);
+    std::memcpy(digits + 8 * i, &word, 8);
+  }
   key_buffer key;
   char* out = key.data();
-  int written = 0;
-  auto put = [&](std::uint64_t word) {
-    for (int shift = 60; shift >= 0; shift -= 4) {
-      if (written == 8 || written == 13 || written == 18 || written == 23) out[written++] = '-';
-      out[written++] = hex[(word >> shift) & 0xf];
-    }
-  };
-  put(high);
-  put(low);
+  std::memcpy(out, digits, 8);
+  out[8] = '-';
+  std::memcpy(out + 9, digits + 8, 4);
+  out[13] = '-';
+  std::memcpy(out + 14, digits + 12, 4);
+  out[18] = '-';
+  std::memcpy(out + 19, digits + 16, 4);
+  out[23] = '-';
+  std::memcpy(out + 24, digits + 20, 12);
   key.set_length(36);
   return key;
 }

@@ -1,10 +1,15 @@
 // Random sources for the policies that need chance: jittered backoff and key generation.
 //
-// A retrying object owns one seed. Each logical operation draws its own engine from that seed
-// and a per-object counter, so operations on different threads never share engine state (no
-// lock, no data race) and a test that fixes the seed sees the same delays and keys every run.
+// A retrying object owns 256 bits of seed material. Each logical operation gets its own engine,
+// seeded from that material and a counter unique to the operation, so operations on different
+// threads never share engine state (no lock, no data race), and a test that fixes the seed sees
+// the same delays and keys every run. The material is 256 bits, not one 64-bit word, because
+// idempotency keys come from these engines: keys made by different processes must not collide
+// even across billions of operations, which a 64-bit seed cannot promise (the birthday bound of
+// 2^64 is reached at about 2^32 operations).
 #pragma once
 
+#include <array>
 #include <bit>
 #include <concepts>
 #include <cstdint>
@@ -13,11 +18,17 @@
 
 namespace idem {
 
+/// The seed of one engine: 256 bits.
+struct random_seed {
+  std::array<std::uint64_t, 4> words{};
+};
+
 /// What a `random` policy must be: a standard uniform random bit generator over 64-bit words
-/// that can be constructed from one 64-bit seed (std::mt19937_64 and idem::xoshiro256ss both are).
+/// that can be constructed from an idem::random_seed (idem::xoshiro256ss is; a standard engine
+/// needs a small wrapper whose constructor feeds it the four words).
 template <class R>
 concept RandomSource = std::uniform_random_bit_generator<R> &&
-                       std::constructible_from<R, std::uint64_t> &&
+                       std::constructible_from<R, const random_seed&> &&
                        std::same_as<typename R::result_type, std::uint64_t> &&(R::min() == 0) &&
                        (R::max() == std::numeric_limits<std::uint64_t>::max());
 
@@ -49,6 +60,15 @@ class xoshiro256ss {
     // The state must not be all zero; SplitMix64 output for four consecutive steps never is.
     for (auto& word : state_)
       word = detail::splitmix64(seed);
+  }
+
+  /// Uses the four words as the state; the all-zero state, the one xoshiro cannot leave, is
+  /// replaced by the expansion of seed 0.
+  constexpr explicit xoshiro256ss(const random_seed& seed) noexcept {
+    std::uint64_t any = 0;
+    for (std::size_t i = 0; i < 4; ++i)
+      any |= (state_[i] = seed.words[i]);
+    if (any == 0) *this = xoshiro256ss(std::uint64_t{0});
   }
 
   static constexpr result_type min() noexcept { return 0; }
@@ -88,10 +108,22 @@ constexpr std::uint64_t uniform_up_to(R& rng, std::uint64_t bound) noexcept {
   return static_cast<std::uint64_t>(product >> 64);
 }
 
-/// A seed nobody chose: for production objects whose jitter must differ between processes.
-inline std::uint64_t nondeterministic_seed() {
+/// 256 bits expanded from one 64-bit value, for tests that want to replay.
+constexpr random_seed seed_from(std::uint64_t value) noexcept {
+  random_seed seed;
+  for (auto& word : seed.words)
+    word = detail::splitmix64(value);
+  return seed;
+}
+
+/// 256 bits nobody chose, from std::random_device: what production objects use, so that keys
+/// and jitter differ between processes.
+inline random_seed nondeterministic_seed() {
   std::random_device device;
-  return (static_cast<std::uint64_t>(device()) << 32) ^ device();
+  random_seed seed;
+  for (auto& word : seed.words)
+    word = (static_cast<std::uint64_t>(device()) << 32) ^ device();
+  return seed;
 }
 
 }  // namespace idem
