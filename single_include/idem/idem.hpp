@@ -282,21 +282,32 @@ class key_buffer {
 // begin idem/policy/random.hpp
 // Random sources for the policies that need chance: jittered backoff and key generation.
 //
-// A retrying object owns one seed. Each logical operation draws its own engine from that seed
-// and a per-object counter, so operations on different threads never share engine state (no
-// lock, no data race) and a test that fixes the seed sees the same delays and keys every run.
+// A retrying object owns 256 bits of seed material. Each logical operation gets its own engine,
+// seeded from that material and a counter unique to the operation, so operations on different
+// threads never share engine state (no lock, no data race), and a test that fixes the seed sees
+// the same delays and keys every run. The material is 256 bits, not one 64-bit word, because
+// idempotency keys come from these engines: keys made by different processes must not collide
+// even across billions of operations, which a 64-bit seed cannot promise (the birthday bound of
+// 2^64 is reached at about 2^32 operations).
 
+#include <array>
 #include <bit>
 #include <limits>
 #include <random>
 
 namespace idem {
 
+/// The seed of one engine: 256 bits.
+struct random_seed {
+  std::array<std::uint64_t, 4> words{};
+};
+
 /// What a `random` policy must be: a standard uniform random bit generator over 64-bit words
-/// that can be constructed from one 64-bit seed (std::mt19937_64 and idem::xoshiro256ss both are).
+/// that can be constructed from an idem::random_seed (idem::xoshiro256ss is; a standard engine
+/// needs a small wrapper whose constructor feeds it the four words).
 template <class R>
 concept RandomSource = std::uniform_random_bit_generator<R> &&
-                       std::constructible_from<R, std::uint64_t> &&
+                       std::constructible_from<R, const random_seed&> &&
                        std::same_as<typename R::result_type, std::uint64_t> &&(R::min() == 0) &&
                        (R::max() == std::numeric_limits<std::uint64_t>::max());
 
@@ -328,6 +339,15 @@ class xoshiro256ss {
     // The state must not be all zero; SplitMix64 output for four consecutive steps never is.
     for (auto& word : state_)
       word = detail::splitmix64(seed);
+  }
+
+  /// Uses the four words as the state; the all-zero state, the one xoshiro cannot leave, is
+  /// replaced by the expansion of seed 0.
+  constexpr explicit xoshiro256ss(const random_seed& seed) noexcept {
+    std::uint64_t any = 0;
+    for (std::size_t i = 0; i < 4; ++i)
+      any |= (state_[i] = seed.words[i]);
+    if (any == 0) *this = xoshiro256ss(std::uint64_t{0});
   }
 
   static constexpr result_type min() noexcept { return 0; }
@@ -367,10 +387,22 @@ constexpr std::uint64_t uniform_up_to(R& rng, std::uint64_t bound) noexcept {
   return static_cast<std::uint64_t>(product >> 64);
 }
 
-/// A seed nobody chose: for production objects whose jitter must differ between processes.
-inline std::uint64_t nondeterministic_seed() {
+/// 256 bits expanded from one 64-bit value, for tests that want to replay.
+constexpr random_seed seed_from(std::uint64_t value) noexcept {
+  random_seed seed;
+  for (auto& word : seed.words)
+    word = detail::splitmix64(value);
+  return seed;
+}
+
+/// 256 bits nobody chose, from std::random_device: what production objects use, so that keys
+/// and jitter differ between processes.
+inline random_seed nondeterministic_seed() {
   std::random_device device;
-  return (static_cast<std::uint64_t>(device()) << 32) ^ device();
+  random_seed seed;
+  for (auto& word : seed.words)
+    word = (static_cast<std::uint64_t>(device()) << 32) ^ device();
+  return seed;
 }
 
 }  // namespace idem
@@ -1219,6 +1251,7 @@ class manual_clock {
 // (RFC 9562): version 4 is 122 random bits; version 7 puts the Unix time in milliseconds first, so
 // keys sort by creation time and index well in B-tree stores.
 
+#include <cstring>
 
 
 namespace idem {
@@ -1233,20 +1266,46 @@ concept KeyGenerator = RandomSource<R> && Clock<C> &&
 
 namespace detail {
 
+/// Eight lowercase hex digits of `value`, most significant first, written as one 64-bit word:
+/// each nibble is spread into its own byte, then turned into '0'-'9' or 'a'-'f' all at once.
+inline std::uint64_t hex_digits(std::uint32_t value) noexcept {
+  std::uint64_t v = value;
+  v = (v | (v << 16)) & 0x0000ffff0000ffffULL;
+  v = (v | (v << 8)) & 0x00ff00ff00ff00ffULL;
+  v = (v | (v << 4)) & 0x0f0f0f0f0f0f0f0fULL;
+  // The highest nibble is now in the highest byte; on a little-endian machine memory starts at
+  // the lowest, so reverse the bytes (compilers turn this into one bswap).
+  if constexpr (std::endian::native == std::endian::little) {
+    v = ((v & 0x00000000ffffffffULL) << 32) | (v >> 32);
+    v = ((v & 0x0000ffff0000ffffULL) << 16) | ((v >> 16) & 0x0000ffff0000ffffULL);
+    v = ((v & 0x00ff00ff00ff00ffULL) << 8) | ((v >> 8) & 0x00ff00ff00ff00ffULL);
+  }
+  // A byte holding 10..15 gets 'a' - '0' - 10 = 39 more than one holding 0..9.
+  const std::uint64_t letters = ((v + 0x0606060606060606ULL) >> 4) & 0x0101010101010101ULL;
+  return v + 0x3030303030303030ULL + letters * 39;
+}
+
 /// Writes 16 bytes as the 36-character 8-4-4-4-12 lowercase hex form of RFC 9562.
 inline key_buffer format_uuid(std::uint64_t high, std::uint64_t low) noexcept {
-  static constexpr char hex[] = "0123456789abcdef";
+  char digits[32];
+  const std::uint32_t parts[4] = {
+      static_cast<std::uint32_t>(high >> 32), static_cast<std::uint32_t>(high),
+      static_cast<std::uint32_t>(low >> 32), static_cast<std::uint32_t>(low)};
+  for (int i = 0; i < 4; ++i) {
+    const std::uint64_t word = hex_digits(parts[i]);
+    std::memcpy(digits + 8 * i, &word, 8);
+  }
   key_buffer key;
   char* out = key.data();
-  int written = 0;
-  auto put = [&](std::uint64_t word) {
-    for (int shift = 60; shift >= 0; shift -= 4) {
-      if (written == 8 || written == 13 || written == 18 || written == 23) out[written++] = '-';
-      out[written++] = hex[(word >> shift) & 0xf];
-    }
-  };
-  put(high);
-  put(low);
+  std::memcpy(out, digits, 8);
+  out[8] = '-';
+  std::memcpy(out + 9, digits + 8, 4);
+  out[13] = '-';
+  std::memcpy(out + 14, digits + 12, 4);
+  out[18] = '-';
+  std::memcpy(out + 19, digits + 16, 4);
+  out[23] = '-';
+  std::memcpy(out + 24, digits + 20, 12);
   key.set_length(36);
   return key;
 }
@@ -1500,7 +1559,6 @@ struct default_policies {
 //   (RFC 9110 §5.5 excludes it from the field value); parse_http_date takes the bare date, where
 //   the grammar allows no extra whitespace.
 
-#include <array>
 
 namespace idem {
 
@@ -1987,6 +2045,20 @@ concept resolvable = requires(Call& call, const attempt_context& context) {
   call.resolve(context);
 };
 
+// Which operation of which retrying object this thread is numbering. Each object hands out
+// operation numbers in blocks: a thread takes a block (one atomic add) when it starts using an
+// object or comes back to it after using another, and numbers its operations from the block, so
+// the hot path writes nothing shared. A number is never handed out twice by one object (2^64
+// numbers, used up at most a block per switch between objects), which makes each operation's
+// engine seed, and so its key, unique.
+struct operation_numbering {
+  std::uint64_t object = 0;  // the id of the object the block belongs to; 0 for none
+  std::uint64_t next = 0;
+  std::uint64_t end = 0;
+};
+inline constinit thread_local operation_numbering thread_numbering{};
+inline std::atomic<std::uint64_t> next_object_id{1};
+
 template <class TimePoint>
 constexpr std::chrono::nanoseconds since_epoch(const TimePoint& t) noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch());
@@ -2039,7 +2111,7 @@ class retrying {
                 "returning std::chrono::system_clock::time_point, and sleep_for(nanoseconds).");
   static_assert(RandomSource<random_type>,
                 "Policies::random must be a std::uniform_random_bit_generator of 64-bit words "
-                "that can be constructed from one std::uint64_t seed, like idem::xoshiro256ss.");
+                "that can be constructed from an idem::random_seed, like idem::xoshiro256ss.");
   static_assert(Backoff<backoff_type, random_type>,
                 "Policies::backoff must provide delay(int retry_index, nanoseconds previous, "
                 "Random&) returning std::chrono::nanoseconds.");
@@ -2073,7 +2145,8 @@ class retrying {
     classifier_type classifier{};
     observer_type observer{};
     key_generator_type key_generator{};
-    /// Seeds the jitter and the keys; unset, a nondeterministic seed is drawn.
+    /// Seeds the jitter and the keys, for tests that replay; unset, 256 nondeterministic bits
+    /// are drawn. Never fix it in production: two processes with one seed make the same keys.
     std::optional<std::uint64_t> seed{};
     retry_limits limits{Policies::max_attempts, Policies::deadline};
   };
@@ -2089,7 +2162,7 @@ class retrying {
         classifier_(std::move(parts.classifier)),
         observer_(std::move(parts.observer)),
         key_generator_(std::move(parts.key_generator)),
-        seed_(parts.seed ? *parts.seed : nondeterministic_seed()),
+        seed_(parts.seed ? seed_from(*parts.seed) : nondeterministic_seed()),
         limits_(parts.limits) {
     if (limits_.max_attempts < 1) {
       throw std::invalid_argument(
@@ -2121,7 +2194,7 @@ class retrying {
     const bool may_repeat =
         Policies::safety != call_safety::unsafe && (Policies::retry_when_nested || !layer.nested());
 
-    random_type rng{next_seed()};
+    random_type rng{operation_seed()};
     outcome.key_ = key_generator_.generate(rng, clock_);
     const auto start = clock_.now();
     budget_.on_request();
@@ -2236,12 +2309,24 @@ class retrying {
     return left > std::chrono::nanoseconds::zero() ? left : std::chrono::nanoseconds::zero();
   }
 
-  // Each operation gets its own engine, seeded from the wrapper's seed and a count of
-  // operations: concurrent operations never share engine state, and a fixed seed replays.
-  std::uint64_t next_seed() noexcept {
-    std::uint64_t state =
-        seed_ ^ operations_.fetch_add(1, std::memory_order_relaxed) * 0xd1b54a32d192ed03ULL;
-    return detail::splitmix64(state);
+  // Each operation gets its own engine: the object's seed with the operation's unique number
+  // mixed into every word. The number goes through SplitMix64, a bijection, into word 1, which
+  // alone decides an xoshiro engine's first output; so within one object no two operations can
+  // draw the same first word, and their keys differ.
+  random_seed operation_seed() noexcept {
+    auto& numbering = detail::thread_numbering;
+    if (numbering.object != id_ || numbering.next == numbering.end) {
+      constexpr std::uint64_t block = 1024;
+      numbering.object = id_;
+      numbering.next = numbers_.fetch_add(block, std::memory_order_relaxed);
+      numbering.end = numbering.next + block;
+    }
+    const std::uint64_t number = numbering.next++;
+    random_seed seed = seed_;
+    std::uint64_t state = number;
+    for (auto& word : seed.words)
+      word ^= detail::splitmix64(state);
+    return seed;
   }
 
   template <class Result, class... Args>
@@ -2305,8 +2390,9 @@ class retrying {
   [[no_unique_address]] classifier_type classifier_;
   [[no_unique_address]] observer_type observer_;
   [[no_unique_address]] key_generator_type key_generator_;
-  std::uint64_t seed_;
-  std::atomic<std::uint64_t> operations_{0};
+  random_seed seed_;
+  const std::uint64_t id_ = detail::next_object_id.fetch_add(1, std::memory_order_relaxed);
+  std::atomic<std::uint64_t> numbers_{0};
   retry_limits limits_;
 };
 
