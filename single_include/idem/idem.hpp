@@ -2045,18 +2045,19 @@ concept resolvable = requires(Call& call, const attempt_context& context) {
   call.resolve(context);
 };
 
-// Which operation of which retrying object this thread is numbering. Each object hands out
-// operation numbers in blocks: a thread takes a block (one atomic add) when it starts using an
-// object or comes back to it after using another, and numbers its operations from the block, so
-// the hot path writes nothing shared. A number is never handed out twice by one object (2^64
-// numbers, used up at most a block per switch between objects), which makes each operation's
-// engine seed, and so its key, unique.
-struct operation_numbering {
-  std::uint64_t object = 0;  // the id of the object the block belongs to; 0 for none
-  std::uint64_t next = 0;
-  std::uint64_t end = 0;
+// The engine each thread draws from for one retrying object. A thread seeds it when it starts
+// using the object, or comes back to it after using another: from the object's 256-bit seed
+// with a stream number mixed in that the object never hands out twice (one atomic add). After
+// that, operations just draw from it, so the hot path neither seeds nor writes anything shared.
+// Streams of one object differ in their seed, so keys drawn on different threads are
+// independent 122-bit values; a single thread using one fixed-seed object replays exactly.
+template <class Random>
+struct thread_engine {
+  std::uint64_t object = 0;  // the id of the object the engine is seeded for; 0 for none
+  std::optional<Random> engine;
 };
-inline constinit thread_local operation_numbering thread_numbering{};
+template <class Random>
+inline constinit thread_local thread_engine<Random> thread_engines{};
 inline std::atomic<std::uint64_t> next_object_id{1};
 
 template <class TimePoint>
@@ -2194,7 +2195,7 @@ class retrying {
     const bool may_repeat =
         Policies::safety != call_safety::unsafe && (Policies::retry_when_nested || !layer.nested());
 
-    random_type rng{operation_seed()};
+    random_type& rng = operation_engine();
     outcome.key_ = key_generator_.generate(rng, clock_);
     const auto start = clock_.now();
     budget_.on_request();
@@ -2309,24 +2310,17 @@ class retrying {
     return left > std::chrono::nanoseconds::zero() ? left : std::chrono::nanoseconds::zero();
   }
 
-  // Each operation gets its own engine: the object's seed with the operation's unique number
-  // mixed into every word. The number goes through SplitMix64, a bijection, into word 1, which
-  // alone decides an xoshiro engine's first output; so within one object no two operations can
-  // draw the same first word, and their keys differ.
-  random_seed operation_seed() noexcept {
-    auto& numbering = detail::thread_numbering;
-    if (numbering.object != id_ || numbering.next == numbering.end) {
-      constexpr std::uint64_t block = 1024;
-      numbering.object = id_;
-      numbering.next = numbers_.fetch_add(block, std::memory_order_relaxed);
-      numbering.end = numbering.next + block;
+  random_type& operation_engine() {
+    auto& local = detail::thread_engines<random_type>;
+    if (local.object != id_) {
+      random_seed seed = seed_;
+      std::uint64_t stream = streams_.fetch_add(1, std::memory_order_relaxed);
+      for (auto& word : seed.words)
+        word ^= detail::splitmix64(stream);
+      local.engine.emplace(seed);
+      local.object = id_;
     }
-    const std::uint64_t number = numbering.next++;
-    random_seed seed = seed_;
-    std::uint64_t state = number;
-    for (auto& word : seed.words)
-      word ^= detail::splitmix64(state);
-    return seed;
+    return *local.engine;
   }
 
   template <class Result, class... Args>
@@ -2392,7 +2386,7 @@ class retrying {
   [[no_unique_address]] key_generator_type key_generator_;
   random_seed seed_;
   const std::uint64_t id_ = detail::next_object_id.fetch_add(1, std::memory_order_relaxed);
-  std::atomic<std::uint64_t> numbers_{0};
+  std::atomic<std::uint64_t> streams_{0};
   retry_limits limits_;
 };
 
