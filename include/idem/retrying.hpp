@@ -167,7 +167,7 @@ class retrying {
                 "Random&) returning std::chrono::nanoseconds.");
   static_assert(Budget<budget_type>,
                 "Policies::budget must be copyable and provide on_request(), "
-                "try_acquire_retry(bool) returning bool, and on_success(bool).");
+                "try_acquire_retry(retry_reason) returning bool, and on_success(retry_reason).");
   static_assert(Breaker<breaker_type>,
                 "Policies::breaker must be copyable and provide allow(nanoseconds) returning "
                 "bool, on_success(nanoseconds), on_failure(nanoseconds), and state(nanoseconds) "
@@ -250,6 +250,7 @@ class retrying {
     budget_.on_request();
 
     std::chrono::nanoseconds previous_delay{0};
+    retry_reason last_retry = retry_reason::none;
     for (int attempt = 1;; ++attempt) {
       const auto attempt_start = attempt == 1 ? start : clock_.now();
       const std::chrono::nanoseconds elapsed = attempt_start - start;
@@ -282,7 +283,7 @@ class retrying {
 
       if (verdict.kind == disposition::success) {
         breaker_.on_success(detail::since_epoch(attempt_start));
-        budget_.on_success(attempt > 1);
+        budget_.on_success(last_retry);
         outcome.verdict_ = retry_verdict::succeeded;
         break;
       }
@@ -320,10 +321,13 @@ class retrying {
         outcome.verdict_ = retry_verdict::deadline_exceeded;
         break;
       }
-      if (!budget_.try_acquire_retry(verdict.kind == disposition::ambiguous)) {
+      const auto reason = verdict.kind == disposition::ambiguous ? retry_reason::ambiguous
+                                                                 : retry_reason::transient;
+      if (!budget_.try_acquire_retry(reason)) {
         outcome.verdict_ = retry_verdict::budget_exhausted;
         break;
       }
+      last_retry = reason;
       record.delay_after = *delay;
       record.delay_from_retry_after = from_retry_after;
       observer_.on_delay(delay_event{outcome.key(), attempt + 1, *delay, from_retry_after});

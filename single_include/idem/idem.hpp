@@ -427,7 +427,8 @@ constexpr std::chrono::nanoseconds capped_exponential(std::chrono::nanoseconds b
                                                       int n) noexcept {
   if (base <= std::chrono::nanoseconds::zero()) return std::chrono::nanoseconds::zero();
   if (base >= cap) return cap;
-  if (n >= 62 || base.count() > (cap.count() >> n)) return cap;
+  // base >= 1 ns, so from n = 63 on the product exceeds any int64 count, and so any cap.
+  if (n >= 63 || base.count() > (cap.count() >> n)) return cap;
   return base * (std::int64_t{1} << n);
 }
 
@@ -715,9 +716,7 @@ class failure_rate_breaker {
     if (s.machine.failure_when_not_closed(now)) return;
     s.record(true);
     const auto calls = std::min<std::int64_t>(s.recorded.load(std::memory_order_relaxed), s.window);
-    // Clamped: a record racing a reset can leave the count off by one in either direction.
-    const auto failures = std::max<std::int64_t>(0, s.failures.load(std::memory_order_relaxed));
-    if (calls >= s.minimum_calls && failures * 100 >= s.threshold_percent * calls) {
+    if (calls >= s.minimum_calls && s.failures() * 100 >= s.threshold_percent * calls) {
       s.machine.trip(now);
       s.reset();
     }
@@ -732,28 +731,37 @@ class failure_rate_breaker {
           window(s.window),
           minimum_calls(s.minimum_calls),
           threshold_percent(s.threshold_percent),
-          slots(static_cast<std::size_t>(s.window)) {}
+          bits(static_cast<std::size_t>((s.window + 63) / 64)) {}
 
-    // A ring of the last `window` outcomes, lock-free: each call claims a slot with one
-    // fetch_add and swaps its outcome in, adjusting the failure count by the difference.
+    // The last `window` outcomes as a ring of bits (1: failed), lock-free: each call claims a
+    // slot with one fetch_add and sets or clears its bit. The failure count is read from the
+    // ring itself when a failure asks whether to trip, so no separate counter can drift from it.
     void record(bool failed) {
-      const auto slot = recorded.fetch_add(1, std::memory_order_relaxed) % window;
-      const bool was_failed =
-          slots[static_cast<std::size_t>(slot)].exchange(failed, std::memory_order_relaxed);
-      if (failed != was_failed) failures.fetch_add(failed ? 1 : -1, std::memory_order_relaxed);
+      const auto slot =
+          static_cast<std::uint64_t>(recorded.fetch_add(1, std::memory_order_relaxed) % window);
+      auto& word = bits[slot / 64];
+      const std::uint64_t bit = std::uint64_t{1} << (slot % 64);
+      // Load first: a healthy dependency overwrites 0 with 0, and then need not write at all.
+      const bool was_failed = (word.load(std::memory_order_relaxed) & bit) != 0;
+      if (failed && !was_failed) word.fetch_or(bit, std::memory_order_relaxed);
+      if (!failed && was_failed) word.fetch_and(~bit, std::memory_order_relaxed);
+    }
+    std::int64_t failures() const {
+      std::int64_t count = 0;
+      for (const auto& word : bits)
+        count += std::popcount(word.load(std::memory_order_relaxed));
+      return count;
     }
     void reset() {
-      for (auto& slot : slots)
-        slot.store(false, std::memory_order_relaxed);
-      failures.store(0, std::memory_order_relaxed);
+      for (auto& word : bits)
+        word.store(0, std::memory_order_relaxed);
       recorded.store(0, std::memory_order_relaxed);
     }
 
     detail::breaker_machine machine;
     std::int64_t window, minimum_calls, threshold_percent;
-    std::vector<std::atomic<bool>> slots;
+    std::vector<std::atomic<std::uint64_t>> bits;
     std::atomic<std::int64_t> recorded{0};
-    std::atomic<std::int64_t> failures{0};
   };
   std::shared_ptr<shared> state_;
 };
@@ -775,20 +783,28 @@ class failure_rate_breaker {
 
 namespace idem {
 
+/// Why a retry is wanted, which sets its price: in the AWS SDKs a retry after a timeout costs
+/// twice as much, since a dependency that times out is likelier overloaded.
+enum class retry_reason : std::uint8_t {
+  none,       // no retry: with on_success, the first attempt succeeded
+  transient,  // the failure did not take effect
+  ambiguous,  // it may have (a timeout, a connection lost after sending)
+};
+
 /// What a `budget` policy must provide. Copies of a budget share its state, so one budget can
 /// guard every call to one dependency; all members must be safe to call from many threads.
 template <class B>
-concept Budget = std::copy_constructible<B> && requires(B& budget, bool flag) {
-  budget.on_request();                                       // a first attempt is about to go
-  { budget.try_acquire_retry(flag) } -> std::same_as<bool>;  // flag: after an ambiguous outcome
-  budget.on_success(flag);                                   // flag: the success came on a retry
+concept Budget = std::copy_constructible<B> && requires(B& budget, retry_reason reason) {
+  budget.on_request();                                         // a first attempt is about to go
+  { budget.try_acquire_retry(reason) } -> std::same_as<bool>;  // may a retry go for this reason?
+  budget.on_success(reason);  // an operation succeeded; `reason`: that of the retry that did it
 };
 
 /// Never refuses a retry. Only for dependencies that cannot be overloaded by their callers.
 struct unlimited_budget {
   void on_request() const noexcept {}
-  bool try_acquire_retry(bool) const noexcept { return true; }
-  void on_success(bool) const noexcept {}
+  bool try_acquire_retry(retry_reason) const noexcept { return true; }
+  void on_success(retry_reason) const noexcept {}
 };
 
 /// A token bucket shared by its copies. Tokens are kept in thousandths so that fractional
@@ -808,8 +824,8 @@ class token_bucket {
 
   void on_request() noexcept { deposit(state_->request_deposit); }
 
-  bool try_acquire_retry(bool ambiguous) noexcept {
-    const std::int64_t cost = ambiguous ? state_->ambiguous_cost : state_->cost;
+  bool try_acquire_retry(retry_reason reason) noexcept {
+    const std::int64_t cost = cost_of(reason);
     auto& tokens = state_->tokens;
     std::int64_t current = tokens.load(std::memory_order_relaxed);
     do {
@@ -818,9 +834,9 @@ class token_bucket {
     return true;
   }
 
-  void on_success(bool after_retry) noexcept {
-    // A retry that worked gives its cost back (AWS SDK): it was worth spending.
-    deposit(after_retry ? state_->cost : state_->success_deposit);
+  void on_success(retry_reason reason) noexcept {
+    // A retry that worked gives back what it took (AWS SDK): it was worth spending.
+    deposit(reason == retry_reason::none ? state_->success_deposit : cost_of(reason));
   }
 
   /// Tokens left, for tests and dashboards.
@@ -845,16 +861,20 @@ class token_bucket {
 
   static std::int64_t milli(double tokens) { return std::llround(tokens * scale); }
 
+  std::int64_t cost_of(retry_reason reason) const noexcept {
+    return reason == retry_reason::ambiguous ? state_->ambiguous_cost : state_->cost;
+  }
+
   static const settings& validated(const settings& s) {
     const bool finite = std::isfinite(s.max_tokens) && std::isfinite(s.retry_cost) &&
                         std::isfinite(s.ambiguous_retry_cost) && std::isfinite(s.success_deposit) &&
                         std::isfinite(s.retry_ratio);
-    if (!finite || s.max_tokens < 0 || s.max_tokens > 1e12 || s.retry_cost <= 0 ||
-        s.ambiguous_retry_cost <= 0 || s.retry_cost > s.max_tokens + 1 || s.success_deposit < 0 ||
-        s.retry_ratio < 0 || s.retry_ratio > 1e6) {
+    if (!finite || s.max_tokens < 0 || s.max_tokens > 1e12 || s.retry_cost < 1 / scale ||
+        s.ambiguous_retry_cost < 1 / scale || s.retry_cost > s.max_tokens + 1 ||
+        s.success_deposit < 0 || s.retry_ratio < 0 || s.retry_ratio > 1e6) {
       throw std::invalid_argument(
-          "idem::token_bucket: tokens and costs must be finite, costs positive, and the "
-          "deposits and ratio non-negative");
+          "idem::token_bucket: tokens and costs must be finite, costs at least 0.001 token "
+          "(the bucket counts thousandths), and the deposits and ratio non-negative");
     }
     return s;
   }
@@ -1020,8 +1040,20 @@ constexpr std::string_view retry_after_of(const R& response) {
   }
 }
 
+// std::error_code itself, an error code enum (grpc_status), or std::errc, the portable errno
+// names, which the standard makes an error *condition* enum.
 template <class E>
-concept error_code_like = std::same_as<E, std::error_code> || std::is_error_code_enum_v<E>;
+concept error_code_like =
+    std::same_as<E, std::error_code> || std::is_error_code_enum_v<E> || std::same_as<E, std::errc>;
+
+template <error_code_like E>
+std::error_code to_error_code(const E& code) noexcept {
+  if constexpr (std::same_as<E, std::errc>) {
+    return std::make_error_code(code);
+  } else {
+    return std::error_code{code};
+  }
+}
 
 /// The exceptions every provided classifier understands: std::system_error by its code.
 inline classification classify_standard_exception(const std::exception_ptr& error) noexcept {
@@ -1055,6 +1087,8 @@ bool holds_one_of(const std::exception_ptr& error) noexcept {
 
 /// A response type with an HTTP status: a `status` member or `status()` function, and optionally
 /// a `retry_after` string member or a `header(name)` lookup returning optional<string_view>.
+/// Such a lookup is asked for "Retry-After" and must compare names without regard to case, as
+/// HTTP does (HTTP/2 and 3 send them in lower case).
 template <class R>
 concept http_response_like = detail::has_status_member<R> || detail::has_status_function<R>;
 
@@ -1072,11 +1106,12 @@ struct http_classifier {
   }
 };
 
-/// std::error_code results (and error code enums such as grpc_status) by the errno and gRPC rules.
+/// std::error_code results (and std::errc, and error code enums such as grpc_status) by the errno
+/// and gRPC rules.
 struct error_code_classifier {
   template <detail::error_code_like E>
   classification classify(const E& code) const noexcept {
-    return classify_error_code(std::error_code{code});
+    return classify_error_code(detail::to_error_code(code));
   }
   classification classify_exception(const std::exception_ptr& error) const noexcept {
     return detail::classify_standard_exception(error);
@@ -1114,7 +1149,7 @@ struct default_classifier {
     if constexpr (http_response_like<R>) {
       return http_classifier{}.classify(result);
     } else if constexpr (detail::error_code_like<R>) {
-      return classify_error_code(std::error_code{result});
+      return classify_error_code(detail::to_error_code(result));
     } else {
       return {disposition::success, 0, false, {}};
     }
@@ -2118,7 +2153,7 @@ class retrying {
                 "Random&) returning std::chrono::nanoseconds.");
   static_assert(Budget<budget_type>,
                 "Policies::budget must be copyable and provide on_request(), "
-                "try_acquire_retry(bool) returning bool, and on_success(bool).");
+                "try_acquire_retry(retry_reason) returning bool, and on_success(retry_reason).");
   static_assert(Breaker<breaker_type>,
                 "Policies::breaker must be copyable and provide allow(nanoseconds) returning "
                 "bool, on_success(nanoseconds), on_failure(nanoseconds), and state(nanoseconds) "
@@ -2201,6 +2236,7 @@ class retrying {
     budget_.on_request();
 
     std::chrono::nanoseconds previous_delay{0};
+    retry_reason last_retry = retry_reason::none;
     for (int attempt = 1;; ++attempt) {
       const auto attempt_start = attempt == 1 ? start : clock_.now();
       const std::chrono::nanoseconds elapsed = attempt_start - start;
@@ -2233,7 +2269,7 @@ class retrying {
 
       if (verdict.kind == disposition::success) {
         breaker_.on_success(detail::since_epoch(attempt_start));
-        budget_.on_success(attempt > 1);
+        budget_.on_success(last_retry);
         outcome.verdict_ = retry_verdict::succeeded;
         break;
       }
@@ -2271,10 +2307,13 @@ class retrying {
         outcome.verdict_ = retry_verdict::deadline_exceeded;
         break;
       }
-      if (!budget_.try_acquire_retry(verdict.kind == disposition::ambiguous)) {
+      const auto reason = verdict.kind == disposition::ambiguous ? retry_reason::ambiguous
+                                                                 : retry_reason::transient;
+      if (!budget_.try_acquire_retry(reason)) {
         outcome.verdict_ = retry_verdict::budget_exhausted;
         break;
       }
+      last_retry = reason;
       record.delay_after = *delay;
       record.delay_from_retry_after = from_retry_after;
       observer_.on_delay(delay_event{outcome.key(), attempt + 1, *delay, from_retry_after});

@@ -4,8 +4,8 @@
 #include <idem/idem.hpp>
 
 struct budget_without_deposit {
-  bool try_acquire_retry(bool) const { return true; }
-  void on_success(bool) const {}
+  bool try_acquire_retry(idem::retry_reason) const { return true; }
+  void on_success(idem::retry_reason) const {}
 };
 
 #ifdef IDEM_COMPILE_FAIL_CONTROL

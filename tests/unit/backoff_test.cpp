@@ -400,3 +400,13 @@ TEST_CASE("uniform_up_to redraws the words that would bias the result") {
   CHECK(idem::uniform_up_to(plain, 5) == 2);
   CHECK(plain.next == 1);
 }
+
+TEST_CASE("exponential backoff is exact up to the largest shift that fits") {
+  idem::xoshiro256ss rng{1};
+  const idem::exponential_backoff huge_cap{std::chrono::nanoseconds{1},
+                                           std::chrono::nanoseconds::max()};
+  CHECK(huge_cap.delay(62, {}, rng).count() == (std::int64_t{1} << 62));
+  CHECK(huge_cap.delay(63, {}, rng) == std::chrono::nanoseconds::max());
+  const idem::exponential_backoff two{std::chrono::nanoseconds{2}, std::chrono::nanoseconds::max()};
+  CHECK(two.delay(62, {}, rng) == std::chrono::nanoseconds::max());  // 2^63 does not fit
+}

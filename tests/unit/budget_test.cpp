@@ -16,10 +16,14 @@
 
 namespace {
 
+idem::retry_reason reason_for(bool ambiguous) {
+  return ambiguous ? idem::retry_reason::ambiguous : idem::retry_reason::transient;
+}
+
 /// How many retries the bucket grants before it first refuses, with nothing deposited.
 int grants_until_refused(idem::token_bucket& bucket, bool ambiguous) {
   int granted = 0;
-  while (bucket.try_acquire_retry(ambiguous))
+  while (bucket.try_acquire_retry(reason_for(ambiguous)))
     ++granted;
   return granted;
 }
@@ -30,7 +34,7 @@ long retries_under_total_failure(Budget budget, long operations, bool ambiguous)
   long retries = 0;
   for (long op = 0; op < operations; ++op) {
     budget.on_request();
-    for (int retry = 0; retry < 2 && budget.try_acquire_retry(ambiguous); ++retry)
+    for (int retry = 0; retry < 2 && budget.try_acquire_retry(reason_for(ambiguous)); ++retry)
       ++retries;
   }
   return retries;
@@ -52,8 +56,8 @@ TEST_CASE("a full default bucket grants exactly 100 retries, then refuses") {
   CHECK(bucket.tokens() == 500);
   CHECK(grants_until_refused(bucket, false) == 100);
   CHECK(bucket.tokens() == 0);
-  CHECK_FALSE(bucket.try_acquire_retry(false));
-  CHECK_FALSE(bucket.try_acquire_retry(true));
+  CHECK_FALSE(bucket.try_acquire_retry(idem::retry_reason::transient));
+  CHECK_FALSE(bucket.try_acquire_retry(idem::retry_reason::ambiguous));
 }
 
 TEST_CASE("a full default bucket grants exactly 50 retries after ambiguous outcomes") {
@@ -65,11 +69,11 @@ TEST_CASE("a full default bucket grants exactly 50 retries after ambiguous outco
 TEST_CASE("an ambiguous retry is refused when only an ordinary retry's cost is left") {
   idem::token_bucket bucket;
   for (int i = 0; i < 99; ++i)
-    REQUIRE(bucket.try_acquire_retry(false));
+    REQUIRE(bucket.try_acquire_retry(idem::retry_reason::transient));
   CHECK(bucket.tokens() == 5);
-  CHECK_FALSE(bucket.try_acquire_retry(true));
+  CHECK_FALSE(bucket.try_acquire_retry(idem::retry_reason::ambiguous));
   CHECK(bucket.tokens() == 5);  // a refusal takes nothing
-  CHECK(bucket.try_acquire_retry(false));
+  CHECK(bucket.try_acquire_retry(idem::retry_reason::transient));
 }
 
 TEST_CASE("under 100% failure the budget lets retries settle near its ratio") {
@@ -97,14 +101,14 @@ TEST_CASE("deposits never fill the bucket beyond max_tokens") {
   idem::token_bucket bucket;
   for (int i = 0; i < 1000; ++i) {
     bucket.on_request();
-    bucket.on_success(false);
-    bucket.on_success(true);
+    bucket.on_success(idem::retry_reason::none);
+    bucket.on_success(idem::retry_reason::transient);
   }
   CHECK(bucket.tokens() == 500);
   // From just below full, a deposit larger than the room left stops at the top.
-  REQUIRE(bucket.try_acquire_retry(false));
-  bucket.on_success(false);  // 496
-  bucket.on_success(true);   // +5 would be 501
+  REQUIRE(bucket.try_acquire_retry(idem::retry_reason::transient));
+  bucket.on_success(idem::retry_reason::none);       // 496
+  bucket.on_success(idem::retry_reason::transient);  // +5 would be 501
   CHECK(bucket.tokens() == 500);
   CHECK(grants_until_refused(bucket, false) == 100);
 }
@@ -112,26 +116,26 @@ TEST_CASE("deposits never fill the bucket beyond max_tokens") {
 TEST_CASE("a success on a retry gives that retry's cost back") {
   idem::token_bucket bucket;
   for (int i = 0; i < 3; ++i)
-    REQUIRE(bucket.try_acquire_retry(false));
+    REQUIRE(bucket.try_acquire_retry(idem::retry_reason::transient));
   REQUIRE(bucket.tokens() == 485);
-  bucket.on_success(true);
+  bucket.on_success(idem::retry_reason::transient);
   CHECK(bucket.tokens() == 490);
 }
 
 TEST_CASE("a first-attempt success deposits success_deposit") {
   SECTION("the default: one token") {
     idem::token_bucket bucket;
-    REQUIRE(bucket.try_acquire_retry(true));
-    bucket.on_success(false);
+    REQUIRE(bucket.try_acquire_retry(idem::retry_reason::ambiguous));
+    bucket.on_success(idem::retry_reason::none);
     CHECK(bucket.tokens() == 491);
   }
   SECTION("a chosen deposit") {
     idem::token_bucket::settings s;
     s.success_deposit = 2.5;
     idem::token_bucket bucket{s};
-    REQUIRE(bucket.try_acquire_retry(true));
-    bucket.on_success(false);
-    bucket.on_success(false);
+    REQUIRE(bucket.try_acquire_retry(idem::retry_reason::ambiguous));
+    bucket.on_success(idem::retry_reason::none);
+    bucket.on_success(idem::retry_reason::none);
     CHECK(bucket.tokens() == 495);
   }
 }
@@ -141,11 +145,11 @@ TEST_CASE("every first attempt deposits retry_ratio of a retry's cost") {
   REQUIRE(grants_until_refused(bucket, false) == 100);
   for (int i = 0; i < 9; ++i) {
     bucket.on_request();
-    CHECK_FALSE(bucket.try_acquire_retry(false));
+    CHECK_FALSE(bucket.try_acquire_retry(idem::retry_reason::transient));
   }
   CHECK(bucket.tokens() == Approx(4.5));
   bucket.on_request();  // the tenth half token completes a retry
-  CHECK(bucket.try_acquire_retry(false));
+  CHECK(bucket.try_acquire_retry(idem::retry_reason::transient));
   CHECK(bucket.tokens() == 0);
 }
 
@@ -186,9 +190,9 @@ TEST_CASE("copies of a token bucket share one bucket") {
   idem::token_bucket original;
   idem::token_bucket copy = original;
   CHECK(grants_until_refused(copy, false) == 100);
-  CHECK_FALSE(original.try_acquire_retry(false));
+  CHECK_FALSE(original.try_acquire_retry(idem::retry_reason::transient));
   CHECK(original.tokens() == 0);
-  original.on_success(true);
+  original.on_success(idem::retry_reason::transient);
   CHECK(copy.tokens() == 5);
 }
 
@@ -217,7 +221,7 @@ TEST_CASE("concurrent retries never overdraw the bucket", "[concurrency]") {
             std::this_thread::yield();
           long mine = 0;
           for (long i = 0; i < expected; ++i)
-            mine += bucket.try_acquire_retry(false) ? 1 : 0;
+            mine += bucket.try_acquire_retry(idem::retry_reason::transient) ? 1 : 0;
           granted.fetch_add(mine);
         });
       }
@@ -254,7 +258,7 @@ TEST_CASE("threads racing for the last retries of many small buckets never overd
       long mine = 0;
       for (auto& bucket : buckets)
         for (int i = 0; i < 3; ++i)
-          mine += bucket.try_acquire_retry(false) ? 1 : 0;
+          mine += bucket.try_acquire_retry(idem::retry_reason::transient) ? 1 : 0;
       granted.fetch_add(mine);
     });
   }
@@ -279,7 +283,7 @@ TEST_CASE("concurrent ordinary and ambiguous retries spend exactly what the buck
         long mine = 0;
         for (int i = 0; i < 100; ++i) {
           const bool ambiguous = (i + t) % 2 == 0;
-          if (bucket.try_acquire_retry(ambiguous)) mine += ambiguous ? 10 : 5;
+          if (bucket.try_acquire_retry(reason_for(ambiguous))) mine += ambiguous ? 10 : 5;
         }
         spent.fetch_add(mine);
       });
@@ -291,4 +295,25 @@ TEST_CASE("concurrent ordinary and ambiguous retries spend exactly what the buck
     CHECK(static_cast<double>(spent.load()) + bucket.tokens() == 500);
     CHECK(bucket.tokens() < 5);
   }
+}
+
+TEST_CASE("a successful retry after an ambiguous failure gives back the 10 tokens it took") {
+  idem::token_bucket bucket;
+  REQUIRE(bucket.try_acquire_retry(idem::retry_reason::ambiguous));
+  REQUIRE(bucket.try_acquire_retry(idem::retry_reason::ambiguous));
+  CHECK(bucket.tokens() == 480);
+  bucket.on_success(idem::retry_reason::ambiguous);
+  CHECK(bucket.tokens() == 490);
+}
+
+TEST_CASE("a cost too small for the bucket's thousandths is rejected, not rounded to free") {
+  idem::token_bucket::settings tiny;
+  tiny.max_tokens = 1;
+  tiny.retry_cost = 0.0004;
+  CHECK_THROWS_AS(idem::token_bucket{tiny}, std::invalid_argument);
+  tiny.retry_cost = 1;
+  tiny.ambiguous_retry_cost = 0.0001;
+  CHECK_THROWS_AS(idem::token_bucket{tiny}, std::invalid_argument);
+  tiny.ambiguous_retry_cost = 0.001;
+  CHECK_NOTHROW(idem::token_bucket{tiny});
 }

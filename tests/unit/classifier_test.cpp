@@ -413,3 +413,12 @@ TEST_CASE("the default classifier takes a plain int or string result for a succe
   CHECK_FALSE(classifier.classify(503).fault);
   CHECK(classifier.classify(503).code == 0);
 }
+
+TEST_CASE("a std::errc result is judged by the errno rules, not taken for a success") {
+  const idem::default_classifier classifier;
+  CHECK(classifier.classify(std::errc::connection_refused).kind == idem::disposition::transient);
+  CHECK(classifier.classify(std::errc::timed_out).kind == idem::disposition::ambiguous);
+  CHECK(classifier.classify(std::errc::invalid_argument).kind == idem::disposition::permanent);
+  CHECK(idem::error_code_classifier{}.classify(std::errc::connection_refused).kind ==
+        idem::disposition::transient);
+}

@@ -41,7 +41,8 @@ constexpr std::chrono::nanoseconds capped_exponential(std::chrono::nanoseconds b
                                                       int n) noexcept {
   if (base <= std::chrono::nanoseconds::zero()) return std::chrono::nanoseconds::zero();
   if (base >= cap) return cap;
-  if (n >= 62 || base.count() > (cap.count() >> n)) return cap;
+  // base >= 1 ns, so from n = 63 on the product exceeds any int64 count, and so any cap.
+  if (n >= 63 || base.count() > (cap.count() >> n)) return cap;
   return base * (std::int64_t{1} << n);
 }
 

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <concepts>
 #include <cstdint>
@@ -215,9 +216,7 @@ class failure_rate_breaker {
     if (s.machine.failure_when_not_closed(now)) return;
     s.record(true);
     const auto calls = std::min<std::int64_t>(s.recorded.load(std::memory_order_relaxed), s.window);
-    // Clamped: a record racing a reset can leave the count off by one in either direction.
-    const auto failures = std::max<std::int64_t>(0, s.failures.load(std::memory_order_relaxed));
-    if (calls >= s.minimum_calls && failures * 100 >= s.threshold_percent * calls) {
+    if (calls >= s.minimum_calls && s.failures() * 100 >= s.threshold_percent * calls) {
       s.machine.trip(now);
       s.reset();
     }
@@ -232,28 +231,37 @@ class failure_rate_breaker {
           window(s.window),
           minimum_calls(s.minimum_calls),
           threshold_percent(s.threshold_percent),
-          slots(static_cast<std::size_t>(s.window)) {}
+          bits(static_cast<std::size_t>((s.window + 63) / 64)) {}
 
-    // A ring of the last `window` outcomes, lock-free: each call claims a slot with one
-    // fetch_add and swaps its outcome in, adjusting the failure count by the difference.
+    // The last `window` outcomes as a ring of bits (1: failed), lock-free: each call claims a
+    // slot with one fetch_add and sets or clears its bit. The failure count is read from the
+    // ring itself when a failure asks whether to trip, so no separate counter can drift from it.
     void record(bool failed) {
-      const auto slot = recorded.fetch_add(1, std::memory_order_relaxed) % window;
-      const bool was_failed =
-          slots[static_cast<std::size_t>(slot)].exchange(failed, std::memory_order_relaxed);
-      if (failed != was_failed) failures.fetch_add(failed ? 1 : -1, std::memory_order_relaxed);
+      const auto slot =
+          static_cast<std::uint64_t>(recorded.fetch_add(1, std::memory_order_relaxed) % window);
+      auto& word = bits[slot / 64];
+      const std::uint64_t bit = std::uint64_t{1} << (slot % 64);
+      // Load first: a healthy dependency overwrites 0 with 0, and then need not write at all.
+      const bool was_failed = (word.load(std::memory_order_relaxed) & bit) != 0;
+      if (failed && !was_failed) word.fetch_or(bit, std::memory_order_relaxed);
+      if (!failed && was_failed) word.fetch_and(~bit, std::memory_order_relaxed);
+    }
+    std::int64_t failures() const {
+      std::int64_t count = 0;
+      for (const auto& word : bits)
+        count += std::popcount(word.load(std::memory_order_relaxed));
+      return count;
     }
     void reset() {
-      for (auto& slot : slots)
-        slot.store(false, std::memory_order_relaxed);
-      failures.store(0, std::memory_order_relaxed);
+      for (auto& word : bits)
+        word.store(0, std::memory_order_relaxed);
       recorded.store(0, std::memory_order_relaxed);
     }
 
     detail::breaker_machine machine;
     std::int64_t window, minimum_calls, threshold_percent;
-    std::vector<std::atomic<bool>> slots;
+    std::vector<std::atomic<std::uint64_t>> bits;
     std::atomic<std::int64_t> recorded{0};
-    std::atomic<std::int64_t> failures{0};
   };
   std::shared_ptr<shared> state_;
 };

@@ -19,20 +19,28 @@
 
 namespace idem {
 
+/// Why a retry is wanted, which sets its price: in the AWS SDKs a retry after a timeout costs
+/// twice as much, since a dependency that times out is likelier overloaded.
+enum class retry_reason : std::uint8_t {
+  none,       // no retry: with on_success, the first attempt succeeded
+  transient,  // the failure did not take effect
+  ambiguous,  // it may have (a timeout, a connection lost after sending)
+};
+
 /// What a `budget` policy must provide. Copies of a budget share its state, so one budget can
 /// guard every call to one dependency; all members must be safe to call from many threads.
 template <class B>
-concept Budget = std::copy_constructible<B> && requires(B& budget, bool flag) {
-  budget.on_request();                                       // a first attempt is about to go
-  { budget.try_acquire_retry(flag) } -> std::same_as<bool>;  // flag: after an ambiguous outcome
-  budget.on_success(flag);                                   // flag: the success came on a retry
+concept Budget = std::copy_constructible<B> && requires(B& budget, retry_reason reason) {
+  budget.on_request();                                         // a first attempt is about to go
+  { budget.try_acquire_retry(reason) } -> std::same_as<bool>;  // may a retry go for this reason?
+  budget.on_success(reason);  // an operation succeeded; `reason`: that of the retry that did it
 };
 
 /// Never refuses a retry. Only for dependencies that cannot be overloaded by their callers.
 struct unlimited_budget {
   void on_request() const noexcept {}
-  bool try_acquire_retry(bool) const noexcept { return true; }
-  void on_success(bool) const noexcept {}
+  bool try_acquire_retry(retry_reason) const noexcept { return true; }
+  void on_success(retry_reason) const noexcept {}
 };
 
 /// A token bucket shared by its copies. Tokens are kept in thousandths so that fractional
@@ -52,8 +60,8 @@ class token_bucket {
 
   void on_request() noexcept { deposit(state_->request_deposit); }
 
-  bool try_acquire_retry(bool ambiguous) noexcept {
-    const std::int64_t cost = ambiguous ? state_->ambiguous_cost : state_->cost;
+  bool try_acquire_retry(retry_reason reason) noexcept {
+    const std::int64_t cost = cost_of(reason);
     auto& tokens = state_->tokens;
     std::int64_t current = tokens.load(std::memory_order_relaxed);
     do {
@@ -62,9 +70,9 @@ class token_bucket {
     return true;
   }
 
-  void on_success(bool after_retry) noexcept {
-    // A retry that worked gives its cost back (AWS SDK): it was worth spending.
-    deposit(after_retry ? state_->cost : state_->success_deposit);
+  void on_success(retry_reason reason) noexcept {
+    // A retry that worked gives back what it took (AWS SDK): it was worth spending.
+    deposit(reason == retry_reason::none ? state_->success_deposit : cost_of(reason));
   }
 
   /// Tokens left, for tests and dashboards.
@@ -89,16 +97,20 @@ class token_bucket {
 
   static std::int64_t milli(double tokens) { return std::llround(tokens * scale); }
 
+  std::int64_t cost_of(retry_reason reason) const noexcept {
+    return reason == retry_reason::ambiguous ? state_->ambiguous_cost : state_->cost;
+  }
+
   static const settings& validated(const settings& s) {
     const bool finite = std::isfinite(s.max_tokens) && std::isfinite(s.retry_cost) &&
                         std::isfinite(s.ambiguous_retry_cost) && std::isfinite(s.success_deposit) &&
                         std::isfinite(s.retry_ratio);
-    if (!finite || s.max_tokens < 0 || s.max_tokens > 1e12 || s.retry_cost <= 0 ||
-        s.ambiguous_retry_cost <= 0 || s.retry_cost > s.max_tokens + 1 || s.success_deposit < 0 ||
-        s.retry_ratio < 0 || s.retry_ratio > 1e6) {
+    if (!finite || s.max_tokens < 0 || s.max_tokens > 1e12 || s.retry_cost < 1 / scale ||
+        s.ambiguous_retry_cost < 1 / scale || s.retry_cost > s.max_tokens + 1 ||
+        s.success_deposit < 0 || s.retry_ratio < 0 || s.retry_ratio > 1e6) {
       throw std::invalid_argument(
-          "idem::token_bucket: tokens and costs must be finite, costs positive, and the "
-          "deposits and ratio non-negative");
+          "idem::token_bucket: tokens and costs must be finite, costs at least 0.001 token "
+          "(the bucket counts thousandths), and the deposits and ratio non-negative");
     }
     return s;
   }

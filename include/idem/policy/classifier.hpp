@@ -145,8 +145,20 @@ constexpr std::string_view retry_after_of(const R& response) {
   }
 }
 
+// std::error_code itself, an error code enum (grpc_status), or std::errc, the portable errno
+// names, which the standard makes an error *condition* enum.
 template <class E>
-concept error_code_like = std::same_as<E, std::error_code> || std::is_error_code_enum_v<E>;
+concept error_code_like =
+    std::same_as<E, std::error_code> || std::is_error_code_enum_v<E> || std::same_as<E, std::errc>;
+
+template <error_code_like E>
+std::error_code to_error_code(const E& code) noexcept {
+  if constexpr (std::same_as<E, std::errc>) {
+    return std::make_error_code(code);
+  } else {
+    return std::error_code{code};
+  }
+}
 
 /// The exceptions every provided classifier understands: std::system_error by its code.
 inline classification classify_standard_exception(const std::exception_ptr& error) noexcept {
@@ -180,6 +192,8 @@ bool holds_one_of(const std::exception_ptr& error) noexcept {
 
 /// A response type with an HTTP status: a `status` member or `status()` function, and optionally
 /// a `retry_after` string member or a `header(name)` lookup returning optional<string_view>.
+/// Such a lookup is asked for "Retry-After" and must compare names without regard to case, as
+/// HTTP does (HTTP/2 and 3 send them in lower case).
 template <class R>
 concept http_response_like = detail::has_status_member<R> || detail::has_status_function<R>;
 
@@ -197,11 +211,12 @@ struct http_classifier {
   }
 };
 
-/// std::error_code results (and error code enums such as grpc_status) by the errno and gRPC rules.
+/// std::error_code results (and std::errc, and error code enums such as grpc_status) by the errno
+/// and gRPC rules.
 struct error_code_classifier {
   template <detail::error_code_like E>
   classification classify(const E& code) const noexcept {
-    return classify_error_code(std::error_code{code});
+    return classify_error_code(detail::to_error_code(code));
   }
   classification classify_exception(const std::exception_ptr& error) const noexcept {
     return detail::classify_standard_exception(error);
@@ -239,7 +254,7 @@ struct default_classifier {
     if constexpr (http_response_like<R>) {
       return http_classifier{}.classify(result);
     } else if constexpr (detail::error_code_like<R>) {
-      return classify_error_code(std::error_code{result});
+      return classify_error_code(detail::to_error_code(result));
     } else {
       return {disposition::success, 0, false, {}};
     }
