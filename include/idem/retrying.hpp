@@ -294,45 +294,19 @@ class retrying {
       } else {
         breaker_.on_success(detail::since_epoch(now));
       }
-      if (verdict.kind == disposition::permanent) {
-        outcome.verdict_ = retry_verdict::permanent_failure;
+      const next_step step =
+          after_failure(verdict, attempt, may_repeat, now - start, previous_delay, rng);
+      if (step.stop) {
+        outcome.verdict_ = *step.stop;
         break;
       }
-      if (!may_repeat) {
-        outcome.verdict_ = retry_verdict::not_retried;
-        break;
-      }
-      if (attempt >= limits_.max_attempts) {
-        outcome.verdict_ = retry_verdict::attempts_exhausted;
-        break;
-      }
-
-      // The wait: the server's Retry-After when it sent a valid one, else the backoff.
-      std::optional<std::chrono::nanoseconds> delay;
-      if (!verdict.retry_after.empty()) {
-        delay = parse_retry_after(verdict.retry_after, clock_.wall_now());
-      }
-      const bool from_retry_after = delay.has_value();
-      if (!delay) delay = backoff_.delay(attempt - 1, previous_delay, rng);
-      if (*delay < std::chrono::nanoseconds::zero()) delay = std::chrono::nanoseconds::zero();
-
-      // A wait that ends at or past the deadline would leave the next attempt no time at all.
-      if (*delay >= time_left(now - start)) {
-        outcome.verdict_ = retry_verdict::deadline_exceeded;
-        break;
-      }
-      const auto reason = verdict.kind == disposition::ambiguous ? retry_reason::ambiguous
-                                                                 : retry_reason::transient;
-      if (!budget_.try_acquire_retry(reason)) {
-        outcome.verdict_ = retry_verdict::budget_exhausted;
-        break;
-      }
-      last_retry = reason;
-      record.delay_after = *delay;
-      record.delay_from_retry_after = from_retry_after;
-      observer_.on_delay(delay_event{outcome.key(), attempt + 1, *delay, from_retry_after});
-      clock_.sleep_for(*delay);
-      previous_delay = *delay;
+      last_retry = step.reason;
+      record.delay_after = step.delay;
+      record.delay_from_retry_after = step.from_retry_after;
+      observer_.on_delay(
+          delay_event{outcome.key(), attempt + 1, step.delay, step.from_retry_after});
+      clock_.sleep_for(step.delay);
+      previous_delay = step.delay;
 
       if (verdict.kind == disposition::ambiguous) {
         const attempt_context next{attempt + 1, outcome.key(), time_left(clock_.now() - start)};
@@ -361,6 +335,42 @@ class retrying {
   std::chrono::nanoseconds time_left(std::chrono::nanoseconds elapsed) const noexcept {
     const auto left = limits_.deadline - elapsed;
     return left > std::chrono::nanoseconds::zero() ? left : std::chrono::nanoseconds::zero();
+  }
+
+  // What follows a failed attempt: stop with a verdict, or wait and try again. The rules live
+  // here, apart from the loop that runs attempts and waits, so that an asynchronous version can
+  // apply the same rules between co_awaits.
+  struct next_step {
+    std::optional<retry_verdict> stop;
+    std::chrono::nanoseconds delay{};
+    bool from_retry_after = false;
+    retry_reason reason = retry_reason::none;
+  };
+
+  next_step after_failure(const classification& verdict, int attempt, bool may_repeat,
+                          std::chrono::nanoseconds elapsed, std::chrono::nanoseconds previous_delay,
+                          random_type& rng) {
+    if (verdict.kind == disposition::permanent) return {retry_verdict::permanent_failure};
+    if (!may_repeat) return {retry_verdict::not_retried};
+    if (attempt >= limits_.max_attempts) return {retry_verdict::attempts_exhausted};
+
+    // The wait: the server's Retry-After when it sent a valid one, else the backoff.
+    std::optional<std::chrono::nanoseconds> delay;
+    if (!verdict.retry_after.empty()) {
+      delay = parse_retry_after(verdict.retry_after, clock_.wall_now());
+    }
+    const bool from_retry_after = delay.has_value();
+    if (!delay) delay = backoff_.delay(attempt - 1, previous_delay, rng);
+    if (*delay < std::chrono::nanoseconds::zero()) delay = std::chrono::nanoseconds::zero();
+
+    // A wait that ends at or past the deadline would leave the next attempt no time at all.
+    if (*delay >= time_left(elapsed)) return {retry_verdict::deadline_exceeded};
+
+    // Asked last, so that a refusal for any other reason spends no token.
+    const auto reason =
+        verdict.kind == disposition::ambiguous ? retry_reason::ambiguous : retry_reason::transient;
+    if (!budget_.try_acquire_retry(reason)) return {retry_verdict::budget_exhausted};
+    return {std::nullopt, *delay, from_retry_after, reason};
   }
 
   random_type& operation_engine() {
