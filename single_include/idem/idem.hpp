@@ -259,7 +259,6 @@ class key_buffer {
 // Each type is checked against its concept where the policies are used, with a message that
 // names what is missing.
 
-
 // begin idem/policy/backoff.hpp
 // Backoff: how long to wait before the next attempt.
 //
@@ -920,7 +919,6 @@ class token_bucket {
 #include <optional>
 #include <type_traits>
 
-
 namespace idem {
 
 /// What a `classifier` policy must provide for a call returning `Result`: a judgement of a
@@ -1288,7 +1286,6 @@ class manual_clock {
 
 #include <cstring>
 
-
 namespace idem {
 
 /// What a `key_generator` policy must provide: a fresh key from the operation's random source
@@ -1388,7 +1385,6 @@ struct uuid_v7 {
 // (copies share them); callback_observer forwards to user functions.
 
 #include <functional>
-
 
 namespace idem {
 
@@ -1593,7 +1589,6 @@ struct default_policies {
 // * optional whitespace (SP / HTAB) around the whole field value is skipped by parse_retry_after
 //   (RFC 9110 §5.5 excludes it from the field value); parse_http_date takes the bare date, where
 //   the grammar allows no extra whitespace.
-
 
 namespace idem {
 
@@ -1865,7 +1860,6 @@ inline std::optional<std::chrono::nanoseconds> parse_retry_after(
 
 #include <utility>
 
-
 namespace idem {
 
 /// Thrown by retry_outcome::value() when the operation ended without a value and without an
@@ -2025,8 +2019,6 @@ class retry_outcome {
 //
 // Concurrency: one retrying object may be called from many threads at once. Each operation has
 // its own random engine and history; the budget, breaker and observer are shared and thread-safe.
-
-
 
 namespace idem {
 
