@@ -5,6 +5,8 @@
 //                                 thread's engine, a steady_clock deadline, a loop with one try
 //   retrying_success/idem         the same call through idem::retrying with default policies
 //
+//   retrying_shared/{direct,idem}/threads:N   the same, one object called from N threads
+//
 // The allocs_per_op counter comes from a replaced operator new (bench/count_allocations.cpp).
 #include <benchmark/benchmark.h>
 
@@ -67,8 +69,33 @@ void retrying_success_idem(benchmark::State& state) {
   report_allocations(state, before);
 }
 
+// One retrying object shared by every thread, as a service shares one client: the success path
+// writes nothing shared, so time per operation should stay flat as threads are added.
+void retrying_shared_direct(benchmark::State& state) {
+  for (auto _ : state) {
+    auto result = deliver("2f1e6c1c-3b9a-4f0e-9d6f-0c1d2e3f4a5b");
+    benchmark::DoNotOptimize(result);
+  }
+}
+
+auto& shared_call() {
+  static idem::retrying call{
+      [](const idem::attempt_context& attempt) { return deliver(attempt.key()); }};
+  return call;
+}
+
+void retrying_shared_idem(benchmark::State& state) {
+  auto& call = shared_call();
+  for (auto _ : state) {
+    auto outcome = call();
+    benchmark::DoNotOptimize(outcome);
+  }
+}
+
 }  // namespace
 
+BENCHMARK(retrying_shared_direct)->Name("retrying_shared/direct")->Threads(1)->Threads(2);
+BENCHMARK(retrying_shared_idem)->Name("retrying_shared/idem")->Threads(1)->Threads(2);
 BENCHMARK(retrying_success_direct)->Name("retrying_success/direct");
 BENCHMARK(retrying_success_hand_rolled)->Name("retrying_success/hand_rolled");
 BENCHMARK(retrying_success_idem)->Name("retrying_success/idem");

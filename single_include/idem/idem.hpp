@@ -1883,15 +1883,25 @@ class attempt_history {
 
   attempt_history() = default;
   attempt_history(const attempt_history& other) : size_(other.size_), spilled_(other.spilled_) {
-    for (std::size_t i = 0; i < std::min(size_, inline_capacity); ++i)
-      inline_[i] = other.inline_[i];
+    copy_inline(other);
+  }
+  attempt_history(attempt_history&& other) noexcept
+      : size_(other.size_), spilled_(std::move(other.spilled_)) {
+    copy_inline(other);
   }
   attempt_history& operator=(const attempt_history& other) {
     if (this != &other) {
       size_ = other.size_;
       spilled_ = other.spilled_;
-      for (std::size_t i = 0; i < std::min(size_, inline_capacity); ++i)
-        inline_[i] = other.inline_[i];
+      copy_inline(other);
+    }
+    return *this;
+  }
+  attempt_history& operator=(attempt_history&& other) noexcept {
+    if (this != &other) {
+      size_ = other.size_;
+      spilled_ = std::move(other.spilled_);
+      copy_inline(other);
     }
     return *this;
   }
@@ -1918,6 +1928,11 @@ class attempt_history {
   }
 
  private:
+  // Only the records in use: the rest were never written.
+  void copy_inline(const attempt_history& other) noexcept {
+    std::copy_n(other.inline_.begin(), std::min(size_, inline_capacity), inline_.begin());
+  }
+
   // Left unwritten beyond size_, so that an outcome does not clear eight records it may not use.
   std::array<attempt_record, inline_capacity> inline_;
   std::size_t size_ = 0;

@@ -594,3 +594,22 @@ TEST_CASE("limits that cannot work are rejected at construction") {
   CHECK_THROWS_AS(retrying_scripted<>(std::ref(dependency), options_with(clock, 3, 0s)),
                   std::invalid_argument);
 }
+
+TEST_CASE("an outcome can be copied and moved with its whole history") {
+  idem::manual_clock clock;
+  scripted dependency{{503}};
+  retrying_scripted<> call{std::ref(dependency), options_with(clock, 12, 1000s)};
+
+  auto outcome = call();
+  const auto copy = outcome;
+  auto moved = std::move(outcome);
+
+  const auto& moved_view = moved;
+  for (const auto* o : {&copy, &moved_view}) {
+    REQUIRE(o->attempts() == 12);
+    CHECK(o->history()[3].attempt == 4);
+    CHECK(o->history()[11].attempt == 12);
+    CHECK(o->key() == dependency.keys.front());
+    CHECK(o->value().status == 503);
+  }
+}
