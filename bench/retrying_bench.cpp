@@ -7,7 +7,7 @@
 //
 //   retrying_shared/{direct,idem}/threads:N   the same, one object called from N threads
 //
-// The allocs_per_op counter comes from a replaced operator new (bench/count_allocations.cpp).
+// The allocs_per_op counter comes from the replaced operator new of tests/support.
 #include <benchmark/benchmark.h>
 
 #include <idem/idem.hpp>
@@ -29,12 +29,13 @@ struct response {
 }
 
 void report_allocations(benchmark::State& state, std::size_t before) {
-  state.counters["allocs_per_op"] = benchmark::Counter(
-      static_cast<double>(idem_bench::allocations() - before), benchmark::Counter::kAvgIterations);
+  state.counters["allocs_per_op"] =
+      benchmark::Counter(static_cast<double>(idem_test::allocations_on_this_thread() - before),
+                         benchmark::Counter::kAvgIterations);
 }
 
 void retrying_success_direct(benchmark::State& state) {
-  const auto before = idem_bench::allocations();
+  const auto before = idem_test::allocations_on_this_thread();
   for (auto _ : state) {
     auto result = deliver("2f1e6c1c-3b9a-4f0e-9d6f-0c1d2e3f4a5b");
     benchmark::DoNotOptimize(result);
@@ -45,7 +46,7 @@ void retrying_success_direct(benchmark::State& state) {
 void retrying_success_hand_rolled(benchmark::State& state) {
   thread_local idem::xoshiro256ss rng{idem::nondeterministic_seed()};
   idem::steady_clock wall;
-  const auto before = idem_bench::allocations();
+  const auto before = idem_test::allocations_on_this_thread();
   for (auto _ : state) {
     const auto key = idem::uuid_v4{}.generate(rng, wall);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
@@ -61,7 +62,7 @@ void retrying_success_hand_rolled(benchmark::State& state) {
 
 void retrying_success_idem(benchmark::State& state) {
   idem::retrying call{[](const idem::attempt_context& attempt) { return deliver(attempt.key()); }};
-  const auto before = idem_bench::allocations();
+  const auto before = idem_test::allocations_on_this_thread();
   for (auto _ : state) {
     auto outcome = call();
     benchmark::DoNotOptimize(outcome);

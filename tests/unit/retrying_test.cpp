@@ -44,6 +44,25 @@ struct scripted {
   int calls() const { return static_cast<int>(keys.size()); }
 };
 
+// The parts of a wrapper over `Call` on a manual clock, with a fixed seed.
+template <class Call, class Policies = manual_policies>
+typename idem::retrying<Call, Policies>::options manual_options(
+    idem::manual_clock clock, int max_attempts = Policies::max_attempts,
+    std::chrono::nanoseconds deadline = Policies::deadline) {
+  typename idem::retrying<Call, Policies>::options o;
+  o.clock = clock;
+  o.seed = 42;
+  o.limits = {max_attempts, deadline};
+  return o;
+}
+
+// Such a wrapper itself. retrying is neither copyable nor movable; a returned prvalue
+// initialises the caller's variable in place.
+template <class Policies = manual_policies, class Call>
+idem::retrying<Call, Policies> manual_retrying(Call call, idem::manual_clock clock) {
+  return idem::retrying<Call, Policies>{std::move(call), manual_options<Call, Policies>(clock)};
+}
+
 template <class Policies = manual_policies>
 using retrying_scripted = idem::retrying<std::reference_wrapper<scripted>, Policies>;
 
@@ -51,11 +70,7 @@ template <class Policies = manual_policies>
 typename retrying_scripted<Policies>::options options_with(
     idem::manual_clock clock, int max_attempts = Policies::max_attempts,
     std::chrono::nanoseconds deadline = Policies::deadline) {
-  typename retrying_scripted<Policies>::options o;
-  o.clock = clock;
-  o.seed = 42;
-  o.limits = {max_attempts, deadline};
-  return o;
+  return manual_options<std::reference_wrapper<scripted>, Policies>(clock, max_attempts, deadline);
 }
 
 }  // namespace
@@ -251,18 +266,11 @@ TEST_CASE("a retrying call inside another does not multiply attempts") {
       ++innermost_calls;
       return response{503};
     };
-    typename idem::retrying<decltype(innermost), policies>::options o;
-    o.clock = clock;
-    idem::retrying<decltype(innermost), policies> inner{innermost, o};
+    auto inner = manual_retrying<policies>(innermost, clock);
     auto middle_call = [&](const idem::attempt_context&) { return inner().value(); };
-    typename idem::retrying<decltype(middle_call), policies>::options mo;
-    mo.clock = clock;
-    idem::retrying<decltype(middle_call), policies> middle{middle_call, mo};
+    auto middle = manual_retrying<policies>(middle_call, clock);
     auto outer_call = [&](const idem::attempt_context&) { return middle().value(); };
-    typename idem::retrying<decltype(outer_call), policies>::options oo;
-    oo.clock = clock;
-    oo.limits = {3, 1000s};
-    idem::retrying<decltype(outer_call), policies> outer{outer_call, oo};
+    auto outer = manual_retrying<policies>(outer_call, clock);
 
     auto outcome = outer();
     CHECK(outcome.verdict() == idem::retry_verdict::attempts_exhausted);
@@ -283,9 +291,7 @@ TEST_CASE("a nested layer reports a transient failure as not retried") {
     inner_verdict = outcome.verdict();
     return outcome.value();
   };
-  idem::retrying<decltype(outer_call), manual_policies>::options o;
-  o.clock = clock;
-  idem::retrying<decltype(outer_call), manual_policies> outer{outer_call, o};
+  auto outer = manual_retrying<manual_policies>(outer_call, clock);
 
   auto outcome = outer();
 
@@ -302,9 +308,7 @@ TEST_CASE("an unkeyed call that is not idempotent is never retried") {
     ++calls;
     throw std::system_error(std::make_error_code(std::errc::timed_out));
   };
-  idem::retrying<decltype(post), unsafe_policies>::options o;
-  o.clock = clock;
-  idem::retrying<decltype(post), unsafe_policies> call{post, o};
+  auto call = manual_retrying<unsafe_policies>(post, clock);
 
   auto outcome = call();
 
@@ -340,9 +344,7 @@ TEST_CASE("the resolve hook stops a repeat when the ambiguous attempt had landed
   std::set<std::string> provider;
   int calls = 0;
   int resolves = 0;
-  idem::retrying<charge_call, manual_policies>::options o;
-  o.clock = clock;
-  idem::retrying<charge_call, manual_policies> call{charge_call{&provider, &calls, &resolves}, o};
+  auto call = manual_retrying<manual_policies>(charge_call{&provider, &calls, &resolves}, clock);
 
   auto outcome = call();
 
@@ -368,9 +370,7 @@ TEST_CASE("the resolve hook lets the repeat go when the effect did not land") {
     return std::nullopt;
   };
   auto both = idem::with_resolver(flaky, ask);
-  idem::retrying<decltype(both), manual_policies>::options o;
-  o.clock = clock;
-  idem::retrying<decltype(both), manual_policies> call{both, o};
+  auto call = manual_retrying<manual_policies>(both, clock);
 
   auto outcome = call();
 
@@ -394,9 +394,7 @@ TEST_CASE("the resolve hook is not asked after a failure that did not take effec
     return response{200};
   };
   auto both = idem::with_resolver(refused, ask);
-  idem::retrying<decltype(both), manual_policies>::options o;
-  o.clock = clock;
-  idem::retrying<decltype(both), manual_policies> call{both, o};
+  auto call = manual_retrying<manual_policies>(both, clock);
 
   CHECK(call().verdict() == idem::retry_verdict::succeeded);
   CHECK(resolves == 0);
@@ -417,9 +415,7 @@ TEST_CASE("the last error is surfaced unchanged, with the attempt history") {
       throw;
     }
   };
-  idem::retrying<decltype(refusing), manual_policies>::options o;
-  o.clock = clock;
-  idem::retrying<decltype(refusing), manual_policies> call{refusing, o};
+  auto call = manual_retrying<manual_policies>(refusing, clock);
 
   auto outcome = call();
 
@@ -453,9 +449,7 @@ TEST_CASE("a call's own permanent exception passes through after one attempt") {
     ++calls;
     throw std::logic_error("bad request body");
   };
-  idem::retrying<decltype(buggy), manual_policies>::options o;
-  o.clock = clock;
-  idem::retrying<decltype(buggy), manual_policies> call{buggy, o};
+  auto call = manual_retrying<manual_policies>(buggy, clock);
 
   auto outcome = call();
 
@@ -486,9 +480,7 @@ TEST_CASE("arguments are given to every attempt, never moved away") {
     seen.push_back(value ? *value : -1);
     return response{seen.size() < 3 ? 503 : 200};
   };
-  idem::retrying<decltype(call_with_argument), manual_policies>::options o;
-  o.clock = clock;
-  idem::retrying<decltype(call_with_argument), manual_policies> call{call_with_argument, o};
+  auto call = manual_retrying<manual_policies>(call_with_argument, clock);
 
   auto outcome = call(std::make_unique<int>(7));
 
@@ -504,9 +496,7 @@ TEST_CASE("a call that returns void is judged by its exceptions") {
       throw std::system_error(std::make_error_code(std::errc::connection_refused));
     }
   };
-  idem::retrying<decltype(send), manual_policies>::options o;
-  o.clock = clock;
-  idem::retrying<decltype(send), manual_policies> call{send, o};
+  auto call = manual_retrying<manual_policies>(send, clock);
 
   auto outcome = call(2);
   CHECK(outcome.succeeded());
