@@ -603,3 +603,51 @@ TEST_CASE("an outcome can be copied and moved with its whole history") {
     CHECK(o->value().status == 503);
   }
 }
+
+TEST_CASE("a gRPC status result is retried by the gRPC rules") {
+  idem::manual_clock clock;
+  int calls = 0;
+  auto rpc = [&](const idem::attempt_context&) -> std::error_code {
+    ++calls;
+    if (calls == 1) return idem::grpc_status::unavailable;
+    if (calls == 2) return idem::grpc_status::resource_exhausted;
+    return {};
+  };
+  auto call = manual_retrying(rpc, clock);
+
+  auto outcome = call();
+
+  CHECK(outcome.succeeded());
+  CHECK(calls == 3);
+  CHECK(outcome.history()[0].code == static_cast<int>(idem::grpc_status::unavailable));
+
+  calls = 10;  // from now on every answer is a success; INVALID_ARGUMENT is never repeated
+  auto invalid = [&](const idem::attempt_context&) -> std::error_code {
+    ++calls;
+    return idem::grpc_status::invalid_argument;
+  };
+  auto rejecting = manual_retrying(invalid, clock);
+  CHECK(rejecting().verdict() == idem::retry_verdict::permanent_failure);
+  CHECK(calls == 11);
+}
+
+TEST_CASE("with the real steady clock the waits really pass") {
+  struct real_clock_policies : idem::default_policies {
+    using backoff = idem::constant_backoff;
+    using budget = idem::unlimited_budget;
+  };
+  int calls = 0;
+  auto flaky = [&](const idem::attempt_context&) { return response{++calls < 3 ? 503 : 200}; };
+  idem::retrying<decltype(flaky), real_clock_policies>::options o;
+  o.backoff = idem::constant_backoff{5ms};
+  idem::retrying<decltype(flaky), real_clock_policies> call{flaky, o};
+
+  const auto before = std::chrono::steady_clock::now();
+  auto outcome = call();
+  const auto elapsed = std::chrono::steady_clock::now() - before;
+
+  CHECK(outcome.succeeded());
+  CHECK(calls == 3);
+  CHECK(elapsed >= 10ms);  // two waits of 5 ms: a lower bound, never a timing goal
+  CHECK(outcome.history()[2].started_at >= 10ms);
+}
