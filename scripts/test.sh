@@ -56,7 +56,7 @@ ensure_packages() {
     apt-get install -y --no-install-recommends "${missing[@]}"
 }
 
-ensure_packages g++ clang libclang-rt-14-dev cmake ninja-build catch2 libbenchmark-dev python3
+ensure_packages g++ clang clang-tidy libclang-rt-14-dev cmake ninja-build catch2 libbenchmark-dev python3
 
 # --- bookkeeping -----------------------------------------------------------------------------
 total_passed=0
@@ -151,7 +151,7 @@ if ((!quick)); then
   configure_and_build clang-asan build/clang-asan "" \
     -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" \
     -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=ON -DIDEM_BUILD_BENCH=OFF \
-    -DIDEM_SANITIZE=address,undefined || exit 1
+    -DIDEM_SANITIZE=address,undefined -DIDEM_CLANG_TIDY=ON || exit 1
   run_ctest clang-asan build/clang-asan
 
   # --- 3: clang++, ThreadSanitizer, the [concurrency] test cases -----------------------------

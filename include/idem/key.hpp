@@ -30,8 +30,10 @@ class key_buffer {
     std::copy_n(other.text_, length_, text_);
   }
   constexpr key_buffer& operator=(const key_buffer& other) noexcept {
-    length_ = other.length_;
-    std::copy_n(other.text_, length_, text_);
+    if (this != &other) {
+      length_ = other.length_;
+      std::copy_n(other.text_, length_, text_);
+    }
     return *this;
   }
 

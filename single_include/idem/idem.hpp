@@ -201,8 +201,10 @@ class key_buffer {
     std::copy_n(other.text_, length_, text_);
   }
   constexpr key_buffer& operator=(const key_buffer& other) noexcept {
-    length_ = other.length_;
-    std::copy_n(other.text_, length_, text_);
+    if (this != &other) {
+      length_ = other.length_;
+      std::copy_n(other.text_, length_, text_);
+    }
     return *this;
   }
 
@@ -1323,7 +1325,7 @@ inline key_buffer format_uuid(std::uint64_t high, std::uint64_t low) noexcept {
   const std::uint32_t parts[4] = {
       static_cast<std::uint32_t>(high >> 32), static_cast<std::uint32_t>(high),
       static_cast<std::uint32_t>(low >> 32), static_cast<std::uint32_t>(low)};
-  for (int i = 0; i < 4; ++i) {
+  for (std::size_t i = 0; i < 4; ++i) {
     const std::uint64_t word = hex_digits(parts[i]);
     std::memcpy(digits + 8 * i, &word, 8);
   }

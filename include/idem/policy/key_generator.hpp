@@ -9,6 +9,7 @@
 #include <bit>
 #include <chrono>
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -53,7 +54,7 @@ inline key_buffer format_uuid(std::uint64_t high, std::uint64_t low) noexcept {
   const std::uint32_t parts[4] = {
       static_cast<std::uint32_t>(high >> 32), static_cast<std::uint32_t>(high),
       static_cast<std::uint32_t>(low >> 32), static_cast<std::uint32_t>(low)};
-  for (int i = 0; i < 4; ++i) {
+  for (std::size_t i = 0; i < 4; ++i) {
     const std::uint64_t word = hex_digits(parts[i]);
     std::memcpy(digits + 8 * i, &word, 8);
   }
