@@ -180,6 +180,9 @@ class consecutive_failure_breaker {
 
 /// Opens when at least `threshold_percent` of the last `window` calls failed, once at least
 /// `minimum_calls` have been seen (resilience4j's count-based sliding window; its defaults).
+/// Every call, successes included, claims a slot of the shared window with one atomic add: on
+/// many cores calling one dependency that line is contended, where the consecutive-failure
+/// breaker only reads on success.
 class failure_rate_breaker {
  public:
   struct settings {
