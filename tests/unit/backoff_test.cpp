@@ -7,6 +7,8 @@
 #include <catch2/catch.hpp>
 #include <idem/idem.hpp>
 
+#include "../support/scripted_words.hpp"
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -76,18 +78,7 @@ nanoseconds reference_exponential(nanoseconds base, nanoseconds cap, int n) {
   return std::min(nanoseconds{value}, cap);
 }
 
-/// A RandomSource that hands out scripted words, to pin down which words uniform_up_to uses.
-struct scripted_words {
-  using result_type = std::uint64_t;
-  template <class Seed>
-  explicit scripted_words(const Seed&) {}
-  static constexpr result_type min() { return 0; }
-  static constexpr result_type max() { return std::numeric_limits<result_type>::max(); }
-  result_type operator()() { return words[next++ % words.size()]; }
-  std::array<std::uint64_t, 2> words{};
-  std::size_t next = 0;
-};
-static_assert(idem::RandomSource<scripted_words>);
+using idem_test::scripted_words;
 
 }  // namespace
 

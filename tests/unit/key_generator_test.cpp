@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 #include <idem/idem.hpp>
 
+#include "../support/scripted_words.hpp"
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -36,18 +38,7 @@ bool is_uuid_text(std::string_view key, char version) {
          (variant == '8' || variant == '9' || variant == 'a' || variant == 'b');
 }
 
-/// A RandomSource that hands out scripted words, for known-answer tests of the key text.
-struct scripted_words {
-  using result_type = std::uint64_t;
-  template <class Seed>
-  explicit scripted_words(const Seed&) {}
-  static constexpr result_type min() { return 0; }
-  static constexpr result_type max() { return std::numeric_limits<result_type>::max(); }
-  result_type operator()() { return words[next++ % words.size()]; }
-  std::array<std::uint64_t, 2> words{};
-  std::size_t next = 0;
-};
-static_assert(idem::RandomSource<scripted_words>);
+using idem_test::scripted_words;
 
 template <class Generator>
 std::string generate_with_words(std::uint64_t first, std::uint64_t second,

@@ -29,6 +29,21 @@ struct breaker_policies : idem::default_policies {
   using breaker = idem::consecutive_failure_breaker;
 };
 
+// A wrapper over `dependency` guarded by a consecutive-failure breaker that opens after
+// `threshold` failures and probes after 30 s. retrying is not movable; the prvalue is built in
+// place.
+template <class Dependency>
+idem::retrying<Dependency, breaker_policies> with_breaker(Dependency dependency,
+                                                          idem::manual_clock clock, int threshold,
+                                                          idem::retry_limits limits) {
+  typename idem::retrying<Dependency, breaker_policies>::options o;
+  o.clock = clock;
+  o.breaker =
+      idem::consecutive_failure_breaker({.threshold = threshold, .open_for = 30s, .probes = 1});
+  o.limits = limits;
+  return idem::retrying<Dependency, breaker_policies>{std::move(dependency), o};
+}
+
 // Runs `operations` operations against a dependency that always answers 503 and returns how
 // many retries (calls beyond the first of each operation) went out.
 template <class Policies>
@@ -130,12 +145,7 @@ TEST_CASE("an open breaker fails fast, half-opens after its wait and closes on s
     ++calls;
     return response{status};
   };
-  using call_type = idem::retrying<decltype(dependency), breaker_policies>;
-  call_type::options o;
-  o.clock = clock;
-  o.breaker = idem::consecutive_failure_breaker({.threshold = 3, .open_for = 30s, .probes = 1});
-  o.limits = {1, 10s};
-  call_type call{dependency, o};
+  auto call = with_breaker(dependency, clock, 3, {1, 10s});
 
   for (int i = 0; i < 3; ++i)
     CHECK(call().verdict() == idem::retry_verdict::attempts_exhausted);
@@ -176,12 +186,7 @@ TEST_CASE("a breaker that opens between retries ends the operation with the last
     ++calls;
     return response{502};
   };
-  using call_type = idem::retrying<decltype(dependency), breaker_policies>;
-  call_type::options o;
-  o.clock = clock;
-  o.breaker = idem::consecutive_failure_breaker({.threshold = 2, .open_for = 30s, .probes = 1});
-  o.limits = {5, 100s};
-  call_type call{dependency, o};
+  auto call = with_breaker(dependency, clock, 2, {5, 100s});
 
   auto outcome = call();
 
@@ -198,11 +203,7 @@ TEST_CASE("a request the dependency rightly refused does not trip the breaker") 
     ++calls;
     return response{404};
   };
-  using call_type = idem::retrying<decltype(dependency), breaker_policies>;
-  call_type::options o;
-  o.clock = clock;
-  o.breaker = idem::consecutive_failure_breaker({.threshold = 2, .open_for = 30s, .probes = 1});
-  call_type call{dependency, o};
+  auto call = with_breaker(dependency, clock, 2, {3, 10s});
 
   for (int i = 0; i < 10; ++i)
     CHECK(call().verdict() == idem::retry_verdict::permanent_failure);
