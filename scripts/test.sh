@@ -56,7 +56,8 @@ ensure_packages() {
     apt-get install -y --no-install-recommends "${missing[@]}"
 }
 
-ensure_packages g++ clang clang-tidy libclang-rt-14-dev cmake ninja-build catch2 libbenchmark-dev python3
+ensure_packages g++ clang clang-tidy libclang-rt-14-dev cmake ninja-build catch2 libbenchmark-dev python3 \
+  libxxhash-dev libssl-dev
 
 # --- bookkeeping -----------------------------------------------------------------------------
 total_passed=0
