@@ -1,4 +1,4 @@
-// The policies struct: every choice a retrying wrapper makes, in one place.
+// The policies struct: every choice a retrying or idempotent wrapper makes, in one place.
 //
 // Users inherit from default_policies and override only what they change:
 //
@@ -13,15 +13,20 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 
+#include <idem/hash/xxh3.hpp>
+#include <idem/key.hpp>
 #include <idem/policy/backoff.hpp>
 #include <idem/policy/breaker.hpp>
 #include <idem/policy/budget.hpp>
 #include <idem/policy/classifier.hpp>
 #include <idem/policy/clock.hpp>
+#include <idem/policy/failure.hpp>
 #include <idem/policy/key_generator.hpp>
 #include <idem/policy/observer.hpp>
 #include <idem/policy/random.hpp>
+#include <idem/store/locked.hpp>
 
 namespace idem {
 
@@ -37,8 +42,33 @@ enum class call_safety {
 };
 
 struct default_policies {
-  /// Reads the time and waits: steady_clock (monotonic), or manual_clock in tests.
+  /// Reads the time and waits: steady_clock (monotonic), or manual_clock in tests. The server
+  /// side stamps records with its wall_now().
   using clock = idem::steady_clock;
+
+  // --- server side: idempotent, inbox ------------------------------------------------------
+  /// Where records live: one mutex-guarded map (the lock-free memory store replaces it).
+  using store = idem::locked_store;
+  /// The request digest: XXH3-128 over method, target and body. Wrap it in
+  /// idem::request_fingerprint to cover headers, or idem::canonical_json for JSON bodies.
+  using fingerprint = idem::xxh3_128;
+  /// A handler that throws releases its key, so a corrected retry runs.
+  using failure = idem::release_on_failure;
+  /// A claim is honoured this long before another attempt may take it over; each recovery
+  /// point renews it. Set it well above the handler's usual run time.
+  static constexpr std::chrono::seconds lease{30};
+  /// Records are kept 24 hours (Stripe's window): a repeat within it replays, one after it runs
+  /// again.
+  static constexpr std::chrono::hours retention{24};
+  /// A duplicate of a request in progress answers 409 at once; a positive wait makes it wait
+  /// (bounded) for the response and replay it instead.
+  static constexpr std::chrono::milliseconds coalesce{0};
+  /// Keys longer than this are invalid (400).
+  static constexpr std::size_t max_key_length = idem::max_key_length;
+  /// A request without a key is refused (400) rather than run unguarded.
+  static constexpr bool require_key = true;
+
+  // --- client side: retrying ---------------------------------------------------------------
   /// The random engine each operation draws its jitter and key from.
   using random = idem::xoshiro256ss;
   /// The wait before each retry: full jitter, base 100 ms, cap 20 s (AWS SDK standard mode).

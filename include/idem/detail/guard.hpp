@@ -1,0 +1,243 @@
+// The machinery idempotent and inbox share: claim, run under the fence, record or release.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <idem/codec.hpp>
+#include <idem/digest.hpp>
+#include <idem/handler_context.hpp>
+#include <idem/idempotent_outcome.hpp>
+#include <idem/policy/failure.hpp>
+#include <idem/store.hpp>
+
+namespace idem::detail {
+
+/// How long claims are honoured and records kept, and how long a duplicate waits.
+struct guard_timing {
+  std::chrono::nanoseconds lease;
+  std::chrono::nanoseconds retention;
+  std::chrono::nanoseconds coalesce;
+};
+
+inline void check_timing(const guard_timing& timing, const char* who) {
+  using std::chrono::nanoseconds;
+  if (timing.lease <= nanoseconds::zero()) {
+    throw std::invalid_argument(std::string(who) + ": the lease must be positive");
+  }
+  if (timing.retention <= timing.lease) {
+    throw std::invalid_argument(std::string(who) +
+                                ": the retention must be longer than the lease, or a claim could "
+                                "expire while its holder still runs");
+  }
+  if (timing.coalesce < nanoseconds::zero()) {
+    throw std::invalid_argument(std::string(who) + ": the coalescing wait cannot be negative");
+  }
+}
+
+template <class Store, class Clock>
+class guard {
+ public:
+  guard(Store store, Clock clock, guard_timing timing)
+      : store_(std::move(store)), clock_(std::move(clock)), timing_(timing) {}
+
+  Store& store() noexcept { return store_; }
+  Clock& clock() noexcept { return clock_; }
+  const guard_timing& timing() const noexcept { return timing_; }
+
+  /// Claims (scope, key) for a request with fingerprint `print` and, when the claim is this
+  /// caller's, runs `run(handler_context&)` under it. `failure` decides what a throw leaves.
+  template <class Response, class Run, class Failure>
+  idempotent_outcome<Response> run(std::string_view scope, std::string_view key,
+                                   const digest& print, Run& run, const Failure& failure) {
+    using outcome_type = idempotent_outcome<Response>;
+    claim_result claimed;
+    try {
+      claimed = claim_waiting(scope, key, print);
+    } catch (const store_error& error) {
+      return refused<Response>(error);
+    }
+    switch (claimed.status) {
+      case claim_status::full:
+        return outcome_type{verdict::store_full, "the store has no room for another record"};
+      case claim_status::existing:
+        return answer_existing<Response>(claimed.existing, print);
+      case claim_status::claimed:
+      case claim_status::taken_over:
+        break;
+    }
+    const bool resumed = claimed.status == claim_status::taken_over;
+    return run_claimed<Response>(scope, key, print, claimed.fence, resumed,
+                                 std::move(claimed.existing.recovery), run, failure);
+  }
+
+  /// Runs `run` with no key and no claim, for services where the key is optional: nothing is
+  /// stored, and a repeat runs again.
+  template <class Response, class Run>
+  static idempotent_outcome<Response> run_unguarded(std::string_view scope, Run& run) {
+    handler_context context{scope, {}, 0};
+    idempotent_outcome<Response> outcome{verdict::executed, "no idempotency key: not guarded"};
+    outcome.response_.emplace(run(context));
+    return outcome;
+  }
+
+  template <class Response>
+  static idempotent_outcome<Response> refused(const store_error& error) {
+    return idempotent_outcome<Response>{
+        error.failure() == store_failure::full ? verdict::store_full : verdict::store_unavailable,
+        error.what()};
+  }
+
+ private:
+  // One claim, or with coalescing, claims repeated with growing pauses while another attempt
+  // holds a live claim, until it settles (completed, released, abandoned) or the wait is over.
+  claim_result claim_waiting(std::string_view scope, std::string_view key, const digest& print) {
+    claim_result claimed = claim(scope, key, print);
+    if (timing_.coalesce <= std::chrono::nanoseconds::zero()) return claimed;
+    const auto start = clock_.now();
+    std::chrono::nanoseconds pause = std::chrono::milliseconds{1};
+    while (claimed.status == claim_status::existing &&
+           claimed.existing.state == record_state::in_progress &&
+           claimed.existing.fingerprint == print) {
+      const std::chrono::nanoseconds waited = clock_.now() - start;
+      if (waited >= timing_.coalesce) break;
+      clock_.sleep_for(std::min(pause, timing_.coalesce - waited));
+      pause = std::min<std::chrono::nanoseconds>(2 * pause, std::chrono::milliseconds{50});
+      claimed = claim(scope, key, print);
+    }
+    return claimed;
+  }
+
+  claim_result claim(std::string_view scope, std::string_view key, const digest& print) {
+    return store_.claim(
+        claim_request{scope, key, print, clock_.wall_now(), timing_.lease, timing_.retention});
+  }
+
+  template <class Response>
+  static idempotent_outcome<Response> answer_existing(record& existing, const digest& print) {
+    using outcome_type = idempotent_outcome<Response>;
+    if (existing.fingerprint != print) {
+      return outcome_type{verdict::mismatch, "the key was already used with a different request"};
+    }
+    if (existing.state == record_state::in_progress) {
+      return outcome_type{verdict::in_progress, "a request with this key is still being processed"};
+    }
+    outcome_type outcome{verdict::replayed};
+    outcome.response_.emplace(codec<Response>::decode(existing.response));
+    outcome.recorded_ = true;
+    return outcome;
+  }
+
+  // Where the context records recovery points: a fenced checkpoint that also renews the lease.
+  struct checkpoint_target {
+    guard* self;
+    fenced_key held;
+    bool lost = false;          // the fence was gone: taken over
+    bool store_failed = false;  // the store threw: the step's effect may not be recorded
+
+    static bool write(void* target, std::string_view recovery) {
+      auto& me = *static_cast<checkpoint_target*>(target);
+      bool applied = false;
+      try {
+        applied = me.self->store_.checkpoint(me.held, recovery,
+                                             me.self->clock_.wall_now() + me.self->timing_.lease);
+      } catch (...) {
+        me.store_failed = true;
+        throw;
+      }
+      me.lost = !applied;
+      return applied;
+    }
+  };
+
+  template <class Response, class Run, class Failure>
+  idempotent_outcome<Response> run_claimed(std::string_view scope, std::string_view key,
+                                           const digest& print, std::uint64_t fence, bool resumed,
+                                           std::string recovery, Run& run, const Failure& failure) {
+    using outcome_type = idempotent_outcome<Response>;
+    checkpoint_target target{this, fenced_key{scope, key, fence}};
+    handler_context context{scope,
+                            key,
+                            fence,
+                            resumed,
+                            std::move(recovery),
+                            recovery_sink{&target, &checkpoint_target::write}};
+    std::optional<Response> response;
+    try {
+      response.emplace(run(context));
+    } catch (const lease_lost&) {
+      return answer_lost<Response>(scope, key, print);
+    } catch (...) {
+      // A store that failed mid-handler may have left an effect unrecorded: keep the claim, so
+      // that only a takeover after the lease (resuming from the recovery points) runs it again.
+      if (target.store_failed) throw;
+      const failure_info info{std::current_exception(), scope, key, fence,
+                              context.steps_recorded()};
+      try {
+        std::optional<Response> stored = failure.template stored_response<Response>(info);
+        if (stored) {
+          std::string bytes;
+          codec<Response>::encode(*stored, bytes);
+          (void)store_.complete(target.held, bytes, clock_.wall_now());
+        } else {
+          (void)store_.release(target.held);
+        }
+      } catch (const store_error&) {
+        // The handler's exception is what the caller must see. The claim stays in progress
+        // until its lease ends; stuck() reports it.
+      }
+      throw;
+    }
+
+    outcome_type outcome{verdict::executed};
+    outcome.fence_ = fence;
+    outcome.resumed_ = resumed;
+    std::string bytes;
+    codec<Response>::encode(*response, bytes);
+    bool applied = false;
+    try {
+      applied = store_.complete(target.held, bytes, clock_.wall_now());
+    } catch (const store_error& error) {
+      // The effect happened; the caller gets its response, and is told it was not stored.
+      outcome.response_ = std::move(response);
+      outcome.message_ = std::string("the response was not stored: ") + error.what();
+      return outcome;
+    }
+    if (!applied) return answer_lost<Response>(scope, key, print);
+    outcome.response_ = std::move(response);
+    outcome.recorded_ = true;
+    return outcome;
+  }
+
+  // This attempt lost its fence to a takeover: answer for the attempt that holds the key now.
+  template <class Response>
+  idempotent_outcome<Response> answer_lost(std::string_view scope, std::string_view key,
+                                           const digest& print) {
+    using outcome_type = idempotent_outcome<Response>;
+    std::optional<record> current;
+    try {
+      current = store_.find(scope, key, clock_.wall_now());
+    } catch (const store_error& error) {
+      return refused<Response>(error);
+    }
+    if (current && current->state == record_state::completed) {
+      return answer_existing<Response>(*current, print);
+    }
+    return outcome_type{verdict::in_progress,
+                        "the claim was taken over after its lease expired; the request is "
+                        "being processed by the attempt that took it"};
+  }
+
+  Store store_;
+  Clock clock_;
+  guard_timing timing_;
+};
+
+}  // namespace idem::detail

@@ -1,0 +1,91 @@
+// Fingerprints: the digest that tells a repeat of a request from a different request under the
+// same key.
+//
+// A fingerprint covers the method, the target, the body and the headers a service chooses (by
+// default none: most headers, a Date or a trace id, change between retries of one intent). The
+// parts are length-prefixed before they are hashed, so moving bytes from the target into the
+// body can never give the same digest.
+//
+// Any HashFunction (xxh3_128, the default; sha256) is a fingerprint policy as it is; wrap it in
+// request_fingerprint to cover headers, or in canonical_json (idem/canonical_json.hpp) so that
+// key order and whitespace in a JSON body do not count. A fingerprint that cannot read a
+// request throws std::invalid_argument (json_error is one), and the call's verdict is
+// invalid_request: nothing is claimed.
+//
+// The digest is persisted in records, so it must never change for the same request: it is not
+// the per-process keyed hash a memory store buckets by.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <idem/digest.hpp>
+#include <idem/request.hpp>
+
+namespace idem {
+
+/// What a `fingerprint` policy must provide: a const call operator from request_view to digest.
+template <class F>
+concept Fingerprint = std::default_initializable<F> && std::copy_constructible<F> &&
+    requires(const F& fingerprint, const request_view& request) {
+  { fingerprint(request) } -> std::same_as<digest>;
+};
+
+namespace detail {
+
+template <class State>
+void hash_part(State& state, std::string_view part) {
+  std::uint8_t length[8];
+  const std::uint64_t size = part.size();
+  for (int i = 0; i < 8; ++i)
+    length[i] = static_cast<std::uint8_t>(size >> (8 * i));
+  state.update(std::string_view{reinterpret_cast<const char*>(length), sizeof length});
+  state.update(part);
+}
+
+}  // namespace detail
+
+/// Method, target, the listed headers (by name, case-insensitive; an absent header counts as
+/// absent, not as empty) and the body, hashed with H.
+template <HashFunction H>
+struct request_fingerprint {
+  std::vector<std::string> headers{};
+
+  digest operator()(const request_view& request) const {
+    typename H::state state;
+    // A version tag, so that a later change of the framing can never meet an old record.
+    state.update(std::string_view{"idem fingerprint v1"});
+    detail::hash_part(state, request.method);
+    detail::hash_part(state, request.target);
+    for (const std::string& name : headers) {
+      const std::string_view value = request.header(name);
+      // An absent header is a null view; a present one, even empty, points at its text.
+      const bool present = value.data() != nullptr;
+      detail::hash_part(state, name);
+      state.update(std::string_view{present ? "\x01" : "\x00", 1});
+      if (present) detail::hash_part(state, value);
+    }
+    detail::hash_part(state, request.body);
+    return state.finish();
+  }
+};
+
+/// The fingerprint a policy names: a hash function is used as request_fingerprint<H> without
+/// headers; anything else is used as it is.
+template <class F>
+struct fingerprint_policy {
+  using type = F;
+};
+template <HashFunction F>
+struct fingerprint_policy<F> {
+  using type = request_fingerprint<F>;
+};
+template <class F>
+using fingerprint_for = typename fingerprint_policy<F>::type;
+
+}  // namespace idem

@@ -1,0 +1,113 @@
+// idem::inbox<Policies>: message consumers that act once per event, however often it arrives.
+//
+//   idem::inbox<> consumed;
+//   for (auto& message : queue.poll()) {
+//     auto outcome = consumed.deduplicate("orders", message.id, [&] { ship(message); });
+//     if (outcome.verdict() != idem::verdict::in_progress) queue.ack(message);
+//   }
+//
+// A broker delivers at least once, so a consumer sees the same event again after a redelivery,
+// a rebalance or its own crash. deduplicate runs `fn` under the claim of (scope, event_id) on the
+// same machinery as idempotent: the first delivery runs it (executed), later ones get what it
+// returned (replayed), a delivery racing one still running gets in_progress. The event id is
+// the whole identity: there is no fingerprint, because every delivery of one id is one event.
+// A throwing `fn` releases the event, so the redelivery runs it again; its exception passes
+// through.
+#pragma once
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <variant>
+#include <vector>
+
+#include <idem/detail/guard.hpp>
+#include <idem/handler_context.hpp>
+#include <idem/idempotent_outcome.hpp>
+#include <idem/key.hpp>
+#include <idem/policies.hpp>
+#include <idem/store.hpp>
+
+namespace idem {
+
+template <class Policies = default_policies>
+class inbox {
+ public:
+  using store_type = typename Policies::store;
+  using clock_type = typename Policies::clock;
+
+  static_assert(Store<store_type>,
+                "Policies::store must satisfy idem::Store (see idem/store.hpp).");
+  static_assert(Clock<clock_type>,
+                "Policies::clock must provide now(), wall_now() and sleep_for(nanoseconds).");
+
+  struct options {
+    store_type store{};
+    clock_type clock{};
+    std::chrono::nanoseconds lease = Policies::lease;
+    std::chrono::nanoseconds retention = Policies::retention;
+    std::chrono::nanoseconds coalesce = Policies::coalesce;
+    /// The longest event id accepted, in bytes.
+    std::size_t max_key_length = Policies::max_key_length;
+  };
+
+  inbox() : inbox(options{}) {}
+  explicit inbox(options parts)
+      : guard_(std::move(parts.store), std::move(parts.clock),
+               {parts.lease, parts.retention, parts.coalesce}),
+        max_key_length_(parts.max_key_length) {
+    detail::check_timing(guard_.timing(), "idem::inbox");
+  }
+
+  /// Runs `fn` (taking a handler_context&, or nothing) once per (scope, event_id). Its result,
+  /// if any, is stored and replayed; a void `fn` gives an outcome of std::monostate.
+  template <class F>
+  auto deduplicate(std::string_view scope, std::string_view event_id, F&& fn) {
+    constexpr bool takes_context = std::invocable<F&, handler_context&>;
+    using raw_result = std::conditional_t<takes_context, std::invoke_result<F&, handler_context&>,
+                                          std::invoke_result<F&>>;
+    using fn_result = typename raw_result::type;
+    using response_type = std::conditional_t<std::is_void_v<fn_result>, std::monostate, fn_result>;
+    static_assert(Encodable<response_type>,
+                  "deduplicate's function must return void or a storable type (one with an "
+                  "idem::codec specialisation).");
+
+    if (!is_valid_key(event_id, max_key_length_)) {
+      return idempotent_outcome<response_type>{
+          verdict::invalid_key, "the event id must be 1 to " + std::to_string(max_key_length_) +
+                                    " bytes of visible ASCII (0x21-0x7E)"};
+    }
+    auto run = [&](handler_context& context) -> response_type {
+      if constexpr (std::is_void_v<fn_result>) {
+        if constexpr (takes_context) {
+          std::invoke(fn, context);
+        } else {
+          std::invoke(fn);
+        }
+        return {};
+      } else if constexpr (takes_context) {
+        return std::invoke(fn, context);
+      } else {
+        return std::invoke(fn);
+      }
+    };
+    return guard_.template run<response_type>(scope, event_id, digest{}, run, release_on_failure{});
+  }
+
+  std::size_t sweep() { return guard_.store().sweep(guard_.clock().wall_now()); }
+  std::vector<record> stuck(std::size_t limit = 1000) {
+    return guard_.store().stuck(guard_.clock().wall_now(), limit);
+  }
+  store_type& store() noexcept { return guard_.store(); }
+  clock_type& clock() noexcept { return guard_.clock(); }
+
+ private:
+  detail::guard<store_type, clock_type> guard_;
+  std::size_t max_key_length_;
+};
+
+}  // namespace idem
