@@ -1,0 +1,295 @@
+// idempotent beyond the store contract: fingerprints, keys, options, codecs and the context a
+// handler gets. The semantics table itself is in the conformance suite (locked_store_test.cpp).
+#include <catch2/catch.hpp>
+
+#include <idem/idem.hpp>
+
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+struct test_policies : idem::default_policies {
+  using clock = idem::manual_clock;
+};
+
+struct json_policies : test_policies {
+  using fingerprint = idem::canonical_json<>;
+};
+
+struct sha_policies : test_policies {
+  using fingerprint = idem::sha256;
+};
+
+struct optional_key_policies : test_policies {
+  static constexpr bool require_key = false;
+};
+
+idem::http_request post(std::string body, std::string target = "/charges") {
+  return idem::http_request{"POST", std::move(target), {}, std::move(body)};
+}
+
+struct echo {
+  int* runs;
+  idem::http_response operator()(idem::handler_context&, const idem::http_request& request) const {
+    ++*runs;
+    return idem::http_response{200, {}, request.body};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a handler that takes only the request is guarded too", "[idempotent]") {
+  int runs = 0;
+  idem::idempotent<std::function<std::string(const std::string&)>, test_policies> guarded{
+      [&](const std::string& body) {
+        ++runs;
+        return "saw " + body;
+      }};
+  CHECK(guarded("s", "k", std::string("x")).value() == "saw x");
+  const auto again = guarded("s", "k", std::string("x"));
+  CHECK(again.verdict() == idem::verdict::replayed);
+  CHECK(again.value() == "saw x");
+  CHECK(again.http_status() == 200);
+  CHECK(runs == 1);
+}
+
+TEST_CASE("without a required key a request runs unguarded and is not stored", "[idempotent]") {
+  int runs = 0;
+  idem::idempotent<echo, optional_key_policies> guarded{echo{&runs}};
+  const auto first = guarded("s", std::nullopt, post("a"));
+  const auto second = guarded("s", std::nullopt, post("a"));
+  CHECK(first.verdict() == idem::verdict::executed);
+  CHECK(second.verdict() == idem::verdict::executed);
+  CHECK_FALSE(first.recorded());
+  CHECK(runs == 2);
+  CHECK(guarded.store().size() == 0);
+}
+
+TEST_CASE("the key length limit is configurable", "[idempotent]") {
+  int runs = 0;
+  idem::idempotent<echo, test_policies>::options options;
+  options.max_key_length = 16;
+  idem::idempotent<echo, test_policies> guarded{echo{&runs}, options};
+  CHECK(guarded("s", std::string(16, 'k'), post("a")).verdict() == idem::verdict::executed);
+  const auto refused = guarded("s", std::string(17, 'k'), post("a"));
+  CHECK(refused.verdict() == idem::verdict::invalid_key);
+  CHECK_THAT(std::string(refused.message()), Catch::Matchers::Contains("1 to 16 bytes"));
+}
+
+TEST_CASE("options that cannot work are refused at construction", "[idempotent]") {
+  int runs = 0;
+  using guarded_type = idem::idempotent<echo, test_policies>;
+  auto build = [&](auto change) {
+    guarded_type::options options;
+    change(options);
+    guarded_type guarded{echo{&runs}, options};
+  };
+  CHECK_THROWS_AS(build([](auto& o) { o.lease = 0s; }), std::invalid_argument);
+  CHECK_THROWS_AS(build([](auto& o) { o.retention = o.lease; }), std::invalid_argument);
+  CHECK_THROWS_AS(build([](auto& o) { o.coalesce = -1s; }), std::invalid_argument);
+  CHECK_THROWS_AS(build([](auto& o) { o.max_key_length = 0; }), std::invalid_argument);
+  CHECK_NOTHROW(build([](auto&) {}));
+}
+
+TEST_CASE("a JSON body is the same request whatever its member order and whitespace",
+          "[idempotent][fingerprint]") {
+  int runs = 0;
+  idem::idempotent<echo, json_policies> guarded{echo{&runs}};
+  REQUIRE(guarded("s", "k", post(R"({"amount":100,"currency":"eur"})")).verdict() ==
+          idem::verdict::executed);
+  const auto reordered = guarded("s", "k", post("{ \"currency\" : \"eur\",\n \"amount\" : 1e2 }"));
+  CHECK(reordered.verdict() == idem::verdict::replayed);
+  // The replay is the stored response, not the new body.
+  CHECK(reordered->body == R"({"amount":100,"currency":"eur"})");
+  CHECK(guarded("s", "k", post(R"({"amount":101,"currency":"eur"})")).verdict() ==
+        idem::verdict::mismatch);
+  CHECK(runs == 1);
+}
+
+TEST_CASE("a body that is not JSON is refused with 400 and claims nothing",
+          "[idempotent][fingerprint]") {
+  int runs = 0;
+  idem::idempotent<echo, json_policies> guarded{echo{&runs}};
+  const auto refused = guarded("s", "k", post(R"({"amount":100,})"));
+  CHECK(refused.verdict() == idem::verdict::invalid_request);
+  CHECK(refused.http_status() == 400);
+  CHECK_FALSE(refused.message().empty());
+  CHECK(guarded.store().size() == 0);
+  CHECK(runs == 0);
+  // The key is still free for the corrected request.
+  CHECK(guarded("s", "k", post(R"({"amount":100})")).verdict() == idem::verdict::executed);
+}
+
+TEST_CASE("excluded JSON members do not count: a webhook redelivered with a new timestamp",
+          "[idempotent][fingerprint]") {
+  int runs = 0;
+  idem::idempotent<echo, json_policies>::options options;
+  options.fingerprint.excluded = {"/delivered_at"};
+  idem::idempotent<echo, json_policies> guarded{echo{&runs}, options};
+  REQUIRE(
+      guarded("hooks", "evt_1", post(R"({"id":"evt_1","delivered_at":1700000000})")).verdict() ==
+      idem::verdict::executed);
+  CHECK(guarded("hooks", "evt_1", post(R"({"delivered_at":1700000060,"id":"evt_1"})")).verdict() ==
+        idem::verdict::replayed);
+  CHECK(guarded("hooks", "evt_1", post(R"({"id":"evt_2","delivered_at":1700000000})")).verdict() ==
+        idem::verdict::mismatch);
+}
+
+TEST_CASE("a fingerprint covers the chosen headers, by case-insensitive name", "[fingerprint]") {
+  idem::request_fingerprint<idem::xxh3_128> with_version{{"X-Api-Version"}};
+  idem::http_request a{"POST", "/charges", {{"x-api-version", "2024-01"}, {"date", "Mon"}}, "b"};
+  idem::http_request b = a;
+  b.headers[1].second = "Tue";  // not chosen: does not count
+  CHECK(with_version(a.view()) == with_version(b.view()));
+  b.headers[0].second = "2025-01";
+  CHECK(with_version(a.view()) != with_version(b.view()));
+  // Absent differs from present-but-empty.
+  idem::http_request absent{"POST", "/charges", {}, "b"};
+  idem::http_request empty{"POST", "/charges", {{"X-API-VERSION", ""}}, "b"};
+  CHECK(with_version(absent.view()) != with_version(empty.view()));
+  // A view over a header array works the same way.
+  const idem::header_field fields[] = {{"X-Api-Version", "2024-01"}};
+  const idem::request_view view{"POST", "/charges", "b", fields};
+  CHECK(with_version(view) == with_version(a.view()));
+}
+
+TEST_CASE("fingerprint parts are framed, so bytes cannot move between them", "[fingerprint]") {
+  const idem::request_fingerprint<idem::xxh3_128> fingerprint;
+  const idem::digest one = fingerprint({"POST", "/ab", "c"});
+  const idem::digest two = fingerprint({"POST", "/a", "bc"});
+  const idem::digest three = fingerprint({"POST/", "ab", "c"});
+  CHECK(one != two);
+  CHECK(one != three);
+  CHECK(two != three);
+  CHECK(one.size() == 16);
+  CHECK(idem::request_fingerprint<idem::sha256>{}({"POST", "/ab", "c"}).size() == 32);
+}
+
+TEST_CASE("the fingerprint of a request never changes: it is persisted", "[fingerprint]") {
+  // Pinned digests, computed independently (libxxhash's XXH3_128bits and Python's hashlib over
+  // "idem fingerprint v1" then each part as a 64-bit little-endian length and its bytes). A
+  // change here would turn every stored record into a mismatch.
+  const idem::request_view request{"POST", "/charges", R"({"amount":100})"};
+  CHECK(idem::request_fingerprint<idem::xxh3_128>{}(request).hex() ==
+        "3f91614d3c646729e3701c88d3a7df84");
+  CHECK(idem::request_fingerprint<idem::sha256>{}(request).hex() ==
+        "c0daffc8eb7f6de2cc123c5b2f477ff0a243fbe5e8904682e81c9972cfb8fbbc");
+  // Downstream keys are persisted by the systems they are sent to: pinned too (hashlib over
+  // "idem downstream key v1" then each of scope, key, name as a varint length and its bytes).
+  CHECK(idem::handler_context("tenant", "order-1", 1).downstream_key("charge").view() ==
+        "96dbf0b282cd0fded2e4ed97e4f3aef3400d56a6c1d3847cbf5b59dfdf6a7510");
+}
+
+TEST_CASE("a SHA-256 fingerprint guards like the default one", "[idempotent][fingerprint]") {
+  int runs = 0;
+  idem::idempotent<echo, sha_policies> guarded{echo{&runs}};
+  REQUIRE(guarded("s", "k", post("a")).verdict() == idem::verdict::executed);
+  CHECK(guarded("s", "k", post("a")).verdict() == idem::verdict::replayed);
+  CHECK(guarded("s", "k", post("b")).verdict() == idem::verdict::mismatch);
+  const auto found = guarded.store().find("s", "k", guarded.clock().wall_now());
+  REQUIRE(found);
+  CHECK(found->fingerprint.size() == 32);
+}
+
+TEST_CASE("downstream keys are stable per scope, key and name, and valid keys themselves",
+          "[context]") {
+  const idem::handler_context first("tenant", "order-1", 1);
+  const idem::handler_context takeover("tenant", "order-1", 2);
+  CHECK(first.downstream_key("charge") == takeover.downstream_key("charge"));
+  std::set<std::string> distinct;
+  for (const auto& [scope, key, name] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"tenant", "order-1", "charge"},
+           {"tenant", "order-1", "refund"},
+           {"tenant", "order-2", "charge"},
+           {"other", "order-1", "charge"},
+           {"tenant", "order-1charge", ""},
+           {"tenantorder-1", "", "charge"}}) {
+    const idem::handler_context context(scope, key, 1);
+    const idem::key_buffer derived = context.downstream_key(name);
+    CHECK(idem::is_valid_key(derived.view()));
+    CHECK(derived.size() == 64);
+    distinct.insert(std::string(derived.view()));
+  }
+  CHECK(distinct.size() == 6);
+}
+
+TEST_CASE("a recorded step returns its result without running again", "[context]") {
+  idem::handler_context context("s", "k");
+  int charges = 0;
+  auto charge = [&] {
+    ++charges;
+    return std::string("ch_42");
+  };
+  CHECK(context.step("charge", charge) == "ch_42");
+  CHECK(context.step("charge", charge) == "ch_42");
+  CHECK(charges == 1);
+  CHECK(context.step("count", [] { return 7; }) == 7);
+  CHECK(context.step("count", [] { return 8; }) == 7);
+  CHECK(context.steps_recorded() == 2);
+}
+
+TEST_CASE("a step that throws records nothing and runs again", "[context]") {
+  idem::handler_context context("s", "k");
+  int tries = 0;
+  auto flaky = [&] {
+    if (++tries == 1) throw std::runtime_error("provider timeout");
+    return tries;
+  };
+  CHECK_THROWS_AS(context.step("charge", flaky), std::runtime_error);
+  CHECK(context.step("charge", flaky) == 2);
+  CHECK(context.steps_recorded() == 1);
+}
+
+TEST_CASE("responses round-trip through their codecs exactly", "[codec]") {
+  const idem::http_response response{
+      503, {{"Retry-After", "5"}, {"x-empty", ""}}, std::string("body\0with nul", 13)};
+  CHECK(idem::decode<idem::http_response>(idem::encode(response)) == response);
+  const std::vector<std::byte> bytes{std::byte{0}, std::byte{255}, std::byte{10}};
+  CHECK(idem::decode<std::vector<std::byte>>(idem::encode(bytes)) == bytes);
+  CHECK(idem::decode<std::int64_t>(idem::encode(std::int64_t{-42})) == -42);
+  CHECK(idem::decode<double>(idem::encode(0.1)) == 0.1);
+  CHECK(idem::decode<bool>(idem::encode(true)));
+}
+
+TEST_CASE("damaged stored bytes are a codec_error, never a wrong response", "[codec]") {
+  std::string bytes = idem::encode(idem::http_response{200, {{"a", "b"}}, "body"});
+  CHECK_THROWS_AS(idem::decode<idem::http_response>(bytes.substr(0, 4)), idem::codec_error);
+  CHECK_THROWS_AS(idem::decode<idem::http_response>("not a response"), idem::codec_error);
+  CHECK_THROWS_AS(idem::decode<idem::http_response>(std::string("H\x01\xc8\x01\xff\xff\xff", 7)),
+                  idem::codec_error);
+  CHECK_THROWS_AS(idem::decode<std::int32_t>("abc"), idem::codec_error);
+  CHECK_THROWS_AS(idem::decode<std::monostate>("x"), idem::codec_error);
+}
+
+TEST_CASE("every verdict maps to its HTTP status", "[verdict]") {
+  using idem::verdict;
+  CHECK(idem::http_status(verdict::in_progress) == 409);
+  CHECK(idem::http_status(verdict::mismatch) == 422);
+  CHECK(idem::http_status(verdict::missing_key) == 400);
+  CHECK(idem::http_status(verdict::invalid_key) == 400);
+  CHECK(idem::http_status(verdict::invalid_request) == 400);
+  CHECK(idem::http_status(verdict::store_unavailable) == 503);
+  CHECK(idem::http_status(verdict::store_full) == 503);
+  CHECK(to_string(verdict::store_full) == "store_full");
+  const idem::idempotent_outcome<std::string> conflict{verdict::in_progress, "busy"};
+  CHECK(conflict.http_status() == 409);
+  CHECK_THROWS_AS(conflict.value(), idem::no_response_error);
+}
+
+TEST_CASE("a damaged stored response is reported as an error, not replayed", "[idempotent]") {
+  int runs = 0;
+  idem::idempotent<echo, test_policies> guarded{echo{&runs}};
+  const idem::digest print = guarded.fingerprint()(post("a").view());
+  auto store = guarded.store();
+  const auto now = guarded.clock().wall_now();
+  const auto claimed = store.claim({"s", "k", print, now, 30s, 24h});
+  REQUIRE(store.complete({"s", "k", claimed.fence}, "garbage", now));
+  CHECK_THROWS_AS(guarded("s", "k", post("a")), idem::codec_error);
+  CHECK(runs == 0);
+}
