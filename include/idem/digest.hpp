@@ -24,7 +24,8 @@ class digest {
   /// The first `bytes.size()` bytes (at most max_size; the rest is ignored).
   constexpr explicit digest(std::span<const std::uint8_t> bytes) noexcept {
     size_ = static_cast<std::uint8_t>(bytes.size() < max_size ? bytes.size() : max_size);
-    for (std::size_t i = 0; i < size_; ++i) bytes_[i] = bytes[i];
+    for (std::size_t i = 0; i < size_; ++i)
+      bytes_[i] = bytes[i];
   }
 
   constexpr std::size_t size() const noexcept { return size_; }
@@ -35,7 +36,7 @@ class digest {
   /// Lower-case hexadecimal, two characters a byte.
   std::string hex() const {
     static constexpr char digits[] = "0123456789abcdef";
-    std::string out(2 * size_, '\0');
+    std::string out(std::size_t{2} * size_, '\0');
     for (std::size_t i = 0; i < size_; ++i) {
       out[2 * i] = digits[bytes_[i] >> 4];
       out[2 * i + 1] = digits[bytes_[i] & 0xf];
@@ -54,17 +55,16 @@ class digest {
 /// `hash`, and an incremental `state` that gives the same digest for the same bytes however
 /// they are split across update() calls.
 template <class H>
-concept HashFunction =
-    std::default_initializable<typename H::state> &&
+concept HashFunction = std::default_initializable<typename H::state> &&
     requires(typename H::state& state, const typename H::state& const_state,
              std::span<const std::byte> bytes, std::string_view text) {
-      { H::name } -> std::convertible_to<std::string_view>;
-      { H::digest_size } -> std::convertible_to<std::size_t>;
-      { H::hash(bytes) } -> std::same_as<digest>;
-      { H::hash(text) } -> std::same_as<digest>;
-      state.update(bytes);
-      state.update(text);
-      { const_state.finish() } -> std::same_as<digest>;
-    };
+  { H::name } -> std::convertible_to<std::string_view>;
+  { H::digest_size } -> std::convertible_to<std::size_t>;
+  { H::hash(bytes) } -> std::same_as<digest>;
+  { H::hash(text) } -> std::same_as<digest>;
+  state.update(bytes);
+  state.update(text);
+  { const_state.finish() } -> std::same_as<digest>;
+};
 
 }  // namespace idem

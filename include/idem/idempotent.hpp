@@ -8,7 +8,7 @@
 //     });
 //     return idem::http_response{201, {}, charge};
 //   }};
-//   auto outcome = payments(account_id, request.header("Idempotency-Key"), request);
+//   auto outcome = payments(account_id, request);   // the key from its Idempotency-Key header
 //   reply(outcome.http_status(), outcome ? outcome->body : std::string(outcome.message()));
 //
 // One call: the key is validated (missing_key, invalid_key: 400), the request fingerprinted,
@@ -120,6 +120,9 @@ class idempotent {
     std::size_t max_key_length = Policies::max_key_length;
     /// Whether a call without a key is refused (missing_key) or run unguarded.
     bool require_key = Policies::require_key;
+    /// Where operator()(scope, request) finds the key: the header of the IETF
+    /// draft-ietf-httpapi-idempotency-key-header, which Stripe and others use too.
+    std::string key_header = "Idempotency-Key";
   };
 
   explicit idempotent(Handler handler) : idempotent(std::move(handler), options{}) {}
@@ -131,7 +134,8 @@ class idempotent {
         fingerprint_(std::move(parts.fingerprint)),
         failure_(std::move(parts.failure)),
         max_key_length_(parts.max_key_length),
-        require_key_(parts.require_key) {
+        require_key_(parts.require_key),
+        key_header_(std::move(parts.key_header)) {
     detail::check_timing(guard_.timing(), "idem::idempotent");
     if (max_key_length_ == 0) {
       throw std::invalid_argument("idem::idempotent: max_key_length must be at least 1");
@@ -189,6 +193,13 @@ class idempotent {
     return (*this)(scope, std::optional<std::string_view>{}, request);
   }
 
+  /// The same, with the key read from the request's `key_header` (Idempotency-Key); an absent
+  /// header is a missing key, an empty one an invalid key.
+  template <Fingerprintable Request>
+  auto operator()(std::string_view scope, const Request& request) {
+    return (*this)(scope, view_of(request).find_header(key_header_), request);
+  }
+
   /// Removes expired records; answers how many.
   std::size_t sweep() { return guard_.store().sweep(guard_.clock().wall_now()); }
   /// Claims in progress past their lease: what a reconciliation pass compares with the
@@ -211,6 +222,7 @@ class idempotent {
   [[no_unique_address]] failure_type failure_;
   std::size_t max_key_length_;
   bool require_key_;
+  std::string key_header_;
 };
 
 template <class Handler>

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <concepts>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -47,13 +48,20 @@ struct request_view {
   const void* header_source = nullptr;
   std::string_view (*header_lookup)(const void* source, std::string_view name) = nullptr;
 
-  /// The first value of the header `name` (case-insensitive); empty when absent.
+  /// The first value of the header `name` (case-insensitive). Absent is a null view (data() is
+  /// nullptr), which find_header turns into std::nullopt; a lookup must keep to that.
   constexpr std::string_view header(std::string_view name) const noexcept {
     if (header_lookup != nullptr) return header_lookup(header_source, name);
     for (const header_field& field : headers) {
       if (header_name_equals(field.name, name)) return field.value;
     }
     return {};
+  }
+  /// The header's value, or std::nullopt when the request has no such header.
+  constexpr std::optional<std::string_view> find_header(std::string_view name) const noexcept {
+    const std::string_view value = header(name);
+    if (value.data() == nullptr) return std::nullopt;
+    return value;
   }
 };
 
@@ -64,12 +72,16 @@ struct http_request {
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
 
-  /// The first value of the header `name` (case-insensitive), or empty.
+  /// The first value of the header `name` (case-insensitive); a null view when absent.
   std::string_view header(std::string_view name) const noexcept {
     const auto found = std::find_if(headers.begin(), headers.end(), [&](const auto& field) {
       return header_name_equals(field.first, name);
     });
     return found == headers.end() ? std::string_view{} : std::string_view{found->second};
+  }
+  /// The header's value, or std::nullopt when absent.
+  std::optional<std::string_view> find_header(std::string_view name) const noexcept {
+    return view().find_header(name);
   }
 
   request_view view() const noexcept {

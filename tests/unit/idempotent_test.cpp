@@ -293,3 +293,25 @@ TEST_CASE("a damaged stored response is reported as an error, not replayed", "[i
   CHECK_THROWS_AS(guarded("s", "k", post("a")), idem::codec_error);
   CHECK(runs == 0);
 }
+
+TEST_CASE("the key is read from the Idempotency-Key header: absent is missing, empty invalid",
+          "[idempotent]") {
+  int runs = 0;
+  idem::idempotent<echo, test_policies> guarded{echo{&runs}};
+  idem::http_request request{"POST", "/charges", {{"idempotency-key", "abc"}}, "a"};
+  CHECK(guarded("s", request).verdict() == idem::verdict::executed);
+  CHECK(guarded("s", request).verdict() == idem::verdict::replayed);
+  CHECK(guarded.store().find("s", "abc", guarded.clock().wall_now()));
+  request.headers.clear();
+  CHECK(guarded("s", request).verdict() == idem::verdict::missing_key);
+  request.headers = {{"Idempotency-Key", ""}};
+  CHECK(guarded("s", request).verdict() == idem::verdict::invalid_key);
+  CHECK(runs == 1);
+
+  idem::idempotent<echo, test_policies>::options options;
+  options.key_header = "X-Request-Id";
+  idem::idempotent<echo, test_policies> custom{echo{&runs}, options};
+  const idem::http_request tagged{"POST", "/charges", {{"x-request-id", "r-1"}}, "a"};
+  CHECK(custom("s", tagged).verdict() == idem::verdict::executed);
+  CHECK(custom.store().find("s", "r-1", custom.clock().wall_now()));
+}
