@@ -1,0 +1,317 @@
+// XXH3's long-input kernels (the accumulate and scramble loop of "XXH3 Algorithm Description
+// (for large inputs)") for SSE2, AVX2 and AVX-512, and the run-time choice between them.
+//
+// SSE2 is part of x86-64, so it needs no check. AVX2 and AVX-512 are compiled through function
+// target attributes, so the header needs no compiler flags, and are chosen only when the CPU
+// (and the OS's saved register state, which __builtin_cpu_supports also checks) says so. Every
+// kernel computes exactly what consume_scalar computes; tests hold each one to it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <idem/detail/xxh3_portable.hpp>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#endif
+
+namespace idem::detail::xxh3 {
+
+/// The long-input kernels, best last. Not every one exists on every platform: see available().
+enum class kernel { scalar, sse2, avx2, avx512 };
+
+#if defined(__x86_64__) || defined(_M_X64)
+
+// Step 2-1 per 64-bit lane is acc[i] += lo32(keyed[i]) * hi32(keyed[i]) and acc[i ^ 1] +=
+// data[i]. Addition commutes, so each kernel sums a run of stripes' raw words apart and adds
+// them, lane-swapped, once at the end of the run: one shuffle a run instead of one a stripe.
+// Shuffle immediates: 0x31 moves each word's high half down (the multiplier reads only low
+// halves); 0x4e swaps the two words of each 128-bit lane (i ^ 1).
+//
+// Every kernel has four vector words of 16, 32 or 64 bytes; `width` of them make a stripe.
+
+inline void accumulate_products_sse2(__m128i (&acc)[4], __m128i (&sums)[4],
+                                     const std::uint8_t* input,
+                                     const std::uint8_t* secret) noexcept {
+  for (int i = 0; i < 4; ++i) {
+    const __m128i data = _mm_loadu_si128(reinterpret_cast<const __m128i*>(input) + i);
+    const __m128i key = _mm_loadu_si128(reinterpret_cast<const __m128i*>(secret) + i);
+    const __m128i keyed = _mm_xor_si128(data, key);
+    acc[i] = _mm_add_epi64(acc[i], _mm_mul_epu32(keyed, _mm_shuffle_epi32(keyed, 0x31)));
+    sums[i] = _mm_add_epi64(sums[i], data);
+  }
+}
+
+inline void add_swapped_sums_sse2(__m128i (&acc)[4], const __m128i (&sums)[4]) noexcept {
+  for (int i = 0; i < 4; ++i)
+    acc[i] = _mm_add_epi64(acc[i], _mm_shuffle_epi32(sums[i], 0x4e));
+}
+
+inline void scramble_sse2(__m128i (&acc)[4]) noexcept {
+  const auto* secret = default_secret.data() + scramble_secret_offset;
+  const __m128i prime = _mm_set1_epi32(static_cast<int>(prime32_1));
+  for (int i = 0; i < 4; ++i) {
+    const __m128i key = _mm_loadu_si128(reinterpret_cast<const __m128i*>(secret) + i);
+    const __m128i mixed = _mm_xor_si128(_mm_xor_si128(acc[i], _mm_srli_epi64(acc[i], 47)), key);
+    // A 64-bit multiply by a 32-bit prime from two 32x32 products.
+    const __m128i low = _mm_mul_epu32(mixed, prime);
+    const __m128i high = _mm_mul_epu32(_mm_srli_epi64(mixed, 32), prime);
+    acc[i] = _mm_add_epi64(low, _mm_slli_epi64(high, 32));
+  }
+}
+
+inline void consume_sse2(std::uint64_t* acc_words, const std::uint8_t* input, std::size_t stripes,
+                         std::size_t stripe_in_block, const std::uint8_t* last_stripe) noexcept {
+  __m128i acc[4];
+  for (int i = 0; i < 4; ++i) {
+    acc[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(acc_words) + i);
+  }
+  while (stripes > 0) {
+    const std::size_t room = stripes_per_block - stripe_in_block;
+    const std::size_t count = stripes < room ? stripes : room;
+    const std::uint8_t* secret = default_secret.data() + stripe_in_block * secret_consume_rate;
+    __m128i sums[4] = {};
+    for (std::size_t i = 0; i < count; ++i) {
+      accumulate_products_sse2(acc, sums, input, secret);
+      input += stripe_size;
+      secret += secret_consume_rate;
+    }
+    add_swapped_sums_sse2(acc, sums);
+    stripes -= count;
+    stripe_in_block += count;
+    if (stripe_in_block == stripes_per_block) {
+      scramble_sse2(acc);
+      stripe_in_block = 0;
+    }
+  }
+  if (last_stripe != nullptr) {
+    __m128i sums[4] = {};
+    accumulate_products_sse2(acc, sums, last_stripe,
+                             default_secret.data() + last_stripe_secret_offset);
+    add_swapped_sums_sse2(acc, sums);
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(acc_words) + i, acc[i]);
+  }
+}
+
+#if defined(__GNUC__)
+
+[[gnu::target("avx2"), gnu::always_inline]] inline void accumulate_products_avx2(
+    __m256i (&acc)[2], __m256i (&sums)[2], const std::uint8_t* input,
+    const std::uint8_t* secret) noexcept {
+  for (int i = 0; i < 2; ++i) {
+    const __m256i data = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(input) + i);
+    const __m256i key = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(secret) + i);
+    const __m256i keyed = _mm256_xor_si256(data, key);
+    acc[i] = _mm256_add_epi64(acc[i], _mm256_mul_epu32(keyed, _mm256_shuffle_epi32(keyed, 0x31)));
+    sums[i] = _mm256_add_epi64(sums[i], data);
+  }
+}
+
+[[gnu::target("avx2"), gnu::always_inline]] inline void add_swapped_sums_avx2(
+    __m256i (&acc)[2], const __m256i (&sums)[2]) noexcept {
+  for (int i = 0; i < 2; ++i) {
+    acc[i] = _mm256_add_epi64(acc[i], _mm256_shuffle_epi32(sums[i], 0x4e));
+  }
+}
+
+[[gnu::target("avx2"), gnu::always_inline]] inline void scramble_avx2(__m256i (&acc)[2]) noexcept {
+  const auto* secret = default_secret.data() + scramble_secret_offset;
+  const __m256i prime = _mm256_set1_epi32(static_cast<int>(prime32_1));
+  for (int i = 0; i < 2; ++i) {
+    const __m256i key = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(secret) + i);
+    const __m256i mixed =
+        _mm256_xor_si256(_mm256_xor_si256(acc[i], _mm256_srli_epi64(acc[i], 47)), key);
+    const __m256i low = _mm256_mul_epu32(mixed, prime);
+    const __m256i high = _mm256_mul_epu32(_mm256_srli_epi64(mixed, 32), prime);
+    acc[i] = _mm256_add_epi64(low, _mm256_slli_epi64(high, 32));
+  }
+}
+
+[[gnu::target("avx2")]] inline void consume_avx2(std::uint64_t* acc_words,
+                                                 const std::uint8_t* input, std::size_t stripes,
+                                                 std::size_t stripe_in_block,
+                                                 const std::uint8_t* last_stripe) noexcept {
+  __m256i acc[2];
+  for (int i = 0; i < 2; ++i) {
+    acc[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc_words) + i);
+  }
+  while (stripes > 0) {
+    const std::size_t room = stripes_per_block - stripe_in_block;
+    const std::size_t count = stripes < room ? stripes : room;
+    const std::uint8_t* secret = default_secret.data() + stripe_in_block * secret_consume_rate;
+    __m256i sums[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    for (std::size_t i = 0; i < count; ++i) {
+      accumulate_products_avx2(acc, sums, input, secret);
+      input += stripe_size;
+      secret += secret_consume_rate;
+    }
+    add_swapped_sums_avx2(acc, sums);
+    stripes -= count;
+    stripe_in_block += count;
+    if (stripe_in_block == stripes_per_block) {
+      scramble_avx2(acc);
+      stripe_in_block = 0;
+    }
+  }
+  if (last_stripe != nullptr) {
+    __m256i sums[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    accumulate_products_avx2(acc, sums, last_stripe,
+                             default_secret.data() + last_stripe_secret_offset);
+    add_swapped_sums_avx2(acc, sums);
+  }
+  for (int i = 0; i < 2; ++i) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc_words) + i, acc[i]);
+  }
+}
+
+// The AVX-512 steps use the zero-masking intrinsics with every lane selected, which compile to
+// the same unmasked instructions: the unmasked intrinsics start from an undefined register that
+// GCC 12 reports as "may be used uninitialized" once inlined, failing -Werror builds.
+inline constexpr __mmask8 all_words = 0xff;
+inline constexpr __mmask16 all_halves = 0xffff;
+
+[[gnu::target("avx512f"), gnu::always_inline]] inline void accumulate_products_avx512(
+    __m512i& acc, __m512i& sums, const std::uint8_t* input, const std::uint8_t* secret) noexcept {
+  const __m512i data = _mm512_loadu_si512(input);
+  const __m512i keyed = _mm512_xor_si512(data, _mm512_loadu_si512(secret));
+  const __m512i keyed_high =
+      _mm512_maskz_shuffle_epi32(all_halves, keyed, static_cast<_MM_PERM_ENUM>(0x31));
+  acc = _mm512_add_epi64(acc, _mm512_maskz_mul_epu32(all_words, keyed, keyed_high));
+  sums = _mm512_add_epi64(sums, data);
+}
+
+[[gnu::target("avx512f"), gnu::always_inline]] inline void add_swapped_sums_avx512(
+    __m512i& acc, __m512i sums) noexcept {
+  acc = _mm512_add_epi64(
+      acc, _mm512_maskz_shuffle_epi32(all_halves, sums, static_cast<_MM_PERM_ENUM>(0x4e)));
+}
+
+[[gnu::target("avx512f"), gnu::always_inline]] inline void scramble_avx512(__m512i& acc) noexcept {
+  const __m512i key = _mm512_loadu_si512(default_secret.data() + scramble_secret_offset);
+  const __m512i prime = _mm512_set1_epi32(static_cast<int>(prime32_1));
+  // 0x96 is the truth table of a ^ b ^ c: both xors of the scramble in one instruction.
+  const __m512i mixed =
+      _mm512_ternarylogic_epi64(acc, _mm512_maskz_srli_epi64(all_words, acc, 47), key, 0x96);
+  const __m512i low = _mm512_maskz_mul_epu32(all_words, mixed, prime);
+  const __m512i high =
+      _mm512_maskz_mul_epu32(all_words, _mm512_maskz_srli_epi64(all_words, mixed, 32), prime);
+  acc = _mm512_add_epi64(low, _mm512_maskz_slli_epi64(all_words, high, 32));
+}
+
+[[gnu::target("avx512f")]] inline void consume_avx512(std::uint64_t* acc_words,
+                                                      const std::uint8_t* input,
+                                                      std::size_t stripes,
+                                                      std::size_t stripe_in_block,
+                                                      const std::uint8_t* last_stripe) noexcept {
+  __m512i acc = _mm512_loadu_si512(acc_words);
+  while (stripes > 0) {
+    const std::size_t room = stripes_per_block - stripe_in_block;
+    const std::size_t count = stripes < room ? stripes : room;
+    const std::uint8_t* secret = default_secret.data() + stripe_in_block * secret_consume_rate;
+    __m512i sums = _mm512_setzero_si512();
+    for (std::size_t i = 0; i < count; ++i) {
+      accumulate_products_avx512(acc, sums, input, secret);
+      input += stripe_size;
+      secret += secret_consume_rate;
+    }
+    add_swapped_sums_avx512(acc, sums);
+    stripes -= count;
+    stripe_in_block += count;
+    if (stripe_in_block == stripes_per_block) {
+      scramble_avx512(acc);
+      stripe_in_block = 0;
+    }
+  }
+  if (last_stripe != nullptr) {
+    __m512i sums = _mm512_setzero_si512();
+    accumulate_products_avx512(acc, sums, last_stripe,
+                               default_secret.data() + last_stripe_secret_offset);
+    add_swapped_sums_avx512(acc, sums);
+  }
+  _mm512_storeu_si512(acc_words, acc);
+}
+
+#endif  // defined(__GNUC__)
+#endif  // defined(__x86_64__) || defined(_M_X64)
+
+/// One-shot long-input hashing with one kernel. A kernel's own instantiation, so the kernel
+/// call inside is direct (and inlined where the instruction sets allow).
+using long_hash_function = u128 (*)(const std::uint8_t* input, std::size_t size) noexcept;
+
+template <consume_function consume>
+u128 hash_long_using(const std::uint8_t* input, std::size_t size) noexcept {
+  return hash_long(consume, input, size);
+}
+
+/// What streaming and one-shot hashing need from a kernel.
+struct kernel_functions {
+  consume_function consume = nullptr;
+  long_hash_function hash_long = nullptr;
+};
+
+template <consume_function consume>
+inline constexpr kernel_functions functions_of = {consume, &hash_long_using<consume>};
+
+/// The functions for `path` if this build has them, else nulls.
+inline kernel_functions compiled_kernel(kernel path) noexcept {
+  switch (path) {
+    case kernel::scalar:
+      return functions_of<&consume_scalar>;
+#if defined(__x86_64__) || defined(_M_X64)
+    case kernel::sse2:
+      return functions_of<&consume_sse2>;
+#if defined(__GNUC__)
+    case kernel::avx2:
+      return functions_of<&consume_avx2>;
+    case kernel::avx512:
+      return functions_of<&consume_avx512>;
+#endif
+#endif
+    default:
+      return {};
+  }
+}
+
+/// Whether the CPU (and the OS, which must save the wider registers) can run `path`'s
+/// instructions; SSE2 is part of x86-64 itself.
+inline bool cpu_supports(kernel path) noexcept {
+#if (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__)
+  if (path == kernel::avx2) return __builtin_cpu_supports("avx2") != 0;
+  if (path == kernel::avx512) return __builtin_cpu_supports("avx512f") != 0;
+#endif
+  return path == kernel::scalar || path == kernel::sse2;
+}
+
+/// Whether `path` is compiled in and the CPU running this can execute it.
+inline bool available(kernel path) noexcept {
+  return compiled_kernel(path).consume != nullptr && cpu_supports(path);
+}
+
+/// The kernel function for `path`, or null where available(path) is false.
+inline consume_function kernel_function(kernel path) noexcept {
+  return available(path) ? compiled_kernel(path).consume : nullptr;
+}
+
+/// The best available kernel, decided once per process: a function-local static, so the CPU
+/// is asked once and every later call is a load and an indirect call.
+inline kernel selected_kernel() noexcept {
+  static const kernel chosen = [] {
+    for (const kernel path : {kernel::avx512, kernel::avx2, kernel::sse2}) {
+      if (available(path)) return path;
+    }
+    return kernel::scalar;
+  }();
+  return chosen;
+}
+
+/// The selected kernel's functions. Called through a pointer the compiler cannot see through,
+/// the long path also stays out of line at every call site of the inlined short paths.
+inline const kernel_functions& selected_functions() noexcept {
+  static const kernel_functions chosen = compiled_kernel(selected_kernel());
+  return chosen;
+}
+
+}  // namespace idem::detail::xxh3
