@@ -68,8 +68,7 @@ struct reference_state {
 };
 
 /// Every kernel but the scalar one, which the others are held to.
-constexpr std::array<x::kernel, 3> simd_kernels = {x::kernel::sse2, x::kernel::avx2,
-                                                   x::kernel::avx512};
+constexpr std::array<x::kernel, 2> simd_kernels = {x::kernel::sse2, x::kernel::avx2};
 
 const char* kernel_name(x::kernel path) {
   switch (path) {
@@ -79,8 +78,6 @@ const char* kernel_name(x::kernel path) {
       return "sse2";
     case x::kernel::avx2:
       return "avx2";
-    case x::kernel::avx512:
-      return "avx512";
   }
   return "?";
 }

@@ -7,7 +7,7 @@
 // It is not a cryptographic hash: use it to recognise a retried request, not to stop a forger.
 //
 // Inputs up to 240 bytes take short, inlined paths; longer ones run the best kernel this CPU has
-// (AVX-512, AVX2 or SSE2 on x86-64, portable C++ elsewhere), chosen once per process.
+// (AVX2 or SSE2 on x86-64, portable C++ elsewhere), chosen once per process.
 #pragma once
 
 #include <array>
