@@ -1,9 +1,9 @@
 // idem — exactly-once effect under at-least-once delivery.
 //
 // This header includes the whole core: the server side (idem::idempotent, idem::inbox, the
-// store contract and the locked reference store, fingerprints and codecs) and the client side
-// (idem::retrying), with their policies. Store adapters that need a client library are included
-// by name, never from here.
+// store contract, the lock-free memory store and the locked reference store, fingerprints and
+// codecs) and the client side (idem::retrying), with their policies. Store adapters that need a
+// client library are included by name, never from here.
 #pragma once
 
 #include <idem/attempt.hpp>
@@ -27,4 +27,5 @@
 #include <idem/retrying.hpp>
 #include <idem/store.hpp>
 #include <idem/store/locked.hpp>
+#include <idem/store/memory.hpp>
 #include <idem/version.hpp>

@@ -27,6 +27,7 @@
 #include <idem/policy/observer.hpp>
 #include <idem/policy/random.hpp>
 #include <idem/store/locked.hpp>
+#include <idem/store/memory.hpp>
 
 namespace idem {
 
@@ -47,8 +48,9 @@ struct default_policies {
   using clock = idem::steady_clock;
 
   // --- server side: idempotent, inbox ------------------------------------------------------
-  /// Where records live: one mutex-guarded map (the lock-free memory store replaces it).
-  using store = idem::locked_store;
+  /// Where records live: the lock-free sharded memory store (not durable; see the SQL and
+  /// Redis stores for that).
+  using store = idem::memory_store;
   /// The request digest: XXH3-128 over method, target and body. Wrap it in
   /// idem::request_fingerprint to cover headers, or idem::canonical_json for JSON bodies.
   using fingerprint = idem::xxh3_128;

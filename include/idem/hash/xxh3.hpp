@@ -99,6 +99,16 @@ struct xxh3_128 {
         buffered_ = buffered + size;
         return;
       }
+      consume_and_buffer(input, size, buffered);
+    }
+
+   private:
+    // Out of line: the common small update stays a copy into the buffer, and GCC, which would
+    // otherwise inline this with a caller's constant size, cannot flag copies on paths that
+    // size never reaches (-Warray-bounds, -Wstringop-overread at -O1).
+    [[gnu::noinline]] void consume_and_buffer(const std::uint8_t* input, std::size_t size,
+                                              std::size_t buffered) noexcept {
+      namespace x = detail::xxh3;
       // A stripe is consumed only once some byte follows it, as the one-shot algorithm does:
       // the input's final stripe is not an ordinary stripe (step 3 of the long algorithm).
       const x::consume_function consume = x::selected_functions().consume;
@@ -122,6 +132,7 @@ struct xxh3_128 {
       buffered_ = size;
     }
 
+   public:
     value finish128() const noexcept {
       namespace x = detail::xxh3;
       // Nothing is consumed before 256 bytes, so a short input is still whole in the buffer;

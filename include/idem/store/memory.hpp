@@ -1,0 +1,624 @@
+// memory_store: the embedded default store. Lock-free, sharded, bounded; not durable.
+//
+// Concurrency semantics a user must know:
+//   * claim, find, complete, release and checkpoint take no lock. Each is a search of one
+//     bucket's chain and at most one compare-and-swap; a thread paused anywhere inside one
+//     never stops another from finishing its own.
+//   * Every operation on one (scope, key) is atomic and linearizable: a record's state is an
+//     immutable version, replaced as a whole by compare-and-swap, so a reader sees a whole
+//     version or the one after it, never a mix; and fenced writes check the fence of the very
+//     version they replace.
+//   * sweep and stuck walk the store under per-shard sweep locks that the hot paths never take.
+//   * Unlinked memory is freed by epoch-based reclamation (detail/epoch.hpp): never while a
+//     thread may still read it, and never leaked.
+//
+// Layout: 64 shards, each a fixed array of buckets, each bucket a lock-free ordered chain
+// (Harris and Michael's list) of nodes. A node holds one (scope, key) for as long as it is
+// linked, and points to the record's current version. Buckets are chosen by SipHash-1-3 under a
+// key drawn once per process, so clients cannot aim their keys at one bucket; that hash is
+// never stored. The bucket count is fixed from limits::expected_records: beyond it chains grow.
+//
+// Bounds: max_records counts nodes held (expired ones until they are swept), max_bytes counts
+// scope + key + response + recovery bytes. A claim past either answers `full` after first
+// sweeping what has expired; a live record is never evicted.
+//
+// Expiry: each claim that starts a retention period leaves a ticket (its expiry time and node)
+// on its shard's lock-free stack; sweep moves tickets into a per-shard heap and pops only the
+// due ones, so it costs what it removes (plus the tickets that arrived since the last sweep),
+// not what the store holds.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <idem/detail/epoch.hpp>
+#include <idem/detail/siphash.hpp>
+#include <idem/store.hpp>
+
+namespace idem {
+
+class memory_store {
+ public:
+  struct limits {
+    std::size_t max_records = std::numeric_limits<std::size_t>::max();
+    /// Counted as scope + key + response + recovery bytes of every record held.
+    std::size_t max_bytes = std::numeric_limits<std::size_t>::max();
+    /// Sizes the bucket arrays (one bucket per expected record, at least 16 per shard).
+    std::size_t expected_records = 65536;
+  };
+
+  /// What the store holds now: records not yet swept (expired ones included), and their bytes
+  /// as max_bytes counts them.
+  struct stats {
+    std::size_t records;
+    std::size_t bytes;
+  };
+
+  /// The memory one record takes beyond its scope, key, fingerprint, response and recovery
+  /// bytes: the node and version headers (allocator overhead not included).
+  static constexpr std::size_t record_overhead_bytes();
+
+  memory_store() : memory_store(limits{}) {}
+  explicit memory_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
+
+  claim_result claim(const claim_request& request) {
+    state& s = *state_;
+    const std::uint64_t hash = s.hash_of(request.scope, request.key);
+    shard& home = s.shard_for(hash);
+    std::atomic<std::uintptr_t>& head = home.bucket_for(hash);
+    const std::int64_t now = to_ns(request.now);
+    bool swept = false;
+
+    detail::epoch_guard guard;
+    for (;;) {
+      const position at = search(head, hash, request.scope, request.key, guard);
+      if (at.found) {
+        node* const found = at.current;
+        version* seen = found->current.load(std::memory_order_acquire);
+        if (seen->state == dead) {
+          help_remove(found);
+          continue;
+        }
+        if (seen->state != released && now < seen->expires_at) {
+          if (seen->state == in_progress && seen->lease_until <= now &&
+              seen->matches(request.fingerprint)) {
+            version* next = version::make(*seen, seen->payload_recovery());
+            next->fence = seen->fence + 1;
+            next->lease_until = now + request.lease.count();
+            if (!found->current.compare_exchange_strong(seen, next, std::memory_order_acq_rel)) {
+              version::destroy(next);
+              continue;
+            }
+            guard.retire(seen, &version::destroy_erased);
+            return {claim_status::taken_over, next->fence, snapshot(*found, *next)};
+          }
+          return {claim_status::existing, 0, snapshot(*found, *seen)};
+        }
+        // Expired or released: a new claim on the same node, under a higher fence.
+        version* next = version::make_claim(request, seen->fence + 1);
+        found->references.fetch_add(1, std::memory_order_relaxed);  // for its ticket
+        if (!found->current.compare_exchange_strong(seen, next, std::memory_order_acq_rel)) {
+          found->references.fetch_sub(1, std::memory_order_relaxed);
+          version::destroy(next);
+          continue;
+        }
+        s.bytes.fetch_sub(seen->payload_size(), std::memory_order_relaxed);
+        guard.retire(seen, &version::destroy_erased);
+        home.push_ticket(new ticket{nullptr, next->expires_at, found, false});
+        return {claim_status::claimed, next->fence, {}};
+      }
+
+      const std::size_t id_bytes = request.scope.size() + request.key.size();
+      if (!s.reserve(id_bytes)) {
+        if (swept) return {claim_status::full, 0, {}};
+        // Expired records are not live: make room from them, once, before saying full.
+        swept = true;
+        sweep(request.now);
+        continue;
+      }
+      node* fresh =
+          node::make(hash, request.scope, request.key, version::make_claim(request, 1), at.current);
+      std::uintptr_t expected = reinterpret_cast<std::uintptr_t>(at.current);
+      if (!at.previous->compare_exchange_strong(expected, reinterpret_cast<std::uintptr_t>(fresh),
+                                                std::memory_order_acq_rel)) {
+        s.release_reservation(id_bytes);
+        node::destroy_unpublished(fresh);
+        continue;
+      }
+      home.push_ticket(&fresh->first_ticket);
+      return {claim_status::claimed, 1, {}};
+    }
+  }
+
+  bool complete(const fenced_key& held, std::string_view response, store_time /*now*/) {
+    return replace(held, [&](const version& seen) {
+      version* next = version::make(seen, response, {});
+      next->state = completed;
+      return next;
+    });
+  }
+
+  bool release(const fenced_key& held) {
+    return replace(held, [&](const version& seen) {
+      version* next = version::make(seen, {}, {});
+      next->state = released;
+      return next;
+    });
+  }
+
+  bool checkpoint(const fenced_key& held, std::string_view recovery, store_time lease_until) {
+    return replace(held, [&](const version& seen) {
+      version* next = version::make(seen, seen.payload_response(), recovery);
+      next->lease_until = to_ns(lease_until);
+      return next;
+    });
+  }
+
+  std::optional<record> find(std::string_view scope, std::string_view key, store_time now) const {
+    state& s = *state_;
+    const std::uint64_t hash = s.hash_of(scope, key);
+    detail::epoch_guard guard;
+    const position at = search(s.shard_for(hash).bucket_for(hash), hash, scope, key, guard);
+    if (!at.found) return std::nullopt;
+    const version* seen = at.current->current.load(std::memory_order_acquire);
+    if (seen->state == dead || seen->state == released || seen->expires_at <= to_ns(now)) {
+      return std::nullopt;
+    }
+    return snapshot(*at.current, *seen);
+  }
+
+  std::size_t sweep(store_time now) {
+    std::size_t removed = 0;
+    for (shard& each : state_->shards)
+      removed += sweep_shard(each, to_ns(now));
+    return removed;
+  }
+
+  std::vector<record> stuck(store_time now, std::size_t limit) const {
+    std::vector<record> out;
+    const std::int64_t at = to_ns(now);
+    detail::epoch_guard guard;
+    for (const shard& each : state_->shards) {
+      for (std::size_t b = 0; b <= each.mask; ++b) {
+        for (node* n = pointer(each.buckets[b].load(std::memory_order_acquire)); n != nullptr;
+             n = pointer(n->next.load(std::memory_order_acquire))) {
+          if (out.size() >= limit) return out;
+          const version* seen = n->current.load(std::memory_order_acquire);
+          if (seen->state == in_progress && seen->lease_until <= at && at < seen->expires_at) {
+            out.push_back(snapshot(*n, *seen));
+          }
+        }
+      }
+    }
+    return out;
+  }
+
+  stats statistics() const noexcept {
+    return {state_->records.load(std::memory_order_relaxed),
+            state_->bytes.load(std::memory_order_relaxed)};
+  }
+
+ private:
+  static constexpr std::uint8_t in_progress = 0;
+  static constexpr std::uint8_t completed = 1;
+  static constexpr std::uint8_t released = 2;
+  static constexpr std::uint8_t dead = 3;  // being removed by sweep; never replaced again
+
+  static std::int64_t to_ns(store_time t) noexcept {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  }
+  static store_time from_ns(std::int64_t ns) noexcept {
+    return store_time{
+        std::chrono::duration_cast<store_time::duration>(std::chrono::nanoseconds{ns})};
+  }
+
+  // One immutable state of a record. Its variable parts follow it in the same allocation:
+  // fingerprint, then response, then recovery bytes.
+  struct version {
+    std::int64_t created_at;
+    std::int64_t lease_until;
+    std::int64_t expires_at;
+    std::uint64_t fence;
+    std::uint32_t response_size;
+    std::uint32_t recovery_size;
+    std::uint8_t state;
+    std::uint8_t fingerprint_size;
+
+    const char* tail() const noexcept { return reinterpret_cast<const char*>(this + 1); }
+    char* tail() noexcept { return reinterpret_cast<char*>(this + 1); }
+    std::string_view payload_response() const noexcept {
+      return {tail() + fingerprint_size, response_size};
+    }
+    std::string_view payload_recovery() const noexcept {
+      return {tail() + fingerprint_size + response_size, recovery_size};
+    }
+    std::size_t payload_size() const noexcept { return std::size_t{response_size} + recovery_size; }
+    bool matches(const digest& fingerprint) const noexcept {
+      return fingerprint.size() == fingerprint_size &&
+             std::memcmp(tail(), fingerprint.data(), fingerprint_size) == 0;
+    }
+    digest fingerprint() const noexcept {
+      return digest{std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(tail()),
+                                                  fingerprint_size)};
+    }
+
+    static version* allocate(std::size_t fingerprint_size, std::string_view response,
+                             std::string_view recovery) {
+      void* memory =
+          ::operator new(sizeof(version) + fingerprint_size + response.size() + recovery.size());
+      auto* v = new (memory) version{};
+      v->fingerprint_size = static_cast<std::uint8_t>(fingerprint_size);
+      v->response_size = static_cast<std::uint32_t>(response.size());
+      v->recovery_size = static_cast<std::uint32_t>(recovery.size());
+      if (!response.empty())
+        std::memcpy(v->tail() + fingerprint_size, response.data(), response.size());
+      if (!recovery.empty()) {
+        std::memcpy(v->tail() + fingerprint_size + response.size(), recovery.data(),
+                    recovery.size());
+      }
+      return v;
+    }
+    // A copy of `from` with other response and recovery bytes.
+    static version* make(const version& from, std::string_view response,
+                         std::string_view recovery) {
+      version* v = allocate(from.fingerprint_size, response, recovery);
+      v->created_at = from.created_at;
+      v->lease_until = from.lease_until;
+      v->expires_at = from.expires_at;
+      v->fence = from.fence;
+      v->state = from.state;
+      std::memcpy(v->tail(), from.tail(), from.fingerprint_size);
+      return v;
+    }
+    static version* make(const version& from, std::string_view recovery) {
+      return make(from, {}, recovery);
+    }
+    static version* make_claim(const claim_request& request, std::uint64_t fence) {
+      version* v = allocate(request.fingerprint.size(), {}, {});
+      const std::int64_t now = to_ns(request.now);
+      v->created_at = now;
+      v->lease_until = now + request.lease.count();
+      v->expires_at = now + request.retention.count();
+      v->fence = fence;
+      v->state = in_progress;
+      std::memcpy(v->tail(), request.fingerprint.data(), request.fingerprint.size());
+      return v;
+    }
+    static void destroy(version* v) noexcept {
+      if (v == &dead_version()) return;
+      v->~version();
+      ::operator delete(v);
+    }
+    static void destroy_erased(void* v) noexcept { destroy(static_cast<version*>(v)); }
+  };
+
+  // What sweep removes a record by: the kill is a CAS to this, so that no claim can revive a
+  // record sweep has decided to remove.
+  static version& dead_version() noexcept {
+    static version sentinel{0, 0, 0, 0, 0, 0, dead, 0};
+    return sentinel;
+  }
+
+  struct node;
+  struct ticket {
+    ticket* next;
+    std::int64_t expires_at;
+    node* target;
+    bool embedded;  // the node's own first ticket, freed with the node
+  };
+
+  // One (scope, key), linked in its bucket's chain while the record exists. Freed when it is
+  // both unlinked (after an epoch grace period) and no longer referenced by a ticket:
+  // `references` counts the link plus each pending ticket.
+  struct node {
+    std::atomic<std::uintptr_t> next;  // the next node; the low bit marks this one removed
+    std::atomic<version*> current;
+    std::atomic<std::uint32_t> references;
+    std::uint32_t scope_size;
+    std::uint64_t hash;
+    ticket first_ticket;
+    std::uint32_t key_size;
+
+    const char* tail() const noexcept { return reinterpret_cast<const char*>(this + 1); }
+    std::string_view scope() const noexcept { return {tail(), scope_size}; }
+    std::string_view key() const noexcept { return {tail() + scope_size, key_size}; }
+
+    static node* make(std::uint64_t hash, std::string_view scope, std::string_view key,
+                      version* first, node* successor) {
+      void* memory = ::operator new(sizeof(node) + scope.size() + key.size());
+      auto* n = new (memory) node{};
+      n->next.store(reinterpret_cast<std::uintptr_t>(successor), std::memory_order_relaxed);
+      n->current.store(first, std::memory_order_relaxed);
+      n->references.store(2, std::memory_order_relaxed);  // the link and the first ticket
+      n->scope_size = static_cast<std::uint32_t>(scope.size());
+      n->key_size = static_cast<std::uint32_t>(key.size());
+      n->hash = hash;
+      n->first_ticket = ticket{nullptr, first->expires_at, n, true};
+      char* bytes = reinterpret_cast<char*>(n + 1);
+      if (!scope.empty()) std::memcpy(bytes, scope.data(), scope.size());
+      if (!key.empty()) std::memcpy(bytes + scope.size(), key.data(), key.size());
+      return n;
+    }
+    static void free(node* n) noexcept {
+      version::destroy(n->current.load(std::memory_order_relaxed));
+      n->~node();
+      ::operator delete(n);
+    }
+    static void destroy_unpublished(node* n) noexcept { free(n); }
+    static void drop_reference(node* n) noexcept {
+      if (n->references.fetch_sub(1, std::memory_order_acq_rel) == 1) free(n);
+    }
+    static void drop_link_erased(void* n) noexcept { drop_reference(static_cast<node*>(n)); }
+  };
+
+  static node* pointer(std::uintptr_t link) noexcept {
+    return reinterpret_cast<node*>(link & ~std::uintptr_t{1});
+  }
+  static bool marked(std::uintptr_t link) noexcept { return (link & 1) != 0; }
+
+  // Chains are ordered by (hash, scope, key), so a search stops at the first node not below.
+  static int compare(const node& n, std::uint64_t hash, std::string_view scope,
+                     std::string_view key) noexcept {
+    if (n.hash != hash) return n.hash < hash ? -1 : 1;
+    if (n.scope_size != scope.size()) return n.scope_size < scope.size() ? -1 : 1;
+    if (const int c = n.scope().compare(scope); c != 0) return c;
+    return n.key().compare(key);
+  }
+
+  struct alignas(64) shard {
+    std::unique_ptr<std::atomic<std::uintptr_t>[]> buckets;
+    std::size_t mask = 0;
+    std::atomic<ticket*> incoming{nullptr};
+    std::mutex sweep_mutex;
+    std::vector<ticket*> due;  // a min-heap by expires_at, under sweep_mutex
+
+    std::atomic<std::uintptr_t>& bucket_for(std::uint64_t hash) const noexcept {
+      return buckets[hash & mask];
+    }
+    void push_ticket(ticket* t) noexcept {
+      ticket* head = incoming.load(std::memory_order_relaxed);
+      do {
+        t->next = head;
+      } while (!incoming.compare_exchange_weak(head, t, std::memory_order_release,
+                                               std::memory_order_relaxed));
+    }
+  };
+
+  static constexpr std::size_t shard_count = 64;
+
+  struct state {
+    explicit state(limits given)
+        : bounds(given), hash_key(detail::process_hash_key()), shards(shard_count) {
+      std::size_t per_shard = 16;
+      while (per_shard * shard_count < given.expected_records &&
+             per_shard < (std::size_t{1} << 30)) {
+        per_shard *= 2;
+      }
+      for (shard& each : shards) {
+        each.buckets = std::make_unique<std::atomic<std::uintptr_t>[]>(per_shard);
+        each.mask = per_shard - 1;
+      }
+    }
+    state(const state&) = delete;
+    state& operator=(const state&) = delete;
+
+    // No thread uses the store any more: free everything it holds directly.
+    ~state() {
+      for (shard& each : shards) {
+        for (ticket* t = each.incoming.load(std::memory_order_acquire); t != nullptr;) {
+          ticket* next = t->next;
+          release_ticket(t);
+          t = next;
+        }
+        for (ticket* t : each.due)
+          release_ticket(t);
+        for (std::size_t b = 0; b <= each.mask; ++b) {
+          node* n = pointer(each.buckets[b].load(std::memory_order_acquire));
+          while (n != nullptr) {
+            node* next = pointer(n->next.load(std::memory_order_relaxed));
+            node::free(n);
+            n = next;
+          }
+        }
+      }
+    }
+
+    // A ticket gives up its node: its reference goes, and the ticket too unless embedded.
+    static void release_ticket(ticket* t) noexcept {
+      node* target = t->target;
+      if (!t->embedded) delete t;
+      node::drop_reference(target);
+    }
+
+    std::uint64_t hash_of(std::string_view scope, std::string_view key) const noexcept {
+      detail::siphash13 h(hash_key);
+      const std::uint64_t size = scope.size();
+      char length[8];
+      for (int i = 0; i < 8; ++i)
+        length[i] = static_cast<char>(size >> (8 * i));
+      h.update(std::string_view{length, 8});
+      h.update(scope);
+      h.update(key);
+      return h.finish();
+    }
+    // The top bits choose the shard, the low bits the bucket within it.
+    shard& shard_for(std::uint64_t hash) noexcept { return shards[hash >> 58]; }
+
+    bool reserve(std::size_t id_bytes) noexcept {
+      if (records.fetch_add(1, std::memory_order_relaxed) >= bounds.max_records) {
+        records.fetch_sub(1, std::memory_order_relaxed);
+        return false;
+      }
+      if (!reserve_bytes(id_bytes)) {
+        records.fetch_sub(1, std::memory_order_relaxed);
+        return false;
+      }
+      return true;
+    }
+    void release_reservation(std::size_t id_bytes) noexcept {
+      records.fetch_sub(1, std::memory_order_relaxed);
+      bytes.fetch_sub(id_bytes, std::memory_order_relaxed);
+    }
+    bool reserve_bytes(std::size_t count) noexcept {
+      const std::size_t before = bytes.fetch_add(count, std::memory_order_relaxed);
+      if (before > bounds.max_bytes || count > bounds.max_bytes - before) {
+        bytes.fetch_sub(count, std::memory_order_relaxed);
+        return false;
+      }
+      return true;
+    }
+
+    limits bounds;
+    detail::siphash_key hash_key;
+    std::vector<shard> shards;
+    std::atomic<std::size_t> records{0};
+    std::atomic<std::size_t> bytes{0};
+  };
+
+  struct position {
+    std::atomic<std::uintptr_t>* previous;
+    node* current;
+    bool found;
+  };
+
+  // Harris-Michael search: the first node not below (hash, scope, key), and the link pointing to
+  // it. Nodes marked removed are unlinked on the way; whoever unlinks one retires its link.
+  static position search(std::atomic<std::uintptr_t>& head, std::uint64_t hash,
+                         std::string_view scope, std::string_view key, detail::epoch_guard& guard) {
+  retry:
+    std::atomic<std::uintptr_t>* previous = &head;
+    node* current = pointer(previous->load(std::memory_order_acquire));
+    while (current != nullptr) {
+      const std::uintptr_t next = current->next.load(std::memory_order_acquire);
+      if (marked(next)) {
+        std::uintptr_t expected = reinterpret_cast<std::uintptr_t>(current);
+        if (!previous->compare_exchange_strong(expected, next & ~std::uintptr_t{1},
+                                               std::memory_order_acq_rel)) {
+          goto retry;
+        }
+        guard.retire(current, &node::drop_link_erased);
+        current = pointer(next);
+        continue;
+      }
+      const int order = compare(*current, hash, scope, key);
+      if (order >= 0) return {previous, current, order == 0};
+      previous = &current->next;
+      current = pointer(next);
+    }
+    return {previous, nullptr, false};
+  }
+
+  // Marks a dead node removed, so the next search unlinks it.
+  static void help_remove(node* n) noexcept {
+    std::uintptr_t next = n->next.load(std::memory_order_acquire);
+    while (!marked(next) &&
+           !n->next.compare_exchange_weak(next, next | 1, std::memory_order_acq_rel)) {
+    }
+  }
+
+  static record snapshot(const node& n, const version& v) {
+    record out;
+    out.scope = n.scope();
+    out.key = n.key();
+    out.fingerprint = v.fingerprint();
+    out.state = v.state == completed ? record_state::completed : record_state::in_progress;
+    out.fence = v.fence;
+    out.created_at = from_ns(v.created_at);
+    out.lease_until = from_ns(v.lease_until);
+    out.expires_at = from_ns(v.expires_at);
+    out.response = v.payload_response();
+    out.recovery = v.payload_recovery();
+    return out;
+  }
+
+  // A fenced write: replaces the current version by make(seen) if the caller's fence is still
+  // the record's. The CAS is on the very version whose fence was checked.
+  template <class Make>
+  bool replace(const fenced_key& held, Make&& make) {
+    state& s = *state_;
+    const std::uint64_t hash = s.hash_of(held.scope, held.key);
+    detail::epoch_guard guard;
+    const position at =
+        search(s.shard_for(hash).bucket_for(hash), hash, held.scope, held.key, guard);
+    if (!at.found) return false;
+    version* seen = at.current->current.load(std::memory_order_acquire);
+    for (;;) {
+      if (seen->state == dead || seen->state == released || seen->fence != held.fence) {
+        return false;
+      }
+      version* next = make(*seen);
+      const std::size_t old_size = seen->payload_size();
+      const std::size_t new_size = next->payload_size();
+      if (new_size > old_size && !s.reserve_bytes(new_size - old_size)) {
+        version::destroy(next);
+        throw store_error(store_failure::full,
+                          "idem::memory_store: " + std::to_string(new_size) +
+                              " bytes do not fit in the store's max_bytes of " +
+                              std::to_string(s.bounds.max_bytes));
+      }
+      if (at.current->current.compare_exchange_strong(seen, next, std::memory_order_acq_rel)) {
+        if (new_size < old_size) s.bytes.fetch_sub(old_size - new_size, std::memory_order_relaxed);
+        guard.retire(seen, &version::destroy_erased);
+        return true;
+      }
+      if (new_size > old_size) s.bytes.fetch_sub(new_size - old_size, std::memory_order_relaxed);
+      version::destroy(next);
+    }
+  }
+
+  std::size_t sweep_shard(shard& home, std::int64_t now) {
+    const std::lock_guard lock(home.sweep_mutex);
+    auto later = [](const ticket* a, const ticket* b) { return a->expires_at > b->expires_at; };
+    for (ticket* t = home.incoming.exchange(nullptr, std::memory_order_acquire); t != nullptr;) {
+      ticket* next = t->next;
+      home.due.push_back(t);
+      std::push_heap(home.due.begin(), home.due.end(), later);
+      t = next;
+    }
+    std::size_t removed = 0;
+    detail::epoch_guard guard;
+    while (!home.due.empty() && home.due.front()->expires_at <= now) {
+      std::pop_heap(home.due.begin(), home.due.end(), later);
+      ticket* t = home.due.back();
+      home.due.pop_back();
+      node* n = t->target;
+      version* seen = n->current.load(std::memory_order_acquire);
+      // The record may have been claimed again since this ticket: then its own ticket is due
+      // later. Only a record whose current version has expired is removed.
+      while (seen->state != dead && seen->expires_at <= now) {
+        if (n->current.compare_exchange_weak(seen, &dead_version(), std::memory_order_acq_rel)) {
+          state_->records.fetch_sub(1, std::memory_order_relaxed);
+          state_->bytes.fetch_sub(n->scope_size + n->key_size + seen->payload_size(),
+                                  std::memory_order_relaxed);
+          guard.retire(seen, &version::destroy_erased);
+          help_remove(n);
+          (void)search(home.bucket_for(n->hash), n->hash, n->scope(), n->key(), guard);
+          ++removed;
+          break;
+        }
+      }
+      state::release_ticket(t);
+    }
+    return removed;
+  }
+
+  std::shared_ptr<state> state_;
+};
+
+constexpr std::size_t memory_store::record_overhead_bytes() {
+  return sizeof(node) + sizeof(version);
+}
+
+}  // namespace idem
