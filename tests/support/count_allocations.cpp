@@ -5,6 +5,9 @@
 // still sees every block, its bounds and its lifetime.
 #include "count_allocations.hpp"
 
+#include <malloc.h>
+
+#include <atomic>
 #include <cstdlib>
 #include <new>
 
@@ -13,11 +16,27 @@ namespace {
 // constinit: zero-initialised at load time, so touching it from operator new never runs a
 // dynamic TLS initialiser (which could itself allocate).
 constinit thread_local std::size_t allocations = 0;
+// Bytes held by the whole program, as malloc_usable_size reports each block (what the allocator
+// really set aside for it, rounding included): frees may happen on other threads.
+constinit std::atomic<std::ptrdiff_t> live_bytes{0};
+
+void count_in(void* p) noexcept {
+  ++allocations;
+  live_bytes.fetch_add(static_cast<std::ptrdiff_t>(malloc_usable_size(p)),
+                       std::memory_order_relaxed);
+}
+
+void release(void* p) noexcept {
+  if (p == nullptr) return;
+  live_bytes.fetch_sub(static_cast<std::ptrdiff_t>(malloc_usable_size(p)),
+                       std::memory_order_relaxed);
+  std::free(p);
+}
 
 void* allocate(std::size_t size) noexcept {
   // operator new(0) must return a unique non-null pointer; malloc(0) need not.
   void* p = std::malloc(size == 0 ? 1 : size);
-  if (p != nullptr) ++allocations;
+  if (p != nullptr) count_in(p);
   return p;
 }
 
@@ -27,7 +46,7 @@ void* allocate_aligned(std::size_t size, std::align_val_t alignment) noexcept {
   // glibc is lenient, AddressSanitizer reports it.
   const std::size_t rounded = size == 0 ? align : (size + align - 1) / align * align;
   void* p = std::aligned_alloc(align, rounded);
-  if (p != nullptr) ++allocations;
+  if (p != nullptr) count_in(p);
   return p;
 }
 
@@ -49,6 +68,10 @@ namespace idem_test {
 
 std::size_t allocations_on_this_thread() noexcept {
   return allocations;
+}
+
+std::ptrdiff_t live_heap_bytes() noexcept {
+  return live_bytes.load(std::memory_order_relaxed);
 }
 
 }  // namespace idem_test
@@ -82,42 +105,42 @@ void* operator new[](std::size_t size, std::align_val_t alignment, const std::no
 }
 
 // --- deallocation ----------------------------------------------------------------------------
-// aligned_alloc'd memory is released with free() too, so every form ends in std::free.
+// aligned_alloc'd memory is released with free() too, so every form ends in release().
 
 void operator delete(void* p) noexcept {
-  std::free(p);
+  release(p);
 }
 void operator delete[](void* p) noexcept {
-  std::free(p);
+  release(p);
 }
 void operator delete(void* p, std::size_t) noexcept {
-  std::free(p);
+  release(p);
 }
 void operator delete[](void* p, std::size_t) noexcept {
-  std::free(p);
+  release(p);
 }
 void operator delete(void* p, const std::nothrow_t&) noexcept {
-  std::free(p);
+  release(p);
 }
 void operator delete[](void* p, const std::nothrow_t&) noexcept {
-  std::free(p);
+  release(p);
 }
 
 void operator delete(void* p, std::align_val_t) noexcept {
-  std::free(p);
+  release(p);
 }
 void operator delete[](void* p, std::align_val_t) noexcept {
-  std::free(p);
+  release(p);
 }
 void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
-  std::free(p);
+  release(p);
 }
 void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
-  std::free(p);
+  release(p);
 }
 void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
-  std::free(p);
+  release(p);
 }
 void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
-  std::free(p);
+  release(p);
 }

@@ -14,11 +14,17 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace idem_test {
 
 /// Every global operator new that has succeeded on the calling thread since it started.
 std::size_t allocations_on_this_thread() noexcept;
+
+/// Heap bytes the whole program holds through operator new now, each block counted as
+/// malloc_usable_size reports it (the allocator's own per-block header, 8 bytes in glibc, is not
+/// included).
+std::ptrdiff_t live_heap_bytes() noexcept;
 
 /// Allocations made on the constructing thread between construction and each call to count().
 class allocation_scope {
