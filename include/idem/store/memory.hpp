@@ -41,6 +41,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <idem/detail/epoch.hpp>
@@ -116,7 +117,7 @@ class memory_store {
         }
         s.bytes.fetch_sub(seen->payload_size(), std::memory_order_relaxed);
         guard.retire(seen, &version::destroy_erased);
-        home.push_ticket(new ticket{nullptr, next->expires_at, found, false});
+        home.push_ticket(&(new extra_ticket{{0, next->expires_at}, found})->base, true);
         return {claim_status::claimed, next->fence, {}};
       }
 
@@ -137,7 +138,7 @@ class memory_store {
         node::destroy_unpublished(fresh);
         continue;
       }
-      home.push_ticket(&fresh->first_ticket);
+      home.push_ticket(&fresh->first_ticket, false);
       return {claim_status::claimed, 1, {}};
     }
   }
@@ -312,24 +313,32 @@ class memory_store {
   }
 
   struct node;
+  // A due date for one record. A node's first ticket is its own first member (so the node is
+  // found from it); a later claim of the same node brings an extra_ticket. The low bit of
+  // `link` says which, the rest points to the next ticket on the shard's stack.
   struct ticket {
-    ticket* next;
+    std::uintptr_t link;
     std::int64_t expires_at;
+
+    ticket* next() const noexcept { return reinterpret_cast<ticket*>(link & ~std::uintptr_t{1}); }
+    bool extra() const noexcept { return (link & 1) != 0; }
+  };
+  struct extra_ticket {
+    ticket base;  // first: a ticket* of an extra ticket points here
     node* target;
-    bool embedded;  // the node's own first ticket, freed with the node
   };
 
   // One (scope, key), linked in its bucket's chain while the record exists. Freed when it is
   // both unlinked (after an epoch grace period) and no longer referenced by a ticket:
   // `references` counts the link plus each pending ticket.
   struct node {
+    ticket first_ticket;               // first: a ticket* of a first ticket is the node
     std::atomic<std::uintptr_t> next;  // the next node; the low bit marks this one removed
     std::atomic<version*> current;
     std::atomic<std::uint32_t> references;
     std::uint32_t scope_size;
-    std::uint64_t hash;
-    ticket first_ticket;
     std::uint32_t key_size;
+    std::uint64_t hash;
 
     const char* tail() const noexcept { return reinterpret_cast<const char*>(this + 1); }
     std::string_view scope() const noexcept { return {tail(), scope_size}; }
@@ -345,7 +354,7 @@ class memory_store {
       n->scope_size = static_cast<std::uint32_t>(scope.size());
       n->key_size = static_cast<std::uint32_t>(key.size());
       n->hash = hash;
-      n->first_ticket = ticket{nullptr, first->expires_at, n, true};
+      n->first_ticket = ticket{0, first->expires_at};
       char* bytes = reinterpret_cast<char*>(n + 1);
       if (!scope.empty()) std::memcpy(bytes, scope.data(), scope.size());
       if (!key.empty()) std::memcpy(bytes + scope.size(), key.data(), key.size());
@@ -380,17 +389,17 @@ class memory_store {
   struct alignas(64) shard {
     std::unique_ptr<std::atomic<std::uintptr_t>[]> buckets;
     std::size_t mask = 0;
-    std::atomic<ticket*> incoming{nullptr};
+    std::atomic<ticket*> incoming{nullptr};  // pushed by claims, taken whole by sweep
     std::mutex sweep_mutex;
     std::vector<ticket*> due;  // a min-heap by expires_at, under sweep_mutex
 
     std::atomic<std::uintptr_t>& bucket_for(std::uint64_t hash) const noexcept {
       return buckets[hash & mask];
     }
-    void push_ticket(ticket* t) noexcept {
+    void push_ticket(ticket* t, bool extra) noexcept {
       ticket* head = incoming.load(std::memory_order_relaxed);
       do {
-        t->next = head;
+        t->link = reinterpret_cast<std::uintptr_t>(head) | (extra ? 1 : 0);
       } while (!incoming.compare_exchange_weak(head, t, std::memory_order_release,
                                                std::memory_order_relaxed));
     }
@@ -418,7 +427,7 @@ class memory_store {
     ~state() {
       for (shard& each : shards) {
         for (ticket* t = each.incoming.load(std::memory_order_acquire); t != nullptr;) {
-          ticket* next = t->next;
+          ticket* next = t->next();
           release_ticket(t);
           t = next;
         }
@@ -435,10 +444,14 @@ class memory_store {
       }
     }
 
-    // A ticket gives up its node: its reference goes, and the ticket too unless embedded.
+    static node* target_of(ticket* t) noexcept {
+      return t->extra() ? reinterpret_cast<extra_ticket*>(t)->target : reinterpret_cast<node*>(t);
+    }
+    // A ticket gives up its node: its reference goes, and the ticket too unless it is the
+    // node's own.
     static void release_ticket(ticket* t) noexcept {
-      node* target = t->target;
-      if (!t->embedded) delete t;
+      node* target = target_of(t);
+      if (t->extra()) delete reinterpret_cast<extra_ticket*>(t);
       node::drop_reference(target);
     }
 
@@ -582,7 +595,7 @@ class memory_store {
     const std::lock_guard lock(home.sweep_mutex);
     auto later = [](const ticket* a, const ticket* b) { return a->expires_at > b->expires_at; };
     for (ticket* t = home.incoming.exchange(nullptr, std::memory_order_acquire); t != nullptr;) {
-      ticket* next = t->next;
+      ticket* next = t->next();
       home.due.push_back(t);
       std::push_heap(home.due.begin(), home.due.end(), later);
       t = next;
@@ -593,7 +606,7 @@ class memory_store {
       std::pop_heap(home.due.begin(), home.due.end(), later);
       ticket* t = home.due.back();
       home.due.pop_back();
-      node* n = t->target;
+      node* n = state::target_of(t);
       version* seen = n->current.load(std::memory_order_acquire);
       // The record may have been claimed again since this ticket: then its own ticket is due
       // later. Only a record whose current version has expired is removed.
@@ -618,6 +631,9 @@ class memory_store {
 };
 
 constexpr std::size_t memory_store::record_overhead_bytes() {
+  static_assert(std::is_standard_layout_v<node> && std::is_standard_layout_v<extra_ticket>,
+                "memory_store finds a node from its first ticket, and an extra ticket from its "
+                "base: both must be standard-layout.");
   return sizeof(node) + sizeof(version);
 }
 
