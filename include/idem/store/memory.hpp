@@ -124,9 +124,14 @@ class memory_store {
       const std::size_t id_bytes = request.scope.size() + request.key.size();
       if (!s.reserve(id_bytes)) {
         if (swept) return {claim_status::full, 0, {}};
-        // Expired records are not live: make room from them, once, before saying full.
+        // Expired records are not live: make room from them, once, before saying full. Shards
+        // another thread is sweeping are skipped rather than waited for, so a full store still
+        // never blocks a claim.
         swept = true;
-        sweep(request.now);
+        for (shard& each : s.shards) {
+          std::unique_lock lock(each.sweep_mutex, std::try_to_lock);
+          if (lock.owns_lock()) sweep_locked(each, now);
+        }
         continue;
       }
       node* fresh =
@@ -182,8 +187,10 @@ class memory_store {
 
   std::size_t sweep(store_time now) {
     std::size_t removed = 0;
-    for (shard& each : state_->shards)
-      removed += sweep_shard(each, to_ns(now));
+    for (shard& each : state_->shards) {
+      const std::lock_guard lock(each.sweep_mutex);
+      removed += sweep_locked(each, to_ns(now));
+    }
     return removed;
   }
 
@@ -591,8 +598,8 @@ class memory_store {
     }
   }
 
-  std::size_t sweep_shard(shard& home, std::int64_t now) {
-    const std::lock_guard lock(home.sweep_mutex);
+  // Under home.sweep_mutex.
+  std::size_t sweep_locked(shard& home, std::int64_t now) {
     auto later = [](const ticket* a, const ticket* b) { return a->expires_at > b->expires_at; };
     for (ticket* t = home.incoming.exchange(nullptr, std::memory_order_acquire); t != nullptr;) {
       ticket* next = t->next();
