@@ -23,7 +23,8 @@
 //     over in the same atomic step: fence + 1, lease_until = now + lease; recovery bytes kept;
 //     answer {taken_over, new fence, snapshot (with the recovery bytes)}.
 //   * any other live record (completed; in progress with a live lease; another fingerprint):
-//     change nothing; answer {existing, 0, snapshot}.
+//     change nothing; answer {existing, 0, snapshot}. A claim's snapshots may leave scope and
+//     key empty: the caller has them.
 //   * no room for a new record: answer {full}. A live record is never evicted to make room.
 //
 // complete / release / checkpoint(fenced_key, ...) — each applies only when the record is still

@@ -42,6 +42,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <idem/detail/epoch.hpp>
@@ -103,9 +104,9 @@ class memory_store {
               continue;
             }
             guard.retire(seen, &version::destroy_erased);
-            return {claim_status::taken_over, next->fence, snapshot(*found, *next)};
+            return {claim_status::taken_over, next->fence, snapshot(*next)};
           }
-          return {claim_status::existing, 0, snapshot(*found, *seen)};
+          return {claim_status::existing, 0, snapshot(*seen)};
         }
         // Expired or released: a new claim on the same node, under a higher fence.
         version* next = version::make_claim(request, seen->fence + 1);
@@ -115,14 +116,14 @@ class memory_store {
           version::destroy(next);
           continue;
         }
-        s.bytes.fetch_sub(seen->payload_size(), std::memory_order_relaxed);
+        s.give_back_bytes(home, seen->payload_size());
         guard.retire(seen, &version::destroy_erased);
         home.push_ticket(&(new extra_ticket{{0, next->expires_at}, found})->base, true);
         return {claim_status::claimed, next->fence, {}};
       }
 
       const std::size_t id_bytes = request.scope.size() + request.key.size();
-      if (!s.reserve(id_bytes)) {
+      if (!s.reserve(home, id_bytes)) {
         if (swept) return {claim_status::full, 0, {}};
         // Expired records are not live: make room from them, once, before saying full. Shards
         // another thread is sweeping are skipped rather than waited for, so a full store still
@@ -139,7 +140,7 @@ class memory_store {
       std::uintptr_t expected = reinterpret_cast<std::uintptr_t>(at.current);
       if (!at.previous->compare_exchange_strong(expected, reinterpret_cast<std::uintptr_t>(fresh),
                                                 std::memory_order_acq_rel)) {
-        s.release_reservation(id_bytes);
+        s.release_reservation(home, id_bytes);
         node::destroy_unpublished(fresh);
         continue;
       }
@@ -214,8 +215,17 @@ class memory_store {
   }
 
   stats statistics() const noexcept {
-    return {state_->records.load(std::memory_order_relaxed),
-            state_->bytes.load(std::memory_order_relaxed)};
+    const state& s = *state_;
+    if (s.bounded) {
+      return {s.global.records.load(std::memory_order_relaxed),
+              s.global.bytes.load(std::memory_order_relaxed)};
+    }
+    stats total{0, 0};
+    for (const shard& each : s.shards) {
+      total.records += each.own.records.load(std::memory_order_relaxed);
+      total.bytes += each.own.bytes.load(std::memory_order_relaxed);
+    }
+    return total;
   }
 
  private:
@@ -393,12 +403,20 @@ class memory_store {
     return n.key().compare(key);
   }
 
+  struct tally {
+    std::atomic<std::size_t> records{0};
+    std::atomic<std::size_t> bytes{0};
+  };
+
   struct alignas(64) shard {
+    tally own;  // an unbounded store's counts for this shard
     std::unique_ptr<std::atomic<std::uintptr_t>[]> buckets;
     std::size_t mask = 0;
     std::atomic<ticket*> incoming{nullptr};  // pushed by claims, taken whole by sweep
     std::mutex sweep_mutex;
-    std::vector<ticket*> due;  // a min-heap by expires_at, under sweep_mutex
+    // A min-heap by expiry, under sweep_mutex. The time is copied next to the pointer so that
+    // ordering the heap never touches the tickets, which lie scattered in the nodes.
+    std::vector<std::pair<std::int64_t, ticket*>> due;
 
     std::atomic<std::uintptr_t>& bucket_for(std::uint64_t hash) const noexcept {
       return buckets[hash & mask];
@@ -416,7 +434,11 @@ class memory_store {
 
   struct state {
     explicit state(limits given)
-        : bounds(given), hash_key(detail::process_hash_key()), shards(shard_count) {
+        : bounds(given),
+          bounded(given.max_records != std::numeric_limits<std::size_t>::max() ||
+                  given.max_bytes != std::numeric_limits<std::size_t>::max()),
+          hash_key(detail::process_hash_key()),
+          shards(shard_count) {
       std::size_t per_shard = 16;
       while (per_shard * shard_count < given.expected_records &&
              per_shard < (std::size_t{1} << 30)) {
@@ -438,7 +460,7 @@ class memory_store {
           release_ticket(t);
           t = next;
         }
-        for (ticket* t : each.due)
+        for (const auto& [expires_at, t] : each.due)
           release_ticket(t);
         for (std::size_t b = 0; b <= each.mask; ++b) {
           node* n = pointer(each.buckets[b].load(std::memory_order_acquire));
@@ -476,35 +498,48 @@ class memory_store {
     // The top bits choose the shard, the low bits the bucket within it.
     shard& shard_for(std::uint64_t hash) noexcept { return shards[hash >> 58]; }
 
-    bool reserve(std::size_t id_bytes) noexcept {
-      if (records.fetch_add(1, std::memory_order_relaxed) >= bounds.max_records) {
-        records.fetch_sub(1, std::memory_order_relaxed);
+    // A bounded store counts in one place, so its limits are exact; an unbounded one counts
+    // per shard, so that threads claiming in different shards never share a counter's line.
+    tally& tally_for(shard& home) noexcept { return bounded ? global : home.own; }
+
+    bool reserve(shard& home, std::size_t id_bytes) noexcept {
+      tally& t = tally_for(home);
+      if (t.records.fetch_add(1, std::memory_order_relaxed) >= bounds.max_records) {
+        t.records.fetch_sub(1, std::memory_order_relaxed);
         return false;
       }
-      if (!reserve_bytes(id_bytes)) {
-        records.fetch_sub(1, std::memory_order_relaxed);
+      if (!reserve_bytes(home, id_bytes)) {
+        t.records.fetch_sub(1, std::memory_order_relaxed);
         return false;
       }
       return true;
     }
-    void release_reservation(std::size_t id_bytes) noexcept {
-      records.fetch_sub(1, std::memory_order_relaxed);
-      bytes.fetch_sub(id_bytes, std::memory_order_relaxed);
+    void release_reservation(shard& home, std::size_t id_bytes) noexcept {
+      tally_for(home).records.fetch_sub(1, std::memory_order_relaxed);
+      give_back_bytes(home, id_bytes);
     }
-    bool reserve_bytes(std::size_t count) noexcept {
-      const std::size_t before = bytes.fetch_add(count, std::memory_order_relaxed);
-      if (before > bounds.max_bytes || count > bounds.max_bytes - before) {
-        bytes.fetch_sub(count, std::memory_order_relaxed);
+    bool reserve_bytes(shard& home, std::size_t count) noexcept {
+      tally& t = tally_for(home);
+      const std::size_t before = t.bytes.fetch_add(count, std::memory_order_relaxed);
+      if (bounded && (before > bounds.max_bytes || count > bounds.max_bytes - before)) {
+        t.bytes.fetch_sub(count, std::memory_order_relaxed);
         return false;
       }
       return true;
+    }
+    void give_back_bytes(shard& home, std::size_t count) noexcept {
+      tally_for(home).bytes.fetch_sub(count, std::memory_order_relaxed);
+    }
+    void forget_record(shard& home, std::size_t bytes_held) noexcept {
+      tally_for(home).records.fetch_sub(1, std::memory_order_relaxed);
+      give_back_bytes(home, bytes_held);
     }
 
     limits bounds;
+    bool bounded;
     detail::siphash_key hash_key;
     std::vector<shard> shards;
-    std::atomic<std::size_t> records{0};
-    std::atomic<std::size_t> bytes{0};
+    tally global;
   };
 
   struct position {
@@ -549,9 +584,15 @@ class memory_store {
   }
 
   static record snapshot(const node& n, const version& v) {
-    record out;
+    record out = snapshot(v);
     out.scope = n.scope();
     out.key = n.key();
+    return out;
+  }
+  // Without scope and key, for claim: its caller has them, and copying them is an allocation
+  // on the replay path whenever they are longer than a short string holds.
+  static record snapshot(const version& v) {
+    record out;
     out.fingerprint = v.fingerprint();
     out.state = v.state == completed ? record_state::completed : record_state::in_progress;
     out.fence = v.fence;
@@ -569,9 +610,9 @@ class memory_store {
   bool replace(const fenced_key& held, Make&& make) {
     state& s = *state_;
     const std::uint64_t hash = s.hash_of(held.scope, held.key);
+    shard& home = s.shard_for(hash);
     detail::epoch_guard guard;
-    const position at =
-        search(s.shard_for(hash).bucket_for(hash), hash, held.scope, held.key, guard);
+    const position at = search(home.bucket_for(hash), hash, held.scope, held.key, guard);
     if (!at.found) return false;
     version* seen = at.current->current.load(std::memory_order_acquire);
     for (;;) {
@@ -581,7 +622,7 @@ class memory_store {
       version* next = make(*seen);
       const std::size_t old_size = seen->payload_size();
       const std::size_t new_size = next->payload_size();
-      if (new_size > old_size && !s.reserve_bytes(new_size - old_size)) {
+      if (new_size > old_size && !s.reserve_bytes(home, new_size - old_size)) {
         version::destroy(next);
         throw store_error(store_failure::full,
                           "idem::memory_store: " + std::to_string(new_size) +
@@ -589,29 +630,38 @@ class memory_store {
                               std::to_string(s.bounds.max_bytes));
       }
       if (at.current->current.compare_exchange_strong(seen, next, std::memory_order_acq_rel)) {
-        if (new_size < old_size) s.bytes.fetch_sub(old_size - new_size, std::memory_order_relaxed);
+        if (new_size < old_size) s.give_back_bytes(home, old_size - new_size);
         guard.retire(seen, &version::destroy_erased);
         return true;
       }
-      if (new_size > old_size) s.bytes.fetch_sub(new_size - old_size, std::memory_order_relaxed);
+      if (new_size > old_size) s.give_back_bytes(home, new_size - old_size);
       version::destroy(next);
     }
   }
 
   // Under home.sweep_mutex.
   std::size_t sweep_locked(shard& home, std::int64_t now) {
-    auto later = [](const ticket* a, const ticket* b) { return a->expires_at > b->expires_at; };
+    auto later = [](const auto& a, const auto& b) { return a.first > b.first; };
+    // New tickets join the heap: one by one when few arrived, by one O(n) rebuild when many did.
+    const std::size_t held = home.due.size();
     for (ticket* t = home.incoming.exchange(nullptr, std::memory_order_acquire); t != nullptr;) {
       ticket* next = t->next();
-      home.due.push_back(t);
-      std::push_heap(home.due.begin(), home.due.end(), later);
+      home.due.emplace_back(t->expires_at, t);
       t = next;
     }
+    if (home.due.size() - held > held / 4) {
+      std::make_heap(home.due.begin(), home.due.end(), later);
+    } else {
+      for (auto it = home.due.begin() + static_cast<std::ptrdiff_t>(held); it != home.due.end();) {
+        std::push_heap(home.due.begin(), ++it, later);
+      }
+    }
     std::size_t removed = 0;
-    detail::epoch_guard guard;
-    while (!home.due.empty() && home.due.front()->expires_at <= now) {
+    while (!home.due.empty() && home.due.front().first <= now) {
+      // Pinned one record at a time, so that what this sweep unlinks can be freed as it goes.
+      detail::epoch_guard guard;
       std::pop_heap(home.due.begin(), home.due.end(), later);
-      ticket* t = home.due.back();
+      ticket* t = home.due.back().second;
       home.due.pop_back();
       node* n = state::target_of(t);
       version* seen = n->current.load(std::memory_order_acquire);
@@ -619,9 +669,7 @@ class memory_store {
       // later. Only a record whose current version has expired is removed.
       while (seen->state != dead && seen->expires_at <= now) {
         if (n->current.compare_exchange_weak(seen, &dead_version(), std::memory_order_acq_rel)) {
-          state_->records.fetch_sub(1, std::memory_order_relaxed);
-          state_->bytes.fetch_sub(n->scope_size + n->key_size + seen->payload_size(),
-                                  std::memory_order_relaxed);
+          state_->forget_record(home, n->scope_size + n->key_size + seen->payload_size());
           guard.retire(seen, &version::destroy_erased);
           help_remove(n);
           (void)search(home.bucket_for(n->hash), n->hash, n->scope(), n->key(), guard);
