@@ -45,7 +45,8 @@ fi
 
 missing=()
 if command -v dpkg >/dev/null 2>&1; then
-  for package in g++ cmake ninja-build libbenchmark-dev; do
+  for package in g++ cmake ninja-build libbenchmark-dev libxxhash-dev libssl-dev libcuckoo-dev \
+    libtbb-dev libabsl-dev; do
     dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
   done
 fi

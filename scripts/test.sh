@@ -57,7 +57,7 @@ ensure_packages() {
 }
 
 ensure_packages g++ clang clang-tidy libclang-rt-14-dev cmake ninja-build catch2 libbenchmark-dev python3 \
-  libxxhash-dev libssl-dev
+  libxxhash-dev libssl-dev libcuckoo-dev libtbb-dev libabsl-dev
 
 # --- bookkeeping -----------------------------------------------------------------------------
 total_passed=0
