@@ -34,12 +34,19 @@
 //   * complete: state = completed, response stored; expires_at unchanged.
 //   * release: the key becomes free, but the fence is remembered: the next claim gets a higher
 //     fence (keep a tombstone until expires_at, or never reuse fences), so an old holder of a
-//     released-and-reclaimed key still cannot write. find answers nothing for a released key.
+//     released-and-reclaimed key still cannot write. find answers nothing for a released key,
+//     and its response and recovery bytes no longer count against max_bytes.
+//   These three check the fence only: on a record past expires_at that no claim or sweep has
+//   replaced yet, the holder's write still applies (the record answers as absent all the same).
+//   Fences restart at 1 once sweep has removed a record, so a holder paused longer than the
+//   whole retention window could write into a new record of the same key: keep retention far
+//   above any lease.
 //   * checkpoint: recovery bytes replaced; lease_until = the given time (a heartbeat).
 //
 // find(scope, key, now) — a snapshot of the live, unreleased record, or nothing.
 // sweep(now) — removes records whose expires_at <= now, and answers how many. Its cost should
-// follow what it removes, not what the store holds.
+// follow what it removes, not what the store holds. Sweep is not atomic across keys: it
+// linearizes per record, somewhere within the call.
 // stuck(now, limit) — live in-progress records whose lease_until <= now: what a reconciliation
 // pass compares with the downstream system of record. It reports; it never changes a record.
 //

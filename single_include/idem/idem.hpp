@@ -3328,12 +3328,19 @@ struct store_all_failures {
 //   * complete: state = completed, response stored; expires_at unchanged.
 //   * release: the key becomes free, but the fence is remembered: the next claim gets a higher
 //     fence (keep a tombstone until expires_at, or never reuse fences), so an old holder of a
-//     released-and-reclaimed key still cannot write. find answers nothing for a released key.
+//     released-and-reclaimed key still cannot write. find answers nothing for a released key,
+//     and its response and recovery bytes no longer count against max_bytes.
+//   These three check the fence only: on a record past expires_at that no claim or sweep has
+//   replaced yet, the holder's write still applies (the record answers as absent all the same).
+//   Fences restart at 1 once sweep has removed a record, so a holder paused longer than the
+//   whole retention window could write into a new record of the same key: keep retention far
+//   above any lease.
 //   * checkpoint: recovery bytes replaced; lease_until = the given time (a heartbeat).
 //
 // find(scope, key, now) — a snapshot of the live, unreleased record, or nothing.
 // sweep(now) — removes records whose expires_at <= now, and answers how many. Its cost should
-// follow what it removes, not what the store holds.
+// follow what it removes, not what the store holds. Sweep is not atomic across keys: it
+// linearizes per record, somewhere within the call.
 // stuck(now, limit) — live in-progress records whose lease_until <= now: what a reconciliation
 // pass compares with the downstream system of record. It reports; it never changes a record.
 //
@@ -5009,8 +5016,10 @@ class locked_store {
     const std::lock_guard lock(state_->mutex);
     entry* target = holding(held);
     if (target == nullptr) return false;
-    // A tombstone that keeps the fence until the record would have expired (see store.hpp).
-    state_->bytes -= target->snapshot.recovery.size();
+    // A tombstone that keeps the fence until the record would have expired (see store.hpp);
+    // its response and recovery bytes are freed.
+    state_->bytes -= target->snapshot.response.size() + target->snapshot.recovery.size();
+    target->snapshot.response.clear();
     target->snapshot.recovery.clear();
     target->released = true;
     return true;
@@ -5418,6 +5427,23 @@ class siphash13 {
     }
   }
 
+  /// One-shot over contiguous bytes: the same value as update() then finish(), without the
+  /// byte-at-a-time path streaming needs for pieces that do not fill a word.
+  static std::uint64_t hash(siphash_key key, const void* data, std::size_t size) noexcept {
+    siphash13 h(key);
+    const auto* bytes = static_cast<const unsigned char*>(data);
+    const std::size_t words = size / 8;
+    for (std::size_t i = 0; i < words; ++i)
+      h.compress(load64(bytes + 8 * i));
+    std::uint64_t last = 0;
+    for (std::size_t i = 8 * words; i < size; ++i) {
+      last |= static_cast<std::uint64_t>(bytes[i]) << (8 * (i - 8 * words));
+    }
+    h.pending_ = last;
+    h.total_ = size;
+    return h.finish();
+  }
+
   std::uint64_t finish() noexcept {
     compress(pending_ | (static_cast<std::uint64_t>(total_ & 0xff) << 56));
     v2_ ^= 0xff;
@@ -5429,10 +5455,16 @@ class siphash13 {
 
  private:
   static std::uint64_t rotl(std::uint64_t x, int b) noexcept { return (x << b) | (x >> (64 - b)); }
+  // Words are read little-endian, as the specification reads them, on every host.
   static std::uint64_t load64(const unsigned char* p) noexcept {
-    std::uint64_t value = 0;
-    for (int i = 7; i >= 0; --i)
-      value = (value << 8) | p[i];  // little-endian on every host
+    std::uint64_t value;
+    std::memcpy(&value, p, sizeof value);
+    if constexpr (std::endian::native == std::endian::big) {
+      std::uint64_t swapped = 0;
+      for (int i = 0; i < 8; ++i)
+        swapped = (swapped << 8) | ((value >> (8 * i)) & 0xff);
+      value = swapped;
+    }
     return value;
   }
   void round() noexcept {
@@ -5511,6 +5543,14 @@ class memory_store {
     std::atomic<std::uintptr_t>& head = home.bucket_for(hash);
     const std::int64_t now = to_ns(request.now);
     bool swept = false;
+    const std::size_t id_bytes = request.scope.size() + request.key.size();
+    // A claim's expiry ticket goes on the shard's stack before the claim becomes visible, so a
+    // sweep that starts after a record is visible always has its ticket. Both are made once per
+    // call and kept across retries; one left unused stays harmless on the stack until it is due
+    // (the record it names is only removed if it has expired by then).
+    node* fresh = nullptr;            // reserved, ticket pushed, not yet linked
+    extra_ticket* renewal = nullptr;  // pushed, for a claim on an expired or released node
+    node* renewal_target = nullptr;
 
     detail::epoch_guard guard;
     for (;;) {
@@ -5521,6 +5561,10 @@ class memory_store {
         if (seen->state == dead) {
           help_remove(found);
           continue;
+        }
+        if (fresh != nullptr) {  // another claim linked this key first
+          abandon(home, fresh, guard);
+          fresh = nullptr;
         }
         if (seen->state != released && now < seen->expires_at) {
           if (seen->state == in_progress && seen->lease_until <= now &&
@@ -5538,43 +5582,57 @@ class memory_store {
           return {claim_status::existing, 0, snapshot(*seen)};
         }
         // Expired or released: a new claim on the same node, under a higher fence.
+        const std::int64_t expires_at = now + request.retention.count();
+        if (renewal_target != found) {
+          renewal = new extra_ticket{{0, expires_at}, found};
+          renewal_target = found;
+          found->references.fetch_add(1, std::memory_order_relaxed);
+          home.push_ticket(&renewal->base, true);
+        }
         version* next = version::make_claim(request, seen->fence + 1);
-        found->references.fetch_add(1, std::memory_order_relaxed);  // for its ticket
         if (!found->current.compare_exchange_strong(seen, next, std::memory_order_acq_rel)) {
-          found->references.fetch_sub(1, std::memory_order_relaxed);
           version::destroy(next);
           continue;
         }
         s.give_back_bytes(home, seen->payload_size());
         guard.retire(seen, &version::destroy_erased);
-        home.push_ticket(&(new extra_ticket{{0, next->expires_at}, found})->base, true);
         return {claim_status::claimed, next->fence, {}};
       }
 
-      const std::size_t id_bytes = request.scope.size() + request.key.size();
-      if (!s.reserve(home, id_bytes)) {
-        if (swept) return {claim_status::full, 0, {}};
-        // Expired records are not live: make room from them, once, before saying full. Shards
-        // another thread is sweeping are skipped rather than waited for, so a full store still
-        // never blocks a claim.
-        swept = true;
-        for (shard& each : s.shards) {
-          std::unique_lock lock(each.sweep_mutex, std::try_to_lock);
-          if (lock.owns_lock()) sweep_locked(each, now);
+      if (fresh == nullptr) {
+        if (!s.reserve(home, id_bytes)) {
+          if (swept) return {claim_status::full, 0, {}};
+          // Expired records are not live: make room from them, once, before saying full.
+          // Shards another thread is sweeping are skipped rather than waited for, so a full
+          // store still never blocks a claim.
+          swept = true;
+          for (shard& each : s.shards) {
+            std::unique_lock lock(each.sweep_mutex, std::try_to_lock);
+            if (lock.owns_lock()) sweep_locked(each, now);
+          }
+          continue;
         }
-        continue;
+        fresh = node::make(hash, request.scope, request.key, version::make_claim(request, 1),
+                           at.current);
+        home.push_ticket(&fresh->first_ticket, false);
+      } else {
+        // Aim the kept node at the new successor, unless a sweep found its ticket due (a claim
+        // whose `now` is already a retention old) and killed it meanwhile: it then marked the
+        // link, and did the accounting. Start again with a new node.
+        std::uintptr_t link = fresh->next.load(std::memory_order_acquire);
+        if (marked(link) || fresh->current.load(std::memory_order_acquire)->state == dead ||
+            !fresh->next.compare_exchange_strong(link, reinterpret_cast<std::uintptr_t>(at.current),
+                                                 std::memory_order_acq_rel)) {
+          node::drop_reference(fresh);  // the link it never got; the ticket holds the rest
+          fresh = nullptr;
+          continue;
+        }
       }
-      node* fresh =
-          node::make(hash, request.scope, request.key, version::make_claim(request, 1), at.current);
       std::uintptr_t expected = reinterpret_cast<std::uintptr_t>(at.current);
-      if (!at.previous->compare_exchange_strong(expected, reinterpret_cast<std::uintptr_t>(fresh),
-                                                std::memory_order_acq_rel)) {
-        s.release_reservation(home, id_bytes);
-        node::destroy_unpublished(fresh);
-        continue;
+      if (at.previous->compare_exchange_strong(expected, reinterpret_cast<std::uintptr_t>(fresh),
+                                               std::memory_order_acq_rel)) {
+        return {claim_status::claimed, 1, {}};
       }
-      home.push_ticket(&fresh->first_ticket, false);
-      return {claim_status::claimed, 1, {}};
     }
   }
 
@@ -5914,11 +5972,21 @@ class memory_store {
     }
 
     std::uint64_t hash_of(std::string_view scope, std::string_view key) const noexcept {
-      detail::siphash13 h(hash_key);
+      // The scope's length first, as in every identity here; then one contiguous one-shot hash
+      // for the usual short (scope, key), streaming only for long ones.
       const std::uint64_t size = scope.size();
       char length[8];
       for (int i = 0; i < 8; ++i)
         length[i] = static_cast<char>(size >> (8 * i));
+      constexpr std::size_t inline_bytes = 512;
+      if (scope.size() + key.size() <= inline_bytes - 8) {
+        char buffer[inline_bytes];
+        std::memcpy(buffer, length, 8);
+        if (!scope.empty()) std::memcpy(buffer + 8, scope.data(), scope.size());
+        if (!key.empty()) std::memcpy(buffer + 8 + scope.size(), key.data(), key.size());
+        return detail::siphash13::hash(hash_key, buffer, 8 + scope.size() + key.size());
+      }
+      detail::siphash13 h(hash_key);
       h.update(std::string_view{length, 8});
       h.update(scope);
       h.update(key);
@@ -6002,6 +6070,21 @@ class memory_store {
       current = pointer(next);
     }
     return {previous, nullptr, false};
+  }
+
+  // Gives up a node that was never linked but whose ticket is already on the stack: it dies
+  // (unless a sweep killed it first, which then did the accounting), and the ticket frees it
+  // when it falls due.
+  void abandon(shard& home, node* fresh, detail::epoch_guard& guard) {
+    version* seen = fresh->current.load(std::memory_order_acquire);
+    while (seen->state != dead) {
+      if (fresh->current.compare_exchange_weak(seen, &dead_version(), std::memory_order_acq_rel)) {
+        state_->release_reservation(home, fresh->scope_size + fresh->key_size);
+        guard.retire(seen, &version::destroy_erased);
+        break;
+      }
+    }
+    node::drop_reference(fresh);  // the link it never got
   }
 
   // Marks a dead node removed, so the next search unlinks it.

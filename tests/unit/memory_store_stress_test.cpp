@@ -321,6 +321,8 @@ struct key_model {
   }
   bool release(std::uint32_t fence) {
     if (!holds(fence)) return false;
+    // A tombstone keeps the fence only: its response and recovery bytes are freed.
+    held.response = 0;
     held.recovery = 0;
     released = true;
     return true;

@@ -118,3 +118,17 @@ TEST_CASE("the bucketing hash is keyed: another key scatters the same inputs dif
   pieces.update("-12345678901");
   CHECK(pieces.finish() == hash(one, "key-12345678901"));
 }
+
+TEST_CASE("SipHash-1-3 one-shot and streamed agree at every length and split", "[memory_store]") {
+  const idem::detail::siphash_key key{0x0706050403020100ULL, 0x0f0e0d0c0b0a0908ULL};
+  std::string text;
+  for (int length = 0; length < 80; ++length) {
+    for (int split = 0; split <= length; split += 3) {
+      idem::detail::siphash13 streamed(key);
+      streamed.update(std::string_view(text).substr(0, static_cast<std::size_t>(split)));
+      streamed.update(std::string_view(text).substr(static_cast<std::size_t>(split)));
+      CHECK(streamed.finish() == idem::detail::siphash13::hash(key, text.data(), text.size()));
+    }
+    text.push_back(static_cast<char>(length * 7 + 1));
+  }
+}

@@ -9,6 +9,7 @@
 // hash is for memory only, never the persisted fingerprint.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -55,6 +56,23 @@ class siphash13 {
     }
   }
 
+  /// One-shot over contiguous bytes: the same value as update() then finish(), without the
+  /// byte-at-a-time path streaming needs for pieces that do not fill a word.
+  static std::uint64_t hash(siphash_key key, const void* data, std::size_t size) noexcept {
+    siphash13 h(key);
+    const auto* bytes = static_cast<const unsigned char*>(data);
+    const std::size_t words = size / 8;
+    for (std::size_t i = 0; i < words; ++i)
+      h.compress(load64(bytes + 8 * i));
+    std::uint64_t last = 0;
+    for (std::size_t i = 8 * words; i < size; ++i) {
+      last |= static_cast<std::uint64_t>(bytes[i]) << (8 * (i - 8 * words));
+    }
+    h.pending_ = last;
+    h.total_ = size;
+    return h.finish();
+  }
+
   std::uint64_t finish() noexcept {
     compress(pending_ | (static_cast<std::uint64_t>(total_ & 0xff) << 56));
     v2_ ^= 0xff;
@@ -66,10 +84,16 @@ class siphash13 {
 
  private:
   static std::uint64_t rotl(std::uint64_t x, int b) noexcept { return (x << b) | (x >> (64 - b)); }
+  // Words are read little-endian, as the specification reads them, on every host.
   static std::uint64_t load64(const unsigned char* p) noexcept {
-    std::uint64_t value = 0;
-    for (int i = 7; i >= 0; --i)
-      value = (value << 8) | p[i];  // little-endian on every host
+    std::uint64_t value;
+    std::memcpy(&value, p, sizeof value);
+    if constexpr (std::endian::native == std::endian::big) {
+      std::uint64_t swapped = 0;
+      for (int i = 0; i < 8; ++i)
+        swapped = (swapped << 8) | ((value >> (8 * i)) & 0xff);
+      value = swapped;
+    }
     return value;
   }
   void round() noexcept {

@@ -100,8 +100,10 @@ class locked_store {
     const std::lock_guard lock(state_->mutex);
     entry* target = holding(held);
     if (target == nullptr) return false;
-    // A tombstone that keeps the fence until the record would have expired (see store.hpp).
-    state_->bytes -= target->snapshot.recovery.size();
+    // A tombstone that keeps the fence until the record would have expired (see store.hpp);
+    // its response and recovery bytes are freed.
+    state_->bytes -= target->snapshot.response.size() + target->snapshot.recovery.size();
+    target->snapshot.response.clear();
     target->snapshot.recovery.clear();
     target->released = true;
     return true;
