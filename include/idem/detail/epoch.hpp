@@ -169,6 +169,8 @@ class epoch_participant {
     // While some thread stays pinned nothing can be freed; collecting again only once the list
     // has doubled keeps retire amortised O(1) instead of rescanning the list every time.
     next_collect_ = std::max(collect_every, 2 * retired_.size());
+    // A burst of retirements grows the list; give the memory back once it has drained.
+    if (retired_.capacity() > 4 * next_collect_) retired_.shrink_to_fit();
   }
 
  private:

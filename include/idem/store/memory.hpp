@@ -363,7 +363,11 @@ class memory_store {
     std::uintptr_t link;
     std::int64_t expires_at;
 
-    ticket* next() const noexcept { return reinterpret_cast<ticket*>(link & ~std::uintptr_t{1}); }
+    ticket* next() const noexcept {
+      // A tagged pointer: the tag bit must come off before it is a pointer again.
+      // NOLINTNEXTLINE(performance-no-int-to-ptr)
+      return reinterpret_cast<ticket*>(link & ~std::uintptr_t{1});
+    }
     bool extra() const noexcept { return (link & 1) != 0; }
   };
   struct extra_ticket {
@@ -415,7 +419,10 @@ class memory_store {
     static void drop_link_erased(void* n) noexcept { drop_reference(static_cast<node*>(n)); }
   };
 
+  // Chain links carry Harris's removal mark in their low bit, so they are integers until the
+  // mark is masked off.
   static node* pointer(std::uintptr_t link) noexcept {
+    // NOLINTNEXTLINE(performance-no-int-to-ptr)
     return reinterpret_cast<node*>(link & ~std::uintptr_t{1});
   }
   static bool marked(std::uintptr_t link) noexcept { return (link & 1) != 0; }
