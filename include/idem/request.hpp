@@ -65,6 +65,19 @@ struct request_view {
   }
 };
 
+namespace detail {
+
+inline std::string_view find_header_in(
+    const std::vector<std::pair<std::string, std::string>>& headers,
+    std::string_view name) noexcept {
+  const auto found = std::find_if(headers.begin(), headers.end(), [&](const auto& field) {
+    return header_name_equals(field.first, name);
+  });
+  return found == headers.end() ? std::string_view{} : std::string_view{found->second};
+}
+
+}  // namespace detail
+
 /// An owning request, for services without a request type of their own.
 struct http_request {
   std::string method;
@@ -74,10 +87,7 @@ struct http_request {
 
   /// The first value of the header `name` (case-insensitive); a null view when absent.
   std::string_view header(std::string_view name) const noexcept {
-    const auto found = std::find_if(headers.begin(), headers.end(), [&](const auto& field) {
-      return header_name_equals(field.first, name);
-    });
-    return found == headers.end() ? std::string_view{} : std::string_view{found->second};
+    return detail::find_header_in(headers, name);
   }
   /// The header's value, or std::nullopt when absent.
   std::optional<std::string_view> find_header(std::string_view name) const noexcept {
@@ -98,10 +108,7 @@ struct http_response {
   std::string body;
 
   std::string_view header(std::string_view name) const noexcept {
-    const auto found = std::find_if(headers.begin(), headers.end(), [&](const auto& field) {
-      return header_name_equals(field.first, name);
-    });
-    return found == headers.end() ? std::string_view{} : std::string_view{found->second};
+    return detail::find_header_in(headers, name);
   }
 
   friend bool operator==(const http_response&, const http_response&) = default;

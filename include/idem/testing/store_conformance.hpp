@@ -567,39 +567,53 @@ void a_duplicate_of_a_request_in_progress_gets_409() {
   CHECK(*handler.runs == 0);
 }
 
+// Where a handler thread stops until the test lets it go: a request in flight, or a holder
+// paused past its lease.
+class gate {
+ public:
+  // The handler's side: says it got here, then waits to be let through.
+  void arrive_and_wait() {
+    std::unique_lock lock(mutex_);
+    reached_ = true;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return open_; });
+  }
+  // The test's side.
+  void wait_until_reached() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return reached_; });
+  }
+  void open() {
+    const std::lock_guard lock(mutex_);
+    open_ = true;
+    changed_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool reached_ = false;
+  bool open_ = false;
+};
+
 // A handler that runs until the test lets it go: a request in flight.
 struct gated_handler {
-  struct gate {
-    std::mutex mutex;
-    std::condition_variable changed;
-    bool entered = false;
-    bool open = false;
+  struct shared {
+    gate in_flight;
     std::atomic<int> runs{0};
   };
-  std::shared_ptr<gate> state = std::make_shared<gate>();
+  std::shared_ptr<shared> state = std::make_shared<shared>();
 
   http_response operator()(handler_context& context, const http_request& request) const {
     state->runs.fetch_add(1);
     // Only the first run waits; a takeover runs straight through.
-    if (context.fence() == 1) {
-      std::unique_lock lock(state->mutex);
-      state->entered = true;
-      state->changed.notify_all();
-      state->changed.wait(lock, [&] { return state->open; });
-    }
+    if (context.fence() == 1) state->in_flight.arrive_and_wait();
     context.step("after the gate", [] {});
     return http_response{200, {}, "done:" + request.body};
   }
 
-  void wait_until_entered() const {
-    std::unique_lock lock(state->mutex);
-    state->changed.wait(lock, [&] { return state->entered; });
-  }
-  void open() const {
-    const std::lock_guard lock(state->mutex);
-    state->open = true;
-    state->changed.notify_all();
-  }
+  void wait_until_entered() const { state->in_flight.wait_until_reached(); }
+  void open() const { state->in_flight.open(); }
 };
 
 template <class S>
@@ -662,11 +676,7 @@ struct resumable_handler {
   struct shared {
     std::atomic<int> charges{0};
     std::atomic<int> emails{0};
-    std::atomic<bool> pause_first{true};
-    std::mutex mutex;
-    std::condition_variable changed;
-    bool paused = false;
-    bool resume = false;
+    gate pause;
   };
   std::shared_ptr<shared> state = std::make_shared<shared>();
 
@@ -675,25 +685,13 @@ struct resumable_handler {
       state->charges.fetch_add(1);
       return std::string("ch_") + std::to_string(context.fence());
     });
-    if (context.fence() == 1 && state->pause_first) {
-      std::unique_lock lock(state->mutex);
-      state->paused = true;
-      state->changed.notify_all();
-      state->changed.wait(lock, [&] { return state->resume; });
-    }
+    if (context.fence() == 1) state->pause.arrive_and_wait();
     context.step("email", [&] { state->emails.fetch_add(1); });
     return http_response{201, {}, charge_id + " fence " + std::to_string(context.fence())};
   }
 
-  void wait_until_paused() const {
-    std::unique_lock lock(state->mutex);
-    state->changed.wait(lock, [&] { return state->paused; });
-  }
-  void resume() const {
-    const std::lock_guard lock(state->mutex);
-    state->resume = true;
-    state->changed.notify_all();
-  }
+  void wait_until_paused() const { state->pause.wait_until_reached(); }
+  void resume() const { state->pause.open(); }
 };
 
 template <class Factory>
