@@ -120,6 +120,9 @@ class idempotent {
     std::size_t max_key_length = Policies::max_key_length;
     /// Whether a call without a key is refused (missing_key) or run unguarded.
     bool require_key = Policies::require_key;
+    /// The longest request body accepted, in bytes; a longer one answers body_too_large (413)
+    /// before anything is hashed or claimed.
+    std::size_t max_body_bytes = Policies::max_body_bytes;
     /// Where operator()(scope, request) finds the key: the header of the IETF
     /// draft-ietf-httpapi-idempotency-key-header, which Stripe and others use too.
     std::string key_header = "Idempotency-Key";
@@ -135,6 +138,7 @@ class idempotent {
         failure_(std::move(parts.failure)),
         max_key_length_(parts.max_key_length),
         require_key_(parts.require_key),
+        max_body_bytes_(parts.max_body_bytes),
         key_header_(std::move(parts.key_header)) {
     detail::check_timing(guard_.timing(), "idem::idempotent");
     if (max_key_length_ == 0) {
@@ -178,9 +182,16 @@ class idempotent {
                                                     std::to_string(max_key_length_) +
                                                     " bytes of visible ASCII (0x21-0x7E)"};
     }
+    const request_view view = view_of(request);
+    if (view.body.size() > max_body_bytes_) {
+      return outcome_type{verdict::body_too_large,
+                          "the request body is " + std::to_string(view.body.size()) +
+                              " bytes; at most " + std::to_string(max_body_bytes_) +
+                              " are accepted"};
+    }
     digest print;
     try {
-      print = fingerprint_(view_of(request));
+      print = fingerprint_(view);
     } catch (const std::invalid_argument& error) {
       return outcome_type{verdict::invalid_request, error.what()};
     }
@@ -222,6 +233,7 @@ class idempotent {
   [[no_unique_address]] failure_type failure_;
   std::size_t max_key_length_;
   bool require_key_;
+  std::size_t max_body_bytes_;
   std::string key_header_;
 };
 

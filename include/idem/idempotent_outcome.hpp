@@ -29,6 +29,7 @@ enum class verdict : std::uint8_t {
   missing_key,        // no key where one is required (HTTP 400)
   invalid_key,        // empty, too long, or not visible ASCII (HTTP 400)
   invalid_request,    // the request cannot be fingerprinted, e.g. a body that is not JSON (400)
+  body_too_large,     // the body is longer than max_body_bytes; nothing is read or stored (413)
   store_unavailable,  // the store cannot answer; nothing ran (HTTP 503)
   store_full,         // the store has no room for the claim; nothing ran (HTTP 503)
 };
@@ -49,6 +50,8 @@ constexpr std::string_view to_string(verdict v) noexcept {
       return "invalid_key";
     case verdict::invalid_request:
       return "invalid_request";
+    case verdict::body_too_large:
+      return "body_too_large";
     case verdict::store_unavailable:
       return "store_unavailable";
     case verdict::store_full:
@@ -72,6 +75,8 @@ constexpr int http_status(verdict v) noexcept {
     case verdict::invalid_key:
     case verdict::invalid_request:
       return 400;
+    case verdict::body_too_large:
+      return 413;  // RFC 9110 Content Too Large
     case verdict::store_unavailable:
     case verdict::store_full:
       return 503;

@@ -69,6 +69,9 @@ struct default_policies {
   static constexpr std::size_t max_key_length = idem::max_key_length;
   /// A request without a key is refused (400) rather than run unguarded.
   static constexpr bool require_key = true;
+  /// Request bodies of any size are accepted; set a bound (413 past it) where the transport
+  /// does not already impose one.
+  static constexpr std::size_t max_body_bytes = static_cast<std::size_t>(-1);
 
   // --- client side: retrying ---------------------------------------------------------------
   /// The random engine each operation draws its jitter and key from.

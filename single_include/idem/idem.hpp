@@ -3092,6 +3092,7 @@ enum class verdict : std::uint8_t {
   missing_key,        // no key where one is required (HTTP 400)
   invalid_key,        // empty, too long, or not visible ASCII (HTTP 400)
   invalid_request,    // the request cannot be fingerprinted, e.g. a body that is not JSON (400)
+  body_too_large,     // the body is longer than max_body_bytes; nothing is read or stored (413)
   store_unavailable,  // the store cannot answer; nothing ran (HTTP 503)
   store_full,         // the store has no room for the claim; nothing ran (HTTP 503)
 };
@@ -3112,6 +3113,8 @@ constexpr std::string_view to_string(verdict v) noexcept {
       return "invalid_key";
     case verdict::invalid_request:
       return "invalid_request";
+    case verdict::body_too_large:
+      return "body_too_large";
     case verdict::store_unavailable:
       return "store_unavailable";
     case verdict::store_full:
@@ -3135,6 +3138,8 @@ constexpr int http_status(verdict v) noexcept {
     case verdict::invalid_key:
     case verdict::invalid_request:
       return 400;
+    case verdict::body_too_large:
+      return 413;  // RFC 9110 Content Too Large
     case verdict::store_unavailable:
     case verdict::store_full:
       return 503;
@@ -6263,6 +6268,9 @@ struct default_policies {
   static constexpr std::size_t max_key_length = idem::max_key_length;
   /// A request without a key is refused (400) rather than run unguarded.
   static constexpr bool require_key = true;
+  /// Request bodies of any size are accepted; set a bound (413 past it) where the transport
+  /// does not already impose one.
+  static constexpr std::size_t max_body_bytes = static_cast<std::size_t>(-1);
 
   // --- client side: retrying ---------------------------------------------------------------
   /// The random engine each operation draws its jitter and key from.
@@ -6367,6 +6375,9 @@ class idempotent {
     std::size_t max_key_length = Policies::max_key_length;
     /// Whether a call without a key is refused (missing_key) or run unguarded.
     bool require_key = Policies::require_key;
+    /// The longest request body accepted, in bytes; a longer one answers body_too_large (413)
+    /// before anything is hashed or claimed.
+    std::size_t max_body_bytes = Policies::max_body_bytes;
     /// Where operator()(scope, request) finds the key: the header of the IETF
     /// draft-ietf-httpapi-idempotency-key-header, which Stripe and others use too.
     std::string key_header = "Idempotency-Key";
@@ -6382,6 +6393,7 @@ class idempotent {
         failure_(std::move(parts.failure)),
         max_key_length_(parts.max_key_length),
         require_key_(parts.require_key),
+        max_body_bytes_(parts.max_body_bytes),
         key_header_(std::move(parts.key_header)) {
     detail::check_timing(guard_.timing(), "idem::idempotent");
     if (max_key_length_ == 0) {
@@ -6425,9 +6437,16 @@ class idempotent {
                                                     std::to_string(max_key_length_) +
                                                     " bytes of visible ASCII (0x21-0x7E)"};
     }
+    const request_view view = view_of(request);
+    if (view.body.size() > max_body_bytes_) {
+      return outcome_type{verdict::body_too_large,
+                          "the request body is " + std::to_string(view.body.size()) +
+                              " bytes; at most " + std::to_string(max_body_bytes_) +
+                              " are accepted"};
+    }
     digest print;
     try {
-      print = fingerprint_(view_of(request));
+      print = fingerprint_(view);
     } catch (const std::invalid_argument& error) {
       return outcome_type{verdict::invalid_request, error.what()};
     }
@@ -6469,6 +6488,7 @@ class idempotent {
   [[no_unique_address]] failure_type failure_;
   std::size_t max_key_length_;
   bool require_key_;
+  std::size_t max_body_bytes_;
   std::string key_header_;
 };
 

@@ -274,6 +274,7 @@ TEST_CASE("every verdict maps to its HTTP status", "[verdict]") {
   CHECK(idem::http_status(verdict::missing_key) == 400);
   CHECK(idem::http_status(verdict::invalid_key) == 400);
   CHECK(idem::http_status(verdict::invalid_request) == 400);
+  CHECK(idem::http_status(verdict::body_too_large) == 413);
   CHECK(idem::http_status(verdict::store_unavailable) == 503);
   CHECK(idem::http_status(verdict::store_full) == 503);
   CHECK(to_string(verdict::store_full) == "store_full");
@@ -314,4 +315,20 @@ TEST_CASE("the key is read from the Idempotency-Key header: absent is missing, e
   const idem::http_request tagged{"POST", "/charges", {{"x-request-id", "r-1"}}, "a"};
   CHECK(custom("s", tagged).verdict() == idem::verdict::executed);
   CHECK(custom.store().find("s", "r-1", custom.clock().wall_now()));
+}
+
+TEST_CASE("a body over max_body_bytes is refused with 413 before anything is claimed",
+          "[idempotent]") {
+  int runs = 0;
+  idem::idempotent<echo, test_policies>::options options;
+  options.max_body_bytes = 16;
+  idem::idempotent<echo, test_policies> guarded{echo{&runs}, options};
+  const auto refused = guarded("s", "k", post(std::string(17, 'b')));
+  CHECK(refused.verdict() == idem::verdict::body_too_large);
+  CHECK(refused.http_status() == 413);
+  CHECK_THAT(std::string(refused.message()), Catch::Matchers::Contains("at most 16"));
+  CHECK(guarded.store().statistics().records == 0);
+  CHECK(runs == 0);
+  // The key is still free, and a body at the limit is accepted.
+  CHECK(guarded("s", "k", post(std::string(16, 'b'))).verdict() == idem::verdict::executed);
 }
