@@ -474,8 +474,10 @@ class json_parser {
         parse_unicode_escape();
         return;
       default:
-        fail("invalid escape sequence; JSON has only \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX",
-             backslash);
+        fail(
+            "invalid escape sequence; JSON has only \\\" \\\\ \\/ \\b \\f \\n \\r \\t and \\u with "
+            "four hex digits",
+            backslash);
     }
     document_.arena.push_back(decoded);
     position_ += 2;
