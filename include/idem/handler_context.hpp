@@ -167,14 +167,25 @@ class handler_context {
   }
 
  private:
+  // Appends the step in place and takes it back if the store refuses or fails, so recording a
+  // step does not copy all the steps before it.
   void record_step(std::string_view name, std::string_view value) {
-    std::string next = recovery_;
-    detail::put_varint(next, name.size());
-    next.append(name);
-    detail::put_varint(next, value.size());
-    next.append(value);
-    if (sink_.write != nullptr && !sink_.write(sink_.self, next)) throw lease_lost{};
-    recovery_ = std::move(next);
+    const std::size_t before = recovery_.size();
+    detail::put_varint(recovery_, name.size());
+    recovery_.append(name);
+    detail::put_varint(recovery_, value.size());
+    recovery_.append(value);
+    bool applied = true;
+    try {
+      applied = sink_.write == nullptr || sink_.write(sink_.self, recovery_);
+    } catch (...) {
+      recovery_.resize(before);
+      throw;
+    }
+    if (!applied) {
+      recovery_.resize(before);
+      throw lease_lost{};
+    }
     ++recorded_steps_;
   }
 

@@ -178,9 +178,8 @@ class idempotent {
       return guard_type::template run_unguarded<response_type>(scope, run);
     }
     if (!is_valid_key(*key, max_key_length_)) {
-      return outcome_type{verdict::invalid_key, "the idempotency key must be 1 to " +
-                                                    std::to_string(max_key_length_) +
-                                                    " bytes of visible ASCII (0x21-0x7E)"};
+      return guard_type::template invalid_key<response_type>("the idempotency key",
+                                                             max_key_length_);
     }
     const request_view view = view_of(request);
     if (view.body.size() > max_body_bytes_) {
@@ -212,12 +211,10 @@ class idempotent {
   }
 
   /// Removes expired records; answers how many.
-  std::size_t sweep() { return guard_.store().sweep(guard_.clock().wall_now()); }
+  std::size_t sweep() { return guard_.sweep(); }
   /// Claims in progress past their lease: what a reconciliation pass compares with the
   /// downstream system of record. Reports only.
-  std::vector<record> stuck(std::size_t limit = 1000) {
-    return guard_.store().stuck(guard_.clock().wall_now(), limit);
-  }
+  std::vector<record> stuck(std::size_t limit = 1000) { return guard_.stuck(limit); }
 
   Handler& handler() noexcept { return handler_; }
   store_type& store() noexcept { return guard_.store(); }

@@ -77,9 +77,7 @@ class inbox {
                   "idem::codec specialisation).");
 
     if (!is_valid_key(event_id, max_key_length_)) {
-      return idempotent_outcome<response_type>{
-          verdict::invalid_key, "the event id must be 1 to " + std::to_string(max_key_length_) +
-                                    " bytes of visible ASCII (0x21-0x7E)"};
+      return guard_type::template invalid_key<response_type>("the event id", max_key_length_);
     }
     auto run = [&](handler_context& context) -> response_type {
       if constexpr (std::is_void_v<fn_result>) {
@@ -98,15 +96,14 @@ class inbox {
     return guard_.template run<response_type>(scope, event_id, digest{}, run, release_on_failure{});
   }
 
-  std::size_t sweep() { return guard_.store().sweep(guard_.clock().wall_now()); }
-  std::vector<record> stuck(std::size_t limit = 1000) {
-    return guard_.store().stuck(guard_.clock().wall_now(), limit);
-  }
+  std::size_t sweep() { return guard_.sweep(); }
+  std::vector<record> stuck(std::size_t limit = 1000) { return guard_.stuck(limit); }
   store_type& store() noexcept { return guard_.store(); }
   clock_type& clock() noexcept { return guard_.clock(); }
 
  private:
-  detail::guard<store_type, clock_type> guard_;
+  using guard_type = detail::guard<store_type, clock_type>;
+  guard_type guard_;
   std::size_t max_key_length_;
 };
 

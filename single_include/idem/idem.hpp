@@ -1644,8 +1644,10 @@ class json_parser {
         parse_unicode_escape();
         return;
       default:
-        fail("invalid escape sequence; JSON has only \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX",
-             backslash);
+        fail(
+            "invalid escape sequence; JSON has only \\\" \\\\ \\/ \\b \\f \\n \\r \\t and \\u with "
+            "four hex digits",
+            backslash);
     }
     document_.arena.push_back(decoded);
     position_ += 2;
@@ -3010,14 +3012,25 @@ class handler_context {
   }
 
  private:
+  // Appends the step in place and takes it back if the store refuses or fails, so recording a
+  // step does not copy all the steps before it.
   void record_step(std::string_view name, std::string_view value) {
-    std::string next = recovery_;
-    detail::put_varint(next, name.size());
-    next.append(name);
-    detail::put_varint(next, value.size());
-    next.append(value);
-    if (sink_.write != nullptr && !sink_.write(sink_.self, next)) throw lease_lost{};
-    recovery_ = std::move(next);
+    const std::size_t before = recovery_.size();
+    detail::put_varint(recovery_, name.size());
+    recovery_.append(name);
+    detail::put_varint(recovery_, value.size());
+    recovery_.append(value);
+    bool applied = true;
+    try {
+      applied = sink_.write == nullptr || sink_.write(sink_.self, recovery_);
+    } catch (...) {
+      recovery_.resize(before);
+      throw;
+    }
+    if (!applied) {
+      recovery_.resize(before);
+      throw lease_lost{};
+    }
     ++recorded_steps_;
   }
 
@@ -3484,6 +3497,17 @@ class guard {
       : store_(std::move(store)), clock_(std::move(clock)), timing_(timing) {}
 
   Store& store() noexcept { return store_; }
+
+  std::size_t sweep() { return store_.sweep(clock_.wall_now()); }
+  std::vector<record> stuck(std::size_t limit) { return store_.stuck(clock_.wall_now(), limit); }
+
+  /// The answer to a key (or event id, `what`) that is_valid_key refuses.
+  template <class Response>
+  static idempotent_outcome<Response> invalid_key(const char* what, std::size_t max_length) {
+    return idempotent_outcome<Response>{
+        verdict::invalid_key, std::string(what) + " must be 1 to " + std::to_string(max_length) +
+                                  " bytes of visible ASCII (0x21-0x7E)"};
+  }
   Clock& clock() noexcept { return clock_; }
   const guard_timing& timing() const noexcept { return timing_; }
 
@@ -6433,9 +6457,8 @@ class idempotent {
       return guard_type::template run_unguarded<response_type>(scope, run);
     }
     if (!is_valid_key(*key, max_key_length_)) {
-      return outcome_type{verdict::invalid_key, "the idempotency key must be 1 to " +
-                                                    std::to_string(max_key_length_) +
-                                                    " bytes of visible ASCII (0x21-0x7E)"};
+      return guard_type::template invalid_key<response_type>("the idempotency key",
+                                                             max_key_length_);
     }
     const request_view view = view_of(request);
     if (view.body.size() > max_body_bytes_) {
@@ -6467,12 +6490,10 @@ class idempotent {
   }
 
   /// Removes expired records; answers how many.
-  std::size_t sweep() { return guard_.store().sweep(guard_.clock().wall_now()); }
+  std::size_t sweep() { return guard_.sweep(); }
   /// Claims in progress past their lease: what a reconciliation pass compares with the
   /// downstream system of record. Reports only.
-  std::vector<record> stuck(std::size_t limit = 1000) {
-    return guard_.store().stuck(guard_.clock().wall_now(), limit);
-  }
+  std::vector<record> stuck(std::size_t limit = 1000) { return guard_.stuck(limit); }
 
   Handler& handler() noexcept { return handler_; }
   store_type& store() noexcept { return guard_.store(); }
@@ -6559,9 +6580,7 @@ class inbox {
                   "idem::codec specialisation).");
 
     if (!is_valid_key(event_id, max_key_length_)) {
-      return idempotent_outcome<response_type>{
-          verdict::invalid_key, "the event id must be 1 to " + std::to_string(max_key_length_) +
-                                    " bytes of visible ASCII (0x21-0x7E)"};
+      return guard_type::template invalid_key<response_type>("the event id", max_key_length_);
     }
     auto run = [&](handler_context& context) -> response_type {
       if constexpr (std::is_void_v<fn_result>) {
@@ -6580,15 +6599,14 @@ class inbox {
     return guard_.template run<response_type>(scope, event_id, digest{}, run, release_on_failure{});
   }
 
-  std::size_t sweep() { return guard_.store().sweep(guard_.clock().wall_now()); }
-  std::vector<record> stuck(std::size_t limit = 1000) {
-    return guard_.store().stuck(guard_.clock().wall_now(), limit);
-  }
+  std::size_t sweep() { return guard_.sweep(); }
+  std::vector<record> stuck(std::size_t limit = 1000) { return guard_.stuck(limit); }
   store_type& store() noexcept { return guard_.store(); }
   clock_type& clock() noexcept { return guard_.clock(); }
 
  private:
-  detail::guard<store_type, clock_type> guard_;
+  using guard_type = detail::guard<store_type, clock_type>;
+  guard_type guard_;
   std::size_t max_key_length_;
 };
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <idem/codec.hpp>
 #include <idem/digest.hpp>
@@ -49,6 +50,17 @@ class guard {
       : store_(std::move(store)), clock_(std::move(clock)), timing_(timing) {}
 
   Store& store() noexcept { return store_; }
+
+  std::size_t sweep() { return store_.sweep(clock_.wall_now()); }
+  std::vector<record> stuck(std::size_t limit) { return store_.stuck(clock_.wall_now(), limit); }
+
+  /// The answer to a key (or event id, `what`) that is_valid_key refuses.
+  template <class Response>
+  static idempotent_outcome<Response> invalid_key(const char* what, std::size_t max_length) {
+    return idempotent_outcome<Response>{
+        verdict::invalid_key, std::string(what) + " must be 1 to " + std::to_string(max_length) +
+                                  " bytes of visible ASCII (0x21-0x7E)"};
+  }
   Clock& clock() noexcept { return clock_; }
   const guard_timing& timing() const noexcept { return timing_; }
 
