@@ -57,7 +57,8 @@ ensure_packages() {
 }
 
 ensure_packages g++ clang clang-tidy libclang-rt-14-dev cmake ninja-build catch2 libbenchmark-dev python3 \
-  libxxhash-dev libssl-dev libcuckoo-dev libtbb-dev libabsl-dev
+  libxxhash-dev libssl-dev libcuckoo-dev libtbb-dev libabsl-dev \
+  pkg-config libsqlite3-dev sqlite3 libpq-dev postgresql libhiredis-dev redis-server
 
 # --- bookkeeping -----------------------------------------------------------------------------
 total_passed=0
@@ -134,6 +135,15 @@ else
   total_failed=$((total_failed + 1))
 fi
 
+# --- servers: PostgreSQL and Redis for the store adapters' tests, stopped when this exits ---
+step_started=$SECONDS
+source "$root/scripts/lib/servers.sh"
+idem_start_servers
+if ((${#idem_servers_failed[@]})); then
+  recap+=("$(printf '%-12s %s could not start' "servers:" "${idem_servers_failed[*]}")")
+  total_failed=$((total_failed + ${#idem_servers_failed[@]}))
+fi
+
 # --- 1: g++, all targets ---------------------------------------------------------------------
 # RelWithDebInfo for the optimiser's warnings, with its -DNDEBUG dropped so asserts stay on.
 bench=ON
@@ -141,7 +151,8 @@ bench=ON
 configure_and_build gcc build/gcc "" \
   -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g" \
-  -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=ON -DIDEM_BUILD_BENCH=$bench -DIDEM_SANITIZE= ||
+  -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=ON -DIDEM_BUILD_BENCH=$bench -DIDEM_SANITIZE= \
+  -DIDEM_REQUIRE_ADAPTERS=ON ||
   exit 1
 run_ctest gcc build/gcc
 
@@ -152,7 +163,7 @@ if ((!quick)); then
   configure_and_build clang-asan build/clang-asan "" \
     -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" \
     -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=ON -DIDEM_BUILD_BENCH=OFF \
-    -DIDEM_SANITIZE=address,undefined -DIDEM_CLANG_TIDY=ON || exit 1
+    -DIDEM_SANITIZE=address,undefined -DIDEM_CLANG_TIDY=ON -DIDEM_REQUIRE_ADAPTERS=ON || exit 1
   run_ctest clang-asan build/clang-asan
 
   # --- 3: clang++, ThreadSanitizer, the [concurrency] test cases -----------------------------
@@ -165,10 +176,10 @@ if ((!quick)); then
     command -v setarch >/dev/null 2>&1; then
     ctest_prefix=(setarch "$(uname -m)" -R)
   fi
-  configure_and_build tsan build/tsan idem_tests \
+  configure_and_build tsan build/tsan idem_concurrency_tests \
     -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" \
     -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=OFF -DIDEM_BUILD_BENCH=OFF \
-    -DIDEM_SANITIZE=thread || exit 1
+    -DIDEM_SANITIZE=thread -DIDEM_REQUIRE_ADAPTERS=ON || exit 1
   run_ctest tsan build/tsan -L concurrency --no-tests=error
 fi
 
