@@ -6,7 +6,9 @@
 #   scripts/bench.sh --json FILE            also write the results to FILE as JSON
 #   scripts/bench.sh -- --benchmark_repetitions=5 ...   anything else goes to the binary as is
 #
-# Works from any directory; the build tree is build/bench and is reused.
+# Works from any directory; the build tree is build/bench and is reused. The store adapters'
+# benchmarks run against real servers (PostgreSQL, Redis) that this script starts on private
+# ports in a temporary folder and stops when it exits, as scripts/test.sh does.
 set -euo pipefail
 
 usage() { sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
@@ -46,7 +48,8 @@ fi
 missing=()
 if command -v dpkg >/dev/null 2>&1; then
   for package in g++ cmake ninja-build libbenchmark-dev libxxhash-dev libssl-dev libcuckoo-dev \
-    libtbb-dev libabsl-dev; do
+    libtbb-dev libabsl-dev pkg-config libsqlite3-dev libpq-dev postgresql libhiredis-dev \
+    redis-server; do
     dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
   done
 fi
@@ -63,4 +66,12 @@ cmake -S . -B build/bench -G Ninja -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=R
   "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" \
   -DIDEM_BUILD_BENCH=ON -DIDEM_BUILD_TESTS=OFF -DIDEM_BUILD_EXAMPLES=OFF -DIDEM_SANITIZE=
 cmake --build build/bench --target idem_bench
-exec build/bench/bench/idem_bench "${bench_args[@]}"
+
+root="$PWD"
+source "$root/scripts/lib/servers.sh"
+idem_start_servers
+if ((${#idem_servers_failed[@]})); then
+  echo "scripts/bench.sh: ${idem_servers_failed[*]} did not start; their benchmarks will fail" >&2
+fi
+# Not exec: the servers are stopped when this script exits.
+build/bench/bench/idem_bench "${bench_args[@]}"

@@ -20,6 +20,10 @@
 // its recovery points. A store that cannot take the claim answers store_unavailable or
 // store_full (503) and nothing runs.
 //
+// With a store that keeps records in a database (TransactionalStore: SQLite, PostgreSQL), a
+// handler taking the store's transaction as a third parameter runs inside the transaction that
+// completes its record: its own writes and the record commit together, or neither does.
+//
 // A handler that throws releases the key by default (policy/failure.hpp says why, and how to
 // store chosen failures instead); its exception passes through unchanged.
 //
@@ -56,14 +60,30 @@ namespace detail {
 template <class Handler, class Request>
 concept takes_handler_context = std::invocable<Handler&, handler_context&, const Request&>;
 
-template <class Handler, class Request>
+// A handler that runs inside the store's transaction: its last parameter is the transaction.
+template <class Handler, class Request, class Store>
+concept takes_transaction = TransactionalStore<Store> &&
+    std::invocable<Handler&, handler_context&, const Request&, typename Store::transaction&>;
+
+template <class Handler, class Request, class Store>
+concept guardable_handler = takes_transaction<Handler, Request, Store> ||
+    std::invocable<Handler&, handler_context&, const Request&> ||
+    std::invocable<Handler&, const Request&>;
+
+template <class Handler, class Request, class Store>
 struct handler_result {
   using type = std::invoke_result_t<Handler&, const Request&>;
 };
-template <class Handler, class Request>
+template <class Handler, class Request, class Store>
 requires takes_handler_context<Handler, Request>
-struct handler_result<Handler, Request> {
+struct handler_result<Handler, Request, Store> {
   using type = std::invoke_result_t<Handler&, handler_context&, const Request&>;
+};
+template <class Handler, class Request, class Store>
+requires takes_transaction<Handler, Request, Store>
+struct handler_result<Handler, Request, Store> {
+  using type = std::invoke_result_t<Handler&, handler_context&, const Request&,
+                                    typename Store::transaction&>;
 };
 
 template <class Policies>
@@ -151,11 +171,11 @@ class idempotent {
 
   /// Handles one request under (scope, key); `key` is std::nullopt when the request has none.
   template <Fingerprintable Request>
-  requires std::invocable<Handler&, handler_context&, const Request&> ||
-      std::invocable<Handler&, const Request&>
-          idempotent_outcome<typename detail::handler_result<Handler, Request>::type>
+  requires detail::guardable_handler<Handler, Request, store_type>
+      idempotent_outcome<typename detail::handler_result<Handler, Request, store_type>::type>
   operator()(std::string_view scope, std::optional<std::string_view> key, const Request& request) {
-    using response_type = typename detail::handler_result<Handler, Request>::type;
+    constexpr bool transactional = detail::takes_transaction<Handler, Request, store_type>;
+    using response_type = typename detail::handler_result<Handler, Request, store_type>::type;
     static_assert(!std::is_void_v<response_type> && Encodable<response_type>,
                   "The handler must return a storable response: std::string, a byte vector, "
                   "idem::http_response, or a type with an idem::codec specialisation.");
@@ -164,8 +184,11 @@ class idempotent {
                   "failure_info&) returning std::optional<Response>.");
     using outcome_type = idempotent_outcome<response_type>;
 
-    auto run = [&](handler_context& context) -> response_type {
-      if constexpr (detail::takes_handler_context<Handler, Request>) {
+    // A transactional handler is also given the transaction (run_within passes it).
+    auto run = [&](handler_context& context, auto&... transaction) -> response_type {
+      if constexpr (transactional) {
+        return std::invoke(handler_, context, request, transaction...);
+      } else if constexpr (detail::takes_handler_context<Handler, Request>) {
         return std::invoke(handler_, context, request);
       } else {
         return std::invoke(handler_, request);
@@ -175,7 +198,14 @@ class idempotent {
       if (require_key_) {
         return outcome_type{verdict::missing_key, "an idempotency key is required"};
       }
-      return guard_type::template run_unguarded<response_type>(scope, run);
+      if constexpr (transactional) {
+        // The transaction is the one that completes a record: without a key there is none.
+        return outcome_type{verdict::missing_key,
+                            "an idempotency key is required: this handler runs inside the "
+                            "transaction that records its key"};
+      } else {
+        return guard_type::template run_unguarded<response_type>(scope, run);
+      }
     }
     if (!is_valid_key(*key, max_key_length_)) {
       return guard_type::template invalid_key<response_type>("the idempotency key",
@@ -194,7 +224,11 @@ class idempotent {
     } catch (const std::invalid_argument& error) {
       return outcome_type{verdict::invalid_request, error.what()};
     }
-    return guard_.template run<response_type>(scope, *key, print, run, failure_);
+    if constexpr (transactional) {
+      return guard_.template run_within<response_type>(scope, *key, print, run, failure_);
+    } else {
+      return guard_.template run<response_type>(scope, *key, print, run, failure_);
+    }
   }
 
   /// The same, for a request that carries no key.

@@ -12,7 +12,9 @@
 // returned (replayed), a delivery racing one still running gets in_progress. The event id is
 // the whole identity: there is no fingerprint, because every delivery of one id is one event.
 // A throwing `fn` releases the event, so the redelivery runs it again; its exception passes
-// through.
+// through. With a TransactionalStore (SQLite, PostgreSQL), an `fn` taking the store's
+// transaction as its last parameter runs inside the transaction that records the event: the
+// consumer's writes and the record commit together (the transactional inbox).
 #pragma once
 
 #include <chrono>
@@ -33,6 +35,16 @@
 #include <idem/store.hpp>
 
 namespace idem {
+
+namespace detail {
+
+// A consumer function that runs inside the store's transaction: it takes the transaction last.
+template <class F, class Store>
+concept takes_store_transaction = TransactionalStore<Store> &&
+    (std::invocable<F&, handler_context&, typename Store::transaction&> ||
+     std::invocable<F&, typename Store::transaction&>);
+
+}  // namespace detail
 
 template <class Policies = default_policies>
 class inbox {
@@ -67,6 +79,23 @@ class inbox {
   /// if any, is stored and replayed; a void `fn` gives an outcome of std::monostate.
   template <class F>
   auto deduplicate(std::string_view scope, std::string_view event_id, F&& fn) {
+    if constexpr (detail::takes_store_transaction<F, store_type>) {
+      return deduplicate_within(scope, event_id, fn);
+    } else {
+      return deduplicate_plain(scope, event_id, fn);
+    }
+  }
+
+  std::size_t sweep() { return guard_.sweep(); }
+  std::vector<record> stuck(std::size_t limit = 1000) { return guard_.stuck(limit); }
+  store_type& store() noexcept { return guard_.store(); }
+  clock_type& clock() noexcept { return guard_.clock(); }
+
+ private:
+  using guard_type = detail::guard<store_type, clock_type>;
+
+  template <class F>
+  auto deduplicate_plain(std::string_view scope, std::string_view event_id, F& fn) {
     constexpr bool takes_context = std::invocable<F&, handler_context&>;
     using raw_result = std::conditional_t<takes_context, std::invoke_result<F&, handler_context&>,
                                           std::invoke_result<F&>>;
@@ -96,13 +125,43 @@ class inbox {
     return guard_.template run<response_type>(scope, event_id, digest{}, run, release_on_failure{});
   }
 
-  std::size_t sweep() { return guard_.sweep(); }
-  std::vector<record> stuck(std::size_t limit = 1000) { return guard_.stuck(limit); }
-  store_type& store() noexcept { return guard_.store(); }
-  clock_type& clock() noexcept { return guard_.clock(); }
+  // `fn` takes the store's transaction (last): it runs inside the transaction that records the
+  // event, so the consumer's writes and the record of the event commit together.
+  template <class F>
+  auto deduplicate_within(std::string_view scope, std::string_view event_id, F& fn) {
+    using transaction_type = typename store_type::transaction;
+    constexpr bool takes_context = std::invocable<F&, handler_context&, transaction_type&>;
+    using raw_result =
+        std::conditional_t<takes_context,
+                           std::invoke_result<F&, handler_context&, transaction_type&>,
+                           std::invoke_result<F&, transaction_type&>>;
+    using fn_result = typename raw_result::type;
+    using response_type = std::conditional_t<std::is_void_v<fn_result>, std::monostate, fn_result>;
+    static_assert(Encodable<response_type>,
+                  "deduplicate's function must return void or a storable type (one with an "
+                  "idem::codec specialisation).");
 
- private:
-  using guard_type = detail::guard<store_type, clock_type>;
+    if (!is_valid_key(event_id, max_key_length_)) {
+      return guard_type::template invalid_key<response_type>("the event id", max_key_length_);
+    }
+    auto run = [&](handler_context& context, transaction_type& transaction) -> response_type {
+      if constexpr (std::is_void_v<fn_result>) {
+        if constexpr (takes_context) {
+          std::invoke(fn, context, transaction);
+        } else {
+          std::invoke(fn, transaction);
+        }
+        return {};
+      } else if constexpr (takes_context) {
+        return std::invoke(fn, context, transaction);
+      } else {
+        return std::invoke(fn, transaction);
+      }
+    };
+    return guard_.template run_within<response_type>(scope, event_id, digest{}, run,
+                                                     release_on_failure{});
+  }
+
   guard_type guard_;
   std::size_t max_key_length_;
 };

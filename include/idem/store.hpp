@@ -50,6 +50,20 @@
 // stuck(now, limit) — live in-progress records whose lease_until <= now: what a reconciliation
 // pass compares with the downstream system of record. It reports; it never changes a record.
 //
+// Transactions (optional: TransactionalStore). A store whose records live in a database the
+// handler can write to can complete a record in the same transaction as the handler's own
+// writes, so the effect and its record commit together or not at all:
+//   complete_within(held, now, produce): begins a transaction; if the record is not in progress
+//   under held.fence, rolls back and answers false without calling produce; otherwise calls
+//   produce(transaction&), which runs the handler and answers the encoded response, completes
+//   the record fenced in that transaction (zero rows: roll back, false), and commits (true).
+//   produce throwing rolls back and rethrows the same exception. The store's own failures roll
+//   back and throw store_error. A store may call produce again after a rollback it caused (a
+//   serialization failure), so produce starts from scratch each time.
+//   transaction::checkpoint(held, recovery, lease_until): checkpoint's semantics on the open
+//   transaction's connection (another connection would wait on the locks it holds); it commits
+//   or rolls back with the transaction.
+//
 // Failures. A backend that cannot answer (down, timed out, I/O error) throws store_error with
 // store_failure::unavailable; a write that does not fit (a response larger than the store
 // accepts, a full disk) throws store_error with store_failure::full. Nothing is written then.
@@ -155,6 +169,19 @@ concept Store = std::copy_constructible<S> &&
   { store.find(scope, key, now) } -> std::same_as<std::optional<record>>;
   { store.sweep(now) } -> std::same_as<std::size_t>;
   { store.stuck(now, limit) } -> std::same_as<std::vector<record>>;
+};
+
+/// A Store that can complete a record inside the transaction that holds the handler's own
+/// writes (see "Transactions" above). A handler opts in by taking `typename S::transaction&` as
+/// its last parameter.
+template <class S>
+concept TransactionalStore = Store<S> && requires {
+  typename S::transaction;
+} && requires(S& store, typename S::transaction& transaction, const fenced_key& held,
+              std::string_view bytes, store_time now,
+              std::string (&produce)(typename S::transaction&)) {
+  { store.complete_within(held, now, produce) } -> std::same_as<bool>;
+  { transaction.checkpoint(held, bytes, now) } -> std::same_as<bool>;
 };
 
 }  // namespace idem

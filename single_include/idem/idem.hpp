@@ -3068,6 +3068,10 @@ class handler_context {
 // its recovery points. A store that cannot take the claim answers store_unavailable or
 // store_full (503) and nothing runs.
 //
+// With a store that keeps records in a database (TransactionalStore: SQLite, PostgreSQL), a
+// handler taking the store's transaction as a third parameter runs inside the transaction that
+// completes its record: its own writes and the record commit together, or neither does.
+//
 // A handler that throws releases the key by default (policy/failure.hpp says why, and how to
 // store chosen failures instead); its exception passes through unchanged.
 //
@@ -3369,6 +3373,20 @@ struct store_all_failures {
 // stuck(now, limit) — live in-progress records whose lease_until <= now: what a reconciliation
 // pass compares with the downstream system of record. It reports; it never changes a record.
 //
+// Transactions (optional: TransactionalStore). A store whose records live in a database the
+// handler can write to can complete a record in the same transaction as the handler's own
+// writes, so the effect and its record commit together or not at all:
+//   complete_within(held, now, produce): begins a transaction; if the record is not in progress
+//   under held.fence, rolls back and answers false without calling produce; otherwise calls
+//   produce(transaction&), which runs the handler and answers the encoded response, completes
+//   the record fenced in that transaction (zero rows: roll back, false), and commits (true).
+//   produce throwing rolls back and rethrows the same exception. The store's own failures roll
+//   back and throw store_error. A store may call produce again after a rollback it caused (a
+//   serialization failure), so produce starts from scratch each time.
+//   transaction::checkpoint(held, recovery, lease_until): checkpoint's semantics on the open
+//   transaction's connection (another connection would wait on the locks it holds); it commits
+//   or rolls back with the transaction.
+//
 // Failures. A backend that cannot answer (down, timed out, I/O error) throws store_error with
 // store_failure::unavailable; a write that does not fit (a response larger than the store
 // accepts, a full disk) throws store_error with store_failure::full. Nothing is written then.
@@ -3463,6 +3481,19 @@ concept Store = std::copy_constructible<S> &&
   { store.stuck(now, limit) } -> std::same_as<std::vector<record>>;
 };
 
+/// A Store that can complete a record inside the transaction that holds the handler's own
+/// writes (see "Transactions" above). A handler opts in by taking `typename S::transaction&` as
+/// its last parameter.
+template <class S>
+concept TransactionalStore = Store<S> && requires {
+  typename S::transaction;
+} && requires(S& store, typename S::transaction& transaction, const fenced_key& held,
+              std::string_view bytes, store_time now,
+              std::string (&produce)(typename S::transaction&)) {
+  { store.complete_within(held, now, produce) } -> std::same_as<bool>;
+  { transaction.checkpoint(held, bytes, now) } -> std::same_as<bool>;
+};
+
 }  // namespace idem
 // end idem/store.hpp
 
@@ -3516,25 +3547,27 @@ class guard {
   template <class Response, class Run, class Failure>
   idempotent_outcome<Response> run(std::string_view scope, std::string_view key,
                                    const digest& print, Run& run, const Failure& failure) {
-    using outcome_type = idempotent_outcome<Response>;
-    claim_result claimed;
-    try {
-      claimed = claim_waiting(scope, key, print);
-    } catch (const store_error& error) {
-      return refused<Response>(error);
-    }
-    switch (claimed.status) {
-      case claim_status::full:
-        return outcome_type{verdict::store_full, "the store has no room for another record"};
-      case claim_status::existing:
-        return answer_existing<Response>(claimed.existing, print);
-      case claim_status::claimed:
-      case claim_status::taken_over:
-        break;
-    }
-    const bool resumed = claimed.status == claim_status::taken_over;
-    return run_claimed<Response>(scope, key, print, claimed.fence, resumed,
-                                 std::move(claimed.existing.recovery), run, failure);
+    return claim_then<Response>(scope, key, print,
+                                [&](std::uint64_t fence, bool resumed, std::string recovery) {
+                                  return run_claimed<Response>(scope, key, print, fence, resumed,
+                                                               std::move(recovery), run, failure);
+                                });
+  }
+
+  /// The same for a store that completes records inside a transaction (TransactionalStore):
+  /// `run(handler_context&, transaction&)` runs inside the transaction that completes the
+  /// record, so its writes and the record commit together. A store failure there rolls both
+  /// back and answers store_unavailable or store_full; the claim stays until its lease ends
+  /// (a commit whose answer was lost may have gone through, and a release would undo it).
+  template <class Response, class Run, class Failure>
+  idempotent_outcome<Response> run_within(std::string_view scope, std::string_view key,
+                                          const digest& print, Run& run, const Failure& failure) {
+    static_assert(TransactionalStore<Store>);
+    return claim_then<Response>(
+        scope, key, print, [&](std::uint64_t fence, bool resumed, std::string recovery) {
+          return run_claimed_within<Response>(scope, key, print, fence, resumed,
+                                              std::move(recovery), run, failure);
+        });
   }
 
   /// Runs `run` with no key and no claim, for services where the key is optional: nothing is
@@ -3555,6 +3588,31 @@ class guard {
   }
 
  private:
+  // Claims (scope, key) and, when the claim is this caller's, answers
+  // then(fence, resumed, recovery); otherwise answers for the record that is there.
+  template <class Response, class Then>
+  idempotent_outcome<Response> claim_then(std::string_view scope, std::string_view key,
+                                          const digest& print, Then&& then) {
+    using outcome_type = idempotent_outcome<Response>;
+    claim_result claimed;
+    try {
+      claimed = claim_waiting(scope, key, print);
+    } catch (const store_error& error) {
+      return refused<Response>(error);
+    }
+    switch (claimed.status) {
+      case claim_status::full:
+        return outcome_type{verdict::store_full, "the store has no room for another record"};
+      case claim_status::existing:
+        return answer_existing<Response>(claimed.existing, print);
+      case claim_status::claimed:
+      case claim_status::taken_over:
+        break;
+    }
+    return then(claimed.fence, claimed.status == claim_status::taken_over,
+                std::move(claimed.existing.recovery));
+  }
+
   // One claim, or with coalescing, claims repeated with growing pauses while another attempt
   // holds a live claim, until it settles (completed, released, abandoned) or the wait is over.
   claim_result claim_waiting(std::string_view scope, std::string_view key, const digest& print) {
@@ -3637,21 +3695,7 @@ class guard {
       // A store that failed mid-handler may have left an effect unrecorded: keep the claim, so
       // that only a takeover after the lease (resuming from the recovery points) runs it again.
       if (target.store_failed) throw;
-      const failure_info info{std::current_exception(), scope, key, fence,
-                              context.steps_recorded()};
-      try {
-        std::optional<Response> stored = failure.template stored_response<Response>(info);
-        if (stored) {
-          std::string bytes;
-          codec<Response>::encode(*stored, bytes);
-          (void)store_.complete(target.held, bytes, clock_.wall_now());
-        } else {
-          (void)store_.release(target.held);
-        }
-      } catch (const store_error&) {
-        // The handler's exception is what the caller must see. The claim stays in progress
-        // until its lease ends; stuck() reports it.
-      }
+      settle_failure<Response>(target.held, context.steps_recorded(), failure);
       throw;
     }
 
@@ -3670,6 +3714,110 @@ class guard {
       return outcome;
     }
     if (!applied) return answer_lost<Response>(scope, key, print);
+    outcome.response_ = std::move(response);
+    outcome.recorded_ = true;
+    return outcome;
+  }
+
+  // The handler threw (the exception in flight): the failure policy decides whether the key is
+  // released or a failure response stored.
+  template <class Response, class Failure>
+  void settle_failure(const fenced_key& held, std::size_t steps, const Failure& failure) {
+    const failure_info info{std::current_exception(), held.scope, held.key, held.fence, steps};
+    try {
+      std::optional<Response> stored = failure.template stored_response<Response>(info);
+      if (stored) {
+        std::string bytes;
+        codec<Response>::encode(*stored, bytes);
+        (void)store_.complete(held, bytes, clock_.wall_now());
+      } else {
+        (void)store_.release(held);
+      }
+    } catch (const store_error&) {
+      // The handler's exception is what the caller must see. The claim stays in progress
+      // until its lease ends; stuck() reports it.
+    }
+  }
+
+  // Recovery points of a transactional handler: recorded on the transaction's connection, and
+  // committed or rolled back with it.
+  template <class Transaction>
+  struct transaction_checkpoint_target {
+    guard* self;
+    fenced_key held;
+    Transaction* transaction = nullptr;
+    bool store_failed = false;
+
+    static bool write(void* target, std::string_view recovery) {
+      auto& me = *static_cast<transaction_checkpoint_target*>(target);
+      try {
+        return me.transaction->checkpoint(me.held, recovery,
+                                          me.self->clock_.wall_now() + me.self->timing_.lease);
+      } catch (...) {
+        me.store_failed = true;
+        throw;
+      }
+    }
+  };
+
+  template <class Response, class Run, class Failure>
+  idempotent_outcome<Response> run_claimed_within(std::string_view scope, std::string_view key,
+                                                  const digest& print, std::uint64_t fence,
+                                                  bool resumed, std::string recovery, Run& run,
+                                                  const Failure& failure) {
+    using outcome_type = idempotent_outcome<Response>;
+    using transaction_type = typename Store::transaction;
+    transaction_checkpoint_target<transaction_type> target{this, fenced_key{scope, key, fence}};
+    // One context for every call of produce: a store that rolled back and calls again (a
+    // serialization failure) gets the steps of the rolled-back call from memory, so an external
+    // effect a step made is not made again; write the database only outside steps.
+    handler_context context{scope,
+                            key,
+                            fence,
+                            resumed,
+                            std::move(recovery),
+                            recovery_sink{&target, &decltype(target)::write}};
+    std::optional<Response> response;
+    bool handler_threw = false;
+    auto produce = [&](transaction_type& transaction) -> std::string {
+      target.transaction = &transaction;
+      target.store_failed = false;
+      handler_threw = false;
+      response.reset();
+      try {
+        response.emplace(run(context, transaction));
+      } catch (const lease_lost&) {
+        throw;
+      } catch (...) {
+        handler_threw = !target.store_failed;
+        throw;
+      }
+      std::string bytes;
+      codec<Response>::encode(*response, bytes);
+      return bytes;
+    };
+
+    bool applied = false;
+    try {
+      applied = store_.complete_within(target.held, clock_.wall_now(), produce);
+    } catch (const lease_lost&) {
+      return answer_lost<Response>(scope, key, print);
+    } catch (const store_error& error) {
+      if (!handler_threw) {
+        outcome_type refusal = refused<Response>(error);
+        refusal.message_ = std::string("the handler's transaction did not commit: ") + error.what();
+        return refusal;
+      }
+      settle_failure<Response>(target.held, context.steps_recorded(), failure);
+      throw;
+    } catch (...) {
+      if (handler_threw) settle_failure<Response>(target.held, context.steps_recorded(), failure);
+      throw;
+    }
+    if (!applied) return answer_lost<Response>(scope, key, print);
+    outcome_type outcome{verdict::executed};
+    outcome.fence_ = fence;
+    outcome.resumed_ = resumed;
     outcome.response_ = std::move(response);
     outcome.recorded_ = true;
     return outcome;
@@ -6335,14 +6483,30 @@ namespace detail {
 template <class Handler, class Request>
 concept takes_handler_context = std::invocable<Handler&, handler_context&, const Request&>;
 
-template <class Handler, class Request>
+// A handler that runs inside the store's transaction: its last parameter is the transaction.
+template <class Handler, class Request, class Store>
+concept takes_transaction = TransactionalStore<Store> &&
+    std::invocable<Handler&, handler_context&, const Request&, typename Store::transaction&>;
+
+template <class Handler, class Request, class Store>
+concept guardable_handler = takes_transaction<Handler, Request, Store> ||
+    std::invocable<Handler&, handler_context&, const Request&> ||
+    std::invocable<Handler&, const Request&>;
+
+template <class Handler, class Request, class Store>
 struct handler_result {
   using type = std::invoke_result_t<Handler&, const Request&>;
 };
-template <class Handler, class Request>
+template <class Handler, class Request, class Store>
 requires takes_handler_context<Handler, Request>
-struct handler_result<Handler, Request> {
+struct handler_result<Handler, Request, Store> {
   using type = std::invoke_result_t<Handler&, handler_context&, const Request&>;
+};
+template <class Handler, class Request, class Store>
+requires takes_transaction<Handler, Request, Store>
+struct handler_result<Handler, Request, Store> {
+  using type = std::invoke_result_t<Handler&, handler_context&, const Request&,
+                                    typename Store::transaction&>;
 };
 
 template <class Policies>
@@ -6430,11 +6594,11 @@ class idempotent {
 
   /// Handles one request under (scope, key); `key` is std::nullopt when the request has none.
   template <Fingerprintable Request>
-  requires std::invocable<Handler&, handler_context&, const Request&> ||
-      std::invocable<Handler&, const Request&>
-          idempotent_outcome<typename detail::handler_result<Handler, Request>::type>
+  requires detail::guardable_handler<Handler, Request, store_type>
+      idempotent_outcome<typename detail::handler_result<Handler, Request, store_type>::type>
   operator()(std::string_view scope, std::optional<std::string_view> key, const Request& request) {
-    using response_type = typename detail::handler_result<Handler, Request>::type;
+    constexpr bool transactional = detail::takes_transaction<Handler, Request, store_type>;
+    using response_type = typename detail::handler_result<Handler, Request, store_type>::type;
     static_assert(!std::is_void_v<response_type> && Encodable<response_type>,
                   "The handler must return a storable response: std::string, a byte vector, "
                   "idem::http_response, or a type with an idem::codec specialisation.");
@@ -6443,8 +6607,11 @@ class idempotent {
                   "failure_info&) returning std::optional<Response>.");
     using outcome_type = idempotent_outcome<response_type>;
 
-    auto run = [&](handler_context& context) -> response_type {
-      if constexpr (detail::takes_handler_context<Handler, Request>) {
+    // A transactional handler is also given the transaction (run_within passes it).
+    auto run = [&](handler_context& context, auto&... transaction) -> response_type {
+      if constexpr (transactional) {
+        return std::invoke(handler_, context, request, transaction...);
+      } else if constexpr (detail::takes_handler_context<Handler, Request>) {
         return std::invoke(handler_, context, request);
       } else {
         return std::invoke(handler_, request);
@@ -6454,7 +6621,14 @@ class idempotent {
       if (require_key_) {
         return outcome_type{verdict::missing_key, "an idempotency key is required"};
       }
-      return guard_type::template run_unguarded<response_type>(scope, run);
+      if constexpr (transactional) {
+        // The transaction is the one that completes a record: without a key there is none.
+        return outcome_type{verdict::missing_key,
+                            "an idempotency key is required: this handler runs inside the "
+                            "transaction that records its key"};
+      } else {
+        return guard_type::template run_unguarded<response_type>(scope, run);
+      }
     }
     if (!is_valid_key(*key, max_key_length_)) {
       return guard_type::template invalid_key<response_type>("the idempotency key",
@@ -6473,7 +6647,11 @@ class idempotent {
     } catch (const std::invalid_argument& error) {
       return outcome_type{verdict::invalid_request, error.what()};
     }
-    return guard_.template run<response_type>(scope, *key, print, run, failure_);
+    if constexpr (transactional) {
+      return guard_.template run_within<response_type>(scope, *key, print, run, failure_);
+    } else {
+      return guard_.template run<response_type>(scope, *key, print, run, failure_);
+    }
   }
 
   /// The same, for a request that carries no key.
@@ -6533,9 +6711,21 @@ idempotent(Handler) -> idempotent<Handler, default_policies>;
 // returned (replayed), a delivery racing one still running gets in_progress. The event id is
 // the whole identity: there is no fingerprint, because every delivery of one id is one event.
 // A throwing `fn` releases the event, so the redelivery runs it again; its exception passes
-// through.
+// through. With a TransactionalStore (SQLite, PostgreSQL), an `fn` taking the store's
+// transaction as its last parameter runs inside the transaction that records the event: the
+// consumer's writes and the record commit together (the transactional inbox).
 
 namespace idem {
+
+namespace detail {
+
+// A consumer function that runs inside the store's transaction: it takes the transaction last.
+template <class F, class Store>
+concept takes_store_transaction = TransactionalStore<Store> &&
+    (std::invocable<F&, handler_context&, typename Store::transaction&> ||
+     std::invocable<F&, typename Store::transaction&>);
+
+}  // namespace detail
 
 template <class Policies = default_policies>
 class inbox {
@@ -6570,6 +6760,23 @@ class inbox {
   /// if any, is stored and replayed; a void `fn` gives an outcome of std::monostate.
   template <class F>
   auto deduplicate(std::string_view scope, std::string_view event_id, F&& fn) {
+    if constexpr (detail::takes_store_transaction<F, store_type>) {
+      return deduplicate_within(scope, event_id, fn);
+    } else {
+      return deduplicate_plain(scope, event_id, fn);
+    }
+  }
+
+  std::size_t sweep() { return guard_.sweep(); }
+  std::vector<record> stuck(std::size_t limit = 1000) { return guard_.stuck(limit); }
+  store_type& store() noexcept { return guard_.store(); }
+  clock_type& clock() noexcept { return guard_.clock(); }
+
+ private:
+  using guard_type = detail::guard<store_type, clock_type>;
+
+  template <class F>
+  auto deduplicate_plain(std::string_view scope, std::string_view event_id, F& fn) {
     constexpr bool takes_context = std::invocable<F&, handler_context&>;
     using raw_result = std::conditional_t<takes_context, std::invoke_result<F&, handler_context&>,
                                           std::invoke_result<F&>>;
@@ -6599,13 +6806,43 @@ class inbox {
     return guard_.template run<response_type>(scope, event_id, digest{}, run, release_on_failure{});
   }
 
-  std::size_t sweep() { return guard_.sweep(); }
-  std::vector<record> stuck(std::size_t limit = 1000) { return guard_.stuck(limit); }
-  store_type& store() noexcept { return guard_.store(); }
-  clock_type& clock() noexcept { return guard_.clock(); }
+  // `fn` takes the store's transaction (last): it runs inside the transaction that records the
+  // event, so the consumer's writes and the record of the event commit together.
+  template <class F>
+  auto deduplicate_within(std::string_view scope, std::string_view event_id, F& fn) {
+    using transaction_type = typename store_type::transaction;
+    constexpr bool takes_context = std::invocable<F&, handler_context&, transaction_type&>;
+    using raw_result =
+        std::conditional_t<takes_context,
+                           std::invoke_result<F&, handler_context&, transaction_type&>,
+                           std::invoke_result<F&, transaction_type&>>;
+    using fn_result = typename raw_result::type;
+    using response_type = std::conditional_t<std::is_void_v<fn_result>, std::monostate, fn_result>;
+    static_assert(Encodable<response_type>,
+                  "deduplicate's function must return void or a storable type (one with an "
+                  "idem::codec specialisation).");
 
- private:
-  using guard_type = detail::guard<store_type, clock_type>;
+    if (!is_valid_key(event_id, max_key_length_)) {
+      return guard_type::template invalid_key<response_type>("the event id", max_key_length_);
+    }
+    auto run = [&](handler_context& context, transaction_type& transaction) -> response_type {
+      if constexpr (std::is_void_v<fn_result>) {
+        if constexpr (takes_context) {
+          std::invoke(fn, context, transaction);
+        } else {
+          std::invoke(fn, transaction);
+        }
+        return {};
+      } else if constexpr (takes_context) {
+        return std::invoke(fn, context, transaction);
+      } else {
+        return std::invoke(fn, transaction);
+      }
+    };
+    return guard_.template run_within<response_type>(scope, event_id, digest{}, run,
+                                                     release_on_failure{});
+  }
+
   guard_type guard_;
   std::size_t max_key_length_;
 };

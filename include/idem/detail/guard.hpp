@@ -69,25 +69,27 @@ class guard {
   template <class Response, class Run, class Failure>
   idempotent_outcome<Response> run(std::string_view scope, std::string_view key,
                                    const digest& print, Run& run, const Failure& failure) {
-    using outcome_type = idempotent_outcome<Response>;
-    claim_result claimed;
-    try {
-      claimed = claim_waiting(scope, key, print);
-    } catch (const store_error& error) {
-      return refused<Response>(error);
-    }
-    switch (claimed.status) {
-      case claim_status::full:
-        return outcome_type{verdict::store_full, "the store has no room for another record"};
-      case claim_status::existing:
-        return answer_existing<Response>(claimed.existing, print);
-      case claim_status::claimed:
-      case claim_status::taken_over:
-        break;
-    }
-    const bool resumed = claimed.status == claim_status::taken_over;
-    return run_claimed<Response>(scope, key, print, claimed.fence, resumed,
-                                 std::move(claimed.existing.recovery), run, failure);
+    return claim_then<Response>(scope, key, print,
+                                [&](std::uint64_t fence, bool resumed, std::string recovery) {
+                                  return run_claimed<Response>(scope, key, print, fence, resumed,
+                                                               std::move(recovery), run, failure);
+                                });
+  }
+
+  /// The same for a store that completes records inside a transaction (TransactionalStore):
+  /// `run(handler_context&, transaction&)` runs inside the transaction that completes the
+  /// record, so its writes and the record commit together. A store failure there rolls both
+  /// back and answers store_unavailable or store_full; the claim stays until its lease ends
+  /// (a commit whose answer was lost may have gone through, and a release would undo it).
+  template <class Response, class Run, class Failure>
+  idempotent_outcome<Response> run_within(std::string_view scope, std::string_view key,
+                                          const digest& print, Run& run, const Failure& failure) {
+    static_assert(TransactionalStore<Store>);
+    return claim_then<Response>(
+        scope, key, print, [&](std::uint64_t fence, bool resumed, std::string recovery) {
+          return run_claimed_within<Response>(scope, key, print, fence, resumed,
+                                              std::move(recovery), run, failure);
+        });
   }
 
   /// Runs `run` with no key and no claim, for services where the key is optional: nothing is
@@ -108,6 +110,31 @@ class guard {
   }
 
  private:
+  // Claims (scope, key) and, when the claim is this caller's, answers
+  // then(fence, resumed, recovery); otherwise answers for the record that is there.
+  template <class Response, class Then>
+  idempotent_outcome<Response> claim_then(std::string_view scope, std::string_view key,
+                                          const digest& print, Then&& then) {
+    using outcome_type = idempotent_outcome<Response>;
+    claim_result claimed;
+    try {
+      claimed = claim_waiting(scope, key, print);
+    } catch (const store_error& error) {
+      return refused<Response>(error);
+    }
+    switch (claimed.status) {
+      case claim_status::full:
+        return outcome_type{verdict::store_full, "the store has no room for another record"};
+      case claim_status::existing:
+        return answer_existing<Response>(claimed.existing, print);
+      case claim_status::claimed:
+      case claim_status::taken_over:
+        break;
+    }
+    return then(claimed.fence, claimed.status == claim_status::taken_over,
+                std::move(claimed.existing.recovery));
+  }
+
   // One claim, or with coalescing, claims repeated with growing pauses while another attempt
   // holds a live claim, until it settles (completed, released, abandoned) or the wait is over.
   claim_result claim_waiting(std::string_view scope, std::string_view key, const digest& print) {
@@ -190,21 +217,7 @@ class guard {
       // A store that failed mid-handler may have left an effect unrecorded: keep the claim, so
       // that only a takeover after the lease (resuming from the recovery points) runs it again.
       if (target.store_failed) throw;
-      const failure_info info{std::current_exception(), scope, key, fence,
-                              context.steps_recorded()};
-      try {
-        std::optional<Response> stored = failure.template stored_response<Response>(info);
-        if (stored) {
-          std::string bytes;
-          codec<Response>::encode(*stored, bytes);
-          (void)store_.complete(target.held, bytes, clock_.wall_now());
-        } else {
-          (void)store_.release(target.held);
-        }
-      } catch (const store_error&) {
-        // The handler's exception is what the caller must see. The claim stays in progress
-        // until its lease ends; stuck() reports it.
-      }
+      settle_failure<Response>(target.held, context.steps_recorded(), failure);
       throw;
     }
 
@@ -223,6 +236,110 @@ class guard {
       return outcome;
     }
     if (!applied) return answer_lost<Response>(scope, key, print);
+    outcome.response_ = std::move(response);
+    outcome.recorded_ = true;
+    return outcome;
+  }
+
+  // The handler threw (the exception in flight): the failure policy decides whether the key is
+  // released or a failure response stored.
+  template <class Response, class Failure>
+  void settle_failure(const fenced_key& held, std::size_t steps, const Failure& failure) {
+    const failure_info info{std::current_exception(), held.scope, held.key, held.fence, steps};
+    try {
+      std::optional<Response> stored = failure.template stored_response<Response>(info);
+      if (stored) {
+        std::string bytes;
+        codec<Response>::encode(*stored, bytes);
+        (void)store_.complete(held, bytes, clock_.wall_now());
+      } else {
+        (void)store_.release(held);
+      }
+    } catch (const store_error&) {
+      // The handler's exception is what the caller must see. The claim stays in progress
+      // until its lease ends; stuck() reports it.
+    }
+  }
+
+  // Recovery points of a transactional handler: recorded on the transaction's connection, and
+  // committed or rolled back with it.
+  template <class Transaction>
+  struct transaction_checkpoint_target {
+    guard* self;
+    fenced_key held;
+    Transaction* transaction = nullptr;
+    bool store_failed = false;
+
+    static bool write(void* target, std::string_view recovery) {
+      auto& me = *static_cast<transaction_checkpoint_target*>(target);
+      try {
+        return me.transaction->checkpoint(me.held, recovery,
+                                          me.self->clock_.wall_now() + me.self->timing_.lease);
+      } catch (...) {
+        me.store_failed = true;
+        throw;
+      }
+    }
+  };
+
+  template <class Response, class Run, class Failure>
+  idempotent_outcome<Response> run_claimed_within(std::string_view scope, std::string_view key,
+                                                  const digest& print, std::uint64_t fence,
+                                                  bool resumed, std::string recovery, Run& run,
+                                                  const Failure& failure) {
+    using outcome_type = idempotent_outcome<Response>;
+    using transaction_type = typename Store::transaction;
+    transaction_checkpoint_target<transaction_type> target{this, fenced_key{scope, key, fence}};
+    // One context for every call of produce: a store that rolled back and calls again (a
+    // serialization failure) gets the steps of the rolled-back call from memory, so an external
+    // effect a step made is not made again; write the database only outside steps.
+    handler_context context{scope,
+                            key,
+                            fence,
+                            resumed,
+                            std::move(recovery),
+                            recovery_sink{&target, &decltype(target)::write}};
+    std::optional<Response> response;
+    bool handler_threw = false;
+    auto produce = [&](transaction_type& transaction) -> std::string {
+      target.transaction = &transaction;
+      target.store_failed = false;
+      handler_threw = false;
+      response.reset();
+      try {
+        response.emplace(run(context, transaction));
+      } catch (const lease_lost&) {
+        throw;
+      } catch (...) {
+        handler_threw = !target.store_failed;
+        throw;
+      }
+      std::string bytes;
+      codec<Response>::encode(*response, bytes);
+      return bytes;
+    };
+
+    bool applied = false;
+    try {
+      applied = store_.complete_within(target.held, clock_.wall_now(), produce);
+    } catch (const lease_lost&) {
+      return answer_lost<Response>(scope, key, print);
+    } catch (const store_error& error) {
+      if (!handler_threw) {
+        outcome_type refusal = refused<Response>(error);
+        refusal.message_ = std::string("the handler's transaction did not commit: ") + error.what();
+        return refusal;
+      }
+      settle_failure<Response>(target.held, context.steps_recorded(), failure);
+      throw;
+    } catch (...) {
+      if (handler_threw) settle_failure<Response>(target.held, context.steps_recorded(), failure);
+      throw;
+    }
+    if (!applied) return answer_lost<Response>(scope, key, print);
+    outcome_type outcome{verdict::executed};
+    outcome.fence_ = fence;
+    outcome.resumed_ = resumed;
     outcome.response_ = std::move(response);
     outcome.recorded_ = true;
     return outcome;
