@@ -3,6 +3,7 @@
 // and sharing one file between stores and threads.
 #include <catch2/catch.hpp>
 
+#include <idem/idem.hpp>
 #include <idem/store/sqlite.hpp>
 
 #include <sqlite3.h>
@@ -608,4 +609,60 @@ TEST_CASE("threads on two stores sharing one file claim each key once", "[sqlite
     if (!found || found->response != "response key-" + std::to_string(i)) ++not_once;
   }
   CHECK(not_once == 0);
+}
+
+// ---- through idempotent and inbox --------------------------------------------------------
+
+static_assert(idem::TransactionalStore<sqlite_store>,
+              "sqlite_store completes records inside the handler's transaction");
+
+namespace {
+
+struct sqlite_policies : idem::default_policies {
+  using store = sqlite_store;
+  using clock = idem::manual_clock;
+};
+
+}  // namespace
+
+TEST_CASE("a transactional handler's rows commit with its record, or roll back with a throw",
+          "[sqlite]") {
+  transactional_fixture fixture;
+  auto transfer = [](idem::handler_context& context, const std::string& amount,
+                     sqlite_store::transaction& txn) {
+    if (amount == "declined") throw std::runtime_error("declined");
+    txn.exec("INSERT INTO charges (key, amount) VALUES (?, ?)", context.key(), std::stoi(amount));
+    return std::string("charged ") + amount;
+  };
+  idem::idempotent<decltype(transfer), sqlite_policies>::options parts;
+  parts.store = fixture.store;
+  idem::idempotent<decltype(transfer), sqlite_policies> payments(transfer, std::move(parts));
+
+  const auto first = payments("tenant", "order-1", std::string("250"));
+  REQUIRE(first.verdict() == idem::verdict::executed);
+  CHECK(first.recorded());
+  const auto again = payments("tenant", "order-1", std::string("250"));
+  CHECK(again.verdict() == idem::verdict::replayed);
+  CHECK(again.value() == "charged 250");
+  CHECK_THROWS_AS(payments("tenant", "order-2", std::string("declined")), std::runtime_error);
+  CHECK(fixture.charges() == "order-1:250");
+  // The throw released the key: a corrected retry runs.
+  CHECK(payments("tenant", "order-2", std::string("100")).verdict() == idem::verdict::executed);
+  CHECK(fixture.charges() == "order-1:250\norder-2:100");
+}
+
+TEST_CASE("a transactional inbox records the event and the consumer's rows together",
+          "[sqlite]") {
+  transactional_fixture fixture;
+  idem::inbox<sqlite_policies>::options parts;
+  parts.store = fixture.store;
+  idem::inbox<sqlite_policies> consumed(std::move(parts));
+  for (int delivery = 0; delivery < 3; ++delivery) {
+    const auto outcome = consumed.deduplicate("orders", "evt-1", [](sqlite_store::transaction& txn) {
+      txn.exec("INSERT INTO charges (key, amount) VALUES ('evt-1', 5)");
+    });
+    CHECK(outcome.verdict() ==
+          (delivery == 0 ? idem::verdict::executed : idem::verdict::replayed));
+  }
+  CHECK(fixture.charges() == "evt-1:5");
 }
