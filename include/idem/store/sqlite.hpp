@@ -627,32 +627,7 @@ class sqlite_store {
   /// It must not call this store's other operations either: they would wait for the write lock
   /// this transaction holds. Record a recovery point with transaction::checkpoint instead.
   template <class Produce>
-  bool complete_within(const fenced_key& held, store_time /*now*/, Produce&& produce) {
-    static_assert(
-        std::is_invocable_r_v<std::string, Produce&, transaction&>,
-        "complete_within's argument must be callable as "
-        "std::string(idem::sqlite_store::transaction&): it returns the encoded response.");
-    lease connection = acquire();
-    detail::sqlite_connection& c = connection.get();
-    write_transaction writing(c);
-    std::optional<held_size> sizes = held_sizes(c, held);
-    if (!sizes || sizes->state != detail::sqlite_in_progress) return false;
-    transaction open(c, *state_);
-    const std::string response = produce(open);
-    if (sqlite3_get_autocommit(c.db()) != 0) {
-      throw std::logic_error(
-          "idem::sqlite_store::complete_within: the handler ended the transaction itself "
-          "(COMMIT or ROLLBACK, or a failed statement it went on after); use SAVEPOINTs");
-    }
-    if (state_->bounded) {
-      sizes = held_sizes(c, held);
-      if (!sizes) return false;
-      reserve_bytes(c, *state_, response.size(), sizes->response + sizes->recovery);
-    }
-    if (!fenced_write(c, detail::sqlite_statement::complete, held, response)) return false;
-    writing.commit();
-    return true;
-  }
+  bool complete_within(const fenced_key& held, store_time now, Produce&& produce);
 
   /// The file this store keeps its records in.
   const std::string& path() const {
@@ -1056,6 +1031,14 @@ class sqlite_store::transaction {
 
   template <class... Values>
   sqlite3_stmt* prepared(std::string_view sql, const Values&... values) {
+    // SQLite rolls a transaction back by itself on some errors (a full disk, an I/O error):
+    // a statement run after that would commit on its own, outside the record's transaction.
+    if (sqlite3_get_autocommit(connection_->db()) != 0) {
+      throw sqlite_error(SQLITE_ABORT_ROLLBACK,
+                         "idem::sqlite_store::transaction: the transaction is no longer open "
+                         "(an earlier error rolled it back); not running " +
+                             std::string(sql));
+    }
     sqlite3_stmt* statement = connection_->handler_statement(sql);
     sqlite3_reset(statement);
     int index = 0;
@@ -1104,5 +1087,33 @@ class sqlite_store::transaction {
   detail::sqlite_connection* connection_;
   state* owner_;
 };
+
+// Defined here, where transaction is a complete type.
+template <class Produce>
+bool sqlite_store::complete_within(const fenced_key& held, store_time /*now*/, Produce&& produce) {
+  static_assert(std::is_invocable_r_v<std::string, Produce&, transaction&>,
+                "complete_within's argument must be callable as "
+                "std::string(idem::sqlite_store::transaction&): it returns the encoded response.");
+  lease connection = acquire();
+  detail::sqlite_connection& c = connection.get();
+  write_transaction writing(c);
+  std::optional<held_size> sizes = held_sizes(c, held);
+  if (!sizes || sizes->state != detail::sqlite_in_progress) return false;
+  transaction open(c, *state_);
+  const std::string response = produce(open);
+  if (sqlite3_get_autocommit(c.db()) != 0) {
+    throw std::logic_error(
+        "idem::sqlite_store::complete_within: the handler ended the transaction itself "
+        "(COMMIT or ROLLBACK, or a failed statement it went on after); use SAVEPOINTs");
+  }
+  if (state_->bounded) {
+    sizes = held_sizes(c, held);
+    if (!sizes) return false;
+    reserve_bytes(c, *state_, response.size(), sizes->response + sizes->recovery);
+  }
+  if (!fenced_write(c, detail::sqlite_statement::complete, held, response)) return false;
+  writing.commit();
+  return true;
+}
 
 }  // namespace idem
