@@ -48,6 +48,7 @@ class worker {
     REQUIRE(::pipe2(to_child, O_CLOEXEC) == 0);
     REQUIRE(::pipe2(from_child, O_CLOEXEC) == 0);
     std::vector<char*> argv;
+    argv.reserve(arguments.size() + 2);
     static std::string program = IDEM_SQLITE_WORKER;
     argv.push_back(program.data());
     for (std::string& argument : arguments)
@@ -198,6 +199,7 @@ TEST_CASE("a storm of 4 processes on 1000 shared keys has exactly one effect per
   const std::string path = directory.file("storm.sqlite3");
   // A new file: the workers also race to create the schema.
   std::vector<std::unique_ptr<worker>> workers;
+  workers.reserve(processes);
   for (int i = 0; i < processes; ++i) {
     workers.push_back(std::make_unique<worker>(
         std::vector<std::string>{"storm", path, std::to_string(i), std::to_string(keys)}));
@@ -264,7 +266,6 @@ crash_totals crash_at(point where, const std::string& handler, int iterations, b
                       unsigned seed) {
   idem::testing::temporary_directory directory;
   const std::string path = directory.file("crash.sqlite3");
-  const std::string service_name = handler;
   { idem::sqlite_store created{path}; }
   scenario::create_effects_table(path);
   scenario::provider downstream(directory.path().string());
@@ -274,6 +275,7 @@ crash_totals crash_at(point where, const std::string& handler, int iterations, b
 
   for (int iteration = 0; iteration < iterations; ++iteration) {
     std::vector<std::string> keys;
+    keys.reserve(3);
     for (int j = 0; j < 3; ++j)
       keys.push_back("k" + std::to_string(iteration) + "-" + std::to_string(j));
     const std::string crash_key = keys[random() % keys.size()];

@@ -305,7 +305,7 @@ TEST_CASE("a database locked past the busy timeout fails the write and half-writ
 TEST_CASE("a full database answers store_error(full) and keeps the record as it was", "[sqlite]") {
   idem::testing::temporary_directory directory;
   sqlite_store::options options = quick(directory.file("idem.sqlite3"));
-  options.max_database_bytes = 128 * 1024;
+  options.max_database_bytes = std::uint64_t{128} * 1024;
   sqlite_store store{options};
   const auto claimed = store.claim(ask("tenant", "big", start));
   REQUIRE(claimed.status == claim_status::claimed);
@@ -321,7 +321,7 @@ TEST_CASE("a full database answers store_error(full) and keeps the record as it 
   CHECK(found->response.empty());
   CHECK(store.complete({"tenant", "big", claimed.fence}, "fits", start));
   // A claim that does not fit is refused the same way, and the store goes on.
-  std::string long_scope(200 * 1024, 's');
+  const std::string long_scope(std::size_t{200} * 1024, 's');
   CHECK_THROWS_AS(store.claim(ask(long_scope, "k", start)), store_error);
   CHECK(store.claim(ask("tenant", "small", start)).status == claim_status::claimed);
 }
@@ -579,6 +579,7 @@ TEST_CASE("threads on two stores sharing one file claim each key once", "[sqlite
   std::vector<std::atomic<int>> claims(keys);
   std::atomic<int> errors{0};
   std::vector<std::thread> pool;
+  pool.reserve(threads);
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       sqlite_store& store = t % 2 == 0 ? first : second;
@@ -651,18 +652,17 @@ TEST_CASE("a transactional handler's rows commit with its record, or roll back w
   CHECK(fixture.charges() == "order-1:250\norder-2:100");
 }
 
-TEST_CASE("a transactional inbox records the event and the consumer's rows together",
-          "[sqlite]") {
+TEST_CASE("a transactional inbox records the event and the consumer's rows together", "[sqlite]") {
   transactional_fixture fixture;
   idem::inbox<sqlite_policies>::options parts;
   parts.store = fixture.store;
   idem::inbox<sqlite_policies> consumed(std::move(parts));
   for (int delivery = 0; delivery < 3; ++delivery) {
-    const auto outcome = consumed.deduplicate("orders", "evt-1", [](sqlite_store::transaction& txn) {
-      txn.exec("INSERT INTO charges (key, amount) VALUES ('evt-1', 5)");
-    });
-    CHECK(outcome.verdict() ==
-          (delivery == 0 ? idem::verdict::executed : idem::verdict::replayed));
+    const auto outcome =
+        consumed.deduplicate("orders", "evt-1", [](sqlite_store::transaction& txn) {
+          txn.exec("INSERT INTO charges (key, amount) VALUES ('evt-1', 5)");
+        });
+    CHECK(outcome.verdict() == (delivery == 0 ? idem::verdict::executed : idem::verdict::replayed));
   }
   CHECK(fixture.charges() == "evt-1:5");
 }
