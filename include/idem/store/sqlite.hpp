@@ -96,6 +96,7 @@ enum class sqlite_statement : std::uint8_t {
   read_record,
   held_sizes,
   create_record,
+  create_if_absent,
   take_over,
   complete,
   release,
@@ -135,6 +136,10 @@ inline const char* sqlite_sql(sqlite_statement statement) noexcept {
              "created_at = excluded.created_at, lease_until = excluded.lease_until, expires_at = "
              "excluded.expires_at, fingerprint = excluded.fingerprint, response = x'', "
              "recovery = x''";
+    case sqlite_statement::create_if_absent:
+      return "INSERT INTO idem_records (scope, key, state, fence, created_at, lease_until, "
+             "expires_at, fingerprint, response, recovery) VALUES (?1, ?2, 0, ?3, ?4, ?5, ?6, ?7, "
+             "x'', x'') ON CONFLICT (scope, key) DO NOTHING";
     case sqlite_statement::take_over:
       return "UPDATE idem_records SET fence = ?3, lease_until = ?4 WHERE scope = ?1 AND key = ?2";
     case sqlite_statement::complete:
@@ -456,6 +461,7 @@ class sqlite_store {
     lease connection = acquire();
     detail::sqlite_connection& c = connection.get();
     const std::int64_t now = detail::sqlite_nanoseconds(request.now);
+    bool absent = true;
     {
       // Read first without the write lock: a replay, a 409 or a mismatch changes nothing, and
       // in WAL mode such a read never waits for a writer. The answer is the state at this
@@ -463,16 +469,29 @@ class sqlite_store {
       detail::sqlite_use read(c.statement(detail::sqlite_statement::read_record));
       bind_key(c, read.get(), request.scope, request.key);
       if (c.step(read.get(), "read a record") == SQLITE_ROW) {
+        absent = false;
         const row found = read_row(read.get(), 0);
         if (decide(found, request, now) == decision::existing) {
           return {claim_status::existing, 0, snapshot(read.get(), 0, found)};
         }
       }
     }
-    // Atomic: BEGIN IMMEDIATE takes the database's one write lock before the read below, and
-    // COMMIT lets it go, so no connection in any thread or process writes this record between
-    // our read and our write.
+    // Atomic: BEGIN IMMEDIATE takes the database's one write lock before the statements below,
+    // and COMMIT lets it go, so no connection in any thread or process writes this record
+    // between our read and our write.
     write_transaction writing(c);
+    if (absent && !state_->bounded) {
+      // The key was absent a moment ago and most likely still is: insert it unless it is there
+      // now (the unique key decides, under the write lock). Only if it appeared in between do
+      // we read it again and decide below.
+      detail::sqlite_use insert(c.statement(detail::sqlite_statement::create_if_absent));
+      bind_new_record(c, insert.get(), request, 1);
+      c.step(insert.get(), "claim a record");
+      if (sqlite3_changes64(c.db()) == 1) {
+        writing.commit();
+        return {claim_status::claimed, 1, {}};
+      }
+    }
     detail::sqlite_use read(c.statement(detail::sqlite_statement::read_record));
     bind_key(c, read.get(), request.scope, request.key);
     std::optional<row> found;
@@ -518,14 +537,7 @@ class sqlite_store {
       }
     }
     detail::sqlite_use insert(c.statement(detail::sqlite_statement::create_record));
-    bind_key(c, insert.get(), request.scope, request.key);
-    bind_integer(c, insert.get(), 3, static_cast<std::int64_t>(fence));
-    bind_integer(c, insert.get(), 4, now);
-    bind_integer(c, insert.get(), 5, detail::sqlite_nanoseconds(request.now + request.lease));
-    bind_integer(c, insert.get(), 6, detail::sqlite_nanoseconds(request.now + request.retention));
-    const std::span<const std::uint8_t> print = request.fingerprint.bytes();
-    bind_bytes(c, insert.get(), 7,
-               std::string_view(reinterpret_cast<const char*>(print.data()), print.size()));
+    bind_new_record(c, insert.get(), request, fence);
     c.step(insert.get(), "claim a record");
     writing.commit();
     return {claim_status::claimed, fence, {}};
@@ -841,6 +853,19 @@ class sqlite_store {
     const char* data = bytes.data() != nullptr ? bytes.data() : "";
     const int rc = sqlite3_bind_blob64(statement, index, data, bytes.size(), SQLITE_STATIC);
     if (rc != SQLITE_OK) c.fail(rc, "bind a value");
+  }
+
+  // ?1 .. ?7 of create_record and create_if_absent.
+  static void bind_new_record(detail::sqlite_connection& c, sqlite3_stmt* statement,
+                              const claim_request& request, std::uint64_t fence) {
+    bind_key(c, statement, request.scope, request.key);
+    bind_integer(c, statement, 3, static_cast<std::int64_t>(fence));
+    bind_integer(c, statement, 4, detail::sqlite_nanoseconds(request.now));
+    bind_integer(c, statement, 5, detail::sqlite_nanoseconds(request.now + request.lease));
+    bind_integer(c, statement, 6, detail::sqlite_nanoseconds(request.now + request.retention));
+    const std::span<const std::uint8_t> print = request.fingerprint.bytes();
+    bind_bytes(c, statement, 7,
+               std::string_view(reinterpret_cast<const char*>(print.data()), print.size()));
   }
 
   static void bind_key(detail::sqlite_connection& c, sqlite3_stmt* statement,
