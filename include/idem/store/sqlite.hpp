@@ -688,8 +688,7 @@ class sqlite_store {
         --owner_->open;
       }
       owner_->returned.notify_one();
-      // An unhealthy connection closes here, outside nothing that matters: the lock only
-      // guards the pool's bookkeeping.
+      // An unhealthy connection is closed as connection_ goes, after the lock is let go.
     }
     detail::sqlite_connection& get() const noexcept { return *connection_; }
 
