@@ -926,8 +926,9 @@ class postgres_store::transaction {
   PGconn* connection() const noexcept { return connection_->get(); }
 
   /// Runs one SQL statement with text parameters (std::nullopt is NULL) and text results.
-  /// Throws postgres_error on failure; a 40001/40P01 also marks the transaction for a retry,
-  /// even if the handler catches the exception.
+  /// Throws postgres_error when the server refuses it (a 40001/40P01 also marks the
+  /// transaction for a retry, even if the handler catches the exception), and
+  /// store_error(unavailable) when the connection is lost.
   postgres_result exec(std::string_view sql,
                        std::initializer_list<std::optional<std::string_view>> params = {}) {
     std::vector<std::string> owned;
@@ -947,10 +948,15 @@ class postgres_store::transaction {
     const ExecStatusType status =
         result.get() != nullptr ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
     if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) return result;
-    const char* state =
-        result.get() != nullptr ? PQresultErrorField(result.get(), PG_DIAG_SQLSTATE) : nullptr;
-    postgres_error error(state != nullptr ? state : "",
-                         detail::postgres::describe(connection(), result.get()));
+    const std::string message = detail::postgres::describe(connection(), result.get());
+    if (detail::postgres::classify(connection(), result.get()) ==
+        detail::postgres::failure_kind::connection) {
+      // Not the handler's SQL failing: the database went away under it.
+      throw store_error(store_failure::unavailable,
+                        "idem::postgres_store: the handler's SQL: " + message);
+    }
+    const char* state = PQresultErrorField(result.get(), PG_DIAG_SQLSTATE);
+    postgres_error error(state != nullptr ? state : "", message);
     if (error.retryable()) retry_ = true;
     throw error;
   }

@@ -49,6 +49,8 @@ class connection {
       throw std::runtime_error("test connection failed: " +
                                std::string(PQerrorMessage(raw_.get())));
     }
+    PQsetNoticeProcessor(
+        raw_.get(), [](void*, const char*) {}, nullptr);
   }
   connection() : connection(conninfo()) {}
 
