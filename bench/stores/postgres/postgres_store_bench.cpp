@@ -32,6 +32,7 @@ namespace {
 using namespace std::chrono_literals;
 
 const char* conninfo() {
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): nothing sets the environment while benchmarks run
   return std::getenv("IDEM_TEST_PG_CONNINFO");
 }
 

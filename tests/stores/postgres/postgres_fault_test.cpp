@@ -171,6 +171,7 @@ TEST_CASE("a server restarted under load: clear errors, then recovery, and nothi
   std::vector<std::pair<std::string, std::uint64_t>> acknowledged;
   std::string sample_error;
   std::vector<std::thread> load;
+  load.reserve(threads);
   for (int t = 0; t < threads; ++t) {
     load.emplace_back([&, t] {
       std::mt19937 random(static_cast<unsigned>(t));

@@ -94,6 +94,7 @@ TEST_CASE("replicas starting at once migrate the table exactly once", "[postgres
   const idem::postgres_store::options config = pgtest::caller_time_options(table.name);
   std::atomic<int> failures{0};
   std::vector<std::thread> replicas;
+  replicas.reserve(8);
   for (int i = 0; i < 8; ++i) {
     replicas.emplace_back([&] {
       try {
@@ -420,6 +421,7 @@ void storm(idem::postgres_store::isolation level) {
 
   std::atomic<int> claimed{0}, existing{0}, runs{0}, lost{0}, errors{0};
   std::vector<std::thread> pool;
+  pool.reserve(threads);
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       std::vector<int> order(keys);

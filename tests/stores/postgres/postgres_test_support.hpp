@@ -24,6 +24,7 @@ namespace idem::testing::postgres {
 /// The shared test server (scripts/servers/postgres.sh, started by scripts/test.sh). A test that
 /// needs it fails without it: a missing server must never pass as a skipped test.
 inline std::string conninfo() {
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): nothing sets the environment while tests run
   const char* value = std::getenv("IDEM_TEST_PG_CONNINFO");
   if (value == nullptr || *value == '\0') {
     FAIL(
