@@ -480,3 +480,59 @@ TEST_CASE("64 connections storm 1000 keys: one effect per key under SERIALIZABLE
           "[postgres][transactional][concurrency]") {
   storm(idem::postgres_store::isolation::serializable);
 }
+
+// ---- through idempotent and inbox ----------------------------------------------------------
+
+static_assert(idem::TransactionalStore<idem::postgres_store>);
+
+namespace {
+
+struct postgres_policies : idem::default_policies {
+  using store = idem::postgres_store;
+  using clock = idem::manual_clock;
+};
+
+}  // namespace
+
+TEST_CASE("idempotent runs a handler taking the transaction inside the one that completes it",
+          "[postgres][transactional]") {
+  transactional_fixture f;
+  int runs = 0;
+  int charges = 0;
+  auto handler = [&](idem::handler_context& ctx, const idem::http_request& request,
+                     idem::postgres_store::transaction& txn) {
+    ++runs;
+    const int charge = ctx.step("charge", [&] { return ++charges; });
+    txn.exec(f.insert_effect(std::string(ctx.key()), ctx.fence()));
+    if (request.body == "decline") throw declined("card declined");
+    return idem::http_response{201, {}, "charge " + std::to_string(charge)};
+  };
+  idem::idempotent<decltype(handler), postgres_policies> payments{
+      handler, {.store = f.store, .clock = idem::manual_clock{start}}};
+  const idem::http_request order{"POST", "/pay", {}, "100"};
+
+  auto first = payments("tenant", "order-1", order);
+  REQUIRE(first.verdict() == idem::verdict::executed);
+  CHECK(first.recorded());
+  CHECK(first->body == "charge 1");
+  auto again = payments("tenant", "order-1", order);
+  CHECK(again.verdict() == idem::verdict::replayed);
+  CHECK(again->body == "charge 1");
+  CHECK(runs == 1);
+  CHECK(f.effects_of("order-1") == 1);
+
+  // A throw rolls back the handler's insert and releases the key.
+  const idem::http_request decline{"POST", "/pay", {}, "decline"};
+  CHECK_THROWS_AS(payments("tenant", "order-2", decline), declined);
+  CHECK(f.effects_of("order-2") == 0);
+  CHECK_FALSE(f.store.find("tenant", "order-2", start));
+
+  // The inbox, on the same store: the consumer's insert commits with the event's record.
+  idem::inbox<postgres_policies> consumed{{.store = f.store, .clock = idem::manual_clock{start}}};
+  auto consume = [&](idem::handler_context& ctx, idem::postgres_store::transaction& txn) {
+    txn.exec(f.insert_effect(std::string(ctx.key()), ctx.fence()));
+  };
+  CHECK(consumed.deduplicate("events", "e-1", consume).verdict() == idem::verdict::executed);
+  CHECK(consumed.deduplicate("events", "e-1", consume).verdict() == idem::verdict::replayed);
+  CHECK(f.effects_of("e-1") == 1);
+}
