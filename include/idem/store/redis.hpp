@@ -49,7 +49,8 @@
 // safe here (a repeated claim answers `existing`, a repeated complete, release or checkpoint is
 // fenced). A call the server does not answer throws store_error(unavailable): never a silent
 // loss. SIGPIPE is blocked around each exchange (the libpq way), so a dropped connection cannot
-// kill the process. Sweep and stuck pipeline their per-scope scripts.
+// kill the process (unless the process ignores SIGPIPE when the store is made: then it costs
+// nothing; keep it ignored). Sweep and stuck pipeline their per-scope scripts.
 //
 // Durability is Redis's: see docs/stores/redis.md (appendfsync always vs everysec, failover).
 // Needs Redis 7.0 or newer (one script declares the allow-oom flag).
@@ -102,7 +103,7 @@ namespace detail {
 // Under maxmemory with noeviction, Redis refuses a script's first write that could grow memory
 // (and only the first: a script is never stopped halfway). Each script's first write is such a
 // command (HSET), so a refused one changed nothing; release only deletes, so it always works.
-#define IDEM_REDIS_LUA_PRELUDE                                                          \
+#define IDEM_REDIS_LUA_PRELUDE                                                        \
   "local function split(t)\n"                                                         \
   "  local n = #t\n"                                                                  \
   "  if n <= 9 then return 0, tonumber(t) end\n"                                      \
@@ -292,10 +293,13 @@ inline std::string_view reply_text(const redisReply* reply) noexcept {
 
 // SIGPIPE blocked in this thread while it talks to the server, and a SIGPIPE its own write
 // raised consumed before unblocking (what libpq does): a server that closed the connection must
-// be an error, not the death of the process. The second half runs only after a failed write.
+// be an error, not the death of the process. Over a unix socket the first write to a server
+// that died raises it. A process that ignores SIGPIPE (most servers do) needs none of this:
+// `active` is false then, and the two system calls are saved.
 class sigpipe_blocked {
  public:
-  sigpipe_blocked() noexcept {
+  explicit sigpipe_blocked(bool active) noexcept : active_(active) {
+    if (!active_) return;
     sigset_t pipe;
     sigemptyset(&pipe);
     sigaddset(&pipe, SIGPIPE);
@@ -303,12 +307,14 @@ class sigpipe_blocked {
   }
   sigpipe_blocked(const sigpipe_blocked&) = delete;
   sigpipe_blocked& operator=(const sigpipe_blocked&) = delete;
-  ~sigpipe_blocked() { pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
+  ~sigpipe_blocked() {
+    if (active_) pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
 
   /// After an I/O error: takes away a SIGPIPE raised while blocked, unless one was pending for
   /// another reason before (then it is the process's, and stays).
   void consume_pending() const noexcept {
-    if (sigismember(&previous_, SIGPIPE) == 1) return;  // blocked by the caller: not ours
+    if (!active_ || sigismember(&previous_, SIGPIPE) == 1) return;  // not ours to take
     sigset_t pending;
     sigemptyset(&pending);
     if (sigpending(&pending) != 0 || sigismember(&pending, SIGPIPE) != 1) return;
@@ -320,7 +326,14 @@ class sigpipe_blocked {
     }
   }
 
+  /// Whether the process ignores SIGPIPE now (read once, when a store is made).
+  static bool ignored() noexcept {
+    struct sigaction current {};
+    return sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_IGN;
+  }
+
  private:
+  bool active_;
   sigset_t previous_{};
 };
 
@@ -396,9 +409,10 @@ class redis_store {
     if (answer->type != REDIS_REPLY_ARRAY || answer->elements < 2) throw malformed("claim");
     const long long status = answer->element[0]->integer;
     if (status != 2 && is_error(enrolled)) {
-      throw failure("claim (registering the scope; the record was written but may be missed "
-                    "by sweep and stuck until claimed again)",
-                    enrolled);
+      throw failure(
+          "claim (registering the scope; the record was written but may be missed "
+          "by sweep and stuck until claimed again)",
+          enrolled);
     }
     claim_result result;
     switch (status) {
@@ -501,9 +515,8 @@ class redis_store {
       const std::string batch = decimal(sweep_batch);
       const std::string zero = "0";
       for (const scope_keys& scope : scopes) {
-        round.push_back(command{script::sweep,
-                                {scope.expiry, scope.lease},
-                                {when, batch, zero, scope.record_prefix}});
+        round.push_back(command{
+            script::sweep, {scope.expiry, scope.lease}, {when, batch, zero, scope.record_prefix}});
       }
       const auto replies = state().exchange(round, "sweep");
       for (std::size_t i = 0; i < scopes.size(); ++i) {
@@ -555,8 +568,8 @@ class redis_store {
         std::size_t offset = seen;
         while (seen == stuck_batch && out.size() < limit) {
           const std::string from = decimal(offset);
-          const command more[] = {
-              command{script::stuck, {scopes[i].lease}, {when, batch, from, scopes[i].record_prefix}}};
+          const command more[] = {command{
+              script::stuck, {scopes[i].lease}, {when, batch, from, scopes[i].record_prefix}}};
           seen = take_stuck(state().exchange(more, "stuck")[0].get(), scope, limit, out);
           offset += seen;
         }
@@ -565,13 +578,22 @@ class redis_store {
     return out;
   }
 
-  const options& settings() const noexcept { return state().settings; }
+  const options& settings() const { return state().settings; }
 
  private:
   static constexpr std::size_t sweep_batch = 512;
   static constexpr std::size_t stuck_batch = 256;
 
-  enum class script : std::uint8_t { claim, enroll, complete, release, checkpoint, find, sweep, stuck };
+  enum class script : std::uint8_t {
+    claim,
+    enroll,
+    complete,
+    release,
+    checkpoint,
+    find,
+    sweep,
+    stuck
+  };
   static constexpr std::size_t script_count = 8;
 
   static const char* script_text(script which) noexcept {
@@ -639,9 +661,8 @@ class redis_store {
         throw std::invalid_argument("idem::redis_store: caller_time_margin cannot be negative");
       }
       registry = settings.prefix + "#scopes";
-      where = settings.unix_socket.empty()
-                  ? settings.host + ":" + std::to_string(settings.port)
-                  : settings.unix_socket;
+      where = settings.unix_socket.empty() ? settings.host + ":" + std::to_string(settings.port)
+                                           : settings.unix_socket;
     }
     pool(const pool&) = delete;
     pool& operator=(const pool&) = delete;
@@ -651,6 +672,8 @@ class redis_store {
     std::string registry;
     std::string where;
     std::string digests[script_count];  // SHA1s from SCRIPT LOAD, read-only after start()
+    // Whether exchanges block SIGPIPE: not when the process ignored it at construction.
+    bool guard_sigpipe = !detail::sigpipe_blocked::ignored();
 
     std::mutex mutex;
     std::condition_variable returned;
@@ -671,7 +694,7 @@ class redis_store {
       check_server(context);
       std::vector<detail::redis_reply> loaded;
       {
-        const detail::sigpipe_blocked blocked;
+        const detail::sigpipe_blocked blocked(guard_sigpipe);
         for (std::size_t i = 0; i < script_count; ++i) {
           const char* text = script_text(static_cast<script>(i));
           const char* argv[] = {"SCRIPT", "LOAD", text};
@@ -692,9 +715,9 @@ class redis_store {
       for (std::size_t i = 0; i < script_count; ++i) {
         const redisReply* reply = loaded[i].get();
         if (reply->type != REDIS_REPLY_STRING) {
-          throw std::invalid_argument("idem::redis_store: the server at " + where +
-                                      " refused a script: " +
-                                      std::string(detail::reply_text(reply)));
+          throw std::invalid_argument(
+              "idem::redis_store: the server at " + where +
+              " refused a script: " + std::string(detail::reply_text(reply)));
         }
         digests[i] = detail::reply_text(reply);
       }
@@ -711,9 +734,9 @@ class redis_store {
         std::from_chars(digits, text.data() + text.size(), major);
       }
       if (major < 7) {
-        throw std::invalid_argument("idem::redis_store: the server at " + where +
-                                    " is not Redis 7.0 or newer (INFO says: " +
-                                    std::string(text.substr(0, 200)) + ")");
+        throw std::invalid_argument(
+            "idem::redis_store: the server at " + where +
+            " is not Redis 7.0 or newer (INFO says: " + std::string(text.substr(0, 200)) + ")");
       }
       if (!settings.verify_eviction_policy) return;
       const detail::redis_reply policy = ask(context, {"CONFIG", "GET", "maxmemory-policy"});
@@ -743,7 +766,7 @@ class redis_store {
         lengths[count] = std::char_traits<char>::length(word);
         ++count;
       }
-      const detail::sigpipe_blocked blocked;
+      const detail::sigpipe_blocked blocked(guard_sigpipe);
       void* raw = redisCommandArgv(context, count, argv, lengths);
       if (raw == nullptr) {
         blocked.consume_pending();
@@ -762,11 +785,10 @@ class redis_store {
       timeval limit{};
       limit.tv_sec = static_cast<time_t>(settings.connect_timeout.count() / 1000);
       limit.tv_usec = static_cast<suseconds_t>((settings.connect_timeout.count() % 1000) * 1000);
-      detail::redis_connection made(settings.unix_socket.empty()
-                                        ? redisConnectWithTimeout(settings.host.c_str(),
-                                                                  settings.port, limit)
-                                        : redisConnectUnixWithTimeout(
-                                              settings.unix_socket.c_str(), limit));
+      detail::redis_connection made(
+          settings.unix_socket.empty()
+              ? redisConnectWithTimeout(settings.host.c_str(), settings.port, limit)
+              : redisConnectUnixWithTimeout(settings.unix_socket.c_str(), limit));
       if (!made) {
         throw store_error(store_failure::unavailable,
                           "idem::redis_store: cannot connect to " + where + ": out of memory");
@@ -787,8 +809,8 @@ class redis_store {
                 : ask(made.get(), {"AUTH", settings.username.c_str(), settings.password.c_str()});
         if (reply->type == REDIS_REPLY_ERROR) {
           throw store_error(store_failure::unavailable,
-                            "idem::redis_store: the server at " + where + " refused AUTH: " +
-                                std::string(detail::reply_text(reply.get())));
+                            "idem::redis_store: the server at " + where +
+                                " refused AUTH: " + std::string(detail::reply_text(reply.get())));
         }
       }
       if (settings.database != 0) {
@@ -857,7 +879,7 @@ class redis_store {
         int saved_errno = 0;
         bool answered = false;
         {
-          const detail::sigpipe_blocked blocked;
+          const detail::sigpipe_blocked blocked(guard_sigpipe);
           answered = talk(connection.connection.get(), replies);
           if (!answered) {
             saved_errno = errno;
@@ -875,9 +897,9 @@ class redis_store {
         const bool timed_out =
             kind == REDIS_ERR_IO && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK);
         const std::string reason =
-            timed_out ? "no answer within " + std::to_string(settings.command_timeout.count()) +
-                            " ms"
-                      : std::string(connection.connection->errstr);
+            timed_out
+                ? "no answer within " + std::to_string(settings.command_timeout.count()) + " ms"
+                : std::string(connection.connection->errstr);
         const bool retry = closed_by_server && connection.reused && attempt == 0;
         give_back(std::move(connection), false, closed_by_server);
         if (!retry) {
@@ -893,36 +915,36 @@ class redis_store {
     // of the commands is kept.
     std::vector<detail::redis_reply> exchange(std::span<const command> commands,
                                               const char* operation) {
-      return over_connection(operation, [&](redisContext* context,
-                                            std::vector<detail::redis_reply>& replies) {
-        if (!send(context, commands, true, replies)) return false;
-        if (!any_noscript(replies)) return true;
-        replies.clear();
-        return send(context, commands, false, replies);
-      });
+      return over_connection(operation,
+                             [&](redisContext* context, std::vector<detail::redis_reply>& replies) {
+                               if (!send(context, commands, true, replies)) return false;
+                               if (!any_noscript(replies)) return true;
+                               replies.clear();
+                               return send(context, commands, false, replies);
+                             });
     }
 
     // Plain commands (no scripts), pipelined the same way.
     std::vector<detail::redis_reply> plain(std::span<const std::vector<std::string_view>> commands,
                                            const char* operation) {
-      return over_connection(operation, [&](redisContext* context,
-                                            std::vector<detail::redis_reply>& replies) {
-        std::vector<const char*> argv;
-        std::vector<std::size_t> lengths;
-        for (const std::vector<std::string_view>& words : commands) {
-          argv.clear();
-          lengths.clear();
-          for (const std::string_view word : words) {
-            argv.push_back(word.empty() ? "" : word.data());
-            lengths.push_back(word.size());
-          }
-          if (redisAppendCommandArgv(context, static_cast<int>(argv.size()), argv.data(),
-                                     lengths.data()) != REDIS_OK) {
-            return false;
-          }
-        }
-        return read_replies(context, commands.size(), replies);
-      });
+      return over_connection(
+          operation, [&](redisContext* context, std::vector<detail::redis_reply>& replies) {
+            std::vector<const char*> argv;
+            std::vector<std::size_t> lengths;
+            for (const std::vector<std::string_view>& words : commands) {
+              argv.clear();
+              lengths.clear();
+              for (const std::string_view word : words) {
+                argv.push_back(word.empty() ? "" : word.data());
+                lengths.push_back(word.size());
+              }
+              if (redisAppendCommandArgv(context, static_cast<int>(argv.size()), argv.data(),
+                                         lengths.data()) != REDIS_OK) {
+                return false;
+              }
+            }
+            return read_replies(context, commands.size(), replies);
+          });
     }
 
     static bool any_noscript(const std::vector<detail::redis_reply>& replies) noexcept {
@@ -1050,8 +1072,8 @@ class redis_store {
   }
 
   static std::string time_argument(store_time when) {
-    const auto since = std::chrono::duration_cast<std::chrono::nanoseconds>(
-        when.time_since_epoch());
+    const auto since =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch());
     if (since.count() < 0) {
       throw std::invalid_argument("idem::redis_store: times before 1970 cannot be stored");
     }
@@ -1063,9 +1085,9 @@ class redis_store {
     return time_argument(now);
   }
 
-  std::int64_t extra_ttl_ms() const noexcept {
+  std::int64_t extra_ttl_ms() const {
     return state().settings.time == redis_time::caller ? state().settings.caller_time_margin.count()
-                                                      : 0;
+                                                       : 0;
   }
 
   static bool is_error(const redisReply* reply) noexcept {
@@ -1082,9 +1104,8 @@ class redis_store {
                            state().where + " answered: " + text);
   }
   store_error malformed(const char* operation) const {
-    return store_error(store_failure::unavailable, std::string("idem::redis_store: ") +
-                                                       operation + ": unexpected answer from " +
-                                                       state().where);
+    return store_error(store_failure::unavailable, std::string("idem::redis_store: ") + operation +
+                                                       ": unexpected answer from " + state().where);
   }
 
   bool applied(const std::vector<detail::redis_reply>& replies, const char* operation) const {
@@ -1106,8 +1127,8 @@ class redis_store {
     std::int64_t nanoseconds = 0;
     const std::string_view text = detail::reply_text(reply);
     std::from_chars(text.data(), text.data() + text.size(), nanoseconds);
-    return store_time{std::chrono::duration_cast<store_time::duration>(
-        std::chrono::nanoseconds{nanoseconds})};
+    return store_time{
+        std::chrono::duration_cast<store_time::duration>(std::chrono::nanoseconds{nanoseconds})};
   }
 
   static digest digest_of(const redisReply* reply) {
@@ -1119,8 +1140,8 @@ class redis_store {
   static record record_of(std::span<redisReply*> fields) {
     record out;
     out.fence = fence_of(fields[0]);
-    out.state = detail::reply_text(fields[1]) == "c" ? record_state::completed
-                                                     : record_state::in_progress;
+    out.state =
+        detail::reply_text(fields[1]) == "c" ? record_state::completed : record_state::in_progress;
     out.fingerprint = digest_of(fields[2]);
     out.created_at = time_of(fields[3]);
     out.lease_until = time_of(fields[4]);
@@ -1151,8 +1172,7 @@ class redis_store {
   std::size_t take_stuck(const redisReply* reply, const std::string& scope, std::size_t limit,
                          std::vector<record>& out) const {
     if (is_error(reply)) throw failure("stuck", reply);
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 1 ||
-        (reply->elements - 1) % 7 != 0) {
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 1 || (reply->elements - 1) % 7 != 0) {
       throw malformed("stuck");
     }
     for (std::size_t at = 1; at + 7 <= reply->elements && out.size() < limit; at += 7) {

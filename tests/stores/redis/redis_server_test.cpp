@@ -112,8 +112,9 @@ TEST_CASE("a full server refuses new claims and writes, keeps every record, and 
   const auto existing = store.claim(ask("tenant", "done"));
   REQUIRE(existing.status == claim_status::existing);
   CHECK(existing.existing.response == "response");
-  CHECK(failure_of([&] { (void)store.complete({"tenant", "held", held.fence}, "r", {}); }) ==
-        store_failure::full);
+  CHECK(failure_of([&] {
+          (void)store.complete({"tenant", "held", held.fence}, "r", {});
+        }) == store_failure::full);
   CHECK(failure_of([&] {
           (void)store.checkpoint({"tenant", "held", held.fence}, "step",
                                  std::chrono::system_clock::now() + 1h);
@@ -177,15 +178,17 @@ TEST_CASE("the store reaches a server through its unix socket", "[redis][server]
   CHECK(store.find("s", "k", {})->response == "over the socket");
 }
 
-TEST_CASE("every operation on a server that went down is store_error(unavailable), and the "
-          "same store works again once it is back",
-          "[redis][server]") {
+TEST_CASE(
+    "every operation on a server that went down is store_error(unavailable), and the "
+    "same store works again once it is back",
+    "[redis][server]") {
   idem_redis_test::private_redis server;
   auto options = server.options();
   options.pool_size = 4;
   idem::redis_store store(options);
   // Several pooled connections, all of which the restart will break.
   std::vector<std::thread> warm;
+  warm.reserve(4);
   for (int t = 0; t < 4; ++t) {
     warm.emplace_back([copy = store, t]() mutable {
       for (int i = 0; i < 20; ++i)
@@ -201,12 +204,15 @@ TEST_CASE("every operation on a server that went down is store_error(unavailable
   const auto now = std::chrono::system_clock::now();
   CHECK(failure_of([&] { (void)store.claim(ask("tenant", "during")); }) ==
         store_failure::unavailable);
-  CHECK(failure_of([&] { (void)store.complete({"tenant", "before", 1}, "x", now); }) ==
-        store_failure::unavailable);
-  CHECK(failure_of([&] { (void)store.release({"tenant", "before", 1}); }) ==
-        store_failure::unavailable);
-  CHECK(failure_of([&] { (void)store.checkpoint({"tenant", "before", 1}, "x", now); }) ==
-        store_failure::unavailable);
+  CHECK(failure_of([&] {
+          (void)store.complete({"tenant", "before", 1}, "x", now);
+        }) == store_failure::unavailable);
+  CHECK(failure_of([&] {
+          (void)store.release({"tenant", "before", 1});
+        }) == store_failure::unavailable);
+  CHECK(failure_of([&] {
+          (void)store.checkpoint({"tenant", "before", 1}, "x", now);
+        }) == store_failure::unavailable);
   CHECK(failure_of([&] { (void)store.find("tenant", "before", now); }) ==
         store_failure::unavailable);
   CHECK(failure_of([&] { (void)store.sweep(now); }) == store_failure::unavailable);
@@ -264,13 +270,14 @@ TEST_CASE("kill -9 of the server loses no acknowledged claim or completion",
   idem::redis_store store(options);
 
   std::mutex mutex;
-  std::map<std::string, std::uint64_t> claimed;    // key -> fence acknowledged
-  std::map<std::string, std::string> completed;    // key -> response acknowledged
+  std::map<std::string, std::uint64_t> claimed;  // key -> fence acknowledged
+  std::map<std::string, std::string> completed;  // key -> response acknowledged
   int failures_seen = 0;
   for (int round = 0; round < rounds; ++round) {
     std::atomic<int> acknowledged{0};
     std::atomic<bool> stop{false};
     std::vector<std::thread> threads;
+    threads.reserve(workers);
     for (int w = 0; w < workers; ++w) {
       threads.emplace_back([&, copy = store, w]() mutable {
         for (int i = 0; !stop.load(); ++i) {
@@ -328,7 +335,8 @@ TEST_CASE("kill -9 of the server loses no acknowledged claim or completion",
     CHECK(lost_completions == 0);
   }
   CHECK(failures_seen < 1000000);  // every failure was store_error(unavailable)
-  std::printf("redis kill -9: %d rounds, %zu claims and %zu completions acknowledged, none lost; "
-              "%d calls failed with unavailable\n",
-              rounds, claimed.size(), completed.size(), failures_seen);
+  std::printf(
+      "redis kill -9: %d rounds, %zu claims and %zu completions acknowledged, none lost; "
+      "%d calls failed with unavailable\n",
+      rounds, claimed.size(), completed.size(), failures_seen);
 }

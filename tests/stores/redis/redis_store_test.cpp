@@ -58,8 +58,7 @@ idem_redis_test::context_ptr raw_connection() {
 
 }  // namespace
 
-TEST_CASE("a record's keys share its scope's hash tag, whatever bytes the scope holds",
-          "[redis]") {
+TEST_CASE("a record's keys share its scope's hash tag, whatever bytes the scope holds", "[redis]") {
   idem_redis_test::shared_stores stores;
   const auto options = idem_redis_test::shared_options(redis_time::caller);
   idem::redis_store store = stores.make(options);
@@ -70,8 +69,7 @@ TEST_CASE("a record's keys share its scope's hash tag, whatever bytes the scope 
     REQUIRE(store.claim(ask(scope, "b:c", start)).status == claim_status::claimed);
   }
   const auto raw = raw_connection();
-  const std::vector<std::string> written =
-      idem_redis_test::keys_under(raw.get(), options.prefix);
+  const std::vector<std::string> written = idem_redis_test::keys_under(raw.get(), options.prefix);
   std::map<std::string, std::vector<std::string>> by_tag;
   for (const std::string& name : written)
     by_tag[idem_redis_test::hash_tag(name)].push_back(name);
@@ -196,15 +194,14 @@ TEST_CASE("records carry a Redis TTL that ends at their expiry", "[redis]") {
     options.caller_time_margin = 10min;
     idem::redis_store store = stores.make(options);
     REQUIRE(store.claim(ask("t", "k", start, 30s, 1h)).status == claim_status::claimed);
-    const auto ttl = idem_redis_test::command(
-        raw.get(), {"PTTL", options.prefix + "{s" + hex("t") + "}:k"});
+    const auto ttl =
+        idem_redis_test::command(raw.get(), {"PTTL", options.prefix + "{s" + hex("t") + "}:k"});
     CHECK(ttl->integer > 3600000);
     CHECK(ttl->integer <= 4200000);
   }
 }
 
-TEST_CASE("sweep leaves nothing behind, and counts records Redis had already dropped",
-          "[redis]") {
+TEST_CASE("sweep leaves nothing behind, and counts records Redis had already dropped", "[redis]") {
   idem_redis_test::shared_stores stores;
   const auto options = idem_redis_test::shared_options(redis_time::caller);
   idem::redis_store store = stores.make(options);
@@ -238,7 +235,8 @@ TEST_CASE("stuck pages through scopes and past expired claims", "[redis]") {
   for (int i = 0; i < 600; ++i)
     (void)store.claim(ask("s", "old-" + std::to_string(i), start, 1s, 2s));
   for (int i = 0; i < 300; ++i)
-    (void)store.claim(ask("s" + std::to_string(i % 3), "k" + std::to_string(i), start + 5s, 1s, 1h));
+    (void)store.claim(
+        ask("s" + std::to_string(i % 3), "k" + std::to_string(i), start + 5s, 1s, 1h));
   CHECK(store.stuck(start + 10s, 1000).size() == 300);
   CHECK(store.stuck(start + 10s, 17).size() == 17);
   CHECK(store.stuck(start + 5s, 1000).empty());
@@ -263,13 +261,13 @@ TEST_CASE("a scope that holds records stays enrolled while sweep prunes empty on
   for (int round = 0; round < rounds; ++round) {
     const std::string scope = "round-" + std::to_string(round);
     REQUIRE(store.claim(ask(scope, "expired", start, 1s, 2s)).status == claim_status::claimed);
-    REQUIRE(store.claim(ask(scope, "live", start + 1h, 1s, 24h)).status ==
-            claim_status::claimed);
+    REQUIRE(store.claim(ask(scope, "live", start + 1h, 1s, 24h)).status == claim_status::claimed);
   }
   done = true;
   sweeper.join();
   INFO(sweeps.load() << " sweeps ran alongside");
-  CHECK(store.stuck(start + 2h, 10 * rounds).size() == static_cast<std::size_t>(rounds));
+  CHECK(store.stuck(start + 2h, std::size_t{10} * rounds).size() ==
+        static_cast<std::size_t>(rounds));
   CHECK(store.sweep(start + 1h) <= static_cast<std::size_t>(rounds));
   CHECK(store.sweep(start + 48h) == static_cast<std::size_t>(rounds));
 }
@@ -282,6 +280,7 @@ TEST_CASE("copies share one pool, and more threads than connections are all serv
   const idem::redis_store store = stores.make(options);
   std::atomic<int> claimed{0};
   std::vector<std::thread> threads;
+  threads.reserve(16);
   for (int t = 0; t < 16; ++t) {
     threads.emplace_back([&claimed, copy = store, t]() mutable {
       for (int i = 0; i < 50; ++i) {
@@ -296,8 +295,11 @@ TEST_CASE("copies share one pool, and more threads than connections are all serv
   for (std::thread& thread : threads)
     thread.join();
   CHECK(claimed == 16 * 50);
-  idem::redis_store reader = store;
-  const auto found = reader.find("pool", "7-7", start);
+  // A copy made afterwards sees what the others wrote, and what it writes is seen through them.
+  idem::redis_store later = store;
+  REQUIRE(later.claim(ask("pool", "later", start)).status == claim_status::claimed);
+  CHECK(store.find("pool", "later", start));
+  const auto found = later.find("pool", "7-7", start);
   REQUIRE(found);
   CHECK(found->response == "7-7");
 }
@@ -339,6 +341,7 @@ TEST_CASE("64 threads on two clients storm 1000 keys with one effect per key",
   }
   std::atomic<int> executed{0}, replayed{0}, conflicts{0}, wrong{0};
   std::vector<std::thread> pool;
+  pool.reserve(threads);
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       guarded& client = *clients[static_cast<std::size_t>(t % 2)];

@@ -95,7 +95,8 @@ inline std::vector<std::string> keys_under(redisContext* context, const std::str
   std::vector<std::string> found;
   std::string cursor = "0";
   do {
-    const reply_ptr page = command(context, {"SCAN", cursor, "MATCH", prefix + "*", "COUNT", "1000"});
+    const reply_ptr page =
+        command(context, {"SCAN", cursor, "MATCH", prefix + "*", "COUNT", "1000"});
     cursor.assign(page->element[0]->str, page->element[0]->len);
     for (std::size_t i = 0; i < page->element[1]->elements; ++i) {
       found.emplace_back(page->element[1]->element[i]->str, page->element[1]->element[i]->len);
@@ -123,7 +124,8 @@ class shared_stores {
   shared_stores(const shared_stores&) = delete;
   shared_stores& operator=(const shared_stores&) = delete;
   ~shared_stores() {
-    for (const auto& options : made_) remove_keys(options.host, options.port, options.prefix);
+    for (const auto& options : made_)
+      remove_keys(options.host, options.port, options.prefix);
   }
   idem::redis_store make(idem::redis_time time = idem::redis_time::caller) {
     return make(shared_options(time));
