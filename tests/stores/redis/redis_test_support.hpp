@@ -191,8 +191,12 @@ class private_redis {
     std::string pattern = (std::filesystem::temp_directory_path() / "idem-redis-XXXXXX").string();
     if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
     dir_ = pattern;
-    port_ = free_port();
-    start();
+    // The free port can be taken by another process before the server binds it: then another.
+    for (int attempt = 1;; ++attempt) {
+      port_ = free_port();
+      if (launch()) return;
+      if (attempt == 5) FAIL("redis-server exited at start five times; its log:\n" << log());
+    }
   }
   private_redis(const private_redis&) = delete;
   private_redis& operator=(const private_redis&) = delete;
@@ -218,7 +222,30 @@ class private_redis {
 
   /// Starts the server (again: same port, same data) and waits until it answers PING.
   void start() {
-    if (running()) return;
+    if (!running() && !launch()) FAIL("redis-server exited at start; its log:\n" << log());
+  }
+
+  /// kill -9: no shutdown, no final fsync; what it acknowledged is on disk or nowhere.
+  void kill9() noexcept {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+  context_ptr connect() const { return connect_raw("127.0.0.1", port_); }
+
+  std::string log() const {
+    std::ifstream file(dir_ / "redis.log");
+    std::stringstream text;
+    text << file.rdbuf();
+    return text.str();
+  }
+
+ private:
+  // Starts redis-server and waits until it answers PING; false if it exited first.
+  bool launch() {
     const std::string binary = redis_server_binary();
     std::vector<std::string> words = {binary,
                                       "--port",
@@ -262,46 +289,30 @@ class private_redis {
       ::_exit(127);
     }
     pid_ = child;
-    wait_until_ready();
+    return wait_until_ready();
   }
 
-  /// kill -9: no shutdown, no final fsync; what it acknowledged is on disk or nowhere.
-  void kill9() noexcept {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-
-  context_ptr connect() const { return connect_raw("127.0.0.1", port_); }
-
-  std::string log() const {
-    std::ifstream file(dir_ / "redis.log");
-    std::stringstream text;
-    text << file.rdbuf();
-    return text.str();
-  }
-
- private:
-  void wait_until_ready() {
+  bool wait_until_ready() {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{30};
     while (std::chrono::steady_clock::now() < deadline) {
       int status = 0;
       if (::waitpid(pid_, &status, WNOHANG) == pid_) {
         pid_ = -1;
-        FAIL("redis-server exited at start; its log:\n" << log());
+        return false;
       }
+      // Through its own socket: a server of another test that took the port cannot answer.
       timeval limit{0, 200000};
-      const context_ptr context(redisConnectWithTimeout("127.0.0.1", port_, limit), &redisFree);
+      const context_ptr context(redisConnectUnixWithTimeout(socket_path().c_str(), limit),
+                                &redisFree);
       if (context && context->err == 0) {
         auto* raw = static_cast<redisReply*>(redisCommand(context.get(), "PING"));
         const reply_ptr reply(raw, &freeReplyObject);
-        if (reply && reply->type == REDIS_REPLY_STATUS) return;  // not an error such as LOADING
+        if (reply && reply->type == REDIS_REPLY_STATUS) return true;  // not LOADING, say
       }
       std::this_thread::sleep_for(std::chrono::milliseconds{20});
     }
     FAIL("redis-server did not answer PING within 30 s; its log:\n" << log());
+    return false;
   }
 
   std::vector<std::string> config_;
