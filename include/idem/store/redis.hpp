@@ -403,16 +403,18 @@ class redis_store {
       if (is_out_of_memory(answer)) return {claim_status::full, 0, {}};
       throw failure("claim", answer);
     }
-    // The registry's answer matters only when this claim wrote a record (a failure there after
-    // an `existing` answer changed nothing).
-    const redisReply* enrolled = replies[1].get();
-    if (answer->type != REDIS_REPLY_ARRAY || answer->elements < 2) throw malformed("claim");
+    if (answer->type != REDIS_REPLY_ARRAY || answer->elements < 2 ||
+        answer->element[0]->type != REDIS_REPLY_INTEGER) {
+      throw malformed("claim");
+    }
     const long long status = answer->element[0]->integer;
-    if (status != 2 && is_error(enrolled)) {
+    // The registry's answer matters only when this claim made a new record: any other answer
+    // found its scope enrolled already.
+    if (status == 0 && is_error(replies[1].get())) {
       throw failure(
           "claim (registering the scope; the record was written but may be missed "
           "by sweep and stuck until claimed again)",
-          enrolled);
+          replies[1].get());
     }
     claim_result result;
     switch (status) {
