@@ -471,7 +471,7 @@ auto guarded(store_of<Factory> store, manual_clock clock, Handler handler = {}) 
   using policies = wrapped_policies<store_of<Factory>>;
   typename idempotent<Handler, policies>::options parts;
   parts.store = std::move(store);
-  parts.clock = clock;
+  parts.clock = std::move(clock);
   return std::make_unique<idempotent<Handler, policies>>(std::move(handler), std::move(parts));
 }
 
@@ -984,6 +984,7 @@ void a_storm_of_duplicates_has_one_effect_per_key() {
 
   std::atomic<int> executed{0}, replayed{0}, conflicts{0}, wrong{0};
   std::vector<std::thread> pool;
+  pool.reserve(static_cast<std::size_t>(threads));
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       std::vector<int> order(keys);
@@ -991,8 +992,8 @@ void a_storm_of_duplicates_has_one_effect_per_key() {
         order[static_cast<std::size_t>(i)] = i;
       std::shuffle(order.begin(), order.end(), std::mt19937(static_cast<unsigned>(t)));
       for (const int index : order) {
-        const std::string key = "key-" + std::to_string(index);
-        const std::string body = "body-" + std::to_string(index);
+        const std::string key = std::string("key-").append(std::to_string(index));
+        const std::string body = std::string("body-").append(std::to_string(index));
         const auto outcome = guarded_effect("storm", key, body);
         const std::string expected = "response to " + body + " under " + key;
         switch (outcome.verdict()) {

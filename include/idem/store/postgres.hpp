@@ -1,0 +1,1053 @@
+// postgres_store: records in a PostgreSQL table, so that many replicas of a service share one
+// store. Needs libpq (link idem::postgres); include it by name, idem/idem.hpp does not.
+//
+//   idem::postgres_store::options config;
+//   config.conninfo = "host=db.internal dbname=payments user=payments";
+//   idem::postgres_store store{config};   // connects, creates or migrates its table
+//
+// What a user must know:
+// * Claims are one atomic statement (INSERT ... ON CONFLICT (scope, key) DO UPDATE ... WHERE the
+//   record may be claimed), so two replicas racing for one key are decided by the primary key,
+//   never by a read followed by an insert. complete, release and checkpoint are UPDATEs
+//   conditional on the fence (WHERE fence = $n); zero rows means the holder lost the key.
+// * Time: by default (time_source::server) leases and expiry are read from the database
+//   server's clock, so replicas whose clocks disagree still agree on when a lease ends; the
+//   `now` the store is given is then ignored. time_source::caller uses the given `now` instead
+//   (tests with a manual clock). Times are stored as int8 nanoseconds since the Unix epoch.
+// * complete_within runs the handler's own SQL in the transaction that completes the record:
+//   both commit or neither does. Serialization failures and deadlocks (SQLSTATE 40001, 40P01)
+//   roll back and run the handler again, a bounded number of times.
+// * Copies share one connection pool; the store may be used from many threads. A connection
+//   found broken is dropped and a fresh one opened by the next call, so the store recovers by
+//   itself after a server restart. A call the server cannot answer (down, restarting, statement
+//   timeout) throws store_error(unavailable) carrying libpq's message.
+// * The schema is created and migrated by the store itself, versioned in <table>_meta, under an
+//   advisory lock so that replicas starting together do not race.
+#pragma once
+
+#include <libpq-fe.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <initializer_list>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <idem/digest.hpp>
+#include <idem/store.hpp>
+
+namespace idem {
+
+/// An error PostgreSQL reported for the handler's own SQL inside complete_within, with its
+/// SQLSTATE. A serialization failure or deadlock (40001, 40P01) is retryable: complete_within
+/// rolls back and runs the handler again. A handler that runs SQL through the raw PGconn* can
+/// throw one itself to ask for the same.
+class postgres_error : public std::runtime_error {
+ public:
+  postgres_error(std::string sqlstate, const std::string& message)
+      : std::runtime_error(message), sqlstate_(std::move(sqlstate)) {}
+  /// The five-character SQLSTATE; empty when the connection failed without one.
+  const std::string& sqlstate() const noexcept { return sqlstate_; }
+  bool retryable() const noexcept { return sqlstate_ == "40001" || sqlstate_ == "40P01"; }
+
+ private:
+  std::string sqlstate_;
+};
+
+/// A result of the handler's SQL (postgres_store::transaction::exec): owns the PGresult.
+class postgres_result {
+ public:
+  explicit postgres_result(PGresult* result) noexcept : result_(result) {}
+  postgres_result(postgres_result&& other) noexcept
+      : result_(std::exchange(other.result_, nullptr)) {}
+  postgres_result& operator=(postgres_result&& other) noexcept {
+    std::swap(result_, other.result_);
+    return *this;
+  }
+  postgres_result(const postgres_result&) = delete;
+  postgres_result& operator=(const postgres_result&) = delete;
+  ~postgres_result() { PQclear(result_); }
+
+  int rows() const noexcept { return PQntuples(result_); }
+  int columns() const noexcept { return PQnfields(result_); }
+  bool is_null(int row, int column) const noexcept {
+    return PQgetisnull(result_, row, column) != 0;
+  }
+  /// The value as text (the result format exec asks for).
+  std::string_view value(int row, int column) const noexcept {
+    return {PQgetvalue(result_, row, column),
+            static_cast<std::size_t>(PQgetlength(result_, row, column))};
+  }
+  /// Rows an INSERT, UPDATE or DELETE touched.
+  std::size_t affected() const {
+    const char* count = PQcmdTuples(result_);
+    return *count == '\0' ? 0 : static_cast<std::size_t>(std::stoull(count));
+  }
+  PGresult* get() const noexcept { return result_; }
+
+ private:
+  PGresult* result_;
+};
+
+namespace detail::postgres {
+
+struct connection_closer {
+  void operator()(PGconn* connection) const noexcept { PQfinish(connection); }
+};
+using connection_ptr = std::unique_ptr<PGconn, connection_closer>;
+struct result_clearer {
+  void operator()(PGresult* result) const noexcept { PQclear(result); }
+};
+using result_ptr = std::unique_ptr<PGresult, result_clearer>;
+
+// Parameter and column types, by OID (pg_type.h is a server header).
+inline constexpr Oid bool_oid = 16;
+inline constexpr Oid bytea_oid = 17;
+inline constexpr Oid int8_oid = 20;
+inline constexpr Oid int2_oid = 21;
+
+// Binary wire format: integers are big-endian.
+inline void put_int8(std::array<char, 8>& out, std::int64_t value) noexcept {
+  auto bits = static_cast<std::uint64_t>(value);
+  for (int i = 7; i >= 0; --i) {
+    out[static_cast<std::size_t>(i)] = static_cast<char>(bits & 0xff);
+    bits >>= 8;
+  }
+}
+inline std::int64_t get_int(const PGresult* result, int row, int column) noexcept {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(PQgetvalue(result, row, column));
+  const int length = PQgetlength(result, row, column);
+  std::uint64_t bits = 0;
+  for (int i = 0; i < length; ++i)
+    bits = (bits << 8) | bytes[i];
+  // Sign-extend the narrower types (int2).
+  if (length < 8 && length > 0 && (bytes[0] & 0x80) != 0) bits |= ~std::uint64_t{0} << (8 * length);
+  return static_cast<std::int64_t>(bits);
+}
+inline std::string_view get_bytes(const PGresult* result, int row, int column) noexcept {
+  return {PQgetvalue(result, row, column),
+          static_cast<std::size_t>(PQgetlength(result, row, column))};
+}
+
+inline std::int64_t to_nanoseconds(store_time time) noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(time.time_since_epoch()).count();
+}
+inline store_time from_nanoseconds(std::int64_t nanoseconds) noexcept {
+  return store_time{
+      std::chrono::duration_cast<store_time::duration>(std::chrono::nanoseconds{nanoseconds})};
+}
+
+// Up to eight parameters of one prepared statement, in binary format. A null value is SQL NULL:
+// that is how the server-time mode leaves `now` to the server.
+class parameters {
+ public:
+  parameters& bytes(std::string_view value) noexcept {
+    // A zero-length non-null value must still be a valid pointer: "" is not SQL NULL.
+    values_[count_] = value.empty() ? "" : value.data();
+    lengths_[count_] = static_cast<int>(value.size());
+    ++count_;
+    return *this;
+  }
+  parameters& bytes(const digest& value) noexcept {
+    return bytes(std::string_view{reinterpret_cast<const char*>(value.data()), value.size()});
+  }
+  parameters& int8(std::int64_t value) noexcept {
+    put_int8(integers_[count_], value);
+    values_[count_] = integers_[count_].data();
+    lengths_[count_] = 8;
+    ++count_;
+    return *this;
+  }
+  parameters& null() noexcept {
+    values_[count_] = nullptr;
+    lengths_[count_] = 0;
+    ++count_;
+    return *this;
+  }
+  int count() const noexcept { return static_cast<int>(count_); }
+  const char* const* values() const noexcept { return values_.data(); }
+  const int* lengths() const noexcept { return lengths_.data(); }
+  static const int* formats() noexcept {
+    static constexpr std::array<int, 8> binary{1, 1, 1, 1, 1, 1, 1, 1};
+    return binary.data();
+  }
+
+ private:
+  std::array<const char*, 8> values_{};
+  std::array<int, 8> lengths_{};
+  std::array<std::array<char, 8>, 8> integers_{};
+  std::size_t count_ = 0;
+};
+
+// The prepared statements every connection gets, by index.
+enum statement : std::uint8_t {
+  claim,
+  complete,
+  release,
+  checkpoint,
+  find,
+  sweep,
+  stuck,
+  lock,
+  count
+};
+inline constexpr std::array<const char*, statement::count> statement_names{
+    "idem_claim", "idem_complete", "idem_release", "idem_checkpoint",
+    "idem_find",  "idem_sweep",    "idem_stuck",   "idem_lock"};
+
+// How a failed call failed: decides whether the connection is kept and what is thrown.
+enum class failure_kind : std::uint8_t {
+  connection,  // no SQLSTATE, class 08, or the server shutting down (57P01-57P03): reconnect
+  retry,       // 40001, 40P01: the transaction may succeed if run again
+  full,        // 53100 disk full, 54000 program limit (a value too large)
+  other,       // statement timeout (57014) and everything else the server answered
+};
+
+inline failure_kind classify(PGconn* connection, const PGresult* result) noexcept {
+  const char* state = result == nullptr ? nullptr : PQresultErrorField(result, PG_DIAG_SQLSTATE);
+  if (state == nullptr || PQstatus(connection) != CONNECTION_OK) return failure_kind::connection;
+  const std::string_view code{state};
+  if (code.starts_with("08") || code == "57P01" || code == "57P02" || code == "57P03") {
+    return failure_kind::connection;
+  }
+  if (code == "40001" || code == "40P01") return failure_kind::retry;
+  if (code == "53100" || code.starts_with("54")) return failure_kind::full;
+  return failure_kind::other;
+}
+
+inline std::string describe(PGconn* connection, const PGresult* result) {
+  std::string message =
+      result != nullptr ? PQresultErrorMessage(result) : PQerrorMessage(connection);
+  if (message.empty()) message = PQerrorMessage(connection);
+  while (!message.empty() && (message.back() == '\n' || message.back() == ' '))
+    message.pop_back();
+  const char* state = result == nullptr ? nullptr : PQresultErrorField(result, PG_DIAG_SQLSTATE);
+  if (state != nullptr) message += std::string(" (SQLSTATE ") + state + ")";
+  return message.empty() ? std::string("no message from libpq") : message;
+}
+
+// Identifiers are validated, then quoted: a configured name can never inject SQL, and stays
+// short enough that the derived names (<table>_meta, <table>_expiry) fit in 63 bytes.
+inline std::string quoted_identifier(std::string_view name, const char* what,
+                                     std::size_t max_length = 50) {
+  const bool valid = !name.empty() && name.size() <= max_length &&
+                     std::all_of(name.begin(), name.end(),
+                                 [](char c) {
+                                   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                                          (c >= '0' && c <= '9') || c == '_';
+                                 }) &&
+                     !(name.front() >= '0' && name.front() <= '9');
+  if (!valid) {
+    throw std::invalid_argument(std::string("idem::postgres_store: the ") + what + " name '" +
+                                std::string(name) +
+                                "' must be 1 to 50 letters, digits or underscores, not starting "
+                                "with a digit");
+  }
+  return "\"" + std::string(name) + "\"";
+}
+
+}  // namespace detail::postgres
+
+class postgres_store {
+ public:
+  /// Isolation level of complete_within's transaction.
+  enum class isolation : std::uint8_t { read_committed, repeatable_read, serializable };
+  /// Whose clock leases and expiry are read from.
+  enum class time_source : std::uint8_t {
+    server,  // the database server's clock_timestamp(): replicas with skewed clocks agree
+    caller,  // the `now` each call is given (a manual clock in tests)
+  };
+
+  struct options {
+    /// A libpq connection string ("host=... dbname=... user=...") or URI. Empty: libpq's
+    /// defaults and PG* environment variables.
+    std::string conninfo;
+    /// Where the records live; plain identifiers (letters, digits, underscores). The schema is
+    /// created when missing.
+    std::string schema = "public";
+    std::string table = "idem_records";
+    /// Connections opened at most; a call waits for one when all are busy.
+    std::size_t pool_size = 8;
+    /// Each statement's limit on the server (statement_timeout); zero: none. A statement that
+    /// passes it is cancelled and the call throws store_error(unavailable).
+    std::chrono::milliseconds statement_timeout{5000};
+    /// How long a connection may sit idle inside a transaction before the server ends it
+    /// (idle_in_transaction_session_timeout); zero: never. A holder paused inside
+    /// complete_within keeps the record locked until then, so set it when handlers run in the
+    /// transaction and a takeover must not wait for a stalled process.
+    std::chrono::milliseconds idle_in_transaction_timeout{0};
+    /// Connecting: libpq's connect_timeout, unless conninfo sets its own.
+    std::chrono::seconds connect_timeout{10};
+    isolation transaction_isolation = isolation::read_committed;
+    /// complete_within runs the handler at most 1 + this many times on 40001/40P01.
+    unsigned max_serialization_retries = 10;
+    time_source clock = time_source::server;
+    /// Connect and migrate in the constructor, which then throws store_error(unavailable) when
+    /// the server cannot be reached. false: the first call does it (and throws instead).
+    bool connect_at_start = true;
+  };
+
+  class transaction;
+
+  /// A handle with no database: every call throws store_error(unavailable). It exists so that
+  /// policies can hold a store before it is configured; give it options to use it.
+  postgres_store() = default;
+
+  /// Checks the options and the connection string (std::invalid_argument when either is
+  /// malformed); with connect_at_start, connects and creates or migrates the table.
+  explicit postgres_store(options config) : state_(std::make_shared<pool>(std::move(config))) {
+    if (state_->config.connect_at_start) {
+      auto connection = state_->acquire();
+      connection.give_back();
+    }
+  }
+
+  claim_result claim(const claim_request& request) {
+    namespace pg = detail::postgres;
+    // The decision is the one INSERT ... ON CONFLICT statement; the snapshot that follows it in
+    // the same statement only reports an existing record. That report can come from a snapshot
+    // older than the row the decision saw (a record committed meanwhile, or removed): then the
+    // claim is asked again, so `existing` is always a record the claim could not take.
+    for (int attempt = 0; attempt < 1000; ++attempt) {
+      pg::parameters values;
+      values.bytes(request.scope)
+          .bytes(request.key)
+          .bytes(request.fingerprint)
+          .int8(request.lease.count())
+          .int8(request.retention.count());
+      caller_now(values, request.now);
+      auto connection = state_checked().acquire();
+      const pg::result_ptr result = connection.run(pg::claim, values, "claim");
+      connection.give_back();
+      if (PQntuples(result.get()) == 0) continue;
+      const PGresult* row = result.get();
+      claim_result answer;
+      if (PQgetvalue(row, 0, 0)[0] != 0) {
+        answer.fence = static_cast<std::uint64_t>(pg::get_int(row, 0, 2));
+        if (PQgetvalue(row, 0, 1)[0] != 0) {
+          answer.status = claim_status::taken_over;
+          read_record(row, 0, 2, answer.existing);
+        } else {
+          answer.status = claim_status::claimed;
+        }
+        return answer;
+      }
+      read_record(row, 0, 2, answer.existing);
+      const std::int64_t now = pg::get_int(row, 0, 10);
+      const std::int64_t expires = pg::to_nanoseconds(answer.existing.expires_at);
+      const bool released = pg::get_int(row, 0, 4) == released_state;
+      const bool claimable = answer.existing.state == record_state::in_progress &&
+                             answer.existing.fingerprint == request.fingerprint &&
+                             pg::to_nanoseconds(answer.existing.lease_until) <= now;
+      if (released || expires <= now || claimable) continue;
+      answer.status = claim_status::existing;
+      return answer;
+    }
+    throw store_error(store_failure::unavailable,
+                      "idem::postgres_store: claim: the record kept changing under 1000 attempts");
+  }
+
+  bool complete(const fenced_key& held, std::string_view response, store_time /*now*/) {
+    namespace pg = detail::postgres;
+    pg::parameters values;
+    values.bytes(held.scope).bytes(held.key).int8(fence_of(held)).bytes(response);
+    auto connection = state_checked().acquire();
+    return affected(connection.run(pg::complete, values, "complete")) == 1;
+  }
+
+  bool release(const fenced_key& held) {
+    namespace pg = detail::postgres;
+    pg::parameters values;
+    values.bytes(held.scope).bytes(held.key).int8(fence_of(held));
+    auto connection = state_checked().acquire();
+    return affected(connection.run(pg::release, values, "release")) == 1;
+  }
+
+  bool checkpoint(const fenced_key& held, std::string_view recovery, store_time lease_until) {
+    auto connection = state_checked().acquire();
+    return checkpoint_on(connection, held, recovery, lease_until, false);
+  }
+
+  std::optional<record> find(std::string_view scope, std::string_view key, store_time now) const {
+    namespace pg = detail::postgres;
+    pg::parameters values;
+    values.bytes(scope).bytes(key);
+    caller_now(values, now);
+    auto connection = state_checked().acquire();
+    const pg::result_ptr result = connection.run(pg::find, values, "find");
+    if (PQntuples(result.get()) == 0) return std::nullopt;
+    record found;
+    found.scope = scope;
+    found.key = key;
+    read_record(result.get(), 0, 0, found);
+    return found;
+  }
+
+  std::size_t sweep(store_time now) {
+    namespace pg = detail::postgres;
+    pg::parameters values;
+    caller_now(values, now);
+    auto connection = state_checked().acquire();
+    return affected(connection.run(pg::sweep, values, "sweep"));
+  }
+
+  std::vector<record> stuck(store_time now, std::size_t limit) const {
+    namespace pg = detail::postgres;
+    pg::parameters values;
+    caller_now(values, now);
+    values.int8(static_cast<std::int64_t>(std::min<std::size_t>(
+        limit, static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max()))));
+    auto connection = state_checked().acquire();
+    const pg::result_ptr result = connection.run(pg::stuck, values, "stuck");
+    std::vector<record> out;
+    const int rows = PQntuples(result.get());
+    out.reserve(static_cast<std::size_t>(rows));
+    for (int row = 0; row < rows; ++row) {
+      record& r = out.emplace_back();
+      r.scope = pg::get_bytes(result.get(), row, 0);
+      r.key = pg::get_bytes(result.get(), row, 1);
+      read_record(result.get(), row, 2, r);
+    }
+    return out;
+  }
+
+  /// Runs `produce(transaction&)`, which returns the encoded response (std::string), inside one
+  /// transaction that also completes the record under `held`: the handler's writes and the
+  /// record commit together or not at all. Answers false, without calling produce, when the
+  /// record is no longer held under that fence (or false after produce, if the fenced update
+  /// finds it gone). produce's own exception rolls back and passes through unchanged; a
+  /// serialization failure or deadlock rolls back and calls produce again, at most
+  /// 1 + max_serialization_retries times, then throws store_error(unavailable).
+  template <class Produce>
+  bool complete_within(const fenced_key& held, store_time now, Produce&& produce);
+
+  /// The options the store was made with (its table, isolation, time source).
+  const options& configuration() const { return state_checked().config; }
+
+ private:
+  // Record states as stored: a released record is a tombstone that keeps its fence.
+  static constexpr std::int64_t completed_state = 1;
+  static constexpr std::int64_t released_state = 2;
+
+  class pool;
+
+  // One pooled connection, held for one call. Handed back on destruction; a connection that
+  // failed is closed instead, and the next call opens a fresh one.
+  class borrowed {
+   public:
+    borrowed(pool* owner, detail::postgres::connection_ptr connection) noexcept
+        : owner_(owner), connection_(std::move(connection)) {}
+    borrowed(borrowed&& other) noexcept
+        : owner_(other.owner_), connection_(std::move(other.connection_)) {}
+    borrowed(const borrowed&) = delete;
+    borrowed& operator=(const borrowed&) = delete;
+    borrowed& operator=(borrowed&&) = delete;
+    ~borrowed() { give_back(); }
+
+    PGconn* get() const noexcept { return connection_.get(); }
+    void give_back() noexcept {
+      if (connection_) owner_->give_back(std::move(connection_));
+    }
+
+    // Runs a prepared statement; returns its result, or throws: store_error, or
+    // postgres_error when `retryable_as_postgres_error` and the failure is 40001/40P01.
+    detail::postgres::result_ptr run(detail::postgres::statement which,
+                                     const detail::postgres::parameters& values, const char* what,
+                                     bool retryable_as_postgres_error = false) {
+      namespace pg = detail::postgres;
+      pg::result_ptr result{PQexecPrepared(get(), pg::statement_names[which], values.count(),
+                                           values.values(), values.lengths(),
+                                           pg::parameters::formats(), 1)};
+      const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
+      if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) return result;
+      fail(result.get(), what, retryable_as_postgres_error);
+    }
+
+    // Runs SQL text (no parameters), for transaction control.
+    void run_text(const char* sql, const char* what, bool retryable_as_postgres_error = false) {
+      const detail::postgres::result_ptr result{PQexec(get(), sql)};
+      const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
+      if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) return;
+      fail(result.get(), what, retryable_as_postgres_error);
+    }
+
+    [[noreturn]] void fail(const PGresult* result, const char* what,
+                           bool retryable_as_postgres_error) {
+      namespace pg = detail::postgres;
+      const pg::failure_kind kind = pg::classify(get(), result);
+      std::string message =
+          std::string("idem::postgres_store: ") + what + ": " + pg::describe(get(), result);
+      if (kind == pg::failure_kind::connection) {
+        // Dropped rather than pooled: a broken connection never serves another call.
+        connection_.reset();
+        owner_->forget_one();
+      }
+      if (kind == pg::failure_kind::retry && retryable_as_postgres_error) {
+        const char* state = PQresultErrorField(result, PG_DIAG_SQLSTATE);
+        throw postgres_error(state, message);
+      }
+      throw store_error(
+          kind == pg::failure_kind::full ? store_failure::full : store_failure::unavailable,
+          message);
+    }
+
+    // Rolls back whatever is open; a connection that cannot even do that is dropped.
+    void roll_back() noexcept {
+      if (!connection_) return;
+      // A failed COMMIT has already ended the transaction.
+      if (PQtransactionStatus(get()) == PQTRANS_IDLE) return;
+      const detail::postgres::result_ptr result{PQexec(get(), "ROLLBACK")};
+      if (!result || PQresultStatus(result.get()) != PGRES_COMMAND_OK) {
+        connection_.reset();
+        owner_->forget_one();
+      }
+    }
+
+   private:
+    pool* owner_;
+    detail::postgres::connection_ptr connection_;
+  };
+
+  // The shared state of every copy: options, SQL, and the idle connections.
+  class pool {
+   public:
+    explicit pool(options given) : config(std::move(given)) {
+      namespace pg = detail::postgres;
+      if (config.pool_size == 0) {
+        throw std::invalid_argument("idem::postgres_store: pool_size must be at least 1");
+      }
+      if (config.statement_timeout.count() < 0 || config.idle_in_transaction_timeout.count() < 0 ||
+          config.connect_timeout.count() < 0) {
+        throw std::invalid_argument("idem::postgres_store: timeouts cannot be negative");
+      }
+      char* error = nullptr;
+      PQconninfoOption* parsed = PQconninfoParse(config.conninfo.c_str(), &error);
+      if (parsed == nullptr) {
+        std::string message = error != nullptr ? error : "out of memory";
+        PQfreemem(error);
+        while (!message.empty() && message.back() == '\n')
+          message.pop_back();
+        throw std::invalid_argument("idem::postgres_store: the connection string is invalid: " +
+                                    message);
+      }
+      PQconninfoFree(parsed);
+      schema = pg::quoted_identifier(config.schema, "schema");
+      table = schema + "." + pg::quoted_identifier(config.table, "table");
+      meta = schema + "." + pg::quoted_identifier(config.table + "_meta", "table", 63);
+      build_sql();
+    }
+    pool(const pool&) = delete;
+    pool& operator=(const pool&) = delete;
+    ~pool() = default;
+
+    borrowed acquire() {
+      namespace pg = detail::postgres;
+      std::unique_lock lock(mutex);
+      for (;;) {
+        while (!idle.empty()) {
+          pg::connection_ptr connection = std::move(idle.back());
+          idle.pop_back();
+          // A server that restarted closed every idle connection; reading what it sent notices
+          // that here, for the price of one non-blocking recv, instead of failing the call.
+          if (PQconsumeInput(connection.get()) == 1 &&
+              PQstatus(connection.get()) == CONNECTION_OK &&
+              PQtransactionStatus(connection.get()) == PQTRANS_IDLE) {
+            return borrowed{this, std::move(connection)};
+          }
+          --open;
+          lock.unlock();
+          connection.reset();
+          lock.lock();
+        }
+        if (open < config.pool_size) break;
+        returned.wait(lock);
+      }
+      ++open;
+      lock.unlock();
+      try {
+        return borrowed{this, connect()};
+      } catch (...) {
+        forget_one();
+        throw;
+      }
+    }
+
+    void give_back(detail::postgres::connection_ptr connection) noexcept {
+      if (PQstatus(connection.get()) != CONNECTION_OK ||
+          PQtransactionStatus(connection.get()) != PQTRANS_IDLE) {
+        connection.reset();
+        forget_one();
+        return;
+      }
+      {
+        const std::lock_guard lock(mutex);
+        idle.push_back(std::move(connection));
+      }
+      returned.notify_one();
+    }
+
+    void forget_one() noexcept {
+      {
+        const std::lock_guard lock(mutex);
+        --open;
+      }
+      returned.notify_one();
+    }
+
+    options config;
+    std::string schema;
+    std::string table;
+    std::string meta;
+    std::array<std::string, detail::postgres::statement::count> sql;
+
+   private:
+    detail::postgres::connection_ptr connect() {
+      namespace pg = detail::postgres;
+      // The conninfo is expanded in place of dbname; later keywords would override it, so the
+      // defaults come first and the user's own settings win.
+      const std::string timeout = std::to_string(config.connect_timeout.count());
+      const std::array<const char*, 4> keywords{"connect_timeout", "fallback_application_name",
+                                                "dbname", nullptr};
+      const std::array<const char*, 4> values{timeout.c_str(), "idem", config.conninfo.c_str(),
+                                              nullptr};
+      pg::connection_ptr connection{PQconnectdbParams(keywords.data(), values.data(), 1)};
+      if (!connection || PQstatus(connection.get()) != CONNECTION_OK) {
+        std::string message =
+            connection ? pg::describe(connection.get(), nullptr) : std::string("out of memory");
+        throw store_error(store_failure::unavailable,
+                          "idem::postgres_store: cannot connect to PostgreSQL: " + message);
+      }
+      // Notices (a harmless WARNING, a NOTICE from IF NOT EXISTS) are the server talking to a
+      // person; a library has no business printing them on the application's stderr.
+      PQsetNoticeProcessor(
+          connection.get(), [](void*, const char*) {}, nullptr);
+      const std::string settings =
+          "SET default_transaction_isolation = 'read committed'; SET statement_timeout = " +
+          std::to_string(config.statement_timeout.count()) +
+          "; SET idle_in_transaction_session_timeout = " +
+          std::to_string(config.idle_in_transaction_timeout.count());
+      exec_or_throw(connection.get(), settings.c_str(), "configuring the session");
+      {
+        // One migration per process; the advisory lock orders processes.
+        const std::lock_guard lock(migrate_mutex);
+        if (!migrated) {
+          migrate(connection.get());
+          migrated = true;
+        }
+      }
+      for (std::size_t i = 0; i < pg::statement::count; ++i) {
+        const std::array<Oid, 8> types = parameter_types(static_cast<pg::statement>(i));
+        const pg::result_ptr result{PQprepare(connection.get(), pg::statement_names[i],
+                                              sql[i].c_str(), parameter_count(i), types.data())};
+        if (!result || PQresultStatus(result.get()) != PGRES_COMMAND_OK) {
+          throw store_error(store_failure::unavailable,
+                            std::string("idem::postgres_store: preparing ") +
+                                pg::statement_names[i] + ": " +
+                                pg::describe(connection.get(), result.get()));
+        }
+      }
+      return connection;
+    }
+
+    static void exec_or_throw(PGconn* connection, const char* sql, const char* what) {
+      namespace pg = detail::postgres;
+      const pg::result_ptr result{PQexec(connection, sql)};
+      const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
+      if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
+        throw store_error(store_failure::unavailable, std::string("idem::postgres_store: ") + what +
+                                                          ": " +
+                                                          pg::describe(connection, result.get()));
+      }
+    }
+
+    // Schema versions, applied in order inside one transaction under an advisory lock keyed by
+    // the table's name, so that replicas starting at once migrate it exactly once.
+    void migrate(PGconn* connection) {
+      namespace pg = detail::postgres;
+      const std::string plain_table = config.table;
+      const std::string index_prefix =
+          pg::quoted_identifier(plain_table + "_by_expiry", "table", 63);
+      const std::string stuck_index = pg::quoted_identifier(plain_table + "_by_lease", "table", 63);
+      const std::vector<std::string> migrations{
+          // 1: the records. (scope, key) is the identity; scope leads every index, so a table
+          // partitioned by scope prunes to one partition. Any bytes go: bytea, never text.
+          // Completing changes no indexed column (state is in no index, not even a partial
+          // one's predicate) and fillfactor leaves room on the page, so a completion can be a
+          // HOT update that writes no index page: under SERIALIZABLE, concurrent completions of
+          // neighbouring keys do not collide on the primary key's leaf pages (predicate locks
+          // there are page-sized). With a partial index on state, a 64-thread storm of
+          // completions met ~6,000 serialization failures on idem's own statements; now none.
+          "CREATE TABLE " + table +
+          " ("
+          "scope bytea NOT NULL, key bytea NOT NULL, fingerprint bytea NOT NULL, "
+          "state int2 NOT NULL, fence int8 NOT NULL, taken_over bool NOT NULL, "
+          "created_at int8 NOT NULL, lease_until int8 NOT NULL, expires_at int8 NOT NULL, "
+          "response bytea, recovery bytea, PRIMARY KEY (scope, key)) WITH (fillfactor = 80); "
+          "CREATE INDEX " +
+          index_prefix + " ON " + table +
+          " (scope, expires_at); "
+          "CREATE INDEX " +
+          stuck_index + " ON " + table + " (scope, lease_until)"};
+      std::uint64_t hash = 1469598103934665603ULL;  // FNV-1a of the qualified name
+      for (const char c : table) {
+        hash ^= static_cast<unsigned char>(c);
+        hash *= 1099511628211ULL;
+      }
+      exec_or_throw(connection, "BEGIN", "migrating: begin");
+      try {
+        const std::string lock =
+            "SELECT pg_advisory_xact_lock(" + std::to_string(static_cast<std::int64_t>(hash)) + ")";
+        exec_or_throw(connection, lock.c_str(), "migrating: advisory lock");
+        exec_or_throw(connection, ("CREATE SCHEMA IF NOT EXISTS " + schema).c_str(),
+                      "migrating: schema");
+        exec_or_throw(connection,
+                      ("CREATE TABLE IF NOT EXISTS " + meta + " (version int4 NOT NULL)").c_str(),
+                      "migrating: meta table");
+        const pg::result_ptr result{PQexec(connection, ("SELECT version FROM " + meta).c_str())};
+        if (!result || PQresultStatus(result.get()) != PGRES_TUPLES_OK) {
+          throw store_error(store_failure::unavailable,
+                            "idem::postgres_store: migrating: reading the schema version: " +
+                                pg::describe(connection, result.get()));
+        }
+        std::size_t version = 0;
+        if (PQntuples(result.get()) > 0) {
+          version = static_cast<std::size_t>(std::stoul(PQgetvalue(result.get(), 0, 0)));
+        } else {
+          exec_or_throw(connection, ("INSERT INTO " + meta + " VALUES (0)").c_str(),
+                        "migrating: meta row");
+        }
+        if (version > migrations.size()) {
+          throw store_error(store_failure::unavailable,
+                            "idem::postgres_store: the table " + table + " is at schema version " +
+                                std::to_string(version) + ", newer than this idem (" +
+                                std::to_string(migrations.size()) + ")");
+        }
+        for (; version < migrations.size(); ++version) {
+          exec_or_throw(connection, migrations[version].c_str(), "migrating");
+        }
+        exec_or_throw(
+            connection,
+            ("UPDATE " + meta + " SET version = " + std::to_string(migrations.size())).c_str(),
+            "migrating: version");
+        exec_or_throw(connection, "COMMIT", "migrating: commit");
+      } catch (...) {
+        const pg::result_ptr rollback{PQexec(connection, "ROLLBACK")};
+        throw;
+      }
+    }
+
+    void build_sql() {
+      namespace pg = detail::postgres;
+      // The server's clock in int8 nanoseconds (microsecond resolution), unless the caller's
+      // `now` was passed.
+      const auto now = [](int parameter) {
+        return "COALESCE($" + std::to_string(parameter) +
+               "::int8, (extract(epoch FROM clock_timestamp()) * 1000000000)::int8)";
+      };
+      const std::string columns =
+          "fence, fingerprint, state, created_at, lease_until, expires_at, response, recovery";
+      // A live in-progress record is taken over (same fingerprint, lease passed: the WHERE);
+      // an expired or released one is replaced by a new claim under the next fence.
+      const std::string takeover = "(r.state = 0 AND r.expires_at > excluded.created_at)";
+      sql[pg::claim] =
+          "WITH clock AS (SELECT " + now(6) +
+          " AS n), "
+          "decided AS (INSERT INTO " +
+          table +
+          " AS r (scope, key, fingerprint, state, fence, taken_over, created_at, lease_until, "
+          "expires_at) SELECT $1, $2, $3, 0, 1, false, n, n + $4, n + $5 FROM clock "
+          "ON CONFLICT (scope, key) DO UPDATE SET fence = r.fence + 1, taken_over = " +
+          takeover + ", fingerprint = excluded.fingerprint, state = 0, created_at = CASE WHEN " +
+          takeover +
+          " THEN r.created_at ELSE excluded.created_at END, "
+          "lease_until = excluded.lease_until, expires_at = CASE WHEN " +
+          takeover +
+          " THEN r.expires_at ELSE excluded.expires_at END, response = NULL, recovery = CASE "
+          "WHEN " +
+          takeover +
+          " THEN r.recovery END "
+          "WHERE r.state = 2 OR r.expires_at <= excluded.created_at OR (r.state = 0 AND "
+          "r.fingerprint = excluded.fingerprint AND r.lease_until <= excluded.created_at) "
+          "RETURNING taken_over, " +
+          columns +
+          ") "
+          "SELECT true, taken_over, " +
+          columns + ", NULL::int8 FROM decided UNION ALL SELECT false, false, " + columns +
+          ", clock.n FROM " + table +
+          ", clock WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM decided)";
+      const std::string held = " WHERE scope = $1 AND key = $2 AND fence = $3 AND state <> 2";
+      sql[pg::complete] =
+          "UPDATE " + table + " SET state = 1, response = $4, recovery = NULL" + held;
+      sql[pg::release] =
+          "UPDATE " + table + " SET state = 2, response = NULL, recovery = NULL" + held;
+      sql[pg::checkpoint] = "UPDATE " + table + " SET recovery = $4, lease_until = COALESCE($5, " +
+                            "(extract(epoch FROM clock_timestamp()) * 1000000000)::int8 + $6)" +
+                            held;
+      sql[pg::find] = "SELECT " + columns + " FROM " + table +
+                      " WHERE scope = $1 AND key = $2 AND state <> 2 AND expires_at > " + now(3);
+      // Scope leads every index, so reading across scopes walks the distinct scopes first (a
+      // loose index scan of the primary key), then each scope's index range: the cost follows
+      // the scopes and what is found, not what the table holds.
+      const std::string scopes =
+          "WITH RECURSIVE clock AS (SELECT " + now(1) + " AS n), scopes AS ((SELECT scope FROM " +
+          table + " ORDER BY scope LIMIT 1) UNION ALL SELECT (SELECT t.scope FROM " + table +
+          " t WHERE t.scope > s.scope ORDER BY t.scope LIMIT 1) FROM scopes s WHERE s.scope IS "
+          "NOT NULL) ";
+      sql[pg::sweep] = scopes + "DELETE FROM " + table +
+                       " t USING scopes s, clock WHERE t.scope = s.scope AND t.expires_at <= "
+                       "clock.n";
+      sql[pg::stuck] = scopes + "SELECT t.scope, t.key, t.fence, t.fingerprint, t.state, " +
+                       "t.created_at, t.lease_until, t.expires_at, t.response, t.recovery " +
+                       "FROM scopes s CROSS JOIN clock CROSS JOIN LATERAL (SELECT * FROM " + table +
+                       " r WHERE r.scope = s.scope AND r.state = 0 AND r.lease_until <= clock.n "
+                       "AND r.expires_at > clock.n ORDER BY r.lease_until LIMIT $2) t "
+                       "WHERE s.scope IS NOT NULL LIMIT $2";
+      sql[pg::lock] =
+          "SELECT fence, state FROM " + table + " WHERE scope = $1 AND key = $2 FOR UPDATE";
+    }
+
+    static std::array<Oid, 8> parameter_types(detail::postgres::statement which) {
+      namespace pg = detail::postgres;
+      switch (which) {
+        case pg::claim:
+          return {pg::bytea_oid, pg::bytea_oid, pg::bytea_oid,
+                  pg::int8_oid,  pg::int8_oid,  pg::int8_oid};
+        case pg::complete:
+          return {pg::bytea_oid, pg::bytea_oid, pg::int8_oid, pg::bytea_oid};
+        case pg::release:
+          return {pg::bytea_oid, pg::bytea_oid, pg::int8_oid};
+        case pg::checkpoint:
+          return {pg::bytea_oid, pg::bytea_oid, pg::int8_oid,
+                  pg::bytea_oid, pg::int8_oid,  pg::int8_oid};
+        case pg::find:
+          return {pg::bytea_oid, pg::bytea_oid, pg::int8_oid};
+        case pg::sweep:
+          return {pg::int8_oid};
+        case pg::stuck:
+          return {pg::int8_oid, pg::int8_oid};
+        case pg::lock:
+          return {pg::bytea_oid, pg::bytea_oid};
+        case pg::count:
+          break;
+      }
+      return {};
+    }
+    static int parameter_count(std::size_t which) {
+      constexpr std::array<int, detail::postgres::statement::count> counts{6, 4, 3, 6, 3, 1, 2, 2};
+      return counts[which];
+    }
+
+    std::mutex mutex;
+    std::condition_variable returned;
+    std::vector<detail::postgres::connection_ptr> idle;
+    std::size_t open = 0;
+    std::mutex migrate_mutex;
+    bool migrated = false;
+  };
+
+  pool& state_checked() const {
+    if (!state_) {
+      throw store_error(store_failure::unavailable,
+                        "idem::postgres_store: default-constructed, it has no database; construct "
+                        "it with options");
+    }
+    return *state_;
+  }
+
+  // Server time: NULL, read by the statement itself. Caller time: the given `now`.
+  void caller_now(detail::postgres::parameters& values, store_time now) const {
+    if (state_checked().config.clock == time_source::caller) {
+      values.int8(detail::postgres::to_nanoseconds(now));
+    } else {
+      values.null();
+    }
+  }
+
+  static std::int64_t fence_of(const fenced_key& held) noexcept {
+    // Fences are int8 in the table; one beyond that range cannot match any row.
+    return held.fence > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())
+               ? -1
+               : static_cast<std::int64_t>(held.fence);
+  }
+
+  static std::size_t affected(const detail::postgres::result_ptr& result) {
+    const char* count = PQcmdTuples(result.get());
+    return *count == '\0' ? 0 : static_cast<std::size_t>(std::stoull(count));
+  }
+
+  // Reads fence, fingerprint, state, created_at, lease_until, expires_at, response, recovery
+  // from `first` on.
+  static void read_record(const PGresult* result, int row, int first, record& out) {
+    namespace pg = detail::postgres;
+    out.fence = static_cast<std::uint64_t>(pg::get_int(result, row, first));
+    const std::string_view print = pg::get_bytes(result, row, first + 1);
+    out.fingerprint = digest{std::span<const std::uint8_t>{
+        reinterpret_cast<const std::uint8_t*>(print.data()), print.size()}};
+    out.state = pg::get_int(result, row, first + 2) == completed_state ? record_state::completed
+                                                                       : record_state::in_progress;
+    out.created_at = pg::from_nanoseconds(pg::get_int(result, row, first + 3));
+    out.lease_until = pg::from_nanoseconds(pg::get_int(result, row, first + 4));
+    out.expires_at = pg::from_nanoseconds(pg::get_int(result, row, first + 5));
+    out.response = pg::get_bytes(result, row, first + 6);
+    out.recovery = pg::get_bytes(result, row, first + 7);
+  }
+
+  bool checkpoint_on(borrowed& connection, const fenced_key& held, std::string_view recovery,
+                     store_time lease_until, bool in_transaction) {
+    namespace pg = detail::postgres;
+    pg::parameters values;
+    values.bytes(held.scope).bytes(held.key).int8(fence_of(held)).bytes(recovery);
+    if (state_checked().config.clock == time_source::caller) {
+      values.int8(pg::to_nanoseconds(lease_until)).null();
+    } else {
+      // The caller's deadline is on its own clock; what carries over to the server's clock is
+      // how far ahead it lies.
+      values.null().int8(pg::to_nanoseconds(lease_until) -
+                         pg::to_nanoseconds(std::chrono::system_clock::now()));
+    }
+    return affected(connection.run(pg::checkpoint, values, "checkpoint", in_transaction)) == 1;
+  }
+
+  std::shared_ptr<pool> state_;
+};
+
+/// What complete_within's `produce` is given: the connection inside the open transaction.
+class postgres_store::transaction {
+ public:
+  /// The raw connection, for the handler's own SQL. Do not commit, roll back or close it. A
+  /// serialization failure or deadlock met through it should be thrown as postgres_error (or
+  /// run the SQL through exec, which does) so that complete_within retries.
+  PGconn* connection() const noexcept { return connection_->get(); }
+
+  /// Runs one SQL statement with text parameters (std::nullopt is NULL) and text results.
+  /// Throws postgres_error when the server refuses it (a 40001/40P01 also marks the
+  /// transaction for a retry, even if the handler catches the exception), and
+  /// store_error(unavailable) when the connection is lost.
+  postgres_result exec(std::string_view sql,
+                       std::initializer_list<std::optional<std::string_view>> params = {}) {
+    std::vector<std::string> owned;
+    owned.reserve(params.size());
+    std::vector<const char*> values;
+    values.reserve(params.size());
+    for (const std::optional<std::string_view>& param : params) {
+      if (param) {
+        values.push_back(owned.emplace_back(*param).c_str());
+      } else {
+        values.push_back(nullptr);
+      }
+    }
+    const std::string text(sql);
+    postgres_result result{PQexecParams(connection(), text.c_str(), static_cast<int>(values.size()),
+                                        nullptr, values.data(), nullptr, nullptr, 0)};
+    const ExecStatusType status =
+        result.get() != nullptr ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
+    if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) return result;
+    const std::string message = detail::postgres::describe(connection(), result.get());
+    if (detail::postgres::classify(connection(), result.get()) ==
+        detail::postgres::failure_kind::connection) {
+      // Not the handler's SQL failing: the database went away under it.
+      throw store_error(store_failure::unavailable,
+                        "idem::postgres_store: the handler's SQL: " + message);
+    }
+    const char* state = PQresultErrorField(result.get(), PG_DIAG_SQLSTATE);
+    postgres_error error(state != nullptr ? state : "", message);
+    if (error.retryable()) retry_ = true;
+    throw error;
+  }
+
+  /// A recovery point recorded in this transaction (Store::checkpoint's semantics, on this
+  /// connection: another one would wait on the lock this transaction holds). It commits or
+  /// rolls back with the transaction.
+  bool checkpoint(const fenced_key& held, std::string_view recovery, store_time lease_until) {
+    return store_->checkpoint_on(*connection_, held, recovery, lease_until, true);
+  }
+
+ private:
+  friend class postgres_store;
+  transaction(postgres_store* store, borrowed* connection) noexcept
+      : store_(store), connection_(connection) {}
+
+  postgres_store* store_;
+  borrowed* connection_;
+  bool retry_ = false;
+};
+
+template <class Produce>
+bool postgres_store::complete_within(const fenced_key& held, store_time /*now*/,
+                                     Produce&& produce) {
+  namespace pg = detail::postgres;
+  pool& shared = state_checked();
+  const char* begin = "BEGIN ISOLATION LEVEL READ COMMITTED";
+  if (shared.config.transaction_isolation == isolation::repeatable_read) {
+    begin = "BEGIN ISOLATION LEVEL REPEATABLE READ";
+  } else if (shared.config.transaction_isolation == isolation::serializable) {
+    begin = "BEGIN ISOLATION LEVEL SERIALIZABLE";
+  }
+  pg::parameters key;
+  key.bytes(held.scope).bytes(held.key);
+  for (unsigned attempt = 0;; ++attempt) {
+    borrowed connection = shared.acquire();
+    transaction txn(this, &connection);
+    try {
+      connection.run_text(begin, "complete_within: begin");
+      // The record is locked for the whole transaction: a takeover waits for it to end.
+      const pg::result_ptr locked = connection.run(pg::lock, key, "complete_within: lock", true);
+      if (PQntuples(locked.get()) == 0 ||
+          static_cast<std::uint64_t>(pg::get_int(locked.get(), 0, 0)) != held.fence ||
+          pg::get_int(locked.get(), 0, 1) != 0) {
+        connection.roll_back();
+        return false;
+      }
+      const std::string bytes = produce(txn);
+      if (txn.retry_) {
+        // The handler met a serialization failure and swallowed it: the transaction is aborted.
+        throw postgres_error("40001",
+                             "idem::postgres_store: complete_within: the handler's "
+                             "transaction hit a serialization failure");
+      }
+      pg::parameters values;
+      values.bytes(held.scope).bytes(held.key).int8(fence_of(held)).bytes(bytes);
+      if (affected(connection.run(pg::complete, values, "complete_within: complete", true)) != 1) {
+        connection.roll_back();
+        return false;
+      }
+      connection.run_text("COMMIT", "complete_within: commit", true);
+      return true;
+    } catch (const postgres_error& error) {
+      connection.roll_back();
+      if (!error.retryable()) throw;
+      if (attempt >= shared.config.max_serialization_retries) {
+        throw store_error(store_failure::unavailable,
+                          "idem::postgres_store: complete_within gave up after " +
+                              std::to_string(attempt + 1) +
+                              " serialization failures or deadlocks; the last: " + error.what());
+      }
+    } catch (...) {
+      connection.roll_back();
+      // A handler that turned a serialization failure into an exception of its own still ran
+      // in an aborted transaction: run it again, as for postgres_error.
+      if (!txn.retry_) throw;
+      if (attempt >= shared.config.max_serialization_retries) {
+        throw store_error(store_failure::unavailable,
+                          "idem::postgres_store: complete_within gave up after " +
+                              std::to_string(attempt + 1) + " serialization failures or deadlocks");
+      }
+    }
+  }
+}
+
+}  // namespace idem
