@@ -44,6 +44,33 @@ concept takes_store_transaction = TransactionalStore<Store> &&
     (std::invocable<F&, handler_context&, typename Store::transaction&> ||
      std::invocable<F&, typename Store::transaction&>);
 
+// What a consumer function returns, given the parameters after the optional context.
+template <class F, class... Extra>
+using consumer_result_t =
+    typename std::conditional_t<std::invocable<F&, handler_context&, Extra&...>,
+                                std::invoke_result<F&, handler_context&, Extra&...>,
+                                std::invoke_result<F&, Extra&...>>::type;
+
+// Calls a consumer function with the context when it takes one.
+template <class F, class... Extra>
+consumer_result_t<F, Extra...> invoke_consumer(F& fn, handler_context& context, Extra&... extra) {
+  if constexpr (std::invocable<F&, handler_context&, Extra&...>) {
+    return std::invoke(fn, context, extra...);
+  } else {
+    return std::invoke(fn, extra...);
+  }
+}
+
+template <class F, class Store>
+struct consumer_result {
+  using type = consumer_result_t<F>;
+};
+template <class F, class Store>
+requires takes_store_transaction<F, Store>
+struct consumer_result<F, Store> {
+  using type = consumer_result_t<F, typename Store::transaction>;
+};
+
 }  // namespace detail
 
 template <class Policies = default_policies>
@@ -75,14 +102,36 @@ class inbox {
     detail::check_timing(guard_.timing(), "idem::inbox");
   }
 
-  /// Runs `fn` (taking a handler_context&, or nothing) once per (scope, event_id). Its result,
-  /// if any, is stored and replayed; a void `fn` gives an outcome of std::monostate.
+  /// Runs `fn` (taking a handler_context&, or nothing; and last the store's transaction, with
+  /// a TransactionalStore) once per (scope, event_id). Its result, if any, is stored and
+  /// replayed; a void `fn` gives an outcome of std::monostate.
   template <class F>
   auto deduplicate(std::string_view scope, std::string_view event_id, F&& fn) {
-    if constexpr (detail::takes_store_transaction<F, store_type>) {
-      return deduplicate_within(scope, event_id, fn);
+    constexpr bool transactional = detail::takes_store_transaction<F, store_type>;
+    using fn_result = typename detail::consumer_result<F, store_type>::type;
+    using response_type = std::conditional_t<std::is_void_v<fn_result>, std::monostate, fn_result>;
+    static_assert(Encodable<response_type>,
+                  "deduplicate's function must return void or a storable type (one with an "
+                  "idem::codec specialisation).");
+
+    if (!is_valid_key(event_id, max_key_length_)) {
+      return guard_type::template invalid_key<response_type>("the event id", max_key_length_);
+    }
+    // A transactional `fn` is also given the transaction (run_within passes it).
+    auto run = [&](handler_context& context, auto&... transaction) -> response_type {
+      if constexpr (std::is_void_v<fn_result>) {
+        detail::invoke_consumer(fn, context, transaction...);
+        return {};
+      } else {
+        return detail::invoke_consumer(fn, context, transaction...);
+      }
+    };
+    if constexpr (transactional) {
+      return guard_.template run_within<response_type>(scope, event_id, digest{}, run,
+                                                       release_on_failure{});
     } else {
-      return deduplicate_plain(scope, event_id, fn);
+      return guard_.template run<response_type>(scope, event_id, digest{}, run,
+                                                release_on_failure{});
     }
   }
 
@@ -93,74 +142,6 @@ class inbox {
 
  private:
   using guard_type = detail::guard<store_type, clock_type>;
-
-  template <class F>
-  auto deduplicate_plain(std::string_view scope, std::string_view event_id, F& fn) {
-    constexpr bool takes_context = std::invocable<F&, handler_context&>;
-    using raw_result = std::conditional_t<takes_context, std::invoke_result<F&, handler_context&>,
-                                          std::invoke_result<F&>>;
-    using fn_result = typename raw_result::type;
-    using response_type = std::conditional_t<std::is_void_v<fn_result>, std::monostate, fn_result>;
-    static_assert(Encodable<response_type>,
-                  "deduplicate's function must return void or a storable type (one with an "
-                  "idem::codec specialisation).");
-
-    if (!is_valid_key(event_id, max_key_length_)) {
-      return guard_type::template invalid_key<response_type>("the event id", max_key_length_);
-    }
-    auto run = [&](handler_context& context) -> response_type {
-      if constexpr (std::is_void_v<fn_result>) {
-        if constexpr (takes_context) {
-          std::invoke(fn, context);
-        } else {
-          std::invoke(fn);
-        }
-        return {};
-      } else if constexpr (takes_context) {
-        return std::invoke(fn, context);
-      } else {
-        return std::invoke(fn);
-      }
-    };
-    return guard_.template run<response_type>(scope, event_id, digest{}, run, release_on_failure{});
-  }
-
-  // `fn` takes the store's transaction (last): it runs inside the transaction that records the
-  // event, so the consumer's writes and the record of the event commit together.
-  template <class F>
-  auto deduplicate_within(std::string_view scope, std::string_view event_id, F& fn) {
-    using transaction_type = typename store_type::transaction;
-    constexpr bool takes_context = std::invocable<F&, handler_context&, transaction_type&>;
-    using raw_result =
-        std::conditional_t<takes_context,
-                           std::invoke_result<F&, handler_context&, transaction_type&>,
-                           std::invoke_result<F&, transaction_type&>>;
-    using fn_result = typename raw_result::type;
-    using response_type = std::conditional_t<std::is_void_v<fn_result>, std::monostate, fn_result>;
-    static_assert(Encodable<response_type>,
-                  "deduplicate's function must return void or a storable type (one with an "
-                  "idem::codec specialisation).");
-
-    if (!is_valid_key(event_id, max_key_length_)) {
-      return guard_type::template invalid_key<response_type>("the event id", max_key_length_);
-    }
-    auto run = [&](handler_context& context, transaction_type& transaction) -> response_type {
-      if constexpr (std::is_void_v<fn_result>) {
-        if constexpr (takes_context) {
-          std::invoke(fn, context, transaction);
-        } else {
-          std::invoke(fn, transaction);
-        }
-        return {};
-      } else if constexpr (takes_context) {
-        return std::invoke(fn, context, transaction);
-      } else {
-        return std::invoke(fn, transaction);
-      }
-    };
-    return guard_.template run_within<response_type>(scope, event_id, digest{}, run,
-                                                     release_on_failure{});
-  }
 
   guard_type guard_;
   std::size_t max_key_length_;
