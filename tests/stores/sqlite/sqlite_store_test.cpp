@@ -6,8 +6,10 @@
 #include <idem/idem.hpp>
 #include <idem/store/sqlite.hpp>
 
+#include <grp.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -242,6 +244,54 @@ TEST_CASE("a file that is not a database is refused and left as it was", "[sqlit
   CHECK(slurp(path) == text);
 }
 
+namespace {
+
+// Opens `path` as a user who may not write it (this process, unless it is root: then a child
+// that dropped to nobody) and answers what happened: "store_error: <what>", "other: <what>",
+// or "opened".
+std::string open_as_reader(const std::string& path) {
+  const auto attempt = [&]() -> std::string {
+    try {
+      sqlite_store store{path};
+      return "opened";
+    } catch (const store_error& error) {
+      return std::string("store_error: ") + error.what();
+    } catch (const std::exception& error) {
+      return std::string("other: ") + error.what();
+    }
+  };
+  if (geteuid() != 0) return attempt();
+  int channel[2];
+  REQUIRE(pipe(channel) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    close(channel[0]);
+    constexpr uid_t nobody = 65534;
+    std::string answer = "other: could not drop privileges";
+    if (setgroups(0, nullptr) == 0 && setgid(nobody) == 0 && setuid(nobody) == 0) {
+      answer = attempt();
+    }
+    const ssize_t written = write(channel[1], answer.data(), answer.size());
+    _exit(written == static_cast<ssize_t>(answer.size()) ? 0 : 1);
+  }
+  close(channel[1]);
+  std::string answer;
+  char buffer[512];
+  ssize_t got = 0;
+  while ((got = read(channel[0], buffer, sizeof buffer)) > 0) {
+    answer.append(buffer, static_cast<std::size_t>(got));
+  }
+  close(channel[0]);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  return answer;
+}
+
+}  // namespace
+
 TEST_CASE("a read-only database is refused at construction, its records untouched", "[sqlite]") {
   idem::testing::temporary_directory directory;
   const std::string path = directory.file("idem.sqlite3");
@@ -256,12 +306,13 @@ TEST_CASE("a read-only database is refused at construction, its records untouche
   const store_error error = failure_of([&] { sqlite_store store{read_only}; });
   CHECK(error.failure() == store_failure::unavailable);
   CHECK_THAT(error.what(), Contains(path) && Contains("read-only"));
-  if (geteuid() != 0) {
-    REQUIRE(chmod(path.c_str(), 0444) == 0);
-    const store_error denied = failure_of([&] { sqlite_store store{path}; });
-    CHECK_THAT(denied.what(), Contains(path));
-    REQUIRE(chmod(path.c_str(), 0644) == 0);
-  }
+  // And a file its user may not write, for real: the tests run as root, whom permissions do
+  // not stop, so a child process drops to nobody first.
+  REQUIRE(chmod(directory.path().c_str(), 0755) == 0);
+  REQUIRE(chmod(path.c_str(), 0444) == 0);
+  const std::string denied = open_as_reader(path);
+  CHECK_THAT(denied, Catch::StartsWith("store_error: ") && Contains(path));
+  REQUIRE(chmod(path.c_str(), 0644) == 0);
   sqlite_store store{quick(path)};
   const auto found = store.find("tenant", "kept", start);
   REQUIRE(found);
