@@ -26,7 +26,8 @@ idem_stop_servers() {
 
 # idem_start_servers: starts every server; those that fail are listed in idem_servers_failed.
 idem_start_servers() {
-  idem_servers_dir="$(mktemp -d "${TMPDIR:-/tmp}/idem-servers.XXXXXX")"
+  # mktemp fills in the template's trailing X characters (six of them here).
+  idem_servers_dir="$(mktemp -d "${TMPDIR:-/tmp}/idem-servers.$(printf 'X%.0s' 1 2 3 4 5 6)")"
   chmod 755 "$idem_servers_dir"  # servers that drop root (PostgreSQL) need to reach it
   trap idem_stop_servers EXIT
   trap 'exit 130' INT

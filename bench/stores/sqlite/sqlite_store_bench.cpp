@@ -25,17 +25,15 @@
 #include <idem/store/sqlite.hpp>
 
 #include <sqlite3.h>
-#include <stdlib.h>
 
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <filesystem>
 #include <stdexcept>
 #include <string>
-#include <system_error>
 
 #include "count_allocations.hpp"
+#include "temporary_directory.hpp"
 
 namespace {
 
@@ -48,26 +46,6 @@ idem::digest fingerprint() {
   const std::uint8_t bytes[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
   return idem::digest{bytes};
 }
-
-class bench_directory {
- public:
-  bench_directory() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "idem-sqlite-bench-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp " + pattern);
-    path_ = pattern;
-  }
-  bench_directory(const bench_directory&) = delete;
-  bench_directory& operator=(const bench_directory&) = delete;
-  ~bench_directory() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  std::string file(const char* name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
 
 idem::sqlite_store open_idem(const std::string& path) {
   idem::sqlite_store::options options;
@@ -237,7 +215,7 @@ void report_allocations(benchmark::State& state, std::size_t before) {
 }
 
 void sqlite_cycle_idem(benchmark::State& state) {
-  bench_directory directory;
+  idem::testing::temporary_directory directory{"idem-sqlite-bench"};
   idem::sqlite_store store = open_idem(directory.file("idem.sqlite3"));
   const idem::digest print = fingerprint();
   std::uint64_t next = 0;
@@ -255,7 +233,7 @@ void sqlite_cycle_idem(benchmark::State& state) {
 }
 
 void sqlite_cycle_raw(benchmark::State& state) {
-  bench_directory directory;
+  idem::testing::temporary_directory directory{"idem-sqlite-bench"};
   raw_store store(directory.file("raw.sqlite3"));
   const std::int64_t at = idem::detail::sqlite_nanoseconds(now);
   std::uint64_t next = 0;
@@ -270,7 +248,7 @@ void sqlite_cycle_raw(benchmark::State& state) {
 }
 
 void sqlite_cycle_raw_write_lock_only(benchmark::State& state) {
-  bench_directory directory;
+  idem::testing::temporary_directory directory{"idem-sqlite-bench"};
   raw_store store(directory.file("raw.sqlite3"));
   const std::int64_t at = idem::detail::sqlite_nanoseconds(now);
   std::uint64_t next = 0;
@@ -285,7 +263,7 @@ void sqlite_cycle_raw_write_lock_only(benchmark::State& state) {
 }
 
 void sqlite_replay_idem(benchmark::State& state) {
-  bench_directory directory;
+  idem::testing::temporary_directory directory{"idem-sqlite-bench"};
   idem::sqlite_store store = open_idem(directory.file("idem.sqlite3"));
   const idem::digest print = fingerprint();
   const std::string body(static_cast<std::size_t>(state.range(0)), 'r');
@@ -301,7 +279,7 @@ void sqlite_replay_idem(benchmark::State& state) {
 }
 
 void sqlite_replay_raw(benchmark::State& state) {
-  bench_directory directory;
+  idem::testing::temporary_directory directory{"idem-sqlite-bench"};
   raw_store store(directory.file("raw.sqlite3"));
   const std::string body(static_cast<std::size_t>(state.range(0)), 'r');
   const std::int64_t at = idem::detail::sqlite_nanoseconds(now);

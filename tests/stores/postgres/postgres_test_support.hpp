@@ -19,6 +19,8 @@
 
 #include <idem/store/postgres.hpp>
 
+#include "support/temporary_directory.hpp"
+
 namespace idem::testing::postgres {
 
 /// The shared test server (scripts/servers/postgres.sh, started by scripts/test.sh). A test that
@@ -101,18 +103,11 @@ inline postgres_store::options caller_time_options(const std::string& table) {
 class private_server {
  public:
   private_server() {
-    std::string pattern = "/tmp/idem-pg-private.XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    dir_ = pattern;
     ::chmod(dir_.c_str(), 0755);  // the server runs as an unprivileged user
   }
   private_server(const private_server&) = delete;
   private_server& operator=(const private_server&) = delete;
-  ~private_server() {
-    stop();
-    const std::string remove = "rm -rf '" + dir_ + "'";
-    (void)std::system(remove.c_str());  // NOLINT(concurrency-mt-unsafe): one thread here
-  }
+  ~private_server() { stop(); }  // then directory_ removes its files
 
   void start() {
     script("start");
@@ -142,7 +137,8 @@ class private_server {
     }
   }
 
-  std::string dir_;
+  idem::testing::temporary_directory directory_{"idem-pg-private"};
+  std::string dir_ = directory_.path().string();
   std::string conninfo_;
 };
 

@@ -31,6 +31,8 @@
 
 #include <idem/store/redis.hpp>
 
+#include "support/temporary_directory.hpp"
+
 namespace idem_redis_test {
 
 using reply_ptr = std::unique_ptr<redisReply, decltype(&freeReplyObject)>;
@@ -188,9 +190,6 @@ inline int free_port() {
 class private_redis {
  public:
   explicit private_redis(std::vector<std::string> config = {}) : config_(std::move(config)) {
-    std::string pattern = (std::filesystem::temp_directory_path() / "idem-redis-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    dir_ = pattern;
     // The free port can be taken by another process before the server binds it: then another.
     for (int attempt = 1;; ++attempt) {
       port_ = free_port();
@@ -200,14 +199,10 @@ class private_redis {
   }
   private_redis(const private_redis&) = delete;
   private_redis& operator=(const private_redis&) = delete;
-  ~private_redis() {
-    kill9();
-    std::error_code ignored;
-    std::filesystem::remove_all(dir_, ignored);
-  }
+  ~private_redis() { kill9(); }  // then directory_ removes its files
 
   int port() const noexcept { return port_; }
-  std::string socket_path() const { return (dir_ / "redis.sock").string(); }
+  std::string socket_path() const { return (directory_.path() / "redis.sock").string(); }
   bool running() const noexcept { return pid_ > 0; }
 
   idem::redis_store::options options(idem::redis_time time = idem::redis_time::server) const {
@@ -237,7 +232,7 @@ class private_redis {
   context_ptr connect() const { return connect_raw("127.0.0.1", port_); }
 
   std::string log() const {
-    std::ifstream file(dir_ / "redis.log");
+    std::ifstream file(directory_.path() / "redis.log");
     std::stringstream text;
     text << file.rdbuf();
     return text.str();
@@ -257,7 +252,7 @@ class private_redis {
                                       "--unixsocketperm",
                                       "700",
                                       "--dir",
-                                      dir_.string(),
+                                      directory_.path().string(),
                                       "--appendonly",
                                       "yes",
                                       "--appendfsync",
@@ -269,7 +264,7 @@ class private_redis {
                                       "--daemonize",
                                       "no",
                                       "--logfile",
-                                      (dir_ / "redis.log").string()};
+                                      (directory_.path() / "redis.log").string()};
     for (const std::string& word : config_)
       words.push_back(word);
     std::vector<char*> argv;
@@ -316,7 +311,7 @@ class private_redis {
   }
 
   std::vector<std::string> config_;
-  std::filesystem::path dir_;
+  idem::testing::temporary_directory directory_{"idem-redis"};
   int port_ = 0;
   pid_t pid_ = -1;
 };

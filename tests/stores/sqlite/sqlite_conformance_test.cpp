@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "stores/sqlite/temporary_directory.hpp"
+#include "support/temporary_directory.hpp"
 
 namespace {
 

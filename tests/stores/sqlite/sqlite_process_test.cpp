@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "stores/sqlite/scenario.hpp"
-#include "stores/sqlite/temporary_directory.hpp"
+#include "support/temporary_directory.hpp"
 
 using namespace std::chrono_literals;
 namespace scenario = idem::testing::scenario;

@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "stores/sqlite/temporary_directory.hpp"
+#include "support/temporary_directory.hpp"
 
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;

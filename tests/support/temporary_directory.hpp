@@ -1,4 +1,4 @@
-// A directory of its own for each test, removed with everything in it when the test ends.
+// A directory of its own for a test or benchmark, removed with everything in it when it goes.
 #pragma once
 
 #include <stdlib.h>
@@ -6,14 +6,18 @@
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 namespace idem::testing {
 
 class temporary_directory {
  public:
-  temporary_directory() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "idem-sqlite-XXXXXX").string();
+  /// Creates <temp dir>/<prefix>-<six random characters> (mkdtemp), readable by this user only.
+  explicit temporary_directory(std::string_view prefix = "idem") {
+    // mkdtemp replaces the template's last six characters, which must be 'X'.
+    std::string pattern = (std::filesystem::temp_directory_path() / prefix).string();
+    pattern.append("-").append(6, 'X');
     if (mkdtemp(pattern.data()) == nullptr) {
       throw std::runtime_error("cannot create a temporary directory from " + pattern);
     }
