@@ -3652,25 +3652,25 @@ class guard {
     return outcome;
   }
 
-  // Where the context records recovery points: a fenced checkpoint that also renews the lease.
+  // Where the context records recovery points: a fenced checkpoint that also renews the lease,
+  // through the store, or for a transactional handler through its transaction (committed or
+  // rolled back with it). Both have checkpoint(held, recovery, lease_until).
+  template <class Writer>
   struct checkpoint_target {
     guard* self;
     fenced_key held;
-    bool lost = false;          // the fence was gone: taken over
+    Writer* writer = nullptr;
     bool store_failed = false;  // the store threw: the step's effect may not be recorded
 
     static bool write(void* target, std::string_view recovery) {
       auto& me = *static_cast<checkpoint_target*>(target);
-      bool applied = false;
       try {
-        applied = me.self->store_.checkpoint(me.held, recovery,
-                                             me.self->clock_.wall_now() + me.self->timing_.lease);
+        return me.writer->checkpoint(me.held, recovery,
+                                     me.self->clock_.wall_now() + me.self->timing_.lease);
       } catch (...) {
         me.store_failed = true;
         throw;
       }
-      me.lost = !applied;
-      return applied;
     }
   };
 
@@ -3679,13 +3679,13 @@ class guard {
                                            const digest& print, std::uint64_t fence, bool resumed,
                                            std::string recovery, Run& run, const Failure& failure) {
     using outcome_type = idempotent_outcome<Response>;
-    checkpoint_target target{this, fenced_key{scope, key, fence}};
+    checkpoint_target<Store> target{this, fenced_key{scope, key, fence}, &store_};
     handler_context context{scope,
                             key,
                             fence,
                             resumed,
                             std::move(recovery),
-                            recovery_sink{&target, &checkpoint_target::write}};
+                            recovery_sink{&target, &decltype(target)::write}};
     std::optional<Response> response;
     try {
       response.emplace(run(context));
@@ -3739,27 +3739,6 @@ class guard {
     }
   }
 
-  // Recovery points of a transactional handler: recorded on the transaction's connection, and
-  // committed or rolled back with it.
-  template <class Transaction>
-  struct transaction_checkpoint_target {
-    guard* self;
-    fenced_key held;
-    Transaction* transaction = nullptr;
-    bool store_failed = false;
-
-    static bool write(void* target, std::string_view recovery) {
-      auto& me = *static_cast<transaction_checkpoint_target*>(target);
-      try {
-        return me.transaction->checkpoint(me.held, recovery,
-                                          me.self->clock_.wall_now() + me.self->timing_.lease);
-      } catch (...) {
-        me.store_failed = true;
-        throw;
-      }
-    }
-  };
-
   template <class Response, class Run, class Failure>
   idempotent_outcome<Response> run_claimed_within(std::string_view scope, std::string_view key,
                                                   const digest& print, std::uint64_t fence,
@@ -3767,7 +3746,7 @@ class guard {
                                                   const Failure& failure) {
     using outcome_type = idempotent_outcome<Response>;
     using transaction_type = typename Store::transaction;
-    transaction_checkpoint_target<transaction_type> target{this, fenced_key{scope, key, fence}};
+    checkpoint_target<transaction_type> target{this, fenced_key{scope, key, fence}};
     // One context for every call of produce: a store that rolled back and calls again (a
     // serialization failure) gets the steps of the rolled-back call from memory, so an external
     // effect a step made is not made again; write the database only outside steps.
@@ -3780,7 +3759,7 @@ class guard {
     std::optional<Response> response;
     bool handler_threw = false;
     auto produce = [&](transaction_type& transaction) -> std::string {
-      target.transaction = &transaction;
+      target.writer = &transaction;
       target.store_failed = false;
       handler_threw = false;
       response.reset();
