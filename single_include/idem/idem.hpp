@@ -7469,6 +7469,32 @@ class retrying {
   requires detail::takes_context<Call, Args...> || std::invocable<Call&, Args&...>
       retry_outcome<detail::call_result_t<Call, Args...>>
   operator()(Args&&... args) {
+    return run_operation(nullptr, args...);
+  }
+
+  /// Runs one operation under a key that already exists instead of a generated one: the key a
+  /// server handler derived for its downstream call (handler_context::downstream_key), or one
+  /// the caller persisted before a crash so that the resumed operation keeps it. Throws
+  /// std::invalid_argument, before any attempt, unless `key` is 1 to 255 bytes of visible ASCII.
+  template <class... Args>
+  requires detail::takes_context<Call, Args...> || std::invocable<Call&, Args&...>
+      retry_outcome<detail::call_result_t<Call, Args...>>
+  with_key(std::string_view key, Args&&... args) {
+    const key_buffer given{key};
+    return run_operation(&given, args...);
+  }
+
+  Call& call() noexcept { return call_; }
+  clock_type& clock() noexcept { return clock_; }
+  budget_type& budget() noexcept { return budget_; }
+  breaker_type& breaker() noexcept { return breaker_; }
+  observer_type& observer() noexcept { return observer_; }
+  const retry_limits& limits() const noexcept { return limits_; }
+
+ private:
+  template <class... Args>
+  retry_outcome<detail::call_result_t<Call, Args...>> run_operation(const key_buffer* given,
+                                                                    Args&... args) {
     using result_type = detail::call_result_t<Call, Args...>;
     static_assert(Classifier<classifier_type, result_type>,
                   "Policies::classifier must provide classify(const Result&) for this call's "
@@ -7481,7 +7507,7 @@ class retrying {
         Policies::safety != call_safety::unsafe && (Policies::retry_when_nested || !layer.nested());
 
     random_type& rng = operation_engine();
-    outcome.key_ = key_generator_.generate(rng, clock_);
+    outcome.key_ = given != nullptr ? *given : key_generator_.generate(rng, clock_);
     const auto start = clock_.now();
     budget_.on_request();
 
@@ -7560,14 +7586,6 @@ class retrying {
     return outcome;
   }
 
-  Call& call() noexcept { return call_; }
-  clock_type& clock() noexcept { return clock_; }
-  budget_type& budget() noexcept { return budget_; }
-  breaker_type& breaker() noexcept { return breaker_; }
-  observer_type& observer() noexcept { return observer_; }
-  const retry_limits& limits() const noexcept { return limits_; }
-
- private:
   std::chrono::nanoseconds time_left(std::chrono::nanoseconds elapsed) const noexcept {
     const auto left = limits_.deadline - elapsed;
     return left > std::chrono::nanoseconds::zero() ? left : std::chrono::nanoseconds::zero();

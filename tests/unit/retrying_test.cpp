@@ -94,6 +94,36 @@ TEST_CASE("the key is generated once and every attempt of an operation gets it")
   CHECK(dependency.keys.back() == second.key());
 }
 
+TEST_CASE("with_key runs the operation under the given key on every attempt") {
+  idem::manual_clock clock;
+  scripted dependency{{503, 503, 200}};
+  retrying_scripted<> call{std::ref(dependency), options_with(clock, 5)};
+  const std::string key(64, 'a');
+
+  auto outcome = call.with_key(key);
+
+  REQUIRE(outcome.succeeded());
+  REQUIRE(dependency.calls() == 3);
+  for (const auto& seen : dependency.keys)
+    CHECK(seen == key);
+  CHECK(outcome.key() == key);
+  // The generator is not consulted for the given key; a plain call still gets a fresh one.
+  auto fresh = call();
+  CHECK(fresh.key() != key);
+}
+
+TEST_CASE("with_key refuses an invalid key before any attempt") {
+  idem::manual_clock clock;
+  scripted dependency{{200}};
+  retrying_scripted<> call{std::ref(dependency), options_with(clock)};
+
+  CHECK_THROWS_AS(call.with_key(""), std::invalid_argument);
+  CHECK_THROWS_AS(call.with_key(std::string(256, 'k')), std::invalid_argument);
+  CHECK_THROWS_AS(call.with_key("has space"), std::invalid_argument);
+  CHECK(dependency.calls() == 0);
+  CHECK(call.with_key(std::string(255, 'k')).succeeded());
+}
+
 TEST_CASE("a success on the first attempt returns at once, without waiting") {
   idem::manual_clock clock;
   scripted dependency{{200}};
