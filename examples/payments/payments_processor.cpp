@@ -1,0 +1,207 @@
+// payments_processor: stands in for a card network. It charges at most once per Idempotency-Key,
+// using idem itself on its own SQLite file: the charge row and the idempotency record commit in
+// one transaction, so a charge exists exactly when its record says so, across crashes.
+//
+//   POST /v1/charges   Idempotency-Key: K   {"amount": int, "currency": str, "source": str}
+//        201 {"charge_id": str, "amount": int, "currency": str, "source": str}; a repeat of K
+//        gets the same answer byte for byte (Idempotent-Replayed: true)
+//   GET  /v1/charges   every charge with its key, as a JSON array
+//
+// Faults on demand: --fail-rate P answers 503 before charging, --latency-ms N delays every
+// charge (so that callers' timeouts and in-flight duplicates happen).
+#include "common.hpp"
+
+#include <idem/idem.hpp>
+#include <idem/store/sqlite.hpp>
+
+#include <sqlite3.h>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace {
+
+constexpr const char* usage = R"(payments_processor: a card network that charges once per key
+
+  --port N          listen on 127.0.0.1:N (default 0: any free port, printed at start)
+  --db PATH         the SQLite file of charges and idempotency records (default processor.sqlite3)
+  --fail-rate P     answer 503 with probability P before charging (default 0)
+  --latency-ms N    wait N ms before answering each charge (default 0)
+)";
+
+// The network's merchants are one scope here: the demo has a single merchant, the server.
+constexpr std::string_view merchant = "merchant";
+
+struct processor_policies : idem::default_policies {
+  using store = idem::sqlite_store;
+  using fingerprint = idem::canonical_json<>;
+};
+
+// Runs inside the transaction that completes the key's record: the charge row commits with it.
+struct charge_handler {
+  idem::http_response operator()(idem::handler_context& ctx, const idem::http_request& request,
+                                 idem::sqlite_store::transaction& tx) const {
+    const auto [parsed, reason] = payments::intent::parse(request.body);
+    const payments::intent& charge = parsed.value();  // validated before the call
+    const std::string charge_id =
+        "ch_" + std::string(ctx.downstream_key("charge_id").view().substr(0, 24));
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    tx.exec(
+        "INSERT INTO charges (charge_id, idempotency_key, amount, currency, source, created_ns) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        charge_id, ctx.key(), charge.amount, charge.currency, charge.source,
+        static_cast<long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()));
+    const nlohmann::ordered_json body{{"charge_id", charge_id},
+                                      {"amount", charge.amount},
+                                      {"currency", charge.currency},
+                                      {"source", charge.source}};
+    return {201, {{"Content-Type", "application/json"}}, body.dump()};
+  }
+};
+
+// The ledger's reader for GET /v1/charges: its own read-only connection (WAL readers never wait
+// for the writer).
+class ledger {
+ public:
+  explicit ledger(const std::string& path) {
+    if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+      throw std::runtime_error("cannot open " + path + ": " + sqlite3_errmsg(db_));
+    }
+    sqlite3_busy_timeout(db_, 5000);
+  }
+  ~ledger() { sqlite3_close(db_); }
+  ledger(const ledger&) = delete;
+  ledger& operator=(const ledger&) = delete;
+
+  std::string all_charges() {
+    const std::lock_guard lock(mutex_);
+    sqlite3_stmt* statement = nullptr;
+    if (sqlite3_prepare_v2(db_,
+                           "SELECT charge_id, idempotency_key, amount, currency, source FROM "
+                           "charges ORDER BY created_ns",
+                           -1, &statement, nullptr) != SQLITE_OK) {
+      throw std::runtime_error(std::string("cannot read the ledger: ") + sqlite3_errmsg(db_));
+    }
+    auto text = [&](int column) {
+      const auto* bytes = sqlite3_column_text(statement, column);
+      return bytes == nullptr ? std::string{} : std::string(reinterpret_cast<const char*>(bytes));
+    };
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    int rc = SQLITE_ROW;
+    while ((rc = sqlite3_step(statement)) == SQLITE_ROW) {
+      rows.push_back(nlohmann::ordered_json{{"charge_id", text(0)},
+                                            {"key", text(1)},
+                                            {"amount", sqlite3_column_int64(statement, 2)},
+                                            {"currency", text(3)},
+                                            {"source", text(4)}});
+    }
+    sqlite3_finalize(statement);
+    if (rc != SQLITE_DONE) {
+      throw std::runtime_error(std::string("cannot read the ledger: ") + sqlite3_errmsg(db_));
+    }
+    return rows.dump();
+  }
+
+ private:
+  sqlite3* db_ = nullptr;
+  std::mutex mutex_;
+};
+
+void create_charges_table(const std::string& path) {
+  sqlite3* db = nullptr;
+  const int opened = sqlite3_open(path.c_str(), &db);
+  char* error = nullptr;
+  const int rc = opened != SQLITE_OK ? opened
+                                     : sqlite3_exec(db,
+                                                    "PRAGMA busy_timeout = 5000;"
+                                                    "CREATE TABLE IF NOT EXISTS charges ("
+                                                    " charge_id TEXT PRIMARY KEY,"
+                                                    " idempotency_key TEXT NOT NULL UNIQUE,"
+                                                    " amount INTEGER NOT NULL,"
+                                                    " currency TEXT NOT NULL,"
+                                                    " source TEXT NOT NULL,"
+                                                    " created_ns INTEGER NOT NULL)",
+                                                    nullptr, nullptr, &error);
+  const std::string reason = error != nullptr ? error : (db ? sqlite3_errmsg(db) : "out of memory");
+  sqlite3_free(error);
+  sqlite3_close(db);
+  if (rc != SQLITE_OK) throw std::runtime_error("cannot create the charges table: " + reason);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const payments::command_line args(argc, argv, {"port", "db", "fail-rate", "latency-ms"}, usage);
+  const int port = static_cast<int>(args.integer("port", 0, 0, 65535));
+  const std::string path = args.text("db", "processor.sqlite3");
+  const double fail_rate = args.probability("fail-rate");
+  const auto latency = std::chrono::milliseconds{args.integer("latency-ms", 0, 0, 60'000)};
+
+  using charges_type = idem::idempotent<charge_handler, processor_policies>;
+  std::unique_ptr<charges_type> charges;
+  std::unique_ptr<ledger> book;
+  try {
+    charges_type::options options;
+    options.store = idem::sqlite_store{path};  // creates the file and idem's tables
+    create_charges_table(path);
+    charges = std::make_unique<charges_type>(charge_handler{}, std::move(options));
+    book = std::make_unique<ledger>(path);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "payments_processor: %s\n", e.what());
+    return 1;
+  }
+
+  httplib::Server server;
+  server.new_task_queue = [] { return new httplib::ThreadPool(16); };
+
+  server.Post("/v1/charges", [&](const httplib::Request& req, httplib::Response& res) {
+    if (latency.count() > 0) std::this_thread::sleep_for(latency);
+    if (payments::chance(fail_rate)) {
+      res.status = 503;
+      res.set_content(payments::error_body("the network is busy; nothing was charged"),
+                      "application/json");
+      return;
+    }
+    if (const auto [parsed, reason] = payments::intent::parse(req.body); !parsed) {
+      res.status = 400;  // answered before the key is claimed: a corrected retry is charged
+      res.set_content(payments::error_body(reason), "application/json");
+      return;
+    }
+    idem::http_request request{"POST", "/v1/charges", {}, req.body};
+    if (req.has_header("Idempotency-Key")) {
+      request.headers.emplace_back("Idempotency-Key", req.get_header_value("Idempotency-Key"));
+    }
+    const auto outcome = (*charges)(merchant, request);
+    res.status = outcome.http_status();
+    if (!outcome) {
+      res.set_content(payments::error_body(outcome.message()), "application/json");
+      return;
+    }
+    for (const auto& [name, value] : outcome->headers)
+      if (name != "Content-Type") res.set_header(name, value);
+    if (outcome.verdict() == idem::verdict::replayed) res.set_header("Idempotent-Replayed", "true");
+    res.set_content(outcome->body, std::string(outcome->header("Content-Type")));
+  });
+
+  server.Get("/v1/charges", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content(book->all_charges(), "application/json");
+  });
+
+  server.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
+        std::string what = "unknown error";
+        try {
+          std::rethrow_exception(error);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        res.status = 500;
+        res.set_content(payments::error_body(what), "application/json");
+      });
+
+  return payments::listen_and_serve(server, "payments_processor", port);
+}

@@ -1,0 +1,531 @@
+// payments_server: the service under protection. A payment is charged through the processor
+// exactly once per (account, Idempotency-Key), however often the request is repeated, whichever
+// replica it reaches, and whenever a replica dies.
+//
+//   POST /v1/payments   Idempotency-Key: K   X-Account: A   {"amount","currency","source"}
+//        201 {"id","amount","currency","charge_id"}; a repeat gets the stored answer byte for
+//        byte (Idempotent-Replayed: true); 400 bad key or body, 401 no account, 409 in flight,
+//        422 same key with another body, 502 processor failing, 503 store unavailable
+//   GET  /v1/payments/{id}   X-Account: A   200 the payment, 404 unknown (or another account's)
+//
+// How the guarantee is built (README, "The payments demo"):
+//   * idem::idempotent claims (A, K) atomically in the shared store before anything happens;
+//   * the charge is a recovery point (ctx.step): recorded under the claim's fence before the
+//     handler goes on, so a replica that takes over after a crash never charges again;
+//   * the processor is called through idem::retrying under ctx.downstream_key("charge"), the
+//     same key on every attempt and after every takeover, so a charge whose answer was lost is
+//     answered from the processor's own record instead of being made twice;
+//   * the payment row is written with an insert that ignores an existing row, so writing it
+//     again after a crash changes nothing.
+#include "common.hpp"
+
+#include <idem/idem.hpp>
+#include <idem/store/postgres.hpp>
+#include <idem/store/redis.hpp>
+#include <idem/store/sqlite.hpp>
+
+#include <hiredis/hiredis.h>
+#include <libpq-fe.h>
+#include <sqlite3.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <variant>
+
+namespace {
+
+constexpr const char* usage = R"(payments_server: payments charged exactly once per key
+
+  --port N                  listen on 127.0.0.1:N (default 0: any free port, printed at start)
+  --processor URL           the card network (default http://127.0.0.1:8081)
+  --store SPEC              where idempotency records and payments live (default memory):
+                              memory | sqlite:PATH | postgres:CONNINFO | redis:HOST:PORT
+  --lease-ms N              how long a claim is honoured before another replica may take it
+                            over (default 5000); calls to the processor stop at half of it
+  --crash-after-charge P    abort() with probability P after the processor charged and before
+                            the record is completed (default 0)
+)";
+
+// --- where payments are kept, beside the idempotency records ------------------------------------
+
+/// The payments table of the service. Every write is an insert that keeps an existing row, so a
+/// replica that takes over a crashed request and writes the row again changes nothing.
+class payment_book {
+ public:
+  virtual ~payment_book() = default;
+  virtual void insert(const std::string& id, const std::string& account,
+                      const std::string& body) = 0;
+  /// The payment's body, when it exists and belongs to `account`.
+  virtual std::optional<std::string> find(const std::string& id, const std::string& account) = 0;
+};
+
+struct book_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class memory_book final : public payment_book {
+ public:
+  void insert(const std::string& id, const std::string& account, const std::string& body) override {
+    const std::lock_guard lock(mutex_);
+    rows_.try_emplace(id, account, body);
+  }
+  std::optional<std::string> find(const std::string& id, const std::string& account) override {
+    const std::lock_guard lock(mutex_);
+    const auto it = rows_.find(id);
+    if (it == rows_.end() || it->second.first != account) return std::nullopt;
+    return it->second.second;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::pair<std::string, std::string>> rows_;
+};
+
+/// In the store's own SQLite file, through a connection of its own.
+class sqlite_book final : public payment_book {
+ public:
+  explicit sqlite_book(const std::string& path) {
+    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) fail("cannot open " + path);
+    sqlite3_busy_timeout(db_, 5000);
+    run("CREATE TABLE IF NOT EXISTS payments (id TEXT PRIMARY KEY, account TEXT NOT NULL, "
+        "body TEXT NOT NULL)");
+  }
+  ~sqlite_book() override { sqlite3_close(db_); }
+  sqlite_book(const sqlite_book&) = delete;
+  sqlite_book& operator=(const sqlite_book&) = delete;
+
+  void insert(const std::string& id, const std::string& account, const std::string& body) override {
+    const std::lock_guard lock(mutex_);
+    statement s(db_,
+                "INSERT INTO payments (id, account, body) VALUES (?, ?, ?) "
+                "ON CONFLICT (id) DO NOTHING");
+    s.bind(1, id).bind(2, account).bind(3, body);
+    if (sqlite3_step(s.get()) != SQLITE_DONE) fail("cannot write the payment");
+  }
+  std::optional<std::string> find(const std::string& id, const std::string& account) override {
+    const std::lock_guard lock(mutex_);
+    statement s(db_, "SELECT body FROM payments WHERE id = ? AND account = ?");
+    s.bind(1, id).bind(2, account);
+    const int rc = sqlite3_step(s.get());
+    if (rc == SQLITE_DONE) return std::nullopt;
+    if (rc != SQLITE_ROW) fail("cannot read the payment");
+    return std::string(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)));
+  }
+
+ private:
+  class statement {
+   public:
+    statement(sqlite3* db, const char* sql) {
+      if (sqlite3_prepare_v2(db, sql, -1, &handle_, nullptr) != SQLITE_OK) {
+        throw book_error(std::string("payments table: ") + sqlite3_errmsg(db));
+      }
+    }
+    ~statement() { sqlite3_finalize(handle_); }
+    statement(const statement&) = delete;
+    statement& operator=(const statement&) = delete;
+    statement& bind(int index, const std::string& text) {
+      sqlite3_bind_text(handle_, index, text.data(), static_cast<int>(text.size()),
+                        SQLITE_TRANSIENT);
+      return *this;
+    }
+    sqlite3_stmt* get() const { return handle_; }
+
+   private:
+    sqlite3_stmt* handle_ = nullptr;
+  };
+
+  void run(const char* sql) {
+    if (sqlite3_exec(db_, sql, nullptr, nullptr, nullptr) != SQLITE_OK) fail("payments table");
+  }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw book_error(what + ": " + (db_ != nullptr ? sqlite3_errmsg(db_) : "out of memory"));
+  }
+
+  sqlite3* db_ = nullptr;
+  std::mutex mutex_;
+};
+
+/// In the store's PostgreSQL database, through a connection of its own (reopened when lost).
+class postgres_book final : public payment_book {
+ public:
+  explicit postgres_book(std::string conninfo) : conninfo_(std::move(conninfo)) {}
+  ~postgres_book() override {
+    if (conn_ != nullptr) PQfinish(conn_);
+  }
+  postgres_book(const postgres_book&) = delete;
+  postgres_book& operator=(const postgres_book&) = delete;
+
+  void insert(const std::string& id, const std::string& account, const std::string& body) override {
+    const std::lock_guard lock(mutex_);
+    query(
+        "INSERT INTO idem_demo_payments (id, account, body) VALUES ($1, $2, $3) "
+        "ON CONFLICT (id) DO NOTHING",
+        {id, account, body});
+  }
+  std::optional<std::string> find(const std::string& id, const std::string& account) override {
+    const std::lock_guard lock(mutex_);
+    auto rows =
+        query("SELECT body FROM idem_demo_payments WHERE id = $1 AND account = $2", {id, account});
+    if (rows.empty()) return std::nullopt;
+    return rows.front();
+  }
+
+ private:
+  std::vector<std::string> query(const char* sql, const std::vector<std::string>& params) {
+    connect();
+    std::vector<const char*> values;
+    for (const auto& p : params)
+      values.push_back(p.c_str());
+    PGresult* result = PQexecParams(conn_, sql, static_cast<int>(values.size()), nullptr,
+                                    values.data(), nullptr, nullptr, 0);
+    const auto status = PQresultStatus(result);
+    std::vector<std::string> rows;
+    if (status == PGRES_TUPLES_OK) {
+      for (int r = 0; r < PQntuples(result); ++r)
+        rows.emplace_back(PQgetvalue(result, r, 0));
+    }
+    const std::string error = PQresultErrorMessage(result);
+    PQclear(result);
+    if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) {
+      if (PQstatus(conn_) != CONNECTION_OK) {
+        PQfinish(conn_);
+        conn_ = nullptr;
+      }
+      throw book_error("payments table: " + error);
+    }
+    return rows;
+  }
+
+  void connect() {
+    if (conn_ != nullptr) return;
+    conn_ = PQconnectdb(conninfo_.c_str());
+    if (PQstatus(conn_) != CONNECTION_OK) {
+      const std::string error = PQerrorMessage(conn_);
+      PQfinish(conn_);
+      conn_ = nullptr;
+      throw book_error("payments database: " + error);
+    }
+    // Replicas starting together create the table once: the advisory lock serialises them.
+    PQclear(PQexec(conn_, "SELECT pg_advisory_lock(7260315)"));
+    PGresult* created = PQexec(conn_,
+                               "CREATE TABLE IF NOT EXISTS idem_demo_payments (id text PRIMARY "
+                               "KEY, account text NOT NULL, body text NOT NULL)");
+    const bool ok = PQresultStatus(created) == PGRES_COMMAND_OK;
+    const std::string error = PQresultErrorMessage(created);
+    PQclear(created);
+    PQclear(PQexec(conn_, "SELECT pg_advisory_unlock(7260315)"));
+    if (!ok) throw book_error("payments table: " + error);
+  }
+
+  std::string conninfo_;
+  PGconn* conn_ = nullptr;
+  std::mutex mutex_;
+};
+
+/// In the store's Redis, as "idem-demo:payment:<id>" holding "<account>\n<body>", set only if
+/// absent.
+class redis_book final : public payment_book {
+ public:
+  redis_book(std::string host, int port) : host_(std::move(host)), port_(port) {}
+  ~redis_book() override {
+    if (conn_ != nullptr) redisFree(conn_);
+  }
+  redis_book(const redis_book&) = delete;
+  redis_book& operator=(const redis_book&) = delete;
+
+  void insert(const std::string& id, const std::string& account, const std::string& body) override {
+    const std::lock_guard lock(mutex_);
+    const std::string key = "idem-demo:payment:" + id;
+    const std::string value = account + "\n" + body;
+    command("SET %b %b NX", key.data(), key.size(), value.data(), value.size());
+  }
+  std::optional<std::string> find(const std::string& id, const std::string& account) override {
+    const std::lock_guard lock(mutex_);
+    const std::string key = "idem-demo:payment:" + id;
+    auto value = command("GET %b", key.data(), key.size());
+    if (!value || !value->starts_with(account + "\n")) return std::nullopt;
+    return value->substr(account.size() + 1);
+  }
+
+ private:
+  template <class... Args>
+  std::optional<std::string> command(const char* format, Args... args) {
+    if (conn_ == nullptr) {
+      conn_ = redisConnect(host_.c_str(), port_);
+      if (conn_ == nullptr || conn_->err != 0) {
+        const std::string error = conn_ != nullptr ? conn_->errstr : "out of memory";
+        if (conn_ != nullptr) redisFree(conn_);
+        conn_ = nullptr;
+        throw book_error("payments in Redis: " + error);
+      }
+    }
+    auto* reply = static_cast<redisReply*>(redisCommand(conn_, format, args...));
+    if (reply == nullptr) {
+      const std::string error = conn_->errstr;
+      redisFree(conn_);
+      conn_ = nullptr;
+      throw book_error("payments in Redis: " + error);
+    }
+    std::optional<std::string> value;
+    const bool failed = reply->type == REDIS_REPLY_ERROR;
+    if (reply->type == REDIS_REPLY_STRING) value.emplace(reply->str, reply->len);
+    const std::string error = failed ? std::string(reply->str, reply->len) : std::string{};
+    freeReplyObject(reply);
+    if (failed) throw book_error("payments in Redis: " + error);
+    return value;
+  }
+
+  std::string host_;
+  int port_;
+  redisContext* conn_ = nullptr;
+  std::mutex mutex_;
+};
+
+// --- the processor, called through idem::retrying ---------------------------------------------
+
+struct processor_answer {
+  int status = 0;
+  std::string body;
+  std::string retry_after;  // read by idem's HTTP classifier
+};
+
+struct processor_failed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct processor_policies : idem::default_policies {};
+
+class processor_client {
+ public:
+  processor_client(payments::endpoint where, std::chrono::milliseconds deadline)
+      : retrying_(call{std::move(where)}, options_for(deadline)) {}
+
+  /// The processor's JSON for the charge made under `key`, made now or earlier.
+  std::string charge(std::string_view key, const payments::intent& charge) {
+    auto outcome = retrying_.with_key(key, charge);
+    if (outcome && (outcome.value().status == 201 || outcome.value().status == 200)) {
+      return outcome.value().body;
+    }
+    std::string why = std::string(idem::to_string(outcome.verdict())) + " after " +
+                      std::to_string(outcome.attempts()) + " attempts";
+    if (outcome.has_value()) why += ", last status " + std::to_string(outcome.value().status);
+    throw processor_failed("the processor did not charge: " + why);
+  }
+
+ private:
+  struct call {
+    payments::endpoint where;
+    processor_answer operator()(const idem::attempt_context& attempt,
+                                const payments::intent& charge) const {
+      httplib::Client client(where.host, where.port);
+      client.set_connection_timeout(std::chrono::milliseconds{500});
+      const auto left =
+          std::max<std::chrono::nanoseconds>(attempt.time_left(), std::chrono::milliseconds{1});
+      client.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(left));
+      const httplib::Headers headers{{"Idempotency-Key", std::string(attempt.key())}};
+      auto res = client.Post("/v1/charges", headers, charge.json(), "application/json");
+      if (!res) payments::throw_transport_error(res.error());
+      return {res->status, res->body, res->get_header_value("Retry-After")};
+    }
+  };
+  using retrying_type = idem::retrying<call, processor_policies>;
+
+  static retrying_type::options options_for(std::chrono::milliseconds deadline) {
+    retrying_type::options options;
+    options.backoff =
+        idem::full_jitter{std::chrono::milliseconds{20}, std::chrono::milliseconds{400}};
+    options.limits = {6, deadline};
+    return options;
+  }
+
+  retrying_type retrying_;
+};
+
+// --- the handler -------------------------------------------------------------------------------
+
+struct payment_handler {
+  processor_client* processor;
+  payment_book* book;
+  double crash_after_charge;
+
+  idem::http_response operator()(idem::handler_context& ctx,
+                                 const idem::http_request& request) const {
+    const auto [parsed, reason] = payments::intent::parse(request.body);
+    const payments::intent& payment = parsed.value();  // validated before the call
+
+    // --crash-after-charge: whether this run dies once the money moved, and where. Before the
+    // charge is recorded, the takeover calls the processor again under the same key and gets
+    // this very charge back; after, it resumes from the recorded charge without calling.
+    const bool crashes = payments::chance(crash_after_charge);
+    const bool before_recorded = payments::chance(0.5);
+
+    // The effect, as a recovery point: never made twice for one key.
+    const std::string charged = ctx.step("charge", [&] {
+      std::string answer = processor->charge(ctx.downstream_key("charge"), payment);
+      if (crashes && before_recorded) crash("before the charge was recorded");
+      return answer;
+    });
+    if (crashes && !before_recorded) crash("after the charge was recorded");
+
+    const auto charge = nlohmann::json::parse(charged);
+    const std::string id = "pay_" + std::string(ctx.downstream_key("payment").view().substr(0, 24));
+    const std::string body = nlohmann::ordered_json{
+        {"id", id},
+        {"amount", payment.amount},
+        {"currency", payment.currency},
+        {"charge_id",
+         charge.at("charge_id")}}.dump();
+    book->insert(id, std::string(ctx.scope()), body);
+    return {201, {{"Content-Type", "application/json"}}, body};
+  }
+
+  [[noreturn]] static void crash(const char* where) {
+    std::fprintf(stderr, "payments_server: crashing (--crash-after-charge) %s\n", where);
+    std::abort();
+  }
+};
+
+template <class Store>
+struct server_policies : idem::default_policies {
+  using store = Store;
+  // {"amount":100} and { "amount": 100 } are the same request.
+  using fingerprint = idem::canonical_json<>;
+};
+
+struct settings {
+  int port = 0;
+  payments::endpoint processor;
+  std::chrono::milliseconds lease{5000};
+  double crash_after_charge = 0;
+};
+
+void reply_json(httplib::Response& res, int status, std::string_view message) {
+  res.status = status;
+  res.set_content(payments::error_body(message), "application/json");
+}
+
+template <class Store>
+int serve(const settings& config, Store store, payment_book& book) {
+  processor_client processor(config.processor, config.lease / 2);
+  using guarded = idem::idempotent<payment_handler, server_policies<Store>>;
+  typename guarded::options options;
+  options.store = std::move(store);
+  options.lease = config.lease;
+  guarded payments_endpoint(payment_handler{&processor, &book, config.crash_after_charge},
+                            std::move(options));
+
+  httplib::Server server;
+  server.new_task_queue = [] { return new httplib::ThreadPool(32); };
+
+  server.Post("/v1/payments", [&](const httplib::Request& req, httplib::Response& res) {
+    const std::string account = req.get_header_value("X-Account");
+    if (account.empty()) return reply_json(res, 401, "X-Account names the account paying");
+    // Refused before the key is claimed, so a corrected retry under the same key runs.
+    if (const auto [parsed, reason] = payments::intent::parse(req.body); !parsed) {
+      return reply_json(res, 400, reason);
+    }
+    idem::http_request request{"POST", "/v1/payments", {}, req.body};
+    if (req.has_header("Idempotency-Key")) {
+      request.headers.emplace_back("Idempotency-Key", req.get_header_value("Idempotency-Key"));
+    }
+    try {
+      const auto outcome = payments_endpoint(account, request);
+      if (!outcome) return reply_json(res, outcome.http_status(), outcome.message());
+      res.status = outcome->status;
+      for (const auto& [name, value] : outcome->headers)
+        if (name != "Content-Type") res.set_header(name, value);
+      if (outcome.verdict() == idem::verdict::replayed) {
+        res.set_header("Idempotent-Replayed", "true");
+      }
+      res.set_content(outcome->body, std::string(outcome->header("Content-Type")));
+    } catch (const processor_failed& e) {
+      reply_json(res, 502, e.what());  // the key was released: a retry charges
+    } catch (const book_error& e) {
+      reply_json(res, 503, e.what());
+    }
+  });
+
+  server.Get(R"(/v1/payments/([A-Za-z0-9_]+))",
+             [&](const httplib::Request& req, httplib::Response& res) {
+               const std::string account = req.get_header_value("X-Account");
+               if (account.empty()) return reply_json(res, 401, "X-Account names the account");
+               const auto found = book.find(req.matches[1], account);
+               if (!found) return reply_json(res, 404, "no such payment");
+               res.set_content(*found, "application/json");
+             });
+
+  server.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
+        std::string what = "unknown error";
+        try {
+          std::rethrow_exception(error);
+        } catch (const book_error& e) {
+          return reply_json(res, 503, e.what());
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        reply_json(res, 500, what);
+      });
+
+  return payments::listen_and_serve(server, "payments_server", config.port);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const payments::command_line args(
+      argc, argv, {"port", "processor", "store", "lease-ms", "crash-after-charge"}, usage);
+  settings config;
+  config.port = static_cast<int>(args.integer("port", 0, 0, 65535));
+  config.lease = std::chrono::milliseconds{args.integer("lease-ms", 5000, 10, 3'600'000)};
+  config.crash_after_charge = args.probability("crash-after-charge");
+  const std::string spec = args.text("store", "memory");
+  try {
+    config.processor = payments::endpoint::parse(args.text("processor", "http://127.0.0.1:8081"));
+  } catch (const std::exception& e) {
+    args.fail(std::string("--processor: ") + e.what());
+  }
+
+  try {
+    if (spec == "memory") {
+      memory_book book;
+      return serve(config, idem::memory_store{}, book);
+    }
+    if (spec.starts_with("sqlite:") && spec.size() > 7) {
+      const std::string path = spec.substr(7);
+      idem::sqlite_store store{path};  // creates the file and idem's tables
+      sqlite_book book(path);
+      return serve(config, std::move(store), book);
+    }
+    if (spec.starts_with("postgres:")) {
+      idem::postgres_store::options options;
+      options.conninfo = spec.substr(9);
+      options.pool_size = 16;
+      // A replica may start before its database: requests answer 503 until it is reachable.
+      options.connect_at_start = false;
+      options.table = "payments_idempotency";  // beside the service's own tables
+      postgres_book book(options.conninfo);
+      return serve(config, idem::postgres_store{options}, book);
+    }
+    if (spec.starts_with("redis:")) {
+      const auto where = payments::endpoint::parse("http://" + spec.substr(6));
+      idem::redis_store::options options;
+      options.host = where.host;
+      options.port = where.port;
+      options.pool_size = 16;
+      redis_book book(where.host, where.port);
+      return serve(config, idem::redis_store{options}, book);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "payments_server: %s\n", e.what());
+    return 1;
+  }
+  args.fail("--store wants memory, sqlite:PATH, postgres:CONNINFO or redis:HOST:PORT, not '" +
+            spec + "'");
+}
