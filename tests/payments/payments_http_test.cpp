@@ -1,0 +1,427 @@
+// The payments demo's HTTP rules, one test each, through real HTTP against the real programs:
+// each test starts payments_processor and payments_server as child processes on ports of their
+// own, in a temporary folder, and kills them when it ends.
+#include <catch2/catch.hpp>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "support/temporary_directory.hpp"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::string bin_dir = IDEM_PAYMENTS_BIN_DIR;
+
+/// A program of the demo, running until destroyed (SIGKILL) or until it dies by itself.
+class program {
+ public:
+  program(const std::string& name, std::vector<std::string> args) {
+    int out[2];
+    if (pipe(out) != 0) throw std::runtime_error("pipe failed");
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&actions, out[0]);
+    const std::string path = bin_dir + "/" + name;
+    args.insert(args.begin(), path);
+    std::vector<char*> argv;
+    for (auto& a : args)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const int rc = posix_spawn(&pid_, path.c_str(), &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    close(out[1]);
+    if (rc != 0) {
+      close(out[0]);
+      throw std::runtime_error("cannot start " + path);
+    }
+    output_ = fdopen(out[0], "r");
+    // The first line says where it listens: "<name>: listening on <port>".
+    char line[256];
+    if (std::fgets(line, sizeof line, output_) == nullptr) {
+      stop();
+      throw std::runtime_error(name + " exited before listening");
+    }
+    const std::string text = line;
+    const auto at = text.rfind(' ');
+    port_ = std::stoi(text.substr(at + 1));
+  }
+  ~program() { stop(); }
+  program(const program&) = delete;
+  program& operator=(const program&) = delete;
+
+  int port() const { return port_; }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+  /// Waits for the process to end by itself; its wait status.
+  int wait_for_exit() {
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
+
+  void stop() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+    if (output_ != nullptr) {
+      std::fclose(output_);
+      output_ = nullptr;
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::FILE* output_ = nullptr;
+  int port_ = 0;
+};
+
+/// The exit status of a demo program run to its end with `args` (its output discarded).
+int run_to_exit(const std::string& name, const std::string& args) {
+  const std::string command = bin_dir + "/" + name + " " + args + " >/dev/null 2>&1";
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+struct processor_settings {
+  double fail_rate = 0;
+  int latency_ms = 0;
+};
+
+program start_processor(const std::string& db, processor_settings settings = {}) {
+  return program("payments_processor",
+                 {"--port", "0", "--db", db, "--fail-rate", std::to_string(settings.fail_rate),
+                  "--latency-ms", std::to_string(settings.latency_ms)});
+}
+
+program start_server(const program& processor, const std::string& store,
+                     std::vector<std::string> extra = {}) {
+  std::vector<std::string> args{"--port", "0", "--processor", processor.url(), "--store", store};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return program("payments_server", std::move(args));
+}
+
+std::string body(long long amount, const std::string& source = "tok_visa") {
+  return nlohmann::json{{"amount", amount}, {"currency", "EUR"}, {"source", source}}.dump();
+}
+
+httplib::Result post(const program& server, const std::string& payload,
+                     std::optional<std::string> key,
+                     std::optional<std::string> account = "acct_1") {
+  httplib::Client client("127.0.0.1", server.port());
+  client.set_read_timeout(30s);
+  httplib::Headers headers;
+  if (key) headers.emplace("Idempotency-Key", *key);
+  if (account) headers.emplace("X-Account", *account);
+  return client.Post("/v1/payments", headers, payload, "application/json");
+}
+
+nlohmann::json ledger(const program& processor) {
+  httplib::Client client("127.0.0.1", processor.port());
+  auto res = client.Get("/v1/charges");
+  REQUIRE(res);
+  REQUIRE(res->status == 200);
+  return nlohmann::json::parse(res->body);
+}
+
+// A processor and a server on SQLite files in a folder of their own.
+struct deployment {
+  idem::testing::temporary_directory dir{"idem-payments"};
+  program processor = start_processor(dir.path().string() + "/processor.sqlite3");
+  program server = start_server(processor, "sqlite:" + dir.path().string() + "/payments.sqlite3");
+};
+
+std::string env(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') {
+    FAIL(name << " is not set: run the tests through scripts/test.sh, which starts the servers");
+  }
+  return value;
+}
+
+}  // namespace
+
+TEST_CASE("a payment is charged once and answered 201 with its id, amount, currency and charge",
+          "[payments]") {
+  deployment d;
+  auto res = post(d.server, body(1250), "order-1");
+  REQUIRE(res);
+  CHECK(res->status == 201);
+  CHECK(res->get_header_value("Content-Type") == "application/json");
+  CHECK_FALSE(res->has_header("Idempotent-Replayed"));
+  const auto payment = nlohmann::json::parse(res->body);
+  CHECK(payment.at("id").get<std::string>().starts_with("pay_"));
+  CHECK(payment.at("amount") == 1250);
+  CHECK(payment.at("currency") == "EUR");
+  const auto charges = ledger(d.processor);
+  REQUIRE(charges.size() == 1);
+  CHECK(payment.at("charge_id") == charges[0].at("charge_id"));
+  CHECK(charges[0].at("amount") == 1250);
+  CHECK(charges[0].at("source") == "tok_visa");
+}
+
+TEST_CASE("every store serves the same rules: charge once, replay the stored answer",
+          "[payments]") {
+  const std::string store = GENERATE(as<std::string>{}, "memory", "sqlite", "postgres", "redis");
+  idem::testing::temporary_directory dir{"idem-payments"};
+  std::string spec = store;
+  if (store == "sqlite") spec = "sqlite:" + dir.path().string() + "/payments.sqlite3";
+  if (store == "postgres") spec = "postgres:" + env("IDEM_TEST_PG_CONNINFO");
+  if (store == "redis") {
+    spec = "redis:" + env("IDEM_TEST_REDIS_HOST") + ":" + env("IDEM_TEST_REDIS_PORT");
+  }
+  INFO("store " << spec);
+  program processor = start_processor(dir.path().string() + "/processor.sqlite3");
+  program server = start_server(processor, spec);
+  // A key of its own per run: the PostgreSQL and Redis servers outlive the test.
+  const std::string key = "order-" + std::to_string(std::random_device{}()) + "-" +
+                          std::to_string(std::random_device{}());
+  auto first = post(server, body(700), key);
+  REQUIRE(first);
+  REQUIRE(first->status == 201);
+  auto again = post(server, body(700), key);
+  REQUIRE(again);
+  CHECK(again->status == 201);
+  CHECK(again->body == first->body);
+  CHECK(again->get_header_value("Idempotent-Replayed") == "true");
+  CHECK(ledger(processor).size() == 1);
+
+  httplib::Client client("127.0.0.1", server.port());
+  const auto id = nlohmann::json::parse(first->body).at("id").get<std::string>();
+  auto found = client.Get("/v1/payments/" + id, httplib::Headers{{"X-Account", "acct_1"}});
+  REQUIRE(found);
+  CHECK(found->status == 200);
+  CHECK(found->body == first->body);
+}
+
+TEST_CASE("a repeat gets the stored status and body byte for byte, marked Idempotent-Replayed",
+          "[payments]") {
+  deployment d;
+  auto first = post(d.server, body(300), "order-2");
+  REQUIRE(first);
+  REQUIRE(first->status == 201);
+  // The same request with other whitespace is the same request (canonical JSON fingerprint).
+  for (const std::string& payload : {body(300), std::string(R"({ "source":"tok_visa", "amount": 300,
+                                                           "currency": "EUR" })")}) {
+    auto again = post(d.server, payload, "order-2");
+    REQUIRE(again);
+    CHECK(again->status == 201);
+    CHECK(again->body == first->body);
+    CHECK(again->get_header_value("Idempotent-Replayed") == "true");
+  }
+  CHECK(ledger(d.processor).size() == 1);
+}
+
+TEST_CASE("a missing, empty, over-255-byte or non-printable key is a 400 and charges nothing",
+          "[payments]") {
+  deployment d;
+  const std::optional<std::string> bad_keys[] = {std::nullopt, std::string(""),
+                                                 std::string(256, 'k'), std::string("tab\there"),
+                                                 std::string("caf\xc3\xa9")};
+  for (const auto& key : bad_keys) {
+    INFO("key " << (key ? "'" + *key + "'" : std::string("absent")));
+    auto res = post(d.server, body(100), key);
+    REQUIRE(res);
+    CHECK(res->status == 400);
+    CHECK(nlohmann::json::parse(res->body).contains("error"));
+  }
+  CHECK(ledger(d.processor).empty());
+  // The longest valid key is charged.
+  auto longest = post(d.server, body(100), std::string(255, 'k'));
+  REQUIRE(longest);
+  CHECK(longest->status == 201);
+  CHECK(ledger(d.processor).size() == 1);
+}
+
+TEST_CASE("a payment without X-Account is a 401 and charges nothing", "[payments]") {
+  deployment d;
+  for (const std::optional<std::string>& account : {std::optional<std::string>{}, {""}}) {
+    auto res = post(d.server, body(100), "order-3", account);
+    REQUIRE(res);
+    CHECK(res->status == 401);
+  }
+  CHECK(ledger(d.processor).empty());
+}
+
+TEST_CASE("invalid JSON or missing fields are a 400 and not stored: the corrected retry charges",
+          "[payments]") {
+  deployment d;
+  const std::string bad_bodies[] = {"{not json",
+                                    "[1, 2]",
+                                    R"({"currency": "EUR", "source": "tok_visa"})",
+                                    R"({"amount": "100", "currency": "EUR", "source": "tok_visa"})",
+                                    R"({"amount": 100, "source": "tok_visa"})",
+                                    R"({"amount": 100, "currency": "EUR"})",
+                                    R"({"amount": -5, "currency": "EUR", "source": "tok_visa"})"};
+  for (const auto& payload : bad_bodies) {
+    INFO(payload);
+    auto res = post(d.server, payload, "order-4");
+    REQUIRE(res);
+    CHECK(res->status == 400);
+  }
+  CHECK(ledger(d.processor).empty());
+  auto corrected = post(d.server, body(100), "order-4");
+  REQUIRE(corrected);
+  CHECK(corrected->status == 201);
+  CHECK_FALSE(corrected->has_header("Idempotent-Replayed"));
+  CHECK(ledger(d.processor).size() == 1);
+}
+
+TEST_CASE("a repeat while the first is in flight is a 409, then the stored answer", "[payments]") {
+  idem::testing::temporary_directory dir{"idem-payments"};
+  program processor = start_processor(dir.path().string() + "/processor.sqlite3", {0, 1500});
+  program server = start_server(processor, "sqlite:" + dir.path().string() + "/payments.sqlite3");
+  std::optional<httplib::Result> first;
+  std::thread in_flight([&] { first.emplace(post(server, body(900), "order-5")); });
+  std::this_thread::sleep_for(500ms);  // the processor holds the first for 1.5 s
+  auto duplicate = post(server, body(900), "order-5");
+  in_flight.join();
+  REQUIRE(duplicate);
+  CHECK(duplicate->status == 409);
+  REQUIRE(first);
+  REQUIRE(*first);
+  CHECK((*first)->status == 201);
+  auto after = post(server, body(900), "order-5");
+  REQUIRE(after);
+  CHECK(after->body == (*first)->body);
+  CHECK(ledger(processor).size() == 1);
+}
+
+TEST_CASE("the same key with another body is a 422 and charges nothing more", "[payments]") {
+  deployment d;
+  REQUIRE(post(d.server, body(100), "order-6")->status == 201);
+  auto other = post(d.server, body(101), "order-6");
+  REQUIRE(other);
+  CHECK(other->status == 422);
+  // The same key in another account is another payment.
+  auto elsewhere = post(d.server, body(101), "order-6", "acct_2");
+  REQUIRE(elsewhere);
+  CHECK(elsewhere->status == 201);
+  CHECK(ledger(d.processor).size() == 2);
+}
+
+TEST_CASE("a processor that keeps failing is a 502, not stored: the key charges once it works",
+          "[payments]") {
+  idem::testing::temporary_directory dir{"idem-payments"};
+  const std::string store = "sqlite:" + dir.path().string() + "/payments.sqlite3";
+  {
+    program failing = start_processor(dir.path().string() + "/down.sqlite3", {1.0, 0});
+    program server = start_server(failing, store);
+    for (int i = 0; i < 2; ++i) {
+      auto res = post(server, body(100), "order-7");
+      REQUIRE(res);
+      CHECK(res->status == 502);
+      CHECK_FALSE(res->has_header("Idempotent-Replayed"));
+    }
+    CHECK(ledger(failing).empty());
+  }
+  // A server on the same store, with a processor that works: the key was released.
+  program working = start_processor(dir.path().string() + "/up.sqlite3");
+  program server = start_server(working, store);
+  auto res = post(server, body(100), "order-7");
+  REQUIRE(res);
+  CHECK(res->status == 201);
+  CHECK_FALSE(res->has_header("Idempotent-Replayed"));
+  CHECK(ledger(working).size() == 1);
+}
+
+TEST_CASE("a store that is unavailable is a 503 and charges nothing", "[payments]") {
+  idem::testing::temporary_directory dir{"idem-payments"};
+  program processor = start_processor(dir.path().string() + "/processor.sqlite3");
+  // Nothing listens on port 1: the database is down.
+  program server =
+      start_server(processor, "postgres:host=127.0.0.1 port=1 dbname=payments connect_timeout=2");
+  auto res = post(server, body(100), "order-8");
+  REQUIRE(res);
+  CHECK(res->status == 503);
+  CHECK(ledger(processor).empty());
+}
+
+TEST_CASE("GET /v1/payments/{id} gives the payment to its own account only", "[payments]") {
+  deployment d;
+  auto made = post(d.server, body(4200), "order-9");
+  REQUIRE(made);
+  REQUIRE(made->status == 201);
+  const auto id = nlohmann::json::parse(made->body).at("id").get<std::string>();
+  httplib::Client client("127.0.0.1", d.server.port());
+  auto mine = client.Get("/v1/payments/" + id, httplib::Headers{{"X-Account", "acct_1"}});
+  REQUIRE(mine);
+  CHECK(mine->status == 200);
+  CHECK(mine->body == made->body);
+  auto theirs = client.Get("/v1/payments/" + id, httplib::Headers{{"X-Account", "acct_2"}});
+  REQUIRE(theirs);
+  CHECK(theirs->status == 404);
+  auto unknown = client.Get("/v1/payments/pay_000000", httplib::Headers{{"X-Account", "acct_1"}});
+  REQUIRE(unknown);
+  CHECK(unknown->status == 404);
+  auto anonymous = client.Get("/v1/payments/" + id);
+  REQUIRE(anonymous);
+  CHECK(anonymous->status == 401);
+}
+
+TEST_CASE("a server that dies after charging is taken over after its lease: one charge",
+          "[payments]") {
+  idem::testing::temporary_directory dir{"idem-payments"};
+  program processor = start_processor(dir.path().string() + "/processor.sqlite3");
+  const std::string store = "sqlite:" + dir.path().string() + "/payments.sqlite3";
+  constexpr int keys = 6;  // the crash point (before or after the step) is drawn per request
+  std::vector<std::string> told(keys);
+  for (int i = 0; i < keys; ++i) {
+    const std::string key = "order-crash-" + std::to_string(i);
+    {
+      program doomed =
+          start_server(processor, store, {"--crash-after-charge", "1", "--lease-ms", "300"});
+      auto lost = post(doomed, body(100 + i, "tok_" + std::to_string(i)), key);
+      CHECK_FALSE(lost);  // the connection died with the server
+      const int status = doomed.wait_for_exit();
+      REQUIRE(WIFSIGNALED(status));
+      CHECK(WTERMSIG(status) == SIGABRT);
+    }
+    program restarted = start_server(processor, store, {"--lease-ms", "300"});
+    std::this_thread::sleep_for(400ms);  // past the dead holder's lease
+    auto res = post(restarted, body(100 + i, "tok_" + std::to_string(i)), key);
+    REQUIRE(res);
+    CHECK(res->status == 201);
+    told[static_cast<std::size_t>(i)] = nlohmann::json::parse(res->body).at("charge_id");
+  }
+  const auto charges = ledger(processor);
+  REQUIRE(charges.size() == keys);
+  for (int i = 0; i < keys; ++i) {
+    CHECK(charges[static_cast<std::size_t>(i)].at("source") == "tok_" + std::to_string(i));
+    CHECK(charges[static_cast<std::size_t>(i)].at("charge_id") ==
+          told[static_cast<std::size_t>(i)]);
+  }
+}
+
+TEST_CASE("the programs refuse options they do not know or cannot use", "[payments]") {
+  CHECK(run_to_exit("payments_server", "--port 0 --no-such-option 1") == 2);
+  CHECK(run_to_exit("payments_server", "--port 0 --store mongodb:x") == 2);
+  CHECK(run_to_exit("payments_server", "--port 0 --processor ftp://x") == 2);
+  CHECK(run_to_exit("payments_server", "--port 0 --crash-after-charge 2") == 2);
+  CHECK(run_to_exit("payments_processor", "--port 99999") == 2);
+  CHECK(run_to_exit("payments_processor", "--fail-rate x") == 2);
+  CHECK(run_to_exit("payments_chaos", "--intents 0") == 2);
+  CHECK(run_to_exit("payments_chaos", "--servers http://127.0.0.1") == 2);
+}
