@@ -190,14 +190,15 @@ done
 echo "== processor $processor (503 before charging: $fail_rate)"
 echo "== servers ${servers[*]} on $store (crash after charging: $crash_rate, lease ${lease_ms} ms)"
 echo "== chaos client: $intents intents, concurrency $concurrency, dropped connections: $drop_rate"
-set +e
+# In the background, waited for: a signal to this script then stops everything at once.
 "$bin/payments_chaos" --servers "$(
   IFS=,
   echo "${servers[*]}"
 )" --processor "$processor" --intents "$intents" --concurrency "$concurrency" \
-  --drop-rate "$drop_rate" ${seed:+--seed "$seed"}
-status=$?
-set -e
+  --drop-rate "$drop_rate" ${seed:+--seed "$seed"} &
+pids+=($!)
+status=0
+wait $! || status=$?
 restarts=0
 for name in server-a server-b; do
   [[ ! -e "$work/$name.restarts" ]] || restarts=$((restarts + $(cat "$work/$name.restarts")))
