@@ -7468,9 +7468,7 @@ class retrying {
   template <class... Args>
   requires detail::takes_context<Call, Args...> || std::invocable<Call&, Args&...>
       retry_outcome<detail::call_result_t<Call, Args...>>
-  operator()(Args&&... args) {
-    return run_operation(nullptr, args...);
-  }
+  operator()(Args&&... args) { return run_operation(nullptr, args...); }
 
   /// Runs one operation under a key that already exists instead of a generated one: the key a
   /// server handler derived for its downstream call (handler_context::downstream_key), or one
@@ -7478,8 +7476,8 @@ class retrying {
   /// std::invalid_argument, before any attempt, unless `key` is 1 to 255 bytes of visible ASCII.
   template <class... Args>
   requires detail::takes_context<Call, Args...> || std::invocable<Call&, Args&...>
-      retry_outcome<detail::call_result_t<Call, Args...>>
-  with_key(std::string_view key, Args&&... args) {
+      retry_outcome<detail::call_result_t<Call, Args...>> with_key(std::string_view key,
+                                                                   Args&&... args) {
     const key_buffer given{key};
     return run_operation(&given, args...);
   }
