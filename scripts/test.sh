@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Build idem and run every test: the README's test command, and what CI runs (.ci/run).
 #
-#   scripts/test.sh              full run: g++ (+ bench build), clang++ ASan+UBSan, clang++ TSan
+#   scripts/test.sh              full run: g++ (+ bench build), clang++ ASan+UBSan, clang++ TSan,
+#                                the fuzz targets (10 s each) and the mutation check
 #   scripts/test.sh --quick      g++ build and its tests only
 #   scripts/test.sh --jobs N     parallel build and test jobs (default 2)
 #
 # Works from any directory. Build trees live in build/<name> and are reused (incremental); CI
 # starts without them. Missing Debian packages are installed with apt-get first.
 #
-# The last line printed is the total over every ctest run, "idem: N passed, M failed"; the
-# exit status is non-zero if anything failed.
+# The last line printed is the total over every ctest run and the mutants, "idem: N passed,
+# M failed"; the exit status is non-zero if anything failed.
 set -euo pipefail
 
-usage() { sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 quick=0
 jobs=2
@@ -182,6 +183,41 @@ if ((!quick)); then
     -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=OFF -DIDEM_BUILD_BENCH=OFF \
     -DIDEM_SANITIZE=thread -DIDEM_REQUIRE_ADAPTERS=ON || exit 1
   run_ctest tsan build/tsan -L concurrency --no-tests=error
+
+  # --- 4: fuzz targets: libFuzzer with ASan + UBSan, each for a short bounded time -----------
+  # Each target is a ctest test fuzz.<target> (label fuzz, tests/fuzz/CMakeLists.txt) that
+  # fuzzes for IDEM_FUZZ_SECONDS from the seeds in tests/fuzz/corpus/; scripts/fuzz.sh runs
+  # them longer. (Every build above already replayed the seeds as fuzz_corpus.<target>.)
+  ctest_prefix=()
+  configure_and_build fuzz build/fuzz idem_fuzz_targets \
+    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" \
+    -DIDEM_BUILD_FUZZ=ON -DIDEM_FUZZ_SECONDS=10 -DIDEM_BUILD_TESTS=OFF -DIDEM_BUILD_EXAMPLES=OFF \
+    -DIDEM_BUILD_BENCH=OFF -DIDEM_SANITIZE= -DIDEM_REQUIRE_ADAPTERS=ON || exit 1
+  run_ctest fuzz build/fuzz -L fuzz --no-tests=error
+
+  # --- 5: mutation check: each guard removed in turn, and the tests that guard it must fail --
+  # One mutant killed counts as a passed test; one that survives, or a patch that no longer
+  # applies, as a failed one.
+  step_started=$SECONDS
+  echo
+  echo "== mutants: scripts/mutants.sh"
+  mkdir -p build/mutants
+  set +e
+  scripts/mutants.sh 2>&1 | tee build/mutants/run.log
+  mutants_rc=${PIPESTATUS[0]}
+  set -e
+  mutants_line="$(grep -E '^mutants: [0-9]+ killed, [0-9]+ survived, [0-9]+ broken$' build/mutants/run.log | tail -n 1 || true)"
+  mutants_killed=0
+  mutants_failed=0
+  if [[ -n "$mutants_line" ]]; then
+    read -r mutants_killed survived broken < <(sed -E 's/mutants: ([0-9]+) killed, ([0-9]+) survived, ([0-9]+) broken/\1 \2 \3/' <<<"$mutants_line")
+    mutants_failed=$((survived + broken))
+  fi
+  if ((mutants_rc != 0 && mutants_failed == 0)); then mutants_failed=1; fi
+  total_passed=$((total_passed + mutants_killed))
+  total_failed=$((total_failed + mutants_failed))
+  recap+=("$(printf '%-12s %4d passed, %d failed  (%d s)' "mutants:" "$mutants_killed" "$mutants_failed" \
+    $((SECONDS - step_started)))")
 fi
 
 finish

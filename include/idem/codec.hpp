@@ -96,6 +96,10 @@ requires(std::is_arithmetic_v<T>) struct codec<T> {
     }
     std::array<unsigned char, sizeof(T)> bits{};
     std::memcpy(bits.data(), bytes.data(), sizeof(T));
+    if constexpr (std::is_same_v<T, bool>) {
+      // Only 0 and 1 are bools; reading any other byte as one is undefined behaviour.
+      if (bits[0] > 1) throw codec_error("idem::codec<bool>: a stored bool is neither 0 nor 1");
+    }
     if constexpr (std::endian::native == std::endian::big) {
       std::reverse(bits.begin(), bits.end());
     }

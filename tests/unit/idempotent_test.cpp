@@ -267,6 +267,15 @@ TEST_CASE("damaged stored bytes are a codec_error, never a wrong response", "[co
   CHECK_THROWS_AS(idem::decode<std::monostate>("x"), idem::codec_error);
 }
 
+// Found by tests/fuzz/codec_fuzz.cpp (seed corpus/codec/bool_two): reading a byte of 2 as a bool
+// was undefined behaviour (UBSan: "load of value 2, which is not a valid value for type bool").
+TEST_CASE("a stored byte other than 0 or 1 is a codec_error, not a bool", "[codec]") {
+  CHECK_THROWS_AS(idem::decode<bool>(std::string(1, '\x02')), idem::codec_error);
+  CHECK_THROWS_AS(idem::decode<bool>(std::string(1, '\xff')), idem::codec_error);
+  CHECK(idem::decode<bool>(std::string(1, '\x01')));
+  CHECK_FALSE(idem::decode<bool>(std::string(1, '\0')));
+}
+
 TEST_CASE("every verdict maps to its HTTP status", "[verdict]") {
   using idem::verdict;
   CHECK(idem::http_status(verdict::in_progress) == 409);

@@ -151,6 +151,27 @@ inline store_time from_nanoseconds(std::int64_t nanoseconds) noexcept {
       std::chrono::duration_cast<store_time::duration>(std::chrono::nanoseconds{nanoseconds})};
 }
 
+// Record states as stored: a released record is a tombstone that keeps its fence.
+inline constexpr std::int64_t completed_state = 1;
+inline constexpr std::int64_t released_state = 2;
+
+// Reads fence, fingerprint, state, created_at, lease_until, expires_at, response, recovery from
+// column `first` on, in the binary format every statement of the store asks for. A free function
+// so that the fuzz target (tests/fuzz/postgres_record_fuzz.cpp) reaches it without a server.
+inline void read_record(const PGresult* result, int row, int first, record& out) {
+  out.fence = static_cast<std::uint64_t>(get_int(result, row, first));
+  const std::string_view print = get_bytes(result, row, first + 1);
+  out.fingerprint = digest{std::span<const std::uint8_t>{
+      reinterpret_cast<const std::uint8_t*>(print.data()), print.size()}};
+  out.state = get_int(result, row, first + 2) == completed_state ? record_state::completed
+                                                                 : record_state::in_progress;
+  out.created_at = from_nanoseconds(get_int(result, row, first + 3));
+  out.lease_until = from_nanoseconds(get_int(result, row, first + 4));
+  out.expires_at = from_nanoseconds(get_int(result, row, first + 5));
+  out.response = get_bytes(result, row, first + 6);
+  out.recovery = get_bytes(result, row, first + 7);
+}
+
 // Up to eight parameters of one prepared statement, in binary format. A null value is SQL NULL:
 // that is how the server-time mode leaves `now` to the server.
 class parameters {
@@ -340,16 +361,16 @@ class postgres_store {
         answer.fence = static_cast<std::uint64_t>(pg::get_int(row, 0, 2));
         if (PQgetvalue(row, 0, 1)[0] != 0) {
           answer.status = claim_status::taken_over;
-          read_record(row, 0, 2, answer.existing);
+          pg::read_record(row, 0, 2, answer.existing);
         } else {
           answer.status = claim_status::claimed;
         }
         return answer;
       }
-      read_record(row, 0, 2, answer.existing);
+      pg::read_record(row, 0, 2, answer.existing);
       const std::int64_t now = pg::get_int(row, 0, 10);
       const std::int64_t expires = pg::to_nanoseconds(answer.existing.expires_at);
-      const bool released = pg::get_int(row, 0, 4) == released_state;
+      const bool released = pg::get_int(row, 0, 4) == pg::released_state;
       const bool claimable = answer.existing.state == record_state::in_progress &&
                              answer.existing.fingerprint == request.fingerprint &&
                              pg::to_nanoseconds(answer.existing.lease_until) <= now;
@@ -393,7 +414,7 @@ class postgres_store {
     record found;
     found.scope = scope;
     found.key = key;
-    read_record(result.get(), 0, 0, found);
+    pg::read_record(result.get(), 0, 0, found);
     return found;
   }
 
@@ -420,7 +441,7 @@ class postgres_store {
       record& r = out.emplace_back();
       r.scope = pg::get_bytes(result.get(), row, 0);
       r.key = pg::get_bytes(result.get(), row, 1);
-      read_record(result.get(), row, 2, r);
+      pg::read_record(result.get(), row, 2, r);
     }
     return out;
   }
@@ -439,10 +460,6 @@ class postgres_store {
   const options& configuration() const { return state_checked().config; }
 
  private:
-  // Record states as stored: a released record is a tombstone that keeps its fence.
-  static constexpr std::int64_t completed_state = 1;
-  static constexpr std::int64_t released_state = 2;
-
   class pool;
 
   // One pooled connection, held for one call. Handed back on destruction; a connection that
@@ -887,23 +904,6 @@ class postgres_store {
   static std::size_t affected(const detail::postgres::result_ptr& result) {
     const char* count = PQcmdTuples(result.get());
     return *count == '\0' ? 0 : static_cast<std::size_t>(std::stoull(count));
-  }
-
-  // Reads fence, fingerprint, state, created_at, lease_until, expires_at, response, recovery
-  // from `first` on.
-  static void read_record(const PGresult* result, int row, int first, record& out) {
-    namespace pg = detail::postgres;
-    out.fence = static_cast<std::uint64_t>(pg::get_int(result, row, first));
-    const std::string_view print = pg::get_bytes(result, row, first + 1);
-    out.fingerprint = digest{std::span<const std::uint8_t>{
-        reinterpret_cast<const std::uint8_t*>(print.data()), print.size()}};
-    out.state = pg::get_int(result, row, first + 2) == completed_state ? record_state::completed
-                                                                       : record_state::in_progress;
-    out.created_at = pg::from_nanoseconds(pg::get_int(result, row, first + 3));
-    out.lease_until = pg::from_nanoseconds(pg::get_int(result, row, first + 4));
-    out.expires_at = pg::from_nanoseconds(pg::get_int(result, row, first + 5));
-    out.response = pg::get_bytes(result, row, first + 6);
-    out.recovery = pg::get_bytes(result, row, first + 7);
   }
 
   bool checkpoint_on(borrowed& connection, const fenced_key& held, std::string_view recovery,

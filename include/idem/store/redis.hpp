@@ -291,6 +291,45 @@ inline std::string_view reply_text(const redisReply* reply) noexcept {
   return {reply->str, reply->len};
 }
 
+// Decoding what the scripts answer: a record's fields as the scripts store them (decimal fence
+// and nanosecond times, "c" for completed, the fingerprint and the bytes as they were given).
+// Free functions so that the fuzz target (tests/fuzz/redis_record_fuzz.cpp) reaches them
+// without a server.
+inline std::uint64_t redis_fence_of(const redisReply* reply) {
+  if (reply->type == REDIS_REPLY_INTEGER) return static_cast<std::uint64_t>(reply->integer);
+  std::uint64_t value = 0;
+  const std::string_view text = reply_text(reply);
+  std::from_chars(text.data(), text.data() + text.size(), value);
+  return value;
+}
+
+inline store_time redis_time_of(const redisReply* reply) {
+  std::int64_t nanoseconds = 0;
+  const std::string_view text = reply_text(reply);
+  std::from_chars(text.data(), text.data() + text.size(), nanoseconds);
+  return store_time{
+      std::chrono::duration_cast<store_time::duration>(std::chrono::nanoseconds{nanoseconds})};
+}
+
+inline digest redis_digest_of(const redisReply* reply) {
+  const std::string_view bytes = reply_text(reply);
+  return digest{std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size())};
+}
+
+// {n, s, f, c, l, e, v, r}
+inline record redis_record_of(std::span<redisReply*> fields) {
+  record out;
+  out.fence = redis_fence_of(fields[0]);
+  out.state = reply_text(fields[1]) == "c" ? record_state::completed : record_state::in_progress;
+  out.fingerprint = redis_digest_of(fields[2]);
+  out.created_at = redis_time_of(fields[3]);
+  out.lease_until = redis_time_of(fields[4]);
+  out.expires_at = redis_time_of(fields[5]);
+  out.response = reply_text(fields[6]);
+  out.recovery = reply_text(fields[7]);
+  return out;
+}
+
 // SIGPIPE blocked in this thread while it talks to the server, and a SIGPIPE its own write
 // raised consumed before unblocking (what libpq does): a server that closed the connection must
 // be an error, not the death of the process. Over a unix socket the first write to a server
@@ -420,26 +459,26 @@ class redis_store {
     switch (status) {
       case 0:
         result.status = claim_status::claimed;
-        result.fence = fence_of(answer->element[1]);
+        result.fence = detail::redis_fence_of(answer->element[1]);
         return result;
       case 1: {
         if (answer->elements < 7) throw malformed("claim");
         result.status = claim_status::taken_over;
-        result.fence = fence_of(answer->element[1]);
+        result.fence = detail::redis_fence_of(answer->element[1]);
         record& taken = result.existing;
-        taken.fingerprint = digest_of(answer->element[2]);
+        taken.fingerprint = detail::redis_digest_of(answer->element[2]);
         taken.state = record_state::in_progress;
         taken.fence = result.fence;
-        taken.created_at = time_of(answer->element[3]);
-        taken.lease_until = time_of(answer->element[4]);
-        taken.expires_at = time_of(answer->element[5]);
+        taken.created_at = detail::redis_time_of(answer->element[3]);
+        taken.lease_until = detail::redis_time_of(answer->element[4]);
+        taken.expires_at = detail::redis_time_of(answer->element[5]);
         taken.recovery = detail::reply_text(answer->element[6]);
         return result;
       }
       case 2:
         if (answer->elements < 9) throw malformed("claim");
         result.status = claim_status::existing;
-        result.existing = record_of(std::span(answer->element + 1, 8));
+        result.existing = detail::redis_record_of(std::span(answer->element + 1, 8));
         return result;
       default:
         throw malformed("claim");
@@ -491,7 +530,7 @@ class redis_store {
     if (is_error(answer)) throw failure("find", answer);
     if (answer->type == REDIS_REPLY_NIL) return std::nullopt;
     if (answer->type != REDIS_REPLY_ARRAY || answer->elements < 8) throw malformed("find");
-    record found = record_of(std::span(answer->element, 8));
+    record found = detail::redis_record_of(std::span(answer->element, 8));
     found.scope = scope;
     found.key = key;
     return found;
@@ -1117,42 +1156,6 @@ class redis_store {
     return answer->integer == 1;
   }
 
-  static std::uint64_t fence_of(const redisReply* reply) {
-    if (reply->type == REDIS_REPLY_INTEGER) return static_cast<std::uint64_t>(reply->integer);
-    std::uint64_t value = 0;
-    const std::string_view text = detail::reply_text(reply);
-    std::from_chars(text.data(), text.data() + text.size(), value);
-    return value;
-  }
-
-  static store_time time_of(const redisReply* reply) {
-    std::int64_t nanoseconds = 0;
-    const std::string_view text = detail::reply_text(reply);
-    std::from_chars(text.data(), text.data() + text.size(), nanoseconds);
-    return store_time{
-        std::chrono::duration_cast<store_time::duration>(std::chrono::nanoseconds{nanoseconds})};
-  }
-
-  static digest digest_of(const redisReply* reply) {
-    const std::string_view bytes = detail::reply_text(reply);
-    return digest{std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size())};
-  }
-
-  // {n, s, f, c, l, e, v, r}
-  static record record_of(std::span<redisReply*> fields) {
-    record out;
-    out.fence = fence_of(fields[0]);
-    out.state =
-        detail::reply_text(fields[1]) == "c" ? record_state::completed : record_state::in_progress;
-    out.fingerprint = digest_of(fields[2]);
-    out.created_at = time_of(fields[3]);
-    out.lease_until = time_of(fields[4]);
-    out.expires_at = time_of(fields[5]);
-    out.response = detail::reply_text(fields[6]);
-    out.recovery = detail::reply_text(fields[7]);
-    return out;
-  }
-
   struct sweep_answer {
     std::size_t removed = 0;
     std::size_t seen = 0;
@@ -1181,12 +1184,12 @@ class redis_store {
       record found;
       found.scope = scope;
       found.key = detail::reply_text(reply->element[at]);
-      found.fence = fence_of(reply->element[at + 1]);
+      found.fence = detail::redis_fence_of(reply->element[at + 1]);
       found.state = record_state::in_progress;
-      found.fingerprint = digest_of(reply->element[at + 2]);
-      found.created_at = time_of(reply->element[at + 3]);
-      found.lease_until = time_of(reply->element[at + 4]);
-      found.expires_at = time_of(reply->element[at + 5]);
+      found.fingerprint = detail::redis_digest_of(reply->element[at + 2]);
+      found.created_at = detail::redis_time_of(reply->element[at + 3]);
+      found.lease_until = detail::redis_time_of(reply->element[at + 4]);
+      found.expires_at = detail::redis_time_of(reply->element[at + 5]);
       found.recovery = detail::reply_text(reply->element[at + 6]);
       out.push_back(std::move(found));
     }
