@@ -22,6 +22,7 @@
 #include <idem/key.hpp>
 #include <idem/policies.hpp>
 #include <idem/request.hpp>
+#include <idem/response_codec.hpp>
 #include <idem/retry_after.hpp>
 #include <idem/retry_outcome.hpp>
 #include <idem/retrying.hpp>

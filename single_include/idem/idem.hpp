@@ -3102,16 +3102,18 @@ class guard;
 }  // namespace detail
 
 enum class verdict : std::uint8_t {
-  executed,           // the handler ran under a new or taken-over claim; its response is returned
-  replayed,           // a completed record with the same fingerprint: the stored response
-  in_progress,        // another attempt holds a live claim on the key (HTTP 409)
-  mismatch,           // the key was used with another request (HTTP 422)
-  missing_key,        // no key where one is required (HTTP 400)
-  invalid_key,        // empty, too long, or not visible ASCII (HTTP 400)
-  invalid_request,    // the request cannot be fingerprinted, e.g. a body that is not JSON (400)
-  body_too_large,     // the body is longer than max_body_bytes; nothing is read or stored (413)
-  store_unavailable,  // the store cannot answer; nothing ran (HTTP 503)
-  store_full,         // the store has no room for the claim; nothing ran (HTTP 503)
+  executed,            // the handler ran under a new or taken-over claim; its response is returned
+  replayed,            // a completed record with the same fingerprint: the stored response
+  in_progress,         // another attempt holds a live claim on the key (HTTP 409)
+  mismatch,            // the key was used with another request (HTTP 422)
+  missing_key,         // no key where one is required (HTTP 400)
+  invalid_key,         // empty, too long, or not visible ASCII (HTTP 400)
+  invalid_request,     // the request cannot be fingerprinted, e.g. a body that is not JSON (400)
+  body_too_large,      // the body is longer than max_body_bytes; nothing is read or stored (413)
+  store_unavailable,   // the store cannot answer; nothing ran (HTTP 503)
+  store_full,          // the store has no room for the claim; nothing ran (HTTP 503)
+  response_too_large,  // the response passed max_response_bytes and was not stored (HTTP 500):
+                       // the first caller still has it; repeats are not run again
 };
 
 constexpr std::string_view to_string(verdict v) noexcept {
@@ -3136,6 +3138,8 @@ constexpr std::string_view to_string(verdict v) noexcept {
       return "store_unavailable";
     case verdict::store_full:
       return "store_full";
+    case verdict::response_too_large:
+      return "response_too_large";
   }
   return "unknown";
 }
@@ -3160,6 +3164,8 @@ constexpr int http_status(verdict v) noexcept {
     case verdict::store_unavailable:
     case verdict::store_full:
       return 503;
+    case verdict::response_too_large:
+      return 500;  // the service cannot answer a repeat as it answered the first request
   }
   return 500;
 }
@@ -3320,6 +3326,57 @@ struct store_all_failures {
 
 }  // namespace idem
 // end idem/policy/failure.hpp
+// begin idem/response_codec.hpp
+// Response codecs: what happens to a response's bytes on their way into the store and back, for
+// services whose responses (and recovery points) must not sit in the store as they are: card
+// numbers, personal data, tokens.
+//
+// A `response_codec` policy provides
+//
+//   void seal(std::string_view plain, std::string& out) const;   // appends the stored form
+//   void open(std::string_view sealed, std::string& out) const;  // appends the plain form back
+//
+// idempotent and inbox seal every response and every recovery point before the store sees it,
+// and open them when a repeat replays or a takeover resumes. Encryption is the usual seal (an
+// AEAD such as AES-GCM with a key from the service's key store, the record's scope as associated
+// data when it should be bound to it); open throws idem::codec_error when the bytes do not open
+// (another key, tampered), and the guarded call passes that exception to its caller. A redacting
+// codec may drop fields for good, in which case a replay answers what is left.
+//
+// What is not sealed: the scope, the key, the fingerprint (a digest already) and the record's
+// times, which the store needs to do its work. stuck() lists records as stored (sealed).
+// max_response_bytes counts the sealed bytes.
+
+namespace idem {
+
+/// What a `response_codec` policy must provide (see above).
+template <class C>
+concept ResponseCodec = std::copy_constructible<C> &&
+    requires(const C& codec, std::string_view bytes, std::string& out) {
+  codec.seal(bytes, out);
+  codec.open(bytes, out);
+};
+
+/// The default: the bytes are stored as they are, at no cost (idempotent skips the calls).
+struct plain_response_codec {
+  void seal(std::string_view plain, std::string& out) const { out.append(plain); }
+  void open(std::string_view sealed, std::string& out) const { out.append(sealed); }
+};
+
+namespace detail {
+
+template <ResponseCodec Codec>
+void seal_with(const void* codec, std::string_view plain, std::string& out) {
+  static_cast<const Codec*>(codec)->seal(plain, out);
+}
+template <ResponseCodec Codec>
+void open_with(const void* codec, std::string_view sealed, std::string& out) {
+  static_cast<const Codec*>(codec)->open(sealed, out);
+}
+
+}  // namespace detail
+}  // namespace idem
+// end idem/response_codec.hpp
 // begin idem/store.hpp
 // The store contract: what a backend must do for idempotent to give exactly-once effect.
 //
@@ -3506,6 +3563,36 @@ struct guard_timing {
   std::chrono::nanoseconds coalesce;
 };
 
+// How responses and recovery points are kept: the size a stored response may reach, and the
+// response codec's seal and open (idem/response_codec.hpp), type-erased so that the guard's type
+// does not depend on the codec. Null functions: the bytes are stored as they are.
+struct guard_storage {
+  std::size_t max_response_bytes = static_cast<std::size_t>(-1);
+  const void* codec = nullptr;
+  void (*seal)(const void* codec, std::string_view plain, std::string& out) = nullptr;
+  void (*open)(const void* codec, std::string_view sealed, std::string& out) = nullptr;
+};
+
+// What a record holds in place of a response too large to store: the size it had. A handler's
+// own response equal to this text would replay as too large; nothing else can be mistaken for
+// it, and it is written unsealed so that a codec never has to open it.
+inline constexpr char too_large_text[] = "\0idem: response too large to store\0";
+inline constexpr std::string_view too_large_marker{too_large_text, sizeof too_large_text - 1};
+
+// The storage of an owner (idempotent, inbox) that keeps `codec` for as long as its guard: the
+// default codec costs no call.
+template <ResponseCodec Codec>
+guard_storage storage_for(const Codec& codec, std::size_t max_response_bytes) {
+  guard_storage storage;
+  storage.max_response_bytes = max_response_bytes;
+  if constexpr (!std::is_same_v<Codec, plain_response_codec>) {
+    storage.codec = &codec;
+    storage.seal = &seal_with<Codec>;
+    storage.open = &open_with<Codec>;
+  }
+  return storage;
+}
+
 inline void check_timing(const guard_timing& timing, const char* who) {
   using std::chrono::nanoseconds;
   if (timing.lease <= nanoseconds::zero()) {
@@ -3528,6 +3615,7 @@ class guard {
       : store_(std::move(store)), clock_(std::move(clock)), timing_(timing) {}
 
   Store& store() noexcept { return store_; }
+  void set_storage(const guard_storage& storage) noexcept { storage_ = storage; }
 
   std::size_t sweep() { return store_.sweep(clock_.wall_now()); }
   std::vector<record> stuck(std::size_t limit) { return store_.stuck(clock_.wall_now(), limit); }
@@ -3610,7 +3698,7 @@ class guard {
         break;
     }
     return then(claimed.fence, claimed.status == claim_status::taken_over,
-                std::move(claimed.existing.recovery));
+                opened_recovery(std::move(claimed.existing.recovery)));
   }
 
   // One claim, or with coalescing, claims repeated with growing pauses while another attempt
@@ -3638,7 +3726,7 @@ class guard {
   }
 
   template <class Response>
-  static idempotent_outcome<Response> answer_existing(record& existing, const digest& print) {
+  idempotent_outcome<Response> answer_existing(record& existing, const digest& print) const {
     using outcome_type = idempotent_outcome<Response>;
     if (existing.fingerprint != print) {
       return outcome_type{verdict::mismatch, "the key was already used with a different request"};
@@ -3646,10 +3734,64 @@ class guard {
     if (existing.state == record_state::in_progress) {
       return outcome_type{verdict::in_progress, "a request with this key is still being processed"};
     }
+    if (existing.response.starts_with(too_large_marker)) {
+      return outcome_type{verdict::response_too_large,
+                          "the response to this key was " +
+                              existing.response.substr(too_large_marker.size()) +
+                              " bytes, more than the store keeps; it was not stored, and the "
+                              "request is not run again"};
+    }
     outcome_type outcome{verdict::replayed};
-    outcome.response_.emplace(codec<Response>::decode(existing.response));
+    if (storage_.open != nullptr) {
+      std::string plain;
+      storage_.open(storage_.codec, existing.response, plain);
+      outcome.response_.emplace(codec<Response>::decode(plain));
+    } else {
+      outcome.response_.emplace(codec<Response>::decode(existing.response));
+    }
     outcome.recorded_ = true;
     return outcome;
+  }
+
+  // The bytes a store keeps for `plain` (an encoded response): sealed by the response codec, or
+  // the too-large marker when they pass max_response_bytes. Answers whether they fit.
+  bool stored_form(std::string& plain) const {
+    std::string sealed;
+    const std::string* kept = &plain;
+    if (storage_.seal != nullptr) {
+      storage_.seal(storage_.codec, plain, sealed);
+      kept = &sealed;
+    }
+    if (kept->size() > storage_.max_response_bytes) {
+      std::string marker(too_large_marker);
+      marker += std::to_string(kept->size());
+      plain = std::move(marker);
+      return false;
+    }
+    if (kept == &sealed) plain = std::move(sealed);
+    return true;
+  }
+
+  // A recovery point as the store keeps it, and back.
+  std::string sealed_recovery(std::string_view plain) const {
+    if (storage_.seal == nullptr) return std::string(plain);
+    std::string sealed;
+    storage_.seal(storage_.codec, plain, sealed);
+    return sealed;
+  }
+  std::string opened_recovery(std::string recovery) const {
+    if (storage_.open == nullptr || recovery.empty()) return recovery;
+    std::string plain;
+    storage_.open(storage_.codec, recovery, plain);
+    return plain;
+  }
+
+  std::string too_large_message(std::string_view marker) const {
+    return "the response takes " + std::string(marker.substr(too_large_marker.size())) +
+           " bytes to store, more than max_response_bytes (" +
+           std::to_string(storage_.max_response_bytes) +
+           "): it was not stored; repeats of this key answer response_too_large and do not run "
+           "again";
   }
 
   // Where the context records recovery points: a fenced checkpoint that also renews the lease,
@@ -3665,6 +3807,10 @@ class guard {
     static bool write(void* target, std::string_view recovery) {
       auto& me = *static_cast<checkpoint_target*>(target);
       try {
+        if (me.self->storage_.seal != nullptr) {
+          return me.writer->checkpoint(me.held, me.self->sealed_recovery(recovery),
+                                       me.self->clock_.wall_now() + me.self->timing_.lease);
+        }
         return me.writer->checkpoint(me.held, recovery,
                                      me.self->clock_.wall_now() + me.self->timing_.lease);
       } catch (...) {
@@ -3704,6 +3850,7 @@ class guard {
     outcome.resumed_ = resumed;
     std::string bytes;
     codec<Response>::encode(*response, bytes);
+    const bool fits = stored_form(bytes);
     bool applied = false;
     try {
       applied = store_.complete(target.held, bytes, clock_.wall_now());
@@ -3715,6 +3862,12 @@ class guard {
     }
     if (!applied) return answer_lost<Response>(scope, key, print);
     outcome.response_ = std::move(response);
+    if (!fits) {
+      // The caller still gets the response the handler made; repeats get the refusal.
+      outcome.verdict_ = verdict::response_too_large;
+      outcome.message_ = too_large_message(bytes);
+      return outcome;
+    }
     outcome.recorded_ = true;
     return outcome;
   }
@@ -3729,6 +3882,7 @@ class guard {
       if (stored) {
         std::string bytes;
         codec<Response>::encode(*stored, bytes);
+        (void)stored_form(bytes);
         (void)store_.complete(held, bytes, clock_.wall_now());
       } else {
         (void)store_.release(held);
@@ -3758,6 +3912,8 @@ class guard {
                             recovery_sink{&target, &decltype(target)::write}};
     std::optional<Response> response;
     bool handler_threw = false;
+    bool fits = true;
+    std::string marker;
     auto produce = [&](transaction_type& transaction) -> std::string {
       target.writer = &transaction;
       target.store_failed = false;
@@ -3773,6 +3929,8 @@ class guard {
       }
       std::string bytes;
       codec<Response>::encode(*response, bytes);
+      fits = stored_form(bytes);
+      if (!fits) marker = bytes;
       return bytes;
     };
 
@@ -3798,6 +3956,11 @@ class guard {
     outcome.fence_ = fence;
     outcome.resumed_ = resumed;
     outcome.response_ = std::move(response);
+    if (!fits) {
+      outcome.verdict_ = verdict::response_too_large;
+      outcome.message_ = too_large_message(marker);
+      return outcome;
+    }
     outcome.recorded_ = true;
     return outcome;
   }
@@ -3824,6 +3987,7 @@ class guard {
   Store store_;
   Clock clock_;
   guard_timing timing_;
+  guard_storage storage_{};
 };
 
 }  // namespace idem::detail
@@ -6422,6 +6586,13 @@ struct default_policies {
   /// Request bodies of any size are accepted; set a bound (413 past it) where the transport
   /// does not already impose one.
   static constexpr std::size_t max_body_bytes = static_cast<std::size_t>(-1);
+  /// Responses of any size are stored; set a bound where one tenant's large responses could
+  /// fill the store. A response past it is not stored: the first caller still gets it (verdict
+  /// response_too_large), repeats answer response_too_large (500) and are not run again.
+  static constexpr std::size_t max_response_bytes = static_cast<std::size_t>(-1);
+  /// What responses and recovery points become before the store keeps them: as they are by
+  /// default; an encrypting or redacting codec where they hold secrets (response_codec.hpp).
+  using response_codec = idem::plain_response_codec;
 
   // --- client side: retrying ---------------------------------------------------------------
   /// The random engine each operation draws its jitter and key from.
@@ -6502,6 +6673,7 @@ class idempotent {
   using clock_type = typename Policies::clock;
   using fingerprint_type = fingerprint_for<typename Policies::fingerprint>;
   using failure_type = typename Policies::failure;
+  using response_codec_type = typename Policies::response_codec;
 
   static_assert(Store<store_type>,
                 "Policies::store must be a copyable handle providing claim(claim_request) "
@@ -6517,6 +6689,9 @@ class idempotent {
                 "Policies::fingerprint must be a hash function (idem::HashFunction, like "
                 "idem::xxh3_128) or provide a const operator()(const request_view&) returning "
                 "idem::digest.");
+  static_assert(ResponseCodec<response_codec_type>,
+                "Policies::response_codec must provide seal(string_view, std::string&) and "
+                "open(string_view, std::string&) const members (see idem/response_codec.hpp).");
   static_assert(Policies::lease > decltype(Policies::lease)::zero(),
                 "Policies::lease must be positive.");
   static_assert(Policies::retention > Policies::lease,
@@ -6545,6 +6720,12 @@ class idempotent {
     /// The longest request body accepted, in bytes; a longer one answers body_too_large (413)
     /// before anything is hashed or claimed.
     std::size_t max_body_bytes = Policies::max_body_bytes;
+    /// The largest stored response, in bytes (after the response codec): a larger one is not
+    /// stored, its caller gets it with verdict response_too_large, and repeats answer
+    /// response_too_large (500) without running again.
+    std::size_t max_response_bytes = Policies::max_response_bytes;
+    /// Seals responses and recovery points before the store keeps them, opens them on replay.
+    response_codec_type response_codec{};
     /// Where operator()(scope, request) finds the key: the header of the IETF
     /// draft-ietf-httpapi-idempotency-key-header, which Stripe and others use too.
     std::string key_header = "Idempotency-Key";
@@ -6558,6 +6739,7 @@ class idempotent {
                {parts.lease, parts.retention, parts.coalesce}),
         fingerprint_(std::move(parts.fingerprint)),
         failure_(std::move(parts.failure)),
+        response_codec_(std::move(parts.response_codec)),
         max_key_length_(parts.max_key_length),
         require_key_(parts.require_key),
         max_body_bytes_(parts.max_body_bytes),
@@ -6566,6 +6748,7 @@ class idempotent {
     if (max_key_length_ == 0) {
       throw std::invalid_argument("idem::idempotent: max_key_length must be at least 1");
     }
+    guard_.set_storage(detail::storage_for(response_codec_, parts.max_response_bytes));
   }
 
   idempotent(const idempotent&) = delete;
@@ -6664,6 +6847,7 @@ class idempotent {
   guard_type guard_;
   fingerprint_type fingerprint_;
   [[no_unique_address]] failure_type failure_;
+  [[no_unique_address]] response_codec_type response_codec_;
   std::size_t max_key_length_;
   bool require_key_;
   std::size_t max_body_bytes_;
@@ -6752,14 +6936,20 @@ class inbox {
     std::chrono::nanoseconds coalesce = Policies::coalesce;
     /// The longest event id accepted, in bytes.
     std::size_t max_key_length = Policies::max_key_length;
+    /// The largest stored result, in bytes (after the response codec); see idempotent.
+    std::size_t max_response_bytes = Policies::max_response_bytes;
+    /// Seals results and recovery points before the store keeps them (response_codec.hpp).
+    typename Policies::response_codec response_codec{};
   };
 
   inbox() : inbox(options{}) {}
   explicit inbox(options parts)
       : guard_(std::move(parts.store), std::move(parts.clock),
                {parts.lease, parts.retention, parts.coalesce}),
-        max_key_length_(parts.max_key_length) {
+        max_key_length_(parts.max_key_length),
+        response_codec_(std::move(parts.response_codec)) {
     detail::check_timing(guard_.timing(), "idem::inbox");
+    guard_.set_storage(detail::storage_for(response_codec_, parts.max_response_bytes));
   }
 
   /// Runs `fn` (taking a handler_context&, or nothing; and last the store's transaction, with
@@ -6805,6 +6995,7 @@ class inbox {
 
   guard_type guard_;
   std::size_t max_key_length_;
+  [[no_unique_address]] typename Policies::response_codec response_codec_;
 };
 
 }  // namespace idem
