@@ -5121,6 +5121,59 @@ struct uuid_v7 {
 // The default, no_observer, has empty inline members: the calls vanish when inlined, so a
 // configuration that watches nothing pays nothing. counting_observer keeps totals in atomics
 // (copies share them); callback_observer forwards to user functions.
+//
+// Events carry the operation's key redacted (idem/redacted_key.hpp): an observer that logs
+// `event.key.str()` writes a stable hash, never the key, which the caller may treat as a secret.
+
+// begin idem/redacted_key.hpp
+// redacted_key: an idempotency key as telemetry may show it, never the key itself.
+//
+// A key is a bearer token of sorts: whoever holds it (with the scope) can have the response
+// replayed, and it may be built from what a client considers private. So nothing idem hands to an
+// observer or writes into an error message carries a key as it is: observers get a redacted_key,
+// whose text is "key:" and 16 hex digits of SHA-256 over a fixed prefix and the key. The same key
+// gives the same text in every process and run, so log lines of one operation still correlate;
+// 64 bits of a one-way hash do not give the key back. A short key from a small set could still be
+// found by hashing every candidate: generate keys with enough entropy (uuid_v4, the default).
+//
+// Free to pass around: it holds a view of the key and hashes only when str() is asked for, so an
+// observer that never prints the key costs nothing. Valid as long as the event it came with.
+
+namespace idem {
+
+class redacted_key {
+ public:
+  constexpr explicit redacted_key(std::string_view key) noexcept : key_(key) {}
+
+  /// "key:" and 16 hex digits; "key:-" for an operation without a key.
+  std::string str() const {
+    if (key_.empty()) return "key:-";
+    sha256::state hash;
+    hash.update(std::string_view{"idem redacted key v1"});
+    hash.update(key_);
+    const std::array<std::uint8_t, 32> bytes = hash.finish_bytes();
+    static constexpr std::string_view digits = "0123456789abcdef";
+    std::string out = "key:";
+    for (std::size_t i = 0; i < 8; ++i) {
+      out.push_back(digits[bytes[i] >> 4]);
+      out.push_back(digits[bytes[i] & 15]);
+    }
+    return out;
+  }
+  /// Whether the operation had no key.
+  constexpr bool empty() const noexcept { return key_.empty(); }
+
+  /// Two events of the same operation carry equal redacted keys.
+  friend constexpr bool operator==(const redacted_key& a, const redacted_key& b) noexcept {
+    return a.key_ == b.key_;
+  }
+
+ private:
+  std::string_view key_;
+};
+
+}  // namespace idem
+// end idem/redacted_key.hpp
 
 namespace idem {
 
@@ -5161,13 +5214,13 @@ constexpr std::string_view to_string(retry_verdict v) noexcept {
 
 /// An attempt has ended.
 struct attempt_event {
-  std::string_view key;
+  redacted_key key;
   const attempt_record& record;
 };
 
 /// The loop is about to wait before attempt `next_attempt`.
 struct delay_event {
-  std::string_view key;
+  redacted_key key;
   int next_attempt;
   std::chrono::nanoseconds delay;
   bool from_retry_after;
@@ -5175,7 +5228,7 @@ struct delay_event {
 
 /// The operation has ended.
 struct finish_event {
-  std::string_view key;
+  redacted_key key;
   retry_verdict verdict;
   int attempts;
   std::chrono::nanoseconds elapsed;
@@ -7706,7 +7759,7 @@ class retrying {
 
       attempt_record& record =
           outcome.history_.push({attempt, verdict.kind, verdict.code, threw, elapsed, {}, false});
-      observer_.on_attempt(attempt_event{outcome.key(), record});
+      observer_.on_attempt(attempt_event{redacted_key{outcome.key()}, record});
 
       if (verdict.kind == disposition::success) {
         breaker_.on_success(detail::since_epoch(attempt_start));
@@ -7731,7 +7784,7 @@ class retrying {
       record.delay_after = step.delay;
       record.delay_from_retry_after = step.from_retry_after;
       observer_.on_delay(
-          delay_event{outcome.key(), attempt + 1, step.delay, step.from_retry_after});
+          delay_event{redacted_key{outcome.key()}, attempt + 1, step.delay, step.from_retry_after});
       clock_.sleep_for(step.delay);
       previous_delay = step.delay;
 
@@ -7746,7 +7799,8 @@ class retrying {
 
     if constexpr (!std::is_same_v<observer_type, no_observer>) {
       const std::chrono::nanoseconds total = clock_.now() - start;
-      observer_.on_finish(finish_event{outcome.key(), outcome.verdict_, outcome.attempts(), total});
+      observer_.on_finish(
+          finish_event{redacted_key{outcome.key()}, outcome.verdict_, outcome.attempts(), total});
     }
     return outcome;
   }

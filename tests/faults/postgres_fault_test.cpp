@@ -139,3 +139,29 @@ TEST_CASE(
   INFO(seen.errors.size() << " calls failed with the terminated sessions");
   CHECK(seen.errors.size() <= 1);
 }
+
+TEST_CASE("faults: a store error never quotes the key, even where PostgreSQL's detail does",
+          "[faults][postgres][security]") {
+  real_store made;
+  // An operator's constraint that refuses a row: PostgreSQL's DETAIL then quotes the whole row,
+  // scope and key included ("Failing row contains (...)").
+  pgtest::connection admin;
+  admin.exec("ALTER TABLE \"" + made.table +
+             "\" ADD CONSTRAINT no_secret_keys CHECK (position('\\x736563726574'::bytea in key) "
+             "= 0)");
+  const std::string key = "secret-key-0123456789";
+  const idem::store_time now{std::chrono::seconds{1767225600}};
+  const std::uint8_t bytes[16] = {1};
+  try {
+    (void)made.store.claim({"tenant", key, idem::digest{bytes}, now, 30s, 24h});
+    FAIL("the constraint did not refuse the claim");
+  } catch (const idem::store_error& error) {
+    const std::string what = error.what();
+    INFO(what);
+    CHECK_THAT(what, Catch::Matchers::Contains("no_secret_keys"));
+    CHECK(what.find(key) == std::string::npos);
+    // Nor as bytea hex (what the row quote shows).
+    CHECK(what.find("7365637265742d6b6579") == std::string::npos);
+    CHECK(what.find("Failing row") == std::string::npos);
+  }
+}

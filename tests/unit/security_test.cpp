@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <idem/idem.hpp>
 #include <idem/testing/faulty_store.hpp>
@@ -281,3 +282,54 @@ TEST_CASE("a sealed recovery point is opened for the attempt that takes the clai
 }
 
 }  // namespace
+
+// ---- keys in telemetry ---------------------------------------------------------------------
+
+namespace {
+
+struct http_answer {
+  int status = 200;
+};
+
+struct observed_policies : idem::default_policies {
+  using clock = idem::manual_clock;
+  using observer = idem::callback_observer;
+};
+
+}  // namespace
+
+TEST_CASE("observers see a stable hash of the key, never the key", "[security]") {
+  std::vector<std::string> seen_keys;
+  std::string logged;
+  int calls = 0;
+  auto call = [&](const idem::attempt_context&) { return http_answer{++calls < 3 ? 503 : 200}; };
+  idem::retrying<decltype(call), observed_policies>::options parts;
+  parts.seed = 42;
+  parts.observer.attempt = [&](const idem::attempt_event& e) {
+    seen_keys.push_back(e.key.str());
+    logged += "attempt " + e.key.str() + "\n";
+  };
+  parts.observer.delay = [&](const idem::delay_event& e) { seen_keys.push_back(e.key.str()); };
+  parts.observer.finish = [&](const idem::finish_event& e) { seen_keys.push_back(e.key.str()); };
+  idem::retrying<decltype(call), observed_policies> retried{call, parts};
+
+  const auto outcome = retried();
+  REQUIRE(outcome.verdict() == idem::retry_verdict::succeeded);
+  const std::string key(outcome.key());
+  REQUIRE(key.size() >= 16);
+  REQUIRE(seen_keys.size() == 6);  // three attempts, two waits, one finish
+  for (const std::string& shown : seen_keys) {
+    CHECK(shown == seen_keys.front());  // one operation, one redacted key: logs correlate
+    CHECK(shown.find(key) == std::string::npos);
+    CHECK(shown.find(key.substr(0, 8)) == std::string::npos);
+  }
+  CHECK(logged.find(key) == std::string::npos);
+  // The text is "key:" and 16 hex digits, the same in every process for the same key.
+  CHECK(seen_keys.front().size() == 20);
+  CHECK(seen_keys.front().rfind("key:", 0) == 0);
+  CHECK(idem::redacted_key{key}.str() == seen_keys.front());
+  CHECK(idem::redacted_key{"other"}.str() != seen_keys.front());
+  // Known answer: SHA-256("idem redacted key v1" + "order-1"), its first 8 bytes.
+  CHECK(idem::redacted_key{"order-1"}.str() == "key:7b7584dcd55134aa");
+  CHECK(idem::redacted_key{""}.str() == "key:-");
+}

@@ -229,9 +229,19 @@ inline failure_kind classify(PGconn* connection, const PGresult* result) noexcep
   return failure_kind::other;
 }
 
+// A server error's severity and primary message only: its DETAIL, HINT and CONTEXT may quote
+// the row ("Failing row contains (...)", "Key (scope, key)=(...)"), that is an idempotency key,
+// which has no place in an exception's text or the log it ends up in.
 inline std::string describe(PGconn* connection, const PGresult* result) {
-  std::string message =
-      result != nullptr ? PQresultErrorMessage(result) : PQerrorMessage(connection);
+  std::string message;
+  const char* primary =
+      result == nullptr ? nullptr : PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY);
+  if (primary != nullptr) {
+    const char* severity = PQresultErrorField(result, PG_DIAG_SEVERITY);
+    message = std::string(severity != nullptr ? severity : "ERROR") + ":  " + primary;
+  } else {
+    message = result != nullptr ? PQresultErrorMessage(result) : PQerrorMessage(connection);
+  }
   if (message.empty()) message = PQerrorMessage(connection);
   while (!message.empty() && (message.back() == '\n' || message.back() == ' '))
     message.pop_back();
