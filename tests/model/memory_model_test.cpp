@@ -128,6 +128,19 @@ TEST_CASE("memory_store answers every operation sequence as the locked_store mod
   model::require_model_agreement(&small_memory_store, model::budget{1000, 100});
 }
 
+TEST_CASE("memory_store caps each scope's records as the model does", "[model]") {
+  model::budget capped{1000, 100};
+  capped.scope_cap = 2;  // three keys a scope: the third claim of a scope finds it full
+  model::require_model_agreement(
+      [] {
+        idem::memory_store::limits bounds;
+        bounds.expected_records = 16;
+        bounds.max_records_per_scope = 2;
+        return idem::memory_store{bounds};
+      },
+      capped);
+}
+
 TEST_CASE("the model itself agrees with a second locked_store", "[model]") {
   model::require_model_agreement([] { return idem::locked_store{}; });
 }

@@ -40,3 +40,25 @@ TEST_CASE("sqlite_store answers every operation sequence as the locked_store mod
       },
       idem::testing::model::budget{300, 100});
 }
+
+TEST_CASE("sqlite_store caps each scope's records as the model does", "[model]") {
+  const idem::testing::temporary_directory directory{"idem-model-sqlite"};
+  idem::sqlite_store::options options;
+  options.path = directory.file("capped.sqlite3");
+  options.synchronous = idem::sqlite_store::synchronous_mode::normal;
+  options.max_records_per_scope = 2;
+  idem::sqlite_store store{options};
+  sqlite3* raw = nullptr;
+  REQUIRE(sqlite3_open(options.path.c_str(), &raw) == SQLITE_OK);
+  const std::unique_ptr<sqlite3, decltype(&sqlite3_close)> admin(raw, &sqlite3_close);
+  sqlite3_busy_timeout(admin.get(), 5000);
+  idem::testing::model::budget capped{300, 100};
+  capped.scope_cap = 2;
+  idem::testing::model::require_model_agreement(
+      [&] {
+        REQUIRE(sqlite3_exec(admin.get(), "DELETE FROM idem_records", nullptr, nullptr, nullptr) ==
+                SQLITE_OK);
+        return store;
+      },
+      capped);
+}

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <ostream>
@@ -216,17 +217,22 @@ struct coverage {
   std::size_t operations = 0;
   std::size_t claimed = 0, taken_over = 0, existing = 0;
   std::size_t applied = 0, refused = 0;  // complete, release, checkpoint
-  std::size_t found = 0, swept = 0, stuck = 0, backwards = 0;
+  std::size_t found = 0, swept = 0, stuck = 0, backwards = 0, full = 0;
 };
 
 /// Runs `ops` on `store` and on a fresh locked_store from the same start time; answers the
 /// first difference, described, or nothing when every answer agreed.
+/// `scope_cap`: the stores were made with max_records_per_scope = scope_cap, and so is the
+/// model.
 template <Store S>
-std::optional<std::string> first_difference(S& store, const std::vector<op>& ops,
-                                            coverage* reached = nullptr) {
+std::optional<std::string> first_difference(
+    S& store, const std::vector<op>& ops, coverage* reached = nullptr,
+    std::size_t scope_cap = std::numeric_limits<std::size_t>::max()) {
   coverage ignored;
   coverage& seen = reached != nullptr ? *reached : ignored;
-  locked_store reference;
+  locked_store::limits model_limits;
+  model_limits.max_records_per_scope = scope_cap;
+  locked_store reference{model_limits};
   manual_clock clock;  // 2026-01-01T00:00:00Z; moved forward and back by advance
   std::map<std::pair<std::size_t, std::size_t>, std::uint64_t> last_fence;
   std::ostringstream trail;
@@ -290,6 +296,7 @@ std::optional<std::string> first_difference(S& store, const std::vector<op>& ops
         }
         ++(want.status == claim_status::claimed      ? seen.claimed
            : want.status == claim_status::taken_over ? seen.taken_over
+           : want.status == claim_status::full       ? seen.full
                                                      : seen.existing);
         break;
       }
@@ -374,6 +381,8 @@ struct budget {
   int sequences = 300;
   int max_length = 100;
   std::uint64_t seed = 0x1de3'5eed;
+  /// The per-scope record cap the stores were made with (none by default); the model gets it too.
+  std::size_t scope_cap = std::numeric_limits<std::size_t>::max();
 };
 
 /// The RapidCheck parameters for `limits`: ours, unless RC_PARAMS says otherwise.
@@ -397,7 +406,8 @@ rc::detail::TestResult check_against_model(Make make, const budget& limits = {},
   const auto property = [&] {
     const std::vector<op> ops = *rc::gen::container<std::vector<op>>(gen_op());
     auto store = make();
-    const std::optional<std::string> difference = first_difference(store, ops, reached);
+    const std::optional<std::string> difference =
+        first_difference(store, ops, reached, limits.scope_cap);
     if (difference) RC_FAIL(*difference);
   };
   return rc::detail::checkTestable(property, rc::detail::TestMetadata{}, params_for(limits));
@@ -421,7 +431,7 @@ void require_model_agreement(Make make, const budget& limits = {}) {
                           << " existing, " << reached.applied << " fenced writes applied, "
                           << reached.refused << " refused, " << reached.found << " found, "
                           << reached.swept << " swept, " << reached.stuck << " stuck, "
-                          << reached.backwards << " backward jumps");
+                          << reached.backwards << " backward jumps, " << reached.full << " full");
   CHECK(reached.claimed > 0);
   CHECK(reached.taken_over > 0);
   CHECK(reached.existing > 0);
@@ -431,6 +441,7 @@ void require_model_agreement(Make make, const budget& limits = {}) {
   CHECK(reached.swept > 0);
   CHECK(reached.stuck > 0);
   CHECK(reached.backwards > 0);
+  if (limits.scope_cap != std::numeric_limits<std::size_t>::max()) CHECK(reached.full > 0);
   // Shown with -s, to see what a budget buys.
   SUCCEED();
 }

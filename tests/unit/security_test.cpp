@@ -333,3 +333,53 @@ TEST_CASE("observers see a stable hash of the key, never the key", "[security]")
   CHECK(idem::redacted_key{"order-1"}.str() == "key:7b7584dcd55134aa");
   CHECK(idem::redacted_key{""}.str() == "key:-");
 }
+
+// ---- per-scope record caps -----------------------------------------------------------------
+
+namespace {
+
+template <class Store>
+struct capped_store_policies : idem::default_policies {
+  using clock = idem::manual_clock;
+  using store = Store;
+};
+
+template <class Store>
+void one_tenant_cannot_fill_the_store(Store store) {
+  counted handler;
+  using policies = capped_store_policies<Store>;
+  typename idem::idempotent<counted, policies>::options options;
+  options.store = store;
+  idem::idempotent<counted, policies> guarded{handler, std::move(options)};
+
+  CHECK(guarded("tenant-a", "k1", std::string("x")).verdict() == idem::verdict::executed);
+  CHECK(guarded("tenant-a", "k2", std::string("x")).verdict() == idem::verdict::executed);
+  const auto refused = guarded("tenant-a", "k3", std::string("x"));
+  CHECK(refused.verdict() == idem::verdict::store_full);
+  CHECK(refused.http_status() == 503);
+  CHECK(*handler.runs == 2);
+  // Its records still replay; other tenants are not affected.
+  CHECK(guarded("tenant-a", "k1", std::string("x")).verdict() == idem::verdict::replayed);
+  CHECK(guarded("tenant-b", "k1", std::string("x")).verdict() == idem::verdict::executed);
+  CHECK(guarded("", "k1", std::string("x")).verdict() == idem::verdict::executed);
+  // Once its records expire, the tenant has room again, swept or not.
+  guarded.clock().advance(24h);
+  CHECK(guarded("tenant-a", "k3", std::string("x")).verdict() == idem::verdict::executed);
+  CHECK(*handler.runs == 5);
+}
+
+}  // namespace
+
+TEST_CASE("a scope at max_records_per_scope gets 503 and leaves the others room - memory_store",
+          "[security]") {
+  idem::memory_store::limits limits;
+  limits.max_records_per_scope = 2;
+  one_tenant_cannot_fill_the_store(idem::memory_store{limits});
+}
+
+TEST_CASE("a scope at max_records_per_scope gets 503 and leaves the others room - locked_store",
+          "[security]") {
+  idem::locked_store::limits limits;
+  limits.max_records_per_scope = 2;
+  one_tenant_cannot_fill_the_store(idem::locked_store{limits});
+}
