@@ -312,7 +312,7 @@ void run_fault_matrix(Make& make, store_operation operation) {
 // default-constructible type whose operator()() answers a fresh, empty store and which lives as
 // long as the test case (a temporary directory, a server connection).
 #define IDEM_FAULT_CASE(store_name, Factory, operation)                                     \
-  TEST_CASE("faults: " #operation " failing or timing out - " store_name, "[faults]") {     \
+  TEST_CASE(#operation " failing or timing out - " store_name, "[faults]") {                \
     Factory factory;                                                                        \
     ::idem::testing::faults::run_fault_matrix(factory,                                      \
                                               ::idem::testing::store_operation::operation); \

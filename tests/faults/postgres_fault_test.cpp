@@ -59,7 +59,7 @@ struct real_store {
 
 IDEM_FAULT_MATRIX_TESTS("postgres", postgres_factory)
 
-TEST_CASE("faults: a table locked past the statement timeout at the claim: 503, nothing runs",
+TEST_CASE("a table locked past the statement timeout at the claim: 503, nothing runs",
           "[faults][postgres]") {
   real_store made;
   idem::manual_clock clock;
@@ -84,7 +84,7 @@ TEST_CASE("faults: a table locked past the statement timeout at the claim: 503, 
 }
 
 TEST_CASE(
-    "faults: the record's row locked past the statement timeout at the completion: told not "
+    "the record's row locked past the statement timeout at the completion: told not "
     "stored, then one effect and the same response",
     "[faults][postgres]") {
   real_store made;
@@ -113,7 +113,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "faults: the store's sessions terminated mid-request: one effect, the same response, and "
+    "the store's sessions terminated mid-request: one effect, the same response, and "
     "the store reconnects",
     "[faults][postgres]") {
   real_store made;
@@ -140,7 +140,7 @@ TEST_CASE(
   CHECK(seen.errors.size() <= 1);
 }
 
-TEST_CASE("faults: a store error never quotes the key, even where PostgreSQL's detail does",
+TEST_CASE("a store error never quotes the key, even where PostgreSQL's detail does",
           "[faults][postgres][security]") {
   real_store made;
   // An operator's constraint that refuses a row: PostgreSQL's DETAIL then quotes the whole row,

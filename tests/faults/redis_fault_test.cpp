@@ -66,7 +66,7 @@ struct sleepy_server {
 
 IDEM_FAULT_MATRIX_TESTS("redis", redis_factory)
 
-TEST_CASE("faults: a server asleep past the command timeout at the claim: 503, nothing runs",
+TEST_CASE("a server asleep past the command timeout at the claim: 503, nothing runs",
           "[faults][redis]") {
   sleepy_server made;
   idem::manual_clock clock;
@@ -90,7 +90,7 @@ TEST_CASE("faults: a server asleep past the command timeout at the claim: 503, n
 }
 
 TEST_CASE(
-    "faults: a server asleep past the command timeout at the completion: told not stored, then "
+    "a server asleep past the command timeout at the completion: told not stored, then "
     "one effect and the same response",
     "[faults][redis]") {
   sleepy_server made;
@@ -117,7 +117,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "faults: the store's connections killed mid-request: the call goes through on a new one, "
+    "the store's connections killed mid-request: the call goes through on a new one, "
     "one effect",
     "[faults][redis]") {
   sleepy_server made;

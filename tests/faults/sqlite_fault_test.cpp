@@ -54,7 +54,7 @@ class write_lock {
 
 IDEM_FAULT_MATRIX_TESTS("sqlite", sqlite_factory)
 
-TEST_CASE("faults: a file locked by another connection at the claim: 503, and nothing runs",
+TEST_CASE("a file locked by another connection at the claim: 503, and nothing runs",
           "[faults][sqlite]") {
   const idem::testing::temporary_directory directory{"idem-faults-sqlite"};
   idem::sqlite_store::options options;
@@ -79,7 +79,7 @@ TEST_CASE("faults: a file locked by another connection at the claim: 503, and no
 }
 
 TEST_CASE(
-    "faults: a file locked by another connection at the completion: told not stored, then one "
+    "a file locked by another connection at the completion: told not stored, then one "
     "effect and the same response",
     "[faults][sqlite]") {
   const idem::testing::temporary_directory directory{"idem-faults-sqlite"};
