@@ -4,9 +4,11 @@
 // record's row), and the store's connections terminated (pg_terminate_backend) mid-request.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <idem/store/postgres.hpp>
@@ -164,4 +166,41 @@ TEST_CASE("a store error never quotes the key, even where PostgreSQL's detail do
     CHECK(what.find("7365637265742d6b6579") == std::string::npos);
     CHECK(what.find("Failing row") == std::string::npos);
   }
+}
+
+TEST_CASE("a scope's record cap holds against claims racing from many connections",
+          "[faults][postgres][security]") {
+  const std::string table = pgtest::unique_table("capped_race");
+  idem::postgres_store::options config = pgtest::caller_time_options(table);
+  config.max_records_per_scope = 5;
+  config.pool_size = 8;
+  idem::postgres_store store{config};
+  const idem::store_time now{std::chrono::seconds{1767225600}};
+  const std::uint8_t bytes[16] = {3};
+  // Twenty scopes, each raced by eight threads claiming four keys each: every scope's cap is
+  // crossed under contention, and each must end with exactly five records.
+  for (int round = 0; round < 20; ++round) {
+    const std::string scope = "tenant-" + std::to_string(round);
+    std::atomic<int> claimed{0};
+    std::vector<std::thread> racers;
+    for (int t = 0; t < 8; ++t) {
+      racers.emplace_back([&, t] {
+        for (int k = 0; k < 4; ++k) {
+          const std::string key = "k" + std::to_string(t) + "-" + std::to_string(k);
+          if (store.claim({scope, key, idem::digest{bytes}, now, 30s, 24h}).status ==
+              idem::claim_status::claimed) {
+            ++claimed;
+          }
+        }
+      });
+    }
+    for (std::thread& racer : racers)
+      racer.join();
+    INFO("scope " << scope);
+    CHECK(claimed == 5);
+  }
+  // Another scope still has its own room.
+  CHECK(store.claim({"other", "k", idem::digest{bytes}, now, 30s, 24h}).status ==
+        idem::claim_status::claimed);
+  pgtest::drop_table(pgtest::conninfo(), table);
 }

@@ -28,3 +28,21 @@ TEST_CASE("postgres_store answers every operation sequence as the locked_store m
       idem::testing::model::budget{300, 100});
   pgtest::drop_table(pgtest::conninfo(), table);
 }
+
+TEST_CASE("postgres_store caps each scope's records as the model does", "[model]") {
+  const std::string table = pgtest::unique_table("model_capped");
+  pgtest::connection admin;
+  idem::postgres_store::options config = pgtest::caller_time_options(table);
+  config.conninfo += " options='-c synchronous_commit=off'";
+  config.max_records_per_scope = 2;
+  idem::postgres_store store{config};
+  idem::testing::model::budget capped{300, 100};
+  capped.scope_cap = 2;
+  idem::testing::model::require_model_agreement(
+      [&] {
+        admin.exec("DELETE FROM \"" + table + "\"");
+        return store;
+      },
+      capped);
+  pgtest::drop_table(pgtest::conninfo(), table);
+}
