@@ -73,9 +73,10 @@ int main() {
     std::printf("gave up: %s\n", std::string(idem::to_string(outcome.verdict())).c_str());
     return 1;
   }
-  std::printf("%s after %d attempts under key %s: %d %s\n",
+  // The key is logged redacted (a stable hash): it is the caller's secret, not log material.
+  std::printf("%s after %d attempts under %s: %d %s\n",
               std::string(idem::to_string(outcome.verdict())).c_str(), outcome.attempts(),
-              std::string(outcome.key()).c_str(), outcome.value().status,
+              idem::redacted_key{outcome.key()}.str().c_str(), outcome.value().status,
               outcome.value().body.c_str());
   std::printf("the provider saw %d requests and made %d charge\n", provider.requests(),
               provider.charges());

@@ -60,7 +60,7 @@ ensure_packages() {
 ensure_packages g++ clang clang-tidy libclang-rt-14-dev cmake ninja-build catch2 libbenchmark-dev python3 \
   libxxhash-dev libssl-dev libcuckoo-dev libtbb-dev libabsl-dev \
   pkg-config libsqlite3-dev sqlite3 libpq-dev postgresql libhiredis-dev redis-server \
-  libcpp-httplib-dev nlohmann-json3-dev
+  libcpp-httplib-dev nlohmann-json3-dev librapidcheck-dev
 
 # --- bookkeeping -----------------------------------------------------------------------------
 total_passed=0

@@ -21,7 +21,9 @@
 #include <idem/json/canonical.hpp>
 #include <idem/key.hpp>
 #include <idem/policies.hpp>
+#include <idem/redacted_key.hpp>
 #include <idem/request.hpp>
+#include <idem/response_codec.hpp>
 #include <idem/retry_after.hpp>
 #include <idem/retry_outcome.hpp>
 #include <idem/retrying.hpp>

@@ -51,6 +51,7 @@
 #include <idem/key.hpp>
 #include <idem/policies.hpp>
 #include <idem/request.hpp>
+#include <idem/response_codec.hpp>
 #include <idem/store.hpp>
 
 namespace idem {
@@ -100,6 +101,7 @@ class idempotent {
   using clock_type = typename Policies::clock;
   using fingerprint_type = fingerprint_for<typename Policies::fingerprint>;
   using failure_type = typename Policies::failure;
+  using response_codec_type = typename Policies::response_codec;
 
   static_assert(Store<store_type>,
                 "Policies::store must be a copyable handle providing claim(claim_request) "
@@ -115,6 +117,9 @@ class idempotent {
                 "Policies::fingerprint must be a hash function (idem::HashFunction, like "
                 "idem::xxh3_128) or provide a const operator()(const request_view&) returning "
                 "idem::digest.");
+  static_assert(ResponseCodec<response_codec_type>,
+                "Policies::response_codec must provide seal(string_view, std::string&) and "
+                "open(string_view, std::string&) const members (see idem/response_codec.hpp).");
   static_assert(Policies::lease > decltype(Policies::lease)::zero(),
                 "Policies::lease must be positive.");
   static_assert(Policies::retention > Policies::lease,
@@ -143,6 +148,12 @@ class idempotent {
     /// The longest request body accepted, in bytes; a longer one answers body_too_large (413)
     /// before anything is hashed or claimed.
     std::size_t max_body_bytes = Policies::max_body_bytes;
+    /// The largest stored response, in bytes (after the response codec): a larger one is not
+    /// stored, its caller gets it with verdict response_too_large, and repeats answer
+    /// response_too_large (500) without running again.
+    std::size_t max_response_bytes = Policies::max_response_bytes;
+    /// Seals responses and recovery points before the store keeps them, opens them on replay.
+    response_codec_type response_codec{};
     /// Where operator()(scope, request) finds the key: the header of the IETF
     /// draft-ietf-httpapi-idempotency-key-header, which Stripe and others use too.
     std::string key_header = "Idempotency-Key";
@@ -156,6 +167,7 @@ class idempotent {
                {parts.lease, parts.retention, parts.coalesce}),
         fingerprint_(std::move(parts.fingerprint)),
         failure_(std::move(parts.failure)),
+        response_codec_(std::move(parts.response_codec)),
         max_key_length_(parts.max_key_length),
         require_key_(parts.require_key),
         max_body_bytes_(parts.max_body_bytes),
@@ -164,6 +176,7 @@ class idempotent {
     if (max_key_length_ == 0) {
       throw std::invalid_argument("idem::idempotent: max_key_length must be at least 1");
     }
+    guard_.set_storage(detail::storage_for(response_codec_, parts.max_response_bytes));
   }
 
   idempotent(const idempotent&) = delete;
@@ -262,6 +275,7 @@ class idempotent {
   guard_type guard_;
   fingerprint_type fingerprint_;
   [[no_unique_address]] failure_type failure_;
+  [[no_unique_address]] response_codec_type response_codec_;
   std::size_t max_key_length_;
   bool require_key_;
   std::size_t max_body_bytes_;

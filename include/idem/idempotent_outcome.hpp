@@ -22,16 +22,18 @@ class guard;
 }  // namespace detail
 
 enum class verdict : std::uint8_t {
-  executed,           // the handler ran under a new or taken-over claim; its response is returned
-  replayed,           // a completed record with the same fingerprint: the stored response
-  in_progress,        // another attempt holds a live claim on the key (HTTP 409)
-  mismatch,           // the key was used with another request (HTTP 422)
-  missing_key,        // no key where one is required (HTTP 400)
-  invalid_key,        // empty, too long, or not visible ASCII (HTTP 400)
-  invalid_request,    // the request cannot be fingerprinted, e.g. a body that is not JSON (400)
-  body_too_large,     // the body is longer than max_body_bytes; nothing is read or stored (413)
-  store_unavailable,  // the store cannot answer; nothing ran (HTTP 503)
-  store_full,         // the store has no room for the claim; nothing ran (HTTP 503)
+  executed,            // the handler ran under a new or taken-over claim; its response is returned
+  replayed,            // a completed record with the same fingerprint: the stored response
+  in_progress,         // another attempt holds a live claim on the key (HTTP 409)
+  mismatch,            // the key was used with another request (HTTP 422)
+  missing_key,         // no key where one is required (HTTP 400)
+  invalid_key,         // empty, too long, or not visible ASCII (HTTP 400)
+  invalid_request,     // the request cannot be fingerprinted, e.g. a body that is not JSON (400)
+  body_too_large,      // the body is longer than max_body_bytes; nothing is read or stored (413)
+  store_unavailable,   // the store cannot answer; nothing ran (HTTP 503)
+  store_full,          // the store has no room for the claim; nothing ran (HTTP 503)
+  response_too_large,  // the response passed max_response_bytes and was not stored (HTTP 500):
+                       // the first caller still has it; repeats are not run again
 };
 
 constexpr std::string_view to_string(verdict v) noexcept {
@@ -56,6 +58,8 @@ constexpr std::string_view to_string(verdict v) noexcept {
       return "store_unavailable";
     case verdict::store_full:
       return "store_full";
+    case verdict::response_too_large:
+      return "response_too_large";
   }
   return "unknown";
 }
@@ -80,6 +84,8 @@ constexpr int http_status(verdict v) noexcept {
     case verdict::store_unavailable:
     case verdict::store_full:
       return 503;
+    case verdict::response_too_large:
+      return 500;  // the service cannot answer a repeat as it answered the first request
   }
   return 500;
 }

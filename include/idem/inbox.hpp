@@ -32,6 +32,7 @@
 #include <idem/idempotent_outcome.hpp>
 #include <idem/key.hpp>
 #include <idem/policies.hpp>
+#include <idem/response_codec.hpp>
 #include <idem/store.hpp>
 
 namespace idem {
@@ -92,14 +93,20 @@ class inbox {
     std::chrono::nanoseconds coalesce = Policies::coalesce;
     /// The longest event id accepted, in bytes.
     std::size_t max_key_length = Policies::max_key_length;
+    /// The largest stored result, in bytes (after the response codec); see idempotent.
+    std::size_t max_response_bytes = Policies::max_response_bytes;
+    /// Seals results and recovery points before the store keeps them (response_codec.hpp).
+    typename Policies::response_codec response_codec{};
   };
 
   inbox() : inbox(options{}) {}
   explicit inbox(options parts)
       : guard_(std::move(parts.store), std::move(parts.clock),
                {parts.lease, parts.retention, parts.coalesce}),
-        max_key_length_(parts.max_key_length) {
+        max_key_length_(parts.max_key_length),
+        response_codec_(std::move(parts.response_codec)) {
     detail::check_timing(guard_.timing(), "idem::inbox");
+    guard_.set_storage(detail::storage_for(response_codec_, parts.max_response_bytes));
   }
 
   /// Runs `fn` (taking a handler_context&, or nothing; and last the store's transaction, with
@@ -145,6 +152,7 @@ class inbox {
 
   guard_type guard_;
   std::size_t max_key_length_;
+  [[no_unique_address]] typename Policies::response_codec response_codec_;
 };
 
 }  // namespace idem

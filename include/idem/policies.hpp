@@ -26,6 +26,7 @@
 #include <idem/policy/key_generator.hpp>
 #include <idem/policy/observer.hpp>
 #include <idem/policy/random.hpp>
+#include <idem/response_codec.hpp>
 #include <idem/store/locked.hpp>
 #include <idem/store/memory.hpp>
 
@@ -72,6 +73,13 @@ struct default_policies {
   /// Request bodies of any size are accepted; set a bound (413 past it) where the transport
   /// does not already impose one.
   static constexpr std::size_t max_body_bytes = static_cast<std::size_t>(-1);
+  /// Responses of any size are stored; set a bound where one tenant's large responses could
+  /// fill the store. A response past it is not stored: the first caller still gets it (verdict
+  /// response_too_large), repeats answer response_too_large (500) and are not run again.
+  static constexpr std::size_t max_response_bytes = static_cast<std::size_t>(-1);
+  /// What responses and recovery points become before the store keeps them: as they are by
+  /// default; an encrypting or redacting codec where they hold secrets (response_codec.hpp).
+  using response_codec = idem::plain_response_codec;
 
   // --- client side: retrying ---------------------------------------------------------------
   /// The random engine each operation draws its jitter and key from.

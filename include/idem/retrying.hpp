@@ -304,7 +304,7 @@ class retrying {
 
       attempt_record& record =
           outcome.history_.push({attempt, verdict.kind, verdict.code, threw, elapsed, {}, false});
-      observer_.on_attempt(attempt_event{outcome.key(), record});
+      observer_.on_attempt(attempt_event{redacted_key{outcome.key()}, record});
 
       if (verdict.kind == disposition::success) {
         breaker_.on_success(detail::since_epoch(attempt_start));
@@ -329,7 +329,7 @@ class retrying {
       record.delay_after = step.delay;
       record.delay_from_retry_after = step.from_retry_after;
       observer_.on_delay(
-          delay_event{outcome.key(), attempt + 1, step.delay, step.from_retry_after});
+          delay_event{redacted_key{outcome.key()}, attempt + 1, step.delay, step.from_retry_after});
       clock_.sleep_for(step.delay);
       previous_delay = step.delay;
 
@@ -344,7 +344,8 @@ class retrying {
 
     if constexpr (!std::is_same_v<observer_type, no_observer>) {
       const std::chrono::nanoseconds total = clock_.now() - start;
-      observer_.on_finish(finish_event{outcome.key(), outcome.verdict_, outcome.attempts(), total});
+      observer_.on_finish(
+          finish_event{redacted_key{outcome.key()}, outcome.verdict_, outcome.attempts(), total});
     }
     return outcome;
   }

@@ -3106,16 +3106,18 @@ class guard;
 }  // namespace detail
 
 enum class verdict : std::uint8_t {
-  executed,           // the handler ran under a new or taken-over claim; its response is returned
-  replayed,           // a completed record with the same fingerprint: the stored response
-  in_progress,        // another attempt holds a live claim on the key (HTTP 409)
-  mismatch,           // the key was used with another request (HTTP 422)
-  missing_key,        // no key where one is required (HTTP 400)
-  invalid_key,        // empty, too long, or not visible ASCII (HTTP 400)
-  invalid_request,    // the request cannot be fingerprinted, e.g. a body that is not JSON (400)
-  body_too_large,     // the body is longer than max_body_bytes; nothing is read or stored (413)
-  store_unavailable,  // the store cannot answer; nothing ran (HTTP 503)
-  store_full,         // the store has no room for the claim; nothing ran (HTTP 503)
+  executed,            // the handler ran under a new or taken-over claim; its response is returned
+  replayed,            // a completed record with the same fingerprint: the stored response
+  in_progress,         // another attempt holds a live claim on the key (HTTP 409)
+  mismatch,            // the key was used with another request (HTTP 422)
+  missing_key,         // no key where one is required (HTTP 400)
+  invalid_key,         // empty, too long, or not visible ASCII (HTTP 400)
+  invalid_request,     // the request cannot be fingerprinted, e.g. a body that is not JSON (400)
+  body_too_large,      // the body is longer than max_body_bytes; nothing is read or stored (413)
+  store_unavailable,   // the store cannot answer; nothing ran (HTTP 503)
+  store_full,          // the store has no room for the claim; nothing ran (HTTP 503)
+  response_too_large,  // the response passed max_response_bytes and was not stored (HTTP 500):
+                       // the first caller still has it; repeats are not run again
 };
 
 constexpr std::string_view to_string(verdict v) noexcept {
@@ -3140,6 +3142,8 @@ constexpr std::string_view to_string(verdict v) noexcept {
       return "store_unavailable";
     case verdict::store_full:
       return "store_full";
+    case verdict::response_too_large:
+      return "response_too_large";
   }
   return "unknown";
 }
@@ -3164,6 +3168,8 @@ constexpr int http_status(verdict v) noexcept {
     case verdict::store_unavailable:
     case verdict::store_full:
       return 503;
+    case verdict::response_too_large:
+      return 500;  // the service cannot answer a repeat as it answered the first request
   }
   return 500;
 }
@@ -3324,6 +3330,57 @@ struct store_all_failures {
 
 }  // namespace idem
 // end idem/policy/failure.hpp
+// begin idem/response_codec.hpp
+// Response codecs: what happens to a response's bytes on their way into the store and back, for
+// services whose responses (and recovery points) must not sit in the store as they are: card
+// numbers, personal data, tokens.
+//
+// A `response_codec` policy provides
+//
+//   void seal(std::string_view plain, std::string& out) const;   // appends the stored form
+//   void open(std::string_view sealed, std::string& out) const;  // appends the plain form back
+//
+// idempotent and inbox seal every response and every recovery point before the store sees it,
+// and open them when a repeat replays or a takeover resumes. Encryption is the usual seal (an
+// AEAD such as AES-GCM with a key from the service's key store, the record's scope as associated
+// data when it should be bound to it); open throws idem::codec_error when the bytes do not open
+// (another key, tampered), and the guarded call passes that exception to its caller. A redacting
+// codec may drop fields for good, in which case a replay answers what is left.
+//
+// What is not sealed: the scope, the key, the fingerprint (a digest already) and the record's
+// times, which the store needs to do its work. stuck() lists records as stored (sealed).
+// max_response_bytes counts the sealed bytes.
+
+namespace idem {
+
+/// What a `response_codec` policy must provide (see above).
+template <class C>
+concept ResponseCodec = std::copy_constructible<C> &&
+    requires(const C& codec, std::string_view bytes, std::string& out) {
+  codec.seal(bytes, out);
+  codec.open(bytes, out);
+};
+
+/// The default: the bytes are stored as they are, at no cost (idempotent skips the calls).
+struct plain_response_codec {
+  void seal(std::string_view plain, std::string& out) const { out.append(plain); }
+  void open(std::string_view sealed, std::string& out) const { out.append(sealed); }
+};
+
+namespace detail {
+
+template <ResponseCodec Codec>
+void seal_with(const void* codec, std::string_view plain, std::string& out) {
+  static_cast<const Codec*>(codec)->seal(plain, out);
+}
+template <ResponseCodec Codec>
+void open_with(const void* codec, std::string_view sealed, std::string& out) {
+  static_cast<const Codec*>(codec)->open(sealed, out);
+}
+
+}  // namespace detail
+}  // namespace idem
+// end idem/response_codec.hpp
 // begin idem/store.hpp
 // The store contract: what a backend must do for idempotent to give exactly-once effect.
 //
@@ -3510,6 +3567,36 @@ struct guard_timing {
   std::chrono::nanoseconds coalesce;
 };
 
+// How responses and recovery points are kept: the size a stored response may reach, and the
+// response codec's seal and open (idem/response_codec.hpp), type-erased so that the guard's type
+// does not depend on the codec. Null functions: the bytes are stored as they are.
+struct guard_storage {
+  std::size_t max_response_bytes = static_cast<std::size_t>(-1);
+  const void* codec = nullptr;
+  void (*seal)(const void* codec, std::string_view plain, std::string& out) = nullptr;
+  void (*open)(const void* codec, std::string_view sealed, std::string& out) = nullptr;
+};
+
+// What a record holds in place of a response too large to store: the size it had. A handler's
+// own response equal to this text would replay as too large; nothing else can be mistaken for
+// it, and it is written unsealed so that a codec never has to open it.
+inline constexpr char too_large_text[] = "\0idem: response too large to store\0";
+inline constexpr std::string_view too_large_marker{too_large_text, sizeof too_large_text - 1};
+
+// The storage of an owner (idempotent, inbox) that keeps `codec` for as long as its guard: the
+// default codec costs no call.
+template <ResponseCodec Codec>
+guard_storage storage_for(const Codec& codec, std::size_t max_response_bytes) {
+  guard_storage storage;
+  storage.max_response_bytes = max_response_bytes;
+  if constexpr (!std::is_same_v<Codec, plain_response_codec>) {
+    storage.codec = &codec;
+    storage.seal = &seal_with<Codec>;
+    storage.open = &open_with<Codec>;
+  }
+  return storage;
+}
+
 inline void check_timing(const guard_timing& timing, const char* who) {
   using std::chrono::nanoseconds;
   if (timing.lease <= nanoseconds::zero()) {
@@ -3532,6 +3619,7 @@ class guard {
       : store_(std::move(store)), clock_(std::move(clock)), timing_(timing) {}
 
   Store& store() noexcept { return store_; }
+  void set_storage(const guard_storage& storage) noexcept { storage_ = storage; }
 
   std::size_t sweep() { return store_.sweep(clock_.wall_now()); }
   std::vector<record> stuck(std::size_t limit) { return store_.stuck(clock_.wall_now(), limit); }
@@ -3614,7 +3702,7 @@ class guard {
         break;
     }
     return then(claimed.fence, claimed.status == claim_status::taken_over,
-                std::move(claimed.existing.recovery));
+                opened_recovery(std::move(claimed.existing.recovery)));
   }
 
   // One claim, or with coalescing, claims repeated with growing pauses while another attempt
@@ -3642,7 +3730,7 @@ class guard {
   }
 
   template <class Response>
-  static idempotent_outcome<Response> answer_existing(record& existing, const digest& print) {
+  idempotent_outcome<Response> answer_existing(record& existing, const digest& print) const {
     using outcome_type = idempotent_outcome<Response>;
     if (existing.fingerprint != print) {
       return outcome_type{verdict::mismatch, "the key was already used with a different request"};
@@ -3650,10 +3738,64 @@ class guard {
     if (existing.state == record_state::in_progress) {
       return outcome_type{verdict::in_progress, "a request with this key is still being processed"};
     }
+    if (existing.response.starts_with(too_large_marker)) {
+      return outcome_type{verdict::response_too_large,
+                          "the response to this key was " +
+                              existing.response.substr(too_large_marker.size()) +
+                              " bytes, more than the store keeps; it was not stored, and the "
+                              "request is not run again"};
+    }
     outcome_type outcome{verdict::replayed};
-    outcome.response_.emplace(codec<Response>::decode(existing.response));
+    if (storage_.open != nullptr) {
+      std::string plain;
+      storage_.open(storage_.codec, existing.response, plain);
+      outcome.response_.emplace(codec<Response>::decode(plain));
+    } else {
+      outcome.response_.emplace(codec<Response>::decode(existing.response));
+    }
     outcome.recorded_ = true;
     return outcome;
+  }
+
+  // The bytes a store keeps for `plain` (an encoded response): sealed by the response codec, or
+  // the too-large marker when they pass max_response_bytes. Answers whether they fit.
+  bool stored_form(std::string& plain) const {
+    std::string sealed;
+    const std::string* kept = &plain;
+    if (storage_.seal != nullptr) {
+      storage_.seal(storage_.codec, plain, sealed);
+      kept = &sealed;
+    }
+    if (kept->size() > storage_.max_response_bytes) {
+      std::string marker(too_large_marker);
+      marker += std::to_string(kept->size());
+      plain = std::move(marker);
+      return false;
+    }
+    if (kept == &sealed) plain = std::move(sealed);
+    return true;
+  }
+
+  // A recovery point as the store keeps it, and back.
+  std::string sealed_recovery(std::string_view plain) const {
+    if (storage_.seal == nullptr) return std::string(plain);
+    std::string sealed;
+    storage_.seal(storage_.codec, plain, sealed);
+    return sealed;
+  }
+  std::string opened_recovery(std::string recovery) const {
+    if (storage_.open == nullptr || recovery.empty()) return recovery;
+    std::string plain;
+    storage_.open(storage_.codec, recovery, plain);
+    return plain;
+  }
+
+  std::string too_large_message(std::string_view marker) const {
+    return "the response takes " + std::string(marker.substr(too_large_marker.size())) +
+           " bytes to store, more than max_response_bytes (" +
+           std::to_string(storage_.max_response_bytes) +
+           "): it was not stored; repeats of this key answer response_too_large and do not run "
+           "again";
   }
 
   // Where the context records recovery points: a fenced checkpoint that also renews the lease,
@@ -3669,6 +3811,10 @@ class guard {
     static bool write(void* target, std::string_view recovery) {
       auto& me = *static_cast<checkpoint_target*>(target);
       try {
+        if (me.self->storage_.seal != nullptr) {
+          return me.writer->checkpoint(me.held, me.self->sealed_recovery(recovery),
+                                       me.self->clock_.wall_now() + me.self->timing_.lease);
+        }
         return me.writer->checkpoint(me.held, recovery,
                                      me.self->clock_.wall_now() + me.self->timing_.lease);
       } catch (...) {
@@ -3708,6 +3854,7 @@ class guard {
     outcome.resumed_ = resumed;
     std::string bytes;
     codec<Response>::encode(*response, bytes);
+    const bool fits = stored_form(bytes);
     bool applied = false;
     try {
       applied = store_.complete(target.held, bytes, clock_.wall_now());
@@ -3719,6 +3866,12 @@ class guard {
     }
     if (!applied) return answer_lost<Response>(scope, key, print);
     outcome.response_ = std::move(response);
+    if (!fits) {
+      // The caller still gets the response the handler made; repeats get the refusal.
+      outcome.verdict_ = verdict::response_too_large;
+      outcome.message_ = too_large_message(bytes);
+      return outcome;
+    }
     outcome.recorded_ = true;
     return outcome;
   }
@@ -3733,6 +3886,7 @@ class guard {
       if (stored) {
         std::string bytes;
         codec<Response>::encode(*stored, bytes);
+        (void)stored_form(bytes);
         (void)store_.complete(held, bytes, clock_.wall_now());
       } else {
         (void)store_.release(held);
@@ -3762,6 +3916,8 @@ class guard {
                             recovery_sink{&target, &decltype(target)::write}};
     std::optional<Response> response;
     bool handler_threw = false;
+    bool fits = true;
+    std::string marker;
     auto produce = [&](transaction_type& transaction) -> std::string {
       target.writer = &transaction;
       target.store_failed = false;
@@ -3777,6 +3933,8 @@ class guard {
       }
       std::string bytes;
       codec<Response>::encode(*response, bytes);
+      fits = stored_form(bytes);
+      if (!fits) marker = bytes;
       return bytes;
     };
 
@@ -3802,6 +3960,11 @@ class guard {
     outcome.fence_ = fence;
     outcome.resumed_ = resumed;
     outcome.response_ = std::move(response);
+    if (!fits) {
+      outcome.verdict_ = verdict::response_too_large;
+      outcome.message_ = too_large_message(marker);
+      return outcome;
+    }
     outcome.recorded_ = true;
     return outcome;
   }
@@ -3828,6 +3991,7 @@ class guard {
   Store store_;
   Clock clock_;
   guard_timing timing_;
+  guard_storage storage_{};
 };
 
 }  // namespace idem::detail
@@ -4961,6 +5125,59 @@ struct uuid_v7 {
 // The default, no_observer, has empty inline members: the calls vanish when inlined, so a
 // configuration that watches nothing pays nothing. counting_observer keeps totals in atomics
 // (copies share them); callback_observer forwards to user functions.
+//
+// Events carry the operation's key redacted (idem/redacted_key.hpp): an observer that logs
+// `event.key.str()` writes a stable hash, never the key, which the caller may treat as a secret.
+
+// begin idem/redacted_key.hpp
+// redacted_key: an idempotency key as telemetry may show it, never the key itself.
+//
+// A key is a bearer token of sorts: whoever holds it (with the scope) can have the response
+// replayed, and it may be built from what a client considers private. So nothing idem hands to an
+// observer or writes into an error message carries a key as it is: observers get a redacted_key,
+// whose text is "key:" and 16 hex digits of SHA-256 over a fixed prefix and the key. The same key
+// gives the same text in every process and run, so log lines of one operation still correlate;
+// 64 bits of a one-way hash do not give the key back. A short key from a small set could still be
+// found by hashing every candidate: generate keys with enough entropy (uuid_v4, the default).
+//
+// Free to pass around: it holds a view of the key and hashes only when str() is asked for, so an
+// observer that never prints the key costs nothing. Valid as long as the event it came with.
+
+namespace idem {
+
+class redacted_key {
+ public:
+  constexpr explicit redacted_key(std::string_view key) noexcept : key_(key) {}
+
+  /// "key:" and 16 hex digits; "key:-" for an operation without a key.
+  std::string str() const {
+    if (key_.empty()) return "key:-";
+    sha256::state hash;
+    hash.update(std::string_view{"idem redacted key v1"});
+    hash.update(key_);
+    const std::array<std::uint8_t, 32> bytes = hash.finish_bytes();
+    static constexpr std::string_view digits = "0123456789abcdef";
+    std::string out = "key:";
+    for (std::size_t i = 0; i < 8; ++i) {
+      out.push_back(digits[bytes[i] >> 4]);
+      out.push_back(digits[bytes[i] & 15]);
+    }
+    return out;
+  }
+  /// Whether the operation had no key.
+  constexpr bool empty() const noexcept { return key_.empty(); }
+
+  /// Two events of the same operation carry equal redacted keys.
+  friend constexpr bool operator==(const redacted_key& a, const redacted_key& b) noexcept {
+    return a.key_ == b.key_;
+  }
+
+ private:
+  std::string_view key_;
+};
+
+}  // namespace idem
+// end idem/redacted_key.hpp
 
 namespace idem {
 
@@ -5001,13 +5218,13 @@ constexpr std::string_view to_string(retry_verdict v) noexcept {
 
 /// An attempt has ended.
 struct attempt_event {
-  std::string_view key;
+  redacted_key key;
   const attempt_record& record;
 };
 
 /// The loop is about to wait before attempt `next_attempt`.
 struct delay_event {
-  std::string_view key;
+  redacted_key key;
   int next_attempt;
   std::chrono::nanoseconds delay;
   bool from_retry_after;
@@ -5015,7 +5232,7 @@ struct delay_event {
 
 /// The operation has ended.
 struct finish_event {
-  std::string_view key;
+  redacted_key key;
   retry_verdict verdict;
   int attempts;
   std::chrono::nanoseconds elapsed;
@@ -5116,6 +5333,10 @@ class locked_store {
     std::size_t max_records = std::numeric_limits<std::size_t>::max();
     /// Counted as scope + key + response + recovery bytes of every record held.
     std::size_t max_bytes = std::numeric_limits<std::size_t>::max();
+    /// The most records one scope may hold that have not expired (released ones included:
+    /// they keep their fence until then). A claim that would add one more answers `full`, so
+    /// one tenant cannot fill a store others share.
+    std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
   };
 
   locked_store() : locked_store(limits{}) {}
@@ -5139,11 +5360,13 @@ class locked_store {
         return {claim_status::existing, 0, existing};
       }
       // Expired or released: replaced below, under a higher fence than any handed out before.
+      if (scope_at_cap(request.scope, id, request.now)) return {claim_status::full, 0, {}};
       previous_fence = held.snapshot.fence;
       state_->bytes -= held.bytes();
       state_->records.erase(found);
+    } else if (scope_at_cap(request.scope, id, request.now)) {
+      return {claim_status::full, 0, {}};
     }
-
     const std::size_t new_bytes = request.scope.size() + request.key.size();
     if (!has_room(1, new_bytes)) {
       // Expired records are not live: make room from them before saying full.
@@ -5282,6 +5505,21 @@ class locked_store {
     return &target;
   }
 
+  // Whether the scope already holds max_records_per_scope records that have not expired, other
+  // than the record `id` (which a claim would replace). Its records lie together in the map
+  // (the id begins with the scope), so this costs what the scope holds.
+  bool scope_at_cap(std::string_view scope, std::string_view id, store_time now) const {
+    const std::size_t cap = state_->bounds.max_records_per_scope;
+    if (cap == std::numeric_limits<std::size_t>::max()) return false;
+    const std::string prefix = make_id(scope, {});
+    std::size_t live = 0;
+    for (auto it = state_->records.lower_bound(prefix);
+         it != state_->records.end() && it->first.starts_with(prefix); ++it) {
+      if (it->first != id && now < it->second.snapshot.expires_at && ++live >= cap) return true;
+    }
+    return live >= cap;
+  }
+
   bool has_room(std::size_t records, std::size_t bytes) const noexcept {
     const limits& bounds = state_->bounds;
     return state_->records.size() + records <= bounds.max_records &&
@@ -5339,7 +5577,9 @@ class locked_store {
 // key drawn once per process, so clients cannot aim their keys at one bucket; that hash is
 // never stored. The bucket count is fixed from limits::expected_records: beyond it chains grow.
 //
-// Bounds: max_records counts nodes held (expired ones until they are swept), max_bytes counts
+// Bounds: max_records_per_scope counts a scope's records that have not expired (released ones
+// included), so one tenant cannot fill the store.
+// max_records counts nodes held (expired ones until they are swept), max_bytes counts
 // scope + key + response + recovery bytes. A claim past either answers `full` after first
 // sweeping what has expired; a live record is never evicted.
 //
@@ -5348,7 +5588,10 @@ class locked_store {
 // due ones, so it costs what it removes (plus the tickets that arrived since the last sweep),
 // not what the store holds.
 
+#include <iterator>
 #include <new>
+#include <set>
+#include <unordered_map>
 
 // begin idem/detail/epoch.hpp
 // Epoch-based memory reclamation: when a lock-free structure may free what it unlinked.
@@ -5687,6 +5930,11 @@ class memory_store {
     std::size_t max_records = std::numeric_limits<std::size_t>::max();
     /// Counted as scope + key + response + recovery bytes of every record held.
     std::size_t max_bytes = std::numeric_limits<std::size_t>::max();
+    /// The most records one scope may hold that have not expired (released ones included: they
+    /// keep their fence until then). A claim that would add one more answers `full`, so one
+    /// tenant cannot fill a store others share. Unlimited by default; when set, a claim that
+    /// makes or renews a record also takes one of 64 striped mutexes to count it.
+    std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
     /// Sizes the bucket arrays (one bucket per expected record, at least 16 per shard).
     std::size_t expected_records = 65536;
   };
@@ -5758,18 +6006,28 @@ class memory_store {
           found->references.fetch_add(1, std::memory_order_relaxed);
           home.push_ticket(&renewal->base, true);
         }
+        // The scope's cap counts the records other than this one that have not expired.
+        if (!s.reserve_scope(request.scope, now, seen->expires_at > now ? 1 : 0, expires_at)) {
+          return {claim_status::full, 0, {}};
+        }
         version* next = version::make_claim(request, seen->fence + 1);
         if (!found->current.compare_exchange_strong(seen, next, std::memory_order_acq_rel)) {
           version::destroy(next);
+          s.give_back_scope(request.scope, expires_at);
           continue;
         }
+        s.give_back_scope(request.scope, seen->expires_at);
         s.give_back_bytes(home, seen->payload_size());
         guard.retire(seen, &version::destroy_erased);
         return {claim_status::claimed, next->fence, {}};
       }
 
       if (fresh == nullptr) {
+        if (!s.reserve_scope(request.scope, now, 0, now + request.retention.count())) {
+          return {claim_status::full, 0, {}};
+        }
         if (!s.reserve(home, id_bytes)) {
+          s.give_back_scope(request.scope, now + request.retention.count());
           if (swept) return {claim_status::full, 0, {}};
           // Expired records are not live: make room from them, once, before saying full.
           // Shards another thread is sweeping are skipped rather than waited for, so a full
@@ -6208,11 +6466,52 @@ class memory_store {
       give_back_bytes(home, bytes_held);
     }
 
+    // Per scope, the expiry of every record it holds (expired ones until swept), kept only when
+    // max_records_per_scope is set: a scope's records are spread over every shard, so what it
+    // holds is kept apart, in one of 64 stripes chosen by the scope's keyed hash. A claim counts
+    // the scope's records that have not expired, and adds its own expiry only if that count,
+    // less `replacing` (the record it replaces, when that one has not expired), is below the
+    // cap. Between the add and the claim's compare-and-swap the scope may count one record too
+    // many: a concurrent claim at the edge then answers full, never one past the cap.
+    struct scope_stripe {
+      std::mutex mutex;
+      std::unordered_map<std::string, std::multiset<std::int64_t>> expiries;
+    };
+    scope_stripe& stripe_for(std::string_view scope) noexcept {
+      const char* bytes = scope.empty() ? "" : scope.data();
+      return scope_stripes[detail::siphash13::hash(hash_key, bytes, scope.size()) & 63];
+    }
+    bool reserve_scope(std::string_view scope, std::int64_t now, std::size_t replacing,
+                       std::int64_t expires_at) {
+      if (bounds.max_records_per_scope == std::numeric_limits<std::size_t>::max()) return true;
+      scope_stripe& stripe = stripe_for(scope);
+      const std::lock_guard lock(stripe.mutex);
+      std::multiset<std::int64_t>& held = stripe.expiries[std::string(scope)];
+      const auto live = static_cast<std::size_t>(std::distance(held.upper_bound(now), held.end()));
+      if (live - std::min(live, replacing) >= bounds.max_records_per_scope) {
+        if (held.empty()) stripe.expiries.erase(std::string(scope));
+        return false;
+      }
+      held.insert(expires_at);
+      return true;
+    }
+    void give_back_scope(std::string_view scope, std::int64_t expires_at) {
+      if (bounds.max_records_per_scope == std::numeric_limits<std::size_t>::max()) return;
+      scope_stripe& stripe = stripe_for(scope);
+      const std::lock_guard lock(stripe.mutex);
+      const auto at = stripe.expiries.find(std::string(scope));
+      if (at == stripe.expiries.end()) return;
+      const auto one = at->second.find(expires_at);
+      if (one != at->second.end()) at->second.erase(one);
+      if (at->second.empty()) stripe.expiries.erase(at);
+    }
+
     limits bounds;
     bool bounded;
     detail::siphash_key hash_key;
     std::vector<shard> shards;
     tally global;
+    std::array<scope_stripe, 64> scope_stripes;
   };
 
   struct position {
@@ -6256,6 +6555,7 @@ class memory_store {
     while (seen->state != dead) {
       if (fresh->current.compare_exchange_weak(seen, &dead_version(), std::memory_order_acq_rel)) {
         state_->release_reservation(home, fresh->scope_size + fresh->key_size);
+        state_->give_back_scope(fresh->scope(), seen->expires_at);
         guard.retire(seen, &version::destroy_erased);
         break;
       }
@@ -6358,6 +6658,7 @@ class memory_store {
       while (seen->state != dead && seen->expires_at <= now) {
         if (n->current.compare_exchange_weak(seen, &dead_version(), std::memory_order_acq_rel)) {
           state_->forget_record(home, n->scope_size + n->key_size + seen->payload_size());
+          state_->give_back_scope(n->scope(), seen->expires_at);
           guard.retire(seen, &version::destroy_erased);
           help_remove(n);
           (void)search(home.bucket_for(n->hash), n->hash, n->scope(), n->key(), guard);
@@ -6426,6 +6727,13 @@ struct default_policies {
   /// Request bodies of any size are accepted; set a bound (413 past it) where the transport
   /// does not already impose one.
   static constexpr std::size_t max_body_bytes = static_cast<std::size_t>(-1);
+  /// Responses of any size are stored; set a bound where one tenant's large responses could
+  /// fill the store. A response past it is not stored: the first caller still gets it (verdict
+  /// response_too_large), repeats answer response_too_large (500) and are not run again.
+  static constexpr std::size_t max_response_bytes = static_cast<std::size_t>(-1);
+  /// What responses and recovery points become before the store keeps them: as they are by
+  /// default; an encrypting or redacting codec where they hold secrets (response_codec.hpp).
+  using response_codec = idem::plain_response_codec;
 
   // --- client side: retrying ---------------------------------------------------------------
   /// The random engine each operation draws its jitter and key from.
@@ -6506,6 +6814,7 @@ class idempotent {
   using clock_type = typename Policies::clock;
   using fingerprint_type = fingerprint_for<typename Policies::fingerprint>;
   using failure_type = typename Policies::failure;
+  using response_codec_type = typename Policies::response_codec;
 
   static_assert(Store<store_type>,
                 "Policies::store must be a copyable handle providing claim(claim_request) "
@@ -6521,6 +6830,9 @@ class idempotent {
                 "Policies::fingerprint must be a hash function (idem::HashFunction, like "
                 "idem::xxh3_128) or provide a const operator()(const request_view&) returning "
                 "idem::digest.");
+  static_assert(ResponseCodec<response_codec_type>,
+                "Policies::response_codec must provide seal(string_view, std::string&) and "
+                "open(string_view, std::string&) const members (see idem/response_codec.hpp).");
   static_assert(Policies::lease > decltype(Policies::lease)::zero(),
                 "Policies::lease must be positive.");
   static_assert(Policies::retention > Policies::lease,
@@ -6549,6 +6861,12 @@ class idempotent {
     /// The longest request body accepted, in bytes; a longer one answers body_too_large (413)
     /// before anything is hashed or claimed.
     std::size_t max_body_bytes = Policies::max_body_bytes;
+    /// The largest stored response, in bytes (after the response codec): a larger one is not
+    /// stored, its caller gets it with verdict response_too_large, and repeats answer
+    /// response_too_large (500) without running again.
+    std::size_t max_response_bytes = Policies::max_response_bytes;
+    /// Seals responses and recovery points before the store keeps them, opens them on replay.
+    response_codec_type response_codec{};
     /// Where operator()(scope, request) finds the key: the header of the IETF
     /// draft-ietf-httpapi-idempotency-key-header, which Stripe and others use too.
     std::string key_header = "Idempotency-Key";
@@ -6562,6 +6880,7 @@ class idempotent {
                {parts.lease, parts.retention, parts.coalesce}),
         fingerprint_(std::move(parts.fingerprint)),
         failure_(std::move(parts.failure)),
+        response_codec_(std::move(parts.response_codec)),
         max_key_length_(parts.max_key_length),
         require_key_(parts.require_key),
         max_body_bytes_(parts.max_body_bytes),
@@ -6570,6 +6889,7 @@ class idempotent {
     if (max_key_length_ == 0) {
       throw std::invalid_argument("idem::idempotent: max_key_length must be at least 1");
     }
+    guard_.set_storage(detail::storage_for(response_codec_, parts.max_response_bytes));
   }
 
   idempotent(const idempotent&) = delete;
@@ -6668,6 +6988,7 @@ class idempotent {
   guard_type guard_;
   fingerprint_type fingerprint_;
   [[no_unique_address]] failure_type failure_;
+  [[no_unique_address]] response_codec_type response_codec_;
   std::size_t max_key_length_;
   bool require_key_;
   std::size_t max_body_bytes_;
@@ -6756,14 +7077,20 @@ class inbox {
     std::chrono::nanoseconds coalesce = Policies::coalesce;
     /// The longest event id accepted, in bytes.
     std::size_t max_key_length = Policies::max_key_length;
+    /// The largest stored result, in bytes (after the response codec); see idempotent.
+    std::size_t max_response_bytes = Policies::max_response_bytes;
+    /// Seals results and recovery points before the store keeps them (response_codec.hpp).
+    typename Policies::response_codec response_codec{};
   };
 
   inbox() : inbox(options{}) {}
   explicit inbox(options parts)
       : guard_(std::move(parts.store), std::move(parts.clock),
                {parts.lease, parts.retention, parts.coalesce}),
-        max_key_length_(parts.max_key_length) {
+        max_key_length_(parts.max_key_length),
+        response_codec_(std::move(parts.response_codec)) {
     detail::check_timing(guard_.timing(), "idem::inbox");
+    guard_.set_storage(detail::storage_for(response_codec_, parts.max_response_bytes));
   }
 
   /// Runs `fn` (taking a handler_context&, or nothing; and last the store's transaction, with
@@ -6809,6 +7136,7 @@ class inbox {
 
   guard_type guard_;
   std::size_t max_key_length_;
+  [[no_unique_address]] typename Policies::response_codec response_codec_;
 };
 
 }  // namespace idem
@@ -7543,7 +7871,7 @@ class retrying {
 
       attempt_record& record =
           outcome.history_.push({attempt, verdict.kind, verdict.code, threw, elapsed, {}, false});
-      observer_.on_attempt(attempt_event{outcome.key(), record});
+      observer_.on_attempt(attempt_event{redacted_key{outcome.key()}, record});
 
       if (verdict.kind == disposition::success) {
         breaker_.on_success(detail::since_epoch(attempt_start));
@@ -7568,7 +7896,7 @@ class retrying {
       record.delay_after = step.delay;
       record.delay_from_retry_after = step.from_retry_after;
       observer_.on_delay(
-          delay_event{outcome.key(), attempt + 1, step.delay, step.from_retry_after});
+          delay_event{redacted_key{outcome.key()}, attempt + 1, step.delay, step.from_retry_after});
       clock_.sleep_for(step.delay);
       previous_delay = step.delay;
 
@@ -7583,7 +7911,8 @@ class retrying {
 
     if constexpr (!std::is_same_v<observer_type, no_observer>) {
       const std::chrono::nanoseconds total = clock_.now() - start;
-      observer_.on_finish(finish_event{outcome.key(), outcome.verdict_, outcome.attempts(), total});
+      observer_.on_finish(
+          finish_event{redacted_key{outcome.key()}, outcome.verdict_, outcome.attempts(), total});
     }
     return outcome;
   }

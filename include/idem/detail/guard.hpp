@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include <idem/handler_context.hpp>
 #include <idem/idempotent_outcome.hpp>
 #include <idem/policy/failure.hpp>
+#include <idem/response_codec.hpp>
 #include <idem/store.hpp>
 
 namespace idem::detail {
@@ -27,6 +29,36 @@ struct guard_timing {
   std::chrono::nanoseconds retention;
   std::chrono::nanoseconds coalesce;
 };
+
+// How responses and recovery points are kept: the size a stored response may reach, and the
+// response codec's seal and open (idem/response_codec.hpp), type-erased so that the guard's type
+// does not depend on the codec. Null functions: the bytes are stored as they are.
+struct guard_storage {
+  std::size_t max_response_bytes = static_cast<std::size_t>(-1);
+  const void* codec = nullptr;
+  void (*seal)(const void* codec, std::string_view plain, std::string& out) = nullptr;
+  void (*open)(const void* codec, std::string_view sealed, std::string& out) = nullptr;
+};
+
+// What a record holds in place of a response too large to store: the size it had. A handler's
+// own response equal to this text would replay as too large; nothing else can be mistaken for
+// it, and it is written unsealed so that a codec never has to open it.
+inline constexpr char too_large_text[] = "\0idem: response too large to store\0";
+inline constexpr std::string_view too_large_marker{too_large_text, sizeof too_large_text - 1};
+
+// The storage of an owner (idempotent, inbox) that keeps `codec` for as long as its guard: the
+// default codec costs no call.
+template <ResponseCodec Codec>
+guard_storage storage_for(const Codec& codec, std::size_t max_response_bytes) {
+  guard_storage storage;
+  storage.max_response_bytes = max_response_bytes;
+  if constexpr (!std::is_same_v<Codec, plain_response_codec>) {
+    storage.codec = &codec;
+    storage.seal = &seal_with<Codec>;
+    storage.open = &open_with<Codec>;
+  }
+  return storage;
+}
 
 inline void check_timing(const guard_timing& timing, const char* who) {
   using std::chrono::nanoseconds;
@@ -50,6 +82,7 @@ class guard {
       : store_(std::move(store)), clock_(std::move(clock)), timing_(timing) {}
 
   Store& store() noexcept { return store_; }
+  void set_storage(const guard_storage& storage) noexcept { storage_ = storage; }
 
   std::size_t sweep() { return store_.sweep(clock_.wall_now()); }
   std::vector<record> stuck(std::size_t limit) { return store_.stuck(clock_.wall_now(), limit); }
@@ -132,7 +165,7 @@ class guard {
         break;
     }
     return then(claimed.fence, claimed.status == claim_status::taken_over,
-                std::move(claimed.existing.recovery));
+                opened_recovery(std::move(claimed.existing.recovery)));
   }
 
   // One claim, or with coalescing, claims repeated with growing pauses while another attempt
@@ -160,7 +193,7 @@ class guard {
   }
 
   template <class Response>
-  static idempotent_outcome<Response> answer_existing(record& existing, const digest& print) {
+  idempotent_outcome<Response> answer_existing(record& existing, const digest& print) const {
     using outcome_type = idempotent_outcome<Response>;
     if (existing.fingerprint != print) {
       return outcome_type{verdict::mismatch, "the key was already used with a different request"};
@@ -168,10 +201,64 @@ class guard {
     if (existing.state == record_state::in_progress) {
       return outcome_type{verdict::in_progress, "a request with this key is still being processed"};
     }
+    if (existing.response.starts_with(too_large_marker)) {
+      return outcome_type{verdict::response_too_large,
+                          "the response to this key was " +
+                              existing.response.substr(too_large_marker.size()) +
+                              " bytes, more than the store keeps; it was not stored, and the "
+                              "request is not run again"};
+    }
     outcome_type outcome{verdict::replayed};
-    outcome.response_.emplace(codec<Response>::decode(existing.response));
+    if (storage_.open != nullptr) {
+      std::string plain;
+      storage_.open(storage_.codec, existing.response, plain);
+      outcome.response_.emplace(codec<Response>::decode(plain));
+    } else {
+      outcome.response_.emplace(codec<Response>::decode(existing.response));
+    }
     outcome.recorded_ = true;
     return outcome;
+  }
+
+  // The bytes a store keeps for `plain` (an encoded response): sealed by the response codec, or
+  // the too-large marker when they pass max_response_bytes. Answers whether they fit.
+  bool stored_form(std::string& plain) const {
+    std::string sealed;
+    const std::string* kept = &plain;
+    if (storage_.seal != nullptr) {
+      storage_.seal(storage_.codec, plain, sealed);
+      kept = &sealed;
+    }
+    if (kept->size() > storage_.max_response_bytes) {
+      std::string marker(too_large_marker);
+      marker += std::to_string(kept->size());
+      plain = std::move(marker);
+      return false;
+    }
+    if (kept == &sealed) plain = std::move(sealed);
+    return true;
+  }
+
+  // A recovery point as the store keeps it, and back.
+  std::string sealed_recovery(std::string_view plain) const {
+    if (storage_.seal == nullptr) return std::string(plain);
+    std::string sealed;
+    storage_.seal(storage_.codec, plain, sealed);
+    return sealed;
+  }
+  std::string opened_recovery(std::string recovery) const {
+    if (storage_.open == nullptr || recovery.empty()) return recovery;
+    std::string plain;
+    storage_.open(storage_.codec, recovery, plain);
+    return plain;
+  }
+
+  std::string too_large_message(std::string_view marker) const {
+    return "the response takes " + std::string(marker.substr(too_large_marker.size())) +
+           " bytes to store, more than max_response_bytes (" +
+           std::to_string(storage_.max_response_bytes) +
+           "): it was not stored; repeats of this key answer response_too_large and do not run "
+           "again";
   }
 
   // Where the context records recovery points: a fenced checkpoint that also renews the lease,
@@ -187,6 +274,10 @@ class guard {
     static bool write(void* target, std::string_view recovery) {
       auto& me = *static_cast<checkpoint_target*>(target);
       try {
+        if (me.self->storage_.seal != nullptr) {
+          return me.writer->checkpoint(me.held, me.self->sealed_recovery(recovery),
+                                       me.self->clock_.wall_now() + me.self->timing_.lease);
+        }
         return me.writer->checkpoint(me.held, recovery,
                                      me.self->clock_.wall_now() + me.self->timing_.lease);
       } catch (...) {
@@ -226,6 +317,7 @@ class guard {
     outcome.resumed_ = resumed;
     std::string bytes;
     codec<Response>::encode(*response, bytes);
+    const bool fits = stored_form(bytes);
     bool applied = false;
     try {
       applied = store_.complete(target.held, bytes, clock_.wall_now());
@@ -237,6 +329,12 @@ class guard {
     }
     if (!applied) return answer_lost<Response>(scope, key, print);
     outcome.response_ = std::move(response);
+    if (!fits) {
+      // The caller still gets the response the handler made; repeats get the refusal.
+      outcome.verdict_ = verdict::response_too_large;
+      outcome.message_ = too_large_message(bytes);
+      return outcome;
+    }
     outcome.recorded_ = true;
     return outcome;
   }
@@ -251,6 +349,7 @@ class guard {
       if (stored) {
         std::string bytes;
         codec<Response>::encode(*stored, bytes);
+        (void)stored_form(bytes);
         (void)store_.complete(held, bytes, clock_.wall_now());
       } else {
         (void)store_.release(held);
@@ -280,6 +379,8 @@ class guard {
                             recovery_sink{&target, &decltype(target)::write}};
     std::optional<Response> response;
     bool handler_threw = false;
+    bool fits = true;
+    std::string marker;
     auto produce = [&](transaction_type& transaction) -> std::string {
       target.writer = &transaction;
       target.store_failed = false;
@@ -295,6 +396,8 @@ class guard {
       }
       std::string bytes;
       codec<Response>::encode(*response, bytes);
+      fits = stored_form(bytes);
+      if (!fits) marker = bytes;
       return bytes;
     };
 
@@ -320,6 +423,11 @@ class guard {
     outcome.fence_ = fence;
     outcome.resumed_ = resumed;
     outcome.response_ = std::move(response);
+    if (!fits) {
+      outcome.verdict_ = verdict::response_too_large;
+      outcome.message_ = too_large_message(marker);
+      return outcome;
+    }
     outcome.recorded_ = true;
     return outcome;
   }
@@ -346,6 +454,7 @@ class guard {
   Store store_;
   Clock clock_;
   guard_timing timing_;
+  guard_storage storage_{};
 };
 
 }  // namespace idem::detail

@@ -3,6 +3,9 @@
 // The default, no_observer, has empty inline members: the calls vanish when inlined, so a
 // configuration that watches nothing pays nothing. counting_observer keeps totals in atomics
 // (copies share them); callback_observer forwards to user functions.
+//
+// Events carry the operation's key redacted (idem/redacted_key.hpp): an observer that logs
+// `event.key.str()` writes a stable hash, never the key, which the caller may treat as a secret.
 #pragma once
 
 #include <atomic>
@@ -13,6 +16,7 @@
 #include <string_view>
 
 #include <idem/attempt.hpp>
+#include <idem/redacted_key.hpp>
 
 namespace idem {
 
@@ -53,13 +57,13 @@ constexpr std::string_view to_string(retry_verdict v) noexcept {
 
 /// An attempt has ended.
 struct attempt_event {
-  std::string_view key;
+  redacted_key key;
   const attempt_record& record;
 };
 
 /// The loop is about to wait before attempt `next_attempt`.
 struct delay_event {
-  std::string_view key;
+  redacted_key key;
   int next_attempt;
   std::chrono::nanoseconds delay;
   bool from_retry_after;
@@ -67,7 +71,7 @@ struct delay_event {
 
 /// The operation has ended.
 struct finish_event {
-  std::string_view key;
+  redacted_key key;
   retry_verdict verdict;
   int attempts;
   std::chrono::nanoseconds elapsed;

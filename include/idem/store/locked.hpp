@@ -33,6 +33,10 @@ class locked_store {
     std::size_t max_records = std::numeric_limits<std::size_t>::max();
     /// Counted as scope + key + response + recovery bytes of every record held.
     std::size_t max_bytes = std::numeric_limits<std::size_t>::max();
+    /// The most records one scope may hold that have not expired (released ones included:
+    /// they keep their fence until then). A claim that would add one more answers `full`, so
+    /// one tenant cannot fill a store others share.
+    std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
   };
 
   locked_store() : locked_store(limits{}) {}
@@ -56,11 +60,13 @@ class locked_store {
         return {claim_status::existing, 0, existing};
       }
       // Expired or released: replaced below, under a higher fence than any handed out before.
+      if (scope_at_cap(request.scope, id, request.now)) return {claim_status::full, 0, {}};
       previous_fence = held.snapshot.fence;
       state_->bytes -= held.bytes();
       state_->records.erase(found);
+    } else if (scope_at_cap(request.scope, id, request.now)) {
+      return {claim_status::full, 0, {}};
     }
-
     const std::size_t new_bytes = request.scope.size() + request.key.size();
     if (!has_room(1, new_bytes)) {
       // Expired records are not live: make room from them before saying full.
@@ -197,6 +203,21 @@ class locked_store {
     entry& target = found->second;
     if (target.released || target.snapshot.fence != held.fence) return nullptr;
     return &target;
+  }
+
+  // Whether the scope already holds max_records_per_scope records that have not expired, other
+  // than the record `id` (which a claim would replace). Its records lie together in the map
+  // (the id begins with the scope), so this costs what the scope holds.
+  bool scope_at_cap(std::string_view scope, std::string_view id, store_time now) const {
+    const std::size_t cap = state_->bounds.max_records_per_scope;
+    if (cap == std::numeric_limits<std::size_t>::max()) return false;
+    const std::string prefix = make_id(scope, {});
+    std::size_t live = 0;
+    for (auto it = state_->records.lower_bound(prefix);
+         it != state_->records.end() && it->first.starts_with(prefix); ++it) {
+      if (it->first != id && now < it->second.snapshot.expires_at && ++live >= cap) return true;
+    }
+    return live >= cap;
   }
 
   bool has_room(std::size_t records, std::size_t bytes) const noexcept {

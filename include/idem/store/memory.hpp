@@ -18,7 +18,9 @@
 // key drawn once per process, so clients cannot aim their keys at one bucket; that hash is
 // never stored. The bucket count is fixed from limits::expected_records: beyond it chains grow.
 //
-// Bounds: max_records counts nodes held (expired ones until they are swept), max_bytes counts
+// Bounds: max_records_per_scope counts a scope's records that have not expired (released ones
+// included), so one tenant cannot fill the store.
+// max_records counts nodes held (expired ones until they are swept), max_bytes counts
 // scope + key + response + recovery bytes. A claim past either answers `full` after first
 // sweeping what has expired; a live record is never evicted.
 //
@@ -29,19 +31,23 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -57,6 +63,11 @@ class memory_store {
     std::size_t max_records = std::numeric_limits<std::size_t>::max();
     /// Counted as scope + key + response + recovery bytes of every record held.
     std::size_t max_bytes = std::numeric_limits<std::size_t>::max();
+    /// The most records one scope may hold that have not expired (released ones included: they
+    /// keep their fence until then). A claim that would add one more answers `full`, so one
+    /// tenant cannot fill a store others share. Unlimited by default; when set, a claim that
+    /// makes or renews a record also takes one of 64 striped mutexes to count it.
+    std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
     /// Sizes the bucket arrays (one bucket per expected record, at least 16 per shard).
     std::size_t expected_records = 65536;
   };
@@ -128,18 +139,28 @@ class memory_store {
           found->references.fetch_add(1, std::memory_order_relaxed);
           home.push_ticket(&renewal->base, true);
         }
+        // The scope's cap counts the records other than this one that have not expired.
+        if (!s.reserve_scope(request.scope, now, seen->expires_at > now ? 1 : 0, expires_at)) {
+          return {claim_status::full, 0, {}};
+        }
         version* next = version::make_claim(request, seen->fence + 1);
         if (!found->current.compare_exchange_strong(seen, next, std::memory_order_acq_rel)) {
           version::destroy(next);
+          s.give_back_scope(request.scope, expires_at);
           continue;
         }
+        s.give_back_scope(request.scope, seen->expires_at);
         s.give_back_bytes(home, seen->payload_size());
         guard.retire(seen, &version::destroy_erased);
         return {claim_status::claimed, next->fence, {}};
       }
 
       if (fresh == nullptr) {
+        if (!s.reserve_scope(request.scope, now, 0, now + request.retention.count())) {
+          return {claim_status::full, 0, {}};
+        }
         if (!s.reserve(home, id_bytes)) {
+          s.give_back_scope(request.scope, now + request.retention.count());
           if (swept) return {claim_status::full, 0, {}};
           // Expired records are not live: make room from them, once, before saying full.
           // Shards another thread is sweeping are skipped rather than waited for, so a full
@@ -578,11 +599,52 @@ class memory_store {
       give_back_bytes(home, bytes_held);
     }
 
+    // Per scope, the expiry of every record it holds (expired ones until swept), kept only when
+    // max_records_per_scope is set: a scope's records are spread over every shard, so what it
+    // holds is kept apart, in one of 64 stripes chosen by the scope's keyed hash. A claim counts
+    // the scope's records that have not expired, and adds its own expiry only if that count,
+    // less `replacing` (the record it replaces, when that one has not expired), is below the
+    // cap. Between the add and the claim's compare-and-swap the scope may count one record too
+    // many: a concurrent claim at the edge then answers full, never one past the cap.
+    struct scope_stripe {
+      std::mutex mutex;
+      std::unordered_map<std::string, std::multiset<std::int64_t>> expiries;
+    };
+    scope_stripe& stripe_for(std::string_view scope) noexcept {
+      const char* bytes = scope.empty() ? "" : scope.data();
+      return scope_stripes[detail::siphash13::hash(hash_key, bytes, scope.size()) & 63];
+    }
+    bool reserve_scope(std::string_view scope, std::int64_t now, std::size_t replacing,
+                       std::int64_t expires_at) {
+      if (bounds.max_records_per_scope == std::numeric_limits<std::size_t>::max()) return true;
+      scope_stripe& stripe = stripe_for(scope);
+      const std::lock_guard lock(stripe.mutex);
+      std::multiset<std::int64_t>& held = stripe.expiries[std::string(scope)];
+      const auto live = static_cast<std::size_t>(std::distance(held.upper_bound(now), held.end()));
+      if (live - std::min(live, replacing) >= bounds.max_records_per_scope) {
+        if (held.empty()) stripe.expiries.erase(std::string(scope));
+        return false;
+      }
+      held.insert(expires_at);
+      return true;
+    }
+    void give_back_scope(std::string_view scope, std::int64_t expires_at) {
+      if (bounds.max_records_per_scope == std::numeric_limits<std::size_t>::max()) return;
+      scope_stripe& stripe = stripe_for(scope);
+      const std::lock_guard lock(stripe.mutex);
+      const auto at = stripe.expiries.find(std::string(scope));
+      if (at == stripe.expiries.end()) return;
+      const auto one = at->second.find(expires_at);
+      if (one != at->second.end()) at->second.erase(one);
+      if (at->second.empty()) stripe.expiries.erase(at);
+    }
+
     limits bounds;
     bool bounded;
     detail::siphash_key hash_key;
     std::vector<shard> shards;
     tally global;
+    std::array<scope_stripe, 64> scope_stripes;
   };
 
   struct position {
@@ -626,6 +688,7 @@ class memory_store {
     while (seen->state != dead) {
       if (fresh->current.compare_exchange_weak(seen, &dead_version(), std::memory_order_acq_rel)) {
         state_->release_reservation(home, fresh->scope_size + fresh->key_size);
+        state_->give_back_scope(fresh->scope(), seen->expires_at);
         guard.retire(seen, &version::destroy_erased);
         break;
       }
@@ -728,6 +791,7 @@ class memory_store {
       while (seen->state != dead && seen->expires_at <= now) {
         if (n->current.compare_exchange_weak(seen, &dead_version(), std::memory_order_acq_rel)) {
           state_->forget_record(home, n->scope_size + n->key_size + seen->payload_size());
+          state_->give_back_scope(n->scope(), seen->expires_at);
           guard.retire(seen, &version::destroy_erased);
           help_remove(n);
           (void)search(home.bucket_for(n->hash), n->hash, n->scope(), n->key(), guard);

@@ -224,11 +224,13 @@ enum statement : std::uint8_t {
   sweep,
   stuck,
   lock,
+  scope_turn,
+  scope_room,
   count
 };
 inline constexpr std::array<const char*, statement::count> statement_names{
-    "idem_claim", "idem_complete", "idem_release", "idem_checkpoint",
-    "idem_find",  "idem_sweep",    "idem_stuck",   "idem_lock"};
+    "idem_claim", "idem_complete", "idem_release", "idem_checkpoint", "idem_find",
+    "idem_sweep", "idem_stuck",    "idem_lock",    "idem_scope_turn", "idem_scope_room"};
 
 // How a failed call failed: decides whether the connection is kept and what is thrown.
 enum class failure_kind : std::uint8_t {
@@ -250,9 +252,19 @@ inline failure_kind classify(PGconn* connection, const PGresult* result) noexcep
   return failure_kind::other;
 }
 
+// A server error's severity and primary message only: its DETAIL, HINT and CONTEXT may quote
+// the row ("Failing row contains (...)", "Key (scope, key)=(...)"), that is an idempotency key,
+// which has no place in an exception's text or the log it ends up in.
 inline std::string describe(PGconn* connection, const PGresult* result) {
-  std::string message =
-      result != nullptr ? PQresultErrorMessage(result) : PQerrorMessage(connection);
+  std::string message;
+  const char* primary =
+      result == nullptr ? nullptr : PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY);
+  if (primary != nullptr) {
+    const char* severity = PQresultErrorField(result, PG_DIAG_SEVERITY);
+    message = std::string(severity != nullptr ? severity : "ERROR") + ":  " + primary;
+  } else {
+    message = result != nullptr ? PQresultErrorMessage(result) : PQerrorMessage(connection);
+  }
   if (message.empty()) message = PQerrorMessage(connection);
   while (!message.empty() && (message.back() == '\n' || message.back() == ' '))
     message.pop_back();
@@ -303,6 +315,12 @@ class postgres_store {
     std::string table = "idem_records";
     /// Connections opened at most; a call waits for one when all are busy.
     std::size_t pool_size = 8;
+    /// The most records one scope may hold that have not expired (released ones included: they
+    /// keep their fence until then); a claim that would add one more answers `full`. Keeps one
+    /// tenant from filling a table others share. When set, each claim is a transaction that
+    /// takes a lock on its scope (pg_advisory_xact_lock) and counts the scope's records, three
+    /// round trips more. Unlimited by default.
+    std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
     /// Each statement's limit on the server (statement_timeout); zero: none. A statement that
     /// passes it is cancelled and the call throws store_error(unavailable).
     std::chrono::milliseconds statement_timeout{5000};
@@ -339,6 +357,8 @@ class postgres_store {
 
   claim_result claim(const claim_request& request) {
     namespace pg = detail::postgres;
+    const bool capped =
+        state_checked().config.max_records_per_scope != std::numeric_limits<std::size_t>::max();
     // The decision is the one INSERT ... ON CONFLICT statement; the snapshot that follows it in
     // the same statement only reports an existing record. That report can come from a snapshot
     // older than the row the decision saw (a record committed meanwhile, or removed): then the
@@ -352,34 +372,77 @@ class postgres_store {
           .int8(request.retention.count());
       caller_now(values, request.now);
       auto connection = state_checked().acquire();
+      if (capped) {
+        std::optional<claim_result> answer;
+        try {
+          answer = claim_within_cap(connection, request, values);
+        } catch (...) {
+          connection.roll_back();
+          throw;
+        }
+        connection.give_back();
+        if (answer) return *answer;
+        continue;
+      }
       const pg::result_ptr result = connection.run(pg::claim, values, "claim");
       connection.give_back();
-      if (PQntuples(result.get()) == 0) continue;
-      const PGresult* row = result.get();
-      claim_result answer;
-      if (PQgetvalue(row, 0, 0)[0] != 0) {
-        answer.fence = static_cast<std::uint64_t>(pg::get_int(row, 0, 2));
-        if (PQgetvalue(row, 0, 1)[0] != 0) {
-          answer.status = claim_status::taken_over;
-          pg::read_record(row, 0, 2, answer.existing);
-        } else {
-          answer.status = claim_status::claimed;
-        }
-        return answer;
-      }
-      pg::read_record(row, 0, 2, answer.existing);
-      const std::int64_t now = pg::get_int(row, 0, 10);
-      const std::int64_t expires = pg::to_nanoseconds(answer.existing.expires_at);
-      const bool released = pg::get_int(row, 0, 4) == pg::released_state;
-      const bool claimable = answer.existing.state == record_state::in_progress &&
-                             answer.existing.fingerprint == request.fingerprint &&
-                             pg::to_nanoseconds(answer.existing.lease_until) <= now;
-      if (released || expires <= now || claimable) continue;
-      answer.status = claim_status::existing;
-      return answer;
+      if (std::optional<claim_result> answer = answer_of(result.get(), request)) return *answer;
     }
     throw store_error(store_failure::unavailable,
                       "idem::postgres_store: claim: the record kept changing under 1000 attempts");
+  }
+
+  // What the claim statement's row says, or nothing when the claim must be asked again (see
+  // claim).
+  static std::optional<claim_result> answer_of(const PGresult* row, const claim_request& request) {
+    namespace pg = detail::postgres;
+    if (PQntuples(row) == 0) return std::nullopt;
+    claim_result answer;
+    if (PQgetvalue(row, 0, 0)[0] != 0) {
+      answer.fence = static_cast<std::uint64_t>(pg::get_int(row, 0, 2));
+      if (PQgetvalue(row, 0, 1)[0] != 0) {
+        answer.status = claim_status::taken_over;
+        pg::read_record(row, 0, 2, answer.existing);
+      } else {
+        answer.status = claim_status::claimed;
+      }
+      return answer;
+    }
+    pg::read_record(row, 0, 2, answer.existing);
+    const std::int64_t now = pg::get_int(row, 0, 10);
+    const std::int64_t expires = pg::to_nanoseconds(answer.existing.expires_at);
+    const bool released = pg::get_int(row, 0, 4) == pg::released_state;
+    const bool claimable = answer.existing.state == record_state::in_progress &&
+                           answer.existing.fingerprint == request.fingerprint &&
+                           pg::to_nanoseconds(answer.existing.lease_until) <= now;
+    if (released || expires <= now || claimable) return std::nullopt;
+    answer.status = claim_status::existing;
+    return answer;
+  }
+
+  // With max_records_per_scope: the claim in a transaction that first takes the scope's turn
+  // and counts its records; `full` when this claim would add one past the cap.
+  std::optional<claim_result> claim_within_cap(auto& connection, const claim_request& request,
+                                               const detail::postgres::parameters& values) {
+    namespace pg = detail::postgres;
+    connection.run_text("BEGIN", "claim: begin");
+    pg::parameters scope;
+    scope.bytes(request.scope);
+    (void)connection.run(pg::scope_turn, scope, "claim: wait for the scope's turn");
+    pg::parameters room;
+    room.bytes(request.scope).bytes(request.key);
+    caller_now(room, request.now);
+    const pg::result_ptr counted =
+        connection.run(pg::scope_room, room, "claim: count the scope's records");
+    const auto others = static_cast<std::uint64_t>(pg::get_int(counted.get(), 0, 0));
+    const bool live = PQgetvalue(counted.get(), 0, 1)[0] != 0;
+    if (!live && others >= state_checked().config.max_records_per_scope) {
+      connection.run_text("COMMIT", "claim: commit");
+      return claim_result{claim_status::full, 0, {}};
+    }
+    const pg::result_ptr result = connection.run(pg::claim, values, "claim");
+    connection.run_text("COMMIT", "claim: commit");
+    return answer_of(result.get(), request);
   }
 
   bool complete(const fenced_key& held, std::string_view response, store_time /*now*/) {
@@ -835,6 +898,19 @@ class postgres_store {
                        "WHERE s.scope IS NOT NULL LIMIT $2";
       sql[pg::lock] =
           "SELECT fence, state FROM " + table + " WHERE scope = $1 AND key = $2 FOR UPDATE";
+      // For max_records_per_scope, inside the claim's transaction: first a transaction-scoped
+      // lock on the scope, so that claims of one scope, from every replica, take turns; then,
+      // in a statement of its own (read committed: a snapshot taken after the lock, which sees
+      // what the previous turn committed), the scope's unexpired records other than this key,
+      // and whether this key's record is live (a replay or takeover needs no room).
+      sql[pg::scope_turn] =
+          "SELECT pg_advisory_xact_lock(hashtextextended(encode($1, 'hex'), 7238))";
+      sql[pg::scope_room] =
+          "WITH clock AS (SELECT " + now(3) +
+          " AS n) SELECT count(*) FILTER (WHERE r.key <> $2 AND r.expires_at > clock.n), "
+          "COALESCE(bool_or(r.key = $2 AND r.state <> 2 AND r.expires_at > clock.n), false) "
+          "FROM clock LEFT JOIN " +
+          table + " AS r ON r.scope = $1";
     }
 
     static std::array<Oid, 8> parameter_types(detail::postgres::statement which) {
@@ -858,13 +934,18 @@ class postgres_store {
           return {pg::int8_oid, pg::int8_oid};
         case pg::lock:
           return {pg::bytea_oid, pg::bytea_oid};
+        case pg::scope_turn:
+          return {pg::bytea_oid};
+        case pg::scope_room:
+          return {pg::bytea_oid, pg::bytea_oid, pg::int8_oid};
         case pg::count:
           break;
       }
       return {};
     }
     static int parameter_count(std::size_t which) {
-      constexpr std::array<int, detail::postgres::statement::count> counts{6, 4, 3, 6, 3, 1, 2, 2};
+      constexpr std::array<int, detail::postgres::statement::count> counts{6, 4, 3, 6, 3,
+                                                                           1, 2, 2, 1, 3};
       return counts[which];
     }
 

@@ -70,6 +70,7 @@
 #include <cstdint>
 #include <ctime>
 #include <initializer_list>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -135,8 +136,10 @@ namespace detail {
 
 struct redis_scripts {
   // KEYS: record, expiry index, lease index. ARGV: now, lease ns, retention ns, fingerprint,
-  // key, extra TTL ms. Answers {0, fence} claimed, {1, fence, f, c, l, e, r} taken over,
-  // {2, n, s, f, c, l, e, v, r} existing.
+  // key, extra TTL ms, the scope's record cap ('' for none). Answers {0, fence} claimed,
+  // {1, fence, f, c, l, e, r} taken over, {2, n, s, f, c, l, e, v, r} existing, {3, 0} the scope
+  // is at its cap. The cap counts the scope's expiry index past now's microsecond (a record that
+  // expires within that microsecond is not counted).
   static constexpr const char* claim = IDEM_REDIS_LUA_PRELUDE
       "local s, ns = clock(ARGV[1])\n"
       "local held = redis.call('HMGET', KEYS[1], 'n', 's', 'f', 'c', 'l', 'e', 'v', 'r')\n"
@@ -159,6 +162,14 @@ struct redis_scripts {
       "            held[8] or ''}\n"
       "  end\n"
       "  fence = tonumber(held[1])\n"
+      "end\n"
+      "if ARGV[7] ~= '' then\n"
+      "  local live = redis.call('ZCOUNT', KEYS[2], '(' .. micros(s, ns), '+inf')\n"
+      "  if held[1] and held[6] then\n"
+      "    local es, ens = split(held[6])\n"
+      "    if not reached(es, ens, s, ns) then live = live - 1 end\n"
+      "  end\n"
+      "  if live >= tonumber(ARGV[7]) then return {3, 0} end\n"
       "end\n"
       "fence = fence + 1\n"
       "local ls, lns = later(s, ns, split(ARGV[2]))\n"
@@ -402,6 +413,10 @@ class redis_store {
     /// redis_time::caller only: how long after a record's retention Redis's own TTL drops it,
     /// a margin for callers whose clocks disagree.
     std::chrono::milliseconds caller_time_margin{std::chrono::minutes{10}};
+    /// The most records one scope may hold that have not expired (released ones included: they
+    /// keep their fence until then); a claim that would add one more answers `full`. Keeps one
+    /// tenant from filling a server others share. Unlimited by default.
+    std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
     /// Check at construction that the server cannot evict records (maxmemory-policy). Set to
     /// false only when CONFIG is unavailable and you know the policy is noeviction.
     bool verify_eviction_policy = true;
@@ -428,12 +443,13 @@ class redis_store {
     const std::string lease = decimal(request.lease.count());
     const std::string retention = decimal(request.retention.count());
     const std::string extra = decimal(extra_ttl_ms());
+    const std::string cap = scope_cap();
     const std::string_view fingerprint{reinterpret_cast<const char*>(request.fingerprint.data()),
                                        request.fingerprint.size()};
     const command commands[] = {
         command{script::claim,
                 {names.record, names.expiry, names.lease},
-                {now, lease, retention, fingerprint, request.key, extra}},
+                {now, lease, retention, fingerprint, request.key, extra, cap}},
         command{script::enroll, {state().registry}, {names.tag}},
     };
     const auto replies = state().exchange(commands, "claim");
@@ -479,6 +495,9 @@ class redis_store {
         if (answer->elements < 9) throw malformed("claim");
         result.status = claim_status::existing;
         result.existing = detail::redis_record_of(std::span(answer->element + 1, 8));
+        return result;
+      case 3:
+        result.status = claim_status::full;
         return result;
       default:
         throw malformed("claim");
@@ -663,7 +682,7 @@ class redis_store {
   // The views point into strings that outlive the exchange.
   struct command {
     static constexpr std::size_t max_keys = 3;
-    static constexpr std::size_t max_args = 6;
+    static constexpr std::size_t max_args = 7;
     command(script which, std::initializer_list<std::string_view> key_list,
             std::initializer_list<std::string_view> arg_list)
         : name(which) {
@@ -1124,6 +1143,11 @@ class redis_store {
   std::string now_argument(store_time now) const {
     if (state().settings.time == redis_time::server) return {};
     return time_argument(now);
+  }
+
+  std::string scope_cap() const {
+    const std::size_t cap = state().settings.max_records_per_scope;
+    return cap == std::numeric_limits<std::size_t>::max() ? std::string() : decimal(cap);
   }
 
   std::int64_t extra_ttl_ms() const {

@@ -105,6 +105,7 @@ enum class sqlite_statement : std::uint8_t {
   delete_expired,
   stuck,
   read_usage,
+  count_live_in_scope,
   count_,
 };
 
@@ -163,6 +164,10 @@ inline const char* sqlite_sql(sqlite_statement statement) noexcept {
              "expires_at > ?1 ORDER BY scope, key LIMIT ?2";
     case sqlite_statement::read_usage:
       return "SELECT records, bytes FROM idem_usage WHERE id = 1";
+    case sqlite_statement::count_live_in_scope:
+      // The scope's records through the primary key's range, so the cost is what the scope
+      // holds (at most its cap), not what the store holds.
+      return "SELECT count(*) FROM idem_records WHERE scope = ?1 AND expires_at > ?2";
     case sqlite_statement::count_:
       break;
   }
@@ -434,6 +439,10 @@ class sqlite_store {
     /// Bounds; see the top of this header. A bounded store keeps a usage row up to date.
     std::size_t max_records = std::numeric_limits<std::size_t>::max();
     std::size_t max_bytes = std::numeric_limits<std::size_t>::max();
+    /// The most records one scope may hold that have not expired (released ones included: they
+    /// keep their fence until then); a claim that would add one more answers `full`. Keeps one
+    /// tenant from filling a store others share. Counted inside the claim's write transaction.
+    std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
     /// Records sweep removes per transaction: between batches other writers get the lock.
     std::size_t sweep_batch = 1000;
     /// A hard cap on the database's size (PRAGMA max_page_count); a write past it throws
@@ -480,7 +489,9 @@ class sqlite_store {
     // and COMMIT lets it go, so no connection in any thread or process writes this record
     // between our read and our write.
     write_transaction writing(c);
-    if (absent && !state_->bounded) {
+    const bool capped =
+        state_->settings.max_records_per_scope != std::numeric_limits<std::size_t>::max();
+    if (absent && !state_->bounded && !capped) {
       // The key was absent a moment ago and most likely still is: insert it unless it is there
       // now (the unique key decides, under the write lock). Only if it appeared in between do
       // we read it again and decide below.
@@ -524,6 +535,18 @@ class sqlite_store {
     // decision::create: a new key, or an expired or released record replaced under a higher
     // fence than it ever had.
     const std::uint64_t fence = found ? found->fence + 1 : 1;
+    if (capped) {
+      detail::sqlite_use count(c.statement(detail::sqlite_statement::count_live_in_scope));
+      bind_bytes(c, count.get(), 1, request.scope);
+      bind_integer(c, count.get(), 2, now);
+      c.step(count.get(), "count the scope's records");
+      std::int64_t live = sqlite3_column_int64(count.get(), 0);
+      if (found && now < found->expires_at) --live;  // the record this claim replaces
+      if (live >= 0 && static_cast<std::uint64_t>(live) >= state_->settings.max_records_per_scope) {
+        writing.commit();
+        return {claim_status::full, 0, {}};
+      }
+    }
     if (state_->bounded && !has_room(c, request, found.has_value(), found_bytes)) {
       // Expired records are not live: make room from them before saying full.
       detail::sqlite_use removal(c.statement(detail::sqlite_statement::delete_expired));
