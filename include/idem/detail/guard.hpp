@@ -169,7 +169,12 @@ class guard {
       return outcome_type{verdict::in_progress, "a request with this key is still being processed"};
     }
     outcome_type outcome{verdict::replayed};
-    outcome.response_.emplace(codec<Response>::decode(existing.response));
+    if constexpr (codec_adopts_bytes<Response>) {
+      // The snapshot is this call's own copy: the response takes its bytes over.
+      outcome.response_.emplace(codec<Response>::adopt(std::move(existing.response)));
+    } else {
+      outcome.response_.emplace(codec<Response>::decode(existing.response));
+    }
     outcome.recorded_ = true;
     return outcome;
   }
@@ -224,8 +229,14 @@ class guard {
     outcome_type outcome{verdict::executed};
     outcome.fence_ = fence;
     outcome.resumed_ = resumed;
-    std::string bytes;
-    codec<Response>::encode(*response, bytes);
+    std::string encoded;
+    std::string_view bytes;
+    if constexpr (codec_views_bytes<Response>) {
+      bytes = codec<Response>::bytes_of(*response);
+    } else {
+      codec<Response>::encode(*response, encoded);
+      bytes = encoded;
+    }
     bool applied = false;
     try {
       applied = store_.complete(target.held, bytes, clock_.wall_now());
