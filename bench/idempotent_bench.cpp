@@ -24,6 +24,7 @@
 #include <benchmark/benchmark.h>
 #include <xxhash.h>
 
+#include <idem/detail/siphash.hpp>
 #include <idem/idem.hpp>
 
 #include <absl/container/flat_hash_map.h>
@@ -267,6 +268,79 @@ void idempotent_replay(benchmark::State& state) {
   if (state.thread_index() == 0) shared_guard<Guard>().reset();
   if (wrong != 0) state.SkipWithError("a stored key did not answer its response");
 }
+
+// --- where idempotent's time goes: its parts, one by one --------------------------------------
+//
+//   idempotent_cost/fingerprint   the default fingerprint of the request (the 256-byte body with
+//                                 the framing: a tag, method, target, lengths): request_fingerprint
+//                                 over xxh3_128
+//   idempotent_cost/xxh3_body     what the floor hashes instead: XXH3_128bits of the body alone
+//   idempotent_cost/wall_clock    one read of std::chrono::system_clock, as the guard reads it for
+//                                 every claim and every completion (the floor reads none)
+//   idempotent_cost/bucket_hash   the memory store's keyed SipHash-1-3 of (scope, key), by which
+//                                 it picks a bucket, beside absl::Hash of the same bytes
+//   idempotent_cost/absl_hash
+// They have no peer of their own: the ratio tables leave them out; docs/performance.md uses
+// them to say where the end-to-end time goes.
+
+void idempotent_cost_fingerprint(benchmark::State& state) {
+  const idem::fingerprint_for<idem::xxh3_128> fingerprint;
+  const std::string& body = request_body();
+  for (auto _ : state) {
+    const std::string* opaque = &body;
+    benchmark::DoNotOptimize(opaque);
+    benchmark::DoNotOptimize(fingerprint(idem::view_of(*opaque)));
+  }
+}
+
+void idempotent_cost_xxh3_body(benchmark::State& state) {
+  const std::string& body = request_body();
+  for (auto _ : state) {
+    const std::string* opaque = &body;
+    benchmark::DoNotOptimize(opaque);
+    benchmark::DoNotOptimize(XXH3_128bits(opaque->data(), opaque->size()));
+  }
+}
+
+void idempotent_cost_wall_clock(benchmark::State& state) {
+  const idem::steady_clock clock;
+  for (auto _ : state)
+    benchmark::DoNotOptimize(clock.wall_now());
+}
+
+std::string scoped_key() {
+  std::string id(8, '\0');
+  id[0] = static_cast<char>(scope.size());
+  id.append(scope);
+  id.append(keys()[0]);
+  return id;
+}
+
+void idempotent_cost_bucket_hash(benchmark::State& state) {
+  const idem::detail::siphash_key key = idem::detail::process_hash_key();
+  const std::string id = scoped_key();
+  for (auto _ : state) {
+    const std::string* opaque = &id;
+    benchmark::DoNotOptimize(opaque);
+    benchmark::DoNotOptimize(idem::detail::siphash13::hash(key, opaque->data(), opaque->size()));
+  }
+}
+
+void idempotent_cost_absl_hash(benchmark::State& state) {
+  const std::string id = scoped_key();
+  for (auto _ : state) {
+    const std::string* opaque = &id;
+    benchmark::DoNotOptimize(opaque);
+    benchmark::DoNotOptimize(
+        absl::Hash<absl::string_view>{}(absl::string_view{opaque->data(), opaque->size()}));
+  }
+}
+
+BENCHMARK(idempotent_cost_fingerprint)->Name("idempotent_cost/fingerprint");
+BENCHMARK(idempotent_cost_xxh3_body)->Name("idempotent_cost/xxh3_body");
+BENCHMARK(idempotent_cost_wall_clock)->Name("idempotent_cost/wall_clock");
+BENCHMARK(idempotent_cost_bucket_hash)->Name("idempotent_cost/bucket_hash");
+BENCHMARK(idempotent_cost_absl_hash)->Name("idempotent_cost/absl_hash");
 
 template <class Guard>
 void register_first(const std::string& name) {
