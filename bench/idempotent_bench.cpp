@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "count_allocations.hpp"
+#include "uuid_keys.hpp"
 
 namespace {
 
@@ -72,34 +73,12 @@ std::string handle(const std::string& body) {
   return std::string(response_text);
 }
 
-constexpr std::uint64_t split_mix(std::uint64_t x) noexcept {
-  x += 0x9e3779b97f4a7c15;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111eb;
-  return x ^ (x >> 31);
-}
-
-// Key i: a fixed UUID-shaped 36-character string (idempotency keys are usually UUIDs).
-std::string key_text(std::uint64_t index) {
-  static constexpr char digits[] = "0123456789abcdef";
-  const std::uint64_t high = split_mix(index);
-  const std::uint64_t low = split_mix(index ^ 0x2545f4914f6cdd1d);
-  std::string text;
-  text.reserve(36);
-  for (int nibble = 0; nibble < 32; ++nibble) {
-    if (nibble == 8 || nibble == 12 || nibble == 16 || nibble == 20) text.push_back('-');
-    const std::uint64_t word = nibble < 16 ? high : low;
-    text.push_back(digits[(word >> (4 * (15 - nibble % 16))) & 0xf]);
-  }
-  return text;
-}
-
 const std::vector<std::string>& keys() {
   static const std::vector<std::string> all = [] {
     std::vector<std::string> made;
     made.reserve(first_keys + replay_keys);
     for (std::size_t i = 0; i < first_keys + replay_keys; ++i)
-      made.push_back(key_text(i));
+      made.push_back(idem_bench::uuid_shaped_key(i, 0x2545f4914f6cdd1d));
     return made;
   }();
   return all;

@@ -107,6 +107,7 @@
 #include <vector>
 
 #include "count_allocations.hpp"
+#include "uuid_keys.hpp"
 
 namespace {
 
@@ -144,27 +145,7 @@ std::string response_of(std::size_t size) {
   return bytes;
 }
 
-constexpr std::uint64_t split_mix(std::uint64_t x) noexcept {
-  x += 0x9e3779b97f4a7c15;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111eb;
-  return x ^ (x >> 31);
-}
-
-// Idempotency keys are usually UUIDs: key i is a fixed, UUID-shaped 36-character string.
-std::string key_text(std::uint64_t index) {
-  static constexpr char digits[] = "0123456789abcdef";
-  const std::uint64_t high = split_mix(index);
-  const std::uint64_t low = split_mix(index ^ 0x5851f42d4c957f2d);
-  std::string text;
-  text.reserve(36);
-  for (int nibble = 0; nibble < 32; ++nibble) {
-    if (nibble == 8 || nibble == 12 || nibble == 16 || nibble == 20) text.push_back('-');
-    const std::uint64_t word = nibble < 16 ? high : low;
-    text.push_back(digits[(word >> (4 * (15 - nibble % 16))) & 0xf]);
-  }
-  return text;
-}
+using idem_bench::split_mix;
 
 // Every key a run uses, made before the clock starts. Grown only by thread 0 before the threads
 // meet (sync_threads), read by all of them after.
@@ -178,7 +159,7 @@ const std::vector<std::string>& keys_at_least(std::size_t count) {
   if (keys.size() < count) {
     keys.reserve(count);
     for (std::size_t i = keys.size(); i < count; ++i)
-      keys.push_back(key_text(i));
+      keys.push_back(idem_bench::uuid_shaped_key(i));
   }
   return keys;
 }
@@ -944,6 +925,14 @@ struct scaling_fixture {
   std::size_t next_new = 0;      // which of the fresh keys the next batch starts at
 };
 
+// Epoch reclamation collects in amortised batches; with no other thread pinned, three
+// collections free everything retired on this thread (as tests/alloc/memory_store_alloc_test.cpp
+// does before it measures).
+void drain_retired() {
+  for (int i = 0; i < 3; ++i)
+    idem::detail::epoch_participant::local().collect();
+}
+
 // N completed records with 64-byte responses, keys 0..N-1; the keys after N are the fresh ones.
 template <class Table>
 std::shared_ptr<void> build_scaling(std::size_t records) {
@@ -951,6 +940,9 @@ std::shared_ptr<void> build_scaling(std::size_t records) {
   auto fixture = std::make_shared<scaling_fixture<Table>>();
   fixture->records = records;
   const std::string response = response_of(scaling_response_size);
+  // Blocks retired by earlier runs and freed from here on would be subtracted though they were
+  // never counted: free them first.
+  drain_retired();
   idem_test::count_heap_bytes(true);
   const std::ptrdiff_t heap_before = idem_test::live_heap_bytes();
   fixture->table = std::make_unique<Table>(records + scaling_batch(records));
@@ -961,13 +953,8 @@ std::shared_ptr<void> build_scaling(std::size_t records) {
     fixture->table->complete(scope, input.key, claimed.fence, response, start);
   }
   // Everything the table allocated for its records, its reserved buckets included, per record.
-  if constexpr (std::is_same_v<Table, idem_memory_table>) {
-    // Versions replaced by the completions wait for epoch reclamation, which collects in
-    // amortised batches; with no other thread pinned, three collections free them all (as
-    // tests/alloc/memory_store_alloc_test.cpp does before it measures).
-    for (int i = 0; i < 3; ++i)
-      idem::detail::epoch_participant::local().collect();
-  }
+  // Versions replaced by the completions wait for epoch reclamation: not held by the records.
+  drain_retired();
   fixture->bytes_per_record = static_cast<double>(idem_test::live_heap_bytes() - heap_before) /
                               static_cast<double>(records);
   idem_test::count_heap_bytes(false);
