@@ -5,7 +5,7 @@
 #   scripts/bench.sh --filter REGEX         only those matching REGEX (--benchmark_filter);
 #                                           compile cost is skipped
 #   scripts/bench.sh --json FILE            also write the results to FILE as JSON (with the
-#                                           compile cost under "compile_cost")
+#                                           compile cost and the machine added)
 #   scripts/bench.sh --no-compile-cost      skip the compile-cost step
 #   scripts/bench.sh -- --benchmark_repetitions=5 ...   anything else goes to the binary as is
 #
@@ -17,7 +17,7 @@
 # scripts/test.sh does.
 set -euo pipefail
 
-usage() { sed -n '2,18p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 bench_args=()
 compile_cost=1

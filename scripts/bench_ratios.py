@@ -123,7 +123,8 @@ def table_lines(results, markdown=False):
         for peer, peer_ns in peers:
             ratio = ours_ns / peer_ns if peer_ns > 0 else float("inf")
             if markdown:
-                lines.append(f"| `{label}` | {format_ns(ours_ns)} | {peer} | "
+                cell = f"`{label}`" if label else ""
+                lines.append(f"| {cell} | {format_ns(ours_ns)} | {peer} | "
                              f"{format_ns(peer_ns)} | {ratio:.2f} |")
             else:
                 lines.append(f"{label:<46} {format_ns(ours_ns):>10}  {peer:<20} "

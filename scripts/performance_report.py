@@ -14,6 +14,9 @@ wrote. The text comes from docs/performance/template.md, in which these are repl
     {{time NAME}}               the median time of benchmark NAME (its run name, as in the JSON)
     {{ratio NAME OTHER}}        NAME's median time divided by OTHER's, two decimals
     {{goal NAME OTHER LIMIT}}   that ratio, and whether it is within LIMIT
+    {{cv NAME}}                 NAME's coefficient of variation over the repetitions
+    {{cpu NAME}}, {{cpu_ratio NAME OTHER}}
+                                the same with CPU time, whatever the benchmark reports
     {{diff NAME OTHER}}         NAME's median time minus OTHER's
     {{compile_goal CXX LIMIT}}  the compile-cost ratio with CXX, and whether it is within LIMIT
     {{counter NAME COUNTER}}    a counter of NAME (allocs_per_op, bytes_per_record, ...)
@@ -114,7 +117,7 @@ def plot(path, title, xlabel, ylabel, series, logx=False, logy=False):
             f"set ylabel '{ylabel}'",
             "set key outside right top",
             "set grid",
-            "set logscale x 10" if logx else "",
+            "set logscale x 10\nset autoscale xfix" if logx else "",
             "set logscale y 10" if logy else "",
             "set yrange [0:*]" if not logy else "",
             "set xtics (1, 2, 4)" if not logx else "",
@@ -248,6 +251,18 @@ def fill(template, results, measured, table, figures, draft=False):
             return bench_ratios.format_ns(lookup(measured, words[1])["ns"])
         if kind == "ratio" and len(words) == 3:
             return f"{lookup(measured, words[1])['ns'] / lookup(measured, words[2])['ns']:.2f}"
+        if kind == "cv" and len(words) == 2:
+            for entry in results.get("benchmarks", []):
+                if entry.get("run_name") == words[1] and entry.get("aggregate_name") == "cv":
+                    field = "real_time" if "real_time" in words[1].split("/") else "cpu_time"
+                    return f"{100 * entry[field]:.0f}%"
+            raise ReportError(f"the results have no coefficient of variation for {words[1]}")
+        if kind == "cpu" and len(words) == 2:
+            entry = lookup(measured, words[1])
+            return bench_ratios.format_ns(
+                entry["cpu_time"] * bench_ratios.UNIT_NS.get(entry.get("time_unit", "ns"), 1.0))
+        if kind == "cpu_ratio" and len(words) == 3:
+            return f"{lookup(measured, words[1])['cpu_time'] / lookup(measured, words[2])['cpu_time']:.2f}"
         if kind == "goal" and len(words) == 4:
             ratio = lookup(measured, words[1])["ns"] / lookup(measured, words[2])["ns"]
             limit = float(words[3])
