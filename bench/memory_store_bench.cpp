@@ -101,11 +101,13 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "count_allocations.hpp"
+#include "uuid_keys.hpp"
 
 namespace {
 
@@ -143,27 +145,7 @@ std::string response_of(std::size_t size) {
   return bytes;
 }
 
-constexpr std::uint64_t split_mix(std::uint64_t x) noexcept {
-  x += 0x9e3779b97f4a7c15;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111eb;
-  return x ^ (x >> 31);
-}
-
-// Idempotency keys are usually UUIDs: key i is a fixed, UUID-shaped 36-character string.
-std::string key_text(std::uint64_t index) {
-  static constexpr char digits[] = "0123456789abcdef";
-  const std::uint64_t high = split_mix(index);
-  const std::uint64_t low = split_mix(index ^ 0x5851f42d4c957f2d);
-  std::string text;
-  text.reserve(36);
-  for (int nibble = 0; nibble < 32; ++nibble) {
-    if (nibble == 8 || nibble == 12 || nibble == 16 || nibble == 20) text.push_back('-');
-    const std::uint64_t word = nibble < 16 ? high : low;
-    text.push_back(digits[(word >> (4 * (15 - nibble % 16))) & 0xf]);
-  }
-  return text;
-}
+using idem_bench::split_mix;
 
 // Every key a run uses, made before the clock starts. Grown only by thread 0 before the threads
 // meet (sync_threads), read by all of them after.
@@ -177,7 +159,7 @@ const std::vector<std::string>& keys_at_least(std::size_t count) {
   if (keys.size() < count) {
     keys.reserve(count);
     for (std::size_t i = keys.size(); i < count; ++i)
-      keys.push_back(key_text(i));
+      keys.push_back(idem_bench::uuid_shaped_key(i));
   }
   return keys;
 }
@@ -615,6 +597,11 @@ class big_table_slot {
     return *static_cast<Fixture*>(fixture_.get());
   }
 
+  void clear() {
+    fixture_.reset();
+    tag_ = nullptr;
+  }
+
  private:
   std::shared_ptr<void> fixture_;
   const char* tag_ = nullptr;
@@ -910,6 +897,157 @@ void sweep(benchmark::State& state) {
   if (wrong) state.SkipWithError("a sweep did not remove exactly the expired records");
 }
 
+// --- scaling: claim_new and replay_hit against the records a table holds -------------------------
+
+// The live-record counts scaling_* runs at: 10^3 .. 10^7.
+constexpr std::array<std::size_t, 5> scaling_records = {1'000, 10'000, 100'000, 1'000'000,
+                                                        10'000'000};
+// New keys a scaling_claim_new run claims, each batch swept away again (untimed) before the next,
+// so the table holds between N and N + batch records throughout.
+constexpr std::size_t scaling_claims = 200'000;
+constexpr std::size_t scaling_replays = 1'000'000;
+constexpr std::size_t scaling_response_size = 64;
+// The base records outlive every run; a batch of new claims expires a minute after its claim and
+// is swept two minutes after it, when the next batch starts, so time only moves forward.
+constexpr std::chrono::nanoseconds base_retention = std::chrono::hours{24 * 365 * 10};
+constexpr std::chrono::nanoseconds batch_retention = 1min;
+
+std::size_t scaling_batch(std::size_t records) {
+  return std::clamp<std::size_t>(records / 10, 100, 10'000);
+}
+
+template <class Table>
+struct scaling_fixture {
+  std::unique_ptr<Table> table;
+  std::size_t records = 0;
+  double bytes_per_record = 0;
+  idem::store_time now = start;  // when the next batch of new claims is made
+  std::size_t next_new = 0;      // which of the fresh keys the next batch starts at
+};
+
+// Epoch reclamation collects in amortised batches; with no other thread pinned, three
+// collections free everything retired on this thread (as tests/alloc/memory_store_alloc_test.cpp
+// does before it measures).
+void drain_retired() {
+  for (int i = 0; i < 3; ++i)
+    idem::detail::epoch_participant::local().collect();
+}
+
+// N completed records with 64-byte responses, keys 0..N-1; the keys after N are the fresh ones.
+template <class Table>
+std::shared_ptr<void> build_scaling(std::size_t records) {
+  const auto& keys = keys_at_least(records + scaling_claims);
+  auto fixture = std::make_shared<scaling_fixture<Table>>();
+  fixture->records = records;
+  const std::string response = response_of(scaling_response_size);
+  // Blocks retired by earlier runs and freed from here on would be subtracted though they were
+  // never counted: free them first.
+  drain_retired();
+  idem_test::count_heap_bytes(true);
+  const std::ptrdiff_t heap_before = idem_test::live_heap_bytes();
+  fixture->table = std::make_unique<Table>(records + scaling_batch(records));
+  claim_input input{scope, {}, request_fingerprint(), start, base_retention};
+  for (std::size_t i = 0; i < records; ++i) {
+    input.key = keys[i];
+    const auto claimed = fixture->table->claim(input);
+    fixture->table->complete(scope, input.key, claimed.fence, response, start);
+  }
+  // Everything the table allocated for its records, its reserved buckets included, per record.
+  // Versions replaced by the completions wait for epoch reclamation: not held by the records.
+  drain_retired();
+  fixture->bytes_per_record = static_cast<double>(idem_test::live_heap_bytes() - heap_before) /
+                              static_cast<double>(records);
+  idem_test::count_heap_bytes(false);
+  return fixture;
+}
+
+// One table at a time, whatever its implementation: both workloads and every repetition of one
+// (implementation, N) share it, and the previous one is freed before the next is built.
+struct scaling_slot {
+  std::shared_ptr<void> fixture;
+  const char* tag = nullptr;
+  std::size_t records = 0;
+};
+
+template <class Table>
+scaling_fixture<Table>& scaling_table(std::size_t records) {
+  static scaling_slot slot;
+  if (slot.tag != &table_tag<scaling_fixture<Table>> || slot.records != records) {
+    slot.fixture.reset();
+    big_table().clear();  // mixed_90_10's or sweep's 1 M records are not needed any more
+    slot.fixture = build_scaling<Table>(records);
+    slot.tag = &table_tag<scaling_fixture<Table>>;
+    slot.records = records;
+  }
+  return *static_cast<scaling_fixture<Table>*>(slot.fixture.get());
+}
+
+template <class Table>
+void scaling_claim_new(benchmark::State& state) {
+  const auto records = static_cast<std::size_t>(state.range(0));
+  auto& fixture = scaling_table<Table>(records);
+  const std::vector<std::string>& keys = key_pool();
+  const std::size_t batch = scaling_batch(records);
+  claim_input input{scope, {}, request_fingerprint(), fixture.now, batch_retention};
+  std::size_t in_batch = 0;
+  std::size_t unclaimed = 0;
+  bool wrong_sweep = false;
+  const auto before = idem_test::allocations_on_this_thread();
+  for (auto _ : state) {
+    input.key = keys[records + fixture.next_new];
+    fixture.next_new = (fixture.next_new + 1) % scaling_claims;
+    auto result = fixture.table->claim(input);
+    unclaimed += result.status == idem::claim_status::claimed ? 0 : 1;
+    benchmark::DoNotOptimize(result);
+    if (++in_batch == batch) {
+      state.PauseTiming();
+      wrong_sweep = wrong_sweep || fixture.table->sweep(input.now + 2min) != batch;
+      input.now += 2min;
+      in_batch = 0;
+      state.ResumeTiming();
+    }
+  }
+  const auto allocations = idem_test::allocations_on_this_thread() - before;
+  if (in_batch != 0) {
+    wrong_sweep = wrong_sweep || fixture.table->sweep(input.now + 2min) != in_batch;
+    input.now += 2min;
+  }
+  fixture.now = input.now;
+  state.counters["allocs_per_op"] =
+      benchmark::Counter(static_cast<double>(allocations), benchmark::Counter::kAvgIterations);
+  state.counters["live_records"] = static_cast<double>(records);
+  state.counters["bytes_per_record"] = fixture.bytes_per_record;
+  state.SetItemsProcessed(state.iterations());
+  if (unclaimed != 0) state.SkipWithError("a new key did not answer claimed");
+  if (wrong_sweep) state.SkipWithError("a sweep did not remove exactly the batch of new claims");
+}
+
+template <class Table>
+void scaling_replay_hit(benchmark::State& state) {
+  const auto records = static_cast<std::size_t>(state.range(0));
+  auto& fixture = scaling_table<Table>(records);
+  const std::vector<std::string>& keys = key_pool();
+  claim_input input{scope, {}, request_fingerprint(), fixture.now, base_retention};
+  std::uint64_t draw = 0;
+  std::size_t wrong = 0;
+  const auto before = idem_test::allocations_on_this_thread();
+  for (auto _ : state) {
+    // A key drawn uniformly from the N held: every replay may miss every cache level.
+    input.key = keys[split_mix(draw++) % records];
+    auto result = fixture.table->claim(input);
+    wrong += result.status == idem::claim_status::existing &&
+                     result.existing.response.size() == scaling_response_size
+                 ? 0
+                 : 1;
+    benchmark::DoNotOptimize(result);
+  }
+  report_allocations(state, before);
+  state.counters["live_records"] = static_cast<double>(records);
+  state.counters["bytes_per_record"] = fixture.bytes_per_record;
+  state.SetItemsProcessed(state.iterations());
+  if (wrong != 0) state.SkipWithError("a replay did not answer existing with the response");
+}
+
 // --- registration
 // ----------------------------------------------------------------------------------
 
@@ -961,6 +1099,17 @@ void register_sweep(const std::string& name) {
       ->Unit(benchmark::kMillisecond);
 }
 
+template <class Table>
+void register_scaling(const std::string& name, std::size_t records) {
+  // One thread: what grows with N is the cache misses of one lookup, not contention.
+  benchmark::RegisterBenchmark(("scaling_claim_new/" + name).c_str(), scaling_claim_new<Table>)
+      ->Arg(static_cast<std::int64_t>(records))
+      ->Iterations(static_cast<benchmark::IterationCount>(scaling_claims));
+  benchmark::RegisterBenchmark(("scaling_replay_hit/" + name).c_str(), scaling_replay_hit<Table>)
+      ->Arg(static_cast<std::int64_t>(records))
+      ->Iterations(static_cast<benchmark::IterationCount>(scaling_replays));
+}
+
 template <class... Tables>
 struct table_list {};
 
@@ -984,6 +1133,24 @@ void register_all(table_list<Tables...>) {
   ((register_sweep<Tables>(table_names[i++])), ...);
 }
 
-[[maybe_unused]] const bool registered = (register_all(all_tables{}), true);
+// The scaling runs leave out std_mutex_map: one lock for the whole table says nothing about
+// cache misses that absl_sharded_mutex does not say better. Per N, each implementation's two
+// workloads in a row, so its table is built once.
+using scaling_tables =
+    table_list<idem_memory_table, libcuckoo_table, tbb_table, absl_sharded_table>;
+
+template <class... Tables>
+void register_all_scaling(table_list<Tables...>) {
+  for (const std::size_t records : scaling_records) {
+    std::size_t i = 0;
+    ((register_scaling<Tables>(table_names[i++], records)), ...);
+  }
+}
+
+// Heap bytes are counted only where a benchmark measures them (build_scaling): elsewhere the
+// shared counter would slow every allocating thread, ours and the peers' alike.
+[[maybe_unused]] const bool registered =
+    (idem_test::count_heap_bytes(false), register_all(all_tables{}),
+     register_all_scaling(scaling_tables{}), true);
 
 }  // namespace

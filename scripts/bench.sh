@@ -1,23 +1,31 @@
 #!/usr/bin/env bash
 # Build idem's benchmarks in Release (g++ -O2, NDEBUG) and run them: the README's bench command.
 #
-#   scripts/bench.sh                        run every benchmark
-#   scripts/bench.sh --filter REGEX         only those matching REGEX (--benchmark_filter)
-#   scripts/bench.sh --json FILE            also write the results to FILE as JSON
+#   scripts/bench.sh                        run every benchmark, then measure compile cost
+#   scripts/bench.sh --filter REGEX         only those matching REGEX (--benchmark_filter);
+#                                           compile cost is skipped
+#   scripts/bench.sh --json FILE            also write the results to FILE as JSON (with the
+#                                           compile cost and the machine added)
+#   scripts/bench.sh --no-compile-cost      skip the compile-cost step
 #   scripts/bench.sh -- --benchmark_repetitions=5 ...   anything else goes to the binary as is
 #
-# Works from any directory; the build tree is build/bench and is reused. The store adapters'
-# benchmarks run against real servers (PostgreSQL, Redis) that this script starts on private
-# ports in a temporary folder and stops when it exits, as scripts/test.sh does.
+# At the end it prints each benchmark of ours beside its peers: the ratio of our time to theirs
+# (scripts/bench_ratios.py; medians when repeated), and the compile cost
+# (scripts/compile_cost.py). Works from any directory; the build tree is build/bench and is
+# reused. The store adapters' benchmarks run against real servers (PostgreSQL, Redis) that this
+# script starts on private ports in a temporary folder and stops when it exits, as
+# scripts/test.sh does.
 set -euo pipefail
 
-usage() { sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 bench_args=()
+compile_cost=1
 while (($#)); do
   case "$1" in
-    --filter) bench_args+=("--benchmark_filter=${2:?--filter needs a regex}"); shift ;;
-    --filter=*) bench_args+=("--benchmark_filter=${1#--filter=}") ;;
+    --filter) bench_args+=("--benchmark_filter=${2:?--filter needs a regex}"); compile_cost=0; shift ;;
+    --filter=*) bench_args+=("--benchmark_filter=${1#--filter=}"); compile_cost=0 ;;
+    --no-compile-cost) compile_cost=0 ;;
     --json)
       bench_args+=("--benchmark_out=${2:?--json needs a file}" --benchmark_out_format=json)
       shift
@@ -31,12 +39,23 @@ while (($#)); do
 done
 
 # A relative --json path means relative to where the user ran us, not to the repo root.
+json_out=
 for i in "${!bench_args[@]}"; do
   case "${bench_args[$i]}" in
-    --benchmark_out=/*) ;;
-    --benchmark_out=*) bench_args[$i]="--benchmark_out=$PWD/${bench_args[$i]#--benchmark_out=}" ;;
+    --benchmark_out=/*) json_out="${bench_args[$i]#--benchmark_out=}" ;;
+    --benchmark_out=*)
+      json_out="$PWD/${bench_args[$i]#--benchmark_out=}"
+      bench_args[$i]="--benchmark_out=$json_out"
+      ;;
   esac
 done
+# The ratio table is read from the JSON results: without --json, from a file of our own.
+own_json=
+if [[ -z "$json_out" ]]; then
+  own_json="$(mktemp --suffix=.json)"
+  json_out="$own_json"
+  bench_args+=("--benchmark_out=$json_out" --benchmark_out_format=json)
+fi
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -49,7 +68,7 @@ missing=()
 if command -v dpkg >/dev/null 2>&1; then
   for package in g++ cmake ninja-build libbenchmark-dev libxxhash-dev libssl-dev libcuckoo-dev \
     libtbb-dev libabsl-dev pkg-config libsqlite3-dev libpq-dev postgresql libhiredis-dev \
-    redis-server; do
+    redis-server python3; do
     dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
   done
 fi
@@ -74,4 +93,67 @@ if ((${#idem_servers_failed[@]})); then
   echo "scripts/bench.sh: ${idem_servers_failed[*]} did not start; their benchmarks will fail" >&2
 fi
 # Not exec: the servers are stopped when this script exits.
-build/bench/bench/idem_bench "${bench_args[@]}"
+status=0
+build/bench/bench/idem_bench "${bench_args[@]}" || status=$?
+
+compile_json=
+if ((compile_cost)); then
+  echo
+  echo "== compile cost"
+  compile_json="$(mktemp --suffix=.json)"
+  python3 scripts/compile_cost.py --json "$compile_json" || status=$?
+fi
+
+# The machine the numbers came from goes into the results too, so a report made from them
+# (scripts/performance_report.py) can say where they were measured.
+if [[ -s "$json_out" ]]; then
+  python3 - "$json_out" "$compile_json" <<'PYTHON'
+import json, os, platform, subprocess, sys
+results_path, compile_path = sys.argv[1], sys.argv[2]
+with open(results_path, encoding="utf-8") as handle:
+    results = json.load(handle)
+if compile_path and os.path.getsize(compile_path) > 0:
+    with open(compile_path, encoding="utf-8") as handle:
+        results["compile_cost"] = json.load(handle)
+def first_line(command):
+    try:
+        return subprocess.run(command, capture_output=True, text=True).stdout.splitlines()[0]
+    except (OSError, IndexError):
+        return ""
+cpu = ""
+with open("/proc/cpuinfo", encoding="utf-8") as handle:
+    for line in handle:
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+with open("/proc/meminfo", encoding="utf-8") as handle:
+    memory_kib = int(handle.readline().split()[1])
+os_name = ""
+if os.path.exists("/etc/os-release"):
+    with open("/etc/os-release", encoding="utf-8") as handle:
+        for line in handle:
+            if line.startswith("PRETTY_NAME="):
+                os_name = line.split("=", 1)[1].strip().strip('"')
+results["machine"] = {
+    "cpu": cpu,
+    "cores": os.cpu_count(),
+    "memory_gib": round(memory_kib / 2**20, 1),
+    "kernel": platform.release(),
+    "os": os_name,
+    "compiler": first_line(["g++", "--version"]),
+    "flags": "-O2 -DNDEBUG",
+}
+with open(results_path, "w", encoding="utf-8") as handle:
+    json.dump(results, handle, indent=2)
+    handle.write("\n")
+PYTHON
+fi
+[[ -z "$compile_json" ]] || rm -f "$compile_json"
+
+if [[ -s "$json_out" ]]; then
+  echo
+  echo "== idem beside its peers (time per operation; ratio = idem / peer, below 1 is faster)"
+  python3 scripts/bench_ratios.py "$json_out"
+fi
+[[ -z "$own_json" ]] || rm -f "$own_json"
+exit "$status"

@@ -7,6 +7,13 @@
 //   static void encode(const T& value, std::string& out);   // appends the bytes
 //   static T decode(std::string_view bytes);                 // throws idem::codec_error
 //
+// A codec whose bytes are the value itself may also provide
+//
+//   static std::string_view bytes_of(const T& value);         // the bytes encode would append
+//   static T adopt(std::string&& bytes);                      // decode, taking the bytes over
+//
+// and idempotent then stores and replays the value without copying it into a buffer first.
+//
 // Provided: std::string, byte vectors, http_response, integers, floating point and bool. A
 // replay decodes exactly what was encoded, so a replayed http_response equals the original
 // field for field and its body byte for byte.
@@ -52,7 +59,24 @@ template <>
 struct codec<std::string> {
   static void encode(const std::string& value, std::string& out) { out += value; }
   static std::string decode(std::string_view bytes) { return std::string(bytes); }
+  static std::string_view bytes_of(const std::string& value) noexcept { return value; }
+  static std::string adopt(std::string&& bytes) noexcept { return std::move(bytes); }
 };
+
+namespace detail {
+
+// Whether codec<T> stores a value as its own bytes (bytes_of) and can take stored bytes over
+// (adopt): see the top of this header.
+template <class T>
+concept codec_views_bytes = requires(const T& value) {
+  { codec<T>::bytes_of(value) } -> std::same_as<std::string_view>;
+};
+template <class T>
+concept codec_adopts_bytes = requires(std::string&& bytes) {
+  { codec<T>::adopt(std::move(bytes)) } -> std::same_as<T>;
+};
+
+}  // namespace detail
 
 template <class Byte>
 requires(sizeof(Byte) == 1 && std::is_trivially_copyable_v<Byte>) struct codec<std::vector<Byte>> {

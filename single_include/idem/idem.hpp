@@ -202,6 +202,8 @@ concept HashFunction = std::default_initializable<typename H::state> &&
 // The digest is persisted in records, so it must never change for the same request: it is not
 // the per-process keyed hash a memory store buckets by.
 
+#include <cstring>
+#include <initializer_list>
 #include <type_traits>
 #include <utility>
 
@@ -355,14 +357,24 @@ concept Fingerprint = std::default_initializable<F> && std::copy_constructible<F
 
 namespace detail {
 
+// A part as hashed: its size as 8 bytes, little-endian, then its bytes.
 template <class State>
 void hash_part(State& state, std::string_view part) {
-  std::uint8_t length[8];
+  char length[8];
   const std::uint64_t size = part.size();
   for (int i = 0; i < 8; ++i)
-    length[i] = static_cast<std::uint8_t>(size >> (8 * i));
-  state.update(std::string_view{reinterpret_cast<const char*>(length), sizeof length});
+    length[i] = static_cast<char>(size >> (8 * i));
+  state.update(std::string_view{length, sizeof length});
   state.update(part);
+}
+
+// The same framing written to `out`, which has room; answers the end of what was written.
+inline char* frame_part(char* out, std::string_view part) noexcept {
+  const std::uint64_t size = part.size();
+  for (int i = 0; i < 8; ++i)
+    *out++ = static_cast<char>(size >> (8 * i));
+  if (!part.empty()) std::memcpy(out, part.data(), part.size());
+  return out + part.size();
 }
 
 }  // namespace detail
@@ -374,9 +386,26 @@ struct request_fingerprint {
   std::vector<std::string> headers{};
 
   digest operator()(const request_view& request) const {
+    // Without headers, a request that fits the stack is framed into one buffer and hashed in one
+    // call: the same bytes, so the same digest, without the streaming state's buffering of
+    // every part (which cost about as much as hashing a 256-byte body).
+    constexpr std::string_view tag = "idem fingerprint v1";
+    constexpr std::size_t inline_bytes = 1024;
+    const std::size_t framed = tag.size() + 3 * sizeof(std::uint64_t) + request.method.size() +
+                               request.target.size() + request.body.size();
+    if (headers.empty() && framed <= inline_bytes) {
+      char buffer[inline_bytes];
+      char* out = buffer;
+      std::memcpy(out, tag.data(), tag.size());
+      out += tag.size();
+      for (const std::string_view part : {request.method, request.target, request.body}) {
+        out = detail::frame_part(out, part);
+      }
+      return H::hash(std::string_view{buffer, framed});
+    }
     typename H::state state;
     // A version tag, so that a later change of the framing can never meet an old record.
-    state.update(std::string_view{"idem fingerprint v1"});
+    state.update(tag);
     detail::hash_part(state, request.method);
     detail::hash_part(state, request.target);
     for (const std::string& name : headers) {
@@ -420,7 +449,6 @@ using fingerprint_for = typename fingerprint_policy<F>::type;
 // (AVX2 or SSE2 on x86-64, portable C++ elsewhere), chosen once per process.
 
 #include <bit>
-#include <cstring>
 
 // begin idem/detail/xxh3_kernels.hpp
 // XXH3's long-input kernels (the accumulate and scramble loop of "XXH3 Algorithm Description
@@ -2159,6 +2187,13 @@ struct canonical_json {
 //   static void encode(const T& value, std::string& out);   // appends the bytes
 //   static T decode(std::string_view bytes);                 // throws idem::codec_error
 //
+// A codec whose bytes are the value itself may also provide
+//
+//   static std::string_view bytes_of(const T& value);         // the bytes encode would append
+//   static T adopt(std::string&& bytes);                      // decode, taking the bytes over
+//
+// and idempotent then stores and replays the value without copying it into a buffer first.
+//
 // Provided: std::string, byte vectors, http_response, integers, floating point and bool. A
 // replay decodes exactly what was encoded, so a replayed http_response equals the original
 // field for field and its body byte for byte.
@@ -2188,7 +2223,24 @@ template <>
 struct codec<std::string> {
   static void encode(const std::string& value, std::string& out) { out += value; }
   static std::string decode(std::string_view bytes) { return std::string(bytes); }
+  static std::string_view bytes_of(const std::string& value) noexcept { return value; }
+  static std::string adopt(std::string&& bytes) noexcept { return std::move(bytes); }
 };
+
+namespace detail {
+
+// Whether codec<T> stores a value as its own bytes (bytes_of) and can take stored bytes over
+// (adopt): see the top of this header.
+template <class T>
+concept codec_views_bytes = requires(const T& value) {
+  { codec<T>::bytes_of(value) } -> std::same_as<std::string_view>;
+};
+template <class T>
+concept codec_adopts_bytes = requires(std::string&& bytes) {
+  { codec<T>::adopt(std::move(bytes)) } -> std::same_as<T>;
+};
+
+}  // namespace detail
 
 template <class Byte>
 requires(sizeof(Byte) == 1 && std::is_trivially_copyable_v<Byte>) struct codec<std::vector<Byte>> {
@@ -2428,8 +2480,6 @@ struct std::is_error_code_enum<idem::grpc_status> : std::true_type {};
 // system it calls, which then deduplicates the repeat. A downstream without idempotency of its
 // own can do the effect twice in that window: exactly-once cannot be stronger than the weakest
 // link, and idem says so rather than pretend.
-
-#include <initializer_list>
 
 // begin idem/hash/sha256.hpp
 // idem::sha256: SHA-256 (FIPS 180-4) as an idem::HashFunction, for request fingerprints that
@@ -3750,6 +3800,9 @@ class guard {
       std::string plain;
       storage_.open(storage_.codec, existing.response, plain);
       outcome.response_.emplace(codec<Response>::decode(plain));
+    } else if constexpr (codec_adopts_bytes<Response>) {
+      // The snapshot is this call's own copy: the response takes its bytes over.
+      outcome.response_.emplace(codec<Response>::adopt(std::move(existing.response)));
     } else {
       outcome.response_.emplace(codec<Response>::decode(existing.response));
     }
@@ -3852,9 +3905,24 @@ class guard {
     outcome_type outcome{verdict::executed};
     outcome.fence_ = fence;
     outcome.resumed_ = resumed;
-    std::string bytes;
-    codec<Response>::encode(*response, bytes);
-    const bool fits = stored_form(bytes);
+    // The bytes the store keeps: a std::string response as it is, without a copy, unless a
+    // response codec seals it or it passes max_response_bytes; anything else encoded.
+    std::string encoded;
+    std::string_view bytes;
+    bool fits = true;
+    bool viewed = false;
+    if constexpr (codec_views_bytes<Response>) {
+      const std::string_view own = codec<Response>::bytes_of(*response);
+      if (storage_.seal == nullptr && own.size() <= storage_.max_response_bytes) {
+        bytes = own;
+        viewed = true;
+      }
+    }
+    if (!viewed) {
+      codec<Response>::encode(*response, encoded);
+      fits = stored_form(encoded);
+      bytes = encoded;
+    }
     bool applied = false;
     try {
       applied = store_.complete(target.held, bytes, clock_.wall_now());

@@ -19,17 +19,24 @@ constinit thread_local std::size_t allocations = 0;
 // Bytes held by the whole program, as malloc_usable_size reports each block (what the allocator
 // really set aside for it, rounding included): frees may happen on other threads.
 constinit std::atomic<std::ptrdiff_t> live_bytes{0};
+// Whether live_bytes is kept. Keeping it costs every allocation and free a malloc_usable_size
+// and an atomic add on one cache line all threads share: benchmarks turn it off outside the
+// stretches they measure memory in, so that it does not slow their threads down.
+constinit std::atomic<bool> counting_bytes{true};
 
 void count_in(void* p) noexcept {
   ++allocations;
+  if (!counting_bytes.load(std::memory_order_relaxed)) return;
   live_bytes.fetch_add(static_cast<std::ptrdiff_t>(malloc_usable_size(p)),
                        std::memory_order_relaxed);
 }
 
 void release(void* p) noexcept {
   if (p == nullptr) return;
-  live_bytes.fetch_sub(static_cast<std::ptrdiff_t>(malloc_usable_size(p)),
-                       std::memory_order_relaxed);
+  if (counting_bytes.load(std::memory_order_relaxed)) {
+    live_bytes.fetch_sub(static_cast<std::ptrdiff_t>(malloc_usable_size(p)),
+                         std::memory_order_relaxed);
+  }
   std::free(p);
 }
 
@@ -72,6 +79,10 @@ std::size_t allocations_on_this_thread() noexcept {
 
 std::ptrdiff_t live_heap_bytes() noexcept {
   return live_bytes.load(std::memory_order_relaxed);
+}
+
+void count_heap_bytes(bool on) noexcept {
+  counting_bytes.store(on, std::memory_order_relaxed);
 }
 
 }  // namespace idem_test

@@ -26,6 +26,12 @@ std::size_t allocations_on_this_thread() noexcept;
 /// included).
 std::ptrdiff_t live_heap_bytes() noexcept;
 
+/// Whether live_heap_bytes is kept up to date (it is from the start). While off, allocations are
+/// still counted but their bytes are not, so nothing is written that threads share; a block
+/// allocated while off and freed while on makes live_heap_bytes too low, so turn it on before
+/// the stretch measured and read the difference across it.
+void count_heap_bytes(bool on) noexcept;
+
 /// Allocations made on the constructing thread between construction and each call to count().
 class allocation_scope {
  public:

@@ -213,6 +213,9 @@ class guard {
       std::string plain;
       storage_.open(storage_.codec, existing.response, plain);
       outcome.response_.emplace(codec<Response>::decode(plain));
+    } else if constexpr (codec_adopts_bytes<Response>) {
+      // The snapshot is this call's own copy: the response takes its bytes over.
+      outcome.response_.emplace(codec<Response>::adopt(std::move(existing.response)));
     } else {
       outcome.response_.emplace(codec<Response>::decode(existing.response));
     }
@@ -315,9 +318,24 @@ class guard {
     outcome_type outcome{verdict::executed};
     outcome.fence_ = fence;
     outcome.resumed_ = resumed;
-    std::string bytes;
-    codec<Response>::encode(*response, bytes);
-    const bool fits = stored_form(bytes);
+    // The bytes the store keeps: a std::string response as it is, without a copy, unless a
+    // response codec seals it or it passes max_response_bytes; anything else encoded.
+    std::string encoded;
+    std::string_view bytes;
+    bool fits = true;
+    bool viewed = false;
+    if constexpr (codec_views_bytes<Response>) {
+      const std::string_view own = codec<Response>::bytes_of(*response);
+      if (storage_.seal == nullptr && own.size() <= storage_.max_response_bytes) {
+        bytes = own;
+        viewed = true;
+      }
+    }
+    if (!viewed) {
+      codec<Response>::encode(*response, encoded);
+      fits = stored_form(encoded);
+      bytes = encoded;
+    }
     bool applied = false;
     try {
       applied = store_.complete(target.held, bytes, clock_.wall_now());

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""What including idem costs a build: compile time of one translation unit.
+
+    scripts/compile_cost.py [--repetitions N] [--json FILE] [--compiler CXX ...]
+
+Compiles two translation units N times each (default 7), alternating, and reports the median CPU
+time (user + system) of each and their ratio:
+
+    idem                      #include <idem/idem.hpp>
+    baseline                  #include <string>, <unordered_map>, <chrono>
+
+and, to say where the time goes, three more:
+
+    standard_headers_of_idem  every standard header idem/idem.hpp includes, nothing of ours
+    idempotent                #include <idem/idempotent.hpp> (the server side alone)
+    retrying                  #include <idem/retrying.hpp> (the client side alone)
+
+with CXX -std=c++20 -O2 -c (g++ and clang++ by default, each where installed). The goal is a ratio
+of at most 2. --json writes {"flags", "compilers": {CXX: {idem_s, baseline_s, ratio,
+repetitions, medians_s: {unit: s}, runs_s: {unit: [s, ...]}}}}; scripts/bench.sh puts it into its results as
+"compile_cost".
+"""
+
+import argparse
+import json
+import os
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+FLAGS = ["-std=c++20", "-O2", "-c"]
+MAIN = "\nint main() { return 0; }\n"
+BASELINE = "#include <chrono>\n#include <string>\n#include <unordered_map>\n" + MAIN
+
+
+def sources(include_dir):
+    """The translation units, by name: the two compared, and three that say where time goes."""
+    return {
+        "idem": "#include <idem/idem.hpp>\n" + MAIN,
+        "baseline": BASELINE,
+        # Every standard header the core includes, and nothing of ours: the part of idem.hpp's
+        # cost that only including fewer standard headers could lower.
+        "standard_headers_of_idem": "".join(
+            f"#include <{name}>\n" for name in standard_headers(include_dir)) + MAIN,
+        "idempotent": "#include <idem/idempotent.hpp>\n" + MAIN,
+        "retrying": "#include <idem/retrying.hpp>\n" + MAIN,
+    }
+
+
+def standard_headers(include_dir):
+    """The <...> headers (not idem's) that idem/idem.hpp includes, directly or through ours."""
+    seen_files = set()
+    found = set()
+    pending = [os.path.join(include_dir, "idem", "idem.hpp")]
+    while pending:
+        path = pending.pop()
+        if path in seen_files:
+            continue
+        seen_files.add(path)
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                match = re.match(r"\s*#\s*include\s*<([^>]+)>", line)
+                if not match:
+                    continue
+                name = match.group(1)
+                if name.startswith("idem/"):
+                    pending.append(os.path.join(include_dir, name))
+                else:
+                    found.add(name)
+    return sorted(found)
+
+
+def compile_once(compiler, source, include_dir, output):
+    """The compiler's CPU time (user + system, its own children included), in seconds.
+
+    CPU time rather than wall time: on a machine others are building on, the wall clock measures
+    their load as much as our headers.
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([compiler, *FLAGS, f"-I{include_dir}", source, "-o", output], check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def measure(compiler, repetitions, include_dir, folder):
+    paths = {}
+    units = sources(include_dir)
+    for name, text in units.items():
+        paths[name] = os.path.join(folder, f"{name}.cpp")
+        with open(paths[name], "w", encoding="utf-8") as handle:
+            handle.write(text)
+    runs = {name: [] for name in units}
+    # One untimed compile of each first: the headers come into the page cache.
+    for name, path in paths.items():
+        compile_once(compiler, path, include_dir, os.path.join(folder, f"{name}.o"))
+    for _ in range(repetitions):
+        for name, path in paths.items():
+            runs[name].append(compile_once(compiler, path, include_dir,
+                                           os.path.join(folder, f"{name}.o")))
+    idem_s = statistics.median(runs["idem"])
+    baseline_s = statistics.median(runs["baseline"])
+    return {
+        "idem_s": idem_s,
+        "baseline_s": baseline_s,
+        "ratio": idem_s / baseline_s,
+        "repetitions": repetitions,
+        "medians_s": {name: statistics.median(times) for name, times in runs.items()},
+        "runs_s": runs,
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument("--repetitions", type=int, default=7)
+    parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--compiler", action="append", metavar="CXX")
+    options = parser.parse_args()
+    if options.repetitions < 1:
+        parser.error("--repetitions must be at least 1")
+    compilers = options.compiler or [c for c in ("g++", "clang++") if shutil.which(c)]
+    if not compilers:
+        print("compile_cost.py: no C++ compiler found (g++, clang++)", file=sys.stderr)
+        return 1
+    include_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "include")
+    include_dir = os.path.normpath(include_dir)
+    result = {"flags": " ".join(FLAGS), "compilers": {}}
+    with tempfile.TemporaryDirectory(prefix="idem-compile-cost-") as folder:
+        for compiler in compilers:
+            try:
+                entry = measure(compiler, options.repetitions, include_dir, folder)
+            except (OSError, subprocess.CalledProcessError) as error:
+                print(f"compile_cost.py: {compiler} failed: {error}", file=sys.stderr)
+                return 1
+            result["compilers"][compiler] = entry
+            print(f"{compiler} {result['flags']}: idem.hpp {entry['idem_s']:.3f} s, "
+                  f"<string>+<unordered_map>+<chrono> {entry['baseline_s']:.3f} s, "
+                  f"ratio {entry['ratio']:.2f} (median of {options.repetitions}; goal <= 2)")
+    if options.json:
+        with open(options.json, "w", encoding="utf-8") as handle:
+            json.dump(result, handle, indent=2)
+            handle.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

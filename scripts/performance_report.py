@@ -1,0 +1,338 @@
+#!/usr/bin/env python3
+"""Make docs/performance.md and its plots from one run of scripts/bench.sh.
+
+    scripts/performance_report.py [--draft] [RESULTS.json]
+
+RESULTS.json (default docs/performance/results.json) is what `scripts/bench.sh --json FILE`
+wrote. The text comes from docs/performance/template.md, in which these are replaced:
+
+    {{machine}}                 the machine, compiler and run date from the results
+    {{ratios}}                  every benchmark of ours beside each peer (scripts/bench_ratios.py)
+    {{compile}}                 the compile-cost table
+    {{threads}}                 throughput against threads, per workload and implementation
+    {{scaling}}                 time per operation against live records, and bytes per record
+    {{time NAME}}               the median time of benchmark NAME (its run name, as in the JSON)
+    {{ratio NAME OTHER}}        NAME's median time divided by OTHER's, two decimals
+    {{goal NAME OTHER LIMIT}}   that ratio, and whether it is within LIMIT
+    {{cv NAME}}                 NAME's coefficient of variation over the repetitions
+    {{cpu NAME}}, {{cpu_ratio NAME OTHER}}
+                                the same with CPU time, whatever the benchmark reports
+    {{diff NAME OTHER}}         NAME's median time minus OTHER's
+    {{compile_goal CXX LIMIT}}  the compile-cost ratio with CXX, and whether it is within LIMIT
+    {{counter NAME COUNTER}}    a counter of NAME (allocs_per_op, bytes_per_record, ...)
+    {{compile CXX FIELD}}       idem_s, baseline_s or ratio of the compile cost with CXX, or the
+                                median of a unit (idem, baseline, standard_headers_of_idem, ...)
+
+The plots are SVG files under docs/performance/, made with gnuplot (Debian: gnuplot-nox, which
+scripts/performance_report.sh installs when it is missing). A placeholder that names a
+benchmark the results do not have stops the script with an error: the document never shows a
+number that is not in the results. --draft writes the missing ones as "(draft: ...)" instead,
+to look at the layout after a partial run (--filter); never commit such a page.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_ratios  # noqa: E402
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+DOCS = os.path.join(ROOT, "docs")
+FIGURES = os.path.join(DOCS, "performance")
+
+# Workloads run at 1, 2 and 4 threads, and the arguments that pick one curve family.
+THREADED = [
+    ("idempotent_first", (), "idempotent_first: a new key through idempotent"),
+    ("idempotent_replay", (), "idempotent_replay: a stored key through idempotent"),
+    ("claim_new", (), "claim_new: a new key claimed in the store"),
+    ("replay_hit", ("64",), "replay_hit/64: a completed key replayed (64 B)"),
+    ("same_key_storm", (), "same_key_storm: every thread on one key"),
+    ("mixed_90_10", ("uniform",), "mixed_90_10/uniform: 90% find, 10% complete, 1 M keys"),
+]
+SCALING = [
+    ("scaling_claim_new", "scaling_claim_new: a new key claimed, N records held"),
+    ("scaling_replay_hit", "scaling_replay_hit: a random held key replayed"),
+]
+
+
+class ReportError(Exception):
+    pass
+
+
+def threads_of(args):
+    for part in args:
+        if part.startswith("threads:"):
+            return int(part.split(":", 1)[1])
+    return 1
+
+
+def without_driver(args):
+    return tuple(p for p in args if not p.startswith("threads:") and p != "real_time")
+
+
+def throughput(entry):
+    """Operations per second, all threads together."""
+    items = entry.get("items_per_second")
+    if items:
+        return items
+    return 1e9 / entry["ns"] * threads_of(entry.get("run_name", "").split("/"))
+
+
+def collect(measured):
+    """{(workload, base_args): {impl: {threads or N: entry}}}."""
+    table = {}
+    for name, entry in measured.items():
+        workload, impl, args = bench_ratios.split_name(name)
+        base = without_driver(args)
+        table.setdefault((workload, base), {}).setdefault(impl, {})[threads_of(args)] = entry
+    return table
+
+
+def gnuplot(script):
+    try:
+        subprocess.run(["gnuplot"], input=script, text=True, check=True)
+    except FileNotFoundError as error:
+        raise ReportError("gnuplot is not installed (Debian: gnuplot-nox; "
+                          "scripts/performance_report.sh installs it)") from error
+
+
+def plot(path, title, xlabel, ylabel, series, logx=False, logy=False):
+    """series: {label: [(x, y), ...]}; writes an SVG line plot to path."""
+    with tempfile.TemporaryDirectory(prefix="idem-plot-") as folder:
+        plots = []
+        for index, (label, points) in enumerate(series.items()):
+            data = os.path.join(folder, f"{index}.dat")
+            with open(data, "w", encoding="utf-8") as handle:
+                for x, y in sorted(points):
+                    handle.write(f"{x} {y}\n")
+            plots.append(f"'{data}' using 1:2 with linespoints title '{label}'")
+        script = "\n".join([
+            "set terminal svg size 720,420 dynamic noenhanced font 'sans,12' background rgb 'white'",
+            f"set output '{path}'",
+            f"set title \"{title}\"",
+            f"set xlabel '{xlabel}'",
+            f"set ylabel '{ylabel}'",
+            "set key outside right top",
+            "set grid",
+            "set logscale x 10\nset autoscale xfix" if logx else "",
+            "set logscale y 10" if logy else "",
+            "set yrange [0:*]" if not logy else "",
+            "set xtics (1, 2, 4)" if not logx else "",
+            "plot " + ", ".join(plots),
+        ])
+        gnuplot(script + "\n")
+
+
+def threads_section(table, figures):
+    lines = []
+    for workload, base, title in THREADED:
+        impls = table.get((workload, base))
+        if not impls:
+            continue
+        counts = sorted({t for per in impls.values() for t in per})
+        if len(counts) < 2:
+            continue
+        file_name = f"threads_{workload}{'_' + '_'.join(base) if base else ''}.svg"
+        series = {impl: [(t, throughput(e) / 1e6) for t, e in per.items()]
+                  for impl, per in impls.items()}
+        plot(os.path.join(FIGURES, file_name), title, "threads", "million operations / s",
+             series)
+        figures.append(file_name)
+        lines.append(f"#### {title}")
+        lines.append("")
+        lines.append(f"![{workload} against threads](performance/{file_name})")
+        lines.append("")
+        lines.append("| implementation | " + " | ".join(f"{t} thread{'s' if t > 1 else ''}"
+                                                       for t in counts) + " |")
+        lines.append("| --- |" + " --- |" * len(counts))
+        for impl, per in impls.items():
+            cells = []
+            for t in counts:
+                entry = per.get(t)
+                cells.append(f"{bench_ratios.format_ns(entry['ns'])}, "
+                             f"{throughput(entry) / 1e6:.2f} M/s" if entry else "")
+            lines.append(f"| {impl} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def scaling_section(table, figures):
+    lines = []
+    memory = {}
+    for workload, title in SCALING:
+        per_impl = {}
+        for (name, base), impls in table.items():
+            if name != workload or len(base) != 1 or not base[0].isdigit():
+                continue
+            for impl, per in impls.items():
+                entry = per.get(1)
+                if entry:
+                    per_impl.setdefault(impl, {})[int(base[0])] = entry
+        if not per_impl:
+            continue
+        file_name = f"records_{workload}.svg"
+        series = {impl: [(n, e["ns"]) for n, e in per.items()] for impl, per in per_impl.items()}
+        plot(os.path.join(FIGURES, file_name), title, "live records", "ns per operation",
+             series, logx=True)
+        figures.append(file_name)
+        counts = sorted({n for per in per_impl.values() for n in per})
+        lines.append(f"#### {title}")
+        lines.append("")
+        lines.append(f"![{workload} against live records](performance/{file_name})")
+        lines.append("")
+        lines.append("| implementation | " + " | ".join(f"{n:,}" for n in counts) + " |")
+        lines.append("| --- |" + " --- |" * len(counts))
+        for impl, per in per_impl.items():
+            lines.append(f"| {impl} | " + " | ".join(
+                bench_ratios.format_ns(per[n]["ns"]) if n in per else "" for n in counts) + " |")
+            for n, entry in per.items():
+                if "bytes_per_record" in entry:
+                    memory.setdefault(impl, {})[n] = entry["bytes_per_record"]
+        lines.append("")
+    if memory:
+        counts = sorted({n for per in memory.values() for n in per})
+        lines.append("#### Heap bytes per record")
+        lines.append("")
+        lines.append("Everything the table allocated while N records (36-byte key, 8-byte scope, "
+                     "16-byte fingerprint, 64-byte response) were claimed and completed, its "
+                     "reserved buckets included, divided by N.")
+        lines.append("")
+        lines.append("| implementation | " + " | ".join(f"{n:,}" for n in counts) + " |")
+        lines.append("| --- |" + " --- |" * len(counts))
+        for impl, per in memory.items():
+            lines.append(f"| {impl} | " + " | ".join(
+                f"{per[n]:.0f}" if n in per else "" for n in counts) + " |")
+        lines.append("")
+    return lines
+
+
+def machine_lines(results):
+    machine = results.get("machine", {})
+    context = results.get("context", {})
+    caches = ", ".join(f"L{c['level']} {c['type'].lower()} {c['size'] // 1024} KiB"
+                       for c in context.get("caches", []))
+    lines = [
+        f"* CPU: {machine.get('cpu', 'unknown')}, {machine.get('cores', '?')} cores "
+        f"({caches})" if caches else f"* CPU: {machine.get('cpu', 'unknown')}",
+        f"* memory: {machine.get('memory_gib', '?')} GiB; {machine.get('os', '')}, "
+        f"Linux {machine.get('kernel', '')}",
+        f"* compiler: {machine.get('compiler', '')}, {machine.get('flags', '')}",
+        f"* run: {context.get('date', '')}; load average at the start "
+        f"{', '.join(f'{x:.2f}' for x in context.get('load_avg', []))}",
+    ]
+    return lines
+
+
+def lookup(measured, name):
+    entry = measured.get(name)
+    if entry is None:
+        raise ReportError(f"the results have no benchmark named {name!r}")
+    return entry
+
+
+def fill(template, results, measured, table, figures, draft=False):
+    def replace(match):
+        words = match.group(1).split()
+        kind = words[0]
+        if kind == "machine" and len(words) == 1:
+            return "\n".join(machine_lines(results))
+        if kind == "ratios" and len(words) == 1:
+            return "\n".join(bench_ratios.table_lines(dict(results, compile_cost=None), True))
+        if kind == "compile" and len(words) == 1:
+            return "\n".join(bench_ratios.compile_lines(results.get("compile_cost", {}), True))
+        if kind == "threads" and len(words) == 1:
+            return "\n".join(threads_section(table, figures))
+        if kind == "scaling" and len(words) == 1:
+            return "\n".join(scaling_section(table, figures))
+        if kind == "time" and len(words) == 2:
+            return bench_ratios.format_ns(lookup(measured, words[1])["ns"])
+        if kind == "ratio" and len(words) == 3:
+            return f"{lookup(measured, words[1])['ns'] / lookup(measured, words[2])['ns']:.2f}"
+        if kind == "cv" and len(words) == 2:
+            for entry in results.get("benchmarks", []):
+                if entry.get("run_name") == words[1] and entry.get("aggregate_name") == "cv":
+                    field = "real_time" if "real_time" in words[1].split("/") else "cpu_time"
+                    return f"{100 * entry[field]:.0f}%"
+            raise ReportError(f"the results have no coefficient of variation for {words[1]}")
+        if kind == "cpu" and len(words) == 2:
+            entry = lookup(measured, words[1])
+            return bench_ratios.format_ns(
+                entry["cpu_time"] * bench_ratios.UNIT_NS.get(entry.get("time_unit", "ns"), 1.0))
+        if kind == "cpu_ratio" and len(words) == 3:
+            return f"{lookup(measured, words[1])['cpu_time'] / lookup(measured, words[2])['cpu_time']:.2f}"
+        if kind == "goal" and len(words) == 4:
+            ratio = lookup(measured, words[1])["ns"] / lookup(measured, words[2])["ns"]
+            limit = float(words[3])
+            verdict = "met" if ratio <= limit else "**not met**"
+            return f"{ratio:.2f}× (goal ≤ {words[3]}×: {verdict})"
+        if kind == "diff" and len(words) == 3:
+            difference = lookup(measured, words[1])["ns"] - lookup(measured, words[2])["ns"]
+            sign = "+" if difference >= 0 else "−"
+            return f"{sign}{bench_ratios.format_ns(abs(difference))}"
+        if kind == "compile_goal" and len(words) == 3:
+            compilers = results.get("compile_cost", {}).get("compilers", {})
+            if words[1] not in compilers:
+                raise ReportError(f"the results have no compile cost for {words[1]}")
+            ratio = compilers[words[1]]["ratio"]
+            verdict = "met" if ratio <= float(words[2]) else "**not met**"
+            return f"{ratio:.2f}× (goal ≤ {words[2]}×: {verdict})"
+        if kind == "counter" and len(words) == 3:
+            entry = lookup(measured, words[1])
+            if words[2] not in entry:
+                raise ReportError(f"{words[1]} has no counter {words[2]}")
+            return f"{entry[words[2]]:.3g}"
+        if kind == "compile" and len(words) == 3:
+            compilers = results.get("compile_cost", {}).get("compilers", {})
+            if words[1] not in compilers:
+                raise ReportError(f"the results have no compile cost for {words[1]}")
+            entry = compilers[words[1]]
+            value = entry.get(words[2], entry.get("medians_s", {}).get(words[2]))
+            if value is None:
+                raise ReportError(f"the compile cost has no {words[2]}")
+            return f"{value:.2f}"
+        raise ReportError(f"unknown placeholder {{{{{match.group(1)}}}}}")
+
+    def replace_or_mark(match):
+        try:
+            return replace(match)
+        except ReportError as error:
+            if not draft:
+                raise
+            return f"(draft: {error})"
+
+    return re.sub(r"\{\{([^}]+)\}\}", replace_or_mark, template)
+
+
+def main(argv):
+    args = argv[1:]
+    draft = "--draft" in args
+    args = [a for a in args if a != "--draft"]
+    results_path = args[0] if args else os.path.join(FIGURES, "results.json")
+    if results_path in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0
+    try:
+        results = bench_ratios.load(results_path)
+        with open(os.path.join(FIGURES, "template.md"), encoding="utf-8") as handle:
+            template = handle.read()
+        measured = bench_ratios.measurements(results)
+        table = collect(measured)
+        figures = []
+        text = fill(template, results, measured, table, figures, draft)
+    except (OSError, ValueError, ReportError, subprocess.CalledProcessError) as error:
+        print(f"performance_report.py: {error}", file=sys.stderr)
+        return 1
+    header = ("<!-- Generated by scripts/performance_report.py from "
+              f"{os.path.relpath(results_path, ROOT)} and docs/performance/template.md; "
+              "edit those, not this file. -->\n")
+    with open(os.path.join(DOCS, "performance.md"), "w", encoding="utf-8") as handle:
+        handle.write(header + text)
+    print(f"performance_report.py: wrote docs/performance.md and {len(figures)} plots")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
