@@ -64,22 +64,10 @@ if ! compgen -G 'bench/*.cpp' >/dev/null; then
   exit 1
 fi
 
-missing=()
-if command -v dpkg >/dev/null 2>&1; then
-  for package in g++ cmake ninja-build libbenchmark-dev libxxhash-dev libssl-dev libcuckoo-dev \
-    libtbb-dev libabsl-dev pkg-config libsqlite3-dev libpq-dev postgresql libhiredis-dev \
-    redis-server python3; do
-    dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
-  done
-fi
-if ((${#missing[@]})); then
-  sudo=()
-  ((EUID == 0)) || sudo=(sudo)
-  echo "== installing ${missing[*]}"
-  "${sudo[@]}" apt-get update
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y --no-install-recommends "${missing[@]}"
-fi
+source scripts/lib/packages.sh
+idem_ensure_packages scripts/bench.sh g++ cmake ninja-build libbenchmark-dev libxxhash-dev libssl-dev \
+  libcuckoo-dev libtbb-dev libabsl-dev pkg-config libsqlite3-dev libpq-dev postgresql \
+  libhiredis-dev redis-server python3
 
 cmake -S . -B build/bench -G Ninja -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Release \
   "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" \

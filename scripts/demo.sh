@@ -53,26 +53,13 @@ if [[ -z "$program" ]]; then
 fi
 
 # --- packages and build ----------------------------------------------------------------------
-ensure_packages() {
-  command -v dpkg >/dev/null 2>&1 || return 0
-  local missing=() package
-  for package in "$@"; do
-    dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
-  done
-  ((${#missing[@]})) || return 0
-  local sudo=()
-  ((EUID == 0)) || sudo=(sudo)
-  echo "== installing ${missing[*]}"
-  "${sudo[@]}" apt-get update
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y --no-install-recommends "${missing[@]}"
-}
+source "$root/scripts/lib/packages.sh"
 
 if [[ -z "$bin" ]]; then
   packages=(g++ cmake ninja-build pkg-config python3 libsqlite3-dev libpq-dev libhiredis-dev
     libcpp-httplib-dev nlohmann-json3-dev)
   [[ "$store" != postgres ]] || packages+=(postgresql)
-  ensure_packages "${packages[@]}"
+  idem_ensure_packages scripts/demo.sh "${packages[@]}"
   echo "== building the demo in build/demo" >&2
   cmake -S "$root" -B "$root/build/demo" -G Ninja -DCMAKE_CXX_COMPILER=g++ \
     -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" \

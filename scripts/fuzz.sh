@@ -55,6 +55,10 @@ for name in "${targets[@]}"; do
   }
 done
 
+source "$root/scripts/lib/packages.sh"
+idem_ensure_packages scripts/fuzz.sh clang libclang-rt-14-dev cmake ninja-build pkg-config \
+  libsqlite3-dev libpq-dev libhiredis-dev
+
 echo "== configure $build"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
   "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" -DIDEM_BUILD_FUZZ=ON -DIDEM_BUILD_TESTS=OFF \

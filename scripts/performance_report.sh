@@ -10,12 +10,6 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-if ! command -v gnuplot >/dev/null 2>&1; then
-  sudo=()
-  ((EUID == 0)) || sudo=(sudo)
-  echo "== installing gnuplot-nox"
-  "${sudo[@]}" apt-get update
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y --no-install-recommends gnuplot-nox
-fi
+source scripts/lib/packages.sh
+idem_ensure_packages scripts/performance_report.sh gnuplot-nox python3
 exec python3 scripts/performance_report.py "$@"

@@ -33,34 +33,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root="$PWD"
 
 # --- packages --------------------------------------------------------------------------------
-ensure_packages() {
-  if ! command -v dpkg >/dev/null 2>&1; then
-    echo "scripts/test.sh: no dpkg here; assuming the tools are installed" >&2
-    return
-  fi
-  local missing=() package
-  for package in "$@"; do
-    dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
-  done
-  ((${#missing[@]})) || return 0
-  local sudo=()
-  if ((EUID != 0)); then
-    command -v sudo >/dev/null 2>&1 || {
-      echo "scripts/test.sh: missing packages ${missing[*]}, and not root" >&2
-      exit 1
-    }
-    sudo=(sudo)
-  fi
-  echo "== installing ${missing[*]}"
-  "${sudo[@]}" apt-get update
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y --no-install-recommends "${missing[@]}"
-}
-
-ensure_packages g++ clang clang-tidy libclang-rt-14-dev cmake ninja-build catch2 libbenchmark-dev python3 \
+source "$root/scripts/lib/packages.sh"
+idem_ensure_packages scripts/test.sh g++ clang clang-tidy libclang-rt-14-dev cmake ninja-build catch2 libbenchmark-dev python3 \
   libxxhash-dev libssl-dev libcuckoo-dev libtbb-dev libabsl-dev \
   pkg-config libsqlite3-dev sqlite3 libpq-dev postgresql libhiredis-dev redis-server \
-  libcpp-httplib-dev nlohmann-json3-dev librapidcheck-dev
+  libcpp-httplib-dev nlohmann-json3-dev librapidcheck-dev patch
 
 # --- bookkeeping -----------------------------------------------------------------------------
 total_passed=0
