@@ -22,7 +22,7 @@
 # is non-zero unless every mutant was killed.
 set -euo pipefail
 
-usage() { sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 chosen=()
 list=0
