@@ -3,7 +3,8 @@
 #
 #   scripts/test.sh              full run: g++ (+ bench build), clang++ ASan+UBSan, clang++ TSan,
 #                                the fuzz targets (10 s each) and the mutation check
-#   scripts/test.sh --quick      g++ build and its tests only
+#   scripts/test.sh --quick      g++ build and its tests only, without the benchmarks, examples
+#                                (payments demo), single-header, compile-fail and consumer checks
 #   scripts/test.sh --jobs N     parallel build and test jobs (default 2)
 #
 # Works from any directory. Build trees live in build/<name> and are reused (incremental); CI
@@ -13,7 +14,7 @@
 # M failed"; the exit status is non-zero if anything failed.
 set -euo pipefail
 
-usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 quick=0
 jobs=2
@@ -125,15 +126,22 @@ fi
 
 # --- 1: g++, all targets ---------------------------------------------------------------------
 # RelWithDebInfo for the optimiser's warnings, with its -DNDEBUG dropped so asserts stay on.
-bench=ON
-((quick)) && bench=OFF
+# --quick leaves out what is slow to build or run and rarely what an edit breaks: the benchmarks,
+# the examples (the payments demo and its end-to-end tests), the single-header build, and the
+# compile-fail and consumer tests (each a compiler or CMake run). The full run has them all.
+full=ON
+gcc_ctest_args=()
+if ((quick)); then
+  full=OFF
+  gcc_ctest_args=(-LE '^(compile_fail|consumer)$')
+fi
 configure_and_build gcc build/gcc "" \
   -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g" \
-  -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=ON -DIDEM_BUILD_BENCH=$bench -DIDEM_SANITIZE= \
-  -DIDEM_REQUIRE_ADAPTERS=ON ||
+  -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=$full -DIDEM_BUILD_BENCH=$full \
+  -DIDEM_TEST_SINGLE_HEADER=$full -DIDEM_SANITIZE= -DIDEM_REQUIRE_ADAPTERS=ON ||
   exit 1
-run_ctest gcc build/gcc
+run_ctest gcc build/gcc "${gcc_ctest_args[@]}"
 
 if ((!quick)); then
   # --- 2: clang++, AddressSanitizer + UndefinedBehaviorSanitizer -----------------------------
