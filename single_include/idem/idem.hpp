@@ -4707,8 +4707,6 @@ class failure_rate_breaker {
 // cost. Under total failure the bucket drains and then retries settle at `retry_ratio` of first
 // attempts (half that when every failure is a timeout, as those cost double).
 
-#include <cmath>
-
 namespace idem {
 
 /// Why a retry is wanted, which sets its price: in the AWS SDKs a retry after a timeout costs
@@ -4787,17 +4785,21 @@ class token_bucket {
     std::atomic<std::int64_t> tokens;
   };
 
-  static std::int64_t milli(double tokens) { return std::llround(tokens * scale); }
+  // std::llround and std::isfinite are the only things this header would want from <cmath>,
+  // which costs a build that includes idem more than all of the policies together (its C++17
+  // special functions); the compilers' builtins are the same functions.
+  static std::int64_t milli(double tokens) { return __builtin_llround(tokens * scale); }
+  static bool finite(double value) noexcept { return __builtin_isfinite(value); }
 
   std::int64_t cost_of(retry_reason reason) const noexcept {
     return reason == retry_reason::ambiguous ? state_->ambiguous_cost : state_->cost;
   }
 
   static const settings& validated(const settings& s) {
-    const bool finite = std::isfinite(s.max_tokens) && std::isfinite(s.retry_cost) &&
-                        std::isfinite(s.ambiguous_retry_cost) && std::isfinite(s.success_deposit) &&
-                        std::isfinite(s.retry_ratio);
-    if (!finite || s.max_tokens < 0 || s.max_tokens > 1e12 || s.retry_cost < 1 / scale ||
+    const bool all_finite = finite(s.max_tokens) && finite(s.retry_cost) &&
+                            finite(s.ambiguous_retry_cost) && finite(s.success_deposit) &&
+                            finite(s.retry_ratio);
+    if (!all_finite || s.max_tokens < 0 || s.max_tokens > 1e12 || s.retry_cost < 1 / scale ||
         s.ambiguous_retry_cost < 1 / scale || s.retry_cost > s.max_tokens + 1 ||
         s.success_deposit < 0 || s.retry_ratio < 0 || s.retry_ratio > 1e6) {
       throw std::invalid_argument(
