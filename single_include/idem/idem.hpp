@@ -5494,251 +5494,6 @@ struct callback_observer {
 
 }  // namespace idem
 // end idem/policy/observer.hpp
-// begin idem/store/locked.hpp
-// locked_store: one mutex around one ordered map. The reference model of the store contract.
-//
-// Deliberately simple, so that it is obviously right: every operation takes the one lock, does
-// exactly what idem/store.hpp says, and lets go. Other stores are tested against it, operation
-// for operation. It is also a reasonable store for a process with little traffic; it is not
-// durable (it survives nothing but the process) and every call serialises on its lock.
-//
-// Copies share one map: the store is a handle.
-
-#include <map>
-
-namespace idem {
-
-class locked_store {
- public:
-  /// How much the store may hold. A claim that would pass either bound answers `full`; a
-  /// complete or checkpoint that would pass max_bytes throws store_error(full).
-  struct limits {
-    std::size_t max_records = std::numeric_limits<std::size_t>::max();
-    /// Counted as scope + key + response + recovery bytes of every record held.
-    std::size_t max_bytes = std::numeric_limits<std::size_t>::max();
-    /// The most records one scope may hold that have not expired (released ones included:
-    /// they keep their fence until then). A claim that would add one more answers `full`, so
-    /// one tenant cannot fill a store others share.
-    std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
-  };
-
-  locked_store() : locked_store(limits{}) {}
-  explicit locked_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
-
-  claim_result claim(const claim_request& request) {
-    const std::lock_guard lock(state_->mutex);
-    std::string id = make_id(request.scope, request.key);
-    auto found = state_->records.find(id);
-    std::uint64_t previous_fence = 0;
-    if (found != state_->records.end()) {
-      entry& held = found->second;
-      if (!held.released && request.now < held.snapshot.expires_at) {
-        record& existing = held.snapshot;
-        if (existing.state == record_state::in_progress &&
-            existing.fingerprint == request.fingerprint && existing.lease_until <= request.now) {
-          ++existing.fence;
-          existing.lease_until = request.now + request.lease;
-          return {claim_status::taken_over, existing.fence, existing};
-        }
-        return {claim_status::existing, 0, existing};
-      }
-      // Expired or released: replaced below, under a higher fence than any handed out before.
-      if (scope_at_cap(request.scope, id, request.now)) return {claim_status::full, 0, {}};
-      previous_fence = held.snapshot.fence;
-      state_->bytes -= held.bytes();
-      state_->records.erase(found);
-    } else if (scope_at_cap(request.scope, id, request.now)) {
-      return {claim_status::full, 0, {}};
-    }
-    const std::size_t new_bytes = request.scope.size() + request.key.size();
-    if (!has_room(1, new_bytes)) {
-      // Expired records are not live: make room from them before saying full.
-      remove_expired(request.now);
-      if (!has_room(1, new_bytes)) return {claim_status::full, 0, {}};
-    }
-    entry fresh;
-    record& created = fresh.snapshot;
-    created.scope = request.scope;
-    created.key = request.key;
-    created.fingerprint = request.fingerprint;
-    created.state = record_state::in_progress;
-    created.fence = previous_fence + 1;
-    created.created_at = request.now;
-    created.lease_until = request.now + request.lease;
-    created.expires_at = request.now + request.retention;
-    const std::uint64_t fence = created.fence;
-    state_->bytes += fresh.bytes();
-    state_->records.emplace(std::move(id), std::move(fresh));
-    return {claim_status::claimed, fence, {}};
-  }
-
-  bool complete(const fenced_key& held, std::string_view response, store_time /*now*/) {
-    const std::lock_guard lock(state_->mutex);
-    entry* target = holding(held);
-    if (target == nullptr) return false;
-    // The recovery points are no longer needed once the response is stored.
-    reserve_bytes(response.size(),
-                  target->snapshot.response.size() + target->snapshot.recovery.size());
-    target->snapshot.response.assign(response);
-    target->snapshot.recovery.clear();
-    target->snapshot.state = record_state::completed;
-    return true;
-  }
-
-  bool release(const fenced_key& held) {
-    const std::lock_guard lock(state_->mutex);
-    entry* target = holding(held);
-    if (target == nullptr) return false;
-    // A tombstone that keeps the fence until the record would have expired (see store.hpp);
-    // its response and recovery bytes are freed.
-    state_->bytes -= target->snapshot.response.size() + target->snapshot.recovery.size();
-    target->snapshot.response.clear();
-    target->snapshot.recovery.clear();
-    target->released = true;
-    return true;
-  }
-
-  bool checkpoint(const fenced_key& held, std::string_view recovery, store_time lease_until) {
-    const std::lock_guard lock(state_->mutex);
-    entry* target = holding(held);
-    if (target == nullptr) return false;
-    reserve_bytes(recovery.size(), target->snapshot.recovery.size());
-    target->snapshot.recovery.assign(recovery);
-    target->snapshot.lease_until = lease_until;
-    return true;
-  }
-
-  std::optional<record> find(std::string_view scope, std::string_view key, store_time now) const {
-    const std::lock_guard lock(state_->mutex);
-    const auto found = state_->records.find(make_id(scope, key));
-    if (found == state_->records.end() || found->second.released ||
-        found->second.snapshot.expires_at <= now) {
-      return std::nullopt;
-    }
-    return found->second.snapshot;
-  }
-
-  std::size_t sweep(store_time now) {
-    const std::lock_guard lock(state_->mutex);
-    return remove_expired(now);
-  }
-
-  std::vector<record> stuck(store_time now, std::size_t limit) const {
-    const std::lock_guard lock(state_->mutex);
-    std::vector<record> out;
-    for (const auto& [id, held] : state_->records) {
-      if (out.size() >= limit) break;
-      const record& r = held.snapshot;
-      if (!held.released && r.state == record_state::in_progress && r.lease_until <= now &&
-          now < r.expires_at) {
-        out.push_back(r);
-      }
-    }
-    return out;
-  }
-
-  /// Records held, expired-but-unswept ones and release tombstones included.
-  std::size_t size() const {
-    const std::lock_guard lock(state_->mutex);
-    return state_->records.size();
-  }
-  /// Bytes held, counted as `limits::max_bytes` counts them.
-  std::size_t bytes() const {
-    const std::lock_guard lock(state_->mutex);
-    return state_->bytes;
-  }
-
- private:
-  struct entry {
-    record snapshot;
-    bool released = false;
-    std::size_t bytes() const noexcept {
-      return snapshot.scope.size() + snapshot.key.size() + snapshot.response.size() +
-             snapshot.recovery.size();
-    }
-  };
-  struct state {
-    explicit state(limits given) : bounds(given) {}
-    mutable std::mutex mutex;
-    // Ordered by (scope, key) through the length-prefixed id, which is what stuck() lists by.
-    std::map<std::string, entry, std::less<>> records;
-    std::size_t bytes = 0;
-    limits bounds;
-  };
-
-  // The scope's length goes first, so ("a:b", "c") and ("a", "b:c") can never meet.
-  static std::string make_id(std::string_view scope, std::string_view key) {
-    std::string id;
-    id.reserve(8 + scope.size() + key.size());
-    const std::uint64_t length = scope.size();
-    for (int shift = 56; shift >= 0; shift -= 8) {
-      id.push_back(static_cast<char>((length >> shift) & 0xff));
-    }
-    id.append(scope);
-    id.append(key);
-    return id;
-  }
-
-  // The record `held` names, when it is live and still under the caller's fence.
-  entry* holding(const fenced_key& held) {
-    const auto found = state_->records.find(make_id(held.scope, held.key));
-    if (found == state_->records.end()) return nullptr;
-    entry& target = found->second;
-    if (target.released || target.snapshot.fence != held.fence) return nullptr;
-    return &target;
-  }
-
-  // Whether the scope already holds max_records_per_scope records that have not expired, other
-  // than the record `id` (which a claim would replace). Its records lie together in the map
-  // (the id begins with the scope), so this costs what the scope holds.
-  bool scope_at_cap(std::string_view scope, std::string_view id, store_time now) const {
-    const std::size_t cap = state_->bounds.max_records_per_scope;
-    if (cap == std::numeric_limits<std::size_t>::max()) return false;
-    const std::string prefix = make_id(scope, {});
-    std::size_t live = 0;
-    for (auto it = state_->records.lower_bound(prefix);
-         it != state_->records.end() && it->first.starts_with(prefix); ++it) {
-      if (it->first != id && now < it->second.snapshot.expires_at && ++live >= cap) return true;
-    }
-    return live >= cap;
-  }
-
-  bool has_room(std::size_t records, std::size_t bytes) const noexcept {
-    const limits& bounds = state_->bounds;
-    return state_->records.size() + records <= bounds.max_records &&
-           state_->bytes <= bounds.max_bytes && bytes <= bounds.max_bytes - state_->bytes;
-  }
-
-  // Accounts for replacing `old_size` bytes of a record with `new_size`, or throws full.
-  void reserve_bytes(std::size_t new_size, std::size_t old_size) {
-    const std::size_t others = state_->bytes - old_size;
-    if (others > state_->bounds.max_bytes || new_size > state_->bounds.max_bytes - others) {
-      throw store_error(store_failure::full, "idem::locked_store: " + std::to_string(new_size) +
-                                                 " bytes do not fit in the store's max_bytes of " +
-                                                 std::to_string(state_->bounds.max_bytes));
-    }
-    state_->bytes = others + new_size;
-  }
-
-  std::size_t remove_expired(store_time now) {
-    std::size_t removed = 0;
-    for (auto it = state_->records.begin(); it != state_->records.end();) {
-      if (it->second.snapshot.expires_at <= now) {
-        state_->bytes -= it->second.bytes();
-        it = state_->records.erase(it);
-        ++removed;
-      } else {
-        ++it;
-      }
-    }
-    return removed;
-  }
-
-  std::shared_ptr<state> state_;
-};
-
-}  // namespace idem
-// end idem/store/locked.hpp
 // begin idem/store/memory.hpp
 // memory_store: the embedded default store. Lock-free, sharded, bounded; not durable.
 //
@@ -8224,6 +7979,251 @@ retrying(Call) -> retrying<Call, default_policies>;
 
 }  // namespace idem
 // end idem/retrying.hpp
+// begin idem/store/locked.hpp
+// locked_store: one mutex around one ordered map. The reference model of the store contract.
+//
+// Deliberately simple, so that it is obviously right: every operation takes the one lock, does
+// exactly what idem/store.hpp says, and lets go. Other stores are tested against it, operation
+// for operation. It is also a reasonable store for a process with little traffic; it is not
+// durable (it survives nothing but the process) and every call serialises on its lock.
+//
+// Copies share one map: the store is a handle.
+
+#include <map>
+
+namespace idem {
+
+class locked_store {
+ public:
+  /// How much the store may hold. A claim that would pass either bound answers `full`; a
+  /// complete or checkpoint that would pass max_bytes throws store_error(full).
+  struct limits {
+    std::size_t max_records = std::numeric_limits<std::size_t>::max();
+    /// Counted as scope + key + response + recovery bytes of every record held.
+    std::size_t max_bytes = std::numeric_limits<std::size_t>::max();
+    /// The most records one scope may hold that have not expired (released ones included:
+    /// they keep their fence until then). A claim that would add one more answers `full`, so
+    /// one tenant cannot fill a store others share.
+    std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
+  };
+
+  locked_store() : locked_store(limits{}) {}
+  explicit locked_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
+
+  claim_result claim(const claim_request& request) {
+    const std::lock_guard lock(state_->mutex);
+    std::string id = make_id(request.scope, request.key);
+    auto found = state_->records.find(id);
+    std::uint64_t previous_fence = 0;
+    if (found != state_->records.end()) {
+      entry& held = found->second;
+      if (!held.released && request.now < held.snapshot.expires_at) {
+        record& existing = held.snapshot;
+        if (existing.state == record_state::in_progress &&
+            existing.fingerprint == request.fingerprint && existing.lease_until <= request.now) {
+          ++existing.fence;
+          existing.lease_until = request.now + request.lease;
+          return {claim_status::taken_over, existing.fence, existing};
+        }
+        return {claim_status::existing, 0, existing};
+      }
+      // Expired or released: replaced below, under a higher fence than any handed out before.
+      if (scope_at_cap(request.scope, id, request.now)) return {claim_status::full, 0, {}};
+      previous_fence = held.snapshot.fence;
+      state_->bytes -= held.bytes();
+      state_->records.erase(found);
+    } else if (scope_at_cap(request.scope, id, request.now)) {
+      return {claim_status::full, 0, {}};
+    }
+    const std::size_t new_bytes = request.scope.size() + request.key.size();
+    if (!has_room(1, new_bytes)) {
+      // Expired records are not live: make room from them before saying full.
+      remove_expired(request.now);
+      if (!has_room(1, new_bytes)) return {claim_status::full, 0, {}};
+    }
+    entry fresh;
+    record& created = fresh.snapshot;
+    created.scope = request.scope;
+    created.key = request.key;
+    created.fingerprint = request.fingerprint;
+    created.state = record_state::in_progress;
+    created.fence = previous_fence + 1;
+    created.created_at = request.now;
+    created.lease_until = request.now + request.lease;
+    created.expires_at = request.now + request.retention;
+    const std::uint64_t fence = created.fence;
+    state_->bytes += fresh.bytes();
+    state_->records.emplace(std::move(id), std::move(fresh));
+    return {claim_status::claimed, fence, {}};
+  }
+
+  bool complete(const fenced_key& held, std::string_view response, store_time /*now*/) {
+    const std::lock_guard lock(state_->mutex);
+    entry* target = holding(held);
+    if (target == nullptr) return false;
+    // The recovery points are no longer needed once the response is stored.
+    reserve_bytes(response.size(),
+                  target->snapshot.response.size() + target->snapshot.recovery.size());
+    target->snapshot.response.assign(response);
+    target->snapshot.recovery.clear();
+    target->snapshot.state = record_state::completed;
+    return true;
+  }
+
+  bool release(const fenced_key& held) {
+    const std::lock_guard lock(state_->mutex);
+    entry* target = holding(held);
+    if (target == nullptr) return false;
+    // A tombstone that keeps the fence until the record would have expired (see store.hpp);
+    // its response and recovery bytes are freed.
+    state_->bytes -= target->snapshot.response.size() + target->snapshot.recovery.size();
+    target->snapshot.response.clear();
+    target->snapshot.recovery.clear();
+    target->released = true;
+    return true;
+  }
+
+  bool checkpoint(const fenced_key& held, std::string_view recovery, store_time lease_until) {
+    const std::lock_guard lock(state_->mutex);
+    entry* target = holding(held);
+    if (target == nullptr) return false;
+    reserve_bytes(recovery.size(), target->snapshot.recovery.size());
+    target->snapshot.recovery.assign(recovery);
+    target->snapshot.lease_until = lease_until;
+    return true;
+  }
+
+  std::optional<record> find(std::string_view scope, std::string_view key, store_time now) const {
+    const std::lock_guard lock(state_->mutex);
+    const auto found = state_->records.find(make_id(scope, key));
+    if (found == state_->records.end() || found->second.released ||
+        found->second.snapshot.expires_at <= now) {
+      return std::nullopt;
+    }
+    return found->second.snapshot;
+  }
+
+  std::size_t sweep(store_time now) {
+    const std::lock_guard lock(state_->mutex);
+    return remove_expired(now);
+  }
+
+  std::vector<record> stuck(store_time now, std::size_t limit) const {
+    const std::lock_guard lock(state_->mutex);
+    std::vector<record> out;
+    for (const auto& [id, held] : state_->records) {
+      if (out.size() >= limit) break;
+      const record& r = held.snapshot;
+      if (!held.released && r.state == record_state::in_progress && r.lease_until <= now &&
+          now < r.expires_at) {
+        out.push_back(r);
+      }
+    }
+    return out;
+  }
+
+  /// Records held, expired-but-unswept ones and release tombstones included.
+  std::size_t size() const {
+    const std::lock_guard lock(state_->mutex);
+    return state_->records.size();
+  }
+  /// Bytes held, counted as `limits::max_bytes` counts them.
+  std::size_t bytes() const {
+    const std::lock_guard lock(state_->mutex);
+    return state_->bytes;
+  }
+
+ private:
+  struct entry {
+    record snapshot;
+    bool released = false;
+    std::size_t bytes() const noexcept {
+      return snapshot.scope.size() + snapshot.key.size() + snapshot.response.size() +
+             snapshot.recovery.size();
+    }
+  };
+  struct state {
+    explicit state(limits given) : bounds(given) {}
+    mutable std::mutex mutex;
+    // Ordered by (scope, key) through the length-prefixed id, which is what stuck() lists by.
+    std::map<std::string, entry, std::less<>> records;
+    std::size_t bytes = 0;
+    limits bounds;
+  };
+
+  // The scope's length goes first, so ("a:b", "c") and ("a", "b:c") can never meet.
+  static std::string make_id(std::string_view scope, std::string_view key) {
+    std::string id;
+    id.reserve(8 + scope.size() + key.size());
+    const std::uint64_t length = scope.size();
+    for (int shift = 56; shift >= 0; shift -= 8) {
+      id.push_back(static_cast<char>((length >> shift) & 0xff));
+    }
+    id.append(scope);
+    id.append(key);
+    return id;
+  }
+
+  // The record `held` names, when it is live and still under the caller's fence.
+  entry* holding(const fenced_key& held) {
+    const auto found = state_->records.find(make_id(held.scope, held.key));
+    if (found == state_->records.end()) return nullptr;
+    entry& target = found->second;
+    if (target.released || target.snapshot.fence != held.fence) return nullptr;
+    return &target;
+  }
+
+  // Whether the scope already holds max_records_per_scope records that have not expired, other
+  // than the record `id` (which a claim would replace). Its records lie together in the map
+  // (the id begins with the scope), so this costs what the scope holds.
+  bool scope_at_cap(std::string_view scope, std::string_view id, store_time now) const {
+    const std::size_t cap = state_->bounds.max_records_per_scope;
+    if (cap == std::numeric_limits<std::size_t>::max()) return false;
+    const std::string prefix = make_id(scope, {});
+    std::size_t live = 0;
+    for (auto it = state_->records.lower_bound(prefix);
+         it != state_->records.end() && it->first.starts_with(prefix); ++it) {
+      if (it->first != id && now < it->second.snapshot.expires_at && ++live >= cap) return true;
+    }
+    return live >= cap;
+  }
+
+  bool has_room(std::size_t records, std::size_t bytes) const noexcept {
+    const limits& bounds = state_->bounds;
+    return state_->records.size() + records <= bounds.max_records &&
+           state_->bytes <= bounds.max_bytes && bytes <= bounds.max_bytes - state_->bytes;
+  }
+
+  // Accounts for replacing `old_size` bytes of a record with `new_size`, or throws full.
+  void reserve_bytes(std::size_t new_size, std::size_t old_size) {
+    const std::size_t others = state_->bytes - old_size;
+    if (others > state_->bounds.max_bytes || new_size > state_->bounds.max_bytes - others) {
+      throw store_error(store_failure::full, "idem::locked_store: " + std::to_string(new_size) +
+                                                 " bytes do not fit in the store's max_bytes of " +
+                                                 std::to_string(state_->bounds.max_bytes));
+    }
+    state_->bytes = others + new_size;
+  }
+
+  std::size_t remove_expired(store_time now) {
+    std::size_t removed = 0;
+    for (auto it = state_->records.begin(); it != state_->records.end();) {
+      if (it->second.snapshot.expires_at <= now) {
+        state_->bytes -= it->second.bytes();
+        it = state_->records.erase(it);
+        ++removed;
+      } else {
+        ++it;
+      }
+    }
+    return removed;
+  }
+
+  std::shared_ptr<state> state_;
+};
+
+}  // namespace idem
+// end idem/store/locked.hpp
 // begin idem/version.hpp
 // idem — exactly-once effect under at-least-once delivery.
 // The library's version, for code that must branch on it.
