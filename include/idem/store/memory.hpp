@@ -59,6 +59,10 @@ namespace idem {
 
 class memory_store {
  public:
+  /// Records keep no completion time: complete leaves expires_at as the claim set it, so the
+  /// guard need not read the clock again for a completion (idem::reads_completion_time).
+  static constexpr bool reads_completion_time = false;
+
   struct limits {
     std::size_t max_records = std::numeric_limits<std::size_t>::max();
     /// Counted as scope + key + response + recovery bytes of every record held.
