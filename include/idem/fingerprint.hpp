@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include <idem/detail/le64.hpp>
 #include <idem/digest.hpp>
 #include <idem/request.hpp>
 
@@ -44,18 +45,15 @@ namespace detail {
 template <class State>
 void hash_part(State& state, std::string_view part) {
   char length[8];
-  const std::uint64_t size = part.size();
-  for (int i = 0; i < 8; ++i)
-    length[i] = static_cast<char>(size >> (8 * i));
+  write_le64(length, part.size());
   state.update(std::string_view{length, sizeof length});
   state.update(part);
 }
 
 // The same framing written to `out`, which has room; answers the end of what was written.
 inline char* frame_part(char* out, std::string_view part) noexcept {
-  const std::uint64_t size = part.size();
-  for (int i = 0; i < 8; ++i)
-    *out++ = static_cast<char>(size >> (8 * i));
+  write_le64(out, part.size());
+  out += 8;
   if (!part.empty()) std::memcpy(out, part.data(), part.size());
   return out + part.size();
 }

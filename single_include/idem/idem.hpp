@@ -207,6 +207,27 @@ concept HashFunction = std::default_initializable<typename H::state> &&
 #include <type_traits>
 #include <utility>
 
+// begin idem/detail/le64.hpp
+// Eight bytes, little-endian: how every length is framed into a hash input here.
+
+#include <bit>
+
+namespace idem::detail {
+
+/// Writes `value` to out[0..8) least significant byte first, on any host; one store on a
+/// little-endian one (a byte loop here was a tenth of a replay's fingerprint).
+inline void write_le64(char* out, std::uint64_t value) noexcept {
+  if constexpr (std::endian::native != std::endian::little) {
+    std::uint64_t swapped = 0;
+    for (int i = 0; i < 8; ++i)
+      swapped = (swapped << 8) | ((value >> (8 * i)) & 0xff);
+    value = swapped;
+  }
+  std::memcpy(out, &value, sizeof value);
+}
+
+}  // namespace idem::detail
+// end idem/detail/le64.hpp
 // begin idem/request.hpp
 // Requests and responses as the server side sees them.
 //
@@ -361,18 +382,15 @@ namespace detail {
 template <class State>
 void hash_part(State& state, std::string_view part) {
   char length[8];
-  const std::uint64_t size = part.size();
-  for (int i = 0; i < 8; ++i)
-    length[i] = static_cast<char>(size >> (8 * i));
+  write_le64(length, part.size());
   state.update(std::string_view{length, sizeof length});
   state.update(part);
 }
 
 // The same framing written to `out`, which has room; answers the end of what was written.
 inline char* frame_part(char* out, std::string_view part) noexcept {
-  const std::uint64_t size = part.size();
-  for (int i = 0; i < 8; ++i)
-    *out++ = static_cast<char>(size >> (8 * i));
+  write_le64(out, part.size());
+  out += 8;
   if (!part.empty()) std::memcpy(out, part.data(), part.size());
   return out + part.size();
 }
@@ -447,8 +465,6 @@ using fingerprint_for = typename fingerprint_policy<F>::type;
 //
 // Inputs up to 240 bytes take short, inlined paths; longer ones run the best kernel this CPU has
 // (AVX2 or SSE2 on x86-64, portable C++ elsewhere), chosen once per process.
-
-#include <bit>
 
 // begin idem/detail/xxh3_kernels.hpp
 // XXH3's long-input kernels (the accumulate and scramble loop of "XXH3 Algorithm Description
@@ -2876,7 +2892,39 @@ inline constexpr std::size_t max_key_length = 255;
 constexpr bool is_valid_key(std::string_view key,
                             std::size_t max_length = max_key_length) noexcept {
   if (key.empty() || key.size() > max_length) return false;
-  return std::all_of(key.begin(), key.end(), [](char c) { return c >= 0x21 && c <= 0x7e; });
+  if (std::is_constant_evaluated()) {
+    return std::all_of(key.begin(), key.end(), [](char c) { return c >= 0x21 && c <= 0x7e; });
+  }
+  // Eight bytes at a time (a key is on every request's path): a word holds a byte below 0x21
+  // when subtracting 0x21 from every byte borrows into a byte whose top bit was clear, and a
+  // byte above 0x7e when adding 1 sets a top bit or one was set already. Both tests are exact
+  // for whether any byte of the word fails, which is all that is asked. A key whose length is
+  // not a multiple of 8 is finished by the word that ends it (overlapping the one before), a
+  // key shorter than a word by a word padded with a valid byte.
+  constexpr std::uint64_t ones = 0x0101010101010101ULL;
+  constexpr std::uint64_t tops = 0x8080808080808080ULL;
+  auto failing = [](std::uint64_t word) {
+    const std::uint64_t below = (word - ones * 0x21) & ~word & tops;
+    const std::uint64_t above = ((word + ones * (0x7f - 0x7e)) | word) & tops;
+    return below | above;
+  };
+  std::uint64_t failed = 0;
+  std::uint64_t word = ones * 'a';
+  if (key.size() < 8) {
+    for (std::size_t i = 0; i < key.size(); ++i) {
+      const unsigned shift = 8 * static_cast<unsigned>(i);
+      word = (word & ~(std::uint64_t{0xff} << shift)) |
+             (std::uint64_t{static_cast<unsigned char>(key[i])} << shift);
+    }
+    return failing(word) == 0;
+  }
+  for (std::size_t at = 0; at + 8 <= key.size(); at += 8) {
+    std::memcpy(&word, key.data() + at, 8);
+    failed |= failing(word);
+  }
+  std::memcpy(&word, key.data() + key.size() - 8, 8);
+  failed |= failing(word);
+  return failed == 0;
 }
 
 /// A key's text, stored inline.
@@ -6517,10 +6565,8 @@ class memory_store {
     std::uint64_t hash_of(std::string_view scope, std::string_view key) const noexcept {
       // The scope's length first, as in every identity here; then one contiguous one-shot hash
       // for the usual short (scope, key), streaming only for long ones.
-      const std::uint64_t size = scope.size();
       char length[8];
-      for (int i = 0; i < 8; ++i)
-        length[i] = static_cast<char>(size >> (8 * i));
+      detail::write_le64(length, scope.size());
       constexpr std::size_t inline_bytes = 512;
       if (scope.size() + key.size() <= inline_bytes - 8) {
         char buffer[inline_bytes];
@@ -6696,8 +6742,10 @@ class memory_store {
     out.created_at = from_ns(v.created_at);
     out.lease_until = from_ns(v.lease_until);
     out.expires_at = from_ns(v.expires_at);
-    out.response = v.payload_response();
-    out.recovery = v.payload_recovery();
+    // Constructed in place rather than assigned: a replay's one copy of the response, made
+    // without the assignment's capacity checks.
+    if (v.response_size != 0) out.response = std::string(v.payload_response());
+    if (v.recovery_size != 0) out.recovery = std::string(v.payload_recovery());
     return out;
   }
 

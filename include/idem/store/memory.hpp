@@ -52,6 +52,7 @@
 #include <vector>
 
 #include <idem/detail/epoch.hpp>
+#include <idem/detail/le64.hpp>
 #include <idem/detail/siphash.hpp>
 #include <idem/store.hpp>
 
@@ -545,10 +546,8 @@ class memory_store {
     std::uint64_t hash_of(std::string_view scope, std::string_view key) const noexcept {
       // The scope's length first, as in every identity here; then one contiguous one-shot hash
       // for the usual short (scope, key), streaming only for long ones.
-      const std::uint64_t size = scope.size();
       char length[8];
-      for (int i = 0; i < 8; ++i)
-        length[i] = static_cast<char>(size >> (8 * i));
+      detail::write_le64(length, scope.size());
       constexpr std::size_t inline_bytes = 512;
       if (scope.size() + key.size() <= inline_bytes - 8) {
         char buffer[inline_bytes];
@@ -724,8 +723,10 @@ class memory_store {
     out.created_at = from_ns(v.created_at);
     out.lease_until = from_ns(v.lease_until);
     out.expires_at = from_ns(v.expires_at);
-    out.response = v.payload_response();
-    out.recovery = v.payload_recovery();
+    // Constructed in place rather than assigned: a replay's one copy of the response, made
+    // without the assignment's capacity checks.
+    if (v.response_size != 0) out.response = std::string(v.payload_response());
+    if (v.recovery_size != 0) out.recovery = std::string(v.payload_recovery());
     return out;
   }
 
