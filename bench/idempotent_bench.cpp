@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "count_allocations.hpp"
+#include "thread_counts.hpp"
 #include "uuid_keys.hpp"
 
 namespace {
@@ -51,7 +52,6 @@ constexpr std::string_view scope = "payments";
 constexpr std::size_t body_size = 256;
 constexpr std::size_t first_keys = 60'000;
 constexpr std::size_t replay_keys = 1024;
-constexpr int max_threads = 4;
 
 const std::string& request_body() {
   static const std::string body = [] {
@@ -324,7 +324,7 @@ BENCHMARK(idempotent_cost_absl_hash)->Name("idempotent_cost/absl_hash");
 template <class Guard>
 void register_first(const std::string& name) {
   // A fixed count, split over the threads, so every run fills a table of the same size.
-  for (int threads = 1; threads <= max_threads; threads *= 2) {
+  for (const int threads : idem_bench::thread_counts()) {
     benchmark::RegisterBenchmark(("idempotent_first/" + name).c_str(), idempotent_first<Guard>)
         ->Iterations(static_cast<benchmark::IterationCount>(first_keys) / threads)
         ->Threads(threads)
@@ -334,11 +334,11 @@ void register_first(const std::string& name) {
 
 template <class Guard>
 void register_replay(const std::string& name) {
-  benchmark::RegisterBenchmark(("idempotent_replay/" + name).c_str(), idempotent_replay<Guard>)
-      ->Threads(1)
-      ->Threads(2)
-      ->Threads(4)
-      ->UseRealTime();
+  auto* replay =
+      benchmark::RegisterBenchmark(("idempotent_replay/" + name).c_str(), idempotent_replay<Guard>);
+  for (const int threads : idem_bench::thread_counts())
+    replay->Threads(threads);
+  replay->UseRealTime();
 }
 
 [[maybe_unused]] const bool registered =

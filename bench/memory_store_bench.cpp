@@ -107,6 +107,7 @@
 #include <vector>
 
 #include "count_allocations.hpp"
+#include "thread_counts.hpp"
 #include "uuid_keys.hpp"
 
 namespace {
@@ -720,7 +721,6 @@ constexpr std::size_t mixed_records = 1'000'000;
 constexpr std::size_t mixed_response_size = 64;
 constexpr std::size_t draws_per_thread = std::size_t{1} << 20;  // cycled through
 constexpr std::uint32_t complete_bit = std::uint32_t{1} << 31;
-constexpr int max_threads = 4;
 
 enum class distribution { uniform, zipf };
 
@@ -747,7 +747,10 @@ class draw_sequences {
     std::mt19937_64 shuffler{20260101};
     std::shuffle(order.begin(), order.end(), shuffler);
 
-    for (int thread = 0; thread < max_threads; ++thread) {
+    const auto threads = static_cast<std::size_t>(idem_bench::max_threads());
+    for (auto& per_shape : sequences_)
+      per_shape.resize(threads);
+    for (int thread = 0; thread < idem_bench::max_threads(); ++thread) {
       std::mt19937_64 engine{0x1de3 + static_cast<std::uint64_t>(thread)};
       std::uniform_int_distribution<std::uint32_t> any_key(
           0, static_cast<std::uint32_t>(mixed_records - 1));
@@ -769,7 +772,7 @@ class draw_sequences {
   }
 
  private:
-  std::array<std::array<std::vector<std::uint32_t>, max_threads>, 2> sequences_;
+  std::array<std::vector<std::vector<std::uint32_t>>, 2> sequences_;
 };
 
 const draw_sequences& draws() {
@@ -799,8 +802,8 @@ std::shared_ptr<void> build_mixed() {
 
 template <class Table, distribution shape>
 void mixed_90_10(benchmark::State& state) {
-  if (state.threads() > max_threads) {
-    state.SkipWithError("mixed_90_10 has draws for at most 4 threads");
+  if (state.threads() > idem_bench::max_threads()) {
+    state.SkipWithError("mixed_90_10 has draws for at most IDEM_BENCH_MAX_THREADS threads");
     return;
   }
   if (state.thread_index() == 0) {
@@ -1052,7 +1055,9 @@ void scaling_replay_hit(benchmark::State& state) {
 // ----------------------------------------------------------------------------------
 
 void register_threaded(benchmark::internal::Benchmark* benchmark) {
-  benchmark->Threads(1)->Threads(2)->Threads(4)->UseRealTime();
+  for (const int threads : idem_bench::thread_counts())
+    benchmark->Threads(threads);
+  benchmark->UseRealTime();
 }
 
 template <class Table>
@@ -1061,7 +1066,7 @@ void register_claim_new(const std::string& name) {
   // of the same size. With counts chosen by time, a faster table would be given more keys, so a
   // bigger table and more cache misses; and one slow trial run on a busy machine (a spinlock
   // holder preempted) could shrink a run to a few hundred keys that all fit in cache.
-  for (const int threads : {1, 2, 4}) {
+  for (const int threads : idem_bench::thread_counts()) {
     benchmark::RegisterBenchmark(("claim_new/" + name).c_str(), claim_new<Table>)
         ->Iterations(static_cast<benchmark::IterationCount>(claim_new_keys) / threads)
         ->Threads(threads)

@@ -7,6 +7,8 @@
 #   scripts/bench.sh --json FILE            also write the results to FILE as JSON (with the
 #                                           compile cost and the machine added)
 #   scripts/bench.sh --no-compile-cost      skip the compile-cost step
+#   scripts/bench.sh --max-threads N        run the threaded benchmarks at 1, 2, 4, ... N threads
+#                                           (default 4; IDEM_BENCH_MAX_THREADS)
 #   scripts/bench.sh -- --benchmark_repetitions=5 ...   anything else goes to the binary as is
 #
 # At the end it prints each benchmark of ours beside its peers: the ratio of our time to theirs
@@ -17,7 +19,7 @@
 # scripts/test.sh does.
 set -euo pipefail
 
-usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 bench_args=()
 compile_cost=1
@@ -26,6 +28,8 @@ while (($#)); do
     --filter) bench_args+=("--benchmark_filter=${2:?--filter needs a regex}"); compile_cost=0; shift ;;
     --filter=*) bench_args+=("--benchmark_filter=${1#--filter=}"); compile_cost=0 ;;
     --no-compile-cost) compile_cost=0 ;;
+    --max-threads) export IDEM_BENCH_MAX_THREADS="${2:?--max-threads needs a number}"; shift ;;
+    --max-threads=*) export IDEM_BENCH_MAX_THREADS="${1#--max-threads=}" ;;
     --json)
       bench_args+=("--benchmark_out=${2:?--json needs a file}" --benchmark_out_format=json)
       shift
