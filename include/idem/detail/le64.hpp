@@ -1,4 +1,4 @@
-// Eight bytes, little-endian: how every length is framed into a hash input here.
+// Eight bytes, little-endian: how lengths are framed into hash inputs, and words read from them.
 #pragma once
 
 #include <bit>
@@ -17,6 +17,19 @@ inline void write_le64(char* out, std::uint64_t value) noexcept {
     value = swapped;
   }
   std::memcpy(out, &value, sizeof value);
+}
+
+/// The eight bytes at `in`, least significant first, on any host.
+inline std::uint64_t read_le64(const char* in) noexcept {
+  std::uint64_t value;
+  std::memcpy(&value, in, sizeof value);
+  if constexpr (std::endian::native != std::endian::little) {
+    std::uint64_t swapped = 0;
+    for (int i = 0; i < 8; ++i)
+      swapped = (swapped << 8) | ((value >> (8 * i)) & 0xff);
+    value = swapped;
+  }
+  return value;
 }
 
 }  // namespace idem::detail

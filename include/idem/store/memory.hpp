@@ -37,6 +37,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <iterator>
 #include <limits>
 #include <memory>
@@ -57,6 +58,41 @@
 #include <idem/store.hpp>
 
 namespace idem {
+
+namespace detail {
+
+/// The memory store's bucket hash of (scope, key): SipHash-1-3 under the process's key over a
+/// first word holding both lengths, then the scope's bytes and the key's, each zero-padded to a
+/// whole word. The lengths make the padding unambiguous, so distinct (scope, key) pairs are
+/// distinct messages; the words are read where the bytes lie, with no copy into a buffer. Never
+/// stored, so free to differ from any other hash here.
+inline std::uint64_t bucket_hash(const siphash_key& key, std::string_view scope,
+                                 std::string_view id) noexcept {
+  siphash13 h(key);
+  // Both lengths in one word (each below 4 GiB keeps it exact; two pairs that met beyond that
+  // would only share a bucket: every search compares scope and key in full).
+  h.absorb(static_cast<std::uint64_t>(scope.size()) ^
+           (static_cast<std::uint64_t>(id.size()) << 32));
+  for (const std::string_view part : {scope, id}) {
+    const std::size_t whole = part.size() / 8;
+    for (std::size_t i = 0; i < whole; ++i)
+      h.absorb(read_le64(part.data() + 8 * i));
+    const std::size_t rest = part.size() % 8;
+    if (rest == 0) continue;
+    std::uint64_t last = 0;
+    if (part.size() >= 8) {
+      // The word that ends the part, its first bytes (already absorbed) shifted out.
+      last = read_le64(part.data() + part.size() - 8) >> (8 * (8 - rest));
+    } else {
+      for (std::size_t i = 0; i < rest; ++i)
+        last |= static_cast<std::uint64_t>(static_cast<unsigned char>(part[i])) << (8 * i);
+    }
+    h.absorb(last);
+  }
+  return h.finish();
+}
+
+}  // namespace detail
 
 class memory_store {
  public:
@@ -544,23 +580,7 @@ class memory_store {
     }
 
     std::uint64_t hash_of(std::string_view scope, std::string_view key) const noexcept {
-      // The scope's length first, as in every identity here; then one contiguous one-shot hash
-      // for the usual short (scope, key), streaming only for long ones.
-      char length[8];
-      detail::write_le64(length, scope.size());
-      constexpr std::size_t inline_bytes = 512;
-      if (scope.size() + key.size() <= inline_bytes - 8) {
-        char buffer[inline_bytes];
-        std::memcpy(buffer, length, 8);
-        if (!scope.empty()) std::memcpy(buffer + 8, scope.data(), scope.size());
-        if (!key.empty()) std::memcpy(buffer + 8 + scope.size(), key.data(), key.size());
-        return detail::siphash13::hash(hash_key, buffer, 8 + scope.size() + key.size());
-      }
-      detail::siphash13 h(hash_key);
-      h.update(std::string_view{length, 8});
-      h.update(scope);
-      h.update(key);
-      return h.finish();
+      return detail::bucket_hash(hash_key, scope, key);
     }
     // The top bits choose the shard, the low bits the bucket within it.
     shard& shard_for(std::uint64_t hash) noexcept { return shards[hash >> 58]; }
