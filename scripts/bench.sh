@@ -99,46 +99,7 @@ fi
 # The machine the numbers came from goes into the results too, so a report made from them
 # (scripts/performance_report.py) can say where they were measured.
 if [[ -s "$json_out" ]]; then
-  python3 - "$json_out" "$compile_json" <<'PYTHON'
-import json, os, platform, subprocess, sys
-results_path, compile_path = sys.argv[1], sys.argv[2]
-with open(results_path, encoding="utf-8") as handle:
-    results = json.load(handle)
-if compile_path and os.path.getsize(compile_path) > 0:
-    with open(compile_path, encoding="utf-8") as handle:
-        results["compile_cost"] = json.load(handle)
-def first_line(command):
-    try:
-        return subprocess.run(command, capture_output=True, text=True).stdout.splitlines()[0]
-    except (OSError, IndexError):
-        return ""
-cpu = ""
-with open("/proc/cpuinfo", encoding="utf-8") as handle:
-    for line in handle:
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-with open("/proc/meminfo", encoding="utf-8") as handle:
-    memory_kib = int(handle.readline().split()[1])
-os_name = ""
-if os.path.exists("/etc/os-release"):
-    with open("/etc/os-release", encoding="utf-8") as handle:
-        for line in handle:
-            if line.startswith("PRETTY_NAME="):
-                os_name = line.split("=", 1)[1].strip().strip('"')
-results["machine"] = {
-    "cpu": cpu,
-    "cores": os.cpu_count(),
-    "memory_gib": round(memory_kib / 2**20, 1),
-    "kernel": platform.release(),
-    "os": os_name,
-    "compiler": first_line(["g++", "--version"]),
-    "flags": "-O2 -DNDEBUG",
-}
-with open(results_path, "w", encoding="utf-8") as handle:
-    json.dump(results, handle, indent=2)
-    handle.write("\n")
-PYTHON
+  python3 scripts/machine_info.py "$json_out" ${compile_json:+--compile-cost "$compile_json"}
 fi
 [[ -z "$compile_json" ]] || rm -f "$compile_json"
 

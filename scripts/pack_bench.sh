@@ -11,11 +11,12 @@
 #
 # Only the in-memory benchmarks can run there: the store adapters' ones need their servers,
 # which scripts/bench.sh starts. Set IDEM_BENCH_MAX_THREADS for the thread counts (as
-# scripts/bench.sh --max-threads does).
+# scripts/bench.sh --max-threads does). DIR/compiler.txt names the compiler, for
+# scripts/machine_info.py RESULTS.json --compiler "$(cat DIR/compiler.txt)" there.
 set -euo pipefail
 
 if [[ $# -ne 1 || "$1" == -* ]]; then
-  sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]] && exit 0
   exit 2
 fi
@@ -51,4 +52,6 @@ here="\$(cd "\$(dirname "\${BASH_SOURCE[0]}")" && pwd)"
 exec "\$here/$loader" --library-path "\$here" "\$here/idem_bench" "\$@"
 RUN
 chmod +x "$out/run.sh" "$out/$loader"
+# What built it, for scripts/machine_info.py --compiler on a machine with no compiler.
+g++ --version | head -n 1 >"$out/compiler.txt"
 echo "pack_bench.sh: $(ls "$out" | wc -l) files, $(du -sh "$out" | cut -f1), in $out"
