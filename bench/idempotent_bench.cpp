@@ -254,8 +254,9 @@ void idempotent_replay(benchmark::State& state) {
 //                                 the framing: a tag, method, target, lengths): request_fingerprint
 //                                 over xxh3_128
 //   idempotent_cost/xxh3_body     what the floor hashes instead: XXH3_128bits of the body alone
+//   idempotent_cost/key_check     is_valid_key on the 36-character key (the floor checks none)
 //   idempotent_cost/wall_clock    one read of std::chrono::system_clock, as the guard reads it for
-//                                 every claim and every completion (the floor reads none)
+//                                 every claim (the floor reads none)
 //   idempotent_cost/bucket_hash   the memory store's keyed SipHash-1-3 of (scope, key), by which
 //                                 it picks a bucket (detail::bucket_hash), beside absl::Hash of
 //                                 the scope-length-prefixed scope and key, as the floor hashes
@@ -279,6 +280,15 @@ void idempotent_cost_xxh3_body(benchmark::State& state) {
     const std::string* opaque = &body;
     benchmark::DoNotOptimize(opaque);
     benchmark::DoNotOptimize(XXH3_128bits(opaque->data(), opaque->size()));
+  }
+}
+
+void idempotent_cost_key_check(benchmark::State& state) {
+  const std::string& key = keys()[0];
+  for (auto _ : state) {
+    const std::string* opaque = &key;
+    benchmark::DoNotOptimize(opaque);
+    benchmark::DoNotOptimize(idem::is_valid_key(*opaque));
   }
 }
 
@@ -318,6 +328,7 @@ void idempotent_cost_absl_hash(benchmark::State& state) {
 
 BENCHMARK(idempotent_cost_fingerprint)->Name("idempotent_cost/fingerprint");
 BENCHMARK(idempotent_cost_xxh3_body)->Name("idempotent_cost/xxh3_body");
+BENCHMARK(idempotent_cost_key_check)->Name("idempotent_cost/key_check");
 BENCHMARK(idempotent_cost_wall_clock)->Name("idempotent_cost/wall_clock");
 BENCHMARK(idempotent_cost_bucket_hash)->Name("idempotent_cost/bucket_hash");
 BENCHMARK(idempotent_cost_absl_hash)->Name("idempotent_cost/absl_hash");

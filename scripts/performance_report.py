@@ -18,6 +18,8 @@ wrote. The text comes from docs/performance/template.md, in which these are repl
     {{cpu NAME}}, {{cpu_ratio NAME OTHER}}
                                 the same with CPU time, whatever the benchmark reports
     {{diff NAME OTHER}}         NAME's median time minus OTHER's
+    {{sum NAME -NAME ...}}      the median times of the NAMEs added, those with a '-' taken away
+    {{scaled NAME FACTOR}}      NAME's median time times FACTOR
     {{compile_goal CXX LIMIT}}  the compile-cost ratio with CXX, and whether it is within LIMIT
     {{counter NAME COUNTER}}    a counter of NAME (allocs_per_op, bytes_per_record, ...)
     {{wide:...}}                any of the above, from the scaling run on a larger machine
@@ -281,6 +283,14 @@ def fill(template, results, measured, table, figures, draft=False, wide=None):
             difference = lookup(measured, words[1])["ns"] - lookup(measured, words[2])["ns"]
             sign = "+" if difference >= 0 else "−"
             return f"{sign}{bench_ratios.format_ns(abs(difference))}"
+        if kind == "sum" and len(words) >= 2:
+            total = 0.0
+            for word in words[1:]:
+                sign = -1.0 if word.startswith("-") else 1.0
+                total += sign * lookup(measured, word.lstrip("-+"))["ns"]
+            return bench_ratios.format_ns(total)
+        if kind == "scaled" and len(words) == 3:
+            return bench_ratios.format_ns(lookup(measured, words[1])["ns"] * float(words[2]))
         if kind == "compile_goal" and len(words) == 3:
             compilers = results.get("compile_cost", {}).get("compilers", {})
             if words[1] not in compilers:
