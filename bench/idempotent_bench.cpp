@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "count_allocations.hpp"
+#include "page_faults.hpp"
 #include "thread_counts.hpp"
 #include "uuid_keys.hpp"
 
@@ -209,11 +210,15 @@ void idempotent_first(benchmark::State& state) {
   std::size_t next = per_thread * static_cast<std::size_t>(state.thread_index());
   std::size_t wrong = 0;
   const auto before = idem_test::allocations_on_this_thread();
+  const long faults_before = idem_bench::page_faults_on_this_thread();
   for (auto _ : state) {
     auto response = guard(scope, all[next++], body);
     wrong += response && response->size() == response_text.size() ? 0 : 1;
     benchmark::DoNotOptimize(response);
   }
+  state.counters["faults_per_op"] = benchmark::Counter(
+      static_cast<double>(idem_bench::page_faults_on_this_thread() - faults_before),
+      benchmark::Counter::kAvgIterations);
   report_allocations(state, before);
   state.SetItemsProcessed(state.iterations());
   sync_threads(state);

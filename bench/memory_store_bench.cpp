@@ -112,6 +112,7 @@
 #include <vector>
 
 #include "count_allocations.hpp"
+#include "page_faults.hpp"
 #include "thread_counts.hpp"
 #include "uuid_keys.hpp"
 
@@ -733,12 +734,16 @@ void claim_new(benchmark::State& state) {
   std::size_t next = per_thread * static_cast<std::size_t>(state.thread_index());
   std::size_t unclaimed = 0;
   const auto before = idem_test::allocations_on_this_thread();
+  const long faults_before = idem_bench::page_faults_on_this_thread();
   for (auto _ : state) {
     input.key = keys[next++];
     auto result = table.claim(input);
     unclaimed += result.status == idem::claim_status::claimed ? 0 : 1;
     benchmark::DoNotOptimize(result);
   }
+  state.counters["faults_per_op"] = benchmark::Counter(
+      static_cast<double>(idem_bench::page_faults_on_this_thread() - faults_before),
+      benchmark::Counter::kAvgIterations);
   report_allocations(state, before);
   state.SetItemsProcessed(state.iterations());
   if (state.thread_index() == 0) run_table<Table>().reset();
