@@ -7,6 +7,8 @@
 #   scripts/bench.sh --json FILE            also write the results to FILE as JSON (with the
 #                                           compile cost and the machine added)
 #   scripts/bench.sh --no-compile-cost      skip the compile-cost step
+#   scripts/bench.sh --max-threads N        run the threaded benchmarks at 1, 2, 4, ... N threads
+#                                           (default 4; IDEM_BENCH_MAX_THREADS)
 #   scripts/bench.sh -- --benchmark_repetitions=5 ...   anything else goes to the binary as is
 #
 # At the end it prints each benchmark of ours beside its peers: the ratio of our time to theirs
@@ -17,7 +19,7 @@
 # scripts/test.sh does.
 set -euo pipefail
 
-usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 bench_args=()
 compile_cost=1
@@ -26,6 +28,8 @@ while (($#)); do
     --filter) bench_args+=("--benchmark_filter=${2:?--filter needs a regex}"); compile_cost=0; shift ;;
     --filter=*) bench_args+=("--benchmark_filter=${1#--filter=}"); compile_cost=0 ;;
     --no-compile-cost) compile_cost=0 ;;
+    --max-threads) export IDEM_BENCH_MAX_THREADS="${2:?--max-threads needs a number}"; shift ;;
+    --max-threads=*) export IDEM_BENCH_MAX_THREADS="${1#--max-threads=}" ;;
     --json)
       bench_args+=("--benchmark_out=${2:?--json needs a file}" --benchmark_out_format=json)
       shift
@@ -95,46 +99,7 @@ fi
 # The machine the numbers came from goes into the results too, so a report made from them
 # (scripts/performance_report.py) can say where they were measured.
 if [[ -s "$json_out" ]]; then
-  python3 - "$json_out" "$compile_json" <<'PYTHON'
-import json, os, platform, subprocess, sys
-results_path, compile_path = sys.argv[1], sys.argv[2]
-with open(results_path, encoding="utf-8") as handle:
-    results = json.load(handle)
-if compile_path and os.path.getsize(compile_path) > 0:
-    with open(compile_path, encoding="utf-8") as handle:
-        results["compile_cost"] = json.load(handle)
-def first_line(command):
-    try:
-        return subprocess.run(command, capture_output=True, text=True).stdout.splitlines()[0]
-    except (OSError, IndexError):
-        return ""
-cpu = ""
-with open("/proc/cpuinfo", encoding="utf-8") as handle:
-    for line in handle:
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-with open("/proc/meminfo", encoding="utf-8") as handle:
-    memory_kib = int(handle.readline().split()[1])
-os_name = ""
-if os.path.exists("/etc/os-release"):
-    with open("/etc/os-release", encoding="utf-8") as handle:
-        for line in handle:
-            if line.startswith("PRETTY_NAME="):
-                os_name = line.split("=", 1)[1].strip().strip('"')
-results["machine"] = {
-    "cpu": cpu,
-    "cores": os.cpu_count(),
-    "memory_gib": round(memory_kib / 2**20, 1),
-    "kernel": platform.release(),
-    "os": os_name,
-    "compiler": first_line(["g++", "--version"]),
-    "flags": "-O2 -DNDEBUG",
-}
-with open(results_path, "w", encoding="utf-8") as handle:
-    json.dump(results, handle, indent=2)
-    handle.write("\n")
-PYTHON
+  python3 scripts/machine_info.py "$json_out" ${compile_json:+--compile-cost "$compile_json"}
 fi
 [[ -z "$compile_json" ]] || rm -f "$compile_json"
 

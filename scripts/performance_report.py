@@ -18,8 +18,14 @@ wrote. The text comes from docs/performance/template.md, in which these are repl
     {{cpu NAME}}, {{cpu_ratio NAME OTHER}}
                                 the same with CPU time, whatever the benchmark reports
     {{diff NAME OTHER}}         NAME's median time minus OTHER's
+    {{sum NAME -NAME ...}}      the median times of the NAMEs added, those with a '-' taken away
+    {{scaled NAME FACTOR}}      NAME's median time times FACTOR
     {{compile_goal CXX LIMIT}}  the compile-cost ratio with CXX, and whether it is within LIMIT
     {{counter NAME COUNTER}}    a counter of NAME (allocs_per_op, bytes_per_record, ...)
+    {{wide:...}}                any of the above, from the scaling run on a larger machine
+                                (docs/performance/results_wide.json: scripts/pack_bench.sh's
+                                binary run there with IDEM_BENCH_MAX_THREADS); its thread plots
+                                are wide_threads_*.svg
     {{compile CXX FIELD}}       idem_s, baseline_s or ratio of the compile cost with CXX, or the
                                 median of a unit (idem, baseline, standard_headers_of_idem, ...)
 
@@ -42,6 +48,7 @@ import bench_ratios  # noqa: E402
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 DOCS = os.path.join(ROOT, "docs")
 FIGURES = os.path.join(DOCS, "performance")
+WIDE = os.path.join(FIGURES, "results_wide.json")
 
 # Workloads run at 1, 2 and 4 threads, and the arguments that pick one curve family.
 THREADED = [
@@ -99,7 +106,7 @@ def gnuplot(script):
                           "scripts/performance_report.sh installs it)") from error
 
 
-def plot(path, title, xlabel, ylabel, series, logx=False, logy=False):
+def plot(path, title, xlabel, ylabel, series, logx=False, logy=False, xtics=(1, 2, 4)):
     """series: {label: [(x, y), ...]}; writes an SVG line plot to path."""
     with tempfile.TemporaryDirectory(prefix="idem-plot-") as folder:
         plots = []
@@ -120,13 +127,13 @@ def plot(path, title, xlabel, ylabel, series, logx=False, logy=False):
             "set logscale x 10\nset autoscale xfix" if logx else "",
             "set logscale y 10" if logy else "",
             "set yrange [0:*]" if not logy else "",
-            "set xtics (1, 2, 4)" if not logx else "",
+            f"set xtics ({', '.join(str(x) for x in xtics)})" if not logx else "",
             "plot " + ", ".join(plots),
         ])
         gnuplot(script + "\n")
 
 
-def threads_section(table, figures):
+def threads_section(table, figures, prefix="threads_"):
     lines = []
     for workload, base, title in THREADED:
         impls = table.get((workload, base))
@@ -135,11 +142,11 @@ def threads_section(table, figures):
         counts = sorted({t for per in impls.values() for t in per})
         if len(counts) < 2:
             continue
-        file_name = f"threads_{workload}{'_' + '_'.join(base) if base else ''}.svg"
+        file_name = f"{prefix}{workload}{'_' + '_'.join(base) if base else ''}.svg"
         series = {impl: [(t, throughput(e) / 1e6) for t, e in per.items()]
                   for impl, per in impls.items()}
         plot(os.path.join(FIGURES, file_name), title, "threads", "million operations / s",
-             series)
+             series, xtics=counts)
         figures.append(file_name)
         lines.append(f"#### {title}")
         lines.append("")
@@ -233,10 +240,14 @@ def lookup(measured, name):
     return entry
 
 
-def fill(template, results, measured, table, figures, draft=False):
+def fill(template, results, measured, table, figures, draft=False, wide=None):
     def replace(match):
         words = match.group(1).split()
         kind = words[0]
+        if kind.startswith("wide:"):
+            if wide is None:
+                raise ReportError(f"{{{{{match.group(1)}}}}} needs {os.path.relpath(WIDE, ROOT)}")
+            return wide(re.match(r"wide:(.*)", match.group(1), re.S))
         if kind == "machine" and len(words) == 1:
             return "\n".join(machine_lines(results))
         if kind == "ratios" and len(words) == 1:
@@ -244,7 +255,7 @@ def fill(template, results, measured, table, figures, draft=False):
         if kind == "compile" and len(words) == 1:
             return "\n".join(bench_ratios.compile_lines(results.get("compile_cost", {}), True))
         if kind == "threads" and len(words) == 1:
-            return "\n".join(threads_section(table, figures))
+            return "\n".join(threads_section(table, figures, thread_prefix))
         if kind == "scaling" and len(words) == 1:
             return "\n".join(scaling_section(table, figures))
         if kind == "time" and len(words) == 2:
@@ -272,6 +283,14 @@ def fill(template, results, measured, table, figures, draft=False):
             difference = lookup(measured, words[1])["ns"] - lookup(measured, words[2])["ns"]
             sign = "+" if difference >= 0 else "−"
             return f"{sign}{bench_ratios.format_ns(abs(difference))}"
+        if kind == "sum" and len(words) >= 2:
+            total = 0.0
+            for word in words[1:]:
+                sign = -1.0 if word.startswith("-") else 1.0
+                total += sign * lookup(measured, word.lstrip("-+"))["ns"]
+            return bench_ratios.format_ns(total)
+        if kind == "scaled" and len(words) == 3:
+            return bench_ratios.format_ns(lookup(measured, words[1])["ns"] * float(words[2]))
         if kind == "compile_goal" and len(words) == 3:
             compilers = results.get("compile_cost", {}).get("compilers", {})
             if words[1] not in compilers:
@@ -303,6 +322,9 @@ def fill(template, results, measured, table, figures, draft=False):
                 raise
             return f"(draft: {error})"
 
+    thread_prefix = "wide_threads_" if wide == "inner" else "threads_"
+    if wide == "inner":
+        return replace
     return re.sub(r"\{\{([^}]+)\}\}", replace_or_mark, template)
 
 
@@ -321,7 +343,13 @@ def main(argv):
         measured = bench_ratios.measurements(results)
         table = collect(measured)
         figures = []
-        text = fill(template, results, measured, table, figures, draft)
+        wide = None
+        if os.path.exists(WIDE):
+            wide_results = bench_ratios.load(WIDE)
+            wide_measured = bench_ratios.measurements(wide_results)
+            wide = fill(None, wide_results, wide_measured, collect(wide_measured), figures,
+                        wide="inner")
+        text = fill(template, results, measured, table, figures, draft, wide)
     except (OSError, ValueError, ReportError, subprocess.CalledProcessError) as error:
         print(f"performance_report.py: {error}", file=sys.stderr)
         return 1

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include <idem/detail/le64.hpp>
 #include <idem/digest.hpp>
 #include <idem/request.hpp>
 
@@ -44,15 +45,16 @@ namespace detail {
 template <class State>
 void hash_part(State& state, std::string_view part) {
   char length[8];
-  const std::uint64_t size = part.size();
-  for (int i = 0; i < 8; ++i)
-    length[i] = static_cast<char>(size >> (8 * i));
+  write_le64(length, part.size());
   state.update(std::string_view{length, sizeof length});
   state.update(part);
 }
 
 // The same framing written to `out`, which has room; answers the end of what was written.
 inline char* frame_part(char* out, std::string_view part) noexcept {
+  // Byte by byte, not one 8-byte store: the hash's wide loads over this buffer follow at once,
+  // and measured on the default fingerprint of a 256-byte body the single store made the whole
+  // call about 3.5 ns slower (the loads wait on it), though it is fewer instructions.
   const std::uint64_t size = part.size();
   for (int i = 0; i < 8; ++i)
     *out++ = static_cast<char>(size >> (8 * i));

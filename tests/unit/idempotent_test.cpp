@@ -363,3 +363,84 @@ TEST_CASE("a body over max_body_bytes is refused with 413 before anything is cla
   // The key is still free, and a body at the limit is accepted.
   CHECK(guarded("s", "k", post(std::string(16, 'b'))).verdict() == idem::verdict::executed);
 }
+
+namespace {
+
+// locked_store that remembers the `now` each completion was given, and says through
+// reads_completion_time whether it wants the clock's time there.
+template <bool Reads>
+class completion_time_store {
+ public:
+  static constexpr bool reads_completion_time = Reads;
+
+  idem::claim_result claim(const idem::claim_request& request) { return inner_.claim(request); }
+  bool complete(const idem::fenced_key& held, std::string_view response, idem::store_time now) {
+    completed_at_->push_back(now);
+    return inner_.complete(held, response, now);
+  }
+  bool release(const idem::fenced_key& held) { return inner_.release(held); }
+  bool checkpoint(const idem::fenced_key& held, std::string_view recovery, idem::store_time at) {
+    return inner_.checkpoint(held, recovery, at);
+  }
+  std::optional<idem::record> find(std::string_view scope, std::string_view key,
+                                   idem::store_time now) {
+    return inner_.find(scope, key, now);
+  }
+  std::size_t sweep(idem::store_time now) { return inner_.sweep(now); }
+  std::vector<idem::record> stuck(idem::store_time now, std::size_t limit) {
+    return inner_.stuck(now, limit);
+  }
+
+  const std::vector<idem::store_time>& completed_at() const { return *completed_at_; }
+
+ private:
+  idem::locked_store inner_;
+  std::shared_ptr<std::vector<idem::store_time>> completed_at_ =
+      std::make_shared<std::vector<idem::store_time>>();
+};
+
+template <bool Reads>
+struct completion_time_policies : test_policies {
+  using store = completion_time_store<Reads>;
+};
+
+template <bool Reads>
+std::vector<idem::store_time> completion_times_of_a_slow_handler() {
+  using guarded_type =
+      idem::idempotent<std::function<std::string(idem::handler_context&, const std::string&)>,
+                       completion_time_policies<Reads>>;
+  idem::manual_clock clock;
+  typename guarded_type::options options;
+  options.clock = clock;
+  guarded_type guarded{[&](idem::handler_context&, const std::string& body) {
+                         clock.advance(7s);  // the handler takes 7 s
+                         return body;
+                       },
+                       options};
+  const auto start = clock.wall_now();
+  REQUIRE(guarded("s", "k", std::string("x")).verdict() == idem::verdict::executed);
+  auto times = guarded.store().completed_at();
+  for (auto& each : times)
+    each -= start.time_since_epoch();
+  return times;
+}
+
+}  // namespace
+
+TEST_CASE("a completion gets the clock's time unless the store says it does not read it",
+          "[idempotent]") {
+  STATIC_REQUIRE(idem::reads_completion_time<completion_time_store<true>>);
+  STATIC_REQUIRE_FALSE(idem::reads_completion_time<completion_time_store<false>>);
+  // A store that does not say reads it; every store idem provides says it does not.
+  struct says_nothing {};
+  STATIC_REQUIRE(idem::reads_completion_time<says_nothing>);
+  STATIC_REQUIRE_FALSE(idem::reads_completion_time<idem::memory_store>);
+  STATIC_REQUIRE_FALSE(idem::reads_completion_time<idem::locked_store>);
+
+  // The store that reads it is given the time after the handler ran; the other the claim's
+  // time, read once.
+  CHECK(completion_times_of_a_slow_handler<true>() ==
+        std::vector<idem::store_time>{idem::store_time{} + 7s});
+  CHECK(completion_times_of_a_slow_handler<false>() ==
+        std::vector<idem::store_time>{idem::store_time{}});
+}

@@ -228,3 +228,33 @@ TEST_CASE("is_valid_key honours a custom maximum length") {
   CHECK_FALSE(idem::is_valid_key(long_key));
   CHECK_FALSE(idem::is_valid_key("two words", 1000));
 }
+
+TEST_CASE("is_valid_key tests every byte of every length, each byte value at each place") {
+  // is_valid_key reads eight bytes at a time, the last word overlapping and a short key padded:
+  // every one of the 256 byte values, at every position of keys 1 to 40 bytes long (every word
+  // boundary and tail length), must be judged as the byte-by-byte rule judges it.
+  auto rule = [](std::string_view key) {
+    return std::all_of(key.begin(), key.end(), [](char c) { return c >= 0x21 && c <= 0x7e; });
+  };
+  std::size_t disagreements = 0;
+  std::size_t checked = 0;
+  for (std::size_t length = 1; length <= 40; ++length) {
+    for (std::size_t at = 0; at < length; ++at) {
+      for (int value = 0; value < 256; ++value) {
+        std::string key(length, 'k');
+        key[at] = static_cast<char>(value);
+        ++checked;
+        if (idem::is_valid_key(key) != rule(key)) ++disagreements;
+      }
+    }
+  }
+  CHECK(checked == 256 * (40 * 41 / 2));
+  CHECK(disagreements == 0);
+  // The edges themselves, at the end of a key whose length is not a multiple of eight.
+  CHECK(idem::is_valid_key("abcdefghi!"));
+  CHECK(idem::is_valid_key("abcdefghi~"));
+  CHECK_FALSE(idem::is_valid_key("abcdefghi "));
+  CHECK_FALSE(idem::is_valid_key("abcdefghi\x7f"));
+  CHECK_FALSE(idem::is_valid_key(std::string_view{"abcdefghi\0", 10}));
+  static_assert(idem::is_valid_key("usable-in-constant-expressions"));
+}

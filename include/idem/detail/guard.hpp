@@ -102,11 +102,12 @@ class guard {
   template <class Response, class Run, class Failure>
   idempotent_outcome<Response> run(std::string_view scope, std::string_view key,
                                    const digest& print, Run& run, const Failure& failure) {
-    return claim_then<Response>(scope, key, print,
-                                [&](std::uint64_t fence, bool resumed, std::string recovery) {
-                                  return run_claimed<Response>(scope, key, print, fence, resumed,
-                                                               std::move(recovery), run, failure);
-                                });
+    return claim_then<Response>(
+        scope, key, print,
+        [&](std::uint64_t fence, bool resumed, std::string recovery, store_time claimed_at) {
+          return run_claimed<Response>(scope, key, print, fence, resumed, std::move(recovery),
+                                       claimed_at, run, failure);
+        });
   }
 
   /// The same for a store that completes records inside a transaction (TransactionalStore):
@@ -119,9 +120,10 @@ class guard {
                                           const digest& print, Run& run, const Failure& failure) {
     static_assert(TransactionalStore<Store>);
     return claim_then<Response>(
-        scope, key, print, [&](std::uint64_t fence, bool resumed, std::string recovery) {
+        scope, key, print,
+        [&](std::uint64_t fence, bool resumed, std::string recovery, store_time claimed_at) {
           return run_claimed_within<Response>(scope, key, print, fence, resumed,
-                                              std::move(recovery), run, failure);
+                                              std::move(recovery), claimed_at, run, failure);
         });
   }
 
@@ -144,14 +146,16 @@ class guard {
 
  private:
   // Claims (scope, key) and, when the claim is this caller's, answers
-  // then(fence, resumed, recovery); otherwise answers for the record that is there.
+  // then(fence, resumed, recovery, claimed_at); otherwise answers for the record that is there.
+  // claimed_at is the time the winning claim was made with.
   template <class Response, class Then>
   idempotent_outcome<Response> claim_then(std::string_view scope, std::string_view key,
                                           const digest& print, Then&& then) {
     using outcome_type = idempotent_outcome<Response>;
     claim_result claimed;
+    store_time claimed_at{};
     try {
-      claimed = claim_waiting(scope, key, print);
+      claimed = claim_waiting(scope, key, print, claimed_at);
     } catch (const store_error& error) {
       return refused<Response>(error);
     }
@@ -165,13 +169,15 @@ class guard {
         break;
     }
     return then(claimed.fence, claimed.status == claim_status::taken_over,
-                opened_recovery(std::move(claimed.existing.recovery)));
+                opened_recovery(std::move(claimed.existing.recovery)), claimed_at);
   }
 
   // One claim, or with coalescing, claims repeated with growing pauses while another attempt
   // holds a live claim, until it settles (completed, released, abandoned) or the wait is over.
-  claim_result claim_waiting(std::string_view scope, std::string_view key, const digest& print) {
-    claim_result claimed = claim(scope, key, print);
+  // `claimed_at` is set to the time the last claim was made with.
+  claim_result claim_waiting(std::string_view scope, std::string_view key, const digest& print,
+                             store_time& claimed_at) {
+    claim_result claimed = claim(scope, key, print, claimed_at);
     if (timing_.coalesce <= std::chrono::nanoseconds::zero()) return claimed;
     const auto start = clock_.now();
     std::chrono::nanoseconds pause = std::chrono::milliseconds{1};
@@ -182,14 +188,26 @@ class guard {
       if (waited >= timing_.coalesce) break;
       clock_.sleep_for(std::min(pause, timing_.coalesce - waited));
       pause = std::min<std::chrono::nanoseconds>(2 * pause, std::chrono::milliseconds{50});
-      claimed = claim(scope, key, print);
+      claimed = claim(scope, key, print, claimed_at);
     }
     return claimed;
   }
 
-  claim_result claim(std::string_view scope, std::string_view key, const digest& print) {
+  claim_result claim(std::string_view scope, std::string_view key, const digest& print,
+                     store_time& claimed_at) {
+    claimed_at = clock_.wall_now();
     return store_.claim(
-        claim_request{scope, key, print, clock_.wall_now(), timing_.lease, timing_.retention});
+        claim_request{scope, key, print, claimed_at, timing_.lease, timing_.retention});
+  }
+
+  // The `now` a completion is given: the clock's, unless the store says it does not read it
+  // (reads_completion_time, idem/store.hpp); then the claim's time, and no second clock read.
+  store_time completion_time(store_time claimed_at) {
+    if constexpr (reads_completion_time<Store>) {
+      return clock_.wall_now();
+    } else {
+      return claimed_at;
+    }
   }
 
   template <class Response>
@@ -293,7 +311,8 @@ class guard {
   template <class Response, class Run, class Failure>
   idempotent_outcome<Response> run_claimed(std::string_view scope, std::string_view key,
                                            const digest& print, std::uint64_t fence, bool resumed,
-                                           std::string recovery, Run& run, const Failure& failure) {
+                                           std::string recovery, store_time claimed_at, Run& run,
+                                           const Failure& failure) {
     using outcome_type = idempotent_outcome<Response>;
     checkpoint_target<Store> target{this, fenced_key{scope, key, fence}, &store_};
     handler_context context{scope,
@@ -338,7 +357,7 @@ class guard {
     }
     bool applied = false;
     try {
-      applied = store_.complete(target.held, bytes, clock_.wall_now());
+      applied = store_.complete(target.held, bytes, completion_time(claimed_at));
     } catch (const store_error& error) {
       // The effect happened; the caller gets its response, and is told it was not stored.
       outcome.response_ = std::move(response);
@@ -381,7 +400,8 @@ class guard {
   template <class Response, class Run, class Failure>
   idempotent_outcome<Response> run_claimed_within(std::string_view scope, std::string_view key,
                                                   const digest& print, std::uint64_t fence,
-                                                  bool resumed, std::string recovery, Run& run,
+                                                  bool resumed, std::string recovery,
+                                                  store_time claimed_at, Run& run,
                                                   const Failure& failure) {
     using outcome_type = idempotent_outcome<Response>;
     using transaction_type = typename Store::transaction;
@@ -421,7 +441,7 @@ class guard {
 
     bool applied = false;
     try {
-      applied = store_.complete_within(target.held, clock_.wall_now(), produce);
+      applied = store_.complete_within(target.held, completion_time(claimed_at), produce);
     } catch (const lease_lost&) {
       return answer_lost<Response>(scope, key, print);
     } catch (const store_error& error) {

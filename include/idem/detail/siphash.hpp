@@ -74,6 +74,13 @@ class siphash13 {
     return h.finish();
   }
 
+  /// For callers that frame their message in whole words themselves (the memory store's bucket
+  /// hash): absorbs `word` as the next 8 bytes of the message. Only before any update().
+  void absorb(std::uint64_t word) noexcept {
+    compress(word);
+    total_ += 8;
+  }
+
   std::uint64_t finish() noexcept {
     compress(pending_ | (static_cast<std::uint64_t>(total_ & 0xff) << 56));
     v2_ ^= 0xff;

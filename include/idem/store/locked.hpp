@@ -27,6 +27,10 @@ namespace idem {
 
 class locked_store {
  public:
+  /// Records keep no completion time: complete leaves expires_at as the claim set it, so the
+  /// guard need not read the clock again for a completion (idem::reads_completion_time).
+  static constexpr bool reads_completion_time = false;
+
   /// How much the store may hold. A claim that would pass either bound answers `full`; a
   /// complete or checkpoint that would pass max_bytes throws store_error(full).
   struct limits {

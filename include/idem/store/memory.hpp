@@ -37,6 +37,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <iterator>
 #include <limits>
 #include <memory>
@@ -52,13 +53,53 @@
 #include <vector>
 
 #include <idem/detail/epoch.hpp>
+#include <idem/detail/le64.hpp>
 #include <idem/detail/siphash.hpp>
 #include <idem/store.hpp>
 
 namespace idem {
 
+namespace detail {
+
+/// The memory store's bucket hash of (scope, key): SipHash-1-3 under the process's key over a
+/// first word holding both lengths, then the scope's bytes and the key's, each zero-padded to a
+/// whole word. The lengths make the padding unambiguous, so distinct (scope, key) pairs are
+/// distinct messages; the words are read where the bytes lie, with no copy into a buffer. Never
+/// stored, so free to differ from any other hash here.
+inline std::uint64_t bucket_hash(const siphash_key& key, std::string_view scope,
+                                 std::string_view id) noexcept {
+  siphash13 h(key);
+  // Both lengths in one word (each below 4 GiB keeps it exact; two pairs that met beyond that
+  // would only share a bucket: every search compares scope and key in full).
+  h.absorb(static_cast<std::uint64_t>(scope.size()) ^
+           (static_cast<std::uint64_t>(id.size()) << 32));
+  for (const std::string_view part : {scope, id}) {
+    const std::size_t whole = part.size() / 8;
+    for (std::size_t i = 0; i < whole; ++i)
+      h.absorb(read_le64(part.data() + 8 * i));
+    const std::size_t rest = part.size() % 8;
+    if (rest == 0) continue;
+    std::uint64_t last = 0;
+    if (part.size() >= 8) {
+      // The word that ends the part, its first bytes (already absorbed) shifted out.
+      last = read_le64(part.data() + part.size() - 8) >> (8 * (8 - rest));
+    } else {
+      for (std::size_t i = 0; i < rest; ++i)
+        last |= static_cast<std::uint64_t>(static_cast<unsigned char>(part[i])) << (8 * i);
+    }
+    h.absorb(last);
+  }
+  return h.finish();
+}
+
+}  // namespace detail
+
 class memory_store {
  public:
+  /// Records keep no completion time: complete leaves expires_at as the claim set it, so the
+  /// guard need not read the clock again for a completion (idem::reads_completion_time).
+  static constexpr bool reads_completion_time = false;
+
   struct limits {
     std::size_t max_records = std::numeric_limits<std::size_t>::max();
     /// Counted as scope + key + response + recovery bytes of every record held.
@@ -539,25 +580,7 @@ class memory_store {
     }
 
     std::uint64_t hash_of(std::string_view scope, std::string_view key) const noexcept {
-      // The scope's length first, as in every identity here; then one contiguous one-shot hash
-      // for the usual short (scope, key), streaming only for long ones.
-      const std::uint64_t size = scope.size();
-      char length[8];
-      for (int i = 0; i < 8; ++i)
-        length[i] = static_cast<char>(size >> (8 * i));
-      constexpr std::size_t inline_bytes = 512;
-      if (scope.size() + key.size() <= inline_bytes - 8) {
-        char buffer[inline_bytes];
-        std::memcpy(buffer, length, 8);
-        if (!scope.empty()) std::memcpy(buffer + 8, scope.data(), scope.size());
-        if (!key.empty()) std::memcpy(buffer + 8 + scope.size(), key.data(), key.size());
-        return detail::siphash13::hash(hash_key, buffer, 8 + scope.size() + key.size());
-      }
-      detail::siphash13 h(hash_key);
-      h.update(std::string_view{length, 8});
-      h.update(scope);
-      h.update(key);
-      return h.finish();
+      return detail::bucket_hash(hash_key, scope, key);
     }
     // The top bits choose the shard, the low bits the bucket within it.
     shard& shard_for(std::uint64_t hash) noexcept { return shards[hash >> 58]; }
@@ -720,8 +743,10 @@ class memory_store {
     out.created_at = from_ns(v.created_at);
     out.lease_until = from_ns(v.lease_until);
     out.expires_at = from_ns(v.expires_at);
-    out.response = v.payload_response();
-    out.recovery = v.payload_recovery();
+    // Constructed in place rather than assigned: a replay's one copy of the response, made
+    // without the assignment's capacity checks.
+    if (v.response_size != 0) out.response = std::string(v.payload_response());
+    if (v.recovery_size != 0) out.recovery = std::string(v.payload_recovery());
     return out;
   }
 

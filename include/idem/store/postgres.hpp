@@ -297,6 +297,10 @@ inline std::string quoted_identifier(std::string_view name, const char* what,
 
 class postgres_store {
  public:
+  /// Records keep no completion time: complete leaves expires_at as the claim set it, so the
+  /// guard need not read the clock again for a completion (idem::reads_completion_time).
+  static constexpr bool reads_completion_time = false;
+
   /// Isolation level of complete_within's transaction.
   enum class isolation : std::uint8_t { read_committed, repeatable_read, serializable };
   /// Whose clock leases and expiry are read from.

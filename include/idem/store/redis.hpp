@@ -391,6 +391,10 @@ class sigpipe_blocked {
 
 class redis_store {
  public:
+  /// Records keep no completion time: complete leaves expires_at as the claim set it, so the
+  /// guard need not read the clock again for a completion (idem::reads_completion_time).
+  static constexpr bool reads_completion_time = false;
+
   struct options {
     /// Where the server listens. When `unix_socket` is set, host and port are not used.
     std::string host = "127.0.0.1";

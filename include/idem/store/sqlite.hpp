@@ -419,6 +419,10 @@ class sqlite_use {
 
 class sqlite_store {
  public:
+  /// Records keep no completion time: complete leaves expires_at as the claim set it, so the
+  /// guard need not read the clock again for a completion (idem::reads_completion_time).
+  static constexpr bool reads_completion_time = false;
+
   enum class synchronous_mode : std::uint8_t {
     /// fsync at every commit: a commit survives power loss. The default.
     full,

@@ -55,6 +55,9 @@ enum class fault_timing : std::uint8_t {
 template <Store Inner>
 class faulty_store {
  public:
+  /// As the wrapped store: the guard reads the clock for a completion only if it would.
+  static constexpr bool reads_completion_time = idem::reads_completion_time<Inner>;
+
   enum class mode : int { healthy, unavailable, full };
 
   /// One call that fails.

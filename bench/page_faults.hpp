@@ -1,0 +1,16 @@
+// Page faults taken by the calling thread: a benchmark that fills a fresh table pays the kernel
+// for every page it touches first, and the faults_per_op counter says how much of its time that
+// can be.
+#pragma once
+
+#include <sys/resource.h>
+
+namespace idem_bench {
+
+inline long page_faults_on_this_thread() {
+  rusage usage{};
+  getrusage(RUSAGE_THREAD, &usage);
+  return usage.ru_minflt + usage.ru_majflt;
+}
+
+}  // namespace idem_bench
