@@ -61,8 +61,26 @@ def standard_headers(include_dir):
         if path in seen_files:
             continue
         seen_files.add(path)
+        # `#if __has_include(<h>)` ... `#else` (a fallback, e.g. detail/entropy.hpp's <random>
+        # where there is no <sys/random.h>): the first branch is the one a build here compiles,
+        # so the #else branch's headers are not counted. Other conditionals count both ways.
+        conditionals = []  # per open #if: "has_include", "fallback" (its #else), or "other"
         with open(path, encoding="utf-8") as handle:
             for line in handle:
+                directive = re.match(r"\s*#\s*(if|ifdef|ifndef|elif|else|endif)\b(.*)", line)
+                if directive:
+                    kind, rest = directive.groups()
+                    if kind.startswith("if"):
+                        has_include = kind == "if" and rest.strip().startswith("__has_include")
+                        conditionals.append("has_include" if has_include else "other")
+                    elif kind in ("elif", "else") and conditionals and \
+                            conditionals[-1] == "has_include":
+                        conditionals[-1] = "fallback"
+                    elif kind == "endif" and conditionals:
+                        conditionals.pop()
+                    continue
+                if "fallback" in conditionals:
+                    continue
                 match = re.match(r"\s*#\s*include\s*<([^>]+)>", line)
                 if not match:
                     continue

@@ -27,7 +27,6 @@
 #include <idem/policy/observer.hpp>
 #include <idem/policy/random.hpp>
 #include <idem/response_codec.hpp>
-#include <idem/store/locked.hpp>
 #include <idem/store/memory.hpp>
 
 namespace idem {

@@ -841,8 +841,13 @@ inline u128 hash_long(consume_function consume, const std::uint8_t* input,
 }  // namespace idem::detail::xxh3
 // end idem/detail/xxh3_portable.hpp
 
+// <emmintrin.h> (SSE2) costs a build almost nothing; <immintrin.h>, the only header that
+// declares the AVX2 intrinsics, about doubles the compile time of a translation unit that
+// includes idem. The AVX2 kernel is therefore written with the compilers' vector extensions and
+// the two builtins behind _mm256_mul_epu32 and _mm256_shuffle_epi32 (the same names and types
+// in GCC and Clang), which compile to the same instructions.
 #if defined(__x86_64__) || defined(_M_X64)
-#include <immintrin.h>
+#include <emmintrin.h>
 #endif
 
 namespace idem::detail::xxh3 {
@@ -925,35 +930,62 @@ inline void consume_sse2(std::uint64_t* acc_words, const std::uint8_t* input, st
 
 #if defined(__GNUC__)
 
+// 256-bit vectors of four 64-bit and eight 32-bit lanes, as GCC and Clang spell them.
+using avx2_u64x4 = std::uint64_t __attribute__((vector_size(32)));
+using avx2_i32x8 = int __attribute__((vector_size(32)));
+
+[[gnu::target("avx2"), gnu::always_inline]] inline avx2_u64x4 load_avx2(
+    const std::uint8_t* bytes) noexcept {
+  avx2_u64x4 words;
+  std::memcpy(&words, bytes, sizeof words);
+  return words;
+}
+
+[[gnu::target("avx2"), gnu::always_inline]] inline void store_avx2(std::uint8_t* bytes,
+                                                                   avx2_u64x4 words) noexcept {
+  std::memcpy(bytes, &words, sizeof words);
+}
+
+/// vpmuludq: each lane's low 32 bits times the other operand's, a full 64-bit product.
+[[gnu::target("avx2"), gnu::always_inline]] inline avx2_u64x4 multiply_low_halves_avx2(
+    avx2_u64x4 a, avx2_u64x4 b) noexcept {
+  return (avx2_u64x4)__builtin_ia32_pmuludq256((avx2_i32x8)a, (avx2_i32x8)b);
+}
+
+/// vpshufd: the 32-bit lanes of each 128-bit half rearranged by `order` (two bits a lane).
+template <int order>
+[[gnu::target("avx2"), gnu::always_inline]] inline avx2_u64x4 shuffle_avx2(
+    avx2_u64x4 words) noexcept {
+  return (avx2_u64x4)__builtin_ia32_pshufd256((avx2_i32x8)words, order);
+}
+
 [[gnu::target("avx2"), gnu::always_inline]] inline void accumulate_products_avx2(
-    __m256i (&acc)[2], __m256i (&sums)[2], const std::uint8_t* input,
+    avx2_u64x4 (&acc)[2], avx2_u64x4 (&sums)[2], const std::uint8_t* input,
     const std::uint8_t* secret) noexcept {
-  for (int i = 0; i < 2; ++i) {
-    const __m256i data = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(input) + i);
-    const __m256i key = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(secret) + i);
-    const __m256i keyed = _mm256_xor_si256(data, key);
-    acc[i] = _mm256_add_epi64(acc[i], _mm256_mul_epu32(keyed, _mm256_shuffle_epi32(keyed, 0x31)));
-    sums[i] = _mm256_add_epi64(sums[i], data);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const avx2_u64x4 data = load_avx2(input + 32 * i);
+    const avx2_u64x4 keyed = data ^ load_avx2(secret + 32 * i);
+    acc[i] += multiply_low_halves_avx2(keyed, shuffle_avx2<0x31>(keyed));
+    sums[i] += data;
   }
 }
 
 [[gnu::target("avx2"), gnu::always_inline]] inline void add_swapped_sums_avx2(
-    __m256i (&acc)[2], const __m256i (&sums)[2]) noexcept {
+    avx2_u64x4 (&acc)[2], const avx2_u64x4 (&sums)[2]) noexcept {
   for (int i = 0; i < 2; ++i) {
-    acc[i] = _mm256_add_epi64(acc[i], _mm256_shuffle_epi32(sums[i], 0x4e));
+    acc[i] += shuffle_avx2<0x4e>(sums[i]);
   }
 }
 
-[[gnu::target("avx2"), gnu::always_inline]] inline void scramble_avx2(__m256i (&acc)[2]) noexcept {
+[[gnu::target("avx2"), gnu::always_inline]] inline void scramble_avx2(
+    avx2_u64x4 (&acc)[2]) noexcept {
   const auto* secret = default_secret.data() + scramble_secret_offset;
-  const __m256i prime = _mm256_set1_epi32(static_cast<int>(prime32_1));
-  for (int i = 0; i < 2; ++i) {
-    const __m256i key = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(secret) + i);
-    const __m256i mixed =
-        _mm256_xor_si256(_mm256_xor_si256(acc[i], _mm256_srli_epi64(acc[i], 47)), key);
-    const __m256i low = _mm256_mul_epu32(mixed, prime);
-    const __m256i high = _mm256_mul_epu32(_mm256_srli_epi64(mixed, 32), prime);
-    acc[i] = _mm256_add_epi64(low, _mm256_slli_epi64(high, 32));
+  const avx2_u64x4 prime = {prime32_1, prime32_1, prime32_1, prime32_1};
+  for (std::size_t i = 0; i < 2; ++i) {
+    const avx2_u64x4 mixed = acc[i] ^ (acc[i] >> 47) ^ load_avx2(secret + 32 * i);
+    const avx2_u64x4 low = multiply_low_halves_avx2(mixed, prime);
+    const avx2_u64x4 high = multiply_low_halves_avx2(mixed >> 32, prime);
+    acc[i] = low + (high << 32);
   }
 }
 
@@ -961,15 +993,13 @@ inline void consume_sse2(std::uint64_t* acc_words, const std::uint8_t* input, st
                                                  const std::uint8_t* input, std::size_t stripes,
                                                  std::size_t stripe_in_block,
                                                  const std::uint8_t* last_stripe) noexcept {
-  __m256i acc[2];
-  for (int i = 0; i < 2; ++i) {
-    acc[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc_words) + i);
-  }
+  auto* acc_bytes = reinterpret_cast<std::uint8_t*>(acc_words);
+  avx2_u64x4 acc[2] = {load_avx2(acc_bytes), load_avx2(acc_bytes + 32)};
   while (stripes > 0) {
     const std::size_t room = stripes_per_block - stripe_in_block;
     const std::size_t count = stripes < room ? stripes : room;
     const std::uint8_t* secret = default_secret.data() + stripe_in_block * secret_consume_rate;
-    __m256i sums[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    avx2_u64x4 sums[2] = {};
     for (std::size_t i = 0; i < count; ++i) {
       accumulate_products_avx2(acc, sums, input, secret);
       input += stripe_size;
@@ -984,14 +1014,13 @@ inline void consume_sse2(std::uint64_t* acc_words, const std::uint8_t* input, st
     }
   }
   if (last_stripe != nullptr) {
-    __m256i sums[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+    avx2_u64x4 sums[2] = {};
     accumulate_products_avx2(acc, sums, last_stripe,
                              default_secret.data() + last_stripe_secret_offset);
     add_swapped_sums_avx2(acc, sums);
   }
-  for (int i = 0; i < 2; ++i) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(acc_words) + i, acc[i]);
-  }
+  store_avx2(acc_bytes, acc[0]);
+  store_avx2(acc_bytes + 32, acc[1]);
 }
 
 #endif  // defined(__GNUC__)
@@ -2644,9 +2673,14 @@ constexpr void sha256_compress_portable(sha256_state_words& state, const unsigne
 // after CPUID has said they exist. On other architectures the header declares nothing but
 // sha256_sha_extensions_available(), which says no.
 
+// <smmintrin.h> (SSE4.1, and through it SSSE3 and SSE2) costs a build almost nothing;
+// <immintrin.h>, the only header that declares the SHA intrinsics, about doubles the compile time
+// of a translation unit that includes idem. The three SHA instructions are therefore reached
+// through the builtins behind _mm_sha256rnds2_epu32, _mm_sha256msg1_epu32 and
+// _mm_sha256msg2_epu32 (the same names and types in GCC and Clang).
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
-#include <immintrin.h>
+#include <smmintrin.h>
 #endif
 
 namespace idem::detail {
@@ -2672,6 +2706,28 @@ inline bool sha256_sha_extensions_available() noexcept {
   return available;
 }
 
+/// Four 32-bit lanes, the operand type of the SHA builtins in GCC and Clang.
+using sha256_lanes = int __attribute__((vector_size(16)));
+
+/// sha256rnds2: two rounds on the state {cdgh, abef} with the first two lanes of `words`.
+__attribute__((target("sha"), always_inline)) inline __m128i sha256_two_rounds(
+    __m128i cdgh, __m128i abef, __m128i words) noexcept {
+  return (__m128i)__builtin_ia32_sha256rnds2((sha256_lanes)cdgh, (sha256_lanes)abef,
+                                             (sha256_lanes)words);
+}
+
+/// sha256msg1: sigma0 of the next four words' W[t-15] added to their W[t-16].
+__attribute__((target("sha"), always_inline)) inline __m128i sha256_message_1(
+    __m128i oldest, __m128i older) noexcept {
+  return (__m128i)__builtin_ia32_sha256msg1((sha256_lanes)oldest, (sha256_lanes)older);
+}
+
+/// sha256msg2: sigma1 of W[t-2] added, the last two lanes from the first two.
+__attribute__((target("sha"), always_inline)) inline __m128i sha256_message_2(
+    __m128i partial, __m128i newest) noexcept {
+  return (__m128i)__builtin_ia32_sha256msg2((sha256_lanes)partial, (sha256_lanes)newest);
+}
+
 // The state is kept as two vectors in the layout sha256rnds2 wants: ABEF (A in the highest
 // lane) and CDGH (C in the highest lane). Each sha256rnds2 does two rounds and leaves the new
 // ABEF in its first operand, and the old ABEF is then exactly the new CDGH, so two calls with
@@ -2681,9 +2737,9 @@ __attribute__((target("sha,sse4.1,ssse3"), always_inline)) inline void sha256_fo
   const __m128i words_plus_constants = _mm_add_epi32(
       words,
       _mm_load_si128(reinterpret_cast<const __m128i*>(&sha256_round_constants[first_round])));
-  cdgh = _mm_sha256rnds2_epu32(cdgh, abef, words_plus_constants);
+  cdgh = sha256_two_rounds(cdgh, abef, words_plus_constants);
   // sha256rnds2 reads only the low two lanes; the high two go down for the next pair.
-  abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(words_plus_constants, 0x0e));
+  abef = sha256_two_rounds(abef, cdgh, _mm_shuffle_epi32(words_plus_constants, 0x0e));
 }
 
 // W[t..t+3] from the previous sixteen words, held four to a vector, oldest first:
@@ -2692,9 +2748,9 @@ __attribute__((target("sha,sse4.1,ssse3"), always_inline)) inline void sha256_fo
 // lanes 2 and 3, so it must be done in the instruction, not by us).
 __attribute__((target("sha,sse4.1,ssse3"), always_inline)) inline __m128i sha256_next_words(
     __m128i oldest, __m128i older, __m128i newer, __m128i newest) noexcept {
-  const __m128i with_sigma0 = _mm_sha256msg1_epu32(oldest, older);
+  const __m128i with_sigma0 = sha256_message_1(oldest, older);
   const __m128i with_w_minus_7 = _mm_add_epi32(with_sigma0, _mm_alignr_epi8(newest, newer, 4));
-  return _mm_sha256msg2_epu32(with_w_minus_7, newest);
+  return sha256_message_2(with_w_minus_7, newest);
 }
 
 /// The same contract as sha256_compress_portable; only call it when
@@ -4204,7 +4260,50 @@ class guard {
 // even across billions of operations, which a 64-bit seed cannot promise (the birthday bound of
 // 2^64 is reached at about 2^32 operations).
 
+// begin idem/detail/entropy.hpp
+// Bytes nobody chose, from the operating system: the seeds of production retrying objects and
+// the memory store's bucketing key.
+//
+// Where the platform has <sys/random.h> (Linux, the BSDs, macOS), getentropy(3) reads the
+// kernel's cryptographic generator directly; std::random_device on those platforms draws on
+// the same source, but <random> costs a build that includes idem about a quarter of its
+// baseline compile time, for one function. Elsewhere it falls back to std::random_device.
+
+#if __has_include(<sys/random.h>)
+#include <sys/random.h>
+
+#include <cerrno>
+#include <system_error>
+#else
 #include <random>
+#endif
+
+namespace idem::detail {
+
+/// Fills `words` with random bits from the operating system. Throws std::system_error when the
+/// system has none to give (as std::random_device does).
+inline void fill_with_entropy(std::uint64_t* words, std::size_t count) {
+#if __has_include(<sys/random.h>)
+  // getentropy gives at most 256 bytes a call, and either all it was asked for or an error.
+  constexpr std::size_t words_per_call = 256 / sizeof(std::uint64_t);
+  while (count > 0) {
+    const std::size_t now = count < words_per_call ? count : words_per_call;
+    if (getentropy(words, now * sizeof(std::uint64_t)) != 0) {
+      throw std::system_error(errno, std::generic_category(),
+                              "idem: getentropy could not supply random bytes");
+    }
+    words += now;
+    count -= now;
+  }
+#else
+  std::random_device device;
+  for (std::size_t i = 0; i < count; ++i)
+    words[i] = (static_cast<std::uint64_t>(device()) << 32) ^ device();
+#endif
+}
+
+}  // namespace idem::detail
+// end idem/detail/entropy.hpp
 
 namespace idem {
 
@@ -4213,11 +4312,26 @@ struct random_seed {
   std::array<std::uint64_t, 4> words{};
 };
 
+namespace detail {
+
+/// std::uniform_random_bit_generator, word for word as the standard defines it
+/// ([rand.req.urng]); spelled out here because only <random> declares it, and <random> would
+/// cost every build that includes idem about a quarter of its baseline compile time.
+template <class G>
+concept uniform_random_bit_generator =
+    std::invocable<G&> && std::unsigned_integral<std::invoke_result_t<G&>> && requires {
+  { G::min() } -> std::same_as<std::invoke_result_t<G&>>;
+  { G::max() } -> std::same_as<std::invoke_result_t<G&>>;
+  requires std::bool_constant<(G::min() < G::max())>::value;
+};
+
+}  // namespace detail
+
 /// What a `random` policy must be: a standard uniform random bit generator over 64-bit words
 /// that can be constructed from an idem::random_seed (idem::xoshiro256ss is; a standard engine
 /// needs a small wrapper whose constructor feeds it the four words).
 template <class R>
-concept RandomSource = std::uniform_random_bit_generator<R> &&
+concept RandomSource = detail::uniform_random_bit_generator<R> &&
                        std::constructible_from<R, const random_seed&> &&
                        std::same_as<typename R::result_type, std::uint64_t> &&(R::min() == 0) &&
                        (R::max() == std::numeric_limits<std::uint64_t>::max());
@@ -4306,13 +4420,12 @@ constexpr random_seed seed_from(std::uint64_t value) noexcept {
   return seed;
 }
 
-/// 256 bits nobody chose, from std::random_device: what production objects use, so that keys
-/// and jitter differ between processes.
+/// 256 bits nobody chose, from the operating system's random source (getentropy where the
+/// platform has it, else std::random_device): what production objects use, so that keys and
+/// jitter differ between processes. Throws std::system_error if the system has none to give.
 inline random_seed nondeterministic_seed() {
-  std::random_device device;
   random_seed seed;
-  for (auto& word : seed.words)
-    word = (static_cast<std::uint64_t>(device()) << 32) ^ device();
+  detail::fill_with_entropy(seed.words.data(), seed.words.size());
   return seed;
 }
 
@@ -4692,8 +4805,6 @@ class failure_rate_breaker {
 // cost. Under total failure the bucket drains and then retries settle at `retry_ratio` of first
 // attempts (half that when every failure is a timeout, as those cost double).
 
-#include <cmath>
-
 namespace idem {
 
 /// Why a retry is wanted, which sets its price: in the AWS SDKs a retry after a timeout costs
@@ -4772,17 +4883,21 @@ class token_bucket {
     std::atomic<std::int64_t> tokens;
   };
 
-  static std::int64_t milli(double tokens) { return std::llround(tokens * scale); }
+  // std::llround and std::isfinite are the only things this header would want from <cmath>,
+  // which costs a build that includes idem more than all of the policies together (its C++17
+  // special functions); the compilers' builtins are the same functions.
+  static std::int64_t milli(double tokens) { return __builtin_llround(tokens * scale); }
+  static bool finite(double value) noexcept { return __builtin_isfinite(value); }
 
   std::int64_t cost_of(retry_reason reason) const noexcept {
     return reason == retry_reason::ambiguous ? state_->ambiguous_cost : state_->cost;
   }
 
   static const settings& validated(const settings& s) {
-    const bool finite = std::isfinite(s.max_tokens) && std::isfinite(s.retry_cost) &&
-                        std::isfinite(s.ambiguous_retry_cost) && std::isfinite(s.success_deposit) &&
-                        std::isfinite(s.retry_ratio);
-    if (!finite || s.max_tokens < 0 || s.max_tokens > 1e12 || s.retry_cost < 1 / scale ||
+    const bool all_finite = finite(s.max_tokens) && finite(s.retry_cost) &&
+                            finite(s.ambiguous_retry_cost) && finite(s.success_deposit) &&
+                            finite(s.retry_ratio);
+    if (!all_finite || s.max_tokens < 0 || s.max_tokens > 1e12 || s.retry_cost < 1 / scale ||
         s.ambiguous_retry_cost < 1 / scale || s.retry_cost > s.max_tokens + 1 ||
         s.success_deposit < 0 || s.retry_ratio < 0 || s.retry_ratio > 1e6) {
       throw std::invalid_argument(
@@ -5477,255 +5592,6 @@ struct callback_observer {
 
 }  // namespace idem
 // end idem/policy/observer.hpp
-// begin idem/store/locked.hpp
-// locked_store: one mutex around one ordered map. The reference model of the store contract.
-//
-// Deliberately simple, so that it is obviously right: every operation takes the one lock, does
-// exactly what idem/store.hpp says, and lets go. Other stores are tested against it, operation
-// for operation. It is also a reasonable store for a process with little traffic; it is not
-// durable (it survives nothing but the process) and every call serialises on its lock.
-//
-// Copies share one map: the store is a handle.
-
-#include <map>
-
-namespace idem {
-
-class locked_store {
- public:
-  /// Records keep no completion time: complete leaves expires_at as the claim set it, so the
-  /// guard need not read the clock again for a completion (idem::reads_completion_time).
-  static constexpr bool reads_completion_time = false;
-
-  /// How much the store may hold. A claim that would pass either bound answers `full`; a
-  /// complete or checkpoint that would pass max_bytes throws store_error(full).
-  struct limits {
-    std::size_t max_records = std::numeric_limits<std::size_t>::max();
-    /// Counted as scope + key + response + recovery bytes of every record held.
-    std::size_t max_bytes = std::numeric_limits<std::size_t>::max();
-    /// The most records one scope may hold that have not expired (released ones included:
-    /// they keep their fence until then). A claim that would add one more answers `full`, so
-    /// one tenant cannot fill a store others share.
-    std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
-  };
-
-  locked_store() : locked_store(limits{}) {}
-  explicit locked_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
-
-  claim_result claim(const claim_request& request) {
-    const std::lock_guard lock(state_->mutex);
-    std::string id = make_id(request.scope, request.key);
-    auto found = state_->records.find(id);
-    std::uint64_t previous_fence = 0;
-    if (found != state_->records.end()) {
-      entry& held = found->second;
-      if (!held.released && request.now < held.snapshot.expires_at) {
-        record& existing = held.snapshot;
-        if (existing.state == record_state::in_progress &&
-            existing.fingerprint == request.fingerprint && existing.lease_until <= request.now) {
-          ++existing.fence;
-          existing.lease_until = request.now + request.lease;
-          return {claim_status::taken_over, existing.fence, existing};
-        }
-        return {claim_status::existing, 0, existing};
-      }
-      // Expired or released: replaced below, under a higher fence than any handed out before.
-      if (scope_at_cap(request.scope, id, request.now)) return {claim_status::full, 0, {}};
-      previous_fence = held.snapshot.fence;
-      state_->bytes -= held.bytes();
-      state_->records.erase(found);
-    } else if (scope_at_cap(request.scope, id, request.now)) {
-      return {claim_status::full, 0, {}};
-    }
-    const std::size_t new_bytes = request.scope.size() + request.key.size();
-    if (!has_room(1, new_bytes)) {
-      // Expired records are not live: make room from them before saying full.
-      remove_expired(request.now);
-      if (!has_room(1, new_bytes)) return {claim_status::full, 0, {}};
-    }
-    entry fresh;
-    record& created = fresh.snapshot;
-    created.scope = request.scope;
-    created.key = request.key;
-    created.fingerprint = request.fingerprint;
-    created.state = record_state::in_progress;
-    created.fence = previous_fence + 1;
-    created.created_at = request.now;
-    created.lease_until = request.now + request.lease;
-    created.expires_at = request.now + request.retention;
-    const std::uint64_t fence = created.fence;
-    state_->bytes += fresh.bytes();
-    state_->records.emplace(std::move(id), std::move(fresh));
-    return {claim_status::claimed, fence, {}};
-  }
-
-  bool complete(const fenced_key& held, std::string_view response, store_time /*now*/) {
-    const std::lock_guard lock(state_->mutex);
-    entry* target = holding(held);
-    if (target == nullptr) return false;
-    // The recovery points are no longer needed once the response is stored.
-    reserve_bytes(response.size(),
-                  target->snapshot.response.size() + target->snapshot.recovery.size());
-    target->snapshot.response.assign(response);
-    target->snapshot.recovery.clear();
-    target->snapshot.state = record_state::completed;
-    return true;
-  }
-
-  bool release(const fenced_key& held) {
-    const std::lock_guard lock(state_->mutex);
-    entry* target = holding(held);
-    if (target == nullptr) return false;
-    // A tombstone that keeps the fence until the record would have expired (see store.hpp);
-    // its response and recovery bytes are freed.
-    state_->bytes -= target->snapshot.response.size() + target->snapshot.recovery.size();
-    target->snapshot.response.clear();
-    target->snapshot.recovery.clear();
-    target->released = true;
-    return true;
-  }
-
-  bool checkpoint(const fenced_key& held, std::string_view recovery, store_time lease_until) {
-    const std::lock_guard lock(state_->mutex);
-    entry* target = holding(held);
-    if (target == nullptr) return false;
-    reserve_bytes(recovery.size(), target->snapshot.recovery.size());
-    target->snapshot.recovery.assign(recovery);
-    target->snapshot.lease_until = lease_until;
-    return true;
-  }
-
-  std::optional<record> find(std::string_view scope, std::string_view key, store_time now) const {
-    const std::lock_guard lock(state_->mutex);
-    const auto found = state_->records.find(make_id(scope, key));
-    if (found == state_->records.end() || found->second.released ||
-        found->second.snapshot.expires_at <= now) {
-      return std::nullopt;
-    }
-    return found->second.snapshot;
-  }
-
-  std::size_t sweep(store_time now) {
-    const std::lock_guard lock(state_->mutex);
-    return remove_expired(now);
-  }
-
-  std::vector<record> stuck(store_time now, std::size_t limit) const {
-    const std::lock_guard lock(state_->mutex);
-    std::vector<record> out;
-    for (const auto& [id, held] : state_->records) {
-      if (out.size() >= limit) break;
-      const record& r = held.snapshot;
-      if (!held.released && r.state == record_state::in_progress && r.lease_until <= now &&
-          now < r.expires_at) {
-        out.push_back(r);
-      }
-    }
-    return out;
-  }
-
-  /// Records held, expired-but-unswept ones and release tombstones included.
-  std::size_t size() const {
-    const std::lock_guard lock(state_->mutex);
-    return state_->records.size();
-  }
-  /// Bytes held, counted as `limits::max_bytes` counts them.
-  std::size_t bytes() const {
-    const std::lock_guard lock(state_->mutex);
-    return state_->bytes;
-  }
-
- private:
-  struct entry {
-    record snapshot;
-    bool released = false;
-    std::size_t bytes() const noexcept {
-      return snapshot.scope.size() + snapshot.key.size() + snapshot.response.size() +
-             snapshot.recovery.size();
-    }
-  };
-  struct state {
-    explicit state(limits given) : bounds(given) {}
-    mutable std::mutex mutex;
-    // Ordered by (scope, key) through the length-prefixed id, which is what stuck() lists by.
-    std::map<std::string, entry, std::less<>> records;
-    std::size_t bytes = 0;
-    limits bounds;
-  };
-
-  // The scope's length goes first, so ("a:b", "c") and ("a", "b:c") can never meet.
-  static std::string make_id(std::string_view scope, std::string_view key) {
-    std::string id;
-    id.reserve(8 + scope.size() + key.size());
-    const std::uint64_t length = scope.size();
-    for (int shift = 56; shift >= 0; shift -= 8) {
-      id.push_back(static_cast<char>((length >> shift) & 0xff));
-    }
-    id.append(scope);
-    id.append(key);
-    return id;
-  }
-
-  // The record `held` names, when it is live and still under the caller's fence.
-  entry* holding(const fenced_key& held) {
-    const auto found = state_->records.find(make_id(held.scope, held.key));
-    if (found == state_->records.end()) return nullptr;
-    entry& target = found->second;
-    if (target.released || target.snapshot.fence != held.fence) return nullptr;
-    return &target;
-  }
-
-  // Whether the scope already holds max_records_per_scope records that have not expired, other
-  // than the record `id` (which a claim would replace). Its records lie together in the map
-  // (the id begins with the scope), so this costs what the scope holds.
-  bool scope_at_cap(std::string_view scope, std::string_view id, store_time now) const {
-    const std::size_t cap = state_->bounds.max_records_per_scope;
-    if (cap == std::numeric_limits<std::size_t>::max()) return false;
-    const std::string prefix = make_id(scope, {});
-    std::size_t live = 0;
-    for (auto it = state_->records.lower_bound(prefix);
-         it != state_->records.end() && it->first.starts_with(prefix); ++it) {
-      if (it->first != id && now < it->second.snapshot.expires_at && ++live >= cap) return true;
-    }
-    return live >= cap;
-  }
-
-  bool has_room(std::size_t records, std::size_t bytes) const noexcept {
-    const limits& bounds = state_->bounds;
-    return state_->records.size() + records <= bounds.max_records &&
-           state_->bytes <= bounds.max_bytes && bytes <= bounds.max_bytes - state_->bytes;
-  }
-
-  // Accounts for replacing `old_size` bytes of a record with `new_size`, or throws full.
-  void reserve_bytes(std::size_t new_size, std::size_t old_size) {
-    const std::size_t others = state_->bytes - old_size;
-    if (others > state_->bounds.max_bytes || new_size > state_->bounds.max_bytes - others) {
-      throw store_error(store_failure::full, "idem::locked_store: " + std::to_string(new_size) +
-                                                 " bytes do not fit in the store's max_bytes of " +
-                                                 std::to_string(state_->bounds.max_bytes));
-    }
-    state_->bytes = others + new_size;
-  }
-
-  std::size_t remove_expired(store_time now) {
-    std::size_t removed = 0;
-    for (auto it = state_->records.begin(); it != state_->records.end();) {
-      if (it->second.snapshot.expires_at <= now) {
-        state_->bytes -= it->second.bytes();
-        it = state_->records.erase(it);
-        ++removed;
-      } else {
-        ++it;
-      }
-    }
-    return removed;
-  }
-
-  std::shared_ptr<state> state_;
-};
-
-}  // namespace idem
-// end idem/store/locked.hpp
 // begin idem/store/memory.hpp
 // memory_store: the embedded default store. Lock-free, sharded, bounded; not durable.
 //
@@ -6087,11 +5953,9 @@ class siphash13 {
 // The process's bucketing key: random, drawn on first use.
 inline siphash_key process_hash_key() {
   static const siphash_key key = [] {
-    std::random_device device;
-    auto word = [&] {
-      return (static_cast<std::uint64_t>(device()) << 32) ^ static_cast<std::uint64_t>(device());
-    };
-    return siphash_key{word(), word()};
+    std::uint64_t words[2];
+    fill_with_entropy(words, 2);
+    return siphash_key{words[0], words[1]};
   }();
   return key;
 }
@@ -8243,6 +8107,255 @@ retrying(Call) -> retrying<Call, default_policies>;
 
 }  // namespace idem
 // end idem/retrying.hpp
+// begin idem/store/locked.hpp
+// locked_store: one mutex around one ordered map. The reference model of the store contract.
+//
+// Deliberately simple, so that it is obviously right: every operation takes the one lock, does
+// exactly what idem/store.hpp says, and lets go. Other stores are tested against it, operation
+// for operation. It is also a reasonable store for a process with little traffic; it is not
+// durable (it survives nothing but the process) and every call serialises on its lock.
+//
+// Copies share one map: the store is a handle.
+
+#include <map>
+
+namespace idem {
+
+class locked_store {
+ public:
+  /// Records keep no completion time: complete leaves expires_at as the claim set it, so the
+  /// guard need not read the clock again for a completion (idem::reads_completion_time).
+  static constexpr bool reads_completion_time = false;
+
+  /// How much the store may hold. A claim that would pass either bound answers `full`; a
+  /// complete or checkpoint that would pass max_bytes throws store_error(full).
+  struct limits {
+    std::size_t max_records = std::numeric_limits<std::size_t>::max();
+    /// Counted as scope + key + response + recovery bytes of every record held.
+    std::size_t max_bytes = std::numeric_limits<std::size_t>::max();
+    /// The most records one scope may hold that have not expired (released ones included:
+    /// they keep their fence until then). A claim that would add one more answers `full`, so
+    /// one tenant cannot fill a store others share.
+    std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
+  };
+
+  locked_store() : locked_store(limits{}) {}
+  explicit locked_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
+
+  claim_result claim(const claim_request& request) {
+    const std::lock_guard lock(state_->mutex);
+    std::string id = make_id(request.scope, request.key);
+    auto found = state_->records.find(id);
+    std::uint64_t previous_fence = 0;
+    if (found != state_->records.end()) {
+      entry& held = found->second;
+      if (!held.released && request.now < held.snapshot.expires_at) {
+        record& existing = held.snapshot;
+        if (existing.state == record_state::in_progress &&
+            existing.fingerprint == request.fingerprint && existing.lease_until <= request.now) {
+          ++existing.fence;
+          existing.lease_until = request.now + request.lease;
+          return {claim_status::taken_over, existing.fence, existing};
+        }
+        return {claim_status::existing, 0, existing};
+      }
+      // Expired or released: replaced below, under a higher fence than any handed out before.
+      if (scope_at_cap(request.scope, id, request.now)) return {claim_status::full, 0, {}};
+      previous_fence = held.snapshot.fence;
+      state_->bytes -= held.bytes();
+      state_->records.erase(found);
+    } else if (scope_at_cap(request.scope, id, request.now)) {
+      return {claim_status::full, 0, {}};
+    }
+    const std::size_t new_bytes = request.scope.size() + request.key.size();
+    if (!has_room(1, new_bytes)) {
+      // Expired records are not live: make room from them before saying full.
+      remove_expired(request.now);
+      if (!has_room(1, new_bytes)) return {claim_status::full, 0, {}};
+    }
+    entry fresh;
+    record& created = fresh.snapshot;
+    created.scope = request.scope;
+    created.key = request.key;
+    created.fingerprint = request.fingerprint;
+    created.state = record_state::in_progress;
+    created.fence = previous_fence + 1;
+    created.created_at = request.now;
+    created.lease_until = request.now + request.lease;
+    created.expires_at = request.now + request.retention;
+    const std::uint64_t fence = created.fence;
+    state_->bytes += fresh.bytes();
+    state_->records.emplace(std::move(id), std::move(fresh));
+    return {claim_status::claimed, fence, {}};
+  }
+
+  bool complete(const fenced_key& held, std::string_view response, store_time /*now*/) {
+    const std::lock_guard lock(state_->mutex);
+    entry* target = holding(held);
+    if (target == nullptr) return false;
+    // The recovery points are no longer needed once the response is stored.
+    reserve_bytes(response.size(),
+                  target->snapshot.response.size() + target->snapshot.recovery.size());
+    target->snapshot.response.assign(response);
+    target->snapshot.recovery.clear();
+    target->snapshot.state = record_state::completed;
+    return true;
+  }
+
+  bool release(const fenced_key& held) {
+    const std::lock_guard lock(state_->mutex);
+    entry* target = holding(held);
+    if (target == nullptr) return false;
+    // A tombstone that keeps the fence until the record would have expired (see store.hpp);
+    // its response and recovery bytes are freed.
+    state_->bytes -= target->snapshot.response.size() + target->snapshot.recovery.size();
+    target->snapshot.response.clear();
+    target->snapshot.recovery.clear();
+    target->released = true;
+    return true;
+  }
+
+  bool checkpoint(const fenced_key& held, std::string_view recovery, store_time lease_until) {
+    const std::lock_guard lock(state_->mutex);
+    entry* target = holding(held);
+    if (target == nullptr) return false;
+    reserve_bytes(recovery.size(), target->snapshot.recovery.size());
+    target->snapshot.recovery.assign(recovery);
+    target->snapshot.lease_until = lease_until;
+    return true;
+  }
+
+  std::optional<record> find(std::string_view scope, std::string_view key, store_time now) const {
+    const std::lock_guard lock(state_->mutex);
+    const auto found = state_->records.find(make_id(scope, key));
+    if (found == state_->records.end() || found->second.released ||
+        found->second.snapshot.expires_at <= now) {
+      return std::nullopt;
+    }
+    return found->second.snapshot;
+  }
+
+  std::size_t sweep(store_time now) {
+    const std::lock_guard lock(state_->mutex);
+    return remove_expired(now);
+  }
+
+  std::vector<record> stuck(store_time now, std::size_t limit) const {
+    const std::lock_guard lock(state_->mutex);
+    std::vector<record> out;
+    for (const auto& [id, held] : state_->records) {
+      if (out.size() >= limit) break;
+      const record& r = held.snapshot;
+      if (!held.released && r.state == record_state::in_progress && r.lease_until <= now &&
+          now < r.expires_at) {
+        out.push_back(r);
+      }
+    }
+    return out;
+  }
+
+  /// Records held, expired-but-unswept ones and release tombstones included.
+  std::size_t size() const {
+    const std::lock_guard lock(state_->mutex);
+    return state_->records.size();
+  }
+  /// Bytes held, counted as `limits::max_bytes` counts them.
+  std::size_t bytes() const {
+    const std::lock_guard lock(state_->mutex);
+    return state_->bytes;
+  }
+
+ private:
+  struct entry {
+    record snapshot;
+    bool released = false;
+    std::size_t bytes() const noexcept {
+      return snapshot.scope.size() + snapshot.key.size() + snapshot.response.size() +
+             snapshot.recovery.size();
+    }
+  };
+  struct state {
+    explicit state(limits given) : bounds(given) {}
+    mutable std::mutex mutex;
+    // Ordered by (scope, key) through the length-prefixed id, which is what stuck() lists by.
+    std::map<std::string, entry, std::less<>> records;
+    std::size_t bytes = 0;
+    limits bounds;
+  };
+
+  // The scope's length goes first, so ("a:b", "c") and ("a", "b:c") can never meet.
+  static std::string make_id(std::string_view scope, std::string_view key) {
+    std::string id;
+    id.reserve(8 + scope.size() + key.size());
+    const std::uint64_t length = scope.size();
+    for (int shift = 56; shift >= 0; shift -= 8) {
+      id.push_back(static_cast<char>((length >> shift) & 0xff));
+    }
+    id.append(scope);
+    id.append(key);
+    return id;
+  }
+
+  // The record `held` names, when it is live and still under the caller's fence.
+  entry* holding(const fenced_key& held) {
+    const auto found = state_->records.find(make_id(held.scope, held.key));
+    if (found == state_->records.end()) return nullptr;
+    entry& target = found->second;
+    if (target.released || target.snapshot.fence != held.fence) return nullptr;
+    return &target;
+  }
+
+  // Whether the scope already holds max_records_per_scope records that have not expired, other
+  // than the record `id` (which a claim would replace). Its records lie together in the map
+  // (the id begins with the scope), so this costs what the scope holds.
+  bool scope_at_cap(std::string_view scope, std::string_view id, store_time now) const {
+    const std::size_t cap = state_->bounds.max_records_per_scope;
+    if (cap == std::numeric_limits<std::size_t>::max()) return false;
+    const std::string prefix = make_id(scope, {});
+    std::size_t live = 0;
+    for (auto it = state_->records.lower_bound(prefix);
+         it != state_->records.end() && it->first.starts_with(prefix); ++it) {
+      if (it->first != id && now < it->second.snapshot.expires_at && ++live >= cap) return true;
+    }
+    return live >= cap;
+  }
+
+  bool has_room(std::size_t records, std::size_t bytes) const noexcept {
+    const limits& bounds = state_->bounds;
+    return state_->records.size() + records <= bounds.max_records &&
+           state_->bytes <= bounds.max_bytes && bytes <= bounds.max_bytes - state_->bytes;
+  }
+
+  // Accounts for replacing `old_size` bytes of a record with `new_size`, or throws full.
+  void reserve_bytes(std::size_t new_size, std::size_t old_size) {
+    const std::size_t others = state_->bytes - old_size;
+    if (others > state_->bounds.max_bytes || new_size > state_->bounds.max_bytes - others) {
+      throw store_error(store_failure::full, "idem::locked_store: " + std::to_string(new_size) +
+                                                 " bytes do not fit in the store's max_bytes of " +
+                                                 std::to_string(state_->bounds.max_bytes));
+    }
+    state_->bytes = others + new_size;
+  }
+
+  std::size_t remove_expired(store_time now) {
+    std::size_t removed = 0;
+    for (auto it = state_->records.begin(); it != state_->records.end();) {
+      if (it->second.snapshot.expires_at <= now) {
+        state_->bytes -= it->second.bytes();
+        it = state_->records.erase(it);
+        ++removed;
+      } else {
+        ++it;
+      }
+    }
+    return removed;
+  }
+
+  std::shared_ptr<state> state_;
+};
+
+}  // namespace idem
+// end idem/store/locked.hpp
 // begin idem/version.hpp
 // idem — exactly-once effect under at-least-once delivery.
 // The library's version, for code that must branch on it.

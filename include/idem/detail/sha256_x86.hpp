@@ -12,9 +12,14 @@
 
 #include <idem/detail/sha256_portable.hpp>
 
+// <smmintrin.h> (SSE4.1, and through it SSSE3 and SSE2) costs a build almost nothing;
+// <immintrin.h>, the only header that declares the SHA intrinsics, about doubles the compile time
+// of a translation unit that includes idem. The three SHA instructions are therefore reached
+// through the builtins behind _mm_sha256rnds2_epu32, _mm_sha256msg1_epu32 and
+// _mm_sha256msg2_epu32 (the same names and types in GCC and Clang).
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
-#include <immintrin.h>
+#include <smmintrin.h>
 #endif
 
 namespace idem::detail {
@@ -40,6 +45,28 @@ inline bool sha256_sha_extensions_available() noexcept {
   return available;
 }
 
+/// Four 32-bit lanes, the operand type of the SHA builtins in GCC and Clang.
+using sha256_lanes = int __attribute__((vector_size(16)));
+
+/// sha256rnds2: two rounds on the state {cdgh, abef} with the first two lanes of `words`.
+__attribute__((target("sha"), always_inline)) inline __m128i sha256_two_rounds(
+    __m128i cdgh, __m128i abef, __m128i words) noexcept {
+  return (__m128i)__builtin_ia32_sha256rnds2((sha256_lanes)cdgh, (sha256_lanes)abef,
+                                             (sha256_lanes)words);
+}
+
+/// sha256msg1: sigma0 of the next four words' W[t-15] added to their W[t-16].
+__attribute__((target("sha"), always_inline)) inline __m128i sha256_message_1(
+    __m128i oldest, __m128i older) noexcept {
+  return (__m128i)__builtin_ia32_sha256msg1((sha256_lanes)oldest, (sha256_lanes)older);
+}
+
+/// sha256msg2: sigma1 of W[t-2] added, the last two lanes from the first two.
+__attribute__((target("sha"), always_inline)) inline __m128i sha256_message_2(
+    __m128i partial, __m128i newest) noexcept {
+  return (__m128i)__builtin_ia32_sha256msg2((sha256_lanes)partial, (sha256_lanes)newest);
+}
+
 // The state is kept as two vectors in the layout sha256rnds2 wants: ABEF (A in the highest
 // lane) and CDGH (C in the highest lane). Each sha256rnds2 does two rounds and leaves the new
 // ABEF in its first operand, and the old ABEF is then exactly the new CDGH, so two calls with
@@ -49,9 +76,9 @@ __attribute__((target("sha,sse4.1,ssse3"), always_inline)) inline void sha256_fo
   const __m128i words_plus_constants = _mm_add_epi32(
       words,
       _mm_load_si128(reinterpret_cast<const __m128i*>(&sha256_round_constants[first_round])));
-  cdgh = _mm_sha256rnds2_epu32(cdgh, abef, words_plus_constants);
+  cdgh = sha256_two_rounds(cdgh, abef, words_plus_constants);
   // sha256rnds2 reads only the low two lanes; the high two go down for the next pair.
-  abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(words_plus_constants, 0x0e));
+  abef = sha256_two_rounds(abef, cdgh, _mm_shuffle_epi32(words_plus_constants, 0x0e));
 }
 
 // W[t..t+3] from the previous sixteen words, held four to a vector, oldest first:
@@ -60,9 +87,9 @@ __attribute__((target("sha,sse4.1,ssse3"), always_inline)) inline void sha256_fo
 // lanes 2 and 3, so it must be done in the instruction, not by us).
 __attribute__((target("sha,sse4.1,ssse3"), always_inline)) inline __m128i sha256_next_words(
     __m128i oldest, __m128i older, __m128i newer, __m128i newest) noexcept {
-  const __m128i with_sigma0 = _mm_sha256msg1_epu32(oldest, older);
+  const __m128i with_sigma0 = sha256_message_1(oldest, older);
   const __m128i with_w_minus_7 = _mm_add_epi32(with_sigma0, _mm_alignr_epi8(newest, newer, 4));
-  return _mm_sha256msg2_epu32(with_w_minus_7, newest);
+  return sha256_message_2(with_w_minus_7, newest);
 }
 
 /// The same contract as sha256_compress_portable; only call it when

@@ -13,8 +13,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <random>
 #include <string_view>
+
+#include <idem/detail/entropy.hpp>
 
 namespace idem::detail {
 
@@ -134,11 +135,9 @@ class siphash13 {
 // The process's bucketing key: random, drawn on first use.
 inline siphash_key process_hash_key() {
   static const siphash_key key = [] {
-    std::random_device device;
-    auto word = [&] {
-      return (static_cast<std::uint64_t>(device()) << 32) ^ static_cast<std::uint64_t>(device());
-    };
-    return siphash_key{word(), word()};
+    std::uint64_t words[2];
+    fill_with_entropy(words, 2);
+    return siphash_key{words[0], words[1]};
   }();
   return key;
 }

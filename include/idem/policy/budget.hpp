@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <concepts>
 #include <cstdint>
 #include <memory>
@@ -95,17 +94,21 @@ class token_bucket {
     std::atomic<std::int64_t> tokens;
   };
 
-  static std::int64_t milli(double tokens) { return std::llround(tokens * scale); }
+  // std::llround and std::isfinite are the only things this header would want from <cmath>,
+  // which costs a build that includes idem more than all of the policies together (its C++17
+  // special functions); the compilers' builtins are the same functions.
+  static std::int64_t milli(double tokens) { return __builtin_llround(tokens * scale); }
+  static bool finite(double value) noexcept { return __builtin_isfinite(value); }
 
   std::int64_t cost_of(retry_reason reason) const noexcept {
     return reason == retry_reason::ambiguous ? state_->ambiguous_cost : state_->cost;
   }
 
   static const settings& validated(const settings& s) {
-    const bool finite = std::isfinite(s.max_tokens) && std::isfinite(s.retry_cost) &&
-                        std::isfinite(s.ambiguous_retry_cost) && std::isfinite(s.success_deposit) &&
-                        std::isfinite(s.retry_ratio);
-    if (!finite || s.max_tokens < 0 || s.max_tokens > 1e12 || s.retry_cost < 1 / scale ||
+    const bool all_finite = finite(s.max_tokens) && finite(s.retry_cost) &&
+                            finite(s.ambiguous_retry_cost) && finite(s.success_deposit) &&
+                            finite(s.retry_ratio);
+    if (!all_finite || s.max_tokens < 0 || s.max_tokens > 1e12 || s.retry_cost < 1 / scale ||
         s.ambiguous_retry_cost < 1 / scale || s.retry_cost > s.max_tokens + 1 ||
         s.success_deposit < 0 || s.retry_ratio < 0 || s.retry_ratio > 1e6) {
       throw std::invalid_argument(

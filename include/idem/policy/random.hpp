@@ -14,7 +14,9 @@
 #include <concepts>
 #include <cstdint>
 #include <limits>
-#include <random>
+#include <type_traits>
+
+#include <idem/detail/entropy.hpp>
 
 namespace idem {
 
@@ -23,11 +25,26 @@ struct random_seed {
   std::array<std::uint64_t, 4> words{};
 };
 
+namespace detail {
+
+/// std::uniform_random_bit_generator, word for word as the standard defines it
+/// ([rand.req.urng]); spelled out here because only <random> declares it, and <random> would
+/// cost every build that includes idem about a quarter of its baseline compile time.
+template <class G>
+concept uniform_random_bit_generator =
+    std::invocable<G&> && std::unsigned_integral<std::invoke_result_t<G&>> && requires {
+  { G::min() } -> std::same_as<std::invoke_result_t<G&>>;
+  { G::max() } -> std::same_as<std::invoke_result_t<G&>>;
+  requires std::bool_constant<(G::min() < G::max())>::value;
+};
+
+}  // namespace detail
+
 /// What a `random` policy must be: a standard uniform random bit generator over 64-bit words
 /// that can be constructed from an idem::random_seed (idem::xoshiro256ss is; a standard engine
 /// needs a small wrapper whose constructor feeds it the four words).
 template <class R>
-concept RandomSource = std::uniform_random_bit_generator<R> &&
+concept RandomSource = detail::uniform_random_bit_generator<R> &&
                        std::constructible_from<R, const random_seed&> &&
                        std::same_as<typename R::result_type, std::uint64_t> &&(R::min() == 0) &&
                        (R::max() == std::numeric_limits<std::uint64_t>::max());
@@ -116,13 +133,12 @@ constexpr random_seed seed_from(std::uint64_t value) noexcept {
   return seed;
 }
 
-/// 256 bits nobody chose, from std::random_device: what production objects use, so that keys
-/// and jitter differ between processes.
+/// 256 bits nobody chose, from the operating system's random source (getentropy where the
+/// platform has it, else std::random_device): what production objects use, so that keys and
+/// jitter differ between processes. Throws std::system_error if the system has none to give.
 inline random_seed nondeterministic_seed() {
-  std::random_device device;
   random_seed seed;
-  for (auto& word : seed.words)
-    word = (static_cast<std::uint64_t>(device()) << 32) ^ device();
+  detail::fill_with_entropy(seed.words.data(), seed.words.size());
   return seed;
 }
 
