@@ -9,6 +9,12 @@
 #   scripts/bench.sh --no-compile-cost      skip the compile-cost step
 #   scripts/bench.sh --max-threads N        run the threaded benchmarks at 1, 2, 4, ... N threads
 #                                           (default 4; IDEM_BENCH_MAX_THREADS)
+#   scripts/bench.sh --interleave REGEX     run the benchmarks matching REGEX first, their
+#                                           repetitions in random order, then the rest in order
+#                                           (for benchmarks that fill a fresh table: what the
+#                                           run before left in the allocator is then not always
+#                                           the same peer's; the rest share big fixtures that a
+#                                           random order would rebuild again and again)
 #   scripts/bench.sh -- --benchmark_repetitions=5 ...   anything else goes to the binary as is
 #
 # At the end it prints each benchmark of ours beside its peers: the ratio of our time to theirs
@@ -19,10 +25,11 @@
 # scripts/test.sh does.
 set -euo pipefail
 
-usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 bench_args=()
 compile_cost=1
+interleave=
 while (($#)); do
   case "$1" in
     --filter) bench_args+=("--benchmark_filter=${2:?--filter needs a regex}"); compile_cost=0; shift ;;
@@ -30,6 +37,8 @@ while (($#)); do
     --no-compile-cost) compile_cost=0 ;;
     --max-threads) export IDEM_BENCH_MAX_THREADS="${2:?--max-threads needs a number}"; shift ;;
     --max-threads=*) export IDEM_BENCH_MAX_THREADS="${1#--max-threads=}" ;;
+    --interleave) interleave="${2:?--interleave needs a regex}"; shift ;;
+    --interleave=*) interleave="${1#--interleave=}" ;;
     --json)
       bench_args+=("--benchmark_out=${2:?--json needs a file}" --benchmark_out_format=json)
       shift
@@ -41,6 +50,15 @@ while (($#)); do
   esac
   shift
 done
+
+if [[ -n "$interleave" ]]; then
+  for arg in "${bench_args[@]}"; do
+    if [[ "$arg" == --benchmark_filter=* ]]; then
+      echo "scripts/bench.sh: --interleave chooses the benchmarks itself; leave out --filter" >&2
+      exit 2
+    fi
+  done
+fi
 
 # A relative --json path means relative to where the user ran us, not to the repo root.
 json_out=
@@ -86,7 +104,32 @@ if ((${#idem_servers_failed[@]})); then
 fi
 # Not exec: the servers are stopped when this script exits.
 status=0
-build/bench/bench/idem_bench "${bench_args[@]}" || status=$?
+if [[ -z "$interleave" ]]; then
+  build/bench/bench/idem_bench "${bench_args[@]}" || status=$?
+else
+  # Two passes, one JSON: the interleaved benchmarks, then the rest (Google Benchmark's '-'
+  # filter), their entries joined into the results file.
+  first_json="$(mktemp --suffix=.json)"
+  pass_args=()
+  for arg in "${bench_args[@]}"; do
+    [[ "$arg" == --benchmark_out=* || "$arg" == --benchmark_out_format=* ]] || pass_args+=("$arg")
+  done
+  build/bench/bench/idem_bench "${pass_args[@]}" "--benchmark_filter=$interleave" \
+    --benchmark_enable_random_interleaving=true \
+    "--benchmark_out=$first_json" --benchmark_out_format=json || status=$?
+  build/bench/bench/idem_bench "${bench_args[@]}" "--benchmark_filter=-$interleave" || status=$?
+  python3 - "$first_json" "$json_out" <<'PYTHON' || status=$?
+import json, sys
+with open(sys.argv[1], encoding="utf-8") as handle:
+    first = json.load(handle)
+with open(sys.argv[2], encoding="utf-8") as handle:
+    rest = json.load(handle)
+rest["benchmarks"] = first.get("benchmarks", []) + rest.get("benchmarks", [])
+with open(sys.argv[2], "w", encoding="utf-8") as handle:
+    json.dump(rest, handle, indent=2)
+PYTHON
+  rm -f "$first_json"
+fi
 
 compile_json=
 if ((compile_cost)); then
