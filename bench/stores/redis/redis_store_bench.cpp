@@ -94,9 +94,19 @@ class raw_client {
     const std::string_view print{reinterpret_cast<const char*>(fingerprint.data()),
                                  fingerprint.size()};
     const char* claim_argv[] = {
-        "EVALSHA",           claim_sha_.c_str(), "3",        keys.record.c_str(),
-        keys.expiry.c_str(), keys.lease.c_str(), "",         lease.c_str(),
-        retention.c_str(),   print.data(),       key.data(), "0"};
+        "EVALSHA",
+        claim_sha_.c_str(),
+        "3",
+        keys.record.c_str(),
+        keys.expiry.c_str(),
+        keys.lease.c_str(),
+        "",
+        lease.c_str(),
+        retention.c_str(),
+        print.data(),
+        key.data(),
+        "0",
+        ""};  // no per-scope cap, as redis_store passes it (max_records_per_scope unset)
     const std::size_t claim_lengths[] = {7,
                                          claim_sha_.size(),
                                          1,
@@ -108,8 +118,9 @@ class raw_client {
                                          retention.size(),
                                          print.size(),
                                          key.size(),
-                                         1};
-    redisAppendCommandArgv(context_, 12, claim_argv, claim_lengths);
+                                         1,
+                                         0};
+    redisAppendCommandArgv(context_, 13, claim_argv, claim_lengths);
     const char* enroll_argv[] = {"EVALSHA", enroll_sha_.c_str(), "1", registry_.c_str(),
                                  keys.tag.c_str()};
     const std::size_t enroll_lengths[] = {7, enroll_sha_.size(), 1, registry_.size(),
@@ -117,6 +128,16 @@ class raw_client {
     redisAppendCommandArgv(context_, 5, enroll_argv, enroll_lengths);
     redisReply* answer = next();
     redisReply* enrolled = next();
+    if (answer->type != REDIS_REPLY_ARRAY || answer->elements < 2) {
+      // The store's claim script changed its arguments or its answer: say so, rather than
+      // read past the reply.
+      const std::string what = answer->type == REDIS_REPLY_ERROR
+                                   ? std::string(answer->str, answer->len)
+                                   : "an unexpected reply";
+      freeReplyObject(answer);
+      freeReplyObject(enrolled);
+      throw std::runtime_error("raw claim: " + what);
+    }
     claimed out;
     out.status = answer->element[0]->integer;
     if (out.status == 0) {
