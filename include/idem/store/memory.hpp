@@ -120,8 +120,10 @@ class memory_store {
     std::size_t bytes;
   };
 
-  /// The memory one record takes beyond its scope, key, fingerprint, response and recovery
-  /// bytes: the node and version headers (allocator overhead not included).
+  /// The memory one completed record takes beyond its scope, key, fingerprint, response and
+  /// recovery bytes: the node's header, its first claim's version header (kept with the node,
+  /// see node::make) and the current version's header. Not included: the first claim's copy of
+  /// the fingerprint, up to 7 bytes aligning that claim, and the allocator's own overhead.
   static constexpr std::size_t record_overhead_bytes();
 
   memory_store() : memory_store(limits{}) {}
@@ -167,7 +169,7 @@ class memory_store {
               version::destroy(next);
               continue;
             }
-            guard.retire(seen, &version::destroy_erased);
+            retire(guard, seen);
             return {claim_status::taken_over, next->fence, snapshot(*next)};
           }
           return {claim_status::existing, 0, snapshot(*seen)};
@@ -192,7 +194,7 @@ class memory_store {
         }
         s.give_back_scope(request.scope, seen->expires_at);
         s.give_back_bytes(home, seen->payload_size());
-        guard.retire(seen, &version::destroy_erased);
+        retire(guard, seen);
         return {claim_status::claimed, next->fence, {}};
       }
 
@@ -213,8 +215,7 @@ class memory_store {
           }
           continue;
         }
-        fresh = node::make(hash, request.scope, request.key, version::make_claim(request, 1),
-                           at.current);
+        fresh = node::make(hash, request, at.current);
         home.push_ticket(&fresh->first_ticket, false);
       } else {
         // Aim the kept node at the new successor, unless a sweep found its ticket due (a claim
@@ -341,6 +342,9 @@ class memory_store {
     std::uint32_t recovery_size;
     std::uint8_t state;
     std::uint8_t fingerprint_size;
+    // 1 for a node's first claim, made in the node's own allocation (node::make): it is freed
+    // with the node, never on its own, and never retired.
+    std::uint8_t embedded;
 
     const char* tail() const noexcept { return reinterpret_cast<const char*>(this + 1); }
     char* tail() noexcept { return reinterpret_cast<char*>(this + 1); }
@@ -391,19 +395,24 @@ class memory_store {
     static version* make(const version& from, std::string_view recovery) {
       return make(from, {}, recovery);
     }
-    static version* make_claim(const claim_request& request, std::uint64_t fence) {
-      version* v = allocate(request.fingerprint.size(), {}, {});
+    // A claim's state, written into `v` (room for the fingerprint after it).
+    static void fill_claim(version* v, const claim_request& request, std::uint64_t fence) {
       const std::int64_t now = to_ns(request.now);
       v->created_at = now;
       v->lease_until = now + request.lease.count();
       v->expires_at = now + request.retention.count();
       v->fence = fence;
       v->state = in_progress;
+      v->fingerprint_size = static_cast<std::uint8_t>(request.fingerprint.size());
       std::memcpy(v->tail(), request.fingerprint.data(), request.fingerprint.size());
+    }
+    static version* make_claim(const claim_request& request, std::uint64_t fence) {
+      version* v = allocate(request.fingerprint.size(), {}, {});
+      fill_claim(v, request, fence);
       return v;
     }
     static void destroy(version* v) noexcept {
-      if (v == &dead_version()) return;
+      if (v == &dead_version() || v->embedded != 0) return;
       v->~version();
       ::operator delete(v);
     }
@@ -413,7 +422,7 @@ class memory_store {
   // What sweep removes a record by: the kill is a CAS to this, so that no claim can revive a
   // record sweep has decided to remove.
   static version& dead_version() noexcept {
-    static version sentinel{0, 0, 0, 0, 0, 0, dead, 0};
+    static version sentinel{0, 0, 0, 0, 0, 0, dead, 0, 0};
     return sentinel;
   }
 
@@ -453,9 +462,24 @@ class memory_store {
     std::string_view scope() const noexcept { return {tail(), scope_size}; }
     std::string_view key() const noexcept { return {tail() + scope_size, key_size}; }
 
-    static node* make(std::uint64_t hash, std::string_view scope, std::string_view key,
-                      version* first, node* successor) {
-      void* memory = ::operator new(sizeof(node) + scope.size() + key.size());
+    // Where a node's first claim lies in its allocation: after scope and key, aligned.
+    static std::size_t first_claim_offset(std::size_t id_bytes) noexcept {
+      constexpr std::size_t align = alignof(version);
+      return (sizeof(node) + id_bytes + align - 1) / align * align;
+    }
+
+    // A node for a new (scope, key) with its first claim (fence 1) in the same allocation: a
+    // first call makes one allocation for both, not two, and the claim is never freed alone
+    // (version::embedded). A measured trade: the first claim's header and fingerprint stay with
+    // the node after the record is completed.
+    static node* make(std::uint64_t hash, const claim_request& request, node* successor) {
+      const std::string_view scope = request.scope;
+      const std::string_view key = request.key;
+      const std::size_t at = first_claim_offset(scope.size() + key.size());
+      void* memory = ::operator new(at + sizeof(version) + request.fingerprint.size());
+      auto* first = new (static_cast<char*>(memory) + at) version{};
+      version::fill_claim(first, request, 1);
+      first->embedded = 1;
       auto* n = new (memory) node{};
       n->next.store(reinterpret_cast<std::uintptr_t>(successor), std::memory_order_relaxed);
       n->current.store(first, std::memory_order_relaxed);
@@ -712,11 +736,18 @@ class memory_store {
       if (fresh->current.compare_exchange_weak(seen, &dead_version(), std::memory_order_acq_rel)) {
         state_->release_reservation(home, fresh->scope_size + fresh->key_size);
         state_->give_back_scope(fresh->scope(), seen->expires_at);
-        guard.retire(seen, &version::destroy_erased);
+        retire(guard, seen);
         break;
       }
     }
     node::drop_reference(fresh);  // the link it never got
+  }
+
+  // A version replaced by compare-and-swap goes to epoch reclamation, unless it is a node's
+  // first claim: that one is freed with its node, whose own reclamation already waits for every
+  // reader (a deferred free of it could otherwise run after its node's).
+  static void retire(detail::epoch_guard& guard, version* replaced) {
+    if (replaced->embedded == 0) guard.retire(replaced, &version::destroy_erased);
   }
 
   // Marks a dead node removed, so the next search unlinks it.
@@ -777,7 +808,7 @@ class memory_store {
       }
       if (at.current->current.compare_exchange_strong(seen, next, std::memory_order_acq_rel)) {
         if (new_size < old_size) s.give_back_bytes(home, old_size - new_size);
-        guard.retire(seen, &version::destroy_erased);
+        retire(guard, seen);
         return true;
       }
       if (new_size > old_size) s.give_back_bytes(home, new_size - old_size);
@@ -817,7 +848,7 @@ class memory_store {
         if (n->current.compare_exchange_weak(seen, &dead_version(), std::memory_order_acq_rel)) {
           state_->forget_record(home, n->scope_size + n->key_size + seen->payload_size());
           state_->give_back_scope(n->scope(), seen->expires_at);
-          guard.retire(seen, &version::destroy_erased);
+          retire(guard, seen);
           help_remove(n);
           (void)search(home.bucket_for(n->hash), n->hash, n->scope(), n->key(), guard);
           ++removed;
@@ -836,7 +867,7 @@ constexpr std::size_t memory_store::record_overhead_bytes() {
   static_assert(std::is_standard_layout_v<node> && std::is_standard_layout_v<extra_ticket>,
                 "memory_store finds a node from its first ticket, and an extra ticket from its "
                 "base: both must be standard-layout.");
-  return sizeof(node) + sizeof(version);
+  return sizeof(node) + 2 * sizeof(version);
 }
 
 }  // namespace idem
