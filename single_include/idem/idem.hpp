@@ -214,22 +214,8 @@ concept HashFunction = std::default_initializable<typename H::state> &&
 
 namespace idem::detail {
 
-/// Writes `value` to out[0..8) least significant byte first, on any host; one store on a
-/// little-endian one (a byte loop here was a tenth of a replay's fingerprint).
-inline void write_le64(char* out, std::uint64_t value) noexcept {
-  if constexpr (std::endian::native != std::endian::little) {
-    std::uint64_t swapped = 0;
-    for (int i = 0; i < 8; ++i)
-      swapped = (swapped << 8) | ((value >> (8 * i)) & 0xff);
-    value = swapped;
-  }
-  std::memcpy(out, &value, sizeof value);
-}
-
-/// The eight bytes at `in`, least significant first, on any host.
-inline std::uint64_t read_le64(const char* in) noexcept {
-  std::uint64_t value;
-  std::memcpy(&value, in, sizeof value);
+/// `value` with its bytes in little-endian order: itself on a little-endian host.
+constexpr std::uint64_t little_endian(std::uint64_t value) noexcept {
   if constexpr (std::endian::native != std::endian::little) {
     std::uint64_t swapped = 0;
     for (int i = 0; i < 8; ++i)
@@ -237,6 +223,19 @@ inline std::uint64_t read_le64(const char* in) noexcept {
     value = swapped;
   }
   return value;
+}
+
+/// Writes `value` to out[0..8) least significant byte first, on any host.
+inline void write_le64(char* out, std::uint64_t value) noexcept {
+  value = little_endian(value);
+  std::memcpy(out, &value, sizeof value);
+}
+
+/// The eight bytes at `in`, least significant first, on any host.
+inline std::uint64_t read_le64(const void* in) noexcept {
+  std::uint64_t value;
+  std::memcpy(&value, in, sizeof value);
+  return little_endian(value);
 }
 
 }  // namespace idem::detail
@@ -5911,17 +5910,7 @@ class siphash13 {
  private:
   static std::uint64_t rotl(std::uint64_t x, int b) noexcept { return (x << b) | (x >> (64 - b)); }
   // Words are read little-endian, as the specification reads them, on every host.
-  static std::uint64_t load64(const unsigned char* p) noexcept {
-    std::uint64_t value;
-    std::memcpy(&value, p, sizeof value);
-    if constexpr (std::endian::native == std::endian::big) {
-      std::uint64_t swapped = 0;
-      for (int i = 0; i < 8; ++i)
-        swapped = (swapped << 8) | ((value >> (8 * i)) & 0xff);
-      value = swapped;
-    }
-    return value;
-  }
+  static std::uint64_t load64(const unsigned char* p) noexcept { return read_le64(p); }
   void round() noexcept {
     v0_ += v1_;
     v1_ = rotl(v1_, 13);

@@ -9,13 +9,12 @@
 // hash is for memory only, never the persisted fingerprint.
 #pragma once
 
-#include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <string_view>
 
 #include <idem/detail/entropy.hpp>
+#include <idem/detail/le64.hpp>
 
 namespace idem::detail {
 
@@ -93,17 +92,7 @@ class siphash13 {
  private:
   static std::uint64_t rotl(std::uint64_t x, int b) noexcept { return (x << b) | (x >> (64 - b)); }
   // Words are read little-endian, as the specification reads them, on every host.
-  static std::uint64_t load64(const unsigned char* p) noexcept {
-    std::uint64_t value;
-    std::memcpy(&value, p, sizeof value);
-    if constexpr (std::endian::native == std::endian::big) {
-      std::uint64_t swapped = 0;
-      for (int i = 0; i < 8; ++i)
-        swapped = (swapped << 8) | ((value >> (8 * i)) & 0xff);
-      value = swapped;
-    }
-    return value;
-  }
+  static std::uint64_t load64(const unsigned char* p) noexcept { return read_le64(p); }
   void round() noexcept {
     v0_ += v1_;
     v1_ = rotl(v1_, 13);
