@@ -216,9 +216,7 @@ void idempotent_first(benchmark::State& state) {
     wrong += response && response->size() == response_text.size() ? 0 : 1;
     benchmark::DoNotOptimize(response);
   }
-  state.counters["faults_per_op"] = benchmark::Counter(
-      static_cast<double>(idem_bench::page_faults_on_this_thread() - faults_before),
-      benchmark::Counter::kAvgIterations);
+  idem_bench::report_page_faults(state, faults_before);
   report_allocations(state, before);
   state.SetItemsProcessed(state.iterations());
   sync_threads(state);

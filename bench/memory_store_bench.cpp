@@ -741,9 +741,7 @@ void claim_new(benchmark::State& state) {
     unclaimed += result.status == idem::claim_status::claimed ? 0 : 1;
     benchmark::DoNotOptimize(result);
   }
-  state.counters["faults_per_op"] = benchmark::Counter(
-      static_cast<double>(idem_bench::page_faults_on_this_thread() - faults_before),
-      benchmark::Counter::kAvgIterations);
+  idem_bench::report_page_faults(state, faults_before);
   report_allocations(state, before);
   state.SetItemsProcessed(state.iterations());
   if (state.thread_index() == 0) run_table<Table>().reset();
