@@ -4,6 +4,8 @@
 
 #include <idem/idem.hpp>
 
+#include "../support/forwarding_store.hpp"
+
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -369,32 +371,17 @@ namespace {
 // locked_store that remembers the `now` each completion was given, and says through
 // reads_completion_time whether it wants the clock's time there.
 template <bool Reads>
-class completion_time_store {
+class completion_time_store : public idem_test::forwarding_store<idem::locked_store> {
  public:
   static constexpr bool reads_completion_time = Reads;
 
-  idem::claim_result claim(const idem::claim_request& request) { return inner_.claim(request); }
   bool complete(const idem::fenced_key& held, std::string_view response, idem::store_time now) {
     completed_at_->push_back(now);
     return inner_.complete(held, response, now);
   }
-  bool release(const idem::fenced_key& held) { return inner_.release(held); }
-  bool checkpoint(const idem::fenced_key& held, std::string_view recovery, idem::store_time at) {
-    return inner_.checkpoint(held, recovery, at);
-  }
-  std::optional<idem::record> find(std::string_view scope, std::string_view key,
-                                   idem::store_time now) {
-    return inner_.find(scope, key, now);
-  }
-  std::size_t sweep(idem::store_time now) { return inner_.sweep(now); }
-  std::vector<idem::record> stuck(idem::store_time now, std::size_t limit) {
-    return inner_.stuck(now, limit);
-  }
-
   const std::vector<idem::store_time>& completed_at() const { return *completed_at_; }
 
  private:
-  idem::locked_store inner_;
   std::shared_ptr<std::vector<idem::store_time>> completed_at_ =
       std::make_shared<std::vector<idem::store_time>>();
 };

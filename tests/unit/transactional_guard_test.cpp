@@ -7,6 +7,8 @@
 #include <idem/idem.hpp>
 #include <idem/store/locked.hpp>
 
+#include "../support/forwarding_store.hpp"
+
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,7 +21,9 @@ using namespace std::chrono_literals;
 namespace {
 
 // A locked_store plus a key-value "database" the handler writes through the transaction.
-class ledger_store {
+// The records live in the forwarded locked_store (inner_); claim, complete and the rest are
+// its own.
+class ledger_store : public idem_test::forwarding_store<idem::locked_store> {
  public:
   struct database {
     std::mutex mutex;
@@ -37,7 +41,7 @@ class ledger_store {
     bool checkpoint(const idem::fenced_key& held, std::string_view recovery,
                     idem::store_time lease_until) {
       ++store_->db_->checkpoints;
-      return store_->records_.checkpoint(held, recovery, lease_until);
+      return store_->inner_.checkpoint(held, recovery, lease_until);
     }
 
    private:
@@ -49,35 +53,18 @@ class ledger_store {
 
   ledger_store() = default;
 
-  idem::claim_result claim(const idem::claim_request& request) { return records_.claim(request); }
-  bool complete(const idem::fenced_key& held, std::string_view bytes, idem::store_time now) {
-    return records_.complete(held, bytes, now);
-  }
-  bool release(const idem::fenced_key& held) { return records_.release(held); }
-  bool checkpoint(const idem::fenced_key& held, std::string_view bytes, idem::store_time until) {
-    return records_.checkpoint(held, bytes, until);
-  }
-  std::optional<idem::record> find(std::string_view scope, std::string_view key,
-                                   idem::store_time now) {
-    return records_.find(scope, key, now);
-  }
-  std::size_t sweep(idem::store_time now) { return records_.sweep(now); }
-  std::vector<idem::record> stuck(idem::store_time now, std::size_t limit) {
-    return records_.stuck(now, limit);
-  }
-
   template <class Produce>
   bool complete_within(const idem::fenced_key& held, idem::store_time now, Produce&& produce) {
     const std::lock_guard lock(db_->mutex);  // one transaction at a time
     if (db_->take_over_first) {
       db_->take_over_first = false;
       idem::claim_request steal{held.scope, held.key, {}, now + 1h, 30s, 24h};
-      auto current = records_.find(held.scope, held.key, now);
+      auto current = inner_.find(held.scope, held.key, now);
       if (current) steal.fingerprint = current->fingerprint;
-      (void)records_.claim(steal);
+      (void)inner_.claim(steal);
     }
     for (;;) {
-      const auto current = records_.find(held.scope, held.key, now);
+      const auto current = inner_.find(held.scope, held.key, now);
       if (!current || current->state != idem::record_state::in_progress ||
           current->fence != held.fence) {
         return false;
@@ -90,7 +77,7 @@ class ledger_store {
         continue;  // a serialization failure: rolled back, produce runs again
       }
       if (db_->fail_commit) throw idem::store_error(idem::store_failure::unavailable, "disk gone");
-      if (!records_.complete(held, bytes, now)) return false;
+      if (!inner_.complete(held, bytes, now)) return false;
       for (auto& [row, value] : open.pending_)
         db_->rows[row] = value;
       return true;
@@ -100,7 +87,6 @@ class ledger_store {
   database& db() { return *db_; }
 
  private:
-  idem::locked_store records_;
   std::shared_ptr<database> db_ = std::make_shared<database>();
 };
 
