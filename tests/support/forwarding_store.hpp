@@ -1,8 +1,9 @@
 // A Store that hands every call to the store it holds: a test's own store derives from it and
 // defines again only the calls it watches or changes (a derived member hides the base's).
+//
+// Include it after idem (idem/idem.hpp, or the single header: some tests build against either,
+// so this file names no idem header itself).
 #pragma once
-
-#include <idem/store.hpp>
 
 #include <cstddef>
 #include <optional>
