@@ -8,6 +8,7 @@
 #include <atomic>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -94,6 +95,84 @@ TEST_CASE("a thread paused inside an operation does not stop the others",
   CHECK(store.statistics().records == 20'000);
   go_on = true;
   sleeper.join();
+}
+
+// Chains hold many nodes here: 16,384 keys in the smallest bucket arrays (1,024 buckets), so a
+// search passes nodes and stops at links whose hash hint orders them after its key. Threads race
+// to insert the same keys in the same chains, and a sweep unlinks a whole generation while the
+// next one is inserted around it. A search that stopped before a node it should have read would
+// let a key be claimed twice, or miss a completed one.
+TEST_CASE("crowded chains: racing claims, finds and a concurrent sweep keep one record per key",
+          "[memory_store][concurrency]") {
+  constexpr int threads = 4;
+  constexpr int keys = 16384;
+  idem::memory_store::limits bounds;
+  bounds.expected_records = 16;
+  idem::memory_store store{bounds};
+  const auto key_of = [](int generation, int i) {
+    return "g" + std::to_string(generation) + "-order-" + std::to_string(i);
+  };
+
+  // Each generation: every thread claims every key, in its own order; the one that wins a key
+  // completes it with the key as response. A generation's records last 1 h; the next one starts
+  // 2 h later, while a sweeper removes the last one.
+  std::vector<std::atomic<int>> wins(keys);
+  std::atomic<int> wrong_answers{0};
+  for (int generation = 0; generation < 3; ++generation) {
+    for (auto& w : wins)
+      w = 0;
+    const idem::store_time now = start + generation * 2h;
+    std::atomic<std::size_t> swept{0};
+    std::vector<std::thread> pool;
+    if (generation > 0) pool.emplace_back([&] { swept = store.sweep(now); });
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        for (int n = 0; n < keys; ++n) {
+          // Thread t walks the keys with stride 2t + 1 (odd, so every key once).
+          const int i = static_cast<int>((static_cast<long>(n) * (2 * t + 1)) % keys);
+          const std::string key = key_of(generation, i);
+          const auto got = store.claim({"crowd", key, print(1), now, 30s, 1h});
+          if (got.status == idem::claim_status::claimed) {
+            wins[static_cast<std::size_t>(i)].fetch_add(1);
+            if (!store.complete({"crowd", key, got.fence}, key, now)) ++wrong_answers;
+          } else if (got.status != idem::claim_status::existing) {
+            ++wrong_answers;
+          }
+          // A key this thread claimed 64 steps ago is found.
+          if (n >= 64) {
+            const int j = static_cast<int>((static_cast<long>(n - 64) * (2 * t + 1)) % keys);
+            // It is in progress at worst (another thread won it and is completing it), never
+            // absent, and once completed it holds its own key.
+            const auto found = store.find("crowd", key_of(generation, j), now);
+            if (!found || (found->state == idem::record_state::completed &&
+                           found->response != key_of(generation, j))) {
+              ++wrong_answers;
+            }
+          }
+        }
+      });
+    }
+    for (auto& thread : pool)
+      thread.join();
+    CAPTURE(generation);
+    CHECK(wrong_answers == 0);
+    int twice = 0;
+    int never = 0;
+    for (const auto& w : wins) {
+      twice += w > 1 ? 1 : 0;
+      never += w == 0 ? 1 : 0;
+    }
+    CHECK(twice == 0);
+    CHECK(never == 0);
+    // The sweep ran at `now`, when the last generation had expired an hour before: it removed
+    // what was there when it reached each shard, and a second sweep the rest; none of this one.
+    if (generation > 0) CHECK(swept + store.sweep(now) == static_cast<std::size_t>(keys));
+    CHECK(store.statistics().records == static_cast<std::size_t>(keys));
+    for (int i = 0; i < keys; i += 97) {
+      CHECK(store.find("crowd", key_of(generation, i), now)->response == key_of(generation, i));
+      if (generation > 0) CHECK_FALSE(store.find("crowd", key_of(generation - 1, i), now));
+    }
+  }
 }
 
 TEST_CASE("the bucketing hash is keyed: another key scatters the same inputs differently",
