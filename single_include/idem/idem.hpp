@@ -5596,34 +5596,41 @@ struct callback_observer {
 //
 // Concurrency semantics a user must know:
 //   * claim, find, complete, release and checkpoint take no lock. Each is a search of one
-//     bucket's chain and at most one compare-and-swap; a thread paused anywhere inside one
-//     never stops another from finishing its own.
-//   * Every operation on one (scope, key) is atomic and linearizable: a record's state is an
-//     immutable version, replaced as a whole by compare-and-swap, so a reader sees a whole
-//     version or the one after it, never a mix; and fenced writes check the fence of the very
-//     version they replace.
+//     bucket's chain and at most one compare-and-swap to decide; a thread paused anywhere inside
+//     one never stops another from finishing its own.
+//   * Every operation on one (scope, key) is atomic and linearizable: a record is one immutable
+//     node, replaced as a whole by a compare-and-swap on its own link, so a reader sees a whole
+//     record or the one after it, never a mix; and fenced writes check the fence of the very
+//     node they replace.
 //   * sweep and stuck walk the store under per-shard sweep locks that the hot paths never take.
 //   * Unlinked memory is freed by epoch-based reclamation (detail/epoch.hpp): never while a
 //     thread may still read it, and never leaked.
 //
 // Layout: 64 shards, each a fixed array of buckets, each bucket a lock-free ordered chain
-// (Harris and Michael's list) of nodes. A node holds one (scope, key) for as long as it is
-// linked, and points to the record's current version. Buckets are chosen by SipHash-1-3 under a
-// key drawn once per process, so clients cannot aim their keys at one bucket; that hash is
-// never stored. The bucket count is fixed from limits::expected_records: beyond it chains grow.
-// Each link carries a hint of 16 bits of the next node's hash (see link_to), so a search for an
-// absent key stops at the first larger hint without reading that node.
+// (Harris and Michael's list) of nodes, one node per record: its times, fence and state, then
+// its scope, key, fingerprint, response and recovery bytes in the same allocation. A write
+// (complete, release, checkpoint, a takeover, a new claim of an expired key) makes the record's
+// next node and swaps it in with one compare-and-swap on the old node's link, which at once
+// marks the old node removed and points past it to the new one; the writer then unlinks the
+// old node, or else the next search to pass does. Buckets are chosen by SipHash-1-3 under a key
+// drawn once per process, so clients cannot aim their keys at one bucket; that hash is never
+// stored. Each link carries a hint of 16 bits of the next node's hash (see link_to), so a search
+// for an absent key stops at the first larger hint without reading that node. The bucket count is
+// fixed from limits::expected_records: beyond it chains grow. Reclaimed node blocks go to a small
+// cache on the thread that frees them (detail::block_cache), for the next node of the same size.
 //
 // Bounds: max_records_per_scope counts a scope's records that have not expired (released ones
 // included), so one tenant cannot fill the store.
-// max_records counts nodes held (expired ones until they are swept), max_bytes counts
+// max_records counts records held (expired ones until they are swept), max_bytes counts
 // scope + key + response + recovery bytes. A claim past either answers `full` after first
-// sweeping what has expired; a live record is never evicted.
+// sweeping what has expired; a live record is never evicted. Scopes and keys are at most
+// 65,535 bytes each (a longer one is a store_error, `full`).
 //
-// Expiry: each claim that starts a retention period leaves a ticket (its expiry time and node)
-// on its shard's lock-free stack; sweep moves tickets into a per-shard heap and pops only the
-// due ones, so it costs what it removes (plus the tickets that arrived since the last sweep),
-// not what the store holds.
+// Expiry: each claim that starts a retention period appends an 8-byte ticket (its expiry,
+// rounded up to 2^30 ns, and its bucket) to its shard's lock-free ticket log; sweep moves
+// tickets into a per-shard heap and pops only the due ones, removing the expired records of
+// each due ticket's bucket, so it costs what it removes (plus the tickets that arrived since
+// the last sweep, and those due within the current 2^30 ns), not what the store holds.
 
 #include <iterator>
 #include <new>
@@ -5788,11 +5795,16 @@ class epoch_participant {
     const std::uint64_t epoch = domain.try_advance();
     // Tagged at e, an object may still be seen by a thread pinned at e; every such thread has
     // unpinned once the epoch reached e + 2.
+    const std::size_t held = retired_.size();
     epoch_domain::free_older(retired_, epoch - 1);
     domain.free_orphans(epoch - 1);
-    // While some thread stays pinned nothing can be freed; collecting again only once the list
-    // has doubled keeps retire amortised O(1) instead of rescanning the list every time.
-    next_collect_ = std::max(collect_every, 2 * retired_.size());
+    // Each collection advances the epoch by at most one step, so what it frees was retired two
+    // collections ago: collecting every collect_every retirements keeps the list near three
+    // batches and frees one batch each time. While some thread stays pinned nothing can be
+    // freed; then collecting again only once the list has doubled keeps retire amortised O(1)
+    // instead of rescanning the list every time.
+    next_collect_ = retired_.size() < held ? retired_.size() + collect_every
+                                           : std::max(collect_every, 2 * retired_.size());
     // A burst of retirements grows the list; give the memory back once it has drained.
     if (retired_.capacity() > 4 * next_collect_) retired_.shrink_to_fit();
   }
@@ -5989,6 +6001,77 @@ inline std::uint64_t bucket_hash(const siphash_key& key, std::string_view scope,
   return h.finish();
 }
 
+// Keeps a few of the memory_store's freed node blocks on the thread that freed them, for the
+// next node of the same size class. A new key's claim is replaced by its completion moments
+// later, so without it every first call would free one block through epoch reclamation, in
+// batches, and glibc's malloc would then search its bins for the next (measured: 855 against
+// 358 ns a first call). Classes are the sizes 16k + 8, which glibc serves from chunks of
+// 16(k + 1) bytes, so rounding a request up to its class takes no more memory than malloc
+// would; at most 64 KiB a thread is kept.
+class block_cache {
+ public:
+  static constexpr std::size_t largest = 1024 - 8;
+  static constexpr std::size_t limit_bytes = 64 * 1024;
+
+  block_cache() = default;
+  block_cache(const block_cache&) = delete;
+  block_cache& operator=(const block_cache&) = delete;
+  ~block_cache() {
+    alive() = false;
+    for (std::vector<void*>& bin : bins_) {
+      for (void* block : bin)
+        ::operator delete(block);
+    }
+  }
+
+  static block_cache& local() {
+    thread_local block_cache cache;
+    return cache;
+  }
+
+  // At least `bytes`; freed by give(block, bytes).
+  void* take(std::size_t bytes) {
+    const std::size_t at = bin_of(bytes);
+    if (at < bins && !bins_[at].empty()) {
+      void* block = bins_[at].back();
+      bins_[at].pop_back();
+      held_ -= class_size(at);
+      return block;
+    }
+    return ::operator new(at < bins ? class_size(at) : bytes);
+  }
+
+  static void give(void* block, std::size_t bytes) noexcept {
+    const std::size_t at = bin_of(bytes);
+    // Once this thread's cache is gone (blocks freed by its epoch participant at thread exit),
+    // blocks go straight back to the allocator.
+    if (at < bins && alive()) {
+      block_cache& cache = local();
+      if (cache.held_ + class_size(at) <= limit_bytes) {
+        try {
+          cache.bins_[at].push_back(block);
+          cache.held_ += class_size(at);
+          return;
+        } catch (const std::bad_alloc&) {  // a full heap: free it instead
+        }
+      }
+    }
+    ::operator delete(block);
+  }
+
+ private:
+  static constexpr std::size_t bins = (largest + 8) / 16;
+  static std::size_t bin_of(std::size_t bytes) noexcept { return (bytes + 7) / 16; }
+  static std::size_t class_size(std::size_t bin) noexcept { return 16 * bin + 8; }
+  static bool& alive() noexcept {
+    thread_local bool flag = true;
+    return flag;
+  }
+
+  std::array<std::vector<void*>, bins> bins_;
+  std::size_t held_ = 0;
+};
+
 }  // namespace detail
 
 class memory_store {
@@ -6017,90 +6100,92 @@ class memory_store {
     std::size_t bytes;
   };
 
-  /// The memory one completed record takes beyond its scope, key, fingerprint, response and
-  /// recovery bytes: the node's header, its first claim's version header (kept with the node,
-  /// see node::make) and the current version's header. Not included: the first claim's copy of
-  /// the fingerprint, up to 7 bytes aligning that claim, and the allocator's own overhead.
+  /// The memory one record takes beyond its scope, key, fingerprint, response and recovery
+  /// bytes: its node's header and its expiry ticket (in its shard's ticket log, then its heap).
+  /// Not included: the allocator's own overhead, and while a write is new, the node it replaced,
+  /// which waits for epoch reclamation.
   static constexpr std::size_t record_overhead_bytes();
+
+  /// The longest scope, and the longest key, a record holds.
+  static constexpr std::size_t max_id_bytes = std::numeric_limits<std::uint16_t>::max();
 
   memory_store() : memory_store(limits{}) {}
   explicit memory_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
 
   claim_result claim(const claim_request& request) {
+    if (request.scope.size() > max_id_bytes || request.key.size() > max_id_bytes) {
+      throw store_error(store_failure::full,
+                        "idem::memory_store: a scope or key of more than 65535 bytes does not "
+                        "fit a record (scope " +
+                            std::to_string(request.scope.size()) + " bytes, key " +
+                            std::to_string(request.key.size()) + ")");
+    }
     state& s = *state_;
     const std::uint64_t hash = s.hash_of(request.scope, request.key);
     shard& home = s.shard_for(hash);
-    std::atomic<std::uintptr_t>& head = home.bucket_for(hash);
+    const std::size_t bucket = hash & home.mask;
+    std::atomic<std::uintptr_t>& head = home.buckets[bucket];
+    const std::uint16_t hint = hint_of(hash);
     const std::int64_t now = to_ns(request.now);
+    const std::int64_t expires_at = now + request.retention.count();
     bool swept = false;
-    const std::size_t id_bytes = request.scope.size() + request.key.size();
-    // A claim's expiry ticket goes on the shard's stack before the claim becomes visible, so a
-    // sweep that starts after a record is visible always has its ticket. Both are made once per
-    // call and kept across retries; one left unused stays harmless on the stack until it is due
-    // (the record it names is only removed if it has expired by then).
-    node* fresh = nullptr;            // reserved, ticket pushed, not yet linked
-    extra_ticket* renewal = nullptr;  // pushed, for a claim on an expired or released node
-    node* renewal_target = nullptr;
+    // A claim's expiry ticket goes into the shard's log before its record becomes visible, so a
+    // sweep that starts after a record is visible always has its ticket. Pushed at most once
+    // per call; one left unused is harmless (its bucket is looked at when it falls due).
+    bool ticket_pushed = false;
+    const auto push_ticket = [&] {
+      if (!ticket_pushed) home.push_ticket(ticket_of(expires_at, bucket));
+      ticket_pushed = true;
+    };
+    node* fresh = nullptr;  // made and counted for an absent key, not yet linked
 
     detail::epoch_guard guard;
     for (;;) {
-      const position at = search(head, hash, request.scope, request.key, guard);
+      const position at = search(head, hint, request.scope, request.key, guard);
       if (at.found) {
         node* const found = at.current;
-        version* seen = found->current.load(std::memory_order_acquire);
-        if (seen->state == dead) {
-          help_remove(found);
-          continue;
-        }
         if (fresh != nullptr) {  // another claim linked this key first
-          abandon(home, fresh, guard);
+          drop_unlinked(home, fresh);
           fresh = nullptr;
         }
-        if (seen->state != released && now < seen->expires_at) {
-          if (seen->state == in_progress && seen->lease_until <= now &&
-              seen->matches(request.fingerprint)) {
-            version* next = version::make(*seen, seen->payload_recovery());
-            next->fence = seen->fence + 1;
+        if (found->state != released && now < found->expires_at) {
+          if (found->state == in_progress && found->lease_until <= now &&
+              found->matches(request.fingerprint)) {
+            node* next = node::copy(*found, {}, found->payload_recovery());
+            next->fence = found->fence + 1;
             next->lease_until = now + request.lease.count();
-            if (!found->current.compare_exchange_strong(seen, next, std::memory_order_acq_rel)) {
-              version::destroy(next);
+            if (!replace(at, next, guard)) {
+              node::destroy(next);
               continue;
             }
-            retire(guard, seen);
             return {claim_status::taken_over, next->fence, snapshot(*next)};
           }
-          return {claim_status::existing, 0, snapshot(*seen)};
+          return {claim_status::existing, 0, snapshot(*found)};
         }
-        // Expired or released: a new claim on the same node, under a higher fence.
-        const std::int64_t expires_at = now + request.retention.count();
-        if (renewal_target != found) {
-          renewal = new extra_ticket{{0, expires_at}, found};
-          renewal_target = found;
-          found->references.fetch_add(1, std::memory_order_relaxed);
-          home.push_ticket(&renewal->base, true);
-        }
+        // Expired or released: a new claim of the same key, under a higher fence.
+        push_ticket();
         // The scope's cap counts the records other than this one that have not expired.
-        if (!s.reserve_scope(request.scope, now, seen->expires_at > now ? 1 : 0, expires_at)) {
+        if (!s.reserve_scope(request.scope, now, found->expires_at > now ? 1 : 0, expires_at)) {
           return {claim_status::full, 0, {}};
         }
-        version* next = version::make_claim(request, seen->fence + 1);
-        if (!found->current.compare_exchange_strong(seen, next, std::memory_order_acq_rel)) {
-          version::destroy(next);
+        node* next = node::make_claim(request, hint, found->fence + 1);
+        if (!replace(at, next, guard)) {
+          node::destroy(next);
           s.give_back_scope(request.scope, expires_at);
           continue;
         }
-        s.give_back_scope(request.scope, seen->expires_at);
-        s.give_back_bytes(home, seen->payload_size());
-        retire(guard, seen);
+        ticket_again_if_swept(home, expires_at, bucket);
+        s.give_back_scope(request.scope, found->expires_at);
+        s.give_back_bytes(home, found->payload_size());
         return {claim_status::claimed, next->fence, {}};
       }
 
       if (fresh == nullptr) {
-        if (!s.reserve_scope(request.scope, now, 0, now + request.retention.count())) {
+        if (!s.reserve_scope(request.scope, now, 0, expires_at)) {
           return {claim_status::full, 0, {}};
         }
-        if (!s.reserve(home, id_bytes)) {
-          s.give_back_scope(request.scope, now + request.retention.count());
+        if (!s.reserve(home, request.scope.size() + request.key.size())) {
+          s.give_back_scope(request.scope, expires_at);
           if (swept) return {claim_status::full, 0, {}};
           // Expired records are not live: make room from them, once, before saying full.
           // Shards another thread is sweeping are skipped rather than waited for, so a full
@@ -6112,63 +6197,54 @@ class memory_store {
           }
           continue;
         }
-        fresh = node::make(hash, request, at.link);
-        home.push_ticket(&fresh->first_ticket, false);
-      } else {
-        // Aim the kept node at the new successor, unless a sweep found its ticket due (a claim
-        // whose `now` is already a retention old) and killed it meanwhile: it then marked the
-        // link, and did the accounting. Start again with a new node.
-        std::uintptr_t link = fresh->next.load(std::memory_order_acquire);
-        if (marked(link) || fresh->current.load(std::memory_order_acquire)->state == dead ||
-            !fresh->next.compare_exchange_strong(link, at.link, std::memory_order_acq_rel)) {
-          node::drop_reference(fresh);  // the link it never got; the ticket holds the rest
-          fresh = nullptr;
-          continue;
-        }
+        push_ticket();
+        fresh = node::make_claim(request, hint, 1);
       }
+      fresh->next.store(at.link, std::memory_order_relaxed);
       std::uintptr_t expected = at.link;
       if (at.previous->compare_exchange_strong(expected, link_to(fresh),
-                                               std::memory_order_acq_rel)) {
+                                               std::memory_order_seq_cst)) {
+        ticket_again_if_swept(home, expires_at, bucket);
         return {claim_status::claimed, 1, {}};
       }
     }
   }
 
   bool complete(const fenced_key& held, std::string_view response, store_time /*now*/) {
-    return replace(held, [&](const version& seen) {
-      version* next = version::make(seen, response, {});
+    return rewrite(held, [&](const node& seen) {
+      node* next = node::copy(seen, response, {});
       next->state = completed;
       return next;
     });
   }
 
   bool release(const fenced_key& held) {
-    return replace(held, [&](const version& seen) {
-      version* next = version::make(seen, {}, {});
+    return rewrite(held, [&](const node& seen) {
+      node* next = node::copy(seen, {}, {});
       next->state = released;
       return next;
     });
   }
 
   bool checkpoint(const fenced_key& held, std::string_view recovery, store_time lease_until) {
-    return replace(held, [&](const version& seen) {
-      version* next = version::make(seen, seen.payload_response(), recovery);
+    return rewrite(held, [&](const node& seen) {
+      node* next = node::copy(seen, seen.payload_response(), recovery);
       next->lease_until = to_ns(lease_until);
       return next;
     });
   }
 
   std::optional<record> find(std::string_view scope, std::string_view key, store_time now) const {
+    if (scope.size() > max_id_bytes || key.size() > max_id_bytes) return std::nullopt;
     state& s = *state_;
     const std::uint64_t hash = s.hash_of(scope, key);
+    shard& home = s.shard_for(hash);
     detail::epoch_guard guard;
-    const position at = search(s.shard_for(hash).bucket_for(hash), hash, scope, key, guard);
+    const position at = search(home.buckets[hash & home.mask], hint_of(hash), scope, key, guard);
     if (!at.found) return std::nullopt;
-    const version* seen = at.current->current.load(std::memory_order_acquire);
-    if (seen->state == dead || seen->state == released || seen->expires_at <= to_ns(now)) {
-      return std::nullopt;
-    }
-    return snapshot(*at.current, *seen);
+    const node& seen = *at.current;
+    if (seen.state == released || seen.expires_at <= to_ns(now)) return std::nullopt;
+    return snapshot(seen, true);
   }
 
   std::size_t sweep(store_time now) {
@@ -6186,13 +6262,14 @@ class memory_store {
     detail::epoch_guard guard;
     for (const shard& each : state_->shards) {
       for (std::size_t b = 0; b <= each.mask; ++b) {
-        for (node* n = pointer(each.buckets[b].load(std::memory_order_acquire)); n != nullptr;
-             n = pointer(n->next.load(std::memory_order_acquire))) {
+        for (node* n = pointer(each.buckets[b].load(std::memory_order_acquire)); n != nullptr;) {
           if (out.size() >= limit) return out;
-          const version* seen = n->current.load(std::memory_order_acquire);
-          if (seen->state == in_progress && seen->lease_until <= at && at < seen->expires_at) {
-            out.push_back(snapshot(*n, *seen));
+          const std::uintptr_t next = n->next.load(std::memory_order_acquire);
+          if (!marked(next) && n->state == in_progress && n->lease_until <= at &&
+              at < n->expires_at) {
+            out.push_back(snapshot(*n, true));
           }
+          n = pointer(next);
         }
       }
     }
@@ -6217,7 +6294,6 @@ class memory_store {
   static constexpr std::uint8_t in_progress = 0;
   static constexpr std::uint8_t completed = 1;
   static constexpr std::uint8_t released = 2;
-  static constexpr std::uint8_t dead = 3;  // being removed by sweep; never replaced again
 
   static std::int64_t to_ns(store_time t) noexcept {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
@@ -6227,187 +6303,104 @@ class memory_store {
         std::chrono::duration_cast<store_time::duration>(std::chrono::nanoseconds{ns})};
   }
 
-  // One immutable state of a record. Its variable parts follow it in the same allocation:
-  // fingerprint, then response, then recovery bytes.
-  struct version {
+  // One record, immutable once linked except for `next`. Its variable parts follow it in the
+  // same allocation: scope, key, fingerprint, response, recovery.
+  struct node {
+    std::atomic<std::uintptr_t> next;  // the next node; see link_to for its bits
     std::int64_t created_at;
     std::int64_t lease_until;
     std::int64_t expires_at;
     std::uint64_t fence;
     std::uint32_t response_size;
     std::uint32_t recovery_size;
-    std::uint8_t state;
+    std::uint16_t scope_size;
+    std::uint16_t key_size;
+    std::uint16_t hint;  // 16 bits of the bucket hash: see hint_of
     std::uint8_t fingerprint_size;
-    // 1 for a node's first claim, made in the node's own allocation (node::make): it is freed
-    // with the node, never on its own, and never retired.
-    std::uint8_t embedded;
+    std::uint8_t state;
 
     const char* tail() const noexcept { return reinterpret_cast<const char*>(this + 1); }
     char* tail() noexcept { return reinterpret_cast<char*>(this + 1); }
+    std::size_t id_size() const noexcept { return std::size_t{scope_size} + key_size; }
+    std::string_view scope() const noexcept { return {tail(), scope_size}; }
+    std::string_view key() const noexcept { return {tail() + scope_size, key_size}; }
+    const char* fingerprint_bytes() const noexcept { return tail() + id_size(); }
     std::string_view payload_response() const noexcept {
-      return {tail() + fingerprint_size, response_size};
+      return {fingerprint_bytes() + fingerprint_size, response_size};
     }
     std::string_view payload_recovery() const noexcept {
-      return {tail() + fingerprint_size + response_size, recovery_size};
+      return {fingerprint_bytes() + fingerprint_size + response_size, recovery_size};
     }
     std::size_t payload_size() const noexcept { return std::size_t{response_size} + recovery_size; }
     bool matches(const digest& fingerprint) const noexcept {
       return fingerprint.size() == fingerprint_size &&
-             std::memcmp(tail(), fingerprint.data(), fingerprint_size) == 0;
+             std::memcmp(fingerprint_bytes(), fingerprint.data(), fingerprint_size) == 0;
     }
     digest fingerprint() const noexcept {
-      return digest{std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(tail()),
-                                                  fingerprint_size)};
+      return digest{std::span<const std::uint8_t>(
+          reinterpret_cast<const std::uint8_t*>(fingerprint_bytes()), fingerprint_size)};
     }
 
-    static version* allocate(std::size_t fingerprint_size, std::string_view response,
-                             std::string_view recovery) {
-      void* memory =
-          ::operator new(sizeof(version) + fingerprint_size + response.size() + recovery.size());
-      auto* v = new (memory) version{};
-      v->fingerprint_size = static_cast<std::uint8_t>(fingerprint_size);
-      v->response_size = static_cast<std::uint32_t>(response.size());
-      v->recovery_size = static_cast<std::uint32_t>(recovery.size());
-      if (!response.empty())
-        std::memcpy(v->tail() + fingerprint_size, response.data(), response.size());
-      if (!recovery.empty()) {
-        std::memcpy(v->tail() + fingerprint_size + response.size(), recovery.data(),
-                    recovery.size());
-      }
-      return v;
-    }
-    // A copy of `from` with other response and recovery bytes.
-    static version* make(const version& from, std::string_view response,
-                         std::string_view recovery) {
-      version* v = allocate(from.fingerprint_size, response, recovery);
-      v->created_at = from.created_at;
-      v->lease_until = from.lease_until;
-      v->expires_at = from.expires_at;
-      v->fence = from.fence;
-      v->state = from.state;
-      std::memcpy(v->tail(), from.tail(), from.fingerprint_size);
-      return v;
-    }
-    static version* make(const version& from, std::string_view recovery) {
-      return make(from, {}, recovery);
-    }
-    // A claim's state, written into `v` (room for the fingerprint after it).
-    static void fill_claim(version* v, const claim_request& request, std::uint64_t fence) {
-      const std::int64_t now = to_ns(request.now);
-      v->created_at = now;
-      v->lease_until = now + request.lease.count();
-      v->expires_at = now + request.retention.count();
-      v->fence = fence;
-      v->state = in_progress;
-      v->fingerprint_size = static_cast<std::uint8_t>(request.fingerprint.size());
-      std::memcpy(v->tail(), request.fingerprint.data(), request.fingerprint.size());
-    }
-    static version* make_claim(const claim_request& request, std::uint64_t fence) {
-      version* v = allocate(request.fingerprint.size(), {}, {});
-      fill_claim(v, request, fence);
-      return v;
-    }
-    static void destroy(version* v) noexcept {
-      if (v == &dead_version() || v->embedded != 0) return;
-      v->~version();
-      ::operator delete(v);
-    }
-    static void destroy_erased(void* v) noexcept { destroy(static_cast<version*>(v)); }
-  };
-
-  // What sweep removes a record by: the kill is a CAS to this, so that no claim can revive a
-  // record sweep has decided to remove.
-  static version& dead_version() noexcept {
-    static version sentinel{0, 0, 0, 0, 0, 0, dead, 0, 0};
-    return sentinel;
-  }
-
-  struct node;
-  // A due date for one record. A node's first ticket is its own first member (so the node is
-  // found from it); a later claim of the same node brings an extra_ticket. The low bit of
-  // `link` says which, the rest points to the next ticket on the shard's stack.
-  struct ticket {
-    std::uintptr_t link;
-    std::int64_t expires_at;
-
-    ticket* next() const noexcept {
-      // A tagged pointer: the tag bit must come off before it is a pointer again.
-      // NOLINTNEXTLINE(performance-no-int-to-ptr)
-      return reinterpret_cast<ticket*>(link & ~std::uintptr_t{1});
-    }
-    bool extra() const noexcept { return (link & 1) != 0; }
-  };
-  struct extra_ticket {
-    ticket base;  // first: a ticket* of an extra ticket points here
-    node* target;
-  };
-
-  // One (scope, key), linked in its bucket's chain while the record exists. Freed when it is
-  // both unlinked (after an epoch grace period) and no longer referenced by a ticket:
-  // `references` counts the link plus each pending ticket.
-  struct node {
-    ticket first_ticket;               // first: a ticket* of a first ticket is the node
-    std::atomic<std::uintptr_t> next;  // the next node; the low bit marks this one removed
-    std::atomic<version*> current;
-    std::atomic<std::uint32_t> references;
-    std::uint32_t scope_size;
-    std::uint32_t key_size;
-    std::uint64_t hash;
-
-    const char* tail() const noexcept { return reinterpret_cast<const char*>(this + 1); }
-    std::string_view scope() const noexcept { return {tail(), scope_size}; }
-    std::string_view key() const noexcept { return {tail() + scope_size, key_size}; }
-
-    // Where a node's first claim lies in its allocation: after scope and key, aligned.
-    static std::size_t first_claim_offset(std::size_t id_bytes) noexcept {
-      constexpr std::size_t align = alignof(version);
-      return (sizeof(node) + id_bytes + align - 1) / align * align;
-    }
-
-    // A node for a new (scope, key) with its first claim (fence 1) in the same allocation: a
-    // first call makes one allocation for both, not two, and the claim is never freed alone
-    // (version::embedded). A measured trade: the first claim's header and fingerprint stay with
-    // the node after the record is completed.
-    static node* make(std::uint64_t hash, const claim_request& request, std::uintptr_t successor) {
-      const std::string_view scope = request.scope;
-      const std::string_view key = request.key;
-      const std::size_t at = first_claim_offset(scope.size() + key.size());
-      void* memory = ::operator new(at + sizeof(version) + request.fingerprint.size());
-      auto* first = new (static_cast<char*>(memory) + at) version{};
-      version::fill_claim(first, request, 1);
-      first->embedded = 1;
+    // A node with room for its variable parts, the scope and key copied in, the rest zero.
+    static node* allocate(std::string_view scope, std::string_view key,
+                          std::size_t fingerprint_size, std::size_t payload_size) {
+      void* memory = detail::block_cache::local().take(sizeof(node) + scope.size() + key.size() +
+                                                       fingerprint_size + payload_size);
       auto* n = new (memory) node{};
-      n->next.store(successor, std::memory_order_relaxed);
-      n->current.store(first, std::memory_order_relaxed);
-      n->references.store(2, std::memory_order_relaxed);  // the link and the first ticket
-      n->scope_size = static_cast<std::uint32_t>(scope.size());
-      n->key_size = static_cast<std::uint32_t>(key.size());
-      n->hash = hash;
-      n->first_ticket = ticket{0, first->expires_at};
-      char* bytes = reinterpret_cast<char*>(n + 1);
-      if (!scope.empty()) std::memcpy(bytes, scope.data(), scope.size());
-      if (!key.empty()) std::memcpy(bytes + scope.size(), key.data(), key.size());
+      n->scope_size = static_cast<std::uint16_t>(scope.size());
+      n->key_size = static_cast<std::uint16_t>(key.size());
+      n->fingerprint_size = static_cast<std::uint8_t>(fingerprint_size);
+      if (!scope.empty()) std::memcpy(n->tail(), scope.data(), scope.size());
+      if (!key.empty()) std::memcpy(n->tail() + scope.size(), key.data(), key.size());
       return n;
     }
-    static void free(node* n) noexcept {
-      version::destroy(n->current.load(std::memory_order_relaxed));
+    // A claim of (scope, key) under `fence`: in progress, times from the request.
+    static node* make_claim(const claim_request& request, std::uint16_t hint, std::uint64_t fence) {
+      node* n = allocate(request.scope, request.key, request.fingerprint.size(), 0);
+      const std::int64_t now = to_ns(request.now);
+      n->created_at = now;
+      n->lease_until = now + request.lease.count();
+      n->expires_at = now + request.retention.count();
+      n->fence = fence;
+      n->hint = hint;
+      n->state = in_progress;
+      std::memcpy(n->tail() + n->id_size(), request.fingerprint.data(), request.fingerprint.size());
+      return n;
+    }
+    // A copy of `from` with other response and recovery bytes.
+    static node* copy(const node& from, std::string_view response, std::string_view recovery) {
+      node* n = allocate(from.scope(), from.key(), from.fingerprint_size,
+                         response.size() + recovery.size());
+      n->created_at = from.created_at;
+      n->lease_until = from.lease_until;
+      n->expires_at = from.expires_at;
+      n->fence = from.fence;
+      n->hint = from.hint;
+      n->state = from.state;
+      n->response_size = static_cast<std::uint32_t>(response.size());
+      n->recovery_size = static_cast<std::uint32_t>(recovery.size());
+      char* bytes = n->tail() + n->id_size();
+      std::memcpy(bytes, from.fingerprint_bytes(), from.fingerprint_size);
+      bytes += from.fingerprint_size;
+      if (!response.empty()) std::memcpy(bytes, response.data(), response.size());
+      if (!recovery.empty()) std::memcpy(bytes + response.size(), recovery.data(), recovery.size());
+      return n;
+    }
+    std::size_t allocated_size() const noexcept {
+      return sizeof(node) + id_size() + fingerprint_size + payload_size();
+    }
+    static void destroy(node* n) noexcept {
+      const std::size_t size = n->allocated_size();
       n->~node();
-      ::operator delete(n);
+      detail::block_cache::give(n, size);
     }
-    static void destroy_unpublished(node* n) noexcept { free(n); }
-    static void drop_reference(node* n) noexcept {
-      if (n->references.fetch_sub(1, std::memory_order_acq_rel) == 1) free(n);
-    }
-    static void drop_link_erased(void* n) noexcept { drop_reference(static_cast<node*>(n)); }
+    static void destroy_erased(void* n) noexcept { destroy(static_cast<node*>(n)); }
   };
 
   // A chain link is an integer: the next node's address, Harris's removal mark in bit 0 (set:
-  // the node holding this link is being removed), and, where the address leaves its top 16 bits
-  // clear (64-bit user space without pointer tagging), a hint in them: 16 bits of the next
-  // node's hash, with bit 1 saying the hint is there. They are the bits just below the shard's,
-  // so within one bucket (same shard, same low bucket bits) they order nodes as the chain orders
-  // them: a search for a key the chain lacks stops at the first hint above its own without
-  // reading that node, which on a claim of a new key saves a cache miss. A node whose address
+  // the node holding this link is removed, or replaced by the node the link points to), and,
+  // where the address leaves its top 16 bits clear (64-bit user space without pointer tagging),
+  // a hint in them: the next node's `hint`, with bit 1 saying it is there. A node whose address
   // uses the top bits is linked without a hint and read as before.
   static constexpr std::uintptr_t mark_bit = 1;
   static constexpr std::uintptr_t hint_bit = 2;
@@ -6415,12 +6408,18 @@ class memory_store {
   static constexpr int hint_shift = 48;
   static constexpr std::uint64_t address_bits = (std::uint64_t{1} << hint_shift) - 1;
 
-  static std::uint64_t hint_of(std::uint64_t hash) noexcept { return (hash >> 42) & 0xffff; }
+  // The 16 bits of the bucket hash just below the shard's (hash >> 58): chains are ordered by
+  // them first, and the bits that choose a bucket are the lowest ones, so within a bucket they
+  // vary as freely as anywhere.
+  static std::uint16_t hint_of(std::uint64_t hash) noexcept {
+    return static_cast<std::uint16_t>(hash >> 42);
+  }
   static std::uintptr_t link_to(const node* n) noexcept {
     const auto address = reinterpret_cast<std::uintptr_t>(n);
     if constexpr (links_carry_hints) {
       if ((address & ~address_bits) == 0) {
-        return static_cast<std::uintptr_t>(address | hint_bit | (hint_of(n->hash) << hint_shift));
+        return static_cast<std::uintptr_t>(address | hint_bit |
+                                           (std::uint64_t{n->hint} << hint_shift));
       }
     }
     return address;
@@ -6436,21 +6435,58 @@ class memory_store {
   static bool marked(std::uintptr_t link) noexcept { return (link & mark_bit) != 0; }
   // Whether the link's node is known, from its hint alone, to order after a key whose hint is
   // `hint`.
-  static bool orders_after(std::uintptr_t link, std::uint64_t hint) noexcept {
+  static bool orders_after(std::uintptr_t link, std::uint16_t hint) noexcept {
     if constexpr (links_carry_hints) {
       return (link & hint_bit) != 0 && static_cast<std::uint64_t>(link) >> hint_shift > hint;
     }
     return false;
   }
 
-  // Chains are ordered by (hash, scope, key), so a search stops at the first node not below.
-  static int compare(const node& n, std::uint64_t hash, std::string_view scope,
+  // Chains are ordered by (hint, scope, key), so a search stops at the first node not below.
+  static int compare(const node& n, std::uint16_t hint, std::string_view scope,
                      std::string_view key) noexcept {
-    if (n.hash != hash) return n.hash < hash ? -1 : 1;
+    if (n.hint != hint) return n.hint < hint ? -1 : 1;
     if (n.scope_size != scope.size()) return n.scope_size < scope.size() ? -1 : 1;
     if (const int c = n.scope().compare(scope); c != 0) return c;
     return n.key().compare(key);
   }
+
+  // A due date for the records of one bucket: (expiry rounded up to 2^30 ns) << 32 | bucket.
+  // Never 0, which marks a slot of the log not written yet.
+  static constexpr int ticket_time_shift = 30;
+  static std::uint64_t ticket_time(std::int64_t ns) noexcept {
+    constexpr std::int64_t unit = std::int64_t{1} << ticket_time_shift;
+    constexpr std::int64_t last = std::numeric_limits<std::uint32_t>::max();
+    if (ns <= 0) return 1;
+    const std::int64_t units = ns / unit + (ns % unit != 0 ? 1 : 0);
+    return static_cast<std::uint64_t>(std::clamp<std::int64_t>(units, 1, last));
+  }
+  static std::uint64_t ticket_of(std::int64_t expires_at, std::size_t bucket) noexcept {
+    return ticket_time(expires_at) << 32 | static_cast<std::uint32_t>(bucket);
+  }
+  // What sweep leaves in a log slot it has read; no ticket has every bit set (a bucket index is
+  // below 2^30).
+  static constexpr std::uint64_t read_slot = ~std::uint64_t{0};
+
+  // A shard's tickets as claims append them: blocks of slots, newest first. A claim takes a
+  // slot with one fetch-and-add and writes it; a claim that finds the block full links a new
+  // one. Only sweep reads the slots, and only sweep changes `older` or `consumed` after a block
+  // is linked; a full block it has read whole is unlinked and retired, since a claim that loaded
+  // it just before may still be adding to `taken`.
+  struct ticket_block {
+    static constexpr std::uint32_t capacity = 126;  // 1 KiB a block
+
+    ticket_block(ticket_block* next_older, std::uint64_t first) noexcept : older(next_older) {
+      slots[0].store(first, std::memory_order_relaxed);  // the others start at 0: unwritten
+    }
+
+    std::atomic<std::uint32_t> taken{1};
+    std::uint32_t consumed = 0;  // slots sweep has moved into the heap
+    ticket_block* older;
+    std::array<std::atomic<std::uint64_t>, capacity> slots;
+
+    static void destroy_erased(void* b) noexcept { delete static_cast<ticket_block*>(b); }
+  };
 
   struct tally {
     std::atomic<std::size_t> records{0};
@@ -6461,21 +6497,31 @@ class memory_store {
     tally own;  // an unbounded store's counts for this shard
     std::unique_ptr<std::atomic<std::uintptr_t>[]> buckets;
     std::size_t mask = 0;
-    std::atomic<ticket*> incoming{nullptr};  // pushed by claims, taken whole by sweep
+    std::atomic<ticket_block*> log{nullptr};  // appended to by claims, read by sweep
+    // The latest `now` a sweep of this shard has popped tickets at (none yet: the minimum).
+    std::atomic<std::int64_t> swept_to{std::numeric_limits<std::int64_t>::min()};
     std::mutex sweep_mutex;
-    // A min-heap by expiry, under sweep_mutex. The time is copied next to the pointer so that
-    // ordering the heap never touches the tickets, which lie scattered in the nodes.
-    std::vector<std::pair<std::int64_t, ticket*>> due;
+    // A min-heap of tickets (they order by due time), under sweep_mutex.
+    std::vector<std::uint64_t> due;
 
     std::atomic<std::uintptr_t>& bucket_for(std::uint64_t hash) const noexcept {
       return buckets[hash & mask];
     }
-    void push_ticket(ticket* t, bool extra) noexcept {
-      ticket* head = incoming.load(std::memory_order_relaxed);
-      do {
-        t->link = reinterpret_cast<std::uintptr_t>(head) | (extra ? 1 : 0);
-      } while (!incoming.compare_exchange_weak(head, t, std::memory_order_release,
-                                               std::memory_order_relaxed));
+    // The caller is pinned: a block it loads is not freed under it.
+    void push_ticket(std::uint64_t ticket) {
+      ticket_block* newest = log.load(std::memory_order_acquire);
+      for (;;) {
+        if (newest != nullptr) {
+          const std::uint32_t slot = newest->taken.fetch_add(1, std::memory_order_relaxed);
+          if (slot < ticket_block::capacity) {
+            newest->slots[slot].store(ticket, std::memory_order_release);
+            return;
+          }
+        }
+        auto* block = new ticket_block(newest, ticket);
+        if (log.compare_exchange_strong(newest, block, std::memory_order_acq_rel)) return;
+        delete block;
+      }
     }
   };
 
@@ -6501,36 +6547,25 @@ class memory_store {
     state(const state&) = delete;
     state& operator=(const state&) = delete;
 
-    // No thread uses the store any more: free everything it holds directly.
+    // No thread uses the store any more: free everything it holds directly. A chain holds each
+    // linked node once (a replaced node still linked points to its replacement, which the
+    // chain reaches next); nodes already unlinked were retired to epoch reclamation.
     ~state() {
       for (shard& each : shards) {
-        for (ticket* t = each.incoming.load(std::memory_order_acquire); t != nullptr;) {
-          ticket* next = t->next();
-          release_ticket(t);
-          t = next;
+        for (ticket_block* b = each.log.load(std::memory_order_acquire); b != nullptr;) {
+          ticket_block* older = b->older;
+          delete b;
+          b = older;
         }
-        for (const auto& [expires_at, t] : each.due)
-          release_ticket(t);
         for (std::size_t b = 0; b <= each.mask; ++b) {
           node* n = pointer(each.buckets[b].load(std::memory_order_acquire));
           while (n != nullptr) {
             node* next = pointer(n->next.load(std::memory_order_relaxed));
-            node::free(n);
+            node::destroy(n);
             n = next;
           }
         }
       }
-    }
-
-    static node* target_of(ticket* t) noexcept {
-      return t->extra() ? reinterpret_cast<extra_ticket*>(t)->target : reinterpret_cast<node*>(t);
-    }
-    // A ticket gives up its node: its reference goes, and the ticket too unless it is the
-    // node's own.
-    static void release_ticket(ticket* t) noexcept {
-      node* target = target_of(t);
-      if (t->extra()) delete reinterpret_cast<extra_ticket*>(t);
-      node::drop_reference(target);
     }
 
     std::uint64_t hash_of(std::string_view scope, std::string_view key) const noexcept {
@@ -6555,10 +6590,6 @@ class memory_store {
       }
       return true;
     }
-    void release_reservation(shard& home, std::size_t id_bytes) noexcept {
-      tally_for(home).records.fetch_sub(1, std::memory_order_relaxed);
-      give_back_bytes(home, id_bytes);
-    }
     bool reserve_bytes(shard& home, std::size_t count) noexcept {
       tally& t = tally_for(home);
       const std::size_t before = t.bytes.fetch_add(count, std::memory_order_relaxed);
@@ -6575,7 +6606,6 @@ class memory_store {
       tally_for(home).records.fetch_sub(1, std::memory_order_relaxed);
       give_back_bytes(home, bytes_held);
     }
-
     // Per scope, the expiry of every record it holds (expired ones until swept), kept only when
     // max_records_per_scope is set: a scope's records are spread over every shard, so what it
     // holds is kept apart, in one of 64 stripes chosen by the scope's keyed hash. A claim counts
@@ -6631,13 +6661,13 @@ class memory_store {
     bool found;
   };
 
-  // Harris-Michael search: the first node not below (hash, scope, key), and the link pointing to
-  // it. Nodes marked removed are unlinked on the way; whoever unlinks one retires its link. When
-  // the key is absent, the node returned may be one only its link's hint was read of (possibly
+  // Harris-Michael search: the first node not below (hint, scope, key), and the link pointing to
+  // it. Nodes marked removed or replaced are unlinked on the way; whoever unlinks one retires
+  // it. A node found was unmarked when its link was read, so it was the record then. When the
+  // key is absent, the node returned may be one only its link's hint was read of (possibly
   // marked): inserting before it is still correct, as the list needs only `previous` unmarked.
-  static position search(std::atomic<std::uintptr_t>& head, std::uint64_t hash,
+  static position search(std::atomic<std::uintptr_t>& head, std::uint16_t hint,
                          std::string_view scope, std::string_view key, detail::epoch_guard& guard) {
-    const std::uint64_t hint = hint_of(hash);
   retry:
     std::atomic<std::uintptr_t>* previous = &head;
     std::uintptr_t link = previous->load(std::memory_order_acquire);
@@ -6650,11 +6680,11 @@ class memory_store {
                                                std::memory_order_acq_rel)) {
           goto retry;
         }
-        guard.retire(current, &node::drop_link_erased);
+        guard.retire(current, &node::destroy_erased);
         link = next & ~mark_bit;
         continue;
       }
-      const int order = compare(*current, hash, scope, key);
+      const int order = compare(*current, hint, scope, key);
       if (order >= 0) return {previous, current, link, order == 0};
       previous = &current->next;
       link = next;
@@ -6662,105 +6692,188 @@ class memory_store {
     return {previous, nullptr, 0, false};
   }
 
-  // Gives up a node that was never linked but whose ticket is already on the stack: it dies
-  // (unless a sweep killed it first, which then did the accounting), and the ticket frees it
-  // when it falls due.
-  void abandon(shard& home, node* fresh, detail::epoch_guard& guard) {
-    version* seen = fresh->current.load(std::memory_order_acquire);
-    while (seen->state != dead) {
-      if (fresh->current.compare_exchange_weak(seen, &dead_version(), std::memory_order_acq_rel)) {
-        state_->release_reservation(home, fresh->scope_size + fresh->key_size);
-        state_->give_back_scope(fresh->scope(), seen->expires_at);
-        retire(guard, seen);
+  // Swaps `next` in for the record `at` found: one compare-and-swap on the found node's own
+  // link, from its successor to `next` marked, with `next` linked to that successor. The mark
+  // removes the old node and the link points past it to its replacement, in one step, so no
+  // search can see the key absent in between. Fails when the old node was replaced or removed
+  // first. The old node is then unlinked here if its predecessor still points to it, or by the
+  // next search that passes.
+  static bool replace(const position& at, node* next, detail::epoch_guard& guard) {
+    node* const old = at.current;
+    std::uintptr_t successor = old->next.load(std::memory_order_acquire);
+    for (;;) {
+      if (marked(successor)) return false;
+      next->next.store(successor, std::memory_order_relaxed);
+      if (old->next.compare_exchange_weak(successor, link_to(next) | mark_bit,
+                                          std::memory_order_seq_cst, std::memory_order_acquire)) {
         break;
       }
     }
-    node::drop_reference(fresh);  // the link it never got
+    std::uintptr_t expected = at.link;
+    if (at.previous->compare_exchange_strong(expected, link_to(next), std::memory_order_acq_rel)) {
+      guard.retire(old, &node::destroy_erased);
+    }
+    return true;
   }
 
-  // A version replaced by compare-and-swap goes to epoch reclamation, unless it is a node's
-  // first claim: that one is freed with its node, whose own reclamation already waits for every
-  // reader (a deferred free of it could otherwise run after its node's).
-  static void retire(detail::epoch_guard& guard, version* replaced) {
-    if (replaced->embedded == 0) guard.retire(replaced, &version::destroy_erased);
-  }
-
-  // Marks a dead node removed, so the next search unlinks it.
-  static void help_remove(node* n) noexcept {
-    std::uintptr_t next = n->next.load(std::memory_order_acquire);
-    while (!marked(next) &&
-           !n->next.compare_exchange_weak(next, next | mark_bit, std::memory_order_acq_rel)) {
+  // A claim's ticket goes into the log before its record is linked, but a claim can be paused
+  // in between for as long as its retention (or be given a `now` that old): a sweep may then
+  // pop the ticket, find no record in its bucket, and drop it, and the record linked afterwards
+  // would never be swept. So after linking, a claim whose ticket a sweep of its shard may
+  // already have popped (one that reached its expiry) appends it again. The link (a seq_cst
+  // compare-and-swap) and the sweep's store of swept_to (seq_cst, then a fence, before it reads
+  // any bucket) order each other: either the sweep's walk sees the record, or this load sees the
+  // sweep.
+  static void ticket_again_if_swept(shard& home, std::int64_t expires_at, std::size_t bucket) {
+    const std::int64_t swept = home.swept_to.load(std::memory_order_seq_cst);
+    if (swept != std::numeric_limits<std::int64_t>::min() &&
+        ticket_time(expires_at) <= ticket_time(swept)) {
+      home.push_ticket(ticket_of(expires_at, bucket));
     }
   }
 
-  static record snapshot(const node& n, const version& v) {
-    record out = snapshot(v);
-    out.scope = n.scope();
-    out.key = n.key();
-    return out;
+  // Gives up a node made for a claim that another claim beat: it was never linked, so no
+  // thread can have seen it.
+  void drop_unlinked(shard& home, node* fresh) {
+    state_->forget_record(home, fresh->id_size());
+    state_->give_back_scope(fresh->scope(), fresh->expires_at);
+    node::destroy(fresh);
   }
-  // Without scope and key, for claim: its caller has them, and copying them is an allocation
-  // on the replay path whenever they are longer than a short string holds.
-  static record snapshot(const version& v) {
+
+  // A record as the store answers it; scope and key only when asked for: claim's caller has
+  // them, and copying them is an allocation on the replay path whenever they are longer than a
+  // short string holds.
+  static record snapshot(const node& n, bool with_id = false) {
     record out;
-    out.fingerprint = v.fingerprint();
-    out.state = v.state == completed ? record_state::completed : record_state::in_progress;
-    out.fence = v.fence;
-    out.created_at = from_ns(v.created_at);
-    out.lease_until = from_ns(v.lease_until);
-    out.expires_at = from_ns(v.expires_at);
+    if (with_id) {
+      out.scope = n.scope();
+      out.key = n.key();
+    }
+    out.fingerprint = n.fingerprint();
+    out.state = n.state == completed ? record_state::completed : record_state::in_progress;
+    out.fence = n.fence;
+    out.created_at = from_ns(n.created_at);
+    out.lease_until = from_ns(n.lease_until);
+    out.expires_at = from_ns(n.expires_at);
     // Constructed in place rather than assigned: a replay's one copy of the response, made
     // without the assignment's capacity checks.
-    if (v.response_size != 0) out.response = std::string(v.payload_response());
-    if (v.recovery_size != 0) out.recovery = std::string(v.payload_recovery());
+    if (n.response_size != 0) out.response = std::string(n.payload_response());
+    if (n.recovery_size != 0) out.recovery = std::string(n.payload_recovery());
     return out;
   }
 
-  // A fenced write: replaces the current version by make(seen) if the caller's fence is still
-  // the record's. The CAS is on the very version whose fence was checked.
+  // A fenced write: replaces the record by make(record) if the caller's fence is still the
+  // record's. The swap is on the very node whose fence was checked.
   template <class Make>
-  bool replace(const fenced_key& held, Make&& make) {
+  bool rewrite(const fenced_key& held, Make&& make) {
+    if (held.scope.size() > max_id_bytes || held.key.size() > max_id_bytes) return false;
     state& s = *state_;
     const std::uint64_t hash = s.hash_of(held.scope, held.key);
     shard& home = s.shard_for(hash);
+    std::atomic<std::uintptr_t>& head = home.bucket_for(hash);
+    const std::uint16_t hint = hint_of(hash);
     detail::epoch_guard guard;
-    const position at = search(home.bucket_for(hash), hash, held.scope, held.key, guard);
-    if (!at.found) return false;
-    version* seen = at.current->current.load(std::memory_order_acquire);
     for (;;) {
-      if (seen->state == dead || seen->state == released || seen->fence != held.fence) {
-        return false;
-      }
-      version* next = make(*seen);
-      const std::size_t old_size = seen->payload_size();
+      const position at = search(head, hint, held.scope, held.key, guard);
+      if (!at.found) return false;
+      const node& seen = *at.current;
+      if (seen.state == released || seen.fence != held.fence) return false;
+      node* next = make(seen);
+      const std::size_t old_size = seen.payload_size();
       const std::size_t new_size = next->payload_size();
       if (new_size > old_size && !s.reserve_bytes(home, new_size - old_size)) {
-        version::destroy(next);
+        node::destroy(next);
         throw store_error(store_failure::full,
                           "idem::memory_store: " + std::to_string(new_size) +
                               " bytes do not fit in the store's max_bytes of " +
                               std::to_string(s.bounds.max_bytes));
       }
-      if (at.current->current.compare_exchange_strong(seen, next, std::memory_order_acq_rel)) {
+      if (replace(at, next, guard)) {
         if (new_size < old_size) s.give_back_bytes(home, old_size - new_size);
-        retire(guard, seen);
         return true;
       }
       if (new_size > old_size) s.give_back_bytes(home, new_size - old_size);
-      version::destroy(next);
+      node::destroy(next);
     }
+  }
+
+  // Under home.sweep_mutex: moves what claims appended to the log into the heap, and unlinks
+  // the full blocks read whole. A slot taken by a claim that has not written it yet is passed
+  // over, not waited for: the tickets after it belong to records that may already be visible.
+  // A slot read is overwritten with `read_slot`; `consumed` counts the leading slots read.
+  static void collect_tickets(shard& home) {
+    detail::epoch_guard guard;
+    ticket_block* const newest = home.log.load(std::memory_order_acquire);
+    ticket_block* newer = nullptr;
+    for (ticket_block* b = newest; b != nullptr;) {
+      const std::uint32_t taken =
+          std::min(b->taken.load(std::memory_order_acquire), ticket_block::capacity);
+      bool hole = false;
+      for (std::uint32_t i = b->consumed; i < taken; ++i) {
+        const std::uint64_t ticket = b->slots[i].load(std::memory_order_acquire);
+        if (ticket == 0) {  // taken by a claim that has not written it yet
+          hole = true;
+          continue;
+        }
+        if (ticket != read_slot) {
+          home.due.push_back(ticket);
+          b->slots[i].store(read_slot, std::memory_order_relaxed);
+        }
+        if (!hole) b->consumed = i + 1;
+      }
+      ticket_block* const older = b->older;
+      if (b != newest && b->consumed == ticket_block::capacity) {
+        newer->older = older;
+        guard.retire(b, &ticket_block::destroy_erased);
+      } else {
+        newer = b;
+      }
+      b = older;
+    }
+  }
+
+  // Under home.sweep_mutex: removes the expired records of one bucket, and counts them.
+  std::size_t remove_expired(shard& home, std::atomic<std::uintptr_t>& head, std::int64_t now) {
+    std::size_t removed = 0;
+    detail::epoch_guard guard;
+  retry:
+    std::atomic<std::uintptr_t>* previous = &head;
+    std::uintptr_t link = previous->load(std::memory_order_acquire);
+    for (node* current = pointer(link); current != nullptr; current = pointer(link)) {
+      std::uintptr_t next = current->next.load(std::memory_order_acquire);
+      if (marked(next)) {
+        std::uintptr_t expected = link;
+        if (!previous->compare_exchange_strong(expected, next & ~mark_bit,
+                                               std::memory_order_acq_rel)) {
+          goto retry;
+        }
+        guard.retire(current, &node::destroy_erased);
+        link = next & ~mark_bit;
+        continue;
+      }
+      if (current->expires_at <= now) {
+        // Marked without a replacement: removed. A write that replaced it first leaves its
+        // replacement (as expired) to the next turn of this loop.
+        if (current->next.compare_exchange_strong(next, next | mark_bit,
+                                                  std::memory_order_acq_rel)) {
+          state_->forget_record(home, current->id_size() + current->payload_size());
+          state_->give_back_scope(current->scope(), current->expires_at);
+          ++removed;
+        }
+        continue;  // the same node again: now marked, it is unlinked
+      }
+      previous = &current->next;
+      link = next;
+    }
+    return removed;
   }
 
   // Under home.sweep_mutex.
   std::size_t sweep_locked(shard& home, std::int64_t now) {
-    auto later = [](const auto& a, const auto& b) { return a.first > b.first; };
+    const auto later = std::greater<>{};
     // New tickets join the heap: one by one when few arrived, by one O(n) rebuild when many did.
     const std::size_t held = home.due.size();
-    for (ticket* t = home.incoming.exchange(nullptr, std::memory_order_acquire); t != nullptr;) {
-      ticket* next = t->next();
-      home.due.emplace_back(t->expires_at, t);
-      t = next;
-    }
+    collect_tickets(home);
     if (home.due.size() - held > held / 4) {
       std::make_heap(home.due.begin(), home.due.end(), later);
     } else {
@@ -6768,29 +6881,25 @@ class memory_store {
         std::push_heap(home.due.begin(), ++it, later);
       }
     }
+    // A ticket due within the current 2^30 ns may name a record that expires after `now`: its
+    // bucket is looked at, and the ticket kept for the next sweep.
+    const std::uint64_t current_unit = ticket_time(now);
+    // Said before any bucket is read (see ticket_again_if_swept).
+    home.swept_to.store(std::max(home.swept_to.load(std::memory_order_relaxed), now),
+                        std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    std::vector<std::uint64_t> kept;
     std::size_t removed = 0;
-    while (!home.due.empty() && home.due.front().first <= now) {
-      // Pinned one record at a time, so that what this sweep unlinks can be freed as it goes.
-      detail::epoch_guard guard;
+    while (!home.due.empty() && (home.due.front() >> 32) <= current_unit) {
       std::pop_heap(home.due.begin(), home.due.end(), later);
-      ticket* t = home.due.back().second;
+      const std::uint64_t ticket = home.due.back();
       home.due.pop_back();
-      node* n = state::target_of(t);
-      version* seen = n->current.load(std::memory_order_acquire);
-      // The record may have been claimed again since this ticket: then its own ticket is due
-      // later. Only a record whose current version has expired is removed.
-      while (seen->state != dead && seen->expires_at <= now) {
-        if (n->current.compare_exchange_weak(seen, &dead_version(), std::memory_order_acq_rel)) {
-          state_->forget_record(home, n->scope_size + n->key_size + seen->payload_size());
-          state_->give_back_scope(n->scope(), seen->expires_at);
-          retire(guard, seen);
-          help_remove(n);
-          (void)search(home.bucket_for(n->hash), n->hash, n->scope(), n->key(), guard);
-          ++removed;
-          break;
-        }
-      }
-      state::release_ticket(t);
+      removed += remove_expired(home, home.buckets[ticket & 0xffffffffU], now);
+      if ((ticket >> 32) == current_unit) kept.push_back(ticket);
+    }
+    for (const std::uint64_t ticket : kept) {
+      home.due.push_back(ticket);
+      std::push_heap(home.due.begin(), home.due.end(), later);
     }
     return removed;
   }
@@ -6799,10 +6908,8 @@ class memory_store {
 };
 
 constexpr std::size_t memory_store::record_overhead_bytes() {
-  static_assert(std::is_standard_layout_v<node> && std::is_standard_layout_v<extra_ticket>,
-                "memory_store finds a node from its first ticket, and an extra ticket from its "
-                "base: both must be standard-layout.");
-  return sizeof(node) + 2 * sizeof(version);
+  static_assert(sizeof(node) == 56, "memory_store's node header is 56 bytes");
+  return sizeof(node) + sizeof(std::uint64_t);
 }
 
 }  // namespace idem

@@ -70,6 +70,46 @@ TEST_CASE("sweep removes only what has expired, however much is live", "[memory_
   CHECK(store.find("s", "k1", start + 24h));
 }
 
+TEST_CASE("sweep keeps a record whose ticket falls due within the current tick of its clock",
+          "[memory_store]") {
+  // Tickets round expiry up to 2^30 ns; a sweep in that last stretch must still remove exactly
+  // what has expired, and keep looking for the rest.
+  idem::memory_store store;
+  const auto early = store.claim({"s", "early", print(1), start, 1ns, 10ns});
+  const auto late = store.claim({"s", "late", print(1), start, 1ns, 20ns});
+  REQUIRE(early.status == idem::claim_status::claimed);
+  REQUIRE(late.status == idem::claim_status::claimed);
+  CHECK(store.sweep(start + 5ns) == 0);
+  CHECK(store.sweep(start + 10ns) == 1);
+  CHECK_FALSE(store.find("s", "early", start));
+  CHECK(store.find("s", "late", start + 19ns));
+  CHECK(store.sweep(start + 19ns) == 0);
+  CHECK(store.sweep(start + 20ns) == 1);
+  CHECK(store.statistics().records == 0);
+}
+
+TEST_CASE("a scope or key longer than a record holds is refused whole", "[memory_store]") {
+  idem::memory_store store;
+  const std::string long_key(idem::memory_store::max_id_bytes + 1, 'k');
+  const std::string longest(idem::memory_store::max_id_bytes, 'k');
+  try {
+    (void)store.claim({"s", long_key, print(1), start, 30s, 24h});
+    FAIL("a key of 65,536 bytes was accepted");
+  } catch (const idem::store_error& e) {
+    CHECK(e.failure() == idem::store_failure::full);
+    CHECK(std::string(e.what()).find("65535") != std::string::npos);
+  }
+  CHECK_THROWS_AS(store.claim({long_key, "k", print(1), start, 30s, 24h}), idem::store_error);
+  CHECK(store.statistics().records == 0);
+  CHECK_FALSE(store.find("s", long_key, start));
+  CHECK_FALSE(store.complete({"s", long_key, 1}, "r", start));
+  // The longest of each is a record like any other.
+  const auto claimed = store.claim({longest, longest, print(1), start, 30s, 24h});
+  REQUIRE(claimed.status == idem::claim_status::claimed);
+  REQUIRE(store.complete({longest, longest, claimed.fence}, "done", start));
+  CHECK(store.find(longest, longest, start)->response == "done");
+}
+
 TEST_CASE("a thread paused inside an operation does not stop the others",
           "[memory_store]"
           "[concurrency]") {

@@ -164,11 +164,16 @@ class epoch_participant {
     const std::uint64_t epoch = domain.try_advance();
     // Tagged at e, an object may still be seen by a thread pinned at e; every such thread has
     // unpinned once the epoch reached e + 2.
+    const std::size_t held = retired_.size();
     epoch_domain::free_older(retired_, epoch - 1);
     domain.free_orphans(epoch - 1);
-    // While some thread stays pinned nothing can be freed; collecting again only once the list
-    // has doubled keeps retire amortised O(1) instead of rescanning the list every time.
-    next_collect_ = std::max(collect_every, 2 * retired_.size());
+    // Each collection advances the epoch by at most one step, so what it frees was retired two
+    // collections ago: collecting every collect_every retirements keeps the list near three
+    // batches and frees one batch each time. While some thread stays pinned nothing can be
+    // freed; then collecting again only once the list has doubled keeps retire amortised O(1)
+    // instead of rescanning the list every time.
+    next_collect_ = retired_.size() < held ? retired_.size() + collect_every
+                                           : std::max(collect_every, 2 * retired_.size());
     // A burst of retirements grows the list; give the memory back once it has drained.
     if (retired_.capacity() > 4 * next_collect_) retired_.shrink_to_fit();
   }
