@@ -6011,7 +6011,7 @@ inline std::uint64_t bucket_hash(const siphash_key& key, std::string_view scope,
 class block_cache {
  public:
   static constexpr std::size_t largest = 1024 - 8;
-  static constexpr std::size_t limit_bytes = 64 * 1024;
+  static constexpr std::size_t limit_bytes = std::size_t{64} * 1024;
 
   block_cache() = default;
   block_cache(const block_cache&) = delete;
