@@ -24,6 +24,7 @@
 #include <benchmark/benchmark.h>
 #include <xxhash.h>
 
+#include <idem/detail/epoch.hpp>
 #include <idem/detail/siphash.hpp>
 #include <idem/idem.hpp>
 
@@ -264,6 +265,10 @@ void idempotent_replay(benchmark::State& state) {
 //                                 it picks a bucket (detail::bucket_hash), beside absl::Hash of
 //                                 the scope-length-prefixed scope and key, as the floor hashes
 //   idempotent_cost/absl_hash
+//   idempotent_cost/epoch_pin     one pin and unpin of epoch reclamation (detail::epoch_guard),
+//                                 which every memory-store operation makes so that what it reads
+//                                 is not freed under it (no peer keeps such a pin: the floor and
+//                                 the locked tables free nothing a reader holds)
 // They have no peer of their own: the ratio tables leave them out; docs/performance.md uses
 // them to say where the end-to-end time goes.
 
@@ -329,12 +334,20 @@ void idempotent_cost_absl_hash(benchmark::State& state) {
   }
 }
 
+void idempotent_cost_epoch_pin(benchmark::State& state) {
+  for (auto _ : state) {
+    const idem::detail::epoch_guard pinned;
+    benchmark::ClobberMemory();
+  }
+}
+
 BENCHMARK(idempotent_cost_fingerprint)->Name("idempotent_cost/fingerprint");
 BENCHMARK(idempotent_cost_xxh3_body)->Name("idempotent_cost/xxh3_body");
 BENCHMARK(idempotent_cost_key_check)->Name("idempotent_cost/key_check");
 BENCHMARK(idempotent_cost_wall_clock)->Name("idempotent_cost/wall_clock");
 BENCHMARK(idempotent_cost_bucket_hash)->Name("idempotent_cost/bucket_hash");
 BENCHMARK(idempotent_cost_absl_hash)->Name("idempotent_cost/absl_hash");
+BENCHMARK(idempotent_cost_epoch_pin)->Name("idempotent_cost/epoch_pin");
 
 template <class Guard>
 void register_first(const std::string& name) {
