@@ -1048,7 +1048,7 @@ std::shared_ptr<void> build_scaling(std::size_t records) {
     fixture->table->complete(scope, input.key, claimed.fence, response, start);
   }
   // Everything the table allocated for its records, its reserved buckets included, per record.
-  // Versions replaced by the completions wait for epoch reclamation: not held by the records.
+  // Claim nodes replaced by the completions wait for epoch reclamation: not held by the records.
   drain_retired();
   fixture->bytes_per_record = static_cast<double>(idem_test::live_heap_bytes() - heap_before) /
                               static_cast<double>(records);
