@@ -762,6 +762,19 @@ class memory_store {
     bool found;
   };
 
+  // Unlinks a marked node from `previous`, which held `link` to it, pointing `previous` past it
+  // to `next` (the node's own link), and retires it. False when `previous` changed meanwhile:
+  // the caller walks its chain again.
+  static bool unlink(std::atomic<std::uintptr_t>* previous, std::uintptr_t link,
+                     std::uintptr_t next, detail::epoch_guard& guard) {
+    std::uintptr_t expected = link;
+    if (!previous->compare_exchange_strong(expected, next & ~mark_bit, std::memory_order_acq_rel)) {
+      return false;
+    }
+    guard.retire(pointer(link), &node::destroy_erased);
+    return true;
+  }
+
   // Harris-Michael search: the first node not below (hint, scope, key), and the link pointing to
   // it. Nodes marked removed or replaced are unlinked on the way; whoever unlinks one retires
   // it. A node found was unmarked when its link was read, so it was the record then. When the
@@ -776,12 +789,7 @@ class memory_store {
       if (orders_after(link, hint)) return {previous, current, link, false};
       const std::uintptr_t next = current->next.load(std::memory_order_acquire);
       if (marked(next)) {
-        std::uintptr_t expected = link;
-        if (!previous->compare_exchange_strong(expected, next & ~mark_bit,
-                                               std::memory_order_acq_rel)) {
-          goto retry;
-        }
-        guard.retire(current, &node::destroy_erased);
+        if (!unlink(previous, link, next, guard)) goto retry;
         link = next & ~mark_bit;
         continue;
       }
@@ -943,12 +951,7 @@ class memory_store {
     for (node* current = pointer(link); current != nullptr; current = pointer(link)) {
       std::uintptr_t next = current->next.load(std::memory_order_acquire);
       if (marked(next)) {
-        std::uintptr_t expected = link;
-        if (!previous->compare_exchange_strong(expected, next & ~mark_bit,
-                                               std::memory_order_acq_rel)) {
-          goto retry;
-        }
-        guard.retire(current, &node::destroy_erased);
+        if (!unlink(previous, link, next, guard)) goto retry;
         link = next & ~mark_bit;
         continue;
       }
