@@ -6,6 +6,9 @@
 #include <idem/testing/store_conformance.hpp>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -108,6 +111,74 @@ TEST_CASE("a scope or key longer than a record holds is refused whole", "[memory
   REQUIRE(claimed.status == idem::claim_status::claimed);
   REQUIRE(store.complete({longest, longest, claimed.fence}, "done", start));
   CHECK(store.find(longest, longest, start)->response == "done");
+}
+
+TEST_CASE("a bucket array of a huge page or more is aligned to one and advised for huge pages",
+          "[memory_store]") {
+  using idem::detail::link_array;
+  const link_array small(1000);
+  for (std::size_t i = 0; i < 1000; ++i)
+    REQUIRE(small.data()[i].load() == 0);
+
+  constexpr std::size_t count = link_array::huge_page / sizeof(std::uintptr_t);
+  const link_array big(count);
+  const auto address = reinterpret_cast<std::uintptr_t>(big.data());
+  CHECK(address % link_array::huge_page == 0);
+  for (std::size_t i = 0; i < count; ++i)
+    REQUIRE(big.data()[i].load() == 0);
+  big.data()[count - 1].store(7);
+  CHECK(big.data()[count - 1].load() == 7);
+
+  // Where the kernel has transparent huge pages, the mapping that holds the array carries the
+  // advice: "hg" (VM_HUGEPAGE) among its VmFlags in /proc/self/smaps.
+  if (!std::filesystem::exists("/sys/kernel/mm/transparent_hugepage/enabled")) {
+    WARN("no transparent huge pages in this kernel: the advice is not checked");
+    return;
+  }
+  std::ifstream smaps("/proc/self/smaps");
+  REQUIRE(smaps);
+  std::string line;
+  bool inside = false;
+  bool advised = false;
+  bool found = false;
+  while (std::getline(smaps, line)) {
+    unsigned long long from = 0;
+    unsigned long long to = 0;
+    char dash = 0;
+    std::istringstream words(line);
+    if (words >> std::hex >> from >> dash >> to && dash == '-') {
+      inside = from <= address && address + link_array::huge_page <= to;
+      found = found || inside;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      advised = line.find(" hg") != std::string::npos;
+    }
+  }
+  REQUIRE(found);
+  CHECK(advised);
+}
+
+TEST_CASE("a store of a million expected records finds every key in every shard",
+          "[memory_store]") {
+  idem::memory_store::limits bounds;
+  bounds.expected_records = std::size_t{1} << 20;  // 16 MiB of buckets: huge-page advised
+  idem::memory_store store(bounds);
+  constexpr int keys = 20000;
+  for (int i = 0; i < keys; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    const auto claimed = store.claim({"s", key, print(1), start, 30s, i % 2 == 0 ? 1h : 24h});
+    REQUIRE(claimed.status == idem::claim_status::claimed);
+    REQUIRE(store.complete({"s", key, claimed.fence}, key, start));
+  }
+  for (int i = 0; i < keys; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    const auto found = store.find("s", key, start);
+    REQUIRE(found);
+    REQUIRE(found->response == key);
+  }
+  CHECK(store.sweep(start + 1h) == keys / 2);
+  CHECK(store.statistics().records == keys / 2);
+  CHECK_FALSE(store.find("s", "k0", start + 1h));
+  CHECK(store.find("s", "k1", start + 1h));
 }
 
 TEST_CASE("a thread paused inside an operation does not stop the others",
