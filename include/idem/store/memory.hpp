@@ -196,24 +196,25 @@ class link_array {
         alignment_(bytes_ >= huge_page ? huge_page : alignof(std::atomic<std::uintptr_t>)),
         links_(static_cast<std::atomic<std::uintptr_t>*>(
             ::operator new (bytes_, std::align_val_t{alignment_}))) {
-#if defined(MADV_HUGEPAGE)
-    // Advice only: refused (no transparent huge pages) leaves ordinary pages.
-    if (alignment_ == huge_page) ::madvise(links_, bytes_, MADV_HUGEPAGE);
-#endif
+    if (alignment_ == huge_page) advise_huge_pages(links_, bytes_);
     for (std::size_t i = 0; i < count; ++i)
       new (links_ + i) std::atomic<std::uintptr_t>(0);
   }
   link_array(const link_array&) = delete;
   link_array& operator=(const link_array&) = delete;
-  ~link_array() {
-    ::operator delete (links_, std::align_val_t{alignment_});
-  }
+  ~link_array() { ::operator delete (links_, std::align_val_t{alignment_}); }
 
-  std::atomic<std::uintptr_t>* data() const noexcept {
-    return links_;
-  }
+  std::atomic<std::uintptr_t>* data() const noexcept { return links_; }
 
  private:
+  // Advice only: refused (a kernel without transparent huge pages) leaves ordinary pages.
+  static void advise_huge_pages([[maybe_unused]] void* start,
+                                [[maybe_unused]] std::size_t bytes) noexcept {
+#if defined(MADV_HUGEPAGE)
+    ::madvise(start, bytes, MADV_HUGEPAGE);
+#endif
+  }
+
   std::size_t bytes_;
   std::size_t alignment_;
   std::atomic<std::uintptr_t>* links_;
@@ -718,7 +719,7 @@ class memory_store {
     // a store sized for them); at two, 0.09, for 8 bytes more a record: 10 ns a claim.
     static std::size_t buckets_per_shard(std::size_t expected_records) noexcept {
       std::size_t per_shard = 16;
-      while (per_shard * shard_count < 2 * expected_records && per_shard < (std::size_t{1} << 30))
+      while (per_shard * shard_count / 2 < expected_records && per_shard < (std::size_t{1} << 30))
         per_shard *= 2;
       return per_shard;
     }
