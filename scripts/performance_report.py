@@ -20,6 +20,8 @@ wrote. The text comes from docs/performance/template.md, in which these are repl
     {{diff NAME OTHER}}         NAME's median time minus OTHER's
     {{sum NAME -NAME ...}}      the median times of the NAMEs added, those with a '-' taken away
     {{scaled NAME FACTOR}}      NAME's median time times FACTOR
+    {{side NAME FACTOR OTHER}}  "below" or "above": where NAME's median time times FACTOR lies
+                                against OTHER's (for text that must not contradict its run)
     {{compile_goal CXX LIMIT}}  the compile-cost ratio with CXX, and whether it is within LIMIT
     {{counter NAME COUNTER}}    a counter of NAME (allocs_per_op, bytes_per_record, ...)
     {{wide:...}}                any of the above, from the scaling run on a larger machine
@@ -291,6 +293,9 @@ def fill(template, results, measured, table, figures, draft=False, wide=None):
             return bench_ratios.format_ns(total)
         if kind == "scaled" and len(words) == 3:
             return bench_ratios.format_ns(lookup(measured, words[1])["ns"] * float(words[2]))
+        if kind == "side" and len(words) == 4:
+            scaled = lookup(measured, words[1])["ns"] * float(words[2])
+            return "below" if scaled < lookup(measured, words[3])["ns"] else "above"
         if kind == "compile_goal" and len(words) == 3:
             compilers = results.get("compile_cost", {}).get("compilers", {})
             if words[1] not in compilers:
