@@ -58,6 +58,47 @@ TEST_CASE("memory_store statistics follow records and bytes", "[memory_store]") 
   CHECK(store.statistics().bytes == 0);
 }
 
+TEST_CASE("an unbounded store's statistics add up what every thread counted",
+          "[memory_store][concurrency]") {
+  // Each thread counts in a stripe of its own; a sweep on this thread forgets records the others
+  // counted, so its stripe goes below zero, and only the sum is exact.
+  idem::memory_store store;
+  constexpr int threads = 4;
+  constexpr int per_thread = 500;
+  std::vector<std::thread> claimers;
+  for (int t = 0; t < threads; ++t) {
+    claimers.emplace_back([&store, t] {
+      for (int i = 0; i < per_thread; ++i) {
+        const std::string key = "k" + std::to_string(t) + "-" + std::to_string(i);
+        store.claim({"scope", key, print(1), start, 30s, 1h});
+      }
+    });
+  }
+  for (std::thread& claimer : claimers)
+    claimer.join();
+  // "k0-0" .. "k3-499": 5 to 7 bytes each, and the scope's 5.
+  std::size_t bytes = 0;
+  for (int t = 0; t < threads; ++t) {
+    for (int i = 0; i < per_thread; ++i)
+      bytes += 5 + ("k" + std::to_string(t) + "-" + std::to_string(i)).size();
+  }
+  CHECK(store.statistics().records == threads * per_thread);
+  CHECK(store.statistics().bytes == bytes);
+  CHECK(store.sweep(start + 2h) == threads * per_thread);
+  CHECK(store.statistics().records == 0);
+  CHECK(store.statistics().bytes == 0);
+
+  // One record counted on another thread and swept on this one leaves this thread's stripe at
+  // minus one record, the largest count there is: a claim here must still count, not be full.
+  idem::memory_store edge;
+  std::thread([&edge] { edge.claim({"scope", "other", print(1), start, 30s, 1h}); }).join();
+  CHECK(edge.sweep(start + 2h) == 1);
+  const auto claimed = edge.claim({"scope", "mine", print(2), start + 2h, 30s, 1h});
+  CHECK(claimed.status == idem::claim_status::claimed);
+  CHECK(edge.statistics().records == 1);
+  CHECK(edge.statistics().bytes == 9);
+}
+
 TEST_CASE("sweep removes only what has expired, however much is live", "[memory_store]") {
   idem::memory_store store;
   for (int i = 0; i < 5000; ++i) {
