@@ -14,7 +14,10 @@
 #                                           (for benchmarks that fill a fresh table: what the
 #                                           run before left in the allocator is then not always
 #                                           the same peer's; the rest share big fixtures that a
-#                                           random order would rebuild again and again)
+#                                           random order would rebuild again and again). Given
+#                                           more than once, each REGEX is a pass of its own, in
+#                                           the order given (so that benchmarks against servers
+#                                           do not share a pass with in-memory ones)
 #   scripts/bench.sh -- --benchmark_repetitions=5 ...   anything else goes to the binary as is
 #
 # At the end it prints each benchmark of ours beside its peers: the ratio of our time to theirs
@@ -25,11 +28,11 @@
 # scripts/test.sh does.
 set -euo pipefail
 
-usage() { sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 bench_args=()
 compile_cost=1
-interleave=
+interleave=()
 while (($#)); do
   case "$1" in
     --filter) bench_args+=("--benchmark_filter=${2:?--filter needs a regex}"); compile_cost=0; shift ;;
@@ -37,8 +40,8 @@ while (($#)); do
     --no-compile-cost) compile_cost=0 ;;
     --max-threads) export IDEM_BENCH_MAX_THREADS="${2:?--max-threads needs a number}"; shift ;;
     --max-threads=*) export IDEM_BENCH_MAX_THREADS="${1#--max-threads=}" ;;
-    --interleave) interleave="${2:?--interleave needs a regex}"; shift ;;
-    --interleave=*) interleave="${1#--interleave=}" ;;
+    --interleave) interleave+=("${2:?--interleave needs a regex}"); shift ;;
+    --interleave=*) interleave+=("${1#--interleave=}") ;;
     --json)
       bench_args+=("--benchmark_out=${2:?--json needs a file}" --benchmark_out_format=json)
       shift
@@ -51,7 +54,7 @@ while (($#)); do
   shift
 done
 
-if [[ -n "$interleave" ]]; then
+if ((${#interleave[@]})); then
   for arg in "${bench_args[@]}"; do
     if [[ "$arg" == --benchmark_filter=* ]]; then
       echo "scripts/bench.sh: --interleave chooses the benchmarks itself; leave out --filter" >&2
@@ -104,31 +107,37 @@ if ((${#idem_servers_failed[@]})); then
 fi
 # Not exec: the servers are stopped when this script exits.
 status=0
-if [[ -z "$interleave" ]]; then
+if ((${#interleave[@]} == 0)); then
   build/bench/bench/idem_bench "${bench_args[@]}" || status=$?
 else
-  # Two passes, one JSON: the interleaved benchmarks, then the rest (Google Benchmark's '-'
-  # filter), their entries joined into the results file.
-  first_json="$(mktemp --suffix=.json)"
+  # A pass per --interleave regex, then the rest (Google Benchmark's '-' filter), their entries
+  # joined into one results file in that order.
   pass_args=()
   for arg in "${bench_args[@]}"; do
     [[ "$arg" == --benchmark_out=* || "$arg" == --benchmark_out_format=* ]] || pass_args+=("$arg")
   done
-  build/bench/bench/idem_bench "${pass_args[@]}" "--benchmark_filter=$interleave" \
-    --benchmark_enable_random_interleaving=true \
-    "--benchmark_out=$first_json" --benchmark_out_format=json || status=$?
-  build/bench/bench/idem_bench "${bench_args[@]}" "--benchmark_filter=-$interleave" || status=$?
-  python3 - "$first_json" "$json_out" <<'PYTHON' || status=$?
+  pass_jsons=()
+  for regex in "${interleave[@]}"; do
+    pass_jsons+=("$(mktemp --suffix=.json)")
+    build/bench/bench/idem_bench "${pass_args[@]}" "--benchmark_filter=$regex" \
+      --benchmark_enable_random_interleaving=true \
+      "--benchmark_out=${pass_jsons[-1]}" --benchmark_out_format=json || status=$?
+  done
+  every="$(IFS='|'; echo "${interleave[*]}")"
+  build/bench/bench/idem_bench "${bench_args[@]}" "--benchmark_filter=-($every)" || status=$?
+  python3 - "$json_out" "${pass_jsons[@]}" <<'PYTHON' || status=$?
 import json, sys
 with open(sys.argv[1], encoding="utf-8") as handle:
-    first = json.load(handle)
-with open(sys.argv[2], encoding="utf-8") as handle:
     rest = json.load(handle)
-rest["benchmarks"] = first.get("benchmarks", []) + rest.get("benchmarks", [])
-with open(sys.argv[2], "w", encoding="utf-8") as handle:
+first = []
+for name in sys.argv[2:]:
+    with open(name, encoding="utf-8") as handle:
+        first += json.load(handle).get("benchmarks", [])
+rest["benchmarks"] = first + rest.get("benchmarks", [])
+with open(sys.argv[1], "w", encoding="utf-8") as handle:
     json.dump(rest, handle, indent=2)
 PYTHON
-  rm -f "$first_json"
+  rm -f "${pass_jsons[@]}"
 fi
 
 compile_json=
