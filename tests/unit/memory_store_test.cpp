@@ -8,6 +8,8 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <latch>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -97,6 +99,72 @@ TEST_CASE("an unbounded store's statistics add up what every thread counted",
   CHECK(claimed.status == idem::claim_status::claimed);
   CHECK(edge.statistics().records == 1);
   CHECK(edge.statistics().bytes == 9);
+}
+
+TEST_CASE("a thread counts alone in its stripe; threads past the 64th and later ones stay exact",
+          "[memory_store][concurrency]") {
+  // A thread with a stripe of its own counts there with a plain load and store. 96 threads live
+  // at once, so at least 32 count in the shared line with atomic adds: were a stripe shared
+  // between two threads that count with plain stores, counts would be lost and the totals wrong.
+  idem::memory_store store;
+  constexpr int threads = 96;
+  constexpr int per_thread = 400;
+  std::latch all_counting(threads);
+  std::vector<std::size_t> numbers(threads);
+  std::vector<std::thread> claimers;
+  for (int t = 0; t < threads; ++t) {
+    claimers.emplace_back([&, t] {
+      const auto key = [t](int i) { return std::to_string(t) + "/" + std::to_string(i); };
+      store.claim({"s", key(0), print(1), start, 30s, 1h});
+      numbers[static_cast<std::size_t>(t)] = idem::detail::stripe_lease::mine();
+      all_counting.arrive_and_wait();  // every thread holds what it drew until all have drawn
+      for (int i = 1; i < per_thread; ++i)
+        store.claim({"s", key(i), print(1), start, 30s, 1h});
+    });
+  }
+  for (std::thread& claimer : claimers)
+    claimer.join();
+  std::set<std::size_t> own;
+  int shared = 0;
+  for (const std::size_t number : numbers) {
+    if (number == idem::detail::shared_stripe) {
+      ++shared;
+    } else {
+      CHECK(number < idem::detail::shared_stripe);
+      CHECK(own.insert(number).second);  // no two live threads hold the same stripe
+    }
+  }
+  CHECK(shared >= threads - 64);
+  std::size_t bytes = 0;
+  for (int t = 0; t < threads; ++t) {
+    for (int i = 0; i < per_thread; ++i)
+      bytes += 1 + (std::to_string(t) + "/" + std::to_string(i)).size();
+  }
+  CHECK(store.statistics().records == std::size_t{threads} * per_thread);
+  CHECK(store.statistics().bytes == bytes);
+
+  // Those threads have ended and given their stripes back: threads started now draw their own,
+  // start from the counts the last holder left, and the totals stay exact.
+  for (int wave = 0; wave < 8; ++wave) {
+    std::vector<std::thread> later;
+    std::vector<std::size_t> drawn(8);
+    for (int t = 0; t < 8; ++t) {
+      later.emplace_back([&, wave, t] {
+        for (int i = 0; i < 50; ++i)
+          store.claim({"s", "w" + std::to_string(wave * 8 + t) + "/" + std::to_string(i), print(1),
+                       start, 30s, 1h});
+        drawn[static_cast<std::size_t>(t)] = idem::detail::stripe_lease::mine();
+      });
+    }
+    for (std::thread& thread : later)
+      thread.join();
+    for (const std::size_t number : drawn)
+      CHECK(number < idem::detail::shared_stripe);
+  }
+  CHECK(store.statistics().records == std::size_t{threads} * per_thread + 64 * 50);
+  CHECK(store.sweep(start + 2h) == std::size_t{threads} * per_thread + 64 * 50);
+  CHECK(store.statistics().records == 0);
+  CHECK(store.statistics().bytes == 0);
 }
 
 TEST_CASE("sweep removes only what has expired, however much is live", "[memory_store]") {
