@@ -6708,12 +6708,8 @@ class memory_store {
         else
           c.fetch_add(n, std::memory_order_relaxed);
       }
-      void subtract(std::atomic<std::size_t>& c, std::size_t n) const noexcept {
-        if (sole)
-          c.store(c.load(std::memory_order_relaxed) - n, std::memory_order_relaxed);
-        else
-          c.fetch_sub(n, std::memory_order_relaxed);
-      }
+      // Counts wrap modulo 2^64 (statistics() sums them so), so taking n back adds its negation.
+      void subtract(std::atomic<std::size_t>& c, std::size_t n) const noexcept { add(c, 0 - n); }
     };
     counter counter_for() noexcept {
       if (bounded) return {global, false};
