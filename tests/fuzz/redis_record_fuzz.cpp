@@ -32,20 +32,18 @@ struct reader_free {
   void operator()(redisReader* reader) const noexcept { redisReaderFree(reader); }
 };
 
-// Whether some line of `resp` looks like the header of an array of more than 64 elements. hiredis
-// 0.14's reader allocates the declared count before reading any element ("*800000000" asks for 6.4
-// GB) and has no limit to set; a record reply has 8 to 11 elements, so the harness skips such
-// inputs rather than fuzz hiredis's allocator.
+// Whether `resp` may declare an array of more than 64 elements. hiredis 0.14's reader allocates
+// the declared count before reading any element ("*800000000" asks for 6.4 GB) and has no limit
+// to set; a record reply has 8 to 11 elements, so the harness skips such inputs rather than fuzz
+// hiredis's allocator. Any '*' counts, not only one at a line's start: the reader skips the two
+// bytes after a bulk string's payload without reading them, so a header can follow "\r\0".
 bool declares_huge_array(std::string_view resp) {
-  for (std::size_t at = 0; at < resp.size(); at = resp.find('\n', at) + 1) {
-    if (resp[at] == '*') {
-      std::size_t digits = 0;
-      while (at + 1 + digits < resp.size() && resp[at + 1 + digits] >= '0' &&
-             resp[at + 1 + digits] <= '9')
-        ++digits;
-      if (digits > 2 || (digits == 2 && resp.substr(at + 1, 2) > "64")) return true;
-    }
-    if (resp.find('\n', at) == std::string_view::npos) break;
+  for (std::size_t at = resp.find('*'); at != std::string_view::npos; at = resp.find('*', at + 1)) {
+    std::size_t digits = 0;
+    while (at + 1 + digits < resp.size() && resp[at + 1 + digits] >= '0' &&
+           resp[at + 1 + digits] <= '9')
+      ++digits;
+    if (digits > 2 || (digits == 2 && resp.substr(at + 1, 2) > "64")) return true;
   }
   return false;
 }
