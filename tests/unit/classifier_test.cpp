@@ -237,7 +237,7 @@ TEST_CASE("gRPC DEADLINE_EXCEEDED is ambiguous") {
   CHECK(classify_grpc(idem::grpc_status::deadline_exceeded).fault);
 }
 
-TEST_CASE("other gRPC codes are permanent; INTERNAL, UNKNOWN and DATA_LOSS are faults") {
+TEST_CASE("other gRPC codes are permanent, and INTERNAL, UNKNOWN and DATA_LOSS are faults") {
   for (auto s : {idem::grpc_status::invalid_argument, idem::grpc_status::not_found,
                  idem::grpc_status::already_exists, idem::grpc_status::permission_denied,
                  idem::grpc_status::failed_precondition, idem::grpc_status::unauthenticated,

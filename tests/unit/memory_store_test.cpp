@@ -101,7 +101,7 @@ TEST_CASE("an unbounded store's statistics add up what every thread counted",
   CHECK(edge.statistics().bytes == 9);
 }
 
-TEST_CASE("a thread counts alone in its stripe; threads past the 64th and later ones stay exact",
+TEST_CASE("a thread counts alone in its stripe, and threads past the 64th or later stay exact",
           "[memory_store][concurrency]") {
   // A thread with a stripe of its own counts there with a plain load and store. 96 threads live
   // at once, so at least 32 count in the shared line with atomic adds: were a stripe shared
