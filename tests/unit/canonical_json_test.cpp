@@ -309,7 +309,7 @@ TEST_CASE("an unknown escape sequence is rejected at its backslash") {
   require_json_error(R"("\')", 1, "invalid escape");
 }
 
-TEST_CASE("a \\u escape needs four hex digits") {
+TEST_CASE("a backslash-u escape needs four hex digits") {
   require_json_error(R"("\u12")", 1, "four hex digits");
   require_json_error(R"("\u12G4")", 1, "four hex digits");
   require_json_error(R"("\ud83d\ude0")", 7, "four hex digits");
