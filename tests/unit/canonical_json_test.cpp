@@ -449,7 +449,7 @@ TEST_CASE("a pointer is matched against member names after their escapes are dec
   CHECK(canonical(R"({"\u0074s":1,"a\/b":2,"k":3})", {"/ts", "/a~1b"}) == R"({"k":3})");
 }
 
-TEST_CASE("\"/\" names the member whose name is empty") {
+TEST_CASE("the pointer of a lone slash names the member whose name is empty") {
   CHECK(canonical(R"({"":1,"a":2})", {"/"}) == R"({"a":2})");
   CHECK(canonical(R"({"a":{"":1,"b":2}})", {"/a/"}) == R"({"a":{"b":2}})");
 }
