@@ -44,10 +44,13 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include <idem/digest.hpp>
+#include <idem/policy/backoff.hpp>
+#include <idem/policy/random.hpp>
 #include <idem/store.hpp>
 
 namespace idem {
@@ -252,6 +255,13 @@ inline failure_kind classify(PGconn* connection, const PGresult* result) noexcep
   return failure_kind::other;
 }
 
+// Before complete_within runs the handler again: a random wait, its bound doubling with each
+// retry, from a generator of this thread's own.
+inline void wait_before_retry(const full_jitter& backoff, unsigned attempt) {
+  thread_local xoshiro256ss rng{nondeterministic_seed()};
+  std::this_thread::sleep_for(backoff.delay(static_cast<int>(attempt), {}, rng));
+}
+
 // A server error's severity and primary message only: its DETAIL, HINT and CONTEXT may quote
 // the row ("Failing row contains (...)", "Key (scope, key)=(...)"), that is an idempotency key,
 // which has no place in an exception's text or the log it ends up in.
@@ -338,6 +348,12 @@ class postgres_store {
     isolation transaction_isolation = isolation::read_committed;
     /// complete_within runs the handler at most 1 + this many times on 40001/40P01.
     unsigned max_serialization_retries = 10;
+    /// How long complete_within waits before running the handler again: random, up to a bound
+    /// that doubles with each retry. Retried at once, transactions that collided collide again:
+    /// 64 connections completing over 16 shared rows under SERIALIZABLE saw some give up after
+    /// 101 attempts.
+    full_jitter serialization_backoff{std::chrono::microseconds{100},
+                                      std::chrono::milliseconds{20}};
     time_source clock = time_source::server;
     /// Connect and migrate in the constructor, which then throws store_error(unavailable) when
     /// the server cannot be reached. false: the first call does it (and throws instead).
@@ -1085,6 +1101,8 @@ bool postgres_store::complete_within(const fenced_key& held, store_time /*now*/,
   pg::parameters key;
   key.bytes(held.scope).bytes(held.key);
   for (unsigned attempt = 0;; ++attempt) {
+    // A retry waits with its connection back in the pool.
+    if (attempt > 0) pg::wait_before_retry(shared.config.serialization_backoff, attempt - 1);
     borrowed connection = shared.acquire();
     transaction txn(this, &connection);
     try {
