@@ -11,6 +11,7 @@
 #include <array>
 #include <cstddef>
 #include <exception>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -75,21 +76,24 @@ class attempt_history {
   }
   const attempt_record& back() const noexcept { return (*this)[size_ - 1]; }
 
-  /// Appends a record and returns it, for the loop to fill in the delay later.
-  attempt_record& push(const attempt_record& record) {
-    attempt_record* slot;
-    if (size_ < inline_capacity) {
-      slot = &inline_[size_];
-      *slot = record;
-    } else {
-      spilled_.push_back(record);
-      slot = &spilled_.back();
-    }
-    ++size_;
-    return *slot;
+  /// Appends a record made of `fields` (attempt_record's members, in order) and returns it,
+  /// for the loop to fill in the delay later.
+  template <class... Fields>
+  attempt_record& emplace(Fields... fields) {
+    // Built in its slot, not copied there: a record built field by field on the stack and then
+    // copied as a whole is read back in wider loads than it was written, which store forwarding
+    // cannot serve (a stall of several ns on the path of every successful call).
+    if (size_ < inline_capacity) return *::new (&inline_[size_++]) attempt_record{fields...};
+    return spill(attempt_record{fields...});
   }
 
  private:
+  [[gnu::noinline]] attempt_record& spill(const attempt_record& record) {
+    spilled_.push_back(record);
+    ++size_;
+    return spilled_.back();
+  }
+
   // Only the records in use: the rest were never written.
   void copy_inline(const attempt_history& other) noexcept {
     std::copy_n(other.inline_.begin(), std::min(size_, inline_capacity), inline_.begin());
@@ -116,6 +120,8 @@ class retry_outcome {
 
  public:
   using value_type = Result;
+
+  retry_outcome() = default;
 
   retry_verdict verdict() const noexcept { return verdict_; }
   /// The operation's effect happened: an attempt succeeded, or the resolve hook found it.
@@ -151,6 +157,12 @@ class retry_outcome {
  private:
   template <class, class>
   friend class retrying;
+
+  // The key is made straight into the outcome (guaranteed copy elision from make_key's
+  // prvalue): assigning a finished key_buffer would copy its text a second time.
+  template <class MakeKey>
+  requires std::is_invocable_r_v<key_buffer, MakeKey&>
+  explicit retry_outcome(MakeKey&& make_key) : key_(make_key()) {}
 
   template <class Self>
   static decltype(auto) get(Self& self) {

@@ -264,13 +264,15 @@ class retrying {
                   "result type and classify_exception(std::exception_ptr), both returning "
                   "idem::classification.");
 
-    retry_outcome<result_type> outcome;
     const detail::retry_layer layer;
     const bool may_repeat =
         Policies::safety != call_safety::unsafe && (Policies::retry_when_nested || !layer.nested());
 
     random_type& rng = operation_engine();
-    outcome.key_ = given != nullptr ? *given : key_generator_.generate(rng, clock_);
+    retry_outcome<result_type> outcome{[&]() -> key_buffer {
+      if (given != nullptr) return *given;
+      return key_generator_.generate(rng, clock_);
+    }};
     const auto start = clock_.now();
     budget_.on_request();
 
@@ -302,8 +304,8 @@ class retrying {
         verdict = classifier_.classify(*outcome.value_);
       }
 
-      attempt_record& record =
-          outcome.history_.push({attempt, verdict.kind, verdict.code, threw, elapsed, {}, false});
+      attempt_record& record = outcome.history_.emplace(attempt, verdict.kind, verdict.code, threw,
+                                                        elapsed, std::chrono::nanoseconds{}, false);
       observer_.on_attempt(attempt_event{redacted_key{outcome.key()}, record});
 
       if (verdict.kind == disposition::success) {
