@@ -18,6 +18,12 @@
 #                                           more than once, each REGEX is a pass of its own, in
 #                                           the order given (so that benchmarks against servers
 #                                           do not share a pass with in-memory ones)
+#   scripts/bench.sh --processes N          run each --interleave pass N times, each in a
+#                                           process of its own, and pool the repetitions of all
+#                                           N into each benchmark's median and cv
+#                                           (scripts/bench_merge.py): on a shared machine one
+#                                           process's ratios can sit apart from another's by
+#                                           more than its repetitions vary (default 1)
 #   scripts/bench.sh -- --benchmark_repetitions=5 ...   anything else goes to the binary as is
 #
 # At the end it prints each benchmark of ours beside its peers: the ratio of our time to theirs
@@ -28,11 +34,12 @@
 # scripts/test.sh does.
 set -euo pipefail
 
-usage() { sed -n '2,28p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,34p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 bench_args=()
 compile_cost=1
 interleave=()
+processes=1
 while (($#)); do
   case "$1" in
     --filter) bench_args+=("--benchmark_filter=${2:?--filter needs a regex}"); compile_cost=0; shift ;;
@@ -41,6 +48,8 @@ while (($#)); do
     --max-threads) export IDEM_BENCH_MAX_THREADS="${2:?--max-threads needs a number}"; shift ;;
     --max-threads=*) export IDEM_BENCH_MAX_THREADS="${1#--max-threads=}" ;;
     --interleave) interleave+=("${2:?--interleave needs a regex}"); shift ;;
+    --processes) processes="${2:?--processes needs a number}"; shift ;;
+    --processes=*) processes="${1#--processes=}" ;;
     --interleave=*) interleave+=("${1#--interleave=}") ;;
     --json)
       bench_args+=("--benchmark_out=${2:?--json needs a file}" --benchmark_out_format=json)
@@ -54,6 +63,14 @@ while (($#)); do
   shift
 done
 
+if ! [[ "$processes" =~ ^[1-9][0-9]*$ ]]; then
+  echo "scripts/bench.sh: --processes needs a positive whole number, not '$processes'" >&2
+  exit 2
+fi
+if ((processes > 1 && ${#interleave[@]} == 0)); then
+  echo "scripts/bench.sh: --processes repeats the --interleave passes; give at least one" >&2
+  exit 2
+fi
 if ((${#interleave[@]})); then
   for arg in "${bench_args[@]}"; do
     if [[ "$arg" == --benchmark_filter=* ]]; then
@@ -112,31 +129,38 @@ if ((${#interleave[@]} == 0)); then
 else
   # A pass per --interleave regex, then the rest (Google Benchmark's '-' filter), their entries
   # joined into one results file in that order.
+  # With several processes each keeps its repetitions in its JSON, for bench_merge.py to pool;
+  # whether they stay in the results afterwards is what --benchmark_report_aggregates_only says.
   pass_args=()
+  keep_repetitions=1
   for arg in "${bench_args[@]}"; do
-    [[ "$arg" == --benchmark_out=* || "$arg" == --benchmark_out_format=* ]] || pass_args+=("$arg")
+    case "$arg" in
+      --benchmark_out=* | --benchmark_out_format=*) ;;
+      --benchmark_report_aggregates_only | --benchmark_report_aggregates_only=true)
+        keep_repetitions=0
+        if ((processes > 1)); then
+          pass_args+=(--benchmark_display_aggregates_only=true)
+        else
+          pass_args+=("$arg")
+        fi
+        ;;
+      *) pass_args+=("$arg") ;;
+    esac
   done
   pass_jsons=()
   for regex in "${interleave[@]}"; do
-    pass_jsons+=("$(mktemp --suffix=.json)")
-    build/bench/bench/idem_bench "${pass_args[@]}" "--benchmark_filter=$regex" \
-      --benchmark_enable_random_interleaving=true \
-      "--benchmark_out=${pass_jsons[-1]}" --benchmark_out_format=json || status=$?
+    for ((process = 1; process <= processes; ++process)); do
+      ((processes == 1)) || echo "== pass '$regex', process $process of $processes"
+      pass_jsons+=("$(mktemp --suffix=.json)")
+      build/bench/bench/idem_bench "${pass_args[@]}" "--benchmark_filter=$regex" \
+        --benchmark_enable_random_interleaving=true \
+        "--benchmark_out=${pass_jsons[-1]}" --benchmark_out_format=json || status=$?
+    done
   done
   every="$(IFS='|'; echo "${interleave[*]}")"
   build/bench/bench/idem_bench "${bench_args[@]}" "--benchmark_filter=-($every)" || status=$?
-  python3 - "$json_out" "${pass_jsons[@]}" <<'PYTHON' || status=$?
-import json, sys
-with open(sys.argv[1], encoding="utf-8") as handle:
-    rest = json.load(handle)
-first = []
-for name in sys.argv[2:]:
-    with open(name, encoding="utf-8") as handle:
-        first += json.load(handle).get("benchmarks", [])
-rest["benchmarks"] = first + rest.get("benchmarks", [])
-with open(sys.argv[1], "w", encoding="utf-8") as handle:
-    json.dump(rest, handle, indent=2)
-PYTHON
+  python3 scripts/bench_merge.py "$json_out" "$processes" "$keep_repetitions" "${pass_jsons[@]}" ||
+    status=$?
   rm -f "${pass_jsons[@]}"
 fi
 
