@@ -162,7 +162,7 @@ class retry_outcome {
   // prvalue): assigning a finished key_buffer would copy its text a second time.
   template <class MakeKey>
   requires std::is_invocable_r_v<key_buffer, MakeKey&>
-  explicit retry_outcome(MakeKey&& make_key) : key_(make_key()) {}
+  explicit retry_outcome(MakeKey make_key) : key_(make_key()) {}
 
   template <class Self>
   static decltype(auto) get(Self& self) {
