@@ -420,13 +420,33 @@ struct request_fingerprint {
   std::vector<std::string> headers{};
 
   digest operator()(const request_view& request) const {
-    // Without headers, a request that fits the stack is framed into one buffer and hashed in one
-    // call: the same bytes, so the same digest, without the streaming state's buffering of
-    // every part (which cost about as much as hashing a 256-byte body).
+    // Without headers, a request is framed into one buffer on the stack and hashed in one call:
+    // the same bytes, so the same digest, without the streaming state's buffering of every part
+    // (which cost about as much as hashing a 256-byte body). A hash that takes its input in two
+    // parts is not given the body in that buffer at all.
     constexpr std::string_view tag = "idem fingerprint v1";
     constexpr std::size_t inline_bytes = 1024;
     const std::size_t framed = tag.size() + 3 * sizeof(std::uint64_t) + request.method.size() +
                                request.target.size() + request.body.size();
+    if constexpr (requires(std::span<char> buffer, std::string_view part) {
+                    H::hash(buffer, part.size(), part);
+                  }) {
+      // A hash that reads two parts where they lie (xxh3_128) is given the framing, up to and
+      // including the body's length, as one part and the body as the other: the body, however
+      // long, is hashed in place, not copied behind the framing first.
+      if (headers.empty() && framed - request.body.size() <= inline_bytes) {
+        char buffer[inline_bytes + 64];
+        char* out = buffer;
+        std::memcpy(out, tag.data(), tag.size());
+        out += tag.size();
+        out = detail::frame_part(out, request.method);
+        out = detail::frame_part(out, request.target);
+        detail::write_le64(out, request.body.size());
+        out += sizeof(std::uint64_t);
+        return H::hash(std::span<char>{buffer}, static_cast<std::size_t>(out - buffer),
+                       request.body);
+      }
+    }
     if (headers.empty() && framed <= inline_bytes) {
       char buffer[inline_bytes];
       char* out = buffer;
@@ -1113,6 +1133,82 @@ inline u128 hash(const std::uint8_t* input, std::size_t size) noexcept {
   return selected_functions().hash_long(input, size);
 }
 
+/// The hash of `head` followed by `tail`, read where they lie: only the stripe that holds bytes
+/// of both is put together, and the last stripe when it reaches back into head (a short input is
+/// put together whole). A caller that frames a body behind a small header hashes the body in
+/// place, without copying it after the header first. Any kernel.
+///
+/// `room`, when not null, is `head` itself, writable, with `room_size` bytes: where the stripe
+/// across the join (or a short input) fits, tail's first bytes are copied behind head there,
+/// and head's bytes are not copied again.
+inline u128 hash_joined(consume_function consume, const std::uint8_t* head, std::size_t head_size,
+                        const std::uint8_t* tail, std::size_t tail_size,
+                        std::uint8_t* room = nullptr, std::size_t room_size = 0) noexcept {
+  const std::size_t size = head_size + tail_size;
+  // Puts the joined bytes [at, at + count) together at `out`; when `out` is head's own place for
+  // them (in room), only tail's part is copied.
+  const auto gather = [&](std::uint8_t* out, std::size_t at, std::size_t count) {
+    if (at < head_size) {
+      const std::size_t from_head = head_size - at < count ? head_size - at : count;
+      if (out != head + at) std::memcpy(out, head + at, from_head);
+      out += from_head;
+      count -= from_head;
+      at = head_size;
+    }
+    if (count != 0) std::memcpy(out, tail + (at - head_size), count);
+  };
+  const auto in_room = [&](std::size_t at, std::size_t count) {
+    return room != nullptr && at + count <= room_size ? room + at : nullptr;
+  };
+  if (size <= midsize_max) {
+    std::uint8_t joined[midsize_max];
+    std::uint8_t* out = in_room(0, size);
+    if (out == nullptr) out = joined;
+    gather(out, 0, size);
+    return hash(out, size);
+  }
+  const std::size_t stripes = (size - 1) / stripe_size;  // before the last stripe
+  alignas(16) std::uint8_t last[stripe_size];
+  const std::uint8_t* last_stripe = last;
+  if (tail_size >= stripe_size) {
+    last_stripe = tail + (tail_size - stripe_size);
+  } else {
+    gather(last, size - stripe_size, stripe_size);
+  }
+  alignas(64) std::array<std::uint64_t, lanes> acc = initial_accumulators;
+  // The stripes wholly in head are read from head.
+  const std::size_t in_head = head_size / stripe_size < stripes ? head_size / stripe_size : stripes;
+  if (in_head != 0) consume(acc.data(), head, in_head, 0, nullptr);
+  const auto tail_stripes = [&](std::size_t from) {  // stripe `from`, wholly in tail
+    return tail + (from * stripe_size - head_size);
+  };
+  if (in_head == stripes || head_size % stripe_size == 0) {
+    consume(acc.data(), in_head < stripes ? tail_stripes(in_head) : tail, stripes - in_head,
+            in_head % stripes_per_block, last_stripe);
+    return finish_long(acc.data(), size);
+  }
+  // Stripe `across` holds the end of head and the start of tail, put together here. Within a
+  // block a stripe only adds to the accumulators, so it is consumed after the tail's stripes of
+  // its block that come before the block's last: by then the stores that put it together have
+  // reached the cache, and the kernel's wide loads do not wait on them.
+  const std::size_t across = in_head;
+  alignas(16) std::uint8_t joined[stripe_size];
+  std::uint8_t* across_bytes = in_room(across * stripe_size, stripe_size);
+  if (across_bytes == nullptr) across_bytes = joined;
+  gather(across_bytes, across * stripe_size, stripe_size);
+  const std::size_t block_last = across - across % stripes_per_block + stripes_per_block - 1;
+  const std::size_t early_end = stripes < block_last ? stripes : block_last;
+  std::size_t next = across + 1;
+  if (next < early_end) {
+    consume(acc.data(), tail_stripes(next), early_end - next, next % stripes_per_block, nullptr);
+    next = early_end;
+  }
+  consume(acc.data(), across_bytes, 1, across % stripes_per_block, nullptr);
+  consume(acc.data(), next < stripes ? tail_stripes(next) : tail, stripes - next,
+          next % stripes_per_block, last_stripe);
+  return finish_long(acc.data(), size);
+}
+
 /// The long-input algorithm with a chosen kernel, so tests can hold each to the scalar one.
 /// `path` must be available(); `size` must be over 240.
 inline u128 hash_long_with(kernel path, const void* data, std::size_t size) noexcept {
@@ -1156,6 +1252,21 @@ struct xxh3_128 {
   }
   static digest hash(std::string_view text) noexcept {
     return to_digest(hash128(text.data(), text.size()));
+  }
+
+  /// The digest of `head` followed by `tail`, as hash() of the two joined, without joining
+  /// them: `tail` is read in place (see detail::xxh3::hash_joined).
+  static digest hash(std::string_view head, std::string_view tail) noexcept {
+    return to_digest(joined(bytes_of(head), head.size(), tail, nullptr, 0));
+  }
+
+  /// The same for a head written into `buffer` (its first `head_size` bytes), whose bytes after
+  /// the head may be overwritten: with 64 bytes to spare there, even the stripe that joins the
+  /// two is put together without copying the head.
+  static digest hash(std::span<char> buffer, std::size_t head_size,
+                     std::string_view tail) noexcept {
+    auto* room = reinterpret_cast<std::uint8_t*>(buffer.data());
+    return to_digest(joined(room, head_size, tail, room, buffer.size()));
   }
 
   /// Incremental hashing: the same value as hash128 of all bytes given to update(), however
@@ -1259,6 +1370,18 @@ struct xxh3_128 {
     std::size_t buffered_ = 0;
     std::size_t stripe_in_block_ = 0;
   };
+
+ private:
+  static const std::uint8_t* bytes_of(std::string_view text) noexcept {
+    return reinterpret_cast<const std::uint8_t*>(text.data());
+  }
+  static value joined(const std::uint8_t* head, std::size_t head_size, std::string_view tail,
+                      std::uint8_t* room, std::size_t room_size) noexcept {
+    namespace x = detail::xxh3;
+    const x::u128 result = x::hash_joined(x::selected_functions().consume, head, head_size,
+                                          bytes_of(tail), tail.size(), room, room_size);
+    return {result.low, result.high};
+  }
 };
 
 static_assert(HashFunction<xxh3_128>);

@@ -187,9 +187,10 @@ TEST_CASE("the fingerprint of a request never changes: it is persisted", "[finge
         "96dbf0b282cd0fded2e4ed97e4f3aef3400d56a6c1d3847cbf5b59dfdf6a7510");
 }
 
-TEST_CASE("a small request hashed in one call has the digest streaming gives it", "[fingerprint]") {
-  // Header-less requests that fit 1 KiB framed are hashed in one call, bigger ones streamed:
-  // the digest must not depend on which, on either side of the limit, for either hash.
+TEST_CASE("a request hashed in one call has the digest streaming gives it", "[fingerprint]") {
+  // Header-less requests are hashed in one call: SHA-256's when they fit 1 KiB framed, XXH3's
+  // when the framing before the body does (the body is read in place, whatever its length);
+  // others are streamed. The digest must not depend on which, on either side of each limit.
   const auto streamed = [](auto hash, const idem::request_view& request) {
     typename decltype(hash)::state state;
     state.update(std::string_view{"idem fingerprint v1"});
@@ -206,6 +207,22 @@ TEST_CASE("a small request hashed in one call has the digest streaming gives it"
     REQUIRE(idem::request_fingerprint<idem::sha256>{}(request) ==
             streamed(idem::sha256{}, request));
     body.push_back(static_cast<char>('a' + size % 26));
+  }
+  // Framing before the body of 63 to 65 bytes (the join inside the first stripe or on its
+  // end), of 1,024 (the most that is framed on the stack) and of 1,025 (streamed), each with
+  // bodies across the short and long inputs' boundary and much longer.
+  constexpr std::size_t framing = 19 + 3 * 8 + 4;  // tag, three lengths, "POST"
+  for (const std::size_t before_body : {63, 64, 65, 1023, 1024, 1025}) {
+    const std::string target(before_body - framing, '/');
+    for (const std::size_t size : {0, 1, 63, 64, 65, 177, 240, 241, 256, 1000, 5000, 70000}) {
+      const std::string long_body(size, 'b');
+      const idem::request_view request{"POST", target, long_body};
+      INFO(before_body << " bytes before a body of " << size);
+      REQUIRE(idem::request_fingerprint<idem::xxh3_128>{}(request) ==
+              streamed(idem::xxh3_128{}, request));
+      REQUIRE(idem::request_fingerprint<idem::sha256>{}(request) ==
+              streamed(idem::sha256{}, request));
+    }
   }
 }
 

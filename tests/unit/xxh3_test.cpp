@@ -268,6 +268,59 @@ TEST_CASE("every kernel consumes any run of stripes from any place in a block as
   }
 }
 
+TEST_CASE("hashing head then tail where they lie equals hashing them joined, with every kernel") {
+  // hash_joined reads the stripes wholly in either part in place and puts together only the
+  // one across the join and a last stripe that reaches back into head. Each part is an exact
+  // heap copy, so a read past either end is an error under AddressSanitizer.
+  const auto& bytes = input_bytes();
+  std::mt19937_64 engine{splits_seed + 1};
+  std::vector<std::size_t> totals;
+  for (std::size_t total = 0; total <= 600; ++total)
+    totals.push_back(total);
+  // Around block ends (1,024 bytes of stripes): the join in a block's last stripe, runs that
+  // cross a scramble, a head of more than one block.
+  for (const std::size_t total :
+       {1023, 1024, 1025, 1087, 1088, 1089, 1100, 2047, 2048, 2113, 3000, 4096, 4161, 16384, 16449})
+    totals.push_back(total);
+  for (int i = 0; i < 200; ++i)
+    totals.push_back(static_cast<std::size_t>(engine() % 8192));
+  std::vector<x::kernel> paths{x::kernel::scalar};
+  for (const x::kernel path : simd_kernels) {
+    if (x::available(path)) {
+      paths.push_back(path);
+    } else {
+      WARN("skipped: this CPU or build has no " << kernel_name(path) << " kernel");
+    }
+  }
+  std::size_t checked = 0;
+  for (const std::size_t total : totals) {
+    std::vector<std::size_t> heads = {0,   1,   7,   8,   9,    43,   63,   64,   65,
+                                      127, 128, 129, 960, 1000, 1023, 1024, 1025, 1100};
+    for (const std::size_t from_end : {0, 1, 63, 64, 65})
+      heads.push_back(total >= from_end ? total - from_end : 0);
+    for (int i = 0; i < 4; ++i)
+      heads.push_back(static_cast<std::size_t>(engine() % (total + 1)));
+    const XXH128_hash_t expected = reference(bytes.data(), total);
+    for (const std::size_t head_size : heads) {
+      if (head_size > total) continue;
+      const std::vector<std::uint8_t> head(bytes.begin(), bytes.begin() + head_size);
+      const std::vector<std::uint8_t> tail(bytes.begin() + head_size, bytes.begin() + total);
+      for (const x::kernel path : paths) {
+        INFO(kernel_name(path) << " kernel, " << head_size << " + " << (total - head_size)
+                               << " bytes");
+        const x::u128 joined = x::hash_joined(x::kernel_function(path), head.data(), head.size(),
+                                              tail.data(), tail.size());
+        REQUIRE(same(joined, expected));
+        ++checked;
+      }
+    }
+  }
+  CHECK(checked > 10'000);
+  const std::string_view text{reinterpret_cast<const char*>(bytes.data()), 3000};
+  CHECK(xxh3_128::hash(text.substr(0, 55), text.substr(55)) == xxh3_128::hash(text));
+  CHECK(xxh3_128::hash(std::string_view{}, std::string_view{}) == xxh3_128::hash(""));
+}
+
 TEST_CASE("the process-wide kernel is the best one available") {
   const x::kernel chosen = x::selected_kernel();
   CHECK(x::available(chosen));
