@@ -107,7 +107,8 @@ template <class Response>
 class idempotent_outcome {
  public:
   idempotent_outcome() = default;
-  idempotent_outcome(idem::verdict v, std::string message = {})
+  idempotent_outcome(idem::verdict v) : verdict_(v) {}
+  idempotent_outcome(idem::verdict v, std::string message)
       : verdict_(v), message_(std::move(message)) {}
 
   idem::verdict verdict() const noexcept { return verdict_; }

@@ -3484,7 +3484,8 @@ template <class Response>
 class idempotent_outcome {
  public:
   idempotent_outcome() = default;
-  idempotent_outcome(idem::verdict v, std::string message = {})
+  idempotent_outcome(idem::verdict v) : verdict_(v) {}
+  idempotent_outcome(idem::verdict v, std::string message)
       : verdict_(v), message_(std::move(message)) {}
 
   idem::verdict verdict() const noexcept { return verdict_; }
@@ -3918,6 +3919,33 @@ inline void check_timing(const guard_timing& timing, const char* who) {
   }
 }
 
+// A T made later in place, from the prvalue a function returns: no default construction and
+// assignment where the making must sit in a try block but the value must outlive it.
+template <class T>
+class made_later {
+ public:
+  made_later() noexcept {}  // not = default, which the union would delete: value_ stays unmade
+  made_later(const made_later&) = delete;
+  made_later& operator=(const made_later&) = delete;
+  ~made_later() {
+    if (made_) value_.~T();
+  }
+
+  template <class Make>
+  T& make(Make&& make) {
+    ::new (static_cast<void*>(&value_)) T(std::forward<Make>(make)());
+    made_ = true;
+    return value_;
+  }
+  T& get() noexcept { return value_; }  // once made
+
+ private:
+  union {
+    T value_;
+  };
+  bool made_ = false;
+};
+
 template <class Store, class Clock>
 class guard {
  public:
@@ -3995,13 +4023,15 @@ class guard {
   idempotent_outcome<Response> claim_then(std::string_view scope, std::string_view key,
                                           const digest& print, Then&& then) {
     using outcome_type = idempotent_outcome<Response>;
-    claim_result claimed;
     store_time claimed_at{};
+    // Made in place: a replay's record (its response) is moved nowhere before it is answered.
+    made_later<claim_result> result;
     try {
-      claimed = claim_waiting(scope, key, print, claimed_at);
+      result.make([&] { return claim_waiting(scope, key, print, claimed_at); });
     } catch (const store_error& error) {
       return refused<Response>(error);
     }
+    claim_result& claimed = result.get();
     switch (claimed.status) {
       case claim_status::full:
         return outcome_type{verdict::store_full, "the store has no room for another record"};
@@ -4069,7 +4099,14 @@ class guard {
                               " bytes, more than the store keeps; it was not stored, and the "
                               "request is not run again"};
     }
-    outcome_type outcome{verdict::replayed};
+    return replayed<Response>(existing);
+  }
+
+  // The stored response, decoded: one named outcome, returned on the only path, so that it is
+  // made in the caller's place (a replay's response is moved once, into the outcome).
+  template <class Response>
+  idempotent_outcome<Response> replayed(record& existing) const {
+    idempotent_outcome<Response> outcome{verdict::replayed};
     if (storage_.open != nullptr) {
       std::string plain;
       storage_.open(storage_.codec, existing.response, plain);
