@@ -43,9 +43,10 @@ enum class call_safety {
 };
 
 struct default_policies {
-  /// Reads the time and waits: steady_clock (monotonic), or manual_clock in tests. The server
-  /// side stamps records with its wall_now().
-  using clock = idem::steady_clock;
+  /// Reads the time and waits: coarse_clock (monotonic deadlines; a wall time within a timer
+  /// tick, cheap to read), steady_clock (the exact wall time), or manual_clock in tests. The
+  /// server side stamps records with its wall_now().
+  using clock = idem::coarse_clock;
 
   // --- server side: idempotent, inbox ------------------------------------------------------
   /// Where records live: the lock-free sharded memory store (not durable; see the SQL and
