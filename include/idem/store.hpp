@@ -130,7 +130,10 @@ enum class claim_status : std::uint8_t {
 struct claim_result {
   claim_status status = claim_status::full;
   std::uint64_t fence = 0;  // claimed, taken_over: the fence the caller now holds
-  record existing{};        // taken_over, existing
+  // taken_over, existing. Default-initialized, which runs record's member initializers: `{}`
+  // here would value-initialize it, and GCC clears all 216 bytes of the result with `rep stos`
+  // before it writes a field, in every claim (4.5 ns of a claim of a new key).
+  record existing;
 };
 
 /// The (scope, key) a caller holds, and the fence it holds it under.

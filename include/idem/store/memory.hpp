@@ -366,15 +366,15 @@ class memory_store {
               node::destroy(next);
               continue;
             }
-            return {claim_status::taken_over, next->fence, snapshot(*next)};
+            return answer(claim_status::taken_over, next->fence, *next);
           }
-          return {claim_status::existing, 0, snapshot(*found)};
+          return answer(claim_status::existing, 0, *found);
         }
         // Expired or released: a new claim of the same key, under a higher fence.
         push_ticket();
         // The scope's cap counts the records other than this one that have not expired.
         if (!s.reserve_scope(request.scope, now, found->expires_at > now ? 1 : 0, expires_at)) {
-          return {claim_status::full, 0, {}};
+          return answer(claim_status::full);
         }
         node* next = node::make_claim(request, hint, found->fence + 1);
         if (!replace(at, next, guard)) {
@@ -385,16 +385,16 @@ class memory_store {
         ticket_again_if_swept(home, expires_at, bucket);
         s.give_back_scope(request.scope, found->expires_at);
         s.give_back_bytes(found->payload_size());
-        return {claim_status::claimed, next->fence, {}};
+        return answer(claim_status::claimed, next->fence);
       }
 
       if (fresh == nullptr) {
         if (!s.reserve_scope(request.scope, now, 0, expires_at)) {
-          return {claim_status::full, 0, {}};
+          return answer(claim_status::full);
         }
         if (!s.reserve(request.scope.size() + request.key.size())) {
           s.give_back_scope(request.scope, expires_at);
-          if (swept) return {claim_status::full, 0, {}};
+          if (swept) return answer(claim_status::full);
           // Expired records are not live: make room from them, once, before saying full.
           // Shards another thread is sweeping are skipped rather than waited for, so a full
           // store still never blocks a claim.
@@ -413,7 +413,7 @@ class memory_store {
       if (at.previous->compare_exchange_strong(expected, link_to(fresh),
                                                std::memory_order_seq_cst)) {
         ticket_again_if_swept(home, expires_at, bucket);
-        return {claim_status::claimed, 1, {}};
+        return answer(claim_status::claimed, 1);
       }
     }
   }
@@ -1009,6 +1009,10 @@ class memory_store {
   // short string holds.
   static record snapshot(const node& n, bool with_id = false) {
     record out;
+    snapshot_into(out, n, with_id);
+    return out;
+  }
+  static void snapshot_into(record& out, const node& n, bool with_id = false) {
     if (with_id) {
       out.scope = n.scope();
       out.key = n.key();
@@ -1023,6 +1027,20 @@ class memory_store {
     // without the assignment's capacity checks.
     if (n.response_size != 0) out.response = std::string(n.payload_response());
     if (n.recovery_size != 0) out.recovery = std::string(n.payload_recovery());
+  }
+
+  // Claim's answers, each made where the caller receives it and written field by field: an
+  // aggregate initialization such as {status, fence, {}} or {status, 0, snapshot(n)} makes GCC
+  // clear the whole 216-byte result first (`rep stos`).
+  static claim_result answer(claim_status status, std::uint64_t fence = 0) noexcept {
+    claim_result out;
+    out.status = status;
+    out.fence = fence;
+    return out;
+  }
+  static claim_result answer(claim_status status, std::uint64_t fence, const node& n) {
+    claim_result out = answer(status, fence);
+    snapshot_into(out.existing, n);
     return out;
   }
 
