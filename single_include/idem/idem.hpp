@@ -6135,6 +6135,14 @@ class siphash13 {
     total_ += 8;
   }
 
+  /// For the same callers: ends a message of whole absorbed words with `tail_size` (below 8)
+  /// more bytes, given as a little-endian word, in SipHash's final block.
+  std::uint64_t finish(std::uint64_t tail, std::size_t tail_size) noexcept {
+    pending_ = tail;
+    total_ += tail_size;
+    return finish();
+  }
+
   std::uint64_t finish() noexcept {
     compress(pending_ | (static_cast<std::uint64_t>(total_ & 0xff) << 56));
     v2_ ^= 0xff;
@@ -6193,18 +6201,15 @@ namespace idem {
 
 namespace detail {
 
-/// The memory store's bucket hash of (scope, key): SipHash-1-3 under the process's key over a
-/// first word holding both lengths, then the scope's bytes and the key's, each zero-padded to a
-/// whole word. The lengths make the padding unambiguous, so distinct (scope, key) pairs are
-/// distinct messages; the words are read where the bytes lie, with no copy into a buffer. Never
-/// stored, so free to differ from any other hash here.
+/// The memory store's bucket hash of (scope, key): SipHash-1-3 under the process's key over the
+/// scope's bytes and the key's, each zero-padded to a whole word, then both lengths as two
+/// 16-bit little-endian numbers, which SipHash's final block carries. The lengths make the
+/// padding unambiguous, so distinct (scope, key) pairs are distinct messages; the words are read
+/// where the bytes lie, with no copy into a buffer. Never stored, so free to differ from any
+/// other hash here.
 inline std::uint64_t bucket_hash(const siphash_key& key, std::string_view scope,
                                  std::string_view id) noexcept {
   siphash13 h(key);
-  // Both lengths in one word (each below 4 GiB keeps it exact; two pairs that met beyond that
-  // would only share a bucket: every search compares scope and key in full).
-  h.absorb(static_cast<std::uint64_t>(scope.size()) ^
-           (static_cast<std::uint64_t>(id.size()) << 32));
   for (const std::string_view part : {scope, id}) {
     const std::size_t whole = part.size() / 8;
     for (std::size_t i = 0; i < whole; ++i)
@@ -6221,7 +6226,12 @@ inline std::uint64_t bucket_hash(const siphash_key& key, std::string_view scope,
     }
     h.absorb(last);
   }
-  return h.finish();
+  // The store refuses a scope or key of more than 65,535 bytes before it hashes; two pairs that
+  // met beyond that would only share a bucket: every search compares scope and key in full.
+  // In the final block rather than a word of their own: one SipHash round fewer.
+  return h.finish((static_cast<std::uint64_t>(scope.size()) & 0xffff) |
+                      ((static_cast<std::uint64_t>(id.size()) & 0xffff) << 16),
+                  4);
 }
 
 // Keeps a few of the memory_store's freed node blocks on the thread that freed them, for the

@@ -80,6 +80,14 @@ class siphash13 {
     total_ += 8;
   }
 
+  /// For the same callers: ends a message of whole absorbed words with `tail_size` (below 8)
+  /// more bytes, given as a little-endian word, in SipHash's final block.
+  std::uint64_t finish(std::uint64_t tail, std::size_t tail_size) noexcept {
+    pending_ = tail;
+    total_ += tail_size;
+    return finish();
+  }
+
   std::uint64_t finish() noexcept {
     compress(pending_ | (static_cast<std::uint64_t>(total_ & 0xff) << 56));
     v2_ ^= 0xff;
