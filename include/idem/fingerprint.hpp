@@ -52,12 +52,12 @@ void hash_part(State& state, std::string_view part) {
 
 // The same framing written to `out`, which has room; answers the end of what was written.
 inline char* frame_part(char* out, std::string_view part) noexcept {
-  // Byte by byte, not one 8-byte store: the hash's wide loads over this buffer follow at once,
-  // and measured on the default fingerprint of a 256-byte body the single store made the whole
-  // call about 3.5 ns slower (the loads wait on it), though it is fewer instructions.
-  const std::uint64_t size = part.size();
-  for (int i = 0; i < 8; ++i)
-    *out++ = static_cast<char>(size >> (8 * i));
+  // The length in one 8-byte store. The hash's wide loads over this buffer follow at once and
+  // wait for the stores either way; on an Intel Xeon, when the hash took the stripes in three
+  // kernel calls, byte stores had made the default fingerprint of a 256-byte body 3.5 ns
+  // faster, but with the kernel called once (AMD EPYC) the single store is 2 ns faster.
+  write_le64(out, part.size());
+  out += sizeof(std::uint64_t);
   if (!part.empty()) std::memcpy(out, part.data(), part.size());
   return out + part.size();
 }

@@ -107,6 +107,27 @@ inline void consume_sse2(std::uint64_t* acc_words, const std::uint8_t* input, st
   }
 }
 
+inline void consume_listed_sse2(std::uint64_t* acc_words, const std::uint8_t* const* stripes,
+                                std::size_t count, const std::uint8_t* last_stripe) noexcept {
+  __m128i acc[4];
+  for (int i = 0; i < 4; ++i) {
+    acc[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(acc_words) + i);
+  }
+  __m128i sums[4] = {};
+  for (std::size_t i = 0; i < count; ++i) {
+    accumulate_products_sse2(acc, sums, stripes[i],
+                             default_secret.data() + i * secret_consume_rate);
+  }
+  add_swapped_sums_sse2(acc, sums);
+  __m128i last_sums[4] = {};
+  accumulate_products_sse2(acc, last_sums, last_stripe,
+                           default_secret.data() + last_stripe_secret_offset);
+  add_swapped_sums_sse2(acc, last_sums);
+  for (int i = 0; i < 4; ++i) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(acc_words) + i, acc[i]);
+  }
+}
+
 #if defined(__GNUC__)
 
 // 256-bit vectors of four 64-bit and eight 32-bit lanes, as GCC and Clang spell them.
@@ -202,6 +223,27 @@ template <int order>
   store_avx2(acc_bytes + 32, acc[1]);
 }
 
+[[gnu::target("avx2")]] inline void consume_listed_avx2(std::uint64_t* acc_words,
+                                                        const std::uint8_t* const* stripes,
+                                                        std::size_t count,
+                                                        const std::uint8_t* last_stripe) noexcept {
+  auto* acc_bytes = reinterpret_cast<std::uint8_t*>(acc_words);
+  avx2_u64x4 acc[2] = {load_avx2(acc_bytes), load_avx2(acc_bytes + 32)};
+  avx2_u64x4 sums[2] = {};
+  for (std::size_t i = 0; i < count; ++i) {
+    accumulate_products_avx2(acc, sums, stripes[i],
+                             default_secret.data() + i * secret_consume_rate);
+  }
+  avx2_u64x4 last_sums[2] = {};
+  accumulate_products_avx2(acc, last_sums, last_stripe,
+                           default_secret.data() + last_stripe_secret_offset);
+  sums[0] += last_sums[0];
+  sums[1] += last_sums[1];
+  add_swapped_sums_avx2(acc, sums);
+  store_avx2(acc_bytes, acc[0]);
+  store_avx2(acc_bytes + 32, acc[1]);
+}
+
 #endif  // defined(__GNUC__)
 #endif  // defined(__x86_64__) || defined(_M_X64)
 
@@ -218,22 +260,23 @@ u128 hash_long_using(const std::uint8_t* input, std::size_t size) noexcept {
 struct kernel_functions {
   consume_function consume = nullptr;
   long_hash_function hash_long = nullptr;
+  consume_listed_function consume_listed = nullptr;
 };
 
-template <consume_function consume>
-inline constexpr kernel_functions functions_of = {consume, &hash_long_using<consume>};
+template <consume_function consume, consume_listed_function listed>
+inline constexpr kernel_functions functions_of = {consume, &hash_long_using<consume>, listed};
 
 /// The functions for `path` if this build has them, else nulls.
 inline kernel_functions compiled_kernel(kernel path) noexcept {
   switch (path) {
     case kernel::scalar:
-      return functions_of<&consume_scalar>;
+      return functions_of<&consume_scalar, &consume_listed_scalar>;
 #if defined(__x86_64__) || defined(_M_X64)
     case kernel::sse2:
-      return functions_of<&consume_sse2>;
+      return functions_of<&consume_sse2, &consume_listed_sse2>;
 #if defined(__GNUC__)
     case kernel::avx2:
-      return functions_of<&consume_avx2>;
+      return functions_of<&consume_avx2, &consume_listed_avx2>;
 #endif
 #endif
     default:
@@ -258,6 +301,11 @@ inline bool available(kernel path) noexcept {
 /// The kernel function for `path`, or null where available(path) is false.
 inline consume_function kernel_function(kernel path) noexcept {
   return available(path) ? compiled_kernel(path).consume : nullptr;
+}
+
+/// All of `path`'s functions, or nulls where available(path) is false.
+inline kernel_functions kernel_functions_of(kernel path) noexcept {
+  return available(path) ? compiled_kernel(path) : kernel_functions{};
 }
 
 /// The best available kernel, decided once per process: a function-local static, so the CPU

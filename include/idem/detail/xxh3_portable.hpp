@@ -317,6 +317,21 @@ inline void consume_scalar(std::uint64_t* acc, const std::uint8_t* input, std::s
   }
 }
 
+/// Accumulates the stripes of a first block that stays short of a scramble, stripe i read at
+/// `stripes[i]`, wherever it lies, then `last_stripe`: a caller whose input is in two parts
+/// (hash_joined) hands a kernel every stripe in one call, and the accumulators stay in
+/// registers throughout. `count` must be below stripes_per_block.
+using consume_listed_function = void (*)(std::uint64_t* acc, const std::uint8_t* const* stripes,
+                                         std::size_t count,
+                                         const std::uint8_t* last_stripe) noexcept;
+
+inline void consume_listed_scalar(std::uint64_t* acc, const std::uint8_t* const* stripes,
+                                  std::size_t count, const std::uint8_t* last_stripe) noexcept {
+  for (std::size_t i = 0; i < count; ++i)
+    accumulate_stripe_scalar(acc, stripes[i], default_secret.data() + i * secret_consume_rate);
+  accumulate_stripe_scalar(acc, last_stripe, default_secret.data() + last_stripe_secret_offset);
+}
+
 /// finalMerge: four 128-bit products of accumulator pairs, folded into one word.
 inline std::uint64_t merge_accumulators(const std::uint64_t* acc, const std::uint8_t* secret,
                                         std::uint64_t start) noexcept {

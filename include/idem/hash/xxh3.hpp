@@ -41,8 +41,8 @@ inline u128 hash(const std::uint8_t* input, std::size_t size) noexcept {
 /// `room`, when not null, is `head` itself, writable, with `room_size` bytes: where the stripe
 /// across the join (or a short input) fits, tail's first bytes are copied behind head there,
 /// and head's bytes are not copied again.
-inline u128 hash_joined(consume_function consume, const std::uint8_t* head, std::size_t head_size,
-                        const std::uint8_t* tail, std::size_t tail_size,
+inline u128 hash_joined(const kernel_functions& functions, const std::uint8_t* head,
+                        std::size_t head_size, const std::uint8_t* tail, std::size_t tail_size,
                         std::uint8_t* room = nullptr, std::size_t room_size = 0) noexcept {
   const std::size_t size = head_size + tail_size;
   // Puts the joined bytes [at, at + count) together at `out`; when `out` is head's own place for
@@ -78,11 +78,40 @@ inline u128 hash_joined(consume_function consume, const std::uint8_t* head, std:
   alignas(64) std::array<std::uint64_t, lanes> acc = initial_accumulators;
   // The stripes wholly in head are read from head.
   const std::size_t in_head = head_size / stripe_size < stripes ? head_size / stripe_size : stripes;
+  const bool has_across = in_head < stripes && head_size % stripe_size != 0;
+  if (stripes < stripes_per_block) {
+    // Within one block, no scramble: every stripe goes to the kernel in one call, by address,
+    // so the accumulators stay in registers. Measured on the default fingerprint of a 256-byte
+    // body (AMD EPYC), the three calls below, one per run, took 26.5 ns against 24.5 ns.
+    alignas(16) std::uint8_t joined[stripe_size];
+    const std::uint8_t* at[stripes_per_block];
+    std::size_t next = 0;
+    for (; next < in_head; ++next)
+      at[next] = head + next * stripe_size;
+    if (has_across) {
+      std::uint8_t* across_bytes = in_room(next * stripe_size, stripe_size);
+      if (across_bytes != nullptr && tail_size >= stripe_size &&
+          head_size + stripe_size <= room_size) {
+        // A whole stripe's worth of tail, more than the join needs: a copy of a fixed size is
+        // a few wide moves, where the exact count would be a call to memcpy.
+        std::memcpy(room + head_size, tail, stripe_size);
+      } else {
+        if (across_bytes == nullptr) across_bytes = joined;
+        gather(across_bytes, next * stripe_size, stripe_size);
+      }
+      at[next++] = across_bytes;
+    }
+    for (; next < stripes; ++next)
+      at[next] = tail + (next * stripe_size - head_size);
+    functions.consume_listed(acc.data(), at, stripes, last_stripe);
+    return finish_long(acc.data(), size);
+  }
+  const consume_function consume = functions.consume;
   if (in_head != 0) consume(acc.data(), head, in_head, 0, nullptr);
   const auto tail_stripes = [&](std::size_t from) {  // stripe `from`, wholly in tail
     return tail + (from * stripe_size - head_size);
   };
-  if (in_head == stripes || head_size % stripe_size == 0) {
+  if (!has_across) {
     consume(acc.data(), in_head < stripes ? tail_stripes(in_head) : tail, stripes - in_head,
             in_head % stripes_per_block, last_stripe);
     return finish_long(acc.data(), size);
@@ -278,8 +307,8 @@ struct xxh3_128 {
   static value joined(const std::uint8_t* head, std::size_t head_size, std::string_view tail,
                       std::uint8_t* room, std::size_t room_size) noexcept {
     namespace x = detail::xxh3;
-    const x::u128 result = x::hash_joined(x::selected_functions().consume, head, head_size,
-                                          bytes_of(tail), tail.size(), room, room_size);
+    const x::u128 result = x::hash_joined(x::selected_functions(), head, head_size, bytes_of(tail),
+                                          tail.size(), room, room_size);
     return {result.low, result.high};
   }
 };
