@@ -13,6 +13,8 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -393,6 +395,57 @@ TEST_CASE("crowded chains: racing claims, finds and a concurrent sweep keep one 
       if (generation > 0) CHECK_FALSE(store.find("crowd", key_of(generation - 1, i), now));
     }
   }
+}
+
+// Two keys meet in a search only when their bucket hashes agree on the shard, the bucket and the
+// 16-bit hint: then the search tells them apart by their bytes alone. Such pairs are found here
+// under this process's hash key (a birthday search over 65,536 keys of each length), for
+// lengths on every path of the byte comparison, and each key of a pair must stay its own record.
+TEST_CASE("keys that share a shard, bucket and hint stay distinct records", "[memory_store]") {
+  idem::memory_store::limits bounds;
+  bounds.expected_records = 16;  // the smallest bucket arrays: 16 a shard, the hash's low 4 bits
+  idem::memory_store store{bounds};
+  const std::string_view scope = "collide";
+  std::size_t pairs = 0;
+  for (const std::size_t length : {std::size_t{5}, std::size_t{8}, std::size_t{13}, std::size_t{36},
+                                   std::size_t{63}, std::size_t{64}, std::size_t{70}}) {
+    // The digits that tell keys apart end an even-length key and start an odd-length one, so
+    // both the comparison's first words and its last one are the deciding ones somewhere.
+    const auto key_of = [length](std::uint32_t i) {
+      const std::string digits = std::to_string(i);
+      const std::string padding(length - digits.size(), 'k');
+      return length % 2 == 0 ? padding + digits : digits + padding;
+    };
+    std::unordered_map<std::uint64_t, std::uint32_t> seen;
+    std::vector<std::pair<std::string, std::string>> found;
+    for (std::uint32_t i = 0; i < 65536 && found.size() < 2; ++i) {
+      const std::string key = key_of(i);
+      const std::uint64_t hash =
+          idem::detail::bucket_hash(idem::detail::process_hash_key(), scope, key);
+      const std::uint64_t meets = (hash >> 42) << 4 | (hash & 15);
+      const auto [at, fresh] = seen.try_emplace(meets, i);
+      if (!fresh) found.emplace_back(key_of(at->second), key);
+    }
+    CAPTURE(length);
+    REQUIRE_FALSE(found.empty());
+    for (const auto& [first, second] : found) {
+      CAPTURE(first, second);
+      for (const std::string& key : {first, second}) {
+        const auto got = store.claim({scope, key, print(1), start, 30s, 1h});
+        REQUIRE(got.status == idem::claim_status::claimed);
+        REQUIRE(store.complete({scope, key, got.fence}, "response of " + key, start));
+      }
+      for (const std::string& key : {first, second}) {
+        CHECK(store.claim({scope, key, print(1), start, 30s, 1h}).status ==
+              idem::claim_status::existing);
+        const auto record = store.find(scope, key, start);
+        REQUIRE(record);
+        CHECK(record->response == "response of " + key);
+      }
+      ++pairs;
+    }
+  }
+  CHECK(pairs >= 7);
 }
 
 TEST_CASE("the bucketing hash is keyed: another key scatters the same inputs differently",
