@@ -2,6 +2,7 @@
 // particular to it: statistics, the record overhead, and that the bucketing hash is keyed.
 #include <catch2/catch.hpp>
 
+#include <idem/store/locked.hpp>
 #include <idem/store/memory.hpp>
 #include <idem/testing/store_conformance.hpp>
 
@@ -528,4 +529,64 @@ TEST_CASE("SipHash-1-3 one-shot and streamed agree at every length and split", "
     }
     text.push_back(static_cast<char>(length * 7 + 1));
   }
+}
+
+TEST_CASE("a scope's cap counts its live records as the locked_store does, through sweeps",
+          "[memory_store]") {
+  // The memory store keeps each scope's expiries sorted, and a sweep's erase at the front only
+  // moves the start until half the list is gone. A long run of claims with three retentions,
+  // re-claims of expired keys (their expiry leaves the middle of the list), sweeps and releases
+  // must leave the count of live records exact: every claim answers as the reference store's.
+  constexpr std::size_t cap = 20;
+  idem::memory_store::limits bounds;
+  bounds.max_records_per_scope = cap;
+  idem::memory_store store{bounds};
+  idem::locked_store::limits reference_bounds;
+  reference_bounds.max_records_per_scope = cap;
+  idem::locked_store reference{reference_bounds};
+
+  std::uint64_t seed = 0x9e3779b97f4a7c15ULL;
+  const auto next = [&seed](std::uint64_t below) {
+    seed ^= seed << 13;
+    seed ^= seed >> 7;
+    seed ^= seed << 17;
+    return seed % below;
+  };
+  const std::chrono::seconds retentions[] = {5s, 50s, 500s};
+  idem::store_time now = start;
+  std::size_t claimed = 0, full = 0, swept = 0;
+  for (int step = 0; step < 6000; ++step) {
+    const std::string scope = next(4) == 0 ? "other" : "tenant";
+    const std::string key = "k" + std::to_string(next(80));
+    const std::uint64_t action = next(20);
+    if (action == 0) {
+      const std::size_t removed = store.sweep(now);
+      REQUIRE(removed == reference.sweep(now));
+      swept += removed;
+    } else if (action == 1) {
+      now += std::chrono::seconds{next(30)};
+    } else {
+      const idem::claim_request request{scope, key, print(1), now, 1s, retentions[next(3)]};
+      const idem::claim_result got = store.claim(request);
+      const idem::claim_result expected = reference.claim(request);
+      CAPTURE(step, scope, key);
+      REQUIRE(got.status == expected.status);
+      if (got.status == idem::claim_status::claimed) {
+        ++claimed;
+        // Some are released at once (they keep counting until they expire), some completed.
+        const idem::fenced_key held{scope, key, got.fence};
+        if (next(3) == 0) {
+          REQUIRE(store.release(held) == reference.release(held));
+        } else {
+          REQUIRE(store.complete(held, "done", now) == reference.complete(held, "done", now));
+        }
+      }
+      if (got.status == idem::claim_status::full) ++full;
+    }
+    now += 100ms;
+  }
+  // The run went through every case: new claims, a full scope, and sweeps that removed records.
+  CHECK(claimed > 500);
+  CHECK(full > 100);
+  CHECK(swept > 100);
 }

@@ -49,7 +49,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <functional>
 #include <initializer_list>
 #include <iterator>
 #include <limits>
@@ -57,7 +56,6 @@
 #include <mutex>
 #include <new>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -884,6 +882,40 @@ class memory_store {
       c.subtract(c.t.records, 1);
       c.subtract(c.t.bytes, bytes_held);
     }
+    // A scope's expiries, sorted: a count of those that have not expired is one binary search
+    // (a multiset's count walked every live record). A new expiry is the claim's time plus the
+    // retention, so it lands at or near the end; a sweep takes the oldest first, so an erase at
+    // the front only moves `head`, and the vector is compacted once half of it is gone.
+    class scope_expiries {
+     public:
+      bool empty() const noexcept { return head_ == times_.size(); }
+      std::size_t live_after(std::int64_t now) const noexcept {
+        return static_cast<std::size_t>(times_.cend() -
+                                        std::upper_bound(begin(), times_.cend(), now));
+      }
+      void insert(std::int64_t expires_at) {
+        times_.insert(std::upper_bound(begin(), times_.cend(), expires_at), expires_at);
+      }
+      void erase_one(std::int64_t expires_at) {
+        const auto one = std::lower_bound(begin(), times_.cend(), expires_at);
+        if (one == times_.cend() || *one != expires_at) return;
+        if (one != begin()) {
+          times_.erase(one);
+          return;
+        }
+        if (++head_ * 2 >= times_.size()) {
+          times_.erase(times_.cbegin(), begin());
+          head_ = 0;
+        }
+      }
+
+     private:
+      std::vector<std::int64_t>::const_iterator begin() const noexcept {
+        return times_.begin() + static_cast<std::ptrdiff_t>(head_);
+      }
+      std::vector<std::int64_t> times_;
+      std::size_t head_ = 0;  // times_[0, head_) were erased
+    };
     // Per scope, the expiry of every record it holds (expired ones until swept), kept only when
     // max_records_per_scope is set: a scope's records are spread over every shard, so what it
     // holds is kept apart, in one of 64 stripes chosen by the scope's keyed hash. A claim counts
@@ -893,7 +925,7 @@ class memory_store {
     // many: a concurrent claim at the edge then answers full, never one past the cap.
     struct scope_stripe {
       std::mutex mutex;
-      std::unordered_map<std::string, std::multiset<std::int64_t>> expiries;
+      std::unordered_map<std::string, scope_expiries> expiries;
     };
     scope_stripe& stripe_for(std::string_view scope) noexcept {
       const char* bytes = scope.empty() ? "" : scope.data();
@@ -904,8 +936,8 @@ class memory_store {
       if (bounds.max_records_per_scope == std::numeric_limits<std::size_t>::max()) return true;
       scope_stripe& stripe = stripe_for(scope);
       const std::lock_guard lock(stripe.mutex);
-      std::multiset<std::int64_t>& held = stripe.expiries[std::string(scope)];
-      const auto live = static_cast<std::size_t>(std::distance(held.upper_bound(now), held.end()));
+      scope_expiries& held = stripe.expiries[std::string(scope)];
+      const std::size_t live = held.live_after(now);
       if (live - std::min(live, replacing) >= bounds.max_records_per_scope) {
         if (held.empty()) stripe.expiries.erase(std::string(scope));
         return false;
@@ -919,8 +951,7 @@ class memory_store {
       const std::lock_guard lock(stripe.mutex);
       const auto at = stripe.expiries.find(std::string(scope));
       if (at == stripe.expiries.end()) return;
-      const auto one = at->second.find(expires_at);
-      if (one != at->second.end()) at->second.erase(one);
+      at->second.erase_one(expires_at);
       if (at->second.empty()) stripe.expiries.erase(at);
     }
 
@@ -1172,7 +1203,7 @@ class memory_store {
 
   // Under home.sweep_mutex.
   std::size_t sweep_locked(shard& home, std::int64_t now) {
-    const auto later = std::greater<>{};
+    const auto later = [](std::uint64_t a, std::uint64_t b) { return a > b; };
     // New tickets join the heap: one by one when few arrived, by one O(n) rebuild when many did.
     const std::size_t held = home.due.size();
     collect_tickets(home);
