@@ -5476,7 +5476,42 @@ struct classify_with {
 // backoff run in microseconds and can assert the exact delays.
 
 #include <ctime>
+
+// begin idem/detail/sleep.hpp
+// A real sleep for the clocks, without <thread>.
+//
+// std::this_thread::sleep_for is nanosleep(2) in a loop on POSIX systems, but <thread> brings
+// std::jthread and <stop_token> with it, which cost a build that includes idem about a tenth of
+// its baseline compile time for one call. Where the platform is POSIX (<unistd.h>), the loop is
+// written here; elsewhere it is std::this_thread's.
+
+#if __has_include(<unistd.h>)
+#include <cerrno>
+#include <ctime>
+#else
 #include <thread>
+#endif
+
+namespace idem::detail {
+
+/// Blocks the calling thread for at least `delay` (nothing for zero or less). A signal that
+/// interrupts the sleep does not shorten it: the rest is slept again.
+inline void sleep_for(std::chrono::nanoseconds delay) {
+  if (delay <= std::chrono::nanoseconds::zero()) return;
+#if __has_include(<unistd.h>)
+  const auto whole = std::chrono::duration_cast<std::chrono::seconds>(delay);
+  timespec left{};
+  left.tv_sec = static_cast<std::time_t>(whole.count());
+  left.tv_nsec = static_cast<long>((delay - whole).count());
+  while (::nanosleep(&left, &left) != 0 && errno == EINTR) {
+  }
+#else
+  std::this_thread::sleep_for(delay);
+#endif
+}
+
+}  // namespace idem::detail
+// end idem/detail/sleep.hpp
 
 namespace idem {
 
@@ -5520,7 +5555,7 @@ struct coarse_clock {
     return std::chrono::nanoseconds::zero();
   }
   void sleep_for(std::chrono::nanoseconds delay) const {
-    std::this_thread::sleep_for(delay);
+    detail::sleep_for(delay);
   }
 
  private:
@@ -5539,7 +5574,7 @@ struct steady_clock {
   std::chrono::system_clock::time_point wall_now() const noexcept {
     return std::chrono::system_clock::now();
   }
-  void sleep_for(std::chrono::nanoseconds delay) const { std::this_thread::sleep_for(delay); }
+  void sleep_for(std::chrono::nanoseconds delay) const { detail::sleep_for(delay); }
 };
 
 /// The system (wall) clock for everything. Deadlines then move when the wall time is set;
@@ -5548,7 +5583,7 @@ struct system_clock {
   using time_point = std::chrono::system_clock::time_point;
   time_point now() const noexcept { return std::chrono::system_clock::now(); }
   std::chrono::system_clock::time_point wall_now() const noexcept { return now(); }
-  void sleep_for(std::chrono::nanoseconds delay) const { std::this_thread::sleep_for(delay); }
+  void sleep_for(std::chrono::nanoseconds delay) const { detail::sleep_for(delay); }
 };
 
 /// A clock that moves only when told to: `advance(d)` or a `sleep_for(d)`, which returns at once.

@@ -5,8 +5,13 @@
 #include <idem/policy/clock.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <thread>
 #include <type_traits>
+
+#include <pthread.h>
+#include <signal.h>
 
 using namespace std::chrono_literals;
 
@@ -59,4 +64,46 @@ TEST_CASE("coarse_clock's deadlines are std::chrono::steady_clock's") {
   const auto after = std::chrono::steady_clock::now();
   CHECK(before <= reading);
   CHECK(reading <= after);
+}
+
+namespace {
+std::atomic<int> interruptions{0};
+}  // namespace
+
+TEST_CASE("a real clock sleeps its whole delay, over a second and through signals") {
+  // nanosleep returns early, with EINTR, whenever a signal handler runs on the sleeping thread;
+  // the sleep must go on for what is left. Over a second the delay is split into seconds and
+  // nanoseconds, and a split that left 10^9 nanoseconds or more would be refused at once.
+  struct sigaction action {};
+  action.sa_handler = [](int) { interruptions.fetch_add(1); };
+  sigemptyset(&action.sa_mask);
+  struct sigaction previous {};
+  REQUIRE(sigaction(SIGUSR1, &action, &previous) == 0);
+  interruptions = 0;
+
+  const pthread_t sleeper = pthread_self();
+  std::atomic<bool> done{false};
+  std::thread interrupter([&] {
+    while (!done.load()) {
+      pthread_kill(sleeper, SIGUSR1);
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+  const auto start = std::chrono::steady_clock::now();
+  idem::steady_clock{}.sleep_for(1050ms);
+  const auto slept = std::chrono::steady_clock::now() - start;
+  done = true;
+  interrupter.join();
+  sigaction(SIGUSR1, &previous, nullptr);
+
+  CAPTURE(interruptions.load());
+  CHECK(interruptions.load() > 0);  // the sleep was interrupted, and still lasted
+  CHECK(slept >= 1050ms);
+}
+
+TEST_CASE("a real clock's sleep of nothing, or less, returns at once") {
+  const auto start = std::chrono::steady_clock::now();
+  idem::coarse_clock{}.sleep_for(0ns);
+  idem::system_clock{}.sleep_for(-5s);
+  CHECK(std::chrono::steady_clock::now() - start < 1s);
 }

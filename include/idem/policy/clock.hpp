@@ -12,7 +12,8 @@
 #include <concepts>
 #include <ctime>
 #include <memory>
-#include <thread>
+
+#include <idem/detail/sleep.hpp>
 
 namespace idem {
 
@@ -56,7 +57,7 @@ struct coarse_clock {
     return std::chrono::nanoseconds::zero();
   }
   void sleep_for(std::chrono::nanoseconds delay) const {
-    std::this_thread::sleep_for(delay);
+    detail::sleep_for(delay);
   }
 
  private:
@@ -75,7 +76,7 @@ struct steady_clock {
   std::chrono::system_clock::time_point wall_now() const noexcept {
     return std::chrono::system_clock::now();
   }
-  void sleep_for(std::chrono::nanoseconds delay) const { std::this_thread::sleep_for(delay); }
+  void sleep_for(std::chrono::nanoseconds delay) const { detail::sleep_for(delay); }
 };
 
 /// The system (wall) clock for everything. Deadlines then move when the wall time is set;
@@ -84,7 +85,7 @@ struct system_clock {
   using time_point = std::chrono::system_clock::time_point;
   time_point now() const noexcept { return std::chrono::system_clock::now(); }
   std::chrono::system_clock::time_point wall_now() const noexcept { return now(); }
-  void sleep_for(std::chrono::nanoseconds delay) const { std::this_thread::sleep_for(delay); }
+  void sleep_for(std::chrono::nanoseconds delay) const { detail::sleep_for(delay); }
 };
 
 /// A clock that moves only when told to: `advance(d)` or a `sleep_for(d)`, which returns at once.
