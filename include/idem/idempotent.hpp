@@ -47,12 +47,15 @@
 #include <idem/detail/guard.hpp>
 #include <idem/fingerprint.hpp>
 #include <idem/handler_context.hpp>
+#include <idem/hash/xxh3.hpp>
 #include <idem/idempotent_outcome.hpp>
 #include <idem/key.hpp>
 #include <idem/policies.hpp>
+#include <idem/policy/failure.hpp>
 #include <idem/request.hpp>
 #include <idem/response_codec.hpp>
 #include <idem/store.hpp>
+#include <idem/store/memory.hpp>
 
 namespace idem {
 
