@@ -79,7 +79,8 @@ class epoch_domain {
   // What exiting threads could not free yet.
   void adopt(std::vector<retired>& leftovers) {
     const std::lock_guard lock(orphans_mutex_);
-    orphans_.insert(orphans_.end(), leftovers.begin(), leftovers.end());
+    for (const retired& item : leftovers)
+      orphans_.push_back(item);
     leftovers.clear();
   }
 
