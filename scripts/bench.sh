@@ -7,6 +7,9 @@
 #   scripts/bench.sh --json FILE            also write the results to FILE as JSON (with the
 #                                           compile cost and the machine added)
 #   scripts/bench.sh --no-compile-cost      skip the compile-cost step
+#   scripts/bench.sh --compile-cost-only    measure compile cost alone, without building or
+#                                           running a benchmark (with --json FILE, FILE holds
+#                                           it and the machine: docs/performance/compile_cost.json)
 #   scripts/bench.sh --max-threads N        run the threaded benchmarks at 1, 2, 4, ... N threads
 #                                           (default 4; IDEM_BENCH_MAX_THREADS)
 #   scripts/bench.sh --interleave REGEX     run the benchmarks matching REGEX first, their
@@ -34,10 +37,11 @@
 # scripts/test.sh does.
 set -euo pipefail
 
-usage() { sed -n '2,34p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,37p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 bench_args=()
 compile_cost=1
+compile_cost_only=0
 interleave=()
 processes=1
 while (($#)); do
@@ -45,6 +49,7 @@ while (($#)); do
     --filter) bench_args+=("--benchmark_filter=${2:?--filter needs a regex}"); compile_cost=0; shift ;;
     --filter=*) bench_args+=("--benchmark_filter=${1#--filter=}"); compile_cost=0 ;;
     --no-compile-cost) compile_cost=0 ;;
+    --compile-cost-only) compile_cost_only=1 ;;
     --max-threads) export IDEM_BENCH_MAX_THREADS="${2:?--max-threads needs a number}"; shift ;;
     --max-threads=*) export IDEM_BENCH_MAX_THREADS="${1#--max-threads=}" ;;
     --interleave) interleave+=("${2:?--interleave needs a regex}"); shift ;;
@@ -100,6 +105,26 @@ if [[ -z "$json_out" ]]; then
 fi
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if ((compile_cost_only)); then
+  if ((!compile_cost || ${#interleave[@]} || processes > 1)); then
+    echo "scripts/bench.sh: --compile-cost-only runs no benchmark; leave out --filter," \
+      "--no-compile-cost, --interleave and --processes" >&2
+    exit 2
+  fi
+  source scripts/lib/packages.sh
+  idem_ensure_packages scripts/bench.sh g++ clang python3
+  echo "== compile cost"
+  compile_json="$(mktemp --suffix=.json)"
+  status=0
+  python3 scripts/compile_cost.py --json "$compile_json" || status=$?
+  if ((status == 0)) && [[ -z "$own_json" ]]; then
+    echo '{}' >"$json_out"
+    python3 scripts/machine_info.py "$json_out" --compile-cost "$compile_json" || status=$?
+  fi
+  rm -f "$compile_json" ${own_json:+"$own_json"}
+  exit "$status"
+fi
 
 if ! compgen -G 'bench/*.cpp' >/dev/null; then
   echo "scripts/bench.sh: no benchmarks yet (bench/*.cpp)" >&2

@@ -15,13 +15,21 @@ and, to say where the time goes, three more:
     idempotent                #include <idem/idempotent.hpp> (the server side alone)
     retrying                  #include <idem/retrying.hpp> (the client side alone)
 
-with CXX -std=c++20 -O2 -c (g++ and clang++ by default, each where installed). The goal is a ratio
-of at most 2. --json writes {"flags", "compilers": {CXX: {idem_s, baseline_s, ratio,
-repetitions, medians_s: {unit: s}, runs_s: {unit: [s, ...]}}}}; scripts/bench.sh puts it into its results as
-"compile_cost".
+with CXX -std=c++20 -O2 -c (g++ and clang++ by default, each where installed). The goal is a
+ratio of at most 2. With clang++, one more compile of the first unit under -ftime-trace says what
+share of its time went where ("breakdown"): the standard headers (parsed, and what they
+instantiate for themselves), idem's own code parsed, the templates idem's code instantiates
+(standard containers for its classes that are not templates, mostly), and the back end.
+
+--json writes {"flags", "date", "commit", "compilers": {CXX: {idem_s, baseline_s, ratio,
+repetitions, medians_s: {unit: s}, runs_s: {unit: [s, ...]}, breakdown: {part: share},
+version}}}, where
+"commit" is the checkout's HEAD (with "-dirty" when its include/ differs from it) and breakdown
+is clang++'s alone; scripts/bench.sh puts it into its results as "compile_cost".
 """
 
 import argparse
+import datetime
 import json
 import os
 import re
@@ -92,6 +100,50 @@ def standard_headers(include_dir):
     return sorted(found)
 
 
+def time_trace_breakdown(trace_path):
+    """Shares of a clang -ftime-trace compile: {standard_headers, idem_parse,
+    idem_instantiation, back_end}, adding up to 1.
+
+    Each event's own time (less the events nested in it) is charged to the innermost file being
+    read when it happened: a template instantiated while idem's code is parsed is idem's, one a
+    standard header instantiates for itself is the standard headers'. Instantiations left to the
+    end of the file (PerformPendingInstantiations) are of function templates that idem's inline
+    functions call: idem's too, since the standard headers alone leave almost none.
+    """
+    with open(trace_path, encoding="utf-8") as handle:
+        events = [e for e in json.load(handle)["traceEvents"]
+                  if e.get("ph") == "X" and not e["name"].startswith("Total")
+                  and e["name"] not in ("ExecuteCompiler", "Frontend", "Backend")]
+    events.sort(key=lambda e: (e["ts"], -e["dur"]))
+    own = [e["dur"] for e in events]
+    files = []
+    stack = []
+    for index, event in enumerate(events):
+        while stack and events[stack[-1]]["ts"] + events[stack[-1]]["dur"] <= event["ts"]:
+            stack.pop()
+        if stack:
+            own[stack[-1]] -= event["dur"]
+        if event["name"] == "Source":
+            files.append(event["args"]["detail"])
+        else:
+            files.append(next((files[i] for i in reversed(stack)
+                               if events[i]["name"] == "Source"), None))
+        stack.append(index)
+    shares = {"standard_headers": 0.0, "idem_parse": 0.0, "idem_instantiation": 0.0,
+              "back_end": 0.0}
+    for event, time, path in zip(events, own, files):
+        instantiation = event["name"].startswith(("Instantiate", "PerformPending"))
+        if path is None:
+            part = "idem_instantiation" if instantiation else "back_end"
+        elif "/idem/" in path.replace(os.sep, "/"):
+            part = "idem_instantiation" if instantiation else "idem_parse"
+        else:
+            part = "standard_headers"
+        shares[part] += time
+    total = sum(shares.values()) or 1
+    return {name: time / total for name, time in shares.items()}
+
+
 def compile_once(compiler, source, include_dir, output):
     """The compiler's CPU time (user + system, its own children included), in seconds.
 
@@ -119,6 +171,12 @@ def measure(compiler, repetitions, include_dir, folder):
         for name, path in paths.items():
             runs[name].append(compile_once(compiler, path, include_dir,
                                            os.path.join(folder, f"{name}.o")))
+    breakdown = None
+    if "clang" in os.path.basename(compiler):
+        output = os.path.join(folder, "idem.o")
+        subprocess.run([compiler, *FLAGS, f"-I{include_dir}", paths["idem"], "-o", output,
+                        "-ftime-trace", "-ftime-trace-granularity=0"], check=True)
+        breakdown = time_trace_breakdown(os.path.join(folder, "idem.json"))
     idem_s = statistics.median(runs["idem"])
     baseline_s = statistics.median(runs["baseline"])
     return {
@@ -128,7 +186,20 @@ def measure(compiler, repetitions, include_dir, folder):
         "repetitions": repetitions,
         "medians_s": {name: statistics.median(times) for name, times in runs.items()},
         "runs_s": runs,
+        **({"breakdown": breakdown} if breakdown else {}),
     }
+
+
+def checkout_commit(root):
+    """HEAD of the checkout the headers come from, "-dirty" if include/ differs from it."""
+    try:
+        head = subprocess.run(["git", "-C", root, "rev-parse", "--short=12", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        changed = subprocess.run(["git", "-C", root, "status", "--porcelain", "--", "include"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return head + ("-dirty" if changed else "")
 
 
 def main():
@@ -145,7 +216,12 @@ def main():
         return 1
     include_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "include")
     include_dir = os.path.normpath(include_dir)
-    result = {"flags": " ".join(FLAGS), "compilers": {}}
+    result = {
+        "flags": " ".join(FLAGS),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": checkout_commit(os.path.dirname(include_dir)),
+        "compilers": {},
+    }
     with tempfile.TemporaryDirectory(prefix="idem-compile-cost-") as folder:
         for compiler in compilers:
             try:
@@ -153,6 +229,8 @@ def main():
             except (OSError, subprocess.CalledProcessError) as error:
                 print(f"compile_cost.py: {compiler} failed: {error}", file=sys.stderr)
                 return 1
+            version = subprocess.run([compiler, "--version"], capture_output=True, text=True)
+            entry["version"] = (version.stdout.splitlines() or [""])[0]
             result["compilers"][compiler] = entry
             print(f"{compiler} {result['flags']}: idem.hpp {entry['idem_s']:.3f} s, "
                   f"<string>+<unordered_map>+<chrono> {entry['baseline_s']:.3f} s, "

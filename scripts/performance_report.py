@@ -9,6 +9,7 @@ wrote. The text comes from docs/performance/template.md, in which these are repl
     {{machine}}                 the machine, compiler and run date from the results
     {{ratios}}                  every benchmark of ours beside each peer (scripts/bench_ratios.py)
     {{compile}}                 the compile-cost table
+    {{compile_run}}             where and when the compile cost was measured, from which commit
     {{threads}}                 throughput against threads, per workload and implementation
     {{scaling}}                 time per operation against live records, and bytes per record
     {{time NAME}}               the median time of benchmark NAME (its run name, as in the JSON)
@@ -29,7 +30,18 @@ wrote. The text comes from docs/performance/template.md, in which these are repl
                                 binary run there with IDEM_BENCH_MAX_THREADS); its thread plots
                                 are wide_threads_*.svg
     {{compile CXX FIELD}}       idem_s, baseline_s or ratio of the compile cost with CXX, or the
-                                median of a unit (idem, baseline, standard_headers_of_idem, ...)
+                                median of a unit (idem, baseline, standard_headers_of_idem, ...);
+                                range:UNIT, the least and most of a unit's runs, in seconds;
+                                share:PART, a part's share of idem.hpp's time in percent, and
+                                part_s:PART, in seconds (PART: standard_headers, idem_parse,
+                                idem_instantiation, back_end; clang++ only); parse_floor, what
+                                idem.hpp would cost if its code instantiated nothing (the
+                                standard headers it includes, and idem's parse), over baseline
+
+The compile cost comes from docs/performance/compile_cost.json where that file exists (a run of
+`scripts/bench.sh --compile-cost-only --json docs/performance/compile_cost.json`, which measures
+it alone, on the headers as they are, with the machine it ran on), and otherwise from
+RESULTS.json's own "compile_cost".
 
 The plots are SVG files under docs/performance/, made with gnuplot (Debian: gnuplot-nox, which
 scripts/performance_report.sh installs when it is missing). A placeholder that names a
@@ -51,6 +63,7 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 DOCS = os.path.join(ROOT, "docs")
 FIGURES = os.path.join(DOCS, "performance")
 WIDE = os.path.join(FIGURES, "results_wide.json")
+COMPILE = os.path.join(FIGURES, "compile_cost.json")
 
 # Workloads run at 1, 2 and 4 threads, and the arguments that pick one curve family.
 THREADED = [
@@ -242,6 +255,25 @@ def lookup(measured, name):
     return entry
 
 
+def compile_run_text(results):
+    """One sentence: the machine, compilers, date and commit of the compile-cost measurement."""
+    cost = results.get("compile_cost") or {}
+    if not cost:
+        raise ReportError("the results have no compile cost")
+    machine = results.get("compile_machine") or results.get("machine", {})
+    compilers = "; ".join(entry.get("version") or name
+                          for name, entry in cost.get("compilers", {}).items())
+    where = f"{machine.get('cpu', 'an unknown CPU')} ({machine.get('cores', '?')} cores)"
+    text = f"measured on {where} with {compilers} (`{cost.get('flags', '')}`)"
+    if cost.get("date"):
+        text += f", on {cost['date']}"
+    if cost.get("commit"):
+        text += f", of the headers of {cost['commit']}"
+    if results.get("compile_machine"):
+        text += f" ([`{os.path.relpath(COMPILE, FIGURES)}`](performance/{os.path.relpath(COMPILE, FIGURES)}))"
+    return text
+
+
 def fill(template, results, measured, table, figures, draft=False, wide=None):
     def replace(match):
         words = match.group(1).split()
@@ -254,6 +286,8 @@ def fill(template, results, measured, table, figures, draft=False, wide=None):
             return "\n".join(machine_lines(results))
         if kind == "ratios" and len(words) == 1:
             return "\n".join(bench_ratios.table_lines(dict(results, compile_cost=None), True))
+        if kind == "compile_run" and len(words) == 1:
+            return compile_run_text(results)
         if kind == "compile" and len(words) == 1:
             return "\n".join(bench_ratios.compile_lines(results.get("compile_cost", {}), True))
         if kind == "threads" and len(words) == 1:
@@ -313,6 +347,28 @@ def fill(template, results, measured, table, figures, draft=False, wide=None):
             if words[1] not in compilers:
                 raise ReportError(f"the results have no compile cost for {words[1]}")
             entry = compilers[words[1]]
+            breakdown = entry.get("breakdown", {})
+            if words[2].startswith("share:"):
+                if words[2][6:] not in breakdown:
+                    raise ReportError(f"the compile cost with {words[1]} has no {words[2]}")
+                return f"{100 * breakdown[words[2][6:]]:.0f}%"
+            if words[2].startswith("part_s:"):
+                if words[2][7:] not in breakdown:
+                    raise ReportError(f"the compile cost with {words[1]} has no {words[2]}")
+                return f"{breakdown[words[2][7:]] * entry['idem_s']:.2f}"
+            if words[2].startswith("range:"):
+                runs = entry.get("runs_s", {}).get(words[2][6:])
+                if not runs:
+                    raise ReportError(f"the compile cost with {words[1]} has no runs of {words[2][6:]}")
+                return f"{min(runs):.2f}–{max(runs):.2f}"
+            if words[2] == "parse_floor":
+                # What idem.hpp would cost if its code instantiated nothing: the standard headers
+                # it includes, and the parse of its own code; as a multiple of the baseline.
+                medians = entry.get("medians_s", {})
+                if "idem_parse" not in breakdown or "standard_headers_of_idem" not in medians:
+                    raise ReportError(f"the compile cost with {words[1]} has no breakdown")
+                floor = medians["standard_headers_of_idem"] + breakdown["idem_parse"] * entry["idem_s"]
+                return f"{floor / entry['baseline_s']:.2f}"
             value = entry.get(words[2], entry.get("medians_s", {}).get(words[2]))
             if value is None:
                 raise ReportError(f"the compile cost has no {words[2]}")
@@ -343,6 +399,11 @@ def main(argv):
         return 0
     try:
         results = bench_ratios.load(results_path)
+        if os.path.exists(COMPILE):
+            # The compile cost measured on its own, after the benchmarks' run.
+            compile_run = bench_ratios.load(COMPILE)
+            results["compile_cost"] = compile_run["compile_cost"]
+            results["compile_machine"] = compile_run.get("machine", {})
         with open(os.path.join(FIGURES, "template.md"), encoding="utf-8") as handle:
             template = handle.read()
         measured = bench_ratios.measurements(results)
@@ -358,8 +419,11 @@ def main(argv):
     except (OSError, ValueError, ReportError, subprocess.CalledProcessError) as error:
         print(f"performance_report.py: {error}", file=sys.stderr)
         return 1
+    sources = [os.path.relpath(results_path, ROOT)]
+    if os.path.exists(COMPILE):
+        sources.append(os.path.relpath(COMPILE, ROOT))
     header = ("<!-- Generated by scripts/performance_report.py from "
-              f"{os.path.relpath(results_path, ROOT)} and docs/performance/template.md; "
+              f"{', '.join(sources)} and docs/performance/template.md; "
               "edit those, not this file. -->\n")
     with open(os.path.join(DOCS, "performance.md"), "w", encoding="utf-8") as handle:
         handle.write(header + text)
