@@ -5486,11 +5486,12 @@ struct classify_with {
 // A real sleep for the clocks, without <thread>.
 //
 // std::this_thread::sleep_for is nanosleep(2) in a loop on POSIX systems, but <thread> brings
-// std::jthread and <stop_token> with it, which cost a build that includes idem about a tenth of
-// its baseline compile time for one call. Where the platform is POSIX (<unistd.h>), the loop is
-// written here; elsewhere it is std::this_thread's.
+// std::jthread and <stop_token> into every file that includes idem, for this one call. Where the
+// platform is POSIX (<unistd.h>), the loop is written here; elsewhere it is std::this_thread's.
 
 #if __has_include(<unistd.h>)
+#include <time.h>  // nanosleep, timespec: POSIX
+
 #include <cerrno>
 #include <ctime>
 #else
@@ -7232,7 +7233,7 @@ class memory_store {
     // A scope's expiries, sorted: a count of those that have not expired is one binary search
     // (a multiset's count walked every live record). A new expiry is the claim's time plus the
     // retention, so it lands at or near the end; a sweep takes the oldest first, so an erase at
-    // the front only moves `head`, and the vector is compacted once half of it is gone.
+    // the front only moves the start (head_), and the vector is compacted once half is gone.
     class scope_expiries {
      public:
       bool empty() const noexcept { return head_ == times_.size(); }

@@ -1,14 +1,15 @@
 // A real sleep for the clocks, without <thread>.
 //
 // std::this_thread::sleep_for is nanosleep(2) in a loop on POSIX systems, but <thread> brings
-// std::jthread and <stop_token> with it, which cost a build that includes idem about a tenth of
-// its baseline compile time for one call. Where the platform is POSIX (<unistd.h>), the loop is
-// written here; elsewhere it is std::this_thread's.
+// std::jthread and <stop_token> into every file that includes idem, for this one call. Where the
+// platform is POSIX (<unistd.h>), the loop is written here; elsewhere it is std::this_thread's.
 #pragma once
 
 #include <chrono>
 
 #if __has_include(<unistd.h>)
+#include <time.h>  // nanosleep, timespec: POSIX
+
 #include <cerrno>
 #include <ctime>
 #else

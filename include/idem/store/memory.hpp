@@ -885,7 +885,7 @@ class memory_store {
     // A scope's expiries, sorted: a count of those that have not expired is one binary search
     // (a multiset's count walked every live record). A new expiry is the claim's time plus the
     // retention, so it lands at or near the end; a sweep takes the oldest first, so an erase at
-    // the front only moves `head`, and the vector is compacted once half of it is gone.
+    // the front only moves the start (head_), and the vector is compacted once half is gone.
     class scope_expiries {
      public:
       bool empty() const noexcept { return head_ == times_.size(); }
