@@ -348,18 +348,17 @@ def fill(template, results, measured, table, figures, draft=False, wide=None):
                 raise ReportError(f"the results have no compile cost for {words[1]}")
             entry = compilers[words[1]]
             breakdown = entry.get("breakdown", {})
-            if words[2].startswith("share:"):
-                if words[2][6:] not in breakdown:
+            field, _, part = words[2].partition(":")
+            if field in ("share", "part_s"):
+                if part not in breakdown:
                     raise ReportError(f"the compile cost with {words[1]} has no {words[2]}")
-                return f"{100 * breakdown[words[2][6:]]:.0f}%"
-            if words[2].startswith("part_s:"):
-                if words[2][7:] not in breakdown:
-                    raise ReportError(f"the compile cost with {words[1]} has no {words[2]}")
-                return f"{breakdown[words[2][7:]] * entry['idem_s']:.2f}"
-            if words[2].startswith("range:"):
-                runs = entry.get("runs_s", {}).get(words[2][6:])
+                if field == "share":
+                    return f"{100 * breakdown[part]:.0f}%"
+                return f"{breakdown[part] * entry['idem_s']:.2f}"
+            if field == "range":
+                runs = entry.get("runs_s", {}).get(part)
                 if not runs:
-                    raise ReportError(f"the compile cost with {words[1]} has no runs of {words[2][6:]}")
+                    raise ReportError(f"the compile cost with {words[1]} has no runs of {part}")
                 return f"{min(runs):.2f}–{max(runs):.2f}"
             if words[2] == "parse_floor":
                 # What idem.hpp would cost if its code instantiated nothing: the standard headers
