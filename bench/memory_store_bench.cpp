@@ -636,7 +636,7 @@ class claim_floor_table {
     const peer_request request(input);
     const std::string_view id = composite_key(input.scope, input.key);
     std::uint64_t hash = 0;
-    std::optional<idem::detail::epoch_guard> pinned;
+    std::optional<idem::detail::epoch_guard<>> pinned;
     if constexpr (Kind != floor_kind::plain) {
       hash = idem::detail::bucket_hash(hash_key_, input.scope, input.key);
       pinned.emplace();
@@ -720,7 +720,7 @@ class claim_floor_table {
   }
 
   std::size_t mask_;
-  idem::detail::link_array slots_;
+  idem::detail::link_array<> slots_;
   idem::detail::siphash_key hash_key_ = idem::detail::process_hash_key();
   std::array<shard_books, Kind == floor_kind::store ? shard_count : 0> books_;
   std::size_t ticket_capacity_ = 0;
@@ -1091,7 +1091,7 @@ struct scaling_fixture {
 // does before it measures).
 void drain_retired() {
   for (int i = 0; i < 3; ++i)
-    idem::detail::epoch_participant::local().collect();
+    idem::detail::epoch_participant<>::local().collect();
 }
 
 // N completed records with 64-byte responses, keys 0..N-1; the keys after N are the fresh ones.

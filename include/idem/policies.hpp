@@ -34,7 +34,9 @@ namespace idem {
 
 // The server side's defaults, defined in the headers idem/idempotent.hpp and idem/inbox.hpp
 // include: store/memory.hpp, hash/xxh3.hpp, policy/failure.hpp, response_codec.hpp.
-class memory_store;
+template <class Lazy>
+class basic_memory_store;
+using memory_store = basic_memory_store<void>;
 struct xxh3_128;
 struct release_on_failure;
 struct plain_response_codec;

@@ -40,19 +40,21 @@ class retry_error : public std::runtime_error {
 
 /// The attempts of one operation, oldest first. The first eight are held inline, so the common
 /// case allocates nothing; more spill to the heap.
-class attempt_history {
+template <class Lazy>
+class basic_attempt_history {
  public:
   static constexpr std::size_t inline_capacity = 8;
 
-  attempt_history() = default;
-  attempt_history(const attempt_history& other) : size_(other.size_), spilled_(other.spilled_) {
+  basic_attempt_history() = default;
+  basic_attempt_history(const basic_attempt_history& other)
+      : size_(other.size_), spilled_(other.spilled_) {
     copy_inline(other);
   }
-  attempt_history(attempt_history&& other) noexcept
+  basic_attempt_history(basic_attempt_history&& other) noexcept
       : size_(other.size_), spilled_(std::move(other.spilled_)) {
     copy_inline(other);
   }
-  attempt_history& operator=(const attempt_history& other) {
+  basic_attempt_history& operator=(const basic_attempt_history& other) {
     if (this != &other) {
       size_ = other.size_;
       spilled_ = other.spilled_;
@@ -60,7 +62,7 @@ class attempt_history {
     }
     return *this;
   }
-  attempt_history& operator=(attempt_history&& other) noexcept {
+  basic_attempt_history& operator=(basic_attempt_history&& other) noexcept {
     if (this != &other) {
       size_ = other.size_;
       spilled_ = std::move(other.spilled_);
@@ -95,7 +97,7 @@ class attempt_history {
   }
 
   // Only the records in use: the rest were never written.
-  void copy_inline(const attempt_history& other) noexcept {
+  void copy_inline(const basic_attempt_history& other) noexcept {
     std::copy_n(other.inline_.begin(), std::min(size_, inline_capacity), inline_.begin());
   }
 
@@ -104,6 +106,8 @@ class attempt_history {
   std::size_t size_ = 0;
   std::vector<attempt_record> spilled_;
 };
+
+using attempt_history = basic_attempt_history<void>;
 
 template <class Call, class Policies>
 class retrying;

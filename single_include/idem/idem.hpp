@@ -1572,6 +1572,7 @@ struct json_node {
   std::uint32_t second;
 };
 
+template <class Lazy = void>
 struct json_document {
   std::vector<json_node> nodes;
   std::vector<double> numbers;
@@ -1673,10 +1674,15 @@ inline bool utf16_less(std::string_view a, std::string_view b) noexcept {
 
 // ---------------------------------------------------------------------------------------------
 // The parser: strict RFC 8259, one pass, recursive descent bounded by max_json_depth.
-
+//
+// The parser, exclusion_set and canonical_writer, and canonicalize_json itself, are templates
+// whose parameter means nothing: a template compiles only where it is used, so a translation
+// unit that includes this header (idem/idem.hpp does) and never canonicalizes does not
+// instantiate the containers they call (docs/performance.md, "Compile cost").
+template <class Lazy = void>
 class json_parser {
  public:
-  json_parser(std::string_view input, json_document& document) noexcept
+  json_parser(std::string_view input, json_document<Lazy>& document) noexcept
       : input_(input), document_(document) {}
 
   void parse() {
@@ -2092,7 +2098,7 @@ class json_parser {
   };
 
   std::string_view input_;
-  json_document& document_;
+  json_document<Lazy>& document_;
   std::size_t position_ = 0;
   // The members of every object still open, innermost last; an object sorts its own on close.
   std::vector<open_member> open_members_;
@@ -2205,6 +2211,7 @@ inline void append_string(std::string& out, std::string_view text) {
 // ---------------------------------------------------------------------------------------------
 // Exclusion: the excluded JSON Pointers (RFC 6901), split into unescaped reference tokens.
 
+template <class Lazy = void>
 class exclusion_set {
  public:
   struct token {
@@ -2294,9 +2301,11 @@ class exclusion_set {
 // keeps the pointers whose tokens so far match the path (a stack of ranges in active_), so a
 // member is checked only against pointers that can still reach it, and not at all when none
 // is excluded.
+template <class Lazy = void>
 class canonical_writer {
  public:
-  canonical_writer(const json_document& document, const exclusion_set& exclusions, std::string& out)
+  canonical_writer(const json_document<Lazy>& document, const exclusion_set<Lazy>& exclusions,
+                   std::string& out)
       : document_(document), exclusions_(exclusions), out_(out) {}
 
   void write() {
@@ -2347,7 +2356,7 @@ class canonical_writer {
       for (std::size_t a = active_begin; a < active_end; ++a) {
         const std::uint32_t p = active_[a];
         if (exclusions_.length(p) > depth + 1 &&
-            exclusion_set::matches_element(exclusions_.token_at(p, depth), position)) {
+            exclusion_set<Lazy>::matches_element(exclusions_.token_at(p, depth), position)) {
           active_.push_back(p);
         }
       }
@@ -2386,8 +2395,8 @@ class canonical_writer {
     out_.push_back('}');
   }
 
-  const json_document& document_;
-  const exclusion_set& exclusions_;
+  const json_document<Lazy>& document_;
+  const exclusion_set<Lazy>& exclusions_;
   std::string& out_;
   std::vector<std::uint32_t> active_;
 };
@@ -2413,20 +2422,22 @@ class canonical_writer {
 ///
 /// Throws json_error for invalid input and std::invalid_argument (json_error's base) for an
 /// invalid pointer, including "" (the whole document). Either way `out` is left as it was.
+template <class Lazy = void>
 inline void canonicalize_json(std::string_view json, std::string& out,
                               std::span<const std::string> excluded = {}) {
-  const detail::exclusion_set exclusions(excluded);
-  detail::json_document document;
-  detail::json_parser(json, document).parse();
+  const detail::exclusion_set<Lazy> exclusions(excluded);
+  detail::json_document<Lazy> document;
+  detail::json_parser<Lazy>(json, document).parse();
   out.reserve(out.size() + json.size());
-  detail::canonical_writer(document, exclusions, out).write();
+  detail::canonical_writer<Lazy>(document, exclusions, out).write();
 }
 
 /// The RFC 8785 canonical form of `json`; see the overload above.
+template <class Lazy = void>
 inline std::string canonicalize_json(std::string_view json,
                                      std::span<const std::string> excluded = {}) {
   std::string out;
-  canonicalize_json(json, out, excluded);
+  canonicalize_json<Lazy>(json, out, excluded);
   return out;
 }
 
@@ -4838,6 +4849,7 @@ namespace detail {
 /// The open / half-open / closed machine both breakers share; they differ only in when a closed
 /// breaker trips. The closed state is read with one atomic load, so the hot path takes no lock;
 /// transitions are rare and take the mutex.
+template <class = void>
 class breaker_machine {
  public:
   breaker_machine(std::chrono::nanoseconds open_for, int probes)
@@ -4917,7 +4929,8 @@ class breaker_machine {
 }  // namespace detail
 
 /// Opens after `threshold` failures in a row (Polly's "consecutive failures" breaker).
-class consecutive_failure_breaker {
+template <class Lazy>
+class basic_consecutive_failure_breaker {
  public:
   struct settings {
     int threshold = 5;                                             // failures in a row that open it
@@ -4925,8 +4938,8 @@ class consecutive_failure_breaker {
     int probes = 1;  // successes in a row that close it
   };
 
-  consecutive_failure_breaker() : consecutive_failure_breaker(settings{}) {}
-  explicit consecutive_failure_breaker(settings s) : state_(std::make_shared<shared>(s)) {
+  basic_consecutive_failure_breaker() : basic_consecutive_failure_breaker(settings{}) {}
+  explicit basic_consecutive_failure_breaker(settings s) : state_(std::make_shared<shared>(s)) {
     if (s.threshold < 1) {
       throw std::invalid_argument(
           "idem::consecutive_failure_breaker: threshold must be at least 1");
@@ -4961,19 +4974,22 @@ class consecutive_failure_breaker {
  private:
   struct shared {
     explicit shared(const settings& s) : machine(s.open_for, s.probes), threshold(s.threshold) {}
-    detail::breaker_machine machine;
+    detail::breaker_machine<> machine;
     int threshold;
     std::atomic<int> failures{0};
   };
   std::shared_ptr<shared> state_;
 };
 
+using consecutive_failure_breaker = basic_consecutive_failure_breaker<void>;
+
 /// Opens when at least `threshold_percent` of the last `window` calls failed, once at least
 /// `minimum_calls` have been seen (resilience4j's count-based sliding window; its defaults).
 /// Every call, successes included, claims a slot of the shared window with one atomic add: on
 /// many cores calling one dependency that line is contended, where the consecutive-failure
 /// breaker only reads on success.
-class failure_rate_breaker {
+template <class Lazy>
+class basic_failure_rate_breaker {
  public:
   struct settings {
     int window = 100;            // calls remembered
@@ -4983,8 +4999,8 @@ class failure_rate_breaker {
     int probes = 10;  // successes in a row that close it
   };
 
-  failure_rate_breaker() : failure_rate_breaker(settings{}) {}
-  explicit failure_rate_breaker(settings s) : state_(std::make_shared<shared>(s)) {
+  basic_failure_rate_breaker() : basic_failure_rate_breaker(settings{}) {}
+  explicit basic_failure_rate_breaker(settings s) : state_(std::make_shared<shared>(s)) {
     if (s.window < 1 || s.minimum_calls < 1 || s.minimum_calls > s.window ||
         s.threshold_percent < 1 || s.threshold_percent > 100) {
       throw std::invalid_argument(
@@ -5051,13 +5067,15 @@ class failure_rate_breaker {
       recorded.store(0, std::memory_order_relaxed);
     }
 
-    detail::breaker_machine machine;
+    detail::breaker_machine<> machine;
     std::int64_t window, minimum_calls, threshold_percent;
     std::vector<std::atomic<std::uint64_t>> bits;
     std::atomic<std::int64_t> recorded{0};
   };
   std::shared_ptr<shared> state_;
 };
+
+using failure_rate_breaker = basic_failure_rate_breaker<void>;
 
 }  // namespace idem
 // end idem/policy/breaker.hpp
@@ -5100,7 +5118,8 @@ struct unlimited_budget {
 
 /// A token bucket shared by its copies. Tokens are kept in thousandths so that fractional
 /// deposits (0.1 x 5 = 0.5 token) add up exactly.
-class token_bucket {
+template <class Lazy>
+class basic_token_bucket {
  public:
   struct settings {
     double max_tokens = 500;           // AWS SDK INITIAL_RETRY_TOKENS; also the bucket's size
@@ -5110,8 +5129,8 @@ class token_bucket {
     double retry_ratio = 0.1;          // gRPC retry throttling's example tokenRatio
   };
 
-  token_bucket() : token_bucket(settings{}) {}
-  explicit token_bucket(settings s) : state_(std::make_shared<state>(validated(s))) {}
+  basic_token_bucket() : basic_token_bucket(settings{}) {}
+  explicit basic_token_bucket(settings s) : state_(std::make_shared<state>(validated(s))) {}
 
   void on_request() noexcept { deposit(state_->request_deposit); }
 
@@ -5190,6 +5209,8 @@ class token_bucket {
 
   std::shared_ptr<state> state_;
 };
+
+using token_bucket = basic_token_bucket<void>;
 
 }  // namespace idem
 // end idem/policy/budget.hpp
@@ -5596,14 +5617,16 @@ struct system_clock {
 /// Copies share one timeline, so a test hands one copy to the retrying object and keeps another
 /// to read or move the time (a slow attempt is simulated by advancing inside the call).
 /// Thread-safe: the time is one atomic counter.
-class manual_clock {
+template <class Lazy>
+class basic_manual_clock {
  public:
   using time_point = std::chrono::steady_clock::time_point;
 
   /// Starts at steady time zero, and at the given wall time (by default 2026-01-01T00:00:00Z,
   /// fixed so that HTTP-date tests are reproducible).
-  explicit manual_clock(std::chrono::system_clock::time_point wall_start =
-                            std::chrono::system_clock::time_point{std::chrono::seconds{1767225600}})
+  explicit basic_manual_clock(std::chrono::system_clock::time_point wall_start =
+                                  std::chrono::system_clock::time_point{
+                                      std::chrono::seconds{1767225600}})
       : state_(std::make_shared<state>(wall_start)) {}
 
   time_point now() const noexcept { return time_point{elapsed()}; }
@@ -5643,6 +5666,8 @@ class manual_clock {
   };
   std::shared_ptr<state> state_;
 };
+
+using manual_clock = basic_manual_clock<void>;
 
 }  // namespace idem
 // end idem/policy/clock.hpp
@@ -5884,9 +5909,10 @@ struct no_observer {
 };
 
 /// Totals, shared by copies, safe from many threads.
-class counting_observer {
+template <class Lazy>
+class basic_counting_observer {
  public:
-  counting_observer() : counts_(std::make_shared<counters>()) {}
+  basic_counting_observer() : counts_(std::make_shared<counters>()) {}
 
   void on_attempt(const attempt_event&) noexcept { add(counts_->attempts); }
   void on_delay(const delay_event& e) noexcept {
@@ -5921,8 +5947,11 @@ class counting_observer {
   std::shared_ptr<counters> counts_;
 };
 
+using counting_observer = basic_counting_observer<void>;
+
 /// Forwards each event to a user function; an unset function is skipped.
-struct callback_observer {
+template <class Lazy>
+struct basic_callback_observer {
   std::function<void(const attempt_event&)> attempt;
   std::function<void(const delay_event&)> delay;
   std::function<void(const finish_event&)> finish;
@@ -5938,6 +5967,8 @@ struct callback_observer {
   }
 };
 
+using callback_observer = basic_callback_observer<void>;
+
 }  // namespace idem
 // end idem/policy/observer.hpp
 
@@ -5945,7 +5976,9 @@ namespace idem {
 
 // The server side's defaults, defined in the headers idem/idempotent.hpp and idem/inbox.hpp
 // include: store/memory.hpp, hash/xxh3.hpp, policy/failure.hpp, response_codec.hpp.
-class memory_store;
+template <class Lazy>
+class basic_memory_store;
+using memory_store = basic_memory_store<void>;
 struct xxh3_128;
 struct release_on_failure;
 struct plain_response_codec;
@@ -6099,6 +6132,9 @@ struct default_policies {
 
 namespace idem::detail {
 
+// These three are templates only so that they compile where they are used (see
+// basic_memory_store in idem/store/memory.hpp); name them with <>.
+template <class = void>
 class epoch_domain {
  public:
   struct retired {
@@ -6189,15 +6225,16 @@ class epoch_domain {
 };
 
 // A thread's membership: its slot, and what it retired and has not freed yet.
+template <class Lazy = void>
 class epoch_participant {
  public:
   static constexpr std::size_t collect_every = 64;
 
-  epoch_participant() : slot_(epoch_domain::instance().acquire_slot()) {}
+  epoch_participant() : slot_(epoch_domain<Lazy>::instance().acquire_slot()) {}
   ~epoch_participant() {
-    epoch_domain& domain = epoch_domain::instance();
+    epoch_domain<Lazy>& domain = epoch_domain<Lazy>::instance();
     domain.try_advance();
-    epoch_domain::free_older(retired_, domain.current() - 1);
+    epoch_domain<Lazy>::free_older(retired_, domain.current() - 1);
     if (!retired_.empty()) domain.adopt(retired_);
     slot_->state.store(0, std::memory_order_release);
     slot_->in_use.store(false, std::memory_order_release);
@@ -6212,14 +6249,14 @@ class epoch_participant {
 
   void pin() noexcept {
     if (depth_++ > 0) return;
-    epoch_domain& domain = epoch_domain::instance();
+    epoch_domain<Lazy>& domain = epoch_domain<Lazy>::instance();
     std::uint64_t epoch = domain.current();
     // Publish the pin, then check the epoch did not move meanwhile: an advance that scanned the
     // slots before the pin was visible could otherwise leave this thread pinned two epochs
     // behind. seq_cst orders the publication before every load of the structure that follows.
     for (;;) {
       slot_->state.store((epoch << 1) | 1, std::memory_order_seq_cst);
-      const std::uint64_t now = epoch_domain::instance().current_seq_cst();
+      const std::uint64_t now = epoch_domain<Lazy>::instance().current_seq_cst();
       if (now == epoch) break;
       epoch = now;
     }
@@ -6238,12 +6275,12 @@ class epoch_participant {
   }
 
   void collect() {
-    epoch_domain& domain = epoch_domain::instance();
+    epoch_domain<Lazy>& domain = epoch_domain<Lazy>::instance();
     const std::uint64_t epoch = domain.try_advance();
     // Tagged at e, an object may still be seen by a thread pinned at e; every such thread has
     // unpinned once the epoch reached e + 2.
     const std::size_t held = retired_.size();
-    epoch_domain::free_older(retired_, epoch - 1);
+    epoch_domain<Lazy>::free_older(retired_, epoch - 1);
     domain.free_orphans(epoch - 1);
     // Each collection advances the epoch by at most one step, so what it frees was retired two
     // collections ago: collecting every collect_every retirements keeps the list near three
@@ -6257,17 +6294,18 @@ class epoch_participant {
   }
 
  private:
-  epoch_domain::slot* slot_;
+  typename epoch_domain<Lazy>::slot* slot_;
   int depth_ = 0;
   std::uint64_t pinned_ = 0;
   std::size_t next_collect_ = collect_every;
-  std::vector<epoch_domain::retired> retired_;
+  std::vector<typename epoch_domain<Lazy>::retired> retired_;
 };
 
 // Pins the calling thread for one operation.
+template <class Lazy = void>
 class epoch_guard {
  public:
-  epoch_guard() noexcept : participant_(epoch_participant::local()) { participant_.pin(); }
+  epoch_guard() noexcept : participant_(epoch_participant<Lazy>::local()) { participant_.pin(); }
   ~epoch_guard() { participant_.unpin(); }
   epoch_guard(const epoch_guard&) = delete;
   epoch_guard& operator=(const epoch_guard&) = delete;
@@ -6279,7 +6317,7 @@ class epoch_guard {
   void retire(void* object, void (*destroy)(void*)) { participant_.retire(object, destroy); }
 
  private:
-  epoch_participant& participant_;
+  epoch_participant<Lazy>& participant_;
 };
 
 }  // namespace idem::detail
@@ -6464,7 +6502,9 @@ inline std::uint64_t bucket_hash(const siphash_key& key, std::string_view scope,
 // batches, and glibc's malloc would then search its bins for the next (measured: 855 against
 // 358 ns a first call). Classes are the sizes 16k + 8, which glibc serves from chunks of
 // 16(k + 1) bytes, so rounding a request up to its class takes no more memory than malloc
-// would; at most 64 KiB a thread is kept.
+// would; at most 64 KiB a thread is kept. (This and the two classes below are templates so that
+// they compile only where they are used; see basic_memory_store. Name them with <>.)
+template <class = void>
 class block_cache {
  public:
   static constexpr std::size_t largest = 1024 - 8;
@@ -6537,6 +6577,7 @@ class block_cache {
 // read-modify-writes in a line of its own.
 inline constexpr std::size_t shared_stripe = 64;
 
+template <class = void>
 class stripe_lease {
  public:
   static std::size_t mine() noexcept {
@@ -6594,6 +6635,7 @@ class stripe_lease {
 // pages in "always" or "madvise" mode), asked to be backed by huge pages. Measured on the
 // claim_new workload (750 k keys, 16 MiB of buckets): about 10 ns a claim. Elsewhere, or if the
 // kernel declines, the array is ordinary memory and works the same.
+template <class = void>
 class link_array {
  public:
   static constexpr std::size_t huge_page = std::size_t{2} << 20;
@@ -6629,7 +6671,14 @@ class link_array {
 
 }  // namespace detail
 
-class memory_store {
+// memory_store is basic_memory_store<void>. The template parameter means nothing: it is there so
+// that the store, and the detail classes above (templates for the same reason), are compiled
+// only in a translation unit that uses them. A class that is not a template instantiates every
+// container and algorithm its member functions call wherever its header is included, which
+// made up a third of the compile time of a unit that includes idem/idem.hpp and uses none of
+// it (docs/performance.md, "Compile cost").
+template <class Lazy>
+class basic_memory_store {
  public:
   /// Records keep no completion time: complete leaves expires_at as the claim set it, so the
   /// guard need not read the clock again for a completion (idem::reads_completion_time).
@@ -6665,8 +6714,8 @@ class memory_store {
   /// The longest scope, and the longest key, a record holds.
   static constexpr std::size_t max_id_bytes = std::numeric_limits<std::uint16_t>::max();
 
-  memory_store() : memory_store(limits{}) {}
-  explicit memory_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
+  basic_memory_store() : basic_memory_store(limits{}) {}
+  explicit basic_memory_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
 
   claim_result claim(const claim_request& request) {
     if (request.scope.size() > max_id_bytes || request.key.size() > max_id_bytes) {
@@ -6695,7 +6744,7 @@ class memory_store {
     };
     node* fresh = nullptr;  // made and counted for an absent key, not yet linked
 
-    detail::epoch_guard guard;
+    detail::epoch_guard<Lazy> guard;
     for (;;) {
       const position at = search(head, hint, request.scope, request.key, guard);
       if (at.found) {
@@ -6795,7 +6844,7 @@ class memory_store {
     state& s = *state_;
     const std::uint64_t hash = s.hash_of(scope, key);
     shard& home = s.shard_for(hash);
-    detail::epoch_guard guard;
+    detail::epoch_guard<Lazy> guard;
     const position at = search(home.buckets[hash & home.mask], hint_of(hash), scope, key, guard);
     if (!at.found) return std::nullopt;
     const node& seen = *at.current;
@@ -6815,7 +6864,7 @@ class memory_store {
   std::vector<record> stuck(store_time now, std::size_t limit) const {
     std::vector<record> out;
     const std::int64_t at = to_ns(now);
-    detail::epoch_guard guard;
+    detail::epoch_guard<Lazy> guard;
     for (const shard& each : state_->shards) {
       for (std::size_t b = 0; b <= each.mask; ++b) {
         for (node* n = pointer(each.buckets[b].load(std::memory_order_acquire)); n != nullptr;) {
@@ -6903,8 +6952,8 @@ class memory_store {
     // A node with room for its variable parts, the scope and key copied in, the rest zero.
     static node* allocate(std::string_view scope, std::string_view key,
                           std::size_t fingerprint_size, std::size_t payload_size) {
-      void* memory = detail::block_cache::local().take(sizeof(node) + scope.size() + key.size() +
-                                                       fingerprint_size + payload_size);
+      void* memory = detail::block_cache<Lazy>::local().take(
+          sizeof(node) + scope.size() + key.size() + fingerprint_size + payload_size);
       auto* n = new (memory) node{};
       n->scope_size = static_cast<std::uint16_t>(scope.size());
       n->key_size = static_cast<std::uint16_t>(key.size());
@@ -6951,7 +7000,7 @@ class memory_store {
     static void destroy(node* n) noexcept {
       const std::size_t size = n->allocated_size();
       n->~node();
-      detail::block_cache::give(n, size);
+      detail::block_cache<Lazy>::give(n, size);
     }
     static void destroy_erased(void* n) noexcept { destroy(static_cast<node*>(n)); }
   };
@@ -7185,7 +7234,7 @@ class memory_store {
     };
     counter counter_for() noexcept {
       if (bounded) return {global, false};
-      const std::size_t stripe = detail::stripe_lease::mine();
+      const std::size_t stripe = detail::stripe_lease<Lazy>::mine();
       if (stripe == detail::shared_stripe) [[unlikely]]
         return {global, false};
       return {stripes[stripe], true};
@@ -7307,7 +7356,7 @@ class memory_store {
     bool bounded;
     detail::siphash_key hash_key;
     std::vector<shard> shards;
-    detail::link_array links;
+    detail::link_array<Lazy> links;
     tally global;  // a bounded store's counts; an unbounded one's from threads without a stripe
     std::array<tally, detail::shared_stripe> stripes;  // an unbounded store's, a stripe a thread
     std::array<scope_stripe, 64> scope_stripes;
@@ -7324,7 +7373,7 @@ class memory_store {
   // to `next` (the node's own link), and retires it. False when `previous` changed meanwhile:
   // the caller walks its chain again.
   static bool unlink(std::atomic<std::uintptr_t>* previous, std::uintptr_t link,
-                     std::uintptr_t next, detail::epoch_guard& guard) {
+                     std::uintptr_t next, detail::epoch_guard<Lazy>& guard) {
     std::uintptr_t expected = link;
     if (!previous->compare_exchange_strong(expected, next & ~mark_bit, std::memory_order_acq_rel)) {
       return false;
@@ -7339,7 +7388,8 @@ class memory_store {
   // key is absent, the node returned may be one only its link's hint was read of (possibly
   // marked): inserting before it is still correct, as the list needs only `previous` unmarked.
   static position search(std::atomic<std::uintptr_t>& head, std::uint16_t hint,
-                         std::string_view scope, std::string_view key, detail::epoch_guard& guard) {
+                         std::string_view scope, std::string_view key,
+                         detail::epoch_guard<Lazy>& guard) {
   retry:
     std::atomic<std::uintptr_t>* previous = &head;
     std::uintptr_t link = previous->load(std::memory_order_acquire);
@@ -7365,7 +7415,7 @@ class memory_store {
   // search can see the key absent in between. Fails when the old node was replaced or removed
   // first. The old node is then unlinked here if its predecessor still points to it, or by the
   // next search that passes.
-  static bool replace(const position& at, node* next, detail::epoch_guard& guard) {
+  static bool replace(const position& at, node* next, detail::epoch_guard<Lazy>& guard) {
     node* const old = at.current;
     std::uintptr_t successor = old->next.load(std::memory_order_acquire);
     for (;;) {
@@ -7457,7 +7507,7 @@ class memory_store {
     shard& home = s.shard_for(hash);
     std::atomic<std::uintptr_t>& head = home.bucket_for(hash);
     const std::uint16_t hint = hint_of(hash);
-    detail::epoch_guard guard;
+    detail::epoch_guard<Lazy> guard;
     for (;;) {
       const position at = search(head, hint, held.scope, held.key, guard);
       if (!at.found) return false;
@@ -7487,7 +7537,7 @@ class memory_store {
   // over, not waited for: the tickets after it belong to records that may already be visible.
   // A slot read is overwritten with `read_slot`; `consumed` counts the leading slots read.
   static void collect_tickets(shard& home) {
-    detail::epoch_guard guard;
+    detail::epoch_guard<Lazy> guard;
     ticket_block* const newest = home.log.load(std::memory_order_acquire);
     ticket_block* newer = nullptr;
     for (ticket_block* b = newest; b != nullptr;) {
@@ -7521,7 +7571,7 @@ class memory_store {
   // counts them.
   std::size_t remove_expired(std::atomic<std::uintptr_t>& head, std::int64_t now) {
     std::size_t removed = 0;
-    detail::epoch_guard guard;
+    detail::epoch_guard<Lazy> guard;
   retry:
     std::atomic<std::uintptr_t>* previous = &head;
     std::uintptr_t link = previous->load(std::memory_order_acquire);
@@ -7588,10 +7638,13 @@ class memory_store {
   std::shared_ptr<state> state_;
 };
 
-constexpr std::size_t memory_store::record_overhead_bytes() {
+template <class Lazy>
+constexpr std::size_t basic_memory_store<Lazy>::record_overhead_bytes() {
   static_assert(sizeof(node) == 56, "memory_store's node header is 56 bytes");
   return sizeof(node) + sizeof(std::uint64_t);
 }
+
+using memory_store = basic_memory_store<void>;
 
 }  // namespace idem
 // end idem/store/memory.hpp
@@ -8280,19 +8333,21 @@ class retry_error : public std::runtime_error {
 
 /// The attempts of one operation, oldest first. The first eight are held inline, so the common
 /// case allocates nothing; more spill to the heap.
-class attempt_history {
+template <class Lazy>
+class basic_attempt_history {
  public:
   static constexpr std::size_t inline_capacity = 8;
 
-  attempt_history() = default;
-  attempt_history(const attempt_history& other) : size_(other.size_), spilled_(other.spilled_) {
+  basic_attempt_history() = default;
+  basic_attempt_history(const basic_attempt_history& other)
+      : size_(other.size_), spilled_(other.spilled_) {
     copy_inline(other);
   }
-  attempt_history(attempt_history&& other) noexcept
+  basic_attempt_history(basic_attempt_history&& other) noexcept
       : size_(other.size_), spilled_(std::move(other.spilled_)) {
     copy_inline(other);
   }
-  attempt_history& operator=(const attempt_history& other) {
+  basic_attempt_history& operator=(const basic_attempt_history& other) {
     if (this != &other) {
       size_ = other.size_;
       spilled_ = other.spilled_;
@@ -8300,7 +8355,7 @@ class attempt_history {
     }
     return *this;
   }
-  attempt_history& operator=(attempt_history&& other) noexcept {
+  basic_attempt_history& operator=(basic_attempt_history&& other) noexcept {
     if (this != &other) {
       size_ = other.size_;
       spilled_ = std::move(other.spilled_);
@@ -8335,7 +8390,7 @@ class attempt_history {
   }
 
   // Only the records in use: the rest were never written.
-  void copy_inline(const attempt_history& other) noexcept {
+  void copy_inline(const basic_attempt_history& other) noexcept {
     std::copy_n(other.inline_.begin(), std::min(size_, inline_capacity), inline_.begin());
   }
 
@@ -8344,6 +8399,8 @@ class attempt_history {
   std::size_t size_ = 0;
   std::vector<attempt_record> spilled_;
 };
+
+using attempt_history = basic_attempt_history<void>;
 
 template <class Call, class Policies>
 class retrying;
@@ -8899,7 +8956,10 @@ retrying(Call) -> retrying<Call, default_policies>;
 
 namespace idem {
 
-class locked_store {
+// locked_store is basic_locked_store<void>: a template only so that it compiles where it is
+// used (see basic_memory_store in idem/store/memory.hpp).
+template <class Lazy>
+class basic_locked_store {
  public:
   /// Records keep no completion time: complete leaves expires_at as the claim set it, so the
   /// guard need not read the clock again for a completion (idem::reads_completion_time).
@@ -8917,8 +8977,8 @@ class locked_store {
     std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
   };
 
-  locked_store() : locked_store(limits{}) {}
-  explicit locked_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
+  basic_locked_store() : basic_locked_store(limits{}) {}
+  explicit basic_locked_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
 
   claim_result claim(const claim_request& request) {
     const std::lock_guard lock(state_->mutex);
@@ -9131,6 +9191,8 @@ class locked_store {
 
   std::shared_ptr<state> state_;
 };
+
+using locked_store = basic_locked_store<void>;
 
 }  // namespace idem
 // end idem/store/locked.hpp

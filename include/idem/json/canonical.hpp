@@ -90,6 +90,7 @@ struct json_node {
   std::uint32_t second;
 };
 
+template <class Lazy = void>
 struct json_document {
   std::vector<json_node> nodes;
   std::vector<double> numbers;
@@ -191,10 +192,15 @@ inline bool utf16_less(std::string_view a, std::string_view b) noexcept {
 
 // ---------------------------------------------------------------------------------------------
 // The parser: strict RFC 8259, one pass, recursive descent bounded by max_json_depth.
-
+//
+// The parser, exclusion_set and canonical_writer, and canonicalize_json itself, are templates
+// whose parameter means nothing: a template compiles only where it is used, so a translation
+// unit that includes this header (idem/idem.hpp does) and never canonicalizes does not
+// instantiate the containers they call (docs/performance.md, "Compile cost").
+template <class Lazy = void>
 class json_parser {
  public:
-  json_parser(std::string_view input, json_document& document) noexcept
+  json_parser(std::string_view input, json_document<Lazy>& document) noexcept
       : input_(input), document_(document) {}
 
   void parse() {
@@ -610,7 +616,7 @@ class json_parser {
   };
 
   std::string_view input_;
-  json_document& document_;
+  json_document<Lazy>& document_;
   std::size_t position_ = 0;
   // The members of every object still open, innermost last; an object sorts its own on close.
   std::vector<open_member> open_members_;
@@ -723,6 +729,7 @@ inline void append_string(std::string& out, std::string_view text) {
 // ---------------------------------------------------------------------------------------------
 // Exclusion: the excluded JSON Pointers (RFC 6901), split into unescaped reference tokens.
 
+template <class Lazy = void>
 class exclusion_set {
  public:
   struct token {
@@ -812,9 +819,11 @@ class exclusion_set {
 // keeps the pointers whose tokens so far match the path (a stack of ranges in active_), so a
 // member is checked only against pointers that can still reach it, and not at all when none
 // is excluded.
+template <class Lazy = void>
 class canonical_writer {
  public:
-  canonical_writer(const json_document& document, const exclusion_set& exclusions, std::string& out)
+  canonical_writer(const json_document<Lazy>& document, const exclusion_set<Lazy>& exclusions,
+                   std::string& out)
       : document_(document), exclusions_(exclusions), out_(out) {}
 
   void write() {
@@ -865,7 +874,7 @@ class canonical_writer {
       for (std::size_t a = active_begin; a < active_end; ++a) {
         const std::uint32_t p = active_[a];
         if (exclusions_.length(p) > depth + 1 &&
-            exclusion_set::matches_element(exclusions_.token_at(p, depth), position)) {
+            exclusion_set<Lazy>::matches_element(exclusions_.token_at(p, depth), position)) {
           active_.push_back(p);
         }
       }
@@ -904,8 +913,8 @@ class canonical_writer {
     out_.push_back('}');
   }
 
-  const json_document& document_;
-  const exclusion_set& exclusions_;
+  const json_document<Lazy>& document_;
+  const exclusion_set<Lazy>& exclusions_;
   std::string& out_;
   std::vector<std::uint32_t> active_;
 };
@@ -931,20 +940,22 @@ class canonical_writer {
 ///
 /// Throws json_error for invalid input and std::invalid_argument (json_error's base) for an
 /// invalid pointer, including "" (the whole document). Either way `out` is left as it was.
+template <class Lazy = void>
 inline void canonicalize_json(std::string_view json, std::string& out,
                               std::span<const std::string> excluded = {}) {
-  const detail::exclusion_set exclusions(excluded);
-  detail::json_document document;
-  detail::json_parser(json, document).parse();
+  const detail::exclusion_set<Lazy> exclusions(excluded);
+  detail::json_document<Lazy> document;
+  detail::json_parser<Lazy>(json, document).parse();
   out.reserve(out.size() + json.size());
-  detail::canonical_writer(document, exclusions, out).write();
+  detail::canonical_writer<Lazy>(document, exclusions, out).write();
 }
 
 /// The RFC 8785 canonical form of `json`; see the overload above.
+template <class Lazy = void>
 inline std::string canonicalize_json(std::string_view json,
                                      std::span<const std::string> excluded = {}) {
   std::string out;
-  canonicalize_json(json, out, excluded);
+  canonicalize_json<Lazy>(json, out, excluded);
   return out;
 }
 

@@ -48,6 +48,7 @@ namespace detail {
 /// The open / half-open / closed machine both breakers share; they differ only in when a closed
 /// breaker trips. The closed state is read with one atomic load, so the hot path takes no lock;
 /// transitions are rare and take the mutex.
+template <class = void>
 class breaker_machine {
  public:
   breaker_machine(std::chrono::nanoseconds open_for, int probes)
@@ -127,7 +128,8 @@ class breaker_machine {
 }  // namespace detail
 
 /// Opens after `threshold` failures in a row (Polly's "consecutive failures" breaker).
-class consecutive_failure_breaker {
+template <class Lazy>
+class basic_consecutive_failure_breaker {
  public:
   struct settings {
     int threshold = 5;                                             // failures in a row that open it
@@ -135,8 +137,8 @@ class consecutive_failure_breaker {
     int probes = 1;  // successes in a row that close it
   };
 
-  consecutive_failure_breaker() : consecutive_failure_breaker(settings{}) {}
-  explicit consecutive_failure_breaker(settings s) : state_(std::make_shared<shared>(s)) {
+  basic_consecutive_failure_breaker() : basic_consecutive_failure_breaker(settings{}) {}
+  explicit basic_consecutive_failure_breaker(settings s) : state_(std::make_shared<shared>(s)) {
     if (s.threshold < 1) {
       throw std::invalid_argument(
           "idem::consecutive_failure_breaker: threshold must be at least 1");
@@ -171,19 +173,22 @@ class consecutive_failure_breaker {
  private:
   struct shared {
     explicit shared(const settings& s) : machine(s.open_for, s.probes), threshold(s.threshold) {}
-    detail::breaker_machine machine;
+    detail::breaker_machine<> machine;
     int threshold;
     std::atomic<int> failures{0};
   };
   std::shared_ptr<shared> state_;
 };
 
+using consecutive_failure_breaker = basic_consecutive_failure_breaker<void>;
+
 /// Opens when at least `threshold_percent` of the last `window` calls failed, once at least
 /// `minimum_calls` have been seen (resilience4j's count-based sliding window; its defaults).
 /// Every call, successes included, claims a slot of the shared window with one atomic add: on
 /// many cores calling one dependency that line is contended, where the consecutive-failure
 /// breaker only reads on success.
-class failure_rate_breaker {
+template <class Lazy>
+class basic_failure_rate_breaker {
  public:
   struct settings {
     int window = 100;            // calls remembered
@@ -193,8 +198,8 @@ class failure_rate_breaker {
     int probes = 10;  // successes in a row that close it
   };
 
-  failure_rate_breaker() : failure_rate_breaker(settings{}) {}
-  explicit failure_rate_breaker(settings s) : state_(std::make_shared<shared>(s)) {
+  basic_failure_rate_breaker() : basic_failure_rate_breaker(settings{}) {}
+  explicit basic_failure_rate_breaker(settings s) : state_(std::make_shared<shared>(s)) {
     if (s.window < 1 || s.minimum_calls < 1 || s.minimum_calls > s.window ||
         s.threshold_percent < 1 || s.threshold_percent > 100) {
       throw std::invalid_argument(
@@ -261,12 +266,14 @@ class failure_rate_breaker {
       recorded.store(0, std::memory_order_relaxed);
     }
 
-    detail::breaker_machine machine;
+    detail::breaker_machine<> machine;
     std::int64_t window, minimum_calls, threshold_percent;
     std::vector<std::atomic<std::uint64_t>> bits;
     std::atomic<std::int64_t> recorded{0};
   };
   std::shared_ptr<shared> state_;
 };
+
+using failure_rate_breaker = basic_failure_rate_breaker<void>;
 
 }  // namespace idem

@@ -44,7 +44,8 @@ struct unlimited_budget {
 
 /// A token bucket shared by its copies. Tokens are kept in thousandths so that fractional
 /// deposits (0.1 x 5 = 0.5 token) add up exactly.
-class token_bucket {
+template <class Lazy>
+class basic_token_bucket {
  public:
   struct settings {
     double max_tokens = 500;           // AWS SDK INITIAL_RETRY_TOKENS; also the bucket's size
@@ -54,8 +55,8 @@ class token_bucket {
     double retry_ratio = 0.1;          // gRPC retry throttling's example tokenRatio
   };
 
-  token_bucket() : token_bucket(settings{}) {}
-  explicit token_bucket(settings s) : state_(std::make_shared<state>(validated(s))) {}
+  basic_token_bucket() : basic_token_bucket(settings{}) {}
+  explicit basic_token_bucket(settings s) : state_(std::make_shared<state>(validated(s))) {}
 
   void on_request() noexcept { deposit(state_->request_deposit); }
 
@@ -134,5 +135,7 @@ class token_bucket {
 
   std::shared_ptr<state> state_;
 };
+
+using token_bucket = basic_token_bucket<void>;
 
 }  // namespace idem

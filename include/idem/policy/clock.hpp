@@ -92,14 +92,16 @@ struct system_clock {
 /// Copies share one timeline, so a test hands one copy to the retrying object and keeps another
 /// to read or move the time (a slow attempt is simulated by advancing inside the call).
 /// Thread-safe: the time is one atomic counter.
-class manual_clock {
+template <class Lazy>
+class basic_manual_clock {
  public:
   using time_point = std::chrono::steady_clock::time_point;
 
   /// Starts at steady time zero, and at the given wall time (by default 2026-01-01T00:00:00Z,
   /// fixed so that HTTP-date tests are reproducible).
-  explicit manual_clock(std::chrono::system_clock::time_point wall_start =
-                            std::chrono::system_clock::time_point{std::chrono::seconds{1767225600}})
+  explicit basic_manual_clock(std::chrono::system_clock::time_point wall_start =
+                                  std::chrono::system_clock::time_point{
+                                      std::chrono::seconds{1767225600}})
       : state_(std::make_shared<state>(wall_start)) {}
 
   time_point now() const noexcept { return time_point{elapsed()}; }
@@ -139,5 +141,7 @@ class manual_clock {
   };
   std::shared_ptr<state> state_;
 };
+
+using manual_clock = basic_manual_clock<void>;
 
 }  // namespace idem

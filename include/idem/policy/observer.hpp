@@ -94,9 +94,10 @@ struct no_observer {
 };
 
 /// Totals, shared by copies, safe from many threads.
-class counting_observer {
+template <class Lazy>
+class basic_counting_observer {
  public:
-  counting_observer() : counts_(std::make_shared<counters>()) {}
+  basic_counting_observer() : counts_(std::make_shared<counters>()) {}
 
   void on_attempt(const attempt_event&) noexcept { add(counts_->attempts); }
   void on_delay(const delay_event& e) noexcept {
@@ -131,8 +132,11 @@ class counting_observer {
   std::shared_ptr<counters> counts_;
 };
 
+using counting_observer = basic_counting_observer<void>;
+
 /// Forwards each event to a user function; an unset function is skipped.
-struct callback_observer {
+template <class Lazy>
+struct basic_callback_observer {
   std::function<void(const attempt_event&)> attempt;
   std::function<void(const delay_event&)> delay;
   std::function<void(const finish_event&)> finish;
@@ -147,5 +151,7 @@ struct callback_observer {
     if (finish) finish(e);
   }
 };
+
+using callback_observer = basic_callback_observer<void>;
 
 }  // namespace idem

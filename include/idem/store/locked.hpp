@@ -25,7 +25,10 @@
 
 namespace idem {
 
-class locked_store {
+// locked_store is basic_locked_store<void>: a template only so that it compiles where it is
+// used (see basic_memory_store in idem/store/memory.hpp).
+template <class Lazy>
+class basic_locked_store {
  public:
   /// Records keep no completion time: complete leaves expires_at as the claim set it, so the
   /// guard need not read the clock again for a completion (idem::reads_completion_time).
@@ -43,8 +46,8 @@ class locked_store {
     std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
   };
 
-  locked_store() : locked_store(limits{}) {}
-  explicit locked_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
+  basic_locked_store() : basic_locked_store(limits{}) {}
+  explicit basic_locked_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
 
   claim_result claim(const claim_request& request) {
     const std::lock_guard lock(state_->mutex);
@@ -257,5 +260,7 @@ class locked_store {
 
   std::shared_ptr<state> state_;
 };
+
+using locked_store = basic_locked_store<void>;
 
 }  // namespace idem

@@ -116,7 +116,9 @@ inline std::uint64_t bucket_hash(const siphash_key& key, std::string_view scope,
 // batches, and glibc's malloc would then search its bins for the next (measured: 855 against
 // 358 ns a first call). Classes are the sizes 16k + 8, which glibc serves from chunks of
 // 16(k + 1) bytes, so rounding a request up to its class takes no more memory than malloc
-// would; at most 64 KiB a thread is kept.
+// would; at most 64 KiB a thread is kept. (This and the two classes below are templates so that
+// they compile only where they are used; see basic_memory_store. Name them with <>.)
+template <class = void>
 class block_cache {
  public:
   static constexpr std::size_t largest = 1024 - 8;
@@ -189,6 +191,7 @@ class block_cache {
 // read-modify-writes in a line of its own.
 inline constexpr std::size_t shared_stripe = 64;
 
+template <class = void>
 class stripe_lease {
  public:
   static std::size_t mine() noexcept {
@@ -246,6 +249,7 @@ class stripe_lease {
 // pages in "always" or "madvise" mode), asked to be backed by huge pages. Measured on the
 // claim_new workload (750 k keys, 16 MiB of buckets): about 10 ns a claim. Elsewhere, or if the
 // kernel declines, the array is ordinary memory and works the same.
+template <class = void>
 class link_array {
  public:
   static constexpr std::size_t huge_page = std::size_t{2} << 20;
@@ -281,7 +285,14 @@ class link_array {
 
 }  // namespace detail
 
-class memory_store {
+// memory_store is basic_memory_store<void>. The template parameter means nothing: it is there so
+// that the store, and the detail classes above (templates for the same reason), are compiled
+// only in a translation unit that uses them. A class that is not a template instantiates every
+// container and algorithm its member functions call wherever its header is included, which
+// made up a third of the compile time of a unit that includes idem/idem.hpp and uses none of
+// it (docs/performance.md, "Compile cost").
+template <class Lazy>
+class basic_memory_store {
  public:
   /// Records keep no completion time: complete leaves expires_at as the claim set it, so the
   /// guard need not read the clock again for a completion (idem::reads_completion_time).
@@ -317,8 +328,8 @@ class memory_store {
   /// The longest scope, and the longest key, a record holds.
   static constexpr std::size_t max_id_bytes = std::numeric_limits<std::uint16_t>::max();
 
-  memory_store() : memory_store(limits{}) {}
-  explicit memory_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
+  basic_memory_store() : basic_memory_store(limits{}) {}
+  explicit basic_memory_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
 
   claim_result claim(const claim_request& request) {
     if (request.scope.size() > max_id_bytes || request.key.size() > max_id_bytes) {
@@ -347,7 +358,7 @@ class memory_store {
     };
     node* fresh = nullptr;  // made and counted for an absent key, not yet linked
 
-    detail::epoch_guard guard;
+    detail::epoch_guard<Lazy> guard;
     for (;;) {
       const position at = search(head, hint, request.scope, request.key, guard);
       if (at.found) {
@@ -447,7 +458,7 @@ class memory_store {
     state& s = *state_;
     const std::uint64_t hash = s.hash_of(scope, key);
     shard& home = s.shard_for(hash);
-    detail::epoch_guard guard;
+    detail::epoch_guard<Lazy> guard;
     const position at = search(home.buckets[hash & home.mask], hint_of(hash), scope, key, guard);
     if (!at.found) return std::nullopt;
     const node& seen = *at.current;
@@ -467,7 +478,7 @@ class memory_store {
   std::vector<record> stuck(store_time now, std::size_t limit) const {
     std::vector<record> out;
     const std::int64_t at = to_ns(now);
-    detail::epoch_guard guard;
+    detail::epoch_guard<Lazy> guard;
     for (const shard& each : state_->shards) {
       for (std::size_t b = 0; b <= each.mask; ++b) {
         for (node* n = pointer(each.buckets[b].load(std::memory_order_acquire)); n != nullptr;) {
@@ -555,8 +566,8 @@ class memory_store {
     // A node with room for its variable parts, the scope and key copied in, the rest zero.
     static node* allocate(std::string_view scope, std::string_view key,
                           std::size_t fingerprint_size, std::size_t payload_size) {
-      void* memory = detail::block_cache::local().take(sizeof(node) + scope.size() + key.size() +
-                                                       fingerprint_size + payload_size);
+      void* memory = detail::block_cache<Lazy>::local().take(
+          sizeof(node) + scope.size() + key.size() + fingerprint_size + payload_size);
       auto* n = new (memory) node{};
       n->scope_size = static_cast<std::uint16_t>(scope.size());
       n->key_size = static_cast<std::uint16_t>(key.size());
@@ -603,7 +614,7 @@ class memory_store {
     static void destroy(node* n) noexcept {
       const std::size_t size = n->allocated_size();
       n->~node();
-      detail::block_cache::give(n, size);
+      detail::block_cache<Lazy>::give(n, size);
     }
     static void destroy_erased(void* n) noexcept { destroy(static_cast<node*>(n)); }
   };
@@ -837,7 +848,7 @@ class memory_store {
     };
     counter counter_for() noexcept {
       if (bounded) return {global, false};
-      const std::size_t stripe = detail::stripe_lease::mine();
+      const std::size_t stripe = detail::stripe_lease<Lazy>::mine();
       if (stripe == detail::shared_stripe) [[unlikely]]
         return {global, false};
       return {stripes[stripe], true};
@@ -959,7 +970,7 @@ class memory_store {
     bool bounded;
     detail::siphash_key hash_key;
     std::vector<shard> shards;
-    detail::link_array links;
+    detail::link_array<Lazy> links;
     tally global;  // a bounded store's counts; an unbounded one's from threads without a stripe
     std::array<tally, detail::shared_stripe> stripes;  // an unbounded store's, a stripe a thread
     std::array<scope_stripe, 64> scope_stripes;
@@ -976,7 +987,7 @@ class memory_store {
   // to `next` (the node's own link), and retires it. False when `previous` changed meanwhile:
   // the caller walks its chain again.
   static bool unlink(std::atomic<std::uintptr_t>* previous, std::uintptr_t link,
-                     std::uintptr_t next, detail::epoch_guard& guard) {
+                     std::uintptr_t next, detail::epoch_guard<Lazy>& guard) {
     std::uintptr_t expected = link;
     if (!previous->compare_exchange_strong(expected, next & ~mark_bit, std::memory_order_acq_rel)) {
       return false;
@@ -991,7 +1002,8 @@ class memory_store {
   // key is absent, the node returned may be one only its link's hint was read of (possibly
   // marked): inserting before it is still correct, as the list needs only `previous` unmarked.
   static position search(std::atomic<std::uintptr_t>& head, std::uint16_t hint,
-                         std::string_view scope, std::string_view key, detail::epoch_guard& guard) {
+                         std::string_view scope, std::string_view key,
+                         detail::epoch_guard<Lazy>& guard) {
   retry:
     std::atomic<std::uintptr_t>* previous = &head;
     std::uintptr_t link = previous->load(std::memory_order_acquire);
@@ -1017,7 +1029,7 @@ class memory_store {
   // search can see the key absent in between. Fails when the old node was replaced or removed
   // first. The old node is then unlinked here if its predecessor still points to it, or by the
   // next search that passes.
-  static bool replace(const position& at, node* next, detail::epoch_guard& guard) {
+  static bool replace(const position& at, node* next, detail::epoch_guard<Lazy>& guard) {
     node* const old = at.current;
     std::uintptr_t successor = old->next.load(std::memory_order_acquire);
     for (;;) {
@@ -1109,7 +1121,7 @@ class memory_store {
     shard& home = s.shard_for(hash);
     std::atomic<std::uintptr_t>& head = home.bucket_for(hash);
     const std::uint16_t hint = hint_of(hash);
-    detail::epoch_guard guard;
+    detail::epoch_guard<Lazy> guard;
     for (;;) {
       const position at = search(head, hint, held.scope, held.key, guard);
       if (!at.found) return false;
@@ -1139,7 +1151,7 @@ class memory_store {
   // over, not waited for: the tickets after it belong to records that may already be visible.
   // A slot read is overwritten with `read_slot`; `consumed` counts the leading slots read.
   static void collect_tickets(shard& home) {
-    detail::epoch_guard guard;
+    detail::epoch_guard<Lazy> guard;
     ticket_block* const newest = home.log.load(std::memory_order_acquire);
     ticket_block* newer = nullptr;
     for (ticket_block* b = newest; b != nullptr;) {
@@ -1173,7 +1185,7 @@ class memory_store {
   // counts them.
   std::size_t remove_expired(std::atomic<std::uintptr_t>& head, std::int64_t now) {
     std::size_t removed = 0;
-    detail::epoch_guard guard;
+    detail::epoch_guard<Lazy> guard;
   retry:
     std::atomic<std::uintptr_t>* previous = &head;
     std::uintptr_t link = previous->load(std::memory_order_acquire);
@@ -1240,9 +1252,12 @@ class memory_store {
   std::shared_ptr<state> state_;
 };
 
-constexpr std::size_t memory_store::record_overhead_bytes() {
+template <class Lazy>
+constexpr std::size_t basic_memory_store<Lazy>::record_overhead_bytes() {
   static_assert(sizeof(node) == 56, "memory_store's node header is 56 bytes");
   return sizeof(node) + sizeof(std::uint64_t);
 }
+
+using memory_store = basic_memory_store<void>;
 
 }  // namespace idem
