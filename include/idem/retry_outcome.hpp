@@ -107,6 +107,7 @@ class basic_attempt_history {
   std::vector<attempt_record> spilled_;
 };
 
+// A template only so that it compiles where it is used (see basic_memory_store).
 using attempt_history = basic_attempt_history<void>;
 
 template <class Call, class Policies>

@@ -4848,7 +4848,8 @@ namespace detail {
 
 /// The open / half-open / closed machine both breakers share; they differ only in when a closed
 /// breaker trips. The closed state is read with one atomic load, so the hot path takes no lock;
-/// transitions are rare and take the mutex.
+/// transitions are rare and take the mutex. (A template only so that it compiles where it is
+/// used; see basic_memory_store.)
 template <class = void>
 class breaker_machine {
  public:
@@ -4974,13 +4975,14 @@ class basic_consecutive_failure_breaker {
  private:
   struct shared {
     explicit shared(const settings& s) : machine(s.open_for, s.probes), threshold(s.threshold) {}
-    detail::breaker_machine<> machine;
+    detail::breaker_machine<Lazy> machine;
     int threshold;
     std::atomic<int> failures{0};
   };
   std::shared_ptr<shared> state_;
 };
 
+// A template only so that it compiles where it is used (see basic_memory_store).
 using consecutive_failure_breaker = basic_consecutive_failure_breaker<void>;
 
 /// Opens when at least `threshold_percent` of the last `window` calls failed, once at least
@@ -5067,7 +5069,7 @@ class basic_failure_rate_breaker {
       recorded.store(0, std::memory_order_relaxed);
     }
 
-    detail::breaker_machine<> machine;
+    detail::breaker_machine<Lazy> machine;
     std::int64_t window, minimum_calls, threshold_percent;
     std::vector<std::atomic<std::uint64_t>> bits;
     std::atomic<std::int64_t> recorded{0};
@@ -5075,6 +5077,7 @@ class basic_failure_rate_breaker {
   std::shared_ptr<shared> state_;
 };
 
+// A template only so that it compiles where it is used (see basic_memory_store).
 using failure_rate_breaker = basic_failure_rate_breaker<void>;
 
 }  // namespace idem
@@ -5210,6 +5213,7 @@ class basic_token_bucket {
   std::shared_ptr<state> state_;
 };
 
+// A template only so that it compiles where it is used (see basic_memory_store).
 using token_bucket = basic_token_bucket<void>;
 
 }  // namespace idem
@@ -5667,6 +5671,7 @@ class basic_manual_clock {
   std::shared_ptr<state> state_;
 };
 
+// A template only so that it compiles where it is used (see basic_memory_store).
 using manual_clock = basic_manual_clock<void>;
 
 }  // namespace idem
@@ -5947,6 +5952,7 @@ class basic_counting_observer {
   std::shared_ptr<counters> counts_;
 };
 
+// A template only so that it compiles where it is used (see basic_memory_store).
 using counting_observer = basic_counting_observer<void>;
 
 /// Forwards each event to a user function; an unset function is skipped.
@@ -5967,6 +5973,7 @@ struct basic_callback_observer {
   }
 };
 
+// A template only so that it compiles where it is used (see basic_memory_store).
 using callback_observer = basic_callback_observer<void>;
 
 }  // namespace idem
@@ -6133,7 +6140,8 @@ struct default_policies {
 namespace idem::detail {
 
 // These three are templates only so that they compile where they are used (see
-// basic_memory_store in idem/store/memory.hpp); name them with <>.
+// basic_memory_store in idem/store/memory.hpp): name them with <>, or inside a template with
+// its parameter.
 template <class = void>
 class epoch_domain {
  public:
@@ -6503,7 +6511,7 @@ inline std::uint64_t bucket_hash(const siphash_key& key, std::string_view scope,
 // 358 ns a first call). Classes are the sizes 16k + 8, which glibc serves from chunks of
 // 16(k + 1) bytes, so rounding a request up to its class takes no more memory than malloc
 // would; at most 64 KiB a thread is kept. (This and the two classes below are templates so that
-// they compile only where they are used; see basic_memory_store. Name them with <>.)
+// they compile only where they are used; see basic_memory_store.)
 template <class = void>
 class block_cache {
  public:
@@ -6674,9 +6682,11 @@ class link_array {
 // memory_store is basic_memory_store<void>. The template parameter means nothing: it is there so
 // that the store, and the detail classes above (templates for the same reason), are compiled
 // only in a translation unit that uses them. A class that is not a template instantiates every
-// container and algorithm its member functions call wherever its header is included, which
-// made up a third of the compile time of a unit that includes idem/idem.hpp and uses none of
-// it (docs/performance.md, "Compile cost").
+// container and algorithm its member functions call wherever its header is included: for the
+// core's classes, a third of the compile time of a unit that included idem/idem.hpp and used
+// none of it (docs/performance.md, "Compile cost"). Calls in the store name the detail classes
+// with Lazy, so that they depend on it: clang++ instantiates what a call that does not depend
+// on the template's parameter needs, even in a template never instantiated.
 template <class Lazy>
 class basic_memory_store {
  public:
@@ -8400,6 +8410,7 @@ class basic_attempt_history {
   std::vector<attempt_record> spilled_;
 };
 
+// A template only so that it compiles where it is used (see basic_memory_store).
 using attempt_history = basic_attempt_history<void>;
 
 template <class Call, class Policies>

@@ -23,7 +23,8 @@
 namespace idem::detail {
 
 // These three are templates only so that they compile where they are used (see
-// basic_memory_store in idem/store/memory.hpp); name them with <>.
+// basic_memory_store in idem/store/memory.hpp): name them with <>, or inside a template with
+// its parameter.
 template <class = void>
 class epoch_domain {
  public:

@@ -47,7 +47,8 @@ namespace detail {
 
 /// The open / half-open / closed machine both breakers share; they differ only in when a closed
 /// breaker trips. The closed state is read with one atomic load, so the hot path takes no lock;
-/// transitions are rare and take the mutex.
+/// transitions are rare and take the mutex. (A template only so that it compiles where it is
+/// used; see basic_memory_store.)
 template <class = void>
 class breaker_machine {
  public:
@@ -173,13 +174,14 @@ class basic_consecutive_failure_breaker {
  private:
   struct shared {
     explicit shared(const settings& s) : machine(s.open_for, s.probes), threshold(s.threshold) {}
-    detail::breaker_machine<> machine;
+    detail::breaker_machine<Lazy> machine;
     int threshold;
     std::atomic<int> failures{0};
   };
   std::shared_ptr<shared> state_;
 };
 
+// A template only so that it compiles where it is used (see basic_memory_store).
 using consecutive_failure_breaker = basic_consecutive_failure_breaker<void>;
 
 /// Opens when at least `threshold_percent` of the last `window` calls failed, once at least
@@ -266,7 +268,7 @@ class basic_failure_rate_breaker {
       recorded.store(0, std::memory_order_relaxed);
     }
 
-    detail::breaker_machine<> machine;
+    detail::breaker_machine<Lazy> machine;
     std::int64_t window, minimum_calls, threshold_percent;
     std::vector<std::atomic<std::uint64_t>> bits;
     std::atomic<std::int64_t> recorded{0};
@@ -274,6 +276,7 @@ class basic_failure_rate_breaker {
   std::shared_ptr<shared> state_;
 };
 
+// A template only so that it compiles where it is used (see basic_memory_store).
 using failure_rate_breaker = basic_failure_rate_breaker<void>;
 
 }  // namespace idem

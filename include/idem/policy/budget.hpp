@@ -136,6 +136,7 @@ class basic_token_bucket {
   std::shared_ptr<state> state_;
 };
 
+// A template only so that it compiles where it is used (see basic_memory_store).
 using token_bucket = basic_token_bucket<void>;
 
 }  // namespace idem

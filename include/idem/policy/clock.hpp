@@ -142,6 +142,7 @@ class basic_manual_clock {
   std::shared_ptr<state> state_;
 };
 
+// A template only so that it compiles where it is used (see basic_memory_store).
 using manual_clock = basic_manual_clock<void>;
 
 }  // namespace idem

@@ -132,6 +132,7 @@ class basic_counting_observer {
   std::shared_ptr<counters> counts_;
 };
 
+// A template only so that it compiles where it is used (see basic_memory_store).
 using counting_observer = basic_counting_observer<void>;
 
 /// Forwards each event to a user function; an unset function is skipped.
@@ -152,6 +153,7 @@ struct basic_callback_observer {
   }
 };
 
+// A template only so that it compiles where it is used (see basic_memory_store).
 using callback_observer = basic_callback_observer<void>;
 
 }  // namespace idem

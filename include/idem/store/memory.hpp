@@ -117,7 +117,7 @@ inline std::uint64_t bucket_hash(const siphash_key& key, std::string_view scope,
 // 358 ns a first call). Classes are the sizes 16k + 8, which glibc serves from chunks of
 // 16(k + 1) bytes, so rounding a request up to its class takes no more memory than malloc
 // would; at most 64 KiB a thread is kept. (This and the two classes below are templates so that
-// they compile only where they are used; see basic_memory_store. Name them with <>.)
+// they compile only where they are used; see basic_memory_store.)
 template <class = void>
 class block_cache {
  public:
@@ -288,9 +288,11 @@ class link_array {
 // memory_store is basic_memory_store<void>. The template parameter means nothing: it is there so
 // that the store, and the detail classes above (templates for the same reason), are compiled
 // only in a translation unit that uses them. A class that is not a template instantiates every
-// container and algorithm its member functions call wherever its header is included, which
-// made up a third of the compile time of a unit that includes idem/idem.hpp and uses none of
-// it (docs/performance.md, "Compile cost").
+// container and algorithm its member functions call wherever its header is included: for the
+// core's classes, a third of the compile time of a unit that included idem/idem.hpp and used
+// none of it (docs/performance.md, "Compile cost"). Calls in the store name the detail classes
+// with Lazy, so that they depend on it: clang++ instantiates what a call that does not depend
+// on the template's parameter needs, even in a template never instantiated.
 template <class Lazy>
 class basic_memory_store {
  public:
