@@ -9,9 +9,13 @@ time (user + system) of each and their ratio:
     idem                      #include <idem/idem.hpp>
     baseline                  #include <string>, <unordered_map>, <chrono>
 
-and, to say where the time goes, three more:
+and, to say where the time goes, four more:
 
     standard_headers_of_idem  every standard header idem/idem.hpp includes, nothing of ours
+    interface_headers         the baseline and only the standard headers whose types idem's
+                              interface holds or whose functions it cannot do without
+                              (INTERFACE_HEADERS): what a core without std::function, std::map,
+                              std::variant, <algorithm> and the SSE headers would still include
     idempotent                #include <idem/idempotent.hpp> (the server side alone)
     retrying                  #include <idem/retrying.hpp> (the client side alone)
 
@@ -21,9 +25,14 @@ share of its time went where ("breakdown"): the standard headers (parsed, and wh
 instantiate for themselves), idem's own code parsed, the templates idem's code instantiates
 (standard containers for its classes that are not templates, mostly), and the back end.
 
+CPU time moves with the machine's load; the compilers' own counters do not. One more compile of
+each unit reads them ("counters"): with g++, -ftime-report's garbage-collected memory in all
+(gc_mb) and what template instantiation allocated of it (instantiation_mb); with clang++, the
+number of templates -ftime-trace saw instantiated (instantiations).
+
 --json writes {"flags", "date", "commit", "compilers": {CXX: {idem_s, baseline_s, ratio,
 repetitions, medians_s: {unit: s}, runs_s: {unit: [s, ...]}, breakdown: {part: share},
-version}}}, where
+counters: {unit: {counter: value}}, version}}}, where
 "commit" is the checkout's HEAD (with "-dirty" when its include/ differs from it) and breakdown
 is clang++'s alone; scripts/bench.sh puts it into its results as "compile_cost".
 """
@@ -43,6 +52,13 @@ import tempfile
 FLAGS = ["-std=c++20", "-O2", "-c"]
 MAIN = "\nint main() { return 0; }\n"
 BASELINE = "#include <chrono>\n#include <string>\n#include <unordered_map>\n" + MAIN
+# The standard headers a core of this design could not do without: the types in its interface
+# (atomics, mutexes, shared_ptr, optional, vector, span, error codes, exceptions) and
+# std::to_chars for the canonical form of a JSON number.
+INTERFACE_HEADERS = ("array", "atomic", "bit", "charconv", "concepts", "cstddef", "cstdint",
+                     "cstring", "exception", "limits", "memory", "mutex", "optional", "span",
+                     "stdexcept", "string_view", "system_error", "type_traits", "utility",
+                     "vector")
 
 
 def sources(include_dir):
@@ -54,6 +70,8 @@ def sources(include_dir):
         # cost that only including fewer standard headers could lower.
         "standard_headers_of_idem": "".join(
             f"#include <{name}>\n" for name in standard_headers(include_dir)) + MAIN,
+        "interface_headers": "".join(f"#include <{name}>\n" for name in INTERFACE_HEADERS)
+        + BASELINE,
         "idempotent": "#include <idem/idempotent.hpp>\n" + MAIN,
         "retrying": "#include <idem/retrying.hpp>\n" + MAIN,
     }
@@ -144,6 +162,44 @@ def time_trace_breakdown(trace_path):
     return {name: time / total for name, time in shares.items()}
 
 
+def time_report_counters(report):
+    """g++ -ftime-report's memory, in MB: {"gc_mb": its TOTAL, "instantiation_mb": the
+    "template instantiation" line's}. Each line ends in the memory it allocated ("187M", "904k")
+    and, from g++ 11 on, its share of the total ("( 81%)")."""
+    counters = {}
+    for line in report.splitlines():
+        name, colon, rest = line.partition(":")
+        key = {"TOTAL": "gc_mb", "template instantiation": "instantiation_mb"}.get(name.strip())
+        if not colon or key is None:
+            continue
+        amounts = re.findall(r"(\d+(?:\.\d+)?)([kMG])\b", rest)
+        if amounts:
+            number, unit = amounts[-1]
+            counters[key] = float(number) * {"k": 1 / 1024, "M": 1, "G": 1024}[unit]
+    return counters
+
+
+def trace_instantiations(trace_path):
+    """How many templates a clang -ftime-trace (granularity 0) saw instantiated."""
+    with open(trace_path, encoding="utf-8") as handle:
+        return sum(1 for e in json.load(handle)["traceEvents"]
+                   if e.get("ph") == "X" and e["name"] in ("InstantiateClass",
+                                                          "InstantiateFunction"))
+
+
+def read_counters(compiler, path, include_dir, folder):
+    """The compiler's own counters for one unit (see the module's docstring)."""
+    base = os.path.splitext(os.path.basename(path))[0]
+    output = os.path.join(folder, base + ".o")
+    if "clang" in os.path.basename(compiler):
+        subprocess.run([compiler, *FLAGS, f"-I{include_dir}", path, "-o", output,
+                        "-ftime-trace", "-ftime-trace-granularity=0"], check=True)
+        return {"instantiations": trace_instantiations(os.path.join(folder, base + ".json"))}
+    report = subprocess.run([compiler, *FLAGS, f"-I{include_dir}", path, "-o", output,
+                             "-ftime-report"], check=True, capture_output=True, text=True).stderr
+    return time_report_counters(report)
+
+
 def compile_once(compiler, source, include_dir, output):
     """The compiler's CPU time (user + system, its own children included), in seconds.
 
@@ -171,11 +227,11 @@ def measure(compiler, repetitions, include_dir, folder):
         for name, path in paths.items():
             runs[name].append(compile_once(compiler, path, include_dir,
                                            os.path.join(folder, f"{name}.o")))
+    counters = {name: read_counters(compiler, path, include_dir, folder)
+                for name, path in paths.items()}
     breakdown = None
     if "clang" in os.path.basename(compiler):
-        output = os.path.join(folder, "idem.o")
-        subprocess.run([compiler, *FLAGS, f"-I{include_dir}", paths["idem"], "-o", output,
-                        "-ftime-trace", "-ftime-trace-granularity=0"], check=True)
+        # read_counters left idem.cpp's trace behind.
         breakdown = time_trace_breakdown(os.path.join(folder, "idem.json"))
     idem_s = statistics.median(runs["idem"])
     baseline_s = statistics.median(runs["baseline"])
@@ -186,6 +242,7 @@ def measure(compiler, repetitions, include_dir, folder):
         "repetitions": repetitions,
         "medians_s": {name: statistics.median(times) for name, times in runs.items()},
         "runs_s": runs,
+        "counters": counters,
         **({"breakdown": breakdown} if breakdown else {}),
     }
 

@@ -36,7 +36,10 @@ wrote. The text comes from docs/performance/template.md, in which these are repl
                                 part_s:PART, in seconds (PART: standard_headers, idem_parse,
                                 idem_instantiation, back_end; clang++ only); parse_floor, what
                                 idem.hpp would cost if its code instantiated nothing (the
-                                standard headers it includes, and idem's parse), over baseline
+                                standard headers it includes, and idem's parse), over baseline;
+                                counter:NAME:UNIT, gc_ratio:UNIT, idem_gc_mb:PART,
+                                gc_floor:UNIT and ratio:UNIT, from the compilers' own counters
+                                and the units' medians (see compile_counter)
 
 The compile cost comes from docs/performance/compile_cost.json where that file exists (a run of
 `scripts/bench.sh --compile-cost-only --json docs/performance/compile_cost.json`, which measures
@@ -274,6 +277,47 @@ def compile_run_text(results):
     return text
 
 
+def compile_counter(compiler, entry, field, part):
+    """The compile-cost placeholders that read the compilers' own counters, or a unit's ratio:
+
+    counter:NAME:UNIT  the counter NAME (gc_mb, instantiation_mb, instantiations) of UNIT
+    gc_ratio:UNIT      UNIT's g++ memory over the baseline's
+    idem_gc_mb:PART    of idem.hpp's g++ memory, what idem's own code added: PART "instantiation"
+                       (its template instantiation less the standard headers' own) or "parse"
+                       (the rest of what it added over the standard headers)
+    gc_floor:UNIT      by g++'s memory, what idem.hpp would cost with UNIT's standard headers
+                       and nothing of idem's instantiated: UNIT plus idem's parse, over baseline
+    ratio:UNIT         UNIT's median CPU time over the baseline's
+    """
+    counters = entry.get("counters", {})
+
+    def get(unit, name):
+        value = counters.get(unit, {}).get(name)
+        if value is None:
+            raise ReportError(f"the compile cost with {compiler} has no counter {name} of {unit}")
+        return value
+
+    if field == "counter":
+        name, _, unit = part.partition(":")
+        value = get(unit, name)
+        return f"{value:,.0f}"
+    if field == "ratio":
+        medians = entry.get("medians_s", {})
+        if part not in medians:
+            raise ReportError(f"the compile cost with {compiler} has no runs of {part}")
+        return f"{medians[part] / entry['baseline_s']:.2f}"
+    standard = "standard_headers_of_idem"
+    instantiated = get("idem", "instantiation_mb") - get(standard, "instantiation_mb")
+    parsed = get("idem", "gc_mb") - get(standard, "gc_mb") - instantiated
+    if field == "idem_gc_mb":
+        if part not in ("instantiation", "parse"):
+            raise ReportError(f"unknown part {part} of idem_gc_mb")
+        return f"{instantiated if part == 'instantiation' else parsed:.0f}"
+    if field == "gc_ratio":
+        return f"{get(part, 'gc_mb') / get('baseline', 'gc_mb'):.2f}"
+    return f"{(get(part, 'gc_mb') + parsed) / get('baseline', 'gc_mb'):.2f}"
+
+
 def fill(template, results, measured, table, figures, draft=False, wide=None):
     def replace(match):
         words = match.group(1).split()
@@ -355,6 +399,8 @@ def fill(template, results, measured, table, figures, draft=False, wide=None):
                 if field == "share":
                     return f"{100 * breakdown[part]:.0f}%"
                 return f"{breakdown[part] * entry['idem_s']:.2f}"
+            if field in ("counter", "gc_ratio", "gc_floor", "idem_gc_mb", "ratio"):
+                return compile_counter(words[1], entry, field, part)
             if field == "range":
                 runs = entry.get("runs_s", {}).get(part)
                 if not runs:

@@ -85,6 +85,51 @@ def main():
     if page != expected:
         failures.append(f"placeholders: {page!r}, expected {expected!r}")
 
+    # g++ -ftime-report's lines: the memory column is the last amount with a unit (g++ 12 adds
+    # its share in parentheses after it); k and M both read as MB.
+    time_report = """
+Time variable                                   usr           sys          wall           GGC
+ phase parsing                      :   1.38 ( 79%)   0.78 ( 87%)   2.17 ( 82%)   187M ( 81%)
+ template instantiation             :   0.84 ( 48%)   0.29 ( 32%)   1.12 ( 42%)   105M ( 46%)
+ parser enumerator list             :   0.00 (  0%)   0.00 (  0%)   0.02 (  1%)   512k (  0%)
+ TOTAL                              :   1.75          0.90          2.66          230M
+"""
+    counters = compile_cost.time_report_counters(time_report)
+    check("gc_mb", counters.get("gc_mb", -1), 230)
+    check("instantiation_mb", counters.get("instantiation_mb", -1), 105)
+    check("k reads as MB", compile_cost.time_report_counters(
+        " TOTAL                              :   0.01          0.00          0.01           512k\n"
+    ).get("gc_mb", -1), 0.5)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "unit.json")
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump({"traceEvents": TRACE}, handle)
+        check("instantiations", compile_cost.trace_instantiations(path), 3)
+
+    gcc = {"idem_s": 3.0, "baseline_s": 1.0, "ratio": 3.0,
+           "medians_s": {"idem": 3.0, "baseline": 1.0, "interface_headers": 1.25},
+           "counters": {"idem": {"gc_mb": 180, "instantiation_mb": 61},
+                        "standard_headers_of_idem": {"gc_mb": 118, "instantiation_mb": 33},
+                        "interface_headers": {"gc_mb": 103, "instantiation_mb": 30},
+                        "baseline": {"gc_mb": 70, "instantiation_mb": 23}}}
+    results["compile_cost"]["compilers"]["g++"] = gcc
+    results["compile_cost"]["compilers"]["clang++"]["counters"] = {"idem": {"instantiations": 8315}}
+    page = report.fill(
+        "{{compile g++ counter:gc_mb:idem}} {{compile clang++ counter:instantiations:idem}} "
+        "{{compile g++ idem_gc_mb:instantiation}} {{compile g++ idem_gc_mb:parse}} "
+        "{{compile g++ gc_ratio:standard_headers_of_idem}} "
+        "{{compile g++ gc_floor:standard_headers_of_idem}} {{compile g++ gc_floor:interface_headers}} "
+        "{{compile g++ ratio:interface_headers}}", results, {}, {}, [])
+    # idem's instantiation: 61 - 33 = 28; its parse: 180 - 118 - 28 = 34.
+    expected = "180 8,315 28 34 1.69 2.17 1.96 1.25"
+    if page != expected:
+        failures.append(f"counter placeholders: {page!r}, expected {expected!r}")
+    try:
+        report.fill("{{compile g++ counter:gc_mb:retrying}}", results, {}, {}, [])
+        failures.append("a counter the run lacks did not stop the report")
+    except report.ReportError:
+        pass
+
     for failure in failures:
         print("FAILED:", failure)
     if failures:
