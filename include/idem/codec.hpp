@@ -19,7 +19,6 @@
 // field for field and its body byte for byte.
 #pragma once
 
-#include <algorithm>
 #include <array>
 #include <bit>
 #include <concepts>
@@ -108,9 +107,7 @@ template <class T>
 requires(std::is_arithmetic_v<T>) struct codec<T> {
   static void encode(const T& value, std::string& out) {
     auto bits = std::bit_cast<std::array<unsigned char, sizeof(T)>>(value);
-    if constexpr (std::endian::native == std::endian::big) {
-      std::reverse(bits.begin(), bits.end());
-    }
+    if constexpr (std::endian::native == std::endian::big) reverse(bits);
     out.append(reinterpret_cast<const char*>(bits.data()), bits.size());
   }
   static T decode(std::string_view bytes) {
@@ -124,10 +121,17 @@ requires(std::is_arithmetic_v<T>) struct codec<T> {
       // Only 0 and 1 are bools; reading any other byte as one is undefined behaviour.
       if (bits[0] > 1) throw codec_error("idem::codec<bool>: a stored bool is neither 0 nor 1");
     }
-    if constexpr (std::endian::native == std::endian::big) {
-      std::reverse(bits.begin(), bits.end());
-    }
+    if constexpr (std::endian::native == std::endian::big) reverse(bits);
     return std::bit_cast<T>(bits);
+  }
+
+ private:
+  static constexpr void reverse(std::array<unsigned char, sizeof(T)>& bits) noexcept {
+    for (std::size_t i = 0; i < sizeof(T) / 2; ++i) {
+      const unsigned char low = bits[i];
+      bits[i] = bits[sizeof(T) - 1 - i];
+      bits[sizeof(T) - 1 - i] = low;
+    }
   }
 };
 
@@ -166,9 +170,12 @@ inline std::string_view take_bytes(std::string_view& in, const char* what) {
 
 /// Layout: 'H', format version 1, status (varint), header count (varint), each header's name and
 /// value (varint length, bytes), then the body to the end.
-template <>
-struct codec<http_response> {
-  static void encode(const http_response& response, std::string& out) {
+///
+/// codec<http_response>, written as a partial specialisation so that it is a template: its
+/// members, and the vector operations they call, compile only where a response is stored.
+template <std::same_as<http_response> T>
+struct codec<T> {
+  static void encode(const T& response, std::string& out) {
     out.push_back('H');
     out.push_back('\x01');
     detail::put_varint(out,
@@ -183,12 +190,12 @@ struct codec<http_response> {
     out += response.body;
   }
 
-  static http_response decode(std::string_view bytes) {
+  static T decode(std::string_view bytes) {
     if (bytes.size() < 2 || bytes[0] != 'H' || bytes[1] != '\x01') {
       throw codec_error("idem::codec<http_response>: the stored bytes are not an http_response");
     }
     bytes.remove_prefix(2);
-    http_response response;
+    T response;
     const std::uint64_t status = detail::take_varint(bytes, "http_response status");
     if (status > 999) throw codec_error("idem::codec<http_response>: stored status out of range");
     response.status = static_cast<int>(status);

@@ -21,9 +21,9 @@
 // link, and idem says so rather than pretend.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
@@ -122,7 +122,7 @@ class handler_context {
     }
     const std::string hex = hash.finish().hex();
     key_buffer out;
-    std::copy(hex.begin(), hex.end(), out.data());
+    std::memcpy(out.data(), hex.data(), hex.size());
     out.set_length(hex.size());
     return out;
   }

@@ -5,7 +5,6 @@
 // sent as an HTTP header value, logged, and stored as a database key without quoting surprises.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -23,7 +22,10 @@ constexpr bool is_valid_key(std::string_view key,
                             std::size_t max_length = max_key_length) noexcept {
   if (key.empty() || key.size() > max_length) return false;
   if (std::is_constant_evaluated()) {
-    return std::all_of(key.begin(), key.end(), [](char c) { return c >= 0x21 && c <= 0x7e; });
+    for (const char c : key) {
+      if (c < 0x21 || c > 0x7e) return false;
+    }
+    return true;
   }
   // Eight bytes at a time (a key is on every request's path): a word holds a byte below 0x21
   // when subtracting 0x21 from every byte borrows into a byte whose top bit was clear, and a
@@ -62,12 +64,12 @@ class key_buffer {
  public:
   constexpr key_buffer() noexcept = default;
   constexpr key_buffer(const key_buffer& other) noexcept : length_(other.length_) {
-    std::copy_n(other.text_, length_, text_);
+    copy_text(text_, other.text_, length_);
   }
   constexpr key_buffer& operator=(const key_buffer& other) noexcept {
     if (this != &other) {
       length_ = other.length_;
-      std::copy_n(other.text_, length_, text_);
+      copy_text(text_, other.text_, length_);
     }
     return *this;
   }
@@ -99,8 +101,18 @@ class key_buffer {
 
  private:
   constexpr void assign_unchecked(std::string_view text) noexcept {
-    std::copy(text.begin(), text.end(), text_);
+    copy_text(text_, text.data(), text.size());
     length_ = static_cast<unsigned char>(text.size());
+  }
+
+  // std::copy_n without <algorithm>: memcpy at run time, a loop where memcpy cannot run.
+  static constexpr void copy_text(char* to, const char* from, std::size_t count) noexcept {
+    if (std::is_constant_evaluated()) {
+      for (std::size_t i = 0; i < count; ++i)
+        to[i] = from[i];
+    } else if (count != 0) {
+      std::memcpy(to, from, count);
+    }
   }
 
   // Only the first length_ bytes are ever read; the rest is left unwritten on purpose, so that

@@ -7,7 +7,6 @@
 // http_response is also a response type that idempotent stores and replays byte for byte.
 #pragma once
 
-#include <algorithm>
 #include <concepts>
 #include <optional>
 #include <span>
@@ -70,10 +69,10 @@ namespace detail {
 inline std::string_view find_header_in(
     const std::vector<std::pair<std::string, std::string>>& headers,
     std::string_view name) noexcept {
-  const auto found = std::find_if(headers.begin(), headers.end(), [&](const auto& field) {
-    return header_name_equals(field.first, name);
-  });
-  return found == headers.end() ? std::string_view{} : std::string_view{found->second};
+  for (const auto& [field_name, value] : headers) {
+    if (header_name_equals(field_name, name)) return value;
+  }
+  return {};
 }
 
 }  // namespace detail

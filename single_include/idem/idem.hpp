@@ -313,10 +313,10 @@ namespace detail {
 inline std::string_view find_header_in(
     const std::vector<std::pair<std::string, std::string>>& headers,
     std::string_view name) noexcept {
-  const auto found = std::find_if(headers.begin(), headers.end(), [&](const auto& field) {
-    return header_name_equals(field.first, name);
-  });
-  return found == headers.end() ? std::string_view{} : std::string_view{found->second};
+  for (const auto& [field_name, value] : headers) {
+    if (header_name_equals(field_name, name)) return value;
+  }
+  return {};
 }
 
 }  // namespace detail
@@ -2567,9 +2567,7 @@ template <class T>
 requires(std::is_arithmetic_v<T>) struct codec<T> {
   static void encode(const T& value, std::string& out) {
     auto bits = std::bit_cast<std::array<unsigned char, sizeof(T)>>(value);
-    if constexpr (std::endian::native == std::endian::big) {
-      std::reverse(bits.begin(), bits.end());
-    }
+    if constexpr (std::endian::native == std::endian::big) reverse(bits);
     out.append(reinterpret_cast<const char*>(bits.data()), bits.size());
   }
   static T decode(std::string_view bytes) {
@@ -2583,10 +2581,17 @@ requires(std::is_arithmetic_v<T>) struct codec<T> {
       // Only 0 and 1 are bools; reading any other byte as one is undefined behaviour.
       if (bits[0] > 1) throw codec_error("idem::codec<bool>: a stored bool is neither 0 nor 1");
     }
-    if constexpr (std::endian::native == std::endian::big) {
-      std::reverse(bits.begin(), bits.end());
-    }
+    if constexpr (std::endian::native == std::endian::big) reverse(bits);
     return std::bit_cast<T>(bits);
+  }
+
+ private:
+  static constexpr void reverse(std::array<unsigned char, sizeof(T)>& bits) noexcept {
+    for (std::size_t i = 0; i < sizeof(T) / 2; ++i) {
+      const unsigned char low = bits[i];
+      bits[i] = bits[sizeof(T) - 1 - i];
+      bits[sizeof(T) - 1 - i] = low;
+    }
   }
 };
 
@@ -2625,9 +2630,12 @@ inline std::string_view take_bytes(std::string_view& in, const char* what) {
 
 /// Layout: 'H', format version 1, status (varint), header count (varint), each header's name and
 /// value (varint length, bytes), then the body to the end.
-template <>
-struct codec<http_response> {
-  static void encode(const http_response& response, std::string& out) {
+///
+/// codec<http_response>, written as a partial specialisation so that it is a template: its
+/// members, and the vector operations they call, compile only where a response is stored.
+template <std::same_as<http_response> T>
+struct codec<T> {
+  static void encode(const T& response, std::string& out) {
     out.push_back('H');
     out.push_back('\x01');
     detail::put_varint(out,
@@ -2642,12 +2650,12 @@ struct codec<http_response> {
     out += response.body;
   }
 
-  static http_response decode(std::string_view bytes) {
+  static T decode(std::string_view bytes) {
     if (bytes.size() < 2 || bytes[0] != 'H' || bytes[1] != '\x01') {
       throw codec_error("idem::codec<http_response>: the stored bytes are not an http_response");
     }
     bytes.remove_prefix(2);
-    http_response response;
+    T response;
     const std::uint64_t status = detail::take_varint(bytes, "http_response status");
     if (status > 999) throw codec_error("idem::codec<http_response>: stored status out of range");
     response.status = static_cast<int>(status);
@@ -3199,7 +3207,10 @@ constexpr bool is_valid_key(std::string_view key,
                             std::size_t max_length = max_key_length) noexcept {
   if (key.empty() || key.size() > max_length) return false;
   if (std::is_constant_evaluated()) {
-    return std::all_of(key.begin(), key.end(), [](char c) { return c >= 0x21 && c <= 0x7e; });
+    for (const char c : key) {
+      if (c < 0x21 || c > 0x7e) return false;
+    }
+    return true;
   }
   // Eight bytes at a time (a key is on every request's path): a word holds a byte below 0x21
   // when subtracting 0x21 from every byte borrows into a byte whose top bit was clear, and a
@@ -3238,12 +3249,12 @@ class key_buffer {
  public:
   constexpr key_buffer() noexcept = default;
   constexpr key_buffer(const key_buffer& other) noexcept : length_(other.length_) {
-    std::copy_n(other.text_, length_, text_);
+    copy_text(text_, other.text_, length_);
   }
   constexpr key_buffer& operator=(const key_buffer& other) noexcept {
     if (this != &other) {
       length_ = other.length_;
-      std::copy_n(other.text_, length_, text_);
+      copy_text(text_, other.text_, length_);
     }
     return *this;
   }
@@ -3275,8 +3286,18 @@ class key_buffer {
 
  private:
   constexpr void assign_unchecked(std::string_view text) noexcept {
-    std::copy(text.begin(), text.end(), text_);
+    copy_text(text_, text.data(), text.size());
     length_ = static_cast<unsigned char>(text.size());
+  }
+
+  // std::copy_n without <algorithm>: memcpy at run time, a loop where memcpy cannot run.
+  static constexpr void copy_text(char* to, const char* from, std::size_t count) noexcept {
+    if (std::is_constant_evaluated()) {
+      for (std::size_t i = 0; i < count; ++i)
+        to[i] = from[i];
+    } else if (count != 0) {
+      std::memcpy(to, from, count);
+    }
   }
 
   // Only the first length_ bytes are ever read; the rest is left unwritten on purpose, so that
@@ -3375,7 +3396,7 @@ class handler_context {
     }
     const std::string hex = hash.finish().hex();
     key_buffer out;
-    std::copy(hex.begin(), hex.end(), out.data());
+    std::memcpy(out.data(), hex.data(), hex.size());
     out.set_length(hex.size());
     return out;
   }
@@ -3493,6 +3514,150 @@ class handler_context {
 
 #include <exception>
 
+// begin idem/detail/algorithm.hpp
+// The few algorithms the core needs, without <algorithm>.
+//
+// <algorithm> costs a translation unit that includes idem more to parse than everything the core
+// takes from it: std::min and std::max, two binary searches, a heap and a sort (the ranges
+// algorithms and their concepts come with it in C++20). These keep the standard ones'
+// contracts, for the core's own use; a user's code is free to include <algorithm> itself.
+
+#include <iterator>
+
+namespace idem::detail {
+
+/// The smaller of `a` and `b`; `a` when they are equal, as std::min.
+template <class T>
+constexpr const T& min(const T& a, const T& b) noexcept(noexcept(b < a)) {
+  return b < a ? b : a;
+}
+
+/// The larger of `a` and `b`; `a` when they are equal, as std::max.
+template <class T>
+constexpr const T& max(const T& a, const T& b) noexcept(noexcept(a < b)) {
+  return a < b ? b : a;
+}
+
+/// `value` held within [low, high], as std::clamp; low must not be above high.
+template <class T>
+constexpr const T& clamp(const T& value, const T& low,
+                         const T& high) noexcept(noexcept(value < low)) {
+  return value < low ? low : (high < value ? high : value);
+}
+
+/// The first position in the sorted range [first, last) whose element is not less than `value`.
+template <class RandomIt, class T>
+constexpr RandomIt lower_bound(RandomIt first, RandomIt last, const T& value) {
+  auto count = last - first;
+  while (count > 0) {
+    const auto half = count / 2;
+    const RandomIt middle = first + half;
+    if (*middle < value) {
+      first = middle + 1;
+      count -= half + 1;
+    } else {
+      count = half;
+    }
+  }
+  return first;
+}
+
+/// The first position in the sorted range [first, last) whose element is greater than `value`.
+template <class RandomIt, class T>
+constexpr RandomIt upper_bound(RandomIt first, RandomIt last, const T& value) {
+  auto count = last - first;
+  while (count > 0) {
+    const auto half = count / 2;
+    const RandomIt middle = first + half;
+    if (value < *middle) {
+      count = half;
+    } else {
+      first = middle + 1;
+      count -= half + 1;
+    }
+  }
+  return first;
+}
+
+// The binary heaps of std::push_heap and std::pop_heap, with `before(a, b)` ordering a below b
+// (so the element at `first` is one no other comes after): a heap made here is one for the
+// standard functions too, and the other way round.
+
+// Moves the element at `hole` down to its place among [first, first + size).
+template <class RandomIt, class Compare>
+constexpr void sift_down(RandomIt first, std::iter_difference_t<RandomIt> size,
+                         std::iter_difference_t<RandomIt> hole, Compare before) {
+  std::iter_value_t<RandomIt> moving = std::move(first[hole]);
+  for (;;) {
+    auto child = 2 * hole + 1;
+    if (child >= size) break;
+    if (child + 1 < size && before(first[child], first[child + 1])) ++child;
+    if (!before(moving, first[child])) break;
+    first[hole] = std::move(first[child]);
+    hole = child;
+  }
+  first[hole] = std::move(moving);
+}
+
+/// Arranges [first, last) as a heap, in O(n).
+template <class RandomIt, class Compare>
+constexpr void make_heap(RandomIt first, RandomIt last, Compare before) {
+  const auto size = last - first;
+  for (auto parent = size / 2; parent-- > 0;)
+    sift_down(first, size, parent, before);
+}
+
+/// Adds *(last - 1) to the heap [first, last - 1).
+template <class RandomIt, class Compare>
+constexpr void push_heap(RandomIt first, RandomIt last, Compare before) {
+  auto hole = (last - first) - 1;
+  if (hole <= 0) return;
+  std::iter_value_t<RandomIt> moving = std::move(first[hole]);
+  while (hole > 0) {
+    const auto parent = (hole - 1) / 2;
+    if (!before(first[parent], moving)) break;
+    first[hole] = std::move(first[parent]);
+    hole = parent;
+  }
+  first[hole] = std::move(moving);
+}
+
+/// Moves the heap's top to *(last - 1) and makes [first, last - 1) a heap again.
+template <class RandomIt, class Compare>
+constexpr void pop_heap(RandomIt first, RandomIt last, Compare before) {
+  const auto size = last - first;
+  if (size <= 1) return;
+  std::iter_value_t<RandomIt> top = std::move(first[0]);
+  first[0] = std::move(first[size - 1]);
+  first[size - 1] = std::move(top);
+  sift_down(first, size - 1, std::iter_difference_t<RandomIt>{0}, before);
+}
+
+}  // namespace idem::detail
+// end idem/detail/algorithm.hpp
+// begin idem/detail/lazy.hpp
+// A type named so that it depends on a template's parameter, to keep a class template's
+// standard containers from being instantiated where the template is only declared.
+//
+// Clang instantiates what a call needs as soon as it reads the call, when nothing in it depends
+// on the template around it: `std::vector<record> out; out.push_back(r);` in a member of a store
+// that is never used still instantiates push_back and its reallocation in every unit that
+// includes the store. Declaring `out` as lazy_t<Lazy, std::vector<record>> makes the call
+// dependent, so it waits until the store is used, as it does with g++ already.
+
+namespace idem::detail {
+
+template <class Lazy, class T>
+struct lazy_type {
+  using type = T;
+};
+
+/// `T` itself, as a type that depends on `Lazy`.
+template <class Lazy, class T>
+using lazy_t = typename lazy_type<Lazy, T>::type;
+
+}  // namespace idem::detail
+// end idem/detail/lazy.hpp
 // begin idem/idempotent_outcome.hpp
 // What one guarded call returns: what happened (a verdict), the response when there is one, and
 // the HTTP status a service answers with.
@@ -4173,8 +4338,8 @@ class guard {
            claimed.existing.fingerprint == print) {
       const std::chrono::nanoseconds waited = clock_.now() - start;
       if (waited >= timing_.coalesce) break;
-      clock_.sleep_for(std::min(pause, timing_.coalesce - waited));
-      pause = std::min<std::chrono::nanoseconds>(2 * pause, std::chrono::milliseconds{50});
+      clock_.sleep_for(detail::min(pause, timing_.coalesce - waited));
+      pause = detail::min<std::chrono::nanoseconds>(2 * pause, std::chrono::milliseconds{50});
       claimed = claim(scope, key, print, claimed_at);
     }
     return claimed;
@@ -4469,7 +4634,7 @@ class guard {
   idempotent_outcome<Response> answer_lost(std::string_view scope, std::string_view key,
                                            const digest& print) {
     using outcome_type = idempotent_outcome<Response>;
-    std::optional<record> current;
+    lazy_t<Response, std::optional<record>> current;  // see idem/detail/lazy.hpp
     try {
       current = store_.find(scope, key, clock_.wall_now());
     } catch (const store_error& error) {
@@ -6114,7 +6279,6 @@ struct default_policies {
 // each due ticket's bucket, so it costs what it removes (plus the tickets that arrived since
 // the last sweep, and those due within the current 2^30 ns), not what the store holds.
 
-#include <iterator>
 #include <new>
 #include <unordered_map>
 
@@ -6296,7 +6460,7 @@ class epoch_participant {
     // freed; then collecting again only once the list has doubled keeps retire amortised O(1)
     // instead of rescanning the list every time.
     next_collect_ = retired_.size() < held ? retired_.size() + collect_every
-                                           : std::max(collect_every, 2 * retired_.size());
+                                           : detail::max(collect_every, 2 * retired_.size());
     // A burst of retirements grows the list; give the memory back once it has drained.
     if (retired_.capacity() > 4 * next_collect_) retired_.shrink_to_fit();
   }
@@ -6512,7 +6676,7 @@ inline std::uint64_t bucket_hash(const siphash_key& key, std::string_view scope,
 // 16(k + 1) bytes, so rounding a request up to its class takes no more memory than malloc
 // would; at most 64 KiB a thread is kept. (This and the two classes below are templates so that
 // they compile only where they are used; see basic_memory_store.)
-template <class = void>
+template <class Lazy = void>
 class block_cache {
  public:
   static constexpr std::size_t largest = 1024 - 8;
@@ -6523,7 +6687,7 @@ class block_cache {
   block_cache& operator=(const block_cache&) = delete;
   ~block_cache() {
     alive() = false;
-    for (std::vector<void*>& bin : bins_) {
+    for (auto& bin : bins_) {
       for (void* block : bin)
         ::operator delete(block);
     }
@@ -6573,7 +6737,7 @@ class block_cache {
     return flag;
   }
 
-  std::array<std::vector<void*>, bins> bins_;
+  std::array<lazy_t<Lazy, std::vector<void*>>, bins> bins_;  // see idem/detail/lazy.hpp
   std::size_t held_ = 0;
 };
 
@@ -6872,7 +7036,7 @@ class basic_memory_store {
   }
 
   std::vector<record> stuck(store_time now, std::size_t limit) const {
-    std::vector<record> out;
+    detail::lazy_t<Lazy, std::vector<record>> out;  // see idem/detail/lazy.hpp
     const std::int64_t at = to_ns(now);
     detail::epoch_guard<Lazy> guard;
     for (const shard& each : state_->shards) {
@@ -7099,7 +7263,7 @@ class basic_memory_store {
     constexpr std::int64_t last = std::numeric_limits<std::uint32_t>::max();
     if (ns <= 0) return 1;
     const std::int64_t units = ns / unit + (ns % unit != 0 ? 1 : 0);
-    return static_cast<std::uint64_t>(std::clamp<std::int64_t>(units, 1, last));
+    return static_cast<std::uint64_t>(detail::clamp<std::int64_t>(units, 1, last));
   }
   static std::uint64_t ticket_of(std::int64_t expires_at, std::size_t bucket) noexcept {
     return ticket_time(expires_at) << 32 | static_cast<std::uint32_t>(bucket);
@@ -7143,7 +7307,7 @@ class basic_memory_store {
     std::atomic<std::int64_t> swept_to{std::numeric_limits<std::int64_t>::min()};
     std::mutex sweep_mutex;
     // A min-heap of tickets (they order by due time), under sweep_mutex.
-    std::vector<std::uint64_t> due;
+    detail::lazy_t<Lazy, std::vector<std::uint64_t>> due;  // see idem/detail/lazy.hpp
 
     std::atomic<std::uintptr_t>& bucket_for(std::uint64_t hash) const noexcept {
       return buckets[hash & mask];
@@ -7298,13 +7462,13 @@ class basic_memory_store {
       bool empty() const noexcept { return head_ == times_.size(); }
       std::size_t live_after(std::int64_t now) const noexcept {
         return static_cast<std::size_t>(times_.cend() -
-                                        std::upper_bound(begin(), times_.cend(), now));
+                                        detail::upper_bound(begin(), times_.cend(), now));
       }
       void insert(std::int64_t expires_at) {
-        times_.insert(std::upper_bound(begin(), times_.cend(), expires_at), expires_at);
+        times_.insert(detail::upper_bound(begin(), times_.cend(), expires_at), expires_at);
       }
       void erase_one(std::int64_t expires_at) {
-        const auto one = std::lower_bound(begin(), times_.cend(), expires_at);
+        const auto one = detail::lower_bound(begin(), times_.cend(), expires_at);
         if (one == times_.cend() || *one != expires_at) return;
         if (one != begin()) {
           times_.erase(one);
@@ -7317,10 +7481,11 @@ class basic_memory_store {
       }
 
      private:
-      std::vector<std::int64_t>::const_iterator begin() const noexcept {
+      using times = detail::lazy_t<Lazy, std::vector<std::int64_t>>;  // see idem/detail/lazy.hpp
+      typename times::const_iterator begin() const noexcept {
         return times_.begin() + static_cast<std::ptrdiff_t>(head_);
       }
-      std::vector<std::int64_t> times_;
+      times times_;
       std::size_t head_ = 0;  // times_[0, head_) were erased
     };
     // Per scope, the expiry of every record it holds (expired ones until swept), kept only when
@@ -7345,7 +7510,7 @@ class basic_memory_store {
       const std::lock_guard lock(stripe.mutex);
       scope_expiries& held = stripe.expiries[std::string(scope)];
       const std::size_t live = held.live_after(now);
-      if (live - std::min(live, replacing) >= bounds.max_records_per_scope) {
+      if (live - detail::min(live, replacing) >= bounds.max_records_per_scope) {
         if (held.empty()) stripe.expiries.erase(std::string(scope));
         return false;
       }
@@ -7552,7 +7717,7 @@ class basic_memory_store {
     ticket_block* newer = nullptr;
     for (ticket_block* b = newest; b != nullptr;) {
       const std::uint32_t taken =
-          std::min(b->taken.load(std::memory_order_acquire), ticket_block::capacity);
+          detail::min(b->taken.load(std::memory_order_acquire), ticket_block::capacity);
       bool hole = false;
       for (std::uint32_t i = b->consumed; i < taken; ++i) {
         const std::uint64_t ticket = b->slots[i].load(std::memory_order_acquire);
@@ -7616,23 +7781,23 @@ class basic_memory_store {
     const std::size_t held = home.due.size();
     collect_tickets(home);
     if (home.due.size() - held > held / 4) {
-      std::make_heap(home.due.begin(), home.due.end(), later);
+      detail::make_heap(home.due.begin(), home.due.end(), later);
     } else {
       for (auto it = home.due.begin() + static_cast<std::ptrdiff_t>(held); it != home.due.end();) {
-        std::push_heap(home.due.begin(), ++it, later);
+        detail::push_heap(home.due.begin(), ++it, later);
       }
     }
     // A ticket due within the current 2^30 ns may name a record that expires after `now`: its
     // bucket is looked at, and the ticket kept for the next sweep.
     const std::uint64_t current_unit = ticket_time(now);
     // Said before any bucket is read (see ticket_again_if_swept).
-    home.swept_to.store(std::max(home.swept_to.load(std::memory_order_relaxed), now),
+    home.swept_to.store(detail::max(home.swept_to.load(std::memory_order_relaxed), now),
                         std::memory_order_seq_cst);
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    std::vector<std::uint64_t> kept;
+    detail::lazy_t<Lazy, std::vector<std::uint64_t>> kept;
     std::size_t removed = 0;
     while (!home.due.empty() && (home.due.front() >> 32) <= current_unit) {
-      std::pop_heap(home.due.begin(), home.due.end(), later);
+      detail::pop_heap(home.due.begin(), home.due.end(), later);
       const std::uint64_t ticket = home.due.back();
       home.due.pop_back();
       removed += remove_expired(home.buckets[ticket & 0xffffffffU], now);
@@ -7640,7 +7805,7 @@ class basic_memory_store {
     }
     for (const std::uint64_t ticket : kept) {
       home.due.push_back(ticket);
-      std::push_heap(home.due.begin(), home.due.end(), later);
+      detail::push_heap(home.due.begin(), home.due.end(), later);
     }
     return removed;
   }
@@ -8954,16 +9119,14 @@ retrying(Call) -> retrying<Call, default_policies>;
 }  // namespace idem
 // end idem/retrying.hpp
 // begin idem/store/locked.hpp
-// locked_store: one mutex around one ordered map. The reference model of the store contract.
+// locked_store: one mutex around one sorted list. The reference model of the store contract.
 //
 // Deliberately simple, so that it is obviously right: every operation takes the one lock, does
 // exactly what idem/store.hpp says, and lets go. Other stores are tested against it, operation
 // for operation. It is also a reasonable store for a process with little traffic; it is not
 // durable (it survives nothing but the process) and every call serialises on its lock.
 //
-// Copies share one map: the store is a handle.
-
-#include <map>
+// Copies share one list: the store is a handle.
 
 namespace idem {
 
@@ -8994,10 +9157,10 @@ class basic_locked_store {
   claim_result claim(const claim_request& request) {
     const std::lock_guard lock(state_->mutex);
     std::string id = make_id(request.scope, request.key);
-    auto found = state_->records.find(id);
+    auto found = place_of(id);
     std::uint64_t previous_fence = 0;
-    if (found != state_->records.end()) {
-      entry& held = found->second;
+    if (found != state_->records.end() && found->id == id) {
+      entry& held = *found;
       if (!held.released && request.now < held.snapshot.expires_at) {
         record& existing = held.snapshot;
         if (existing.state == record_state::in_progress &&
@@ -9012,7 +9175,7 @@ class basic_locked_store {
       if (scope_at_cap(request.scope, id, request.now)) return {claim_status::full, 0, {}};
       previous_fence = held.snapshot.fence;
       state_->bytes -= held.bytes();
-      state_->records.erase(found);
+      found = state_->records.erase(found);
     } else if (scope_at_cap(request.scope, id, request.now)) {
       return {claim_status::full, 0, {}};
     }
@@ -9021,8 +9184,10 @@ class basic_locked_store {
       // Expired records are not live: make room from them before saying full.
       remove_expired(request.now);
       if (!has_room(1, new_bytes)) return {claim_status::full, 0, {}};
+      found = place_of(id);
     }
     entry fresh;
+    fresh.id = std::move(id);
     record& created = fresh.snapshot;
     created.scope = request.scope;
     created.key = request.key;
@@ -9034,7 +9199,7 @@ class basic_locked_store {
     created.expires_at = request.now + request.retention;
     const std::uint64_t fence = created.fence;
     state_->bytes += fresh.bytes();
-    state_->records.emplace(std::move(id), std::move(fresh));
+    state_->records.insert(found, std::move(fresh));
     return {claim_status::claimed, fence, {}};
   }
 
@@ -9076,12 +9241,11 @@ class basic_locked_store {
 
   std::optional<record> find(std::string_view scope, std::string_view key, store_time now) const {
     const std::lock_guard lock(state_->mutex);
-    const auto found = state_->records.find(make_id(scope, key));
-    if (found == state_->records.end() || found->second.released ||
-        found->second.snapshot.expires_at <= now) {
+    const entry* found = held_at(make_id(scope, key));
+    if (found == nullptr || found->released || found->snapshot.expires_at <= now) {
       return std::nullopt;
     }
-    return found->second.snapshot;
+    return found->snapshot;
   }
 
   std::size_t sweep(store_time now) {
@@ -9091,8 +9255,8 @@ class basic_locked_store {
 
   std::vector<record> stuck(store_time now, std::size_t limit) const {
     const std::lock_guard lock(state_->mutex);
-    std::vector<record> out;
-    for (const auto& [id, held] : state_->records) {
+    detail::lazy_t<Lazy, std::vector<record>> out;  // see idem/detail/lazy.hpp
+    for (const entry& held : state_->records) {
       if (out.size() >= limit) break;
       const record& r = held.snapshot;
       if (!held.released && r.state == record_state::in_progress && r.lease_until <= now &&
@@ -9115,19 +9279,27 @@ class basic_locked_store {
   }
 
  private:
+  // An id to search the list for: entry < by_id is what detail::lower_bound asks.
+  struct by_id {
+    std::string_view id;
+  };
   struct entry {
+    std::string id;  // make_id(scope, key): what the list is sorted by
     record snapshot;
     bool released = false;
     std::size_t bytes() const noexcept {
       return snapshot.scope.size() + snapshot.key.size() + snapshot.response.size() +
              snapshot.recovery.size();
     }
+    bool operator<(by_id wanted) const noexcept { return std::string_view(id) < wanted.id; }
   };
   struct state {
     explicit state(limits given) : bounds(given) {}
     mutable std::mutex mutex;
-    // Ordered by (scope, key) through the length-prefixed id, which is what stuck() lists by.
-    std::map<std::string, entry, std::less<>> records;
+    // Sorted by id, so by (scope, key) through the length-prefixed id: what stuck() lists by,
+    // and what keeps a scope's records together. A sorted vector rather than a std::map: the
+    // model needs order, not speed, and <map> would cost every unit that includes idem.
+    std::vector<entry> records;
     std::size_t bytes = 0;
     limits bounds;
   };
@@ -9145,26 +9317,37 @@ class basic_locked_store {
     return id;
   }
 
+  // Where the record `id` is, or would go, in the sorted list.
+  typename std::vector<entry>::iterator place_of(std::string_view id) const {
+    return detail::lower_bound(state_->records.begin(), state_->records.end(), by_id{id});
+  }
+
+  // The record `id`, held or not, or nullptr.
+  entry* held_at(std::string_view id) const {
+    const auto found = place_of(id);
+    return found != state_->records.end() && found->id == id ? &*found : nullptr;
+  }
+
   // The record `held` names, when it is live and still under the caller's fence.
   entry* holding(const fenced_key& held) {
-    const auto found = state_->records.find(make_id(held.scope, held.key));
-    if (found == state_->records.end()) return nullptr;
-    entry& target = found->second;
-    if (target.released || target.snapshot.fence != held.fence) return nullptr;
-    return &target;
+    entry* target = held_at(make_id(held.scope, held.key));
+    if (target == nullptr || target->released || target->snapshot.fence != held.fence) {
+      return nullptr;
+    }
+    return target;
   }
 
   // Whether the scope already holds max_records_per_scope records that have not expired, other
-  // than the record `id` (which a claim would replace). Its records lie together in the map
+  // than the record `id` (which a claim would replace). Its records lie together in the list
   // (the id begins with the scope), so this costs what the scope holds.
   bool scope_at_cap(std::string_view scope, std::string_view id, store_time now) const {
     const std::size_t cap = state_->bounds.max_records_per_scope;
     if (cap == std::numeric_limits<std::size_t>::max()) return false;
     const std::string prefix = make_id(scope, {});
     std::size_t live = 0;
-    for (auto it = state_->records.lower_bound(prefix);
-         it != state_->records.end() && it->first.starts_with(prefix); ++it) {
-      if (it->first != id && now < it->second.snapshot.expires_at && ++live >= cap) return true;
+    for (auto it = place_of(prefix); it != state_->records.end() && it->id.starts_with(prefix);
+         ++it) {
+      if (it->id != id && now < it->snapshot.expires_at && ++live >= cap) return true;
     }
     return live >= cap;
   }
@@ -9187,16 +9370,19 @@ class basic_locked_store {
   }
 
   std::size_t remove_expired(store_time now) {
-    std::size_t removed = 0;
-    for (auto it = state_->records.begin(); it != state_->records.end();) {
-      if (it->second.snapshot.expires_at <= now) {
-        state_->bytes -= it->second.bytes();
-        it = state_->records.erase(it);
-        ++removed;
+    // Compacts the list in one pass, keeping the order of what stays.
+    auto& records = state_->records;
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      if (records[i].snapshot.expires_at <= now) {
+        state_->bytes -= records[i].bytes();
       } else {
-        ++it;
+        if (kept != i) records[kept] = std::move(records[i]);
+        ++kept;
       }
     }
+    const std::size_t removed = records.size() - kept;
+    records.erase(records.begin() + static_cast<std::ptrdiff_t>(kept), records.end());
     return removed;
   }
 

@@ -31,7 +31,8 @@ TEST_CASE("detail::lower_bound and upper_bound find what the standard ones find"
   std::mt19937_64 rng(20261202);
   for (int round = 0; round < 2000; ++round) {
     std::vector<std::int64_t> sorted(rng() % 40);
-    for (auto& value : sorted) value = static_cast<std::int64_t>(rng() % 16);
+    for (auto& value : sorted)
+      value = static_cast<std::int64_t>(rng() % 16);
     std::sort(sorted.begin(), sorted.end());
     for (std::int64_t probe = -1; probe <= 17; ++probe) {
       INFO("size " << sorted.size() << ", probe " << probe);
@@ -40,5 +41,37 @@ TEST_CASE("detail::lower_bound and upper_bound find what the standard ones find"
       CHECK(idem::detail::upper_bound(sorted.cbegin(), sorted.cend(), probe) ==
             std::upper_bound(sorted.cbegin(), sorted.cend(), probe));
     }
+  }
+}
+
+TEST_CASE("detail's heap keeps the standard heap's shape and pops in the same order") {
+  std::mt19937_64 rng(7);
+  const auto later = [](std::uint64_t a, std::uint64_t b) { return a > b; };  // a min-heap
+  for (int round = 0; round < 500; ++round) {
+    std::vector<std::uint64_t> ours(rng() % 64), theirs;
+    for (auto& value : ours)
+      value = rng() % 32;  // duplicates on purpose
+    theirs = ours;
+    const std::size_t pushed_after = ours.empty() ? 0 : rng() % ours.size();
+    // The first part made a heap in one go, the rest pushed one by one (as sweep does).
+    idem::detail::make_heap(ours.begin(), ours.begin() + static_cast<long>(pushed_after), later);
+    std::make_heap(theirs.begin(), theirs.begin() + static_cast<long>(pushed_after), later);
+    for (std::size_t end = pushed_after + 1; end <= ours.size(); ++end) {
+      idem::detail::push_heap(ours.begin(), ours.begin() + static_cast<long>(end), later);
+      std::push_heap(theirs.begin(), theirs.begin() + static_cast<long>(end), later);
+    }
+    REQUIRE(std::is_heap(ours.begin(), ours.end(), later));
+    std::vector<std::uint64_t> popped_ours, popped_theirs;
+    while (!ours.empty()) {
+      idem::detail::pop_heap(ours.begin(), ours.end(), later);
+      popped_ours.push_back(ours.back());
+      ours.pop_back();
+      REQUIRE(std::is_heap(ours.begin(), ours.end(), later));
+      std::pop_heap(theirs.begin(), theirs.end(), later);
+      popped_theirs.push_back(theirs.back());
+      theirs.pop_back();
+    }
+    CHECK(popped_ours == popped_theirs);
+    CHECK(std::is_sorted(popped_ours.begin(), popped_ours.end()));
   }
 }

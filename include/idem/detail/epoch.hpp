@@ -12,13 +12,14 @@
 // freed by later passes (or when the process ends).
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <utility>
 #include <vector>
+
+#include <idem/detail/algorithm.hpp>
 
 namespace idem::detail {
 
@@ -179,7 +180,7 @@ class epoch_participant {
     // freed; then collecting again only once the list has doubled keeps retire amortised O(1)
     // instead of rescanning the list every time.
     next_collect_ = retired_.size() < held ? retired_.size() + collect_every
-                                           : std::max(collect_every, 2 * retired_.size());
+                                           : detail::max(collect_every, 2 * retired_.size());
     // A burst of retirements grows the list; give the memory back once it has drained.
     if (retired_.capacity() > 4 * next_collect_) retired_.shrink_to_fit();
   }

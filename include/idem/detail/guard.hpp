@@ -1,7 +1,6 @@
 // The machinery idempotent and inbox share: claim, run under the fence, record or release.
 #pragma once
 
-#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -14,6 +13,8 @@
 #include <vector>
 
 #include <idem/codec.hpp>
+#include <idem/detail/algorithm.hpp>
+#include <idem/detail/lazy.hpp>
 #include <idem/digest.hpp>
 #include <idem/handler_context.hpp>
 #include <idem/idempotent_outcome.hpp>
@@ -215,8 +216,8 @@ class guard {
            claimed.existing.fingerprint == print) {
       const std::chrono::nanoseconds waited = clock_.now() - start;
       if (waited >= timing_.coalesce) break;
-      clock_.sleep_for(std::min(pause, timing_.coalesce - waited));
-      pause = std::min<std::chrono::nanoseconds>(2 * pause, std::chrono::milliseconds{50});
+      clock_.sleep_for(detail::min(pause, timing_.coalesce - waited));
+      pause = detail::min<std::chrono::nanoseconds>(2 * pause, std::chrono::milliseconds{50});
       claimed = claim(scope, key, print, claimed_at);
     }
     return claimed;
@@ -511,7 +512,7 @@ class guard {
   idempotent_outcome<Response> answer_lost(std::string_view scope, std::string_view key,
                                            const digest& print) {
     using outcome_type = idempotent_outcome<Response>;
-    std::optional<record> current;
+    lazy_t<Response, std::optional<record>> current;  // see idem/detail/lazy.hpp
     try {
       current = store_.find(scope, key, clock_.wall_now());
     } catch (const store_error& error) {

@@ -1,18 +1,16 @@
-// locked_store: one mutex around one ordered map. The reference model of the store contract.
+// locked_store: one mutex around one sorted list. The reference model of the store contract.
 //
 // Deliberately simple, so that it is obviously right: every operation takes the one lock, does
 // exactly what idem/store.hpp says, and lets go. Other stores are tested against it, operation
 // for operation. It is also a reasonable store for a process with little traffic; it is not
 // durable (it survives nothing but the process) and every call serialises on its lock.
 //
-// Copies share one map: the store is a handle.
+// Copies share one list: the store is a handle.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -21,6 +19,8 @@
 #include <utility>
 #include <vector>
 
+#include <idem/detail/algorithm.hpp>
+#include <idem/detail/lazy.hpp>
 #include <idem/store.hpp>
 
 namespace idem {
@@ -52,10 +52,10 @@ class basic_locked_store {
   claim_result claim(const claim_request& request) {
     const std::lock_guard lock(state_->mutex);
     std::string id = make_id(request.scope, request.key);
-    auto found = state_->records.find(id);
+    auto found = place_of(id);
     std::uint64_t previous_fence = 0;
-    if (found != state_->records.end()) {
-      entry& held = found->second;
+    if (found != state_->records.end() && found->id == id) {
+      entry& held = *found;
       if (!held.released && request.now < held.snapshot.expires_at) {
         record& existing = held.snapshot;
         if (existing.state == record_state::in_progress &&
@@ -70,7 +70,7 @@ class basic_locked_store {
       if (scope_at_cap(request.scope, id, request.now)) return {claim_status::full, 0, {}};
       previous_fence = held.snapshot.fence;
       state_->bytes -= held.bytes();
-      state_->records.erase(found);
+      found = state_->records.erase(found);
     } else if (scope_at_cap(request.scope, id, request.now)) {
       return {claim_status::full, 0, {}};
     }
@@ -79,8 +79,10 @@ class basic_locked_store {
       // Expired records are not live: make room from them before saying full.
       remove_expired(request.now);
       if (!has_room(1, new_bytes)) return {claim_status::full, 0, {}};
+      found = place_of(id);
     }
     entry fresh;
+    fresh.id = std::move(id);
     record& created = fresh.snapshot;
     created.scope = request.scope;
     created.key = request.key;
@@ -92,7 +94,7 @@ class basic_locked_store {
     created.expires_at = request.now + request.retention;
     const std::uint64_t fence = created.fence;
     state_->bytes += fresh.bytes();
-    state_->records.emplace(std::move(id), std::move(fresh));
+    state_->records.insert(found, std::move(fresh));
     return {claim_status::claimed, fence, {}};
   }
 
@@ -134,12 +136,11 @@ class basic_locked_store {
 
   std::optional<record> find(std::string_view scope, std::string_view key, store_time now) const {
     const std::lock_guard lock(state_->mutex);
-    const auto found = state_->records.find(make_id(scope, key));
-    if (found == state_->records.end() || found->second.released ||
-        found->second.snapshot.expires_at <= now) {
+    const entry* found = held_at(make_id(scope, key));
+    if (found == nullptr || found->released || found->snapshot.expires_at <= now) {
       return std::nullopt;
     }
-    return found->second.snapshot;
+    return found->snapshot;
   }
 
   std::size_t sweep(store_time now) {
@@ -149,8 +150,8 @@ class basic_locked_store {
 
   std::vector<record> stuck(store_time now, std::size_t limit) const {
     const std::lock_guard lock(state_->mutex);
-    std::vector<record> out;
-    for (const auto& [id, held] : state_->records) {
+    detail::lazy_t<Lazy, std::vector<record>> out;  // see idem/detail/lazy.hpp
+    for (const entry& held : state_->records) {
       if (out.size() >= limit) break;
       const record& r = held.snapshot;
       if (!held.released && r.state == record_state::in_progress && r.lease_until <= now &&
@@ -173,19 +174,27 @@ class basic_locked_store {
   }
 
  private:
+  // An id to search the list for: entry < by_id is what detail::lower_bound asks.
+  struct by_id {
+    std::string_view id;
+  };
   struct entry {
+    std::string id;  // make_id(scope, key): what the list is sorted by
     record snapshot;
     bool released = false;
     std::size_t bytes() const noexcept {
       return snapshot.scope.size() + snapshot.key.size() + snapshot.response.size() +
              snapshot.recovery.size();
     }
+    bool operator<(by_id wanted) const noexcept { return std::string_view(id) < wanted.id; }
   };
   struct state {
     explicit state(limits given) : bounds(given) {}
     mutable std::mutex mutex;
-    // Ordered by (scope, key) through the length-prefixed id, which is what stuck() lists by.
-    std::map<std::string, entry, std::less<>> records;
+    // Sorted by id, so by (scope, key) through the length-prefixed id: what stuck() lists by,
+    // and what keeps a scope's records together. A sorted vector rather than a std::map: the
+    // model needs order, not speed, and <map> would cost every unit that includes idem.
+    std::vector<entry> records;
     std::size_t bytes = 0;
     limits bounds;
   };
@@ -203,26 +212,37 @@ class basic_locked_store {
     return id;
   }
 
+  // Where the record `id` is, or would go, in the sorted list.
+  typename std::vector<entry>::iterator place_of(std::string_view id) const {
+    return detail::lower_bound(state_->records.begin(), state_->records.end(), by_id{id});
+  }
+
+  // The record `id`, held or not, or nullptr.
+  entry* held_at(std::string_view id) const {
+    const auto found = place_of(id);
+    return found != state_->records.end() && found->id == id ? &*found : nullptr;
+  }
+
   // The record `held` names, when it is live and still under the caller's fence.
   entry* holding(const fenced_key& held) {
-    const auto found = state_->records.find(make_id(held.scope, held.key));
-    if (found == state_->records.end()) return nullptr;
-    entry& target = found->second;
-    if (target.released || target.snapshot.fence != held.fence) return nullptr;
-    return &target;
+    entry* target = held_at(make_id(held.scope, held.key));
+    if (target == nullptr || target->released || target->snapshot.fence != held.fence) {
+      return nullptr;
+    }
+    return target;
   }
 
   // Whether the scope already holds max_records_per_scope records that have not expired, other
-  // than the record `id` (which a claim would replace). Its records lie together in the map
+  // than the record `id` (which a claim would replace). Its records lie together in the list
   // (the id begins with the scope), so this costs what the scope holds.
   bool scope_at_cap(std::string_view scope, std::string_view id, store_time now) const {
     const std::size_t cap = state_->bounds.max_records_per_scope;
     if (cap == std::numeric_limits<std::size_t>::max()) return false;
     const std::string prefix = make_id(scope, {});
     std::size_t live = 0;
-    for (auto it = state_->records.lower_bound(prefix);
-         it != state_->records.end() && it->first.starts_with(prefix); ++it) {
-      if (it->first != id && now < it->second.snapshot.expires_at && ++live >= cap) return true;
+    for (auto it = place_of(prefix); it != state_->records.end() && it->id.starts_with(prefix);
+         ++it) {
+      if (it->id != id && now < it->snapshot.expires_at && ++live >= cap) return true;
     }
     return live >= cap;
   }
@@ -245,16 +265,19 @@ class basic_locked_store {
   }
 
   std::size_t remove_expired(store_time now) {
-    std::size_t removed = 0;
-    for (auto it = state_->records.begin(); it != state_->records.end();) {
-      if (it->second.snapshot.expires_at <= now) {
-        state_->bytes -= it->second.bytes();
-        it = state_->records.erase(it);
-        ++removed;
+    // Compacts the list in one pass, keeping the order of what stays.
+    auto& records = state_->records;
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < records.size(); ++i) {
+      if (records[i].snapshot.expires_at <= now) {
+        state_->bytes -= records[i].bytes();
       } else {
-        ++it;
+        if (kept != i) records[kept] = std::move(records[i]);
+        ++kept;
       }
     }
+    const std::size_t removed = records.size() - kept;
+    records.erase(records.begin() + static_cast<std::ptrdiff_t>(kept), records.end());
     return removed;
   }
 

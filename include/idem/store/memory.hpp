@@ -41,7 +41,6 @@
 // the last sweep, and those due within the current 2^30 ns), not what the store holds.
 #pragma once
 
-#include <algorithm>
 #include <array>
 #include <atomic>
 #include <bit>
@@ -68,7 +67,9 @@
 #include <sys/mman.h>
 #endif
 
+#include <idem/detail/algorithm.hpp>
 #include <idem/detail/epoch.hpp>
+#include <idem/detail/lazy.hpp>
 #include <idem/detail/le64.hpp>
 #include <idem/detail/siphash.hpp>
 #include <idem/store.hpp>
@@ -118,7 +119,7 @@ inline std::uint64_t bucket_hash(const siphash_key& key, std::string_view scope,
 // 16(k + 1) bytes, so rounding a request up to its class takes no more memory than malloc
 // would; at most 64 KiB a thread is kept. (This and the two classes below are templates so that
 // they compile only where they are used; see basic_memory_store.)
-template <class = void>
+template <class Lazy = void>
 class block_cache {
  public:
   static constexpr std::size_t largest = 1024 - 8;
@@ -129,7 +130,7 @@ class block_cache {
   block_cache& operator=(const block_cache&) = delete;
   ~block_cache() {
     alive() = false;
-    for (std::vector<void*>& bin : bins_) {
+    for (auto& bin : bins_) {
       for (void* block : bin)
         ::operator delete(block);
     }
@@ -179,7 +180,7 @@ class block_cache {
     return flag;
   }
 
-  std::array<std::vector<void*>, bins> bins_;
+  std::array<lazy_t<Lazy, std::vector<void*>>, bins> bins_;  // see idem/detail/lazy.hpp
   std::size_t held_ = 0;
 };
 
@@ -478,7 +479,7 @@ class basic_memory_store {
   }
 
   std::vector<record> stuck(store_time now, std::size_t limit) const {
-    std::vector<record> out;
+    detail::lazy_t<Lazy, std::vector<record>> out;  // see idem/detail/lazy.hpp
     const std::int64_t at = to_ns(now);
     detail::epoch_guard<Lazy> guard;
     for (const shard& each : state_->shards) {
@@ -705,7 +706,7 @@ class basic_memory_store {
     constexpr std::int64_t last = std::numeric_limits<std::uint32_t>::max();
     if (ns <= 0) return 1;
     const std::int64_t units = ns / unit + (ns % unit != 0 ? 1 : 0);
-    return static_cast<std::uint64_t>(std::clamp<std::int64_t>(units, 1, last));
+    return static_cast<std::uint64_t>(detail::clamp<std::int64_t>(units, 1, last));
   }
   static std::uint64_t ticket_of(std::int64_t expires_at, std::size_t bucket) noexcept {
     return ticket_time(expires_at) << 32 | static_cast<std::uint32_t>(bucket);
@@ -749,7 +750,7 @@ class basic_memory_store {
     std::atomic<std::int64_t> swept_to{std::numeric_limits<std::int64_t>::min()};
     std::mutex sweep_mutex;
     // A min-heap of tickets (they order by due time), under sweep_mutex.
-    std::vector<std::uint64_t> due;
+    detail::lazy_t<Lazy, std::vector<std::uint64_t>> due;  // see idem/detail/lazy.hpp
 
     std::atomic<std::uintptr_t>& bucket_for(std::uint64_t hash) const noexcept {
       return buckets[hash & mask];
@@ -904,13 +905,13 @@ class basic_memory_store {
       bool empty() const noexcept { return head_ == times_.size(); }
       std::size_t live_after(std::int64_t now) const noexcept {
         return static_cast<std::size_t>(times_.cend() -
-                                        std::upper_bound(begin(), times_.cend(), now));
+                                        detail::upper_bound(begin(), times_.cend(), now));
       }
       void insert(std::int64_t expires_at) {
-        times_.insert(std::upper_bound(begin(), times_.cend(), expires_at), expires_at);
+        times_.insert(detail::upper_bound(begin(), times_.cend(), expires_at), expires_at);
       }
       void erase_one(std::int64_t expires_at) {
-        const auto one = std::lower_bound(begin(), times_.cend(), expires_at);
+        const auto one = detail::lower_bound(begin(), times_.cend(), expires_at);
         if (one == times_.cend() || *one != expires_at) return;
         if (one != begin()) {
           times_.erase(one);
@@ -923,10 +924,11 @@ class basic_memory_store {
       }
 
      private:
-      std::vector<std::int64_t>::const_iterator begin() const noexcept {
+      using times = detail::lazy_t<Lazy, std::vector<std::int64_t>>;  // see idem/detail/lazy.hpp
+      typename times::const_iterator begin() const noexcept {
         return times_.begin() + static_cast<std::ptrdiff_t>(head_);
       }
-      std::vector<std::int64_t> times_;
+      times times_;
       std::size_t head_ = 0;  // times_[0, head_) were erased
     };
     // Per scope, the expiry of every record it holds (expired ones until swept), kept only when
@@ -951,7 +953,7 @@ class basic_memory_store {
       const std::lock_guard lock(stripe.mutex);
       scope_expiries& held = stripe.expiries[std::string(scope)];
       const std::size_t live = held.live_after(now);
-      if (live - std::min(live, replacing) >= bounds.max_records_per_scope) {
+      if (live - detail::min(live, replacing) >= bounds.max_records_per_scope) {
         if (held.empty()) stripe.expiries.erase(std::string(scope));
         return false;
       }
@@ -1158,7 +1160,7 @@ class basic_memory_store {
     ticket_block* newer = nullptr;
     for (ticket_block* b = newest; b != nullptr;) {
       const std::uint32_t taken =
-          std::min(b->taken.load(std::memory_order_acquire), ticket_block::capacity);
+          detail::min(b->taken.load(std::memory_order_acquire), ticket_block::capacity);
       bool hole = false;
       for (std::uint32_t i = b->consumed; i < taken; ++i) {
         const std::uint64_t ticket = b->slots[i].load(std::memory_order_acquire);
@@ -1222,23 +1224,23 @@ class basic_memory_store {
     const std::size_t held = home.due.size();
     collect_tickets(home);
     if (home.due.size() - held > held / 4) {
-      std::make_heap(home.due.begin(), home.due.end(), later);
+      detail::make_heap(home.due.begin(), home.due.end(), later);
     } else {
       for (auto it = home.due.begin() + static_cast<std::ptrdiff_t>(held); it != home.due.end();) {
-        std::push_heap(home.due.begin(), ++it, later);
+        detail::push_heap(home.due.begin(), ++it, later);
       }
     }
     // A ticket due within the current 2^30 ns may name a record that expires after `now`: its
     // bucket is looked at, and the ticket kept for the next sweep.
     const std::uint64_t current_unit = ticket_time(now);
     // Said before any bucket is read (see ticket_again_if_swept).
-    home.swept_to.store(std::max(home.swept_to.load(std::memory_order_relaxed), now),
+    home.swept_to.store(detail::max(home.swept_to.load(std::memory_order_relaxed), now),
                         std::memory_order_seq_cst);
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    std::vector<std::uint64_t> kept;
+    detail::lazy_t<Lazy, std::vector<std::uint64_t>> kept;
     std::size_t removed = 0;
     while (!home.due.empty() && (home.due.front() >> 32) <= current_unit) {
-      std::pop_heap(home.due.begin(), home.due.end(), later);
+      detail::pop_heap(home.due.begin(), home.due.end(), later);
       const std::uint64_t ticket = home.due.back();
       home.due.pop_back();
       removed += remove_expired(home.buckets[ticket & 0xffffffffU], now);
@@ -1246,7 +1248,7 @@ class basic_memory_store {
     }
     for (const std::uint64_t ticket : kept) {
       home.due.push_back(ticket);
-      std::push_heap(home.due.begin(), home.due.end(), later);
+      detail::push_heap(home.due.begin(), home.due.end(), later);
     }
     return removed;
   }
