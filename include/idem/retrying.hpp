@@ -31,13 +31,13 @@
 #include <concepts>
 #include <cstdint>
 #include <exception>
-#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
 
 #include <idem/attempt.hpp>
+#include <idem/detail/invoke.hpp>
 #include <idem/key.hpp>
 #include <idem/policies.hpp>
 #include <idem/retry_after.hpp>
@@ -128,14 +128,14 @@ struct resolvable_call {
 
   template <class... Args>
   decltype(auto) operator()(Args&&... args) {
-    return std::invoke(call, std::forward<Args>(args)...);
+    return detail::invoke(call, std::forward<Args>(args)...);
   }
   template <class... Args>
   decltype(auto) resolve(const attempt_context& context, Args&... args) {
     if constexpr (std::invocable<Resolver&, const attempt_context&, Args&...>) {
-      return std::invoke(resolver, context, args...);
+      return detail::invoke(resolver, context, args...);
     } else {
-      return std::invoke(resolver, context);
+      return detail::invoke(resolver, context);
     }
   }
 };
@@ -420,9 +420,9 @@ class retrying {
   template <class... Args>
   decltype(auto) invoke_call(const attempt_context& context, Args&... args) {
     if constexpr (detail::takes_context<Call, Args...>) {
-      return std::invoke(call_, context, args...);
+      return detail::invoke(call_, context, args...);
     } else {
-      return std::invoke(call_, args...);
+      return detail::invoke(call_, args...);
     }
   }
 
