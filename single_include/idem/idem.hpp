@@ -5783,11 +5783,85 @@ struct uuid_v7 {
 //
 // The default, no_observer, has empty inline members: the calls vanish when inlined, so a
 // configuration that watches nothing pays nothing. counting_observer keeps totals in atomics
-// (copies share them); callback_observer forwards to user functions.
+// (copies share them); callback_observer forwards to user functions, held in event_callback
+// (a small std::function of our own, so that idem does not include <functional>).
 //
 // Events carry the operation's key redacted (idem/redacted_key.hpp): an observer that logs
 // `event.key.str()` writes a stable hash, never the key, which the caller may treat as a secret.
 
+// begin idem/detail/invoke.hpp
+// idem::detail::invoke: std::invoke, without <functional>.
+//
+// <functional> is one of the costliest standard headers to parse (std::function, the searchers,
+// std::bind, the hash specialisations), and idem needs only std::invoke from it: calling a
+// wrapped call, a handler or a callback that may be a function object, a function pointer or a
+// pointer to a member. This is the same contract (INVOKE, [func.require]), with the same result
+// type, value category and noexcept, for the core's own use.
+
+namespace idem::detail {
+
+/// The class a pointer to member belongs to: C for `T C::*`, functions included.
+template <class M>
+struct member_pointer_class;
+template <class T, class C>
+struct member_pointer_class<T C::*> {
+  using type = C;
+};
+
+// std::reference_wrapper is declared in <functional>, so it cannot be named here. INVOKE treats
+// it apart only to call `get()` on it; a type with `type`, `get()` returning `type&` and an
+// implicit conversion to `type&` is unwrapped the same way, and for it get() and the conversion
+// name the same object, so nothing can tell the two rules apart.
+template <class R>
+concept reference_wrapper_like = requires(const R& r) {
+  typename R::type;
+  { r.get() } -> std::same_as<typename R::type&>;
+}
+&&std::is_convertible_v<const R&, typename R::type&>;
+
+// The object a pointer to a member of C is applied to, as INVOKE finds it: the argument itself
+// when it is a C (or derived from C), what a reference wrapper refers to, else what the argument
+// points to (a raw or smart pointer).
+template <class C, class Object>
+constexpr decltype(auto) member_target(Object&& object) {
+  using plain = std::remove_cvref_t<Object>;
+  if constexpr (std::is_base_of_v<C, plain>) {
+    return std::forward<Object>(object);
+  } else if constexpr (reference_wrapper_like<plain>) {
+    return object.get();
+  } else {
+    return *std::forward<Object>(object);
+  }
+}
+
+template <class Member, class Object, class... Args>
+constexpr decltype(auto) invoke_member(Member member, Object&& object, Args&&... args) {
+  using C = typename member_pointer_class<Member>::type;
+  if constexpr (std::is_member_function_pointer_v<Member>) {
+    return (detail::member_target<C>(std::forward<Object>(object)).*
+            member)(std::forward<Args>(args)...);
+  } else {
+    static_assert(sizeof...(Args) == 0, "A pointer to a data member takes only the object.");
+    return (detail::member_target<C>(std::forward<Object>(object)).*member);
+  }
+}
+
+/// Calls `f` with `args` as std::invoke does: `f(args...)` for a function object or a function
+/// pointer; for a pointer to a member function, the first argument's member called with the
+/// rest; for a pointer to a data member, that member of the only argument. The first argument
+/// may be an object, a reference wrapper or a pointer (raw or smart).
+template <class F, class... Args>
+constexpr decltype(auto) invoke(F&& f,
+                                Args&&... args) noexcept(std::is_nothrow_invocable_v<F, Args...>) {
+  if constexpr (std::is_member_pointer_v<std::remove_cvref_t<F>>) {
+    return detail::invoke_member(f, std::forward<Args>(args)...);
+  } else {
+    return std::forward<F>(f)(std::forward<Args>(args)...);
+  }
+}
+
+}  // namespace idem::detail
+// end idem/detail/invoke.hpp
 // begin idem/redacted_key.hpp
 // redacted_key: an idempotency key as telemetry may show it, never the key itself.
 //
@@ -5955,22 +6029,83 @@ class basic_counting_observer {
 // A template only so that it compiles where it is used (see basic_memory_store).
 using counting_observer = basic_counting_observer<void>;
 
+template <class Event>
+class event_callback;
+
+namespace detail {
+// What an event_callback<Event> can hold: a copyable callable that takes `const Event&`. Another
+// event_callback is copied or moved, not wrapped.
+template <class F, class Event>
+concept event_function = !std::same_as<F, event_callback<Event>> && std::copy_constructible<F> &&
+                         std::invocable<F&, const Event&>;
+}  // namespace detail
+
+/// A user function that takes one event: what std::function<void(const Event&)> would hold,
+/// without <functional>. Assign any callable that accepts `const Event&` (a lambda, a function
+/// pointer, a std::function, a pointer to member); its result is discarded. Copies copy the
+/// callable, as std::function's do. Empty when default-constructed or given nullptr or a null
+/// pointer, which `if (callback)` tells; calling an empty one does nothing (where an empty
+/// std::function would throw std::bad_function_call).
+template <class Event>
+class event_callback {
+ public:
+  event_callback() noexcept = default;
+  event_callback(std::nullptr_t) noexcept {}
+
+  // Implicit, as std::function's, so that `observer.attempt = [&](const attempt_event& e) {...};`
+  // reads as it did when the fields were std::functions. By value: a lambda is moved in.
+  template <detail::event_function<Event> F>
+  event_callback(F f) {
+    if constexpr (std::is_pointer_v<F> || std::is_member_pointer_v<F>) {
+      if (f == nullptr) return;
+    }
+    target_ = new holder<F>(std::move(f));
+  }
+
+  event_callback(const event_callback& other)
+      : target_(other.target_ ? other.target_->clone() : nullptr) {}
+  event_callback(event_callback&& other) noexcept
+      : target_(std::exchange(other.target_, nullptr)) {}
+  event_callback& operator=(event_callback other) noexcept {
+    std::swap(target_, other.target_);
+    return *this;
+  }
+  ~event_callback() { delete target_; }
+
+  explicit operator bool() const noexcept { return target_ != nullptr; }
+
+  // const, like std::function's: the callable itself may still change (a mutable lambda).
+  void operator()(const Event& event) const {
+    if (target_ != nullptr) target_->call(event);
+  }
+
+ private:
+  struct callable {
+    virtual ~callable() = default;
+    virtual void call(const Event& event) = 0;
+    virtual callable* clone() const = 0;
+  };
+  template <class F>
+  struct holder final : callable {
+    explicit holder(F g) : f(std::move(g)) {}
+    void call(const Event& event) override { static_cast<void>(detail::invoke(f, event)); }
+    callable* clone() const override { return new holder(f); }
+    F f;
+  };
+
+  callable* target_ = nullptr;
+};
+
 /// Forwards each event to a user function; an unset function is skipped.
 template <class Lazy>
 struct basic_callback_observer {
-  std::function<void(const attempt_event&)> attempt;
-  std::function<void(const delay_event&)> delay;
-  std::function<void(const finish_event&)> finish;
+  event_callback<attempt_event> attempt;
+  event_callback<delay_event> delay;
+  event_callback<finish_event> finish;
 
-  void on_attempt(const attempt_event& e) const {
-    if (attempt) attempt(e);
-  }
-  void on_delay(const delay_event& e) const {
-    if (delay) delay(e);
-  }
-  void on_finish(const finish_event& e) const {
-    if (finish) finish(e);
-  }
+  void on_attempt(const attempt_event& e) const { attempt(e); }
+  void on_delay(const delay_event& e) const { delay(e); }
+  void on_finish(const finish_event& e) const { finish(e); }
 };
 
 // A template only so that it compiles where it is used (see basic_memory_store).
@@ -8517,80 +8652,6 @@ class retry_outcome {
 // Concurrency: one retrying object may be called from many threads at once. Each operation has
 // its own history, each thread its own random engine; the budget, breaker and observer are
 // shared and thread-safe. The success path writes no memory shared between threads.
-
-// begin idem/detail/invoke.hpp
-// idem::detail::invoke: std::invoke, without <functional>.
-//
-// <functional> is one of the costliest standard headers to parse (std::function, the searchers,
-// std::bind, the hash specialisations), and idem needs only std::invoke from it: calling a
-// wrapped call, a handler or a callback that may be a function object, a function pointer or a
-// pointer to a member. This is the same contract (INVOKE, [func.require]), with the same result
-// type, value category and noexcept, for the core's own use.
-
-namespace idem::detail {
-
-/// The class a pointer to member belongs to: C for `T C::*`, functions included.
-template <class M>
-struct member_pointer_class;
-template <class T, class C>
-struct member_pointer_class<T C::*> {
-  using type = C;
-};
-
-// std::reference_wrapper is declared in <functional>, so it cannot be named here. INVOKE treats
-// it apart only to call `get()` on it; a type with `type`, `get()` returning `type&` and an
-// implicit conversion to `type&` is unwrapped the same way, and for it get() and the conversion
-// name the same object, so nothing can tell the two rules apart.
-template <class R>
-concept reference_wrapper_like = requires(const R& r) {
-  typename R::type;
-  { r.get() } -> std::same_as<typename R::type&>;
-}
-&&std::is_convertible_v<const R&, typename R::type&>;
-
-// The object a pointer to a member of C is applied to, as INVOKE finds it: the argument itself
-// when it is a C (or derived from C), what a reference wrapper refers to, else what the argument
-// points to (a raw or smart pointer).
-template <class C, class Object>
-constexpr decltype(auto) member_target(Object&& object) {
-  using plain = std::remove_cvref_t<Object>;
-  if constexpr (std::is_base_of_v<C, plain>) {
-    return std::forward<Object>(object);
-  } else if constexpr (reference_wrapper_like<plain>) {
-    return object.get();
-  } else {
-    return *std::forward<Object>(object);
-  }
-}
-
-template <class Member, class Object, class... Args>
-constexpr decltype(auto) invoke_member(Member member, Object&& object, Args&&... args) {
-  using C = typename member_pointer_class<Member>::type;
-  if constexpr (std::is_member_function_pointer_v<Member>) {
-    return (detail::member_target<C>(std::forward<Object>(object)).*
-            member)(std::forward<Args>(args)...);
-  } else {
-    static_assert(sizeof...(Args) == 0, "A pointer to a data member takes only the object.");
-    return (detail::member_target<C>(std::forward<Object>(object)).*member);
-  }
-}
-
-/// Calls `f` with `args` as std::invoke does: `f(args...)` for a function object or a function
-/// pointer; for a pointer to a member function, the first argument's member called with the
-/// rest; for a pointer to a data member, that member of the only argument. The first argument
-/// may be an object, a reference wrapper or a pointer (raw or smart).
-template <class F, class... Args>
-constexpr decltype(auto) invoke(F&& f,
-                                Args&&... args) noexcept(std::is_nothrow_invocable_v<F, Args...>) {
-  if constexpr (std::is_member_pointer_v<std::remove_cvref_t<F>>) {
-    return detail::invoke_member(f, std::forward<Args>(args)...);
-  } else {
-    return std::forward<F>(f)(std::forward<Args>(args)...);
-  }
-}
-
-}  // namespace idem::detail
-// end idem/detail/invoke.hpp
 
 namespace idem {
 
