@@ -7,7 +7,6 @@
 // differently configured wrappers mix freely.
 #pragma once
 
-#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <exception>
@@ -98,7 +97,9 @@ class basic_attempt_history {
 
   // Only the records in use: the rest were never written.
   void copy_inline(const basic_attempt_history& other) noexcept {
-    std::copy_n(other.inline_.begin(), std::min(size_, inline_capacity), inline_.begin());
+    const std::size_t count = size_ < inline_capacity ? size_ : inline_capacity;
+    for (std::size_t i = 0; i < count; ++i)
+      inline_[i] = other.inline_[i];
   }
 
   // Left unwritten beyond size_, so that an outcome does not clear eight records it may not use.

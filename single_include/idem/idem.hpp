@@ -4527,6 +4527,71 @@ class guard {
 // n counts retries from 0: the wait before the second attempt uses n = 0. The defaults, base
 // 100 ms and cap 20 s, are those of the AWS SDKs' standard retry mode.
 
+// begin idem/detail/algorithm.hpp
+// The few algorithms the core needs, without <algorithm>.
+//
+// <algorithm> costs a translation unit that includes idem more to parse than everything the core
+// takes from it: std::min and std::max, two binary searches and a sort (the ranges algorithms and
+// their concepts come with it in C++20). These are the same contracts, for the core's own use;
+// a user's code is free to include <algorithm> itself.
+
+namespace idem::detail {
+
+/// The smaller of `a` and `b`; `a` when they are equal, as std::min.
+template <class T>
+constexpr const T& min(const T& a, const T& b) noexcept(noexcept(b < a)) {
+  return b < a ? b : a;
+}
+
+/// The larger of `a` and `b`; `a` when they are equal, as std::max.
+template <class T>
+constexpr const T& max(const T& a, const T& b) noexcept(noexcept(a < b)) {
+  return a < b ? b : a;
+}
+
+/// `value` held within [low, high], as std::clamp; low must not be above high.
+template <class T>
+constexpr const T& clamp(const T& value, const T& low, const T& high) noexcept(
+    noexcept(value < low)) {
+  return value < low ? low : (high < value ? high : value);
+}
+
+/// The first position in the sorted range [first, last) whose element is not less than `value`.
+template <class RandomIt, class T>
+constexpr RandomIt lower_bound(RandomIt first, RandomIt last, const T& value) {
+  auto count = last - first;
+  while (count > 0) {
+    const auto half = count / 2;
+    const RandomIt middle = first + half;
+    if (*middle < value) {
+      first = middle + 1;
+      count -= half + 1;
+    } else {
+      count = half;
+    }
+  }
+  return first;
+}
+
+/// The first position in the sorted range [first, last) whose element is greater than `value`.
+template <class RandomIt, class T>
+constexpr RandomIt upper_bound(RandomIt first, RandomIt last, const T& value) {
+  auto count = last - first;
+  while (count > 0) {
+    const auto half = count / 2;
+    const RandomIt middle = first + half;
+    if (value < *middle) {
+      count = half;
+    } else {
+      first = middle + 1;
+      count -= half + 1;
+    }
+  }
+  return first;
+}
+
+}  // namespace idem::detail
+// end idem/detail/algorithm.hpp
 // begin idem/policy/random.hpp
 // Random sources for the policies that need chance: jittered backoff and key generation.
 //
@@ -4776,10 +4841,10 @@ struct decorrelated_jitter {
   template <RandomSource R>
   std::chrono::nanoseconds delay(int, std::chrono::nanoseconds previous, R& rng) const noexcept {
     if (base >= cap) return cap;
-    const auto last = std::max(previous, base);
+    const auto last = detail::max(previous, base);
     // previous * 3, saturating at cap: beyond it the draw is clipped anyway.
     const auto upper = last > cap / 3 ? cap : last * 3;
-    return std::min(cap, base + detail::random_up_to(rng, upper - base));
+    return detail::min(cap, base + detail::random_up_to(rng, upper - base));
   }
 };
 
@@ -5026,7 +5091,8 @@ class basic_failure_rate_breaker {
     auto& s = *state_;
     if (s.machine.failure_when_not_closed(now)) return;
     s.record(true);
-    const auto calls = std::min<std::int64_t>(s.recorded.load(std::memory_order_relaxed), s.window);
+    const std::int64_t calls =
+        detail::min<std::int64_t>(s.recorded.load(std::memory_order_relaxed), s.window);
     if (calls >= s.minimum_calls && s.failures() * 100 >= s.threshold_percent * calls) {
       s.machine.trip(now);
       s.reset();
@@ -5203,7 +5269,7 @@ class basic_token_bucket {
     // The common case, a healthy dependency, keeps the bucket full: then this is one load and
     // no write, so callers on many cores do not fight over the cache line.
     while (current < capacity) {
-      if (tokens.compare_exchange_weak(current, std::min(capacity, current + amount),
+      if (tokens.compare_exchange_weak(current, detail::min(capacity, current + amount),
                                        std::memory_order_relaxed)) {
         return;
       }
@@ -8536,7 +8602,9 @@ class basic_attempt_history {
 
   // Only the records in use: the rest were never written.
   void copy_inline(const basic_attempt_history& other) noexcept {
-    std::copy_n(other.inline_.begin(), std::min(size_, inline_capacity), inline_.begin());
+    const std::size_t count = size_ < inline_capacity ? size_ : inline_capacity;
+    for (std::size_t i = 0; i < count; ++i)
+      inline_[i] = other.inline_[i];
   }
 
   // Left unwritten beyond size_, so that an outcome does not clear eight records it may not use.

@@ -11,7 +11,6 @@
 // choose, manual_clock in tests included. Copies share state; every member is thread-safe.
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <chrono>
@@ -21,6 +20,8 @@
 #include <mutex>
 #include <stdexcept>
 #include <vector>
+
+#include <idem/detail/algorithm.hpp>
 
 namespace idem {
 
@@ -225,7 +226,8 @@ class basic_failure_rate_breaker {
     auto& s = *state_;
     if (s.machine.failure_when_not_closed(now)) return;
     s.record(true);
-    const auto calls = std::min<std::int64_t>(s.recorded.load(std::memory_order_relaxed), s.window);
+    const std::int64_t calls =
+        detail::min<std::int64_t>(s.recorded.load(std::memory_order_relaxed), s.window);
     if (calls >= s.minimum_calls && s.failures() * 100 >= s.threshold_percent * calls) {
       s.machine.trip(now);
       s.reset();
