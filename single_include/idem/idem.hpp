@@ -4888,6 +4888,29 @@ struct constant_backoff {
 #include <memory>
 #include <mutex>
 
+// begin idem/detail/lazy.hpp
+// idem::detail::lazy_t<T, Lazy>: the type T, named so that it depends on a template parameter.
+//
+// clang++ instantiates what a call needs as soon as it reads the call, when the call does not
+// depend on a template parameter, even inside a template that is never instantiated: a member
+// `std::vector<attempt_record> spilled_` of basic_attempt_history<Lazy> has its push_back
+// instantiated in every translation unit that includes the header. Declared as
+// `lazy_t<std::vector<attempt_record>, Lazy>`, the member depends on Lazy, and what its calls
+// need is instantiated only with the class template, where it is used. (g++ waits in both cases.)
+
+namespace idem::detail {
+
+template <class T, class Lazy>
+struct lazy {
+  using type = T;
+};
+
+template <class T, class Lazy>
+using lazy_t = typename lazy<T, Lazy>::type;
+
+}  // namespace idem::detail
+// end idem/detail/lazy.hpp
+
 namespace idem {
 
 enum class breaker_state : std::uint8_t { closed, open, half_open };
@@ -4915,7 +4938,7 @@ namespace detail {
 /// breaker trips. The closed state is read with one atomic load, so the hot path takes no lock;
 /// transitions are rare and take the mutex. (A template only so that it compiles where it is
 /// used; see basic_memory_store.)
-template <class = void>
+template <class Lazy = void>
 class breaker_machine {
  public:
   breaker_machine(std::chrono::nanoseconds open_for, int probes)
@@ -4983,7 +5006,9 @@ class breaker_machine {
   }
 
  private:
-  std::atomic<breaker_state> mode_{breaker_state::closed};
+  // Named through Lazy (detail/lazy.hpp), or clang++ would instantiate the atomic wherever this
+  // header is included.
+  detail::lazy_t<std::atomic<breaker_state>, Lazy> mode_{breaker_state::closed};
   std::mutex mutex_;
   std::chrono::nanoseconds opened_at_{};
   std::chrono::nanoseconds open_for_;
@@ -5137,7 +5162,9 @@ class basic_failure_rate_breaker {
 
     detail::breaker_machine<Lazy> machine;
     std::int64_t window, minimum_calls, threshold_percent;
-    std::vector<std::atomic<std::uint64_t>> bits;
+    // Named through Lazy (detail/lazy.hpp), or clang++ would instantiate the vector's constructor
+    // and iterators wherever this header is included.
+    detail::lazy_t<std::vector<std::atomic<std::uint64_t>>, Lazy> bits;
     std::atomic<std::int64_t> recorded{0};
   };
   std::shared_ptr<shared> state_;
@@ -8607,10 +8634,12 @@ class basic_attempt_history {
       inline_[i] = other.inline_[i];
   }
 
+  // Both named through Lazy (detail/lazy.hpp): with clang++, vector's push_back would otherwise
+  // be instantiated wherever this header is included.
   // Left unwritten beyond size_, so that an outcome does not clear eight records it may not use.
-  std::array<attempt_record, inline_capacity> inline_;
+  detail::lazy_t<std::array<attempt_record, inline_capacity>, Lazy> inline_;
   std::size_t size_ = 0;
-  std::vector<attempt_record> spilled_;
+  detail::lazy_t<std::vector<attempt_record>, Lazy> spilled_;
 };
 
 // A template only so that it compiles where it is used (see basic_memory_store).
@@ -8688,7 +8717,9 @@ class retry_outcome {
   std::optional<stored> value_;
   std::exception_ptr error_;
   key_buffer key_;
-  attempt_history history_;
+  // Named through Result (detail/lazy.hpp), so that clang++ instantiates the history class and
+  // its containers only with an outcome, not wherever this header is included.
+  detail::lazy_t<attempt_history, Result> history_;
 };
 
 }  // namespace idem
@@ -8876,7 +8907,9 @@ class retrying {
     key_generator_type key_generator{};
     /// Seeds the jitter and the keys, for tests that replay; unset, 256 nondeterministic bits
     /// are drawn. Never fix it in production: two processes with one seed make the same keys.
-    std::optional<std::uint64_t> seed{};
+    /// (A std::optional<std::uint64_t>, named through Policies so that clang++ instantiates it
+    /// only where a retrying is used; see detail/lazy.hpp.)
+    detail::lazy_t<std::optional<std::uint64_t>, Policies> seed{};
     retry_limits limits{Policies::max_attempts, Policies::deadline};
   };
 
@@ -9002,7 +9035,7 @@ class retrying {
       const next_step step =
           after_failure(verdict, attempt, may_repeat, now - start, previous_delay, rng);
       if (step.stop) {
-        outcome.verdict_ = *step.stop;
+        outcome.verdict_ = step.verdict;
         break;
       }
       last_retry = step.reason;
@@ -9039,36 +9072,43 @@ class retrying {
   // here, apart from the loop that runs attempts and waits, so that an asynchronous version can
   // apply the same rules between co_awaits.
   struct next_step {
-    std::optional<retry_verdict> stop;
+    bool stop = false;  // the operation ends, with `verdict`; else it waits `delay` and retries
+    retry_verdict verdict{};
     std::chrono::nanoseconds delay{};
     bool from_retry_after = false;
     retry_reason reason = retry_reason::none;
   };
+  static next_step end_with(retry_verdict verdict) noexcept {
+    return {.stop = true, .verdict = verdict};
+  }
 
   next_step after_failure(const classification& verdict, int attempt, bool may_repeat,
                           std::chrono::nanoseconds elapsed, std::chrono::nanoseconds previous_delay,
                           random_type& rng) {
-    if (verdict.kind == disposition::permanent) return {retry_verdict::permanent_failure};
-    if (!may_repeat) return {retry_verdict::not_retried};
-    if (attempt >= limits_.max_attempts) return {retry_verdict::attempts_exhausted};
+    if (verdict.kind == disposition::permanent) return end_with(retry_verdict::permanent_failure);
+    if (!may_repeat) return end_with(retry_verdict::not_retried);
+    if (attempt >= limits_.max_attempts) return end_with(retry_verdict::attempts_exhausted);
 
     // The wait: the server's Retry-After when it sent a valid one, else the backoff.
-    std::optional<std::chrono::nanoseconds> delay;
+    std::chrono::nanoseconds delay{};
+    bool from_retry_after = false;
     if (!verdict.retry_after.empty()) {
-      delay = parse_retry_after(verdict.retry_after, clock_.wall_now());
+      if (const auto asked = parse_retry_after(verdict.retry_after, clock_.wall_now())) {
+        delay = *asked;
+        from_retry_after = true;
+      }
     }
-    const bool from_retry_after = delay.has_value();
-    if (!delay) delay = backoff_.delay(attempt - 1, previous_delay, rng);
-    if (*delay < std::chrono::nanoseconds::zero()) delay = std::chrono::nanoseconds::zero();
+    if (!from_retry_after) delay = backoff_.delay(attempt - 1, previous_delay, rng);
+    if (delay < std::chrono::nanoseconds::zero()) delay = std::chrono::nanoseconds::zero();
 
     // A wait that ends at or past the deadline would leave the next attempt no time at all.
-    if (*delay >= time_left(elapsed)) return {retry_verdict::deadline_exceeded};
+    if (delay >= time_left(elapsed)) return end_with(retry_verdict::deadline_exceeded);
 
     // Asked last, so that a refusal for any other reason spends no token.
     const auto reason =
         verdict.kind == disposition::ambiguous ? retry_reason::ambiguous : retry_reason::transient;
-    if (!budget_.try_acquire_retry(reason)) return {retry_verdict::budget_exhausted};
-    return {std::nullopt, *delay, from_retry_after, reason};
+    if (!budget_.try_acquire_retry(reason)) return end_with(retry_verdict::budget_exhausted);
+    return {.delay = delay, .from_retry_after = from_retry_after, .reason = reason};
   }
 
   random_type& operation_engine() {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <idem/detail/algorithm.hpp>
+#include <idem/detail/lazy.hpp>
 
 namespace idem {
 
@@ -50,7 +51,7 @@ namespace detail {
 /// breaker trips. The closed state is read with one atomic load, so the hot path takes no lock;
 /// transitions are rare and take the mutex. (A template only so that it compiles where it is
 /// used; see basic_memory_store.)
-template <class = void>
+template <class Lazy = void>
 class breaker_machine {
  public:
   breaker_machine(std::chrono::nanoseconds open_for, int probes)
@@ -118,7 +119,9 @@ class breaker_machine {
   }
 
  private:
-  std::atomic<breaker_state> mode_{breaker_state::closed};
+  // Named through Lazy (detail/lazy.hpp), or clang++ would instantiate the atomic wherever this
+  // header is included.
+  detail::lazy_t<std::atomic<breaker_state>, Lazy> mode_{breaker_state::closed};
   std::mutex mutex_;
   std::chrono::nanoseconds opened_at_{};
   std::chrono::nanoseconds open_for_;
@@ -272,7 +275,9 @@ class basic_failure_rate_breaker {
 
     detail::breaker_machine<Lazy> machine;
     std::int64_t window, minimum_calls, threshold_percent;
-    std::vector<std::atomic<std::uint64_t>> bits;
+    // Named through Lazy (detail/lazy.hpp), or clang++ would instantiate the vector's constructor
+    // and iterators wherever this header is included.
+    detail::lazy_t<std::vector<std::atomic<std::uint64_t>>, Lazy> bits;
     std::atomic<std::int64_t> recorded{0};
   };
   std::shared_ptr<shared> state_;
