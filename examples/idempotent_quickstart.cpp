@@ -7,6 +7,7 @@
 #include <idem/idem.hpp>
 
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <string>
 

@@ -34,7 +34,6 @@
 #include <chrono>
 #include <concepts>
 #include <cstddef>
-#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -45,6 +44,7 @@
 
 #include <idem/codec.hpp>
 #include <idem/detail/guard.hpp>
+#include <idem/detail/invoke.hpp>
 #include <idem/fingerprint.hpp>
 #include <idem/handler_context.hpp>
 #include <idem/hash/xxh3.hpp>
@@ -203,11 +203,11 @@ class idempotent {
     // A transactional handler is also given the transaction (run_within passes it).
     auto run = [&](handler_context& context, auto&... transaction) -> response_type {
       if constexpr (transactional) {
-        return std::invoke(handler_, context, request, transaction...);
+        return detail::invoke(handler_, context, request, transaction...);
       } else if constexpr (detail::takes_handler_context<Handler, Request>) {
-        return std::invoke(handler_, context, request);
+        return detail::invoke(handler_, context, request);
       } else {
-        return std::invoke(handler_, request);
+        return detail::invoke(handler_, request);
       }
     };
     if (!key) {

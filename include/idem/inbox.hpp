@@ -20,7 +20,6 @@
 #include <chrono>
 #include <concepts>
 #include <cstddef>
-#include <functional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -28,6 +27,7 @@
 #include <vector>
 
 #include <idem/detail/guard.hpp>
+#include <idem/detail/invoke.hpp>
 #include <idem/handler_context.hpp>
 #include <idem/hash/xxh3.hpp>
 #include <idem/idempotent_outcome.hpp>
@@ -59,9 +59,9 @@ using consumer_result_t =
 template <class F, class... Extra>
 consumer_result_t<F, Extra...> invoke_consumer(F& fn, handler_context& context, Extra&... extra) {
   if constexpr (std::invocable<F&, handler_context&, Extra&...>) {
-    return std::invoke(fn, context, extra...);
+    return detail::invoke(fn, context, extra...);
   } else {
-    return std::invoke(fn, extra...);
+    return detail::invoke(fn, extra...);
   }
 }
 

@@ -21,13 +21,16 @@
 // * optional whitespace (SP / HTAB) around the whole field value is skipped by parse_retry_after
 //   (RFC 9110 §5.5 excludes it from the field value); parse_http_date takes the bare date, where
 //   the grammar allows no extra whitespace.
+//
+// The calendar arithmetic is done on plain integers (days since 1970-01-01, by Howard Hinnant's
+// algorithms, which std::chrono's calendar implements too) rather than with year_month_day,
+// sys_days and floor<days>: those are templates, and these functions are inline, so every
+// translation unit that includes idem would instantiate them whether it parses a date or not.
 #pragma once
 
-#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 #include <optional>
 #include <string_view>
 
@@ -35,16 +38,16 @@ namespace idem {
 
 namespace detail {
 
-inline constexpr std::array<std::string_view, 7> short_day_names = {"Sun", "Mon", "Tue", "Wed",
-                                                                    "Thu", "Fri", "Sat"};
-inline constexpr std::array<std::string_view, 7> long_day_names = {
-    "Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"};
-inline constexpr std::array<std::string_view, 12> month_names = {
-    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+inline constexpr std::string_view short_day_names[7] = {"Sun", "Mon", "Tue", "Wed",
+                                                        "Thu", "Fri", "Sat"};
+inline constexpr std::string_view long_day_names[7] = {"Sunday",   "Monday", "Tuesday", "Wednesday",
+                                                       "Thursday", "Friday", "Saturday"};
+inline constexpr std::string_view month_names[12] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                                     "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
 
 // The fields of one HTTP-date as written; nothing is validated yet.
 struct http_date_fields {
-  int weekday = 0;  // 0 = Sunday, as std::chrono::weekday counts
+  int weekday = 0;  // 0 = Sunday, as std::chrono::weekday::c_encoding() counts
   int year = 0;
   int month = 0;  // 1-12
   int day = 0;
@@ -80,7 +83,7 @@ constexpr bool eat_digits(std::string_view& in, std::size_t count, int& value) n
 }
 
 template <std::size_t N>
-constexpr bool eat_name(std::string_view& in, const std::array<std::string_view, N>& names,
+constexpr bool eat_name(std::string_view& in, const std::string_view (&names)[N],
                         int& index) noexcept {
   for (std::size_t i = 0; i < N; ++i) {
     if (eat(in, names[i])) {
@@ -148,48 +151,114 @@ constexpr int resolve_two_digit_year(int yy, int reference_year) noexcept {
   return limit - back;
 }
 
-// The UTC calendar year of `now`, clamped to what std::chrono::year can hold so that a clock with
-// a wide range cannot push the arithmetic out of range.
+// Days since 1970-01-01 of a date of the proleptic Gregorian calendar (month 1-12, day 1-31):
+// Hinnant's days_from_civil (http://howardhinnant.github.io/date_algorithms.html). Years are
+// counted in eras of 400 years (146097 days), which repeat exactly; March is the first month of
+// the shifted year, so that February's extra day falls at its end.
+constexpr std::int64_t days_from_civil(std::int64_t year, int month, int day) noexcept {
+  year -= month <= 2 ? 1 : 0;
+  const std::int64_t era = (year >= 0 ? year : year - 399) / 400;
+  const std::int64_t year_of_era = year - era * 400;  // [0, 399]
+  const std::int64_t day_of_year = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1;
+  const std::int64_t day_of_era =
+      year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;  // [0, 146096]
+  return era * 146097 + day_of_era - 719468;  // 719468: days from 0000-03-01 to 1970-01-01
+}
+
+// The year of the date `days` after 1970-01-01: the year part of Hinnant's civil_from_days.
+constexpr std::int64_t year_from_days(std::int64_t days) noexcept {
+  days += 719468;
+  const std::int64_t era = (days >= 0 ? days : days - 146096) / 146097;
+  const std::int64_t day_of_era = days - era * 146097;  // [0, 146096]
+  // [0, 399]: the leap days before day_of_era taken out, what is left divides by 365.
+  const std::int64_t year_of_era =
+      (day_of_era - day_of_era / 1460 + day_of_era / 36524 - day_of_era / 146096) / 365;
+  const std::int64_t day_of_year =
+      day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);  // [0, 365]
+  const std::int64_t shifted_month = (5 * day_of_year + 2) / 153;              // [0, 11], 0 = March
+  // January and February close the shifted year, so they belong to the next calendar year.
+  return era * 400 + year_of_era + (shifted_month >= 10 ? 1 : 0);
+}
+
+// 0 = Sunday: 1970-01-01 was a Thursday (4).
+constexpr int weekday_from_days(std::int64_t days) noexcept {
+  return static_cast<int>(days >= -4 ? (days + 4) % 7 : (days + 5) % 7 + 6);
+}
+
+constexpr bool is_leap_year(std::int64_t year) noexcept {
+  return year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+}
+
+constexpr int last_day_of_month(std::int64_t year, int month) noexcept {
+  constexpr int days[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  return month == 2 && is_leap_year(year) ? 29 : days[month - 1];
+}
+
+// system_clock's tick, as a whole number of ticks per second. Every standard library's is a
+// fraction of a second that divides 1e9: 1 ns (libstdc++), 1 us (libc++), 100 ns (MSVC).
+inline constexpr std::int64_t ticks_per_second = std::chrono::system_clock::period::den;
+static_assert(std::chrono::system_clock::period::num == 1 && 1'000'000'000 % ticks_per_second == 0,
+              "idem/retry_after.hpp expects system_clock to tick in a fraction of a second that "
+              "a nanosecond divides (1 ns, 100 ns, 1 us, ...).");
+
+// `now` split into whole seconds since the epoch, rounded down, and the nanoseconds past them
+// (in [0, 1e9)), by integer division of the tick count: nothing is multiplied out of range for
+// any `now` the clock can hold.
+struct split_time {
+  std::int64_t seconds;
+  std::int64_t nanoseconds;
+};
+inline split_time split_seconds(std::chrono::system_clock::time_point now) noexcept {
+  const std::int64_t ticks = now.time_since_epoch().count();
+  split_time t{ticks / ticks_per_second, ticks % ticks_per_second};
+  if (t.nanoseconds < 0) {  // division truncates toward zero; step back to the floor
+    t.seconds -= 1;
+    t.nanoseconds += ticks_per_second;
+  }
+  t.nanoseconds *= 1'000'000'000 / ticks_per_second;
+  return t;
+}
+
+// The UTC calendar year of `now`. The day is clamped to ±30000 years around 1970, so that the
+// years resolve_two_digit_year derives from it (±100) stay inside the ±32767 that
+// to_epoch_seconds accepts, whatever the clock's range (a nanosecond clock spans only ±292 years).
 inline int year_of(std::chrono::system_clock::time_point now) noexcept {
-  using namespace std::chrono;
-  // ±30000 years around 1970 stays inside std::chrono::year's ±32767 even after the ±100 years
-  // that resolve_two_digit_year may add; a nanosecond clock only spans ±292 years anyway.
   constexpr std::int64_t max_days = 365LL * 30000;
-  std::int64_t d = floor<days>(now).time_since_epoch().count();
-  if (d > max_days) d = max_days;
-  if (d < -max_days) d = -max_days;
-  const year_month_day ymd{sys_days{days{d}}};
-  return static_cast<int>(ymd.year());
+  const std::int64_t seconds = split_seconds(now).seconds;
+  std::int64_t days = seconds / 86400 - (seconds % 86400 < 0 ? 1 : 0);  // rounded down
+  if (days > max_days) days = max_days;
+  if (days < -max_days) days = -max_days;
+  return static_cast<int>(year_from_days(days));
 }
 
 // Validates the fields and turns them into seconds since the Unix epoch. The range is about
 // ±1e12 s (4-digit years, or a two-digit one resolved near a clamped reference year), far from
 // overflowing std::int64_t.
-inline std::optional<std::chrono::sys_seconds> to_sys_seconds(const http_date_fields& f) noexcept {
-  using namespace std::chrono;
-  if (f.year < static_cast<int>(year::min()) || f.year > static_cast<int>(year::max())) {
-    return std::nullopt;
-  }
-  const year_month_day ymd{year{f.year}, month{static_cast<unsigned>(f.month)},
-                           day{static_cast<unsigned>(f.day)}};
-  if (!ymd.ok()) return std::nullopt;  // Feb 30, Feb 29 outside a leap year, Apr 31, day 00
-  if (f.hour > 23 || f.minute > 59 || f.second > 60) return std::nullopt;
-  const sys_days date{ymd};
-  if (weekday{date} != weekday{static_cast<unsigned>(f.weekday)}) return std::nullopt;
-  return sys_seconds{date} + hours{f.hour} + minutes{f.minute} + seconds{f.second};
+constexpr bool to_epoch_seconds(const http_date_fields& f, std::int64_t& seconds) noexcept {
+  // The years std::chrono::year holds: every year the parsers and year_of can produce.
+  if (f.year < -32767 || f.year > 32767) return false;
+  if (f.month < 1 || f.month > 12) return false;
+  if (f.day < 1 || f.day > last_day_of_month(f.year, f.month)) return false;  // Feb 30, Apr 31
+  if (f.hour > 23 || f.minute > 59 || f.second > 60) return false;
+  const std::int64_t days = days_from_civil(f.year, f.month, f.day);
+  if (weekday_from_days(days) != f.weekday) return false;
+  const int time_of_day = f.hour * 3600 + f.minute * 60 + f.second;
+  seconds = days * 86400 + time_of_day;
+  return true;
 }
 
-// Any of the three HTTP-date forms, exactly, with no surrounding whitespace.
-inline std::optional<std::chrono::sys_seconds> parse_http_date_seconds(
-    std::string_view text, int reference_year) noexcept {
+// Any of the three HTTP-date forms, exactly, with no surrounding whitespace: true, with the
+// date's `seconds` since the epoch, or false.
+constexpr bool parse_http_date_seconds(std::string_view text, int reference_year,
+                                       std::int64_t& seconds) noexcept {
   // The forms differ by the fourth byte (',' / ' ' / a letter), so at most one can match.
-  if (http_date_fields f; parse_imf_fixdate(text, f)) return to_sys_seconds(f);
-  if (http_date_fields f; parse_asctime_date(text, f)) return to_sys_seconds(f);
+  if (http_date_fields f; parse_imf_fixdate(text, f)) return to_epoch_seconds(f, seconds);
+  if (http_date_fields f; parse_asctime_date(text, f)) return to_epoch_seconds(f, seconds);
   if (http_date_fields f; parse_rfc850_date(text, f)) {
     f.year = resolve_two_digit_year(f.year, reference_year);
-    return to_sys_seconds(f);
+    return to_epoch_seconds(f, seconds);
   }
-  return std::nullopt;
+  return false;
 }
 
 constexpr bool is_ows(char c) noexcept {
@@ -206,7 +275,7 @@ constexpr std::string_view trim_ows(std::string_view s) noexcept {
 
 // The largest whole number of seconds that std::chrono::nanoseconds can hold.
 inline constexpr std::int64_t max_delay_seconds =
-    std::chrono::duration_cast<std::chrono::seconds>(std::chrono::nanoseconds::max()).count();
+    std::chrono::nanoseconds::max().count() / 1'000'000'000;
 
 // delay-seconds = 1*DIGIT; any length is valid, so a value past what nanoseconds holds saturates.
 constexpr std::optional<std::chrono::nanoseconds> parse_delay_seconds(std::string_view s) noexcept {
@@ -221,29 +290,19 @@ constexpr std::optional<std::chrono::nanoseconds> parse_delay_seconds(std::strin
     }
   }
   if (saturated) return std::chrono::nanoseconds::max();
-  return std::chrono::seconds{value};
+  return std::chrono::nanoseconds{value * 1'000'000'000};  // value <= max_delay_seconds
 }
 
-// `target - now`, zero when target is not after now, std::chrono::nanoseconds::max() when the gap
-// does not fit. Written so that no intermediate overflows for any `now` the clock can hold.
-inline std::chrono::nanoseconds delay_until(std::chrono::sys_seconds target,
+// From `now` until `target` (seconds since the epoch): zero when target is not after now,
+// std::chrono::nanoseconds::max() when the gap does not fit. Written so that no intermediate
+// overflows for any `now` the clock can hold.
+inline std::chrono::nanoseconds delay_until(std::int64_t target,
                                             std::chrono::system_clock::time_point now) noexcept {
-  using namespace std::chrono;
-  // Split now into whole seconds (floor) and a sub-second part in [0, 1 s), by truncating
-  // division first so that nothing is multiplied back out of range.
-  const auto since_epoch = now.time_since_epoch();
-  auto whole = duration_cast<seconds>(since_epoch);
-  auto fraction = since_epoch - whole;  // |fraction| < 1 s, same sign as since_epoch
-  if (fraction < decltype(fraction)::zero()) {
-    whole -= seconds{1};
-    fraction += seconds{1};
-  }
-  const std::int64_t now_s = whole.count();
-  const std::int64_t target_s = target.time_since_epoch().count();
-  if (target_s <= now_s) return nanoseconds::zero();  // target <= floor(now) <= now
-  if (now_s < target_s - max_delay_seconds) return nanoseconds::max();
-  const std::int64_t gap = target_s - now_s;  // in [1, max_delay_seconds]
-  return seconds{gap} - duration_cast<nanoseconds>(fraction);
+  const split_time n = split_seconds(now);
+  if (target <= n.seconds) return std::chrono::nanoseconds::zero();  // target <= floor(now) <= now
+  if (n.seconds < target - max_delay_seconds) return std::chrono::nanoseconds::max();
+  const std::int64_t gap = target - n.seconds;  // in [1, max_delay_seconds]
+  return std::chrono::nanoseconds{gap * 1'000'000'000 - n.nanoseconds};
 }
 
 }  // namespace detail
@@ -256,18 +315,15 @@ inline std::chrono::nanoseconds delay_until(std::chrono::sys_seconds target,
 /// the date's weekday, and for a date that system_clock::time_point cannot represent.
 inline std::optional<std::chrono::system_clock::time_point> parse_http_date(
     std::string_view text, std::chrono::system_clock::time_point now) noexcept {
-  using namespace std::chrono;
-  const auto parsed = detail::parse_http_date_seconds(text, detail::year_of(now));
-  if (!parsed) return std::nullopt;
-  // Truncation toward zero keeps both bounds inside the clock's range.
+  std::int64_t seconds = 0;
+  if (!detail::parse_http_date_seconds(text, detail::year_of(now), seconds)) return std::nullopt;
+  // Division truncates toward zero, which keeps both bounds inside the clock's range.
   using clock_duration = std::chrono::system_clock::duration;
-  constexpr auto lo = duration_cast<seconds>(clock_duration::min());
-  constexpr auto hi = duration_cast<seconds>(clock_duration::max());
-  const auto s = parsed->time_since_epoch();
-  if (s < lo || s > hi) return std::nullopt;
-  return std::chrono::system_clock::time_point{duration_cast<clock_duration>(s)};
+  constexpr std::int64_t lo = clock_duration::min().count() / detail::ticks_per_second;
+  constexpr std::int64_t hi = clock_duration::max().count() / detail::ticks_per_second;
+  if (seconds < lo || seconds > hi) return std::nullopt;
+  return std::chrono::system_clock::time_point{clock_duration{seconds * detail::ticks_per_second}};
 }
-
 /// As above, resolving an RFC 850 two-digit year against the current time.
 inline std::optional<std::chrono::system_clock::time_point> parse_http_date(
     std::string_view text) noexcept {
@@ -283,9 +339,9 @@ inline std::optional<std::chrono::nanoseconds> parse_retry_after(
     std::string_view value, std::chrono::system_clock::time_point now) noexcept {
   const std::string_view v = detail::trim_ows(value);
   if (!v.empty() && detail::is_digit(v.front())) return detail::parse_delay_seconds(v);
-  const auto date = detail::parse_http_date_seconds(v, detail::year_of(now));
-  if (!date) return std::nullopt;
-  return detail::delay_until(*date, now);
+  std::int64_t date = 0;
+  if (!detail::parse_http_date_seconds(v, detail::year_of(now), date)) return std::nullopt;
+  return detail::delay_until(date, now);
 }
 
 }  // namespace idem

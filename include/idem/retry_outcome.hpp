@@ -7,7 +7,6 @@
 // differently configured wrappers mix freely.
 #pragma once
 
-#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <exception>
@@ -20,6 +19,7 @@
 #include <vector>
 
 #include <idem/attempt.hpp>
+#include <idem/detail/lazy.hpp>
 #include <idem/key.hpp>
 #include <idem/policy/observer.hpp>
 
@@ -98,13 +98,17 @@ class basic_attempt_history {
 
   // Only the records in use: the rest were never written.
   void copy_inline(const basic_attempt_history& other) noexcept {
-    std::copy_n(other.inline_.begin(), std::min(size_, inline_capacity), inline_.begin());
+    const std::size_t count = size_ < inline_capacity ? size_ : inline_capacity;
+    for (std::size_t i = 0; i < count; ++i)
+      inline_[i] = other.inline_[i];
   }
 
+  // Both named through Lazy (detail/lazy.hpp): with clang++, vector's push_back would otherwise
+  // be instantiated wherever this header is included.
   // Left unwritten beyond size_, so that an outcome does not clear eight records it may not use.
-  std::array<attempt_record, inline_capacity> inline_;
+  detail::lazy_t<Lazy, std::array<attempt_record, inline_capacity>> inline_;
   std::size_t size_ = 0;
-  std::vector<attempt_record> spilled_;
+  detail::lazy_t<Lazy, std::vector<attempt_record>> spilled_;
 };
 
 // A template only so that it compiles where it is used (see basic_memory_store).
@@ -182,7 +186,9 @@ class retry_outcome {
   std::optional<stored> value_;
   std::exception_ptr error_;
   key_buffer key_;
-  attempt_history history_;
+  // Named through Result (detail/lazy.hpp), so that clang++ instantiates the history class and
+  // its containers only with an outcome, not wherever this header is included.
+  detail::lazy_t<Result, attempt_history> history_;
 };
 
 }  // namespace idem

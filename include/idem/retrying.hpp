@@ -31,13 +31,14 @@
 #include <concepts>
 #include <cstdint>
 #include <exception>
-#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
 
 #include <idem/attempt.hpp>
+#include <idem/detail/invoke.hpp>
+#include <idem/detail/lazy.hpp>
 #include <idem/key.hpp>
 #include <idem/policies.hpp>
 #include <idem/retry_after.hpp>
@@ -128,14 +129,14 @@ struct resolvable_call {
 
   template <class... Args>
   decltype(auto) operator()(Args&&... args) {
-    return std::invoke(call, std::forward<Args>(args)...);
+    return detail::invoke(call, std::forward<Args>(args)...);
   }
   template <class... Args>
   decltype(auto) resolve(const attempt_context& context, Args&... args) {
     if constexpr (std::invocable<Resolver&, const attempt_context&, Args&...>) {
-      return std::invoke(resolver, context, args...);
+      return detail::invoke(resolver, context, args...);
     } else {
-      return std::invoke(resolver, context);
+      return detail::invoke(resolver, context);
     }
   }
 };
@@ -198,7 +199,9 @@ class retrying {
     key_generator_type key_generator{};
     /// Seeds the jitter and the keys, for tests that replay; unset, 256 nondeterministic bits
     /// are drawn. Never fix it in production: two processes with one seed make the same keys.
-    std::optional<std::uint64_t> seed{};
+    /// (A std::optional<std::uint64_t>, named through Policies so that clang++ instantiates it
+    /// only where a retrying is used; see detail/lazy.hpp.)
+    detail::lazy_t<Policies, std::optional<std::uint64_t>> seed{};
     retry_limits limits{Policies::max_attempts, Policies::deadline};
   };
 
@@ -324,7 +327,7 @@ class retrying {
       const next_step step =
           after_failure(verdict, attempt, may_repeat, now - start, previous_delay, rng);
       if (step.stop) {
-        outcome.verdict_ = *step.stop;
+        outcome.verdict_ = step.verdict;
         break;
       }
       last_retry = step.reason;
@@ -361,36 +364,43 @@ class retrying {
   // here, apart from the loop that runs attempts and waits, so that an asynchronous version can
   // apply the same rules between co_awaits.
   struct next_step {
-    std::optional<retry_verdict> stop;
+    bool stop = false;  // the operation ends, with `verdict`; else it waits `delay` and retries
+    retry_verdict verdict{};
     std::chrono::nanoseconds delay{};
     bool from_retry_after = false;
     retry_reason reason = retry_reason::none;
   };
+  static next_step end_with(retry_verdict verdict) noexcept {
+    return {.stop = true, .verdict = verdict};
+  }
 
   next_step after_failure(const classification& verdict, int attempt, bool may_repeat,
                           std::chrono::nanoseconds elapsed, std::chrono::nanoseconds previous_delay,
                           random_type& rng) {
-    if (verdict.kind == disposition::permanent) return {retry_verdict::permanent_failure};
-    if (!may_repeat) return {retry_verdict::not_retried};
-    if (attempt >= limits_.max_attempts) return {retry_verdict::attempts_exhausted};
+    if (verdict.kind == disposition::permanent) return end_with(retry_verdict::permanent_failure);
+    if (!may_repeat) return end_with(retry_verdict::not_retried);
+    if (attempt >= limits_.max_attempts) return end_with(retry_verdict::attempts_exhausted);
 
     // The wait: the server's Retry-After when it sent a valid one, else the backoff.
-    std::optional<std::chrono::nanoseconds> delay;
+    std::chrono::nanoseconds delay{};
+    bool from_retry_after = false;
     if (!verdict.retry_after.empty()) {
-      delay = parse_retry_after(verdict.retry_after, clock_.wall_now());
+      if (const auto asked = parse_retry_after(verdict.retry_after, clock_.wall_now())) {
+        delay = *asked;
+        from_retry_after = true;
+      }
     }
-    const bool from_retry_after = delay.has_value();
-    if (!delay) delay = backoff_.delay(attempt - 1, previous_delay, rng);
-    if (*delay < std::chrono::nanoseconds::zero()) delay = std::chrono::nanoseconds::zero();
+    if (!from_retry_after) delay = backoff_.delay(attempt - 1, previous_delay, rng);
+    if (delay < std::chrono::nanoseconds::zero()) delay = std::chrono::nanoseconds::zero();
 
     // A wait that ends at or past the deadline would leave the next attempt no time at all.
-    if (*delay >= time_left(elapsed)) return {retry_verdict::deadline_exceeded};
+    if (delay >= time_left(elapsed)) return end_with(retry_verdict::deadline_exceeded);
 
     // Asked last, so that a refusal for any other reason spends no token.
     const auto reason =
         verdict.kind == disposition::ambiguous ? retry_reason::ambiguous : retry_reason::transient;
-    if (!budget_.try_acquire_retry(reason)) return {retry_verdict::budget_exhausted};
-    return {std::nullopt, *delay, from_retry_after, reason};
+    if (!budget_.try_acquire_retry(reason)) return end_with(retry_verdict::budget_exhausted);
+    return {.delay = delay, .from_retry_after = from_retry_after, .reason = reason};
   }
 
   random_type& operation_engine() {
@@ -420,9 +430,9 @@ class retrying {
   template <class... Args>
   decltype(auto) invoke_call(const attempt_context& context, Args&... args) {
     if constexpr (detail::takes_context<Call, Args...>) {
-      return std::invoke(call_, context, args...);
+      return detail::invoke(call_, context, args...);
     } else {
-      return std::invoke(call_, args...);
+      return detail::invoke(call_, args...);
     }
   }
 

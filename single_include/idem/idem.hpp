@@ -3507,8 +3507,6 @@ class handler_context {
 // Concurrency: one idempotent object may be called from many threads at once; the store decides
 // every race, and the handler runs at most once at a time per (scope, key) while leases hold.
 
-#include <functional>
-
 // begin idem/detail/guard.hpp
 // The machinery idempotent and inbox share: claim, run under the fence, record or release.
 
@@ -3869,8 +3867,12 @@ struct release_on_failure {
 
 /// A 500 with a short plain-text body, for store_failures_after_effect with http_response.
 struct internal_error_response {
-  http_response operator()(const failure_info& /*info*/) const {
-    return {500, {{"content-type", "text/plain"}}, "internal error\n"};
+  // A template only so that the body compiles where it is called: a function that is not a
+  // template builds the header pair from two string literals (instantiating pair's converting
+  // constructor and vector's initializer-list one) wherever this header is included.
+  template <class Response = http_response>
+  Response operator()(const failure_info& /*info*/) const {
+    return Response{500, {{"content-type", "text/plain"}}, "internal error\n"};
   }
 };
 
@@ -4656,6 +4658,79 @@ class guard {
 
 }  // namespace idem::detail
 // end idem/detail/guard.hpp
+// begin idem/detail/invoke.hpp
+// idem::detail::invoke: std::invoke, without <functional>.
+//
+// <functional> is one of the costliest standard headers to parse (std::function, the searchers,
+// std::bind, the hash specialisations), and idem needs only std::invoke from it: calling a
+// wrapped call, a handler or a callback that may be a function object, a function pointer or a
+// pointer to a member. This is the same contract (INVOKE, [func.require]), with the same result
+// type, value category and noexcept, for the core's own use.
+
+namespace idem::detail {
+
+/// The class a pointer to member belongs to: C for `T C::*`, functions included.
+template <class M>
+struct member_pointer_class;
+template <class T, class C>
+struct member_pointer_class<T C::*> {
+  using type = C;
+};
+
+// std::reference_wrapper is declared in <functional>, so it cannot be named here. INVOKE treats
+// it apart only to call `get()` on it; a type with `type`, `get()` returning `type&` and an
+// implicit conversion to `type&` is unwrapped the same way, and for it get() and the conversion
+// name the same object, so nothing can tell the two rules apart.
+template <class R>
+concept reference_wrapper_like = requires(const R& r) {
+  typename R::type;
+  { r.get() } -> std::same_as<typename R::type&>;
+}
+&&std::is_convertible_v<const R&, typename R::type&>;
+
+// The object a pointer to a member of C is applied to, as INVOKE finds it: the argument itself
+// when it is a C (or derived from C), what a reference wrapper refers to, else what the argument
+// points to (a raw or smart pointer).
+template <class C, class Object>
+constexpr decltype(auto) member_target(Object&& object) {
+  using plain = std::remove_cvref_t<Object>;
+  if constexpr (std::is_base_of_v<C, plain>) {
+    return std::forward<Object>(object);
+  } else if constexpr (reference_wrapper_like<plain>) {
+    return object.get();
+  } else {
+    return *std::forward<Object>(object);
+  }
+}
+
+template <class Member, class Object, class... Args>
+constexpr decltype(auto) invoke_member(Member member, Object&& object, Args&&... args) {
+  using C = typename member_pointer_class<Member>::type;
+  if constexpr (std::is_member_function_pointer_v<Member>) {
+    return (detail::member_target<C>(std::forward<Object>(object)).*
+            member)(std::forward<Args>(args)...);
+  } else {
+    static_assert(sizeof...(Args) == 0, "A pointer to a data member takes only the object.");
+    return (detail::member_target<C>(std::forward<Object>(object)).*member);
+  }
+}
+
+/// Calls `f` with `args` as std::invoke does: `f(args...)` for a function object or a function
+/// pointer; for a pointer to a member function, the first argument's member called with the
+/// rest; for a pointer to a data member, that member of the only argument. The first argument
+/// may be an object, a reference wrapper or a pointer (raw or smart).
+template <class F, class... Args>
+constexpr decltype(auto) invoke(F&& f,
+                                Args&&... args) noexcept(std::is_nothrow_invocable_v<F, Args...>) {
+  if constexpr (std::is_member_pointer_v<std::remove_cvref_t<F>>) {
+    return detail::invoke_member(f, std::forward<Args>(args)...);
+  } else {
+    return std::forward<F>(f)(std::forward<Args>(args)...);
+  }
+}
+
+}  // namespace idem::detail
+// end idem/detail/invoke.hpp
 // begin idem/policies.hpp
 // The policies struct: every choice a retrying or idempotent wrapper makes, in one place.
 //
@@ -4941,10 +5016,10 @@ struct decorrelated_jitter {
   template <RandomSource R>
   std::chrono::nanoseconds delay(int, std::chrono::nanoseconds previous, R& rng) const noexcept {
     if (base >= cap) return cap;
-    const auto last = std::max(previous, base);
+    const auto last = detail::max(previous, base);
     // previous * 3, saturating at cap: beyond it the draw is clipped anyway.
     const auto upper = last > cap / 3 ? cap : last * 3;
-    return std::min(cap, base + detail::random_up_to(rng, upper - base));
+    return detail::min(cap, base + detail::random_up_to(rng, upper - base));
   }
 };
 
@@ -5015,7 +5090,7 @@ namespace detail {
 /// breaker trips. The closed state is read with one atomic load, so the hot path takes no lock;
 /// transitions are rare and take the mutex. (A template only so that it compiles where it is
 /// used; see basic_memory_store.)
-template <class = void>
+template <class Lazy = void>
 class breaker_machine {
  public:
   breaker_machine(std::chrono::nanoseconds open_for, int probes)
@@ -5083,7 +5158,9 @@ class breaker_machine {
   }
 
  private:
-  std::atomic<breaker_state> mode_{breaker_state::closed};
+  // Named through Lazy (detail/lazy.hpp), or clang++ would instantiate the atomic wherever this
+  // header is included.
+  detail::lazy_t<Lazy, std::atomic<breaker_state>> mode_{breaker_state::closed};
   std::mutex mutex_;
   std::chrono::nanoseconds opened_at_{};
   std::chrono::nanoseconds open_for_;
@@ -5191,7 +5268,8 @@ class basic_failure_rate_breaker {
     auto& s = *state_;
     if (s.machine.failure_when_not_closed(now)) return;
     s.record(true);
-    const auto calls = std::min<std::int64_t>(s.recorded.load(std::memory_order_relaxed), s.window);
+    const std::int64_t calls =
+        detail::min<std::int64_t>(s.recorded.load(std::memory_order_relaxed), s.window);
     if (calls >= s.minimum_calls && s.failures() * 100 >= s.threshold_percent * calls) {
       s.machine.trip(now);
       s.reset();
@@ -5236,7 +5314,9 @@ class basic_failure_rate_breaker {
 
     detail::breaker_machine<Lazy> machine;
     std::int64_t window, minimum_calls, threshold_percent;
-    std::vector<std::atomic<std::uint64_t>> bits;
+    // Named through Lazy (detail/lazy.hpp), or clang++ would instantiate the vector's constructor
+    // and iterators wherever this header is included.
+    detail::lazy_t<Lazy, std::vector<std::atomic<std::uint64_t>>> bits;
     std::atomic<std::int64_t> recorded{0};
   };
   std::shared_ptr<shared> state_;
@@ -5368,7 +5448,7 @@ class basic_token_bucket {
     // The common case, a healthy dependency, keeps the bucket full: then this is one load and
     // no write, so callers on many cores do not fight over the cache line.
     while (current < capacity) {
-      if (tokens.compare_exchange_weak(current, std::min(capacity, current + amount),
+      if (tokens.compare_exchange_weak(current, detail::min(capacity, current + amount),
                                        std::memory_order_relaxed)) {
         return;
       }
@@ -5948,7 +6028,8 @@ struct uuid_v7 {
 //
 // The default, no_observer, has empty inline members: the calls vanish when inlined, so a
 // configuration that watches nothing pays nothing. counting_observer keeps totals in atomics
-// (copies share them); callback_observer forwards to user functions.
+// (copies share them); callback_observer forwards to user functions, held in event_callback
+// (a small std::function of our own, so that idem does not include <functional>).
 //
 // Events carry the operation's key redacted (idem/redacted_key.hpp): an observer that logs
 // `event.key.str()` writes a stable hash, never the key, which the caller may treat as a secret.
@@ -6120,22 +6201,83 @@ class basic_counting_observer {
 // A template only so that it compiles where it is used (see basic_memory_store).
 using counting_observer = basic_counting_observer<void>;
 
+template <class Event>
+class event_callback;
+
+namespace detail {
+// What an event_callback<Event> can hold: a copyable callable that takes `const Event&`. Another
+// event_callback is copied or moved, not wrapped.
+template <class F, class Event>
+concept event_function = !std::same_as<F, event_callback<Event>> && std::copy_constructible<F> &&
+                         std::invocable<F&, const Event&>;
+}  // namespace detail
+
+/// A user function that takes one event: what std::function<void(const Event&)> would hold,
+/// without <functional>. Assign any callable that accepts `const Event&` (a lambda, a function
+/// pointer, a std::function, a pointer to member); its result is discarded. Copies copy the
+/// callable, as std::function's do. Empty when default-constructed or given nullptr or a null
+/// pointer, which `if (callback)` tells; calling an empty one does nothing (where an empty
+/// std::function would throw std::bad_function_call).
+template <class Event>
+class event_callback {
+ public:
+  event_callback() noexcept = default;
+  event_callback(std::nullptr_t) noexcept {}
+
+  // Implicit, as std::function's, so that `observer.attempt = [&](const attempt_event& e) {...};`
+  // reads as it did when the fields were std::functions. By value: a lambda is moved in.
+  template <detail::event_function<Event> F>
+  event_callback(F f) {
+    if constexpr (std::is_pointer_v<F> || std::is_member_pointer_v<F>) {
+      if (f == nullptr) return;
+    }
+    target_ = new holder<F>(std::move(f));
+  }
+
+  event_callback(const event_callback& other)
+      : target_(other.target_ ? other.target_->clone() : nullptr) {}
+  event_callback(event_callback&& other) noexcept
+      : target_(std::exchange(other.target_, nullptr)) {}
+  event_callback& operator=(event_callback other) noexcept {
+    std::swap(target_, other.target_);
+    return *this;
+  }
+  ~event_callback() { delete target_; }
+
+  explicit operator bool() const noexcept { return target_ != nullptr; }
+
+  // const, like std::function's: the callable itself may still change (a mutable lambda).
+  void operator()(const Event& event) const {
+    if (target_ != nullptr) target_->call(event);
+  }
+
+ private:
+  struct callable {
+    virtual ~callable() = default;
+    virtual void call(const Event& event) = 0;
+    virtual callable* clone() const = 0;
+  };
+  template <class F>
+  struct holder final : callable {
+    explicit holder(F g) : f(std::move(g)) {}
+    void call(const Event& event) override { static_cast<void>(detail::invoke(f, event)); }
+    callable* clone() const override { return new holder(f); }
+    F f;
+  };
+
+  callable* target_ = nullptr;
+};
+
 /// Forwards each event to a user function; an unset function is skipped.
 template <class Lazy>
 struct basic_callback_observer {
-  std::function<void(const attempt_event&)> attempt;
-  std::function<void(const delay_event&)> delay;
-  std::function<void(const finish_event&)> finish;
+  event_callback<attempt_event> attempt;
+  event_callback<delay_event> delay;
+  event_callback<finish_event> finish;
 
-  void on_attempt(const attempt_event& e) const {
-    if (attempt) attempt(e);
-  }
-  void on_delay(const delay_event& e) const {
-    if (delay) delay(e);
-  }
-  void on_finish(const finish_event& e) const {
-    if (finish) finish(e);
-  }
+  void on_attempt(const attempt_event& e) const { attempt(e); }
+  void on_delay(const delay_event& e) const { delay(e); }
+  void on_finish(const finish_event& e) const { finish(e); }
 };
 
 // A template only so that it compiles where it is used (see basic_memory_store).
@@ -7970,11 +8112,11 @@ class idempotent {
     // A transactional handler is also given the transaction (run_within passes it).
     auto run = [&](handler_context& context, auto&... transaction) -> response_type {
       if constexpr (transactional) {
-        return std::invoke(handler_, context, request, transaction...);
+        return detail::invoke(handler_, context, request, transaction...);
       } else if constexpr (detail::takes_handler_context<Handler, Request>) {
-        return std::invoke(handler_, context, request);
+        return detail::invoke(handler_, context, request);
       } else {
-        return std::invoke(handler_, request);
+        return detail::invoke(handler_, request);
       }
     };
     if (!key) {
@@ -8097,9 +8239,9 @@ using consumer_result_t =
 template <class F, class... Extra>
 consumer_result_t<F, Extra...> invoke_consumer(F& fn, handler_context& context, Extra&... extra) {
   if constexpr (std::invocable<F&, handler_context&, Extra&...>) {
-    return std::invoke(fn, context, extra...);
+    return detail::invoke(fn, context, extra...);
   } else {
-    return std::invoke(fn, extra...);
+    return detail::invoke(fn, extra...);
   }
 }
 
@@ -8222,21 +8364,26 @@ class inbox {
 // * optional whitespace (SP / HTAB) around the whole field value is skipped by parse_retry_after
 //   (RFC 9110 §5.5 excludes it from the field value); parse_http_date takes the bare date, where
 //   the grammar allows no extra whitespace.
+//
+// The calendar arithmetic is done on plain integers (days since 1970-01-01, by Howard Hinnant's
+// algorithms, which std::chrono's calendar implements too) rather than with year_month_day,
+// sys_days and floor<days>: those are templates, and these functions are inline, so every
+// translation unit that includes idem would instantiate them whether it parses a date or not.
 
 namespace idem {
 
 namespace detail {
 
-inline constexpr std::array<std::string_view, 7> short_day_names = {"Sun", "Mon", "Tue", "Wed",
-                                                                    "Thu", "Fri", "Sat"};
-inline constexpr std::array<std::string_view, 7> long_day_names = {
-    "Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"};
-inline constexpr std::array<std::string_view, 12> month_names = {
-    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+inline constexpr std::string_view short_day_names[7] = {"Sun", "Mon", "Tue", "Wed",
+                                                        "Thu", "Fri", "Sat"};
+inline constexpr std::string_view long_day_names[7] = {"Sunday",   "Monday", "Tuesday", "Wednesday",
+                                                       "Thursday", "Friday", "Saturday"};
+inline constexpr std::string_view month_names[12] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                                     "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
 
 // The fields of one HTTP-date as written; nothing is validated yet.
 struct http_date_fields {
-  int weekday = 0;  // 0 = Sunday, as std::chrono::weekday counts
+  int weekday = 0;  // 0 = Sunday, as std::chrono::weekday::c_encoding() counts
   int year = 0;
   int month = 0;  // 1-12
   int day = 0;
@@ -8272,7 +8419,7 @@ constexpr bool eat_digits(std::string_view& in, std::size_t count, int& value) n
 }
 
 template <std::size_t N>
-constexpr bool eat_name(std::string_view& in, const std::array<std::string_view, N>& names,
+constexpr bool eat_name(std::string_view& in, const std::string_view (&names)[N],
                         int& index) noexcept {
   for (std::size_t i = 0; i < N; ++i) {
     if (eat(in, names[i])) {
@@ -8340,48 +8487,114 @@ constexpr int resolve_two_digit_year(int yy, int reference_year) noexcept {
   return limit - back;
 }
 
-// The UTC calendar year of `now`, clamped to what std::chrono::year can hold so that a clock with
-// a wide range cannot push the arithmetic out of range.
+// Days since 1970-01-01 of a date of the proleptic Gregorian calendar (month 1-12, day 1-31):
+// Hinnant's days_from_civil (http://howardhinnant.github.io/date_algorithms.html). Years are
+// counted in eras of 400 years (146097 days), which repeat exactly; March is the first month of
+// the shifted year, so that February's extra day falls at its end.
+constexpr std::int64_t days_from_civil(std::int64_t year, int month, int day) noexcept {
+  year -= month <= 2 ? 1 : 0;
+  const std::int64_t era = (year >= 0 ? year : year - 399) / 400;
+  const std::int64_t year_of_era = year - era * 400;  // [0, 399]
+  const std::int64_t day_of_year = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1;
+  const std::int64_t day_of_era =
+      year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;  // [0, 146096]
+  return era * 146097 + day_of_era - 719468;  // 719468: days from 0000-03-01 to 1970-01-01
+}
+
+// The year of the date `days` after 1970-01-01: the year part of Hinnant's civil_from_days.
+constexpr std::int64_t year_from_days(std::int64_t days) noexcept {
+  days += 719468;
+  const std::int64_t era = (days >= 0 ? days : days - 146096) / 146097;
+  const std::int64_t day_of_era = days - era * 146097;  // [0, 146096]
+  // [0, 399]: the leap days before day_of_era taken out, what is left divides by 365.
+  const std::int64_t year_of_era =
+      (day_of_era - day_of_era / 1460 + day_of_era / 36524 - day_of_era / 146096) / 365;
+  const std::int64_t day_of_year =
+      day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);  // [0, 365]
+  const std::int64_t shifted_month = (5 * day_of_year + 2) / 153;              // [0, 11], 0 = March
+  // January and February close the shifted year, so they belong to the next calendar year.
+  return era * 400 + year_of_era + (shifted_month >= 10 ? 1 : 0);
+}
+
+// 0 = Sunday: 1970-01-01 was a Thursday (4).
+constexpr int weekday_from_days(std::int64_t days) noexcept {
+  return static_cast<int>(days >= -4 ? (days + 4) % 7 : (days + 5) % 7 + 6);
+}
+
+constexpr bool is_leap_year(std::int64_t year) noexcept {
+  return year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+}
+
+constexpr int last_day_of_month(std::int64_t year, int month) noexcept {
+  constexpr int days[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  return month == 2 && is_leap_year(year) ? 29 : days[month - 1];
+}
+
+// system_clock's tick, as a whole number of ticks per second. Every standard library's is a
+// fraction of a second that divides 1e9: 1 ns (libstdc++), 1 us (libc++), 100 ns (MSVC).
+inline constexpr std::int64_t ticks_per_second = std::chrono::system_clock::period::den;
+static_assert(std::chrono::system_clock::period::num == 1 && 1'000'000'000 % ticks_per_second == 0,
+              "idem/retry_after.hpp expects system_clock to tick in a fraction of a second that "
+              "a nanosecond divides (1 ns, 100 ns, 1 us, ...).");
+
+// `now` split into whole seconds since the epoch, rounded down, and the nanoseconds past them
+// (in [0, 1e9)), by integer division of the tick count: nothing is multiplied out of range for
+// any `now` the clock can hold.
+struct split_time {
+  std::int64_t seconds;
+  std::int64_t nanoseconds;
+};
+inline split_time split_seconds(std::chrono::system_clock::time_point now) noexcept {
+  const std::int64_t ticks = now.time_since_epoch().count();
+  split_time t{ticks / ticks_per_second, ticks % ticks_per_second};
+  if (t.nanoseconds < 0) {  // division truncates toward zero; step back to the floor
+    t.seconds -= 1;
+    t.nanoseconds += ticks_per_second;
+  }
+  t.nanoseconds *= 1'000'000'000 / ticks_per_second;
+  return t;
+}
+
+// The UTC calendar year of `now`. The day is clamped to ±30000 years around 1970, so that the
+// years resolve_two_digit_year derives from it (±100) stay inside the ±32767 that
+// to_epoch_seconds accepts, whatever the clock's range (a nanosecond clock spans only ±292 years).
 inline int year_of(std::chrono::system_clock::time_point now) noexcept {
-  using namespace std::chrono;
-  // ±30000 years around 1970 stays inside std::chrono::year's ±32767 even after the ±100 years
-  // that resolve_two_digit_year may add; a nanosecond clock only spans ±292 years anyway.
   constexpr std::int64_t max_days = 365LL * 30000;
-  std::int64_t d = floor<days>(now).time_since_epoch().count();
-  if (d > max_days) d = max_days;
-  if (d < -max_days) d = -max_days;
-  const year_month_day ymd{sys_days{days{d}}};
-  return static_cast<int>(ymd.year());
+  const std::int64_t seconds = split_seconds(now).seconds;
+  std::int64_t days = seconds / 86400 - (seconds % 86400 < 0 ? 1 : 0);  // rounded down
+  if (days > max_days) days = max_days;
+  if (days < -max_days) days = -max_days;
+  return static_cast<int>(year_from_days(days));
 }
 
 // Validates the fields and turns them into seconds since the Unix epoch. The range is about
 // ±1e12 s (4-digit years, or a two-digit one resolved near a clamped reference year), far from
 // overflowing std::int64_t.
-inline std::optional<std::chrono::sys_seconds> to_sys_seconds(const http_date_fields& f) noexcept {
-  using namespace std::chrono;
-  if (f.year < static_cast<int>(year::min()) || f.year > static_cast<int>(year::max())) {
-    return std::nullopt;
-  }
-  const year_month_day ymd{year{f.year}, month{static_cast<unsigned>(f.month)},
-                           day{static_cast<unsigned>(f.day)}};
-  if (!ymd.ok()) return std::nullopt;  // Feb 30, Feb 29 outside a leap year, Apr 31, day 00
-  if (f.hour > 23 || f.minute > 59 || f.second > 60) return std::nullopt;
-  const sys_days date{ymd};
-  if (weekday{date} != weekday{static_cast<unsigned>(f.weekday)}) return std::nullopt;
-  return sys_seconds{date} + hours{f.hour} + minutes{f.minute} + seconds{f.second};
+constexpr bool to_epoch_seconds(const http_date_fields& f, std::int64_t& seconds) noexcept {
+  // The years std::chrono::year holds: every year the parsers and year_of can produce.
+  if (f.year < -32767 || f.year > 32767) return false;
+  if (f.month < 1 || f.month > 12) return false;
+  if (f.day < 1 || f.day > last_day_of_month(f.year, f.month)) return false;  // Feb 30, Apr 31
+  if (f.hour > 23 || f.minute > 59 || f.second > 60) return false;
+  const std::int64_t days = days_from_civil(f.year, f.month, f.day);
+  if (weekday_from_days(days) != f.weekday) return false;
+  const int time_of_day = f.hour * 3600 + f.minute * 60 + f.second;
+  seconds = days * 86400 + time_of_day;
+  return true;
 }
 
-// Any of the three HTTP-date forms, exactly, with no surrounding whitespace.
-inline std::optional<std::chrono::sys_seconds> parse_http_date_seconds(
-    std::string_view text, int reference_year) noexcept {
+// Any of the three HTTP-date forms, exactly, with no surrounding whitespace: true, with the
+// date's `seconds` since the epoch, or false.
+constexpr bool parse_http_date_seconds(std::string_view text, int reference_year,
+                                       std::int64_t& seconds) noexcept {
   // The forms differ by the fourth byte (',' / ' ' / a letter), so at most one can match.
-  if (http_date_fields f; parse_imf_fixdate(text, f)) return to_sys_seconds(f);
-  if (http_date_fields f; parse_asctime_date(text, f)) return to_sys_seconds(f);
+  if (http_date_fields f; parse_imf_fixdate(text, f)) return to_epoch_seconds(f, seconds);
+  if (http_date_fields f; parse_asctime_date(text, f)) return to_epoch_seconds(f, seconds);
   if (http_date_fields f; parse_rfc850_date(text, f)) {
     f.year = resolve_two_digit_year(f.year, reference_year);
-    return to_sys_seconds(f);
+    return to_epoch_seconds(f, seconds);
   }
-  return std::nullopt;
+  return false;
 }
 
 constexpr bool is_ows(char c) noexcept {
@@ -8398,7 +8611,7 @@ constexpr std::string_view trim_ows(std::string_view s) noexcept {
 
 // The largest whole number of seconds that std::chrono::nanoseconds can hold.
 inline constexpr std::int64_t max_delay_seconds =
-    std::chrono::duration_cast<std::chrono::seconds>(std::chrono::nanoseconds::max()).count();
+    std::chrono::nanoseconds::max().count() / 1'000'000'000;
 
 // delay-seconds = 1*DIGIT; any length is valid, so a value past what nanoseconds holds saturates.
 constexpr std::optional<std::chrono::nanoseconds> parse_delay_seconds(std::string_view s) noexcept {
@@ -8413,29 +8626,19 @@ constexpr std::optional<std::chrono::nanoseconds> parse_delay_seconds(std::strin
     }
   }
   if (saturated) return std::chrono::nanoseconds::max();
-  return std::chrono::seconds{value};
+  return std::chrono::nanoseconds{value * 1'000'000'000};  // value <= max_delay_seconds
 }
 
-// `target - now`, zero when target is not after now, std::chrono::nanoseconds::max() when the gap
-// does not fit. Written so that no intermediate overflows for any `now` the clock can hold.
-inline std::chrono::nanoseconds delay_until(std::chrono::sys_seconds target,
+// From `now` until `target` (seconds since the epoch): zero when target is not after now,
+// std::chrono::nanoseconds::max() when the gap does not fit. Written so that no intermediate
+// overflows for any `now` the clock can hold.
+inline std::chrono::nanoseconds delay_until(std::int64_t target,
                                             std::chrono::system_clock::time_point now) noexcept {
-  using namespace std::chrono;
-  // Split now into whole seconds (floor) and a sub-second part in [0, 1 s), by truncating
-  // division first so that nothing is multiplied back out of range.
-  const auto since_epoch = now.time_since_epoch();
-  auto whole = duration_cast<seconds>(since_epoch);
-  auto fraction = since_epoch - whole;  // |fraction| < 1 s, same sign as since_epoch
-  if (fraction < decltype(fraction)::zero()) {
-    whole -= seconds{1};
-    fraction += seconds{1};
-  }
-  const std::int64_t now_s = whole.count();
-  const std::int64_t target_s = target.time_since_epoch().count();
-  if (target_s <= now_s) return nanoseconds::zero();  // target <= floor(now) <= now
-  if (now_s < target_s - max_delay_seconds) return nanoseconds::max();
-  const std::int64_t gap = target_s - now_s;  // in [1, max_delay_seconds]
-  return seconds{gap} - duration_cast<nanoseconds>(fraction);
+  const split_time n = split_seconds(now);
+  if (target <= n.seconds) return std::chrono::nanoseconds::zero();  // target <= floor(now) <= now
+  if (n.seconds < target - max_delay_seconds) return std::chrono::nanoseconds::max();
+  const std::int64_t gap = target - n.seconds;  // in [1, max_delay_seconds]
+  return std::chrono::nanoseconds{gap * 1'000'000'000 - n.nanoseconds};
 }
 
 }  // namespace detail
@@ -8448,18 +8651,15 @@ inline std::chrono::nanoseconds delay_until(std::chrono::sys_seconds target,
 /// the date's weekday, and for a date that system_clock::time_point cannot represent.
 inline std::optional<std::chrono::system_clock::time_point> parse_http_date(
     std::string_view text, std::chrono::system_clock::time_point now) noexcept {
-  using namespace std::chrono;
-  const auto parsed = detail::parse_http_date_seconds(text, detail::year_of(now));
-  if (!parsed) return std::nullopt;
-  // Truncation toward zero keeps both bounds inside the clock's range.
+  std::int64_t seconds = 0;
+  if (!detail::parse_http_date_seconds(text, detail::year_of(now), seconds)) return std::nullopt;
+  // Division truncates toward zero, which keeps both bounds inside the clock's range.
   using clock_duration = std::chrono::system_clock::duration;
-  constexpr auto lo = duration_cast<seconds>(clock_duration::min());
-  constexpr auto hi = duration_cast<seconds>(clock_duration::max());
-  const auto s = parsed->time_since_epoch();
-  if (s < lo || s > hi) return std::nullopt;
-  return std::chrono::system_clock::time_point{duration_cast<clock_duration>(s)};
+  constexpr std::int64_t lo = clock_duration::min().count() / detail::ticks_per_second;
+  constexpr std::int64_t hi = clock_duration::max().count() / detail::ticks_per_second;
+  if (seconds < lo || seconds > hi) return std::nullopt;
+  return std::chrono::system_clock::time_point{clock_duration{seconds * detail::ticks_per_second}};
 }
-
 /// As above, resolving an RFC 850 two-digit year against the current time.
 inline std::optional<std::chrono::system_clock::time_point> parse_http_date(
     std::string_view text) noexcept {
@@ -8475,9 +8675,9 @@ inline std::optional<std::chrono::nanoseconds> parse_retry_after(
     std::string_view value, std::chrono::system_clock::time_point now) noexcept {
   const std::string_view v = detail::trim_ows(value);
   if (!v.empty() && detail::is_digit(v.front())) return detail::parse_delay_seconds(v);
-  const auto date = detail::parse_http_date_seconds(v, detail::year_of(now));
-  if (!date) return std::nullopt;
-  return detail::delay_until(*date, now);
+  std::int64_t date = 0;
+  if (!detail::parse_http_date_seconds(v, detail::year_of(now), date)) return std::nullopt;
+  return detail::delay_until(date, now);
 }
 
 }  // namespace idem
@@ -8566,13 +8766,17 @@ class basic_attempt_history {
 
   // Only the records in use: the rest were never written.
   void copy_inline(const basic_attempt_history& other) noexcept {
-    std::copy_n(other.inline_.begin(), std::min(size_, inline_capacity), inline_.begin());
+    const std::size_t count = size_ < inline_capacity ? size_ : inline_capacity;
+    for (std::size_t i = 0; i < count; ++i)
+      inline_[i] = other.inline_[i];
   }
 
+  // Both named through Lazy (detail/lazy.hpp): with clang++, vector's push_back would otherwise
+  // be instantiated wherever this header is included.
   // Left unwritten beyond size_, so that an outcome does not clear eight records it may not use.
-  std::array<attempt_record, inline_capacity> inline_;
+  detail::lazy_t<Lazy, std::array<attempt_record, inline_capacity>> inline_;
   std::size_t size_ = 0;
-  std::vector<attempt_record> spilled_;
+  detail::lazy_t<Lazy, std::vector<attempt_record>> spilled_;
 };
 
 // A template only so that it compiles where it is used (see basic_memory_store).
@@ -8650,7 +8854,9 @@ class retry_outcome {
   std::optional<stored> value_;
   std::exception_ptr error_;
   key_buffer key_;
-  attempt_history history_;
+  // Named through Result (detail/lazy.hpp), so that clang++ instantiates the history class and
+  // its containers only with an outcome, not wherever this header is included.
+  detail::lazy_t<Result, attempt_history> history_;
 };
 
 }  // namespace idem
@@ -8768,14 +8974,14 @@ struct resolvable_call {
 
   template <class... Args>
   decltype(auto) operator()(Args&&... args) {
-    return std::invoke(call, std::forward<Args>(args)...);
+    return detail::invoke(call, std::forward<Args>(args)...);
   }
   template <class... Args>
   decltype(auto) resolve(const attempt_context& context, Args&... args) {
     if constexpr (std::invocable<Resolver&, const attempt_context&, Args&...>) {
-      return std::invoke(resolver, context, args...);
+      return detail::invoke(resolver, context, args...);
     } else {
-      return std::invoke(resolver, context);
+      return detail::invoke(resolver, context);
     }
   }
 };
@@ -8838,7 +9044,9 @@ class retrying {
     key_generator_type key_generator{};
     /// Seeds the jitter and the keys, for tests that replay; unset, 256 nondeterministic bits
     /// are drawn. Never fix it in production: two processes with one seed make the same keys.
-    std::optional<std::uint64_t> seed{};
+    /// (A std::optional<std::uint64_t>, named through Policies so that clang++ instantiates it
+    /// only where a retrying is used; see detail/lazy.hpp.)
+    detail::lazy_t<Policies, std::optional<std::uint64_t>> seed{};
     retry_limits limits{Policies::max_attempts, Policies::deadline};
   };
 
@@ -8964,7 +9172,7 @@ class retrying {
       const next_step step =
           after_failure(verdict, attempt, may_repeat, now - start, previous_delay, rng);
       if (step.stop) {
-        outcome.verdict_ = *step.stop;
+        outcome.verdict_ = step.verdict;
         break;
       }
       last_retry = step.reason;
@@ -9001,36 +9209,43 @@ class retrying {
   // here, apart from the loop that runs attempts and waits, so that an asynchronous version can
   // apply the same rules between co_awaits.
   struct next_step {
-    std::optional<retry_verdict> stop;
+    bool stop = false;  // the operation ends, with `verdict`; else it waits `delay` and retries
+    retry_verdict verdict{};
     std::chrono::nanoseconds delay{};
     bool from_retry_after = false;
     retry_reason reason = retry_reason::none;
   };
+  static next_step end_with(retry_verdict verdict) noexcept {
+    return {.stop = true, .verdict = verdict};
+  }
 
   next_step after_failure(const classification& verdict, int attempt, bool may_repeat,
                           std::chrono::nanoseconds elapsed, std::chrono::nanoseconds previous_delay,
                           random_type& rng) {
-    if (verdict.kind == disposition::permanent) return {retry_verdict::permanent_failure};
-    if (!may_repeat) return {retry_verdict::not_retried};
-    if (attempt >= limits_.max_attempts) return {retry_verdict::attempts_exhausted};
+    if (verdict.kind == disposition::permanent) return end_with(retry_verdict::permanent_failure);
+    if (!may_repeat) return end_with(retry_verdict::not_retried);
+    if (attempt >= limits_.max_attempts) return end_with(retry_verdict::attempts_exhausted);
 
     // The wait: the server's Retry-After when it sent a valid one, else the backoff.
-    std::optional<std::chrono::nanoseconds> delay;
+    std::chrono::nanoseconds delay{};
+    bool from_retry_after = false;
     if (!verdict.retry_after.empty()) {
-      delay = parse_retry_after(verdict.retry_after, clock_.wall_now());
+      if (const auto asked = parse_retry_after(verdict.retry_after, clock_.wall_now())) {
+        delay = *asked;
+        from_retry_after = true;
+      }
     }
-    const bool from_retry_after = delay.has_value();
-    if (!delay) delay = backoff_.delay(attempt - 1, previous_delay, rng);
-    if (*delay < std::chrono::nanoseconds::zero()) delay = std::chrono::nanoseconds::zero();
+    if (!from_retry_after) delay = backoff_.delay(attempt - 1, previous_delay, rng);
+    if (delay < std::chrono::nanoseconds::zero()) delay = std::chrono::nanoseconds::zero();
 
     // A wait that ends at or past the deadline would leave the next attempt no time at all.
-    if (*delay >= time_left(elapsed)) return {retry_verdict::deadline_exceeded};
+    if (delay >= time_left(elapsed)) return end_with(retry_verdict::deadline_exceeded);
 
     // Asked last, so that a refusal for any other reason spends no token.
     const auto reason =
         verdict.kind == disposition::ambiguous ? retry_reason::ambiguous : retry_reason::transient;
-    if (!budget_.try_acquire_retry(reason)) return {retry_verdict::budget_exhausted};
-    return {std::nullopt, *delay, from_retry_after, reason};
+    if (!budget_.try_acquire_retry(reason)) return end_with(retry_verdict::budget_exhausted);
+    return {.delay = delay, .from_retry_after = from_retry_after, .reason = reason};
   }
 
   random_type& operation_engine() {
@@ -9060,9 +9275,9 @@ class retrying {
   template <class... Args>
   decltype(auto) invoke_call(const attempt_context& context, Args&... args) {
     if constexpr (detail::takes_context<Call, Args...>) {
-      return std::invoke(call_, context, args...);
+      return detail::invoke(call_, context, args...);
     } else {
-      return std::invoke(call_, args...);
+      return detail::invoke(call_, args...);
     }
   }
 

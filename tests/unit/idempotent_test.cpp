@@ -6,9 +6,11 @@
 
 #include "../support/forwarding_store.hpp"
 
+#include <functional>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <variant>
 #include <vector>
 
 using namespace std::chrono_literals;

@@ -4,6 +4,8 @@
 
 #include <idem/idem.hpp>
 
+#include <algorithm>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -584,6 +586,68 @@ TEST_CASE("the observer sees every attempt, every wait and the end") {
   CHECK(events == std::vector<std::string>{"attempt 1 transient", "wait before 2",
                                            "attempt 2 transient", "wait before 3",
                                            "attempt 3 success", "finish succeeded after 3"});
+}
+
+TEST_CASE("an event_callback takes any callable of its event, as std::function would") {
+  const idem::finish_event event{idem::redacted_key{"key"}, idem::retry_verdict::succeeded, 2,
+                                 std::chrono::nanoseconds{5}};
+  idem::event_callback<idem::finish_event> callback;
+  CHECK_FALSE(callback);
+  callback(event);  // an unset callback does nothing
+
+  int calls = 0;
+  callback = [&](const idem::finish_event& e) { calls += e.attempts; };
+  REQUIRE(callback);
+  callback(event);
+  CHECK(calls == 2);
+
+  // Copies copy the callable, state included, as std::function's do.
+  int counted = 0;
+  callback = [&counted, n = 0](const idem::finish_event&) mutable { counted = ++n; };
+  const idem::event_callback<idem::finish_event> copy = callback;
+  callback(event);
+  callback(event);
+  copy(event);
+  CHECK(counted == 1);
+
+  // A result is discarded; a std::function, a function pointer and a member pointer are held too.
+  callback = std::function<void(const idem::finish_event&)>{[&](auto&) { calls = 100; }};
+  callback(event);
+  CHECK(calls == 100);
+  static int seen_by_pointer = 0;
+  callback = +[](const idem::finish_event& e) {
+    seen_by_pointer = e.attempts;
+    return true;
+  };
+  callback(event);
+  CHECK(seen_by_pointer == 2);
+  callback = &idem::finish_event::attempts;
+  CHECK(callback);
+  callback(event);
+
+  // nullptr and a null function pointer leave it empty.
+  callback = nullptr;
+  CHECK_FALSE(callback);
+  void (*no_function)(const idem::finish_event&) = nullptr;
+  callback = no_function;
+  CHECK_FALSE(callback);
+  STATIC_REQUIRE_FALSE(std::is_constructible_v<idem::event_callback<idem::finish_event>, int>);
+  STATIC_REQUIRE_FALSE(std::is_constructible_v<idem::event_callback<idem::finish_event>,
+                                               void (*)(const idem::delay_event&)>);
+}
+
+TEST_CASE("a callback observer skips the events it has no function for") {
+  idem::callback_observer observer;
+  int attempts = 0;
+  observer.attempt = [&](const idem::attempt_event&) { ++attempts; };
+  const idem::attempt_record record{1, idem::disposition::success, 200, false, {}, {}, false};
+  observer.on_attempt(idem::attempt_event{idem::redacted_key{"key"}, record});
+  observer.on_delay(idem::delay_event{idem::redacted_key{"key"}, 2, {}, false});
+  observer.on_finish(
+      idem::finish_event{idem::redacted_key{"key"}, idem::retry_verdict::succeeded, 1, {}});
+  CHECK(attempts == 1);
+  CHECK(observer.attempt);
+  CHECK_FALSE(observer.delay);
 }
 
 TEST_CASE("a counting observer totals attempts, retries and outcomes") {

@@ -9,6 +9,7 @@
 
 #include "../support/forwarding_store.hpp"
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>

@@ -15,11 +15,11 @@
 // 100 ms and cap 20 s, are those of the AWS SDKs' standard retry mode.
 #pragma once
 
-#include <algorithm>
 #include <chrono>
 #include <concepts>
 #include <cstdint>
 
+#include <idem/detail/algorithm.hpp>
 #include <idem/policy/random.hpp>
 
 namespace idem {
@@ -88,10 +88,10 @@ struct decorrelated_jitter {
   template <RandomSource R>
   std::chrono::nanoseconds delay(int, std::chrono::nanoseconds previous, R& rng) const noexcept {
     if (base >= cap) return cap;
-    const auto last = std::max(previous, base);
+    const auto last = detail::max(previous, base);
     // previous * 3, saturating at cap: beyond it the draw is clipped anyway.
     const auto upper = last > cap / 3 ? cap : last * 3;
-    return std::min(cap, base + detail::random_up_to(rng, upper - base));
+    return detail::min(cap, base + detail::random_up_to(rng, upper - base));
   }
 };
 

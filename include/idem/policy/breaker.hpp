@@ -11,7 +11,6 @@
 // choose, manual_clock in tests included. Copies share state; every member is thread-safe.
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <chrono>
@@ -21,6 +20,9 @@
 #include <mutex>
 #include <stdexcept>
 #include <vector>
+
+#include <idem/detail/algorithm.hpp>
+#include <idem/detail/lazy.hpp>
 
 namespace idem {
 
@@ -49,7 +51,7 @@ namespace detail {
 /// breaker trips. The closed state is read with one atomic load, so the hot path takes no lock;
 /// transitions are rare and take the mutex. (A template only so that it compiles where it is
 /// used; see basic_memory_store.)
-template <class = void>
+template <class Lazy = void>
 class breaker_machine {
  public:
   breaker_machine(std::chrono::nanoseconds open_for, int probes)
@@ -117,7 +119,9 @@ class breaker_machine {
   }
 
  private:
-  std::atomic<breaker_state> mode_{breaker_state::closed};
+  // Named through Lazy (detail/lazy.hpp), or clang++ would instantiate the atomic wherever this
+  // header is included.
+  detail::lazy_t<Lazy, std::atomic<breaker_state>> mode_{breaker_state::closed};
   std::mutex mutex_;
   std::chrono::nanoseconds opened_at_{};
   std::chrono::nanoseconds open_for_;
@@ -225,7 +229,8 @@ class basic_failure_rate_breaker {
     auto& s = *state_;
     if (s.machine.failure_when_not_closed(now)) return;
     s.record(true);
-    const auto calls = std::min<std::int64_t>(s.recorded.load(std::memory_order_relaxed), s.window);
+    const std::int64_t calls =
+        detail::min<std::int64_t>(s.recorded.load(std::memory_order_relaxed), s.window);
     if (calls >= s.minimum_calls && s.failures() * 100 >= s.threshold_percent * calls) {
       s.machine.trip(now);
       s.reset();
@@ -270,7 +275,9 @@ class basic_failure_rate_breaker {
 
     detail::breaker_machine<Lazy> machine;
     std::int64_t window, minimum_calls, threshold_percent;
-    std::vector<std::atomic<std::uint64_t>> bits;
+    // Named through Lazy (detail/lazy.hpp), or clang++ would instantiate the vector's constructor
+    // and iterators wherever this header is included.
+    detail::lazy_t<Lazy, std::vector<std::atomic<std::uint64_t>>> bits;
     std::atomic<std::int64_t> recorded{0};
   };
   std::shared_ptr<shared> state_;

@@ -9,12 +9,13 @@
 // attempts (half that when every failure is a timeout, as those cost double).
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <concepts>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
+
+#include <idem/detail/algorithm.hpp>
 
 namespace idem {
 
@@ -126,7 +127,7 @@ class basic_token_bucket {
     // The common case, a healthy dependency, keeps the bucket full: then this is one load and
     // no write, so callers on many cores do not fight over the cache line.
     while (current < capacity) {
-      if (tokens.compare_exchange_weak(current, std::min(capacity, current + amount),
+      if (tokens.compare_exchange_weak(current, detail::min(capacity, current + amount),
                                        std::memory_order_relaxed)) {
         return;
       }

@@ -2,7 +2,8 @@
 //
 // The default, no_observer, has empty inline members: the calls vanish when inlined, so a
 // configuration that watches nothing pays nothing. counting_observer keeps totals in atomics
-// (copies share them); callback_observer forwards to user functions.
+// (copies share them); callback_observer forwards to user functions, held in event_callback
+// (a small std::function of our own, so that idem does not include <functional>).
 //
 // Events carry the operation's key redacted (idem/redacted_key.hpp): an observer that logs
 // `event.key.str()` writes a stable hash, never the key, which the caller may treat as a secret.
@@ -11,11 +12,14 @@
 #include <atomic>
 #include <chrono>
 #include <concepts>
-#include <functional>
+#include <cstddef>
 #include <memory>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 
 #include <idem/attempt.hpp>
+#include <idem/detail/invoke.hpp>
 #include <idem/redacted_key.hpp>
 
 namespace idem {
@@ -135,22 +139,83 @@ class basic_counting_observer {
 // A template only so that it compiles where it is used (see basic_memory_store).
 using counting_observer = basic_counting_observer<void>;
 
+template <class Event>
+class event_callback;
+
+namespace detail {
+// What an event_callback<Event> can hold: a copyable callable that takes `const Event&`. Another
+// event_callback is copied or moved, not wrapped.
+template <class F, class Event>
+concept event_function = !std::same_as<F, event_callback<Event>> && std::copy_constructible<F> &&
+                         std::invocable<F&, const Event&>;
+}  // namespace detail
+
+/// A user function that takes one event: what std::function<void(const Event&)> would hold,
+/// without <functional>. Assign any callable that accepts `const Event&` (a lambda, a function
+/// pointer, a std::function, a pointer to member); its result is discarded. Copies copy the
+/// callable, as std::function's do. Empty when default-constructed or given nullptr or a null
+/// pointer, which `if (callback)` tells; calling an empty one does nothing (where an empty
+/// std::function would throw std::bad_function_call).
+template <class Event>
+class event_callback {
+ public:
+  event_callback() noexcept = default;
+  event_callback(std::nullptr_t) noexcept {}
+
+  // Implicit, as std::function's, so that `observer.attempt = [&](const attempt_event& e) {...};`
+  // reads as it did when the fields were std::functions. By value: a lambda is moved in.
+  template <detail::event_function<Event> F>
+  event_callback(F f) {
+    if constexpr (std::is_pointer_v<F> || std::is_member_pointer_v<F>) {
+      if (f == nullptr) return;
+    }
+    target_ = new holder<F>(std::move(f));
+  }
+
+  event_callback(const event_callback& other)
+      : target_(other.target_ ? other.target_->clone() : nullptr) {}
+  event_callback(event_callback&& other) noexcept
+      : target_(std::exchange(other.target_, nullptr)) {}
+  event_callback& operator=(event_callback other) noexcept {
+    std::swap(target_, other.target_);
+    return *this;
+  }
+  ~event_callback() { delete target_; }
+
+  explicit operator bool() const noexcept { return target_ != nullptr; }
+
+  // const, like std::function's: the callable itself may still change (a mutable lambda).
+  void operator()(const Event& event) const {
+    if (target_ != nullptr) target_->call(event);
+  }
+
+ private:
+  struct callable {
+    virtual ~callable() = default;
+    virtual void call(const Event& event) = 0;
+    virtual callable* clone() const = 0;
+  };
+  template <class F>
+  struct holder final : callable {
+    explicit holder(F g) : f(std::move(g)) {}
+    void call(const Event& event) override { static_cast<void>(detail::invoke(f, event)); }
+    callable* clone() const override { return new holder(f); }
+    F f;
+  };
+
+  callable* target_ = nullptr;
+};
+
 /// Forwards each event to a user function; an unset function is skipped.
 template <class Lazy>
 struct basic_callback_observer {
-  std::function<void(const attempt_event&)> attempt;
-  std::function<void(const delay_event&)> delay;
-  std::function<void(const finish_event&)> finish;
+  event_callback<attempt_event> attempt;
+  event_callback<delay_event> delay;
+  event_callback<finish_event> finish;
 
-  void on_attempt(const attempt_event& e) const {
-    if (attempt) attempt(e);
-  }
-  void on_delay(const delay_event& e) const {
-    if (delay) delay(e);
-  }
-  void on_finish(const finish_event& e) const {
-    if (finish) finish(e);
-  }
+  void on_attempt(const attempt_event& e) const { attempt(e); }
+  void on_delay(const delay_event& e) const { delay(e); }
+  void on_finish(const finish_event& e) const { finish(e); }
 };
 
 // A template only so that it compiles where it is used (see basic_memory_store).
