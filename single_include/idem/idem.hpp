@@ -121,7 +121,6 @@ struct attempt_record {
 // two configurations with different hash functions still share one record type. Bytes past
 // size() are always zero, so equality can compare the whole array.
 
-#include <algorithm>
 #include <array>
 #include <concepts>
 #include <cstddef>
@@ -141,14 +140,18 @@ class digest {
     // The count lives in a local: a loop bounded by size_ would re-read it after every byte
     // stored, since a uint8_t store may alias it (8 ns of a 12 ns fingerprint at 64 bytes).
     const std::size_t count = bytes.size() < max_size ? bytes.size() : max_size;
-    if (!std::is_constant_evaluated() && (count == 16 || count == 32)) {
+    const std::uint8_t* from = bytes.data();
+    if (std::is_constant_evaluated()) {
+      for (std::size_t i = 0; i < count; ++i)
+        bytes_[i] = from[i];
+    } else if (count == 16 || count == 32) {
       // The common sizes (XXH3-128, SHA-256) in 16-byte moves: a digest is often copied on at
       // once, in 16-byte loads, and those would wait on narrower stores (measured: the copy of
       // a memory store record's fingerprint on a replay, about 5 ns).
-      std::memcpy(bytes_.data(), bytes.data(), 16);
-      if (count == 32) std::memcpy(bytes_.data() + 16, bytes.data() + 16, 16);
-    } else {
-      std::copy_n(bytes.begin(), count, bytes_.begin());
+      std::memcpy(bytes_.data(), from, 16);
+      if (count == 32) std::memcpy(bytes_.data() + 16, from + 16, 16);
+    } else if (count != 0) {  // an empty span's data() may be null, which memcpy must not see
+      std::memcpy(bytes_.data(), from, count);
     }
     size_ = static_cast<std::uint8_t>(count);
   }
@@ -257,6 +260,7 @@ inline std::uint64_t read_le64(const void* in) noexcept {
 // and http_response are small owning types for services and tests that have none of their own;
 // http_response is also a response type that idempotent stores and replays byte for byte.
 
+#include <algorithm>
 #include <optional>
 
 namespace idem {
@@ -2809,6 +2813,71 @@ struct std::is_error_code_enum<idem::grpc_status> : std::true_type {};
 // A state is a plain value: copy it to hash several inputs with a common prefix. Different
 // states may be used on different threads at once; one state is not for concurrent updates.
 
+// begin idem/detail/algorithm.hpp
+// The few algorithms the core needs, without <algorithm>.
+//
+// <algorithm> costs a translation unit that includes idem more to parse than everything the core
+// takes from it: std::min and std::max, two binary searches and a sort (the ranges algorithms and
+// their concepts come with it in C++20). These are the same contracts, for the core's own use;
+// a user's code is free to include <algorithm> itself.
+
+namespace idem::detail {
+
+/// The smaller of `a` and `b`; `a` when they are equal, as std::min.
+template <class T>
+constexpr const T& min(const T& a, const T& b) noexcept(noexcept(b < a)) {
+  return b < a ? b : a;
+}
+
+/// The larger of `a` and `b`; `a` when they are equal, as std::max.
+template <class T>
+constexpr const T& max(const T& a, const T& b) noexcept(noexcept(a < b)) {
+  return a < b ? b : a;
+}
+
+/// `value` held within [low, high], as std::clamp; low must not be above high.
+template <class T>
+constexpr const T& clamp(const T& value, const T& low, const T& high) noexcept(
+    noexcept(value < low)) {
+  return value < low ? low : (high < value ? high : value);
+}
+
+/// The first position in the sorted range [first, last) whose element is not less than `value`.
+template <class RandomIt, class T>
+constexpr RandomIt lower_bound(RandomIt first, RandomIt last, const T& value) {
+  auto count = last - first;
+  while (count > 0) {
+    const auto half = count / 2;
+    const RandomIt middle = first + half;
+    if (*middle < value) {
+      first = middle + 1;
+      count -= half + 1;
+    } else {
+      count = half;
+    }
+  }
+  return first;
+}
+
+/// The first position in the sorted range [first, last) whose element is greater than `value`.
+template <class RandomIt, class T>
+constexpr RandomIt upper_bound(RandomIt first, RandomIt last, const T& value) {
+  auto count = last - first;
+  while (count > 0) {
+    const auto half = count / 2;
+    const RandomIt middle = first + half;
+    if (value < *middle) {
+      count = half;
+    } else {
+      first = middle + 1;
+      count -= half + 1;
+    }
+  }
+  return first;
+}
+
+}  // namespace idem::detail
+// end idem/detail/algorithm.hpp
 // begin idem/detail/sha256_portable.hpp
 // SHA-256's compression function in portable C++ (FIPS 180-4, section 6.2.2), the path every
 // platform can take and the reference the x86 SHA-extensions path is tested against.
@@ -3201,7 +3270,7 @@ struct sha256 {
       const auto* bytes = static_cast<const unsigned char*>(data);
       message_size_ += size;
       if (pending_size_ != 0) {
-        const std::size_t taken = std::min(size, detail::sha256_block_size - pending_size_);
+        const std::size_t taken = detail::min(size, detail::sha256_block_size - pending_size_);
         std::memcpy(pending_.data() + pending_size_, bytes, taken);
         pending_size_ += taken;
         bytes += taken;
