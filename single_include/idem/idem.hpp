@@ -607,6 +607,11 @@ constexpr std::uint32_t byteswap32(std::uint32_t x) noexcept {
   return (x << 24) | ((x << 8) & 0x00ff0000U) | ((x >> 8) & 0x0000ff00U) | (x >> 24);
 }
 
+/// std::rotl without its template, which every translation unit including this would instantiate.
+constexpr std::uint32_t rotate_left32(std::uint32_t x, int bits) noexcept {
+  return (x << bits) | (x >> (32 - bits));
+}
+
 constexpr std::uint64_t byteswap64(std::uint64_t x) noexcept {
   return (std::uint64_t{byteswap32(static_cast<std::uint32_t>(x))} << 32) |
          byteswap32(static_cast<std::uint32_t>(x >> 32));
@@ -692,7 +697,7 @@ inline u128 hash_1to3(const std::uint8_t* input, std::size_t size) noexcept {
   const std::uint32_t combined =
       (std::uint32_t{input[0]} << 16) | (std::uint32_t{input[size >> 1]} << 24) |
       std::uint32_t{input[size - 1]} | (static_cast<std::uint32_t>(size) << 8);
-  const std::uint32_t high_combined = std::rotl(byteswap32(combined), 13);
+  const std::uint32_t high_combined = rotate_left32(byteswap32(combined), 13);
   return {avalanche_xxh64(combined ^ low_key), avalanche_xxh64(high_combined ^ high_key)};
 }
 
@@ -1196,7 +1201,10 @@ inline kernel_functions kernel_functions_of(kernel path) noexcept {
 /// is asked once and every later call is a load and an indirect call.
 inline kernel selected_kernel() noexcept {
   static const kernel chosen = [] {
-    for (const kernel path : {kernel::avx2, kernel::sse2}) {
+    // A plain array, not a braced list: std::initializer_list would be instantiated in every
+    // translation unit that includes this header.
+    constexpr kernel best_first[] = {kernel::avx2, kernel::sse2};
+    for (const kernel path : best_first) {
       if (available(path)) return path;
     }
     return kernel::scalar;
@@ -2910,6 +2918,12 @@ alignas(16) inline constexpr std::array<std::uint32_t, 64> sha256_round_constant
 
 inline constexpr std::size_t sha256_block_size = 64;
 
+/// std::rotr without its template, which every translation unit including this would
+/// instantiate; `bits` is 1 to 31.
+constexpr std::uint32_t rotate_right(std::uint32_t x, int bits) noexcept {
+  return (x >> bits) | (x << (32 - bits));
+}
+
 constexpr std::uint32_t load_big_endian_32(const unsigned char* bytes) noexcept {
   return (std::uint32_t{bytes[0]} << 24) | (std::uint32_t{bytes[1]} << 16) |
          (std::uint32_t{bytes[2]} << 8) | std::uint32_t{bytes[3]};
@@ -2947,18 +2961,21 @@ constexpr void sha256_compress_portable(sha256_state_words& state, const unsigne
       w[t] = load_big_endian_32(blocks + 4 * t);
     for (std::size_t t = 16; t < 64; ++t) {
       const std::uint32_t s0 =
-          std::rotr(w[t - 15], 7) ^ std::rotr(w[t - 15], 18) ^ (w[t - 15] >> 3);
-      const std::uint32_t s1 = std::rotr(w[t - 2], 17) ^ std::rotr(w[t - 2], 19) ^ (w[t - 2] >> 10);
+          rotate_right(w[t - 15], 7) ^ rotate_right(w[t - 15], 18) ^ (w[t - 15] >> 3);
+      const std::uint32_t s1 =
+          rotate_right(w[t - 2], 17) ^ rotate_right(w[t - 2], 19) ^ (w[t - 2] >> 10);
       w[t] = w[t - 16] + s0 + w[t - 7] + s1;
     }
 
     std::uint32_t a = state[0], b = state[1], c = state[2], d = state[3];
     std::uint32_t e = state[4], f = state[5], g = state[6], h = state[7];
     for (std::size_t t = 0; t < 64; ++t) {
-      const std::uint32_t big_sigma1 = std::rotr(e, 6) ^ std::rotr(e, 11) ^ std::rotr(e, 25);
+      const std::uint32_t big_sigma1 =
+          rotate_right(e, 6) ^ rotate_right(e, 11) ^ rotate_right(e, 25);
       const std::uint32_t choose = (e & f) ^ (~e & g);
       const std::uint32_t t1 = h + big_sigma1 + choose + sha256_round_constants[t] + w[t];
-      const std::uint32_t big_sigma0 = std::rotr(a, 2) ^ std::rotr(a, 13) ^ std::rotr(a, 22);
+      const std::uint32_t big_sigma0 =
+          rotate_right(a, 2) ^ rotate_right(a, 13) ^ rotate_right(a, 22);
       const std::uint32_t majority = (a & b) ^ (a & c) ^ (b & c);
       const std::uint32_t t2 = big_sigma0 + majority;
       h = g;
