@@ -6,7 +6,6 @@
 // size() are always zero, so equality can compare the whole array.
 #pragma once
 
-#include <algorithm>
 #include <array>
 #include <concepts>
 #include <cstddef>
@@ -29,14 +28,18 @@ class digest {
     // The count lives in a local: a loop bounded by size_ would re-read it after every byte
     // stored, since a uint8_t store may alias it (8 ns of a 12 ns fingerprint at 64 bytes).
     const std::size_t count = bytes.size() < max_size ? bytes.size() : max_size;
-    if (!std::is_constant_evaluated() && (count == 16 || count == 32)) {
+    const std::uint8_t* from = bytes.data();
+    if (std::is_constant_evaluated()) {
+      for (std::size_t i = 0; i < count; ++i)
+        bytes_[i] = from[i];
+    } else if (count == 16 || count == 32) {
       // The common sizes (XXH3-128, SHA-256) in 16-byte moves: a digest is often copied on at
       // once, in 16-byte loads, and those would wait on narrower stores (measured: the copy of
       // a memory store record's fingerprint on a replay, about 5 ns).
-      std::memcpy(bytes_.data(), bytes.data(), 16);
-      if (count == 32) std::memcpy(bytes_.data() + 16, bytes.data() + 16, 16);
-    } else {
-      std::copy_n(bytes.begin(), count, bytes_.begin());
+      std::memcpy(bytes_.data(), from, 16);
+      if (count == 32) std::memcpy(bytes_.data() + 16, from + 16, 16);
+    } else if (count != 0) {  // an empty span's data() may be null, which memcpy must not see
+      std::memcpy(bytes_.data(), from, count);
     }
     size_ = static_cast<std::uint8_t>(count);
   }

@@ -121,7 +121,6 @@ struct attempt_record {
 // two configurations with different hash functions still share one record type. Bytes past
 // size() are always zero, so equality can compare the whole array.
 
-#include <algorithm>
 #include <array>
 #include <concepts>
 #include <cstddef>
@@ -141,14 +140,18 @@ class digest {
     // The count lives in a local: a loop bounded by size_ would re-read it after every byte
     // stored, since a uint8_t store may alias it (8 ns of a 12 ns fingerprint at 64 bytes).
     const std::size_t count = bytes.size() < max_size ? bytes.size() : max_size;
-    if (!std::is_constant_evaluated() && (count == 16 || count == 32)) {
+    const std::uint8_t* from = bytes.data();
+    if (std::is_constant_evaluated()) {
+      for (std::size_t i = 0; i < count; ++i)
+        bytes_[i] = from[i];
+    } else if (count == 16 || count == 32) {
       // The common sizes (XXH3-128, SHA-256) in 16-byte moves: a digest is often copied on at
       // once, in 16-byte loads, and those would wait on narrower stores (measured: the copy of
       // a memory store record's fingerprint on a replay, about 5 ns).
-      std::memcpy(bytes_.data(), bytes.data(), 16);
-      if (count == 32) std::memcpy(bytes_.data() + 16, bytes.data() + 16, 16);
-    } else {
-      std::copy_n(bytes.begin(), count, bytes_.begin());
+      std::memcpy(bytes_.data(), from, 16);
+      if (count == 32) std::memcpy(bytes_.data() + 16, from + 16, 16);
+    } else if (count != 0) {  // an empty span's data() may be null, which memcpy must not see
+      std::memcpy(bytes_.data(), from, count);
     }
     size_ = static_cast<std::uint8_t>(count);
   }
@@ -257,6 +260,7 @@ inline std::uint64_t read_le64(const void* in) noexcept {
 // and http_response are small owning types for services and tests that have none of their own;
 // http_response is also a response type that idempotent stores and replays byte for byte.
 
+#include <algorithm>
 #include <optional>
 
 namespace idem {
@@ -603,6 +607,11 @@ constexpr std::uint32_t byteswap32(std::uint32_t x) noexcept {
   return (x << 24) | ((x << 8) & 0x00ff0000U) | ((x >> 8) & 0x0000ff00U) | (x >> 24);
 }
 
+/// std::rotl without its template, which every translation unit including this would instantiate.
+constexpr std::uint32_t rotate_left32(std::uint32_t x, int bits) noexcept {
+  return (x << bits) | (x >> (32 - bits));
+}
+
 constexpr std::uint64_t byteswap64(std::uint64_t x) noexcept {
   return (std::uint64_t{byteswap32(static_cast<std::uint32_t>(x))} << 32) |
          byteswap32(static_cast<std::uint32_t>(x >> 32));
@@ -688,7 +697,7 @@ inline u128 hash_1to3(const std::uint8_t* input, std::size_t size) noexcept {
   const std::uint32_t combined =
       (std::uint32_t{input[0]} << 16) | (std::uint32_t{input[size >> 1]} << 24) |
       std::uint32_t{input[size - 1]} | (static_cast<std::uint32_t>(size) << 8);
-  const std::uint32_t high_combined = std::rotl(byteswap32(combined), 13);
+  const std::uint32_t high_combined = rotate_left32(byteswap32(combined), 13);
   return {avalanche_xxh64(combined ^ low_key), avalanche_xxh64(high_combined ^ high_key)};
 }
 
@@ -883,21 +892,20 @@ inline u128 hash_long(consume_function consume, const std::uint8_t* input,
 }  // namespace idem::detail::xxh3
 // end idem/detail/xxh3_portable.hpp
 
-// <emmintrin.h> (SSE2) costs a build almost nothing; <immintrin.h>, the only header that
-// declares the AVX2 intrinsics, about doubles the compile time of a translation unit that
-// includes idem. The AVX2 kernel is therefore written with the compilers' vector extensions and
-// the two builtins behind _mm256_mul_epu32 and _mm256_shuffle_epi32 (the same names and types
-// in GCC and Clang), which compile to the same instructions.
-#if defined(__x86_64__) || defined(_M_X64)
-#include <emmintrin.h>
-#endif
+// The kernels are written with the compilers' vector extensions and the builtins behind the few
+// intrinsics plain operators cannot express (pmuludq, pshufd; the same names and types in GCC
+// and Clang), which compile to the same instructions as the intrinsics. Not the intrinsics
+// headers: <immintrin.h>, the only one that declares the AVX2 intrinsics, about doubles the
+// compile time of a translation unit that includes idem, and even <emmintrin.h> (SSE2) is
+// parsed by every such unit for the sake of one kernel. Compilers without the extensions (MSVC)
+// take the scalar kernel.
 
 namespace idem::detail::xxh3 {
 
 /// The long-input kernels, best last. Not every one exists on every platform: see available().
 enum class kernel { scalar, sse2, avx2 };
 
-#if defined(__x86_64__) || defined(_M_X64)
+#if (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__)
 
 // Step 2-1 per 64-bit lane is acc[i] += lo32(keyed[i]) * hi32(keyed[i]) and acc[i ^ 1] +=
 // data[i]. Addition commutes, so each kernel sums a run of stripes' raw words apart and adds
@@ -905,47 +913,72 @@ enum class kernel { scalar, sse2, avx2 };
 // Shuffle immediates: 0x31 moves each word's high half down (the multiplier reads only low
 // halves); 0x4e swaps the two words of each 128-bit lane (i ^ 1).
 
-inline void accumulate_products_sse2(__m128i (&acc)[4], __m128i (&sums)[4],
+// 128-bit vectors of two 64-bit and four 32-bit lanes, as GCC and Clang spell them. SSE2 is
+// part of x86-64, so these need no target attribute.
+using sse2_u64x2 = std::uint64_t __attribute__((vector_size(16)));
+using sse2_i32x4 = int __attribute__((vector_size(16)));
+
+[[gnu::always_inline]] inline sse2_u64x2 load_sse2(const std::uint8_t* bytes) noexcept {
+  sse2_u64x2 words;
+  std::memcpy(&words, bytes, sizeof words);
+  return words;
+}
+
+[[gnu::always_inline]] inline void store_sse2(std::uint8_t* bytes, sse2_u64x2 words) noexcept {
+  std::memcpy(bytes, &words, sizeof words);
+}
+
+/// pmuludq: each lane's low 32 bits times the other operand's, a full 64-bit product.
+[[gnu::always_inline]] inline sse2_u64x2 multiply_low_halves_sse2(sse2_u64x2 a,
+                                                                  sse2_u64x2 b) noexcept {
+  return (sse2_u64x2)__builtin_ia32_pmuludq128((sse2_i32x4)a, (sse2_i32x4)b);
+}
+
+/// pshufd: the four 32-bit lanes rearranged by `order` (two bits a lane).
+template <int order>
+[[gnu::always_inline]] inline sse2_u64x2 shuffle_sse2(sse2_u64x2 words) noexcept {
+  return (sse2_u64x2)__builtin_ia32_pshufd((sse2_i32x4)words, order);
+}
+
+inline void accumulate_products_sse2(sse2_u64x2 (&acc)[4], sse2_u64x2 (&sums)[4],
                                      const std::uint8_t* input,
                                      const std::uint8_t* secret) noexcept {
-  for (int i = 0; i < 4; ++i) {
-    const __m128i data = _mm_loadu_si128(reinterpret_cast<const __m128i*>(input) + i);
-    const __m128i key = _mm_loadu_si128(reinterpret_cast<const __m128i*>(secret) + i);
-    const __m128i keyed = _mm_xor_si128(data, key);
-    acc[i] = _mm_add_epi64(acc[i], _mm_mul_epu32(keyed, _mm_shuffle_epi32(keyed, 0x31)));
-    sums[i] = _mm_add_epi64(sums[i], data);
+  for (std::size_t i = 0; i < 4; ++i) {
+    const sse2_u64x2 data = load_sse2(input + 16 * i);
+    const sse2_u64x2 keyed = data ^ load_sse2(secret + 16 * i);
+    acc[i] += multiply_low_halves_sse2(keyed, shuffle_sse2<0x31>(keyed));
+    sums[i] += data;
   }
 }
 
-inline void add_swapped_sums_sse2(__m128i (&acc)[4], const __m128i (&sums)[4]) noexcept {
+inline void add_swapped_sums_sse2(sse2_u64x2 (&acc)[4], const sse2_u64x2 (&sums)[4]) noexcept {
   for (int i = 0; i < 4; ++i)
-    acc[i] = _mm_add_epi64(acc[i], _mm_shuffle_epi32(sums[i], 0x4e));
+    acc[i] += shuffle_sse2<0x4e>(sums[i]);
 }
 
-inline void scramble_sse2(__m128i (&acc)[4]) noexcept {
+inline void scramble_sse2(sse2_u64x2 (&acc)[4]) noexcept {
   const auto* secret = default_secret.data() + scramble_secret_offset;
-  const __m128i prime = _mm_set1_epi32(static_cast<int>(prime32_1));
-  for (int i = 0; i < 4; ++i) {
-    const __m128i key = _mm_loadu_si128(reinterpret_cast<const __m128i*>(secret) + i);
-    const __m128i mixed = _mm_xor_si128(_mm_xor_si128(acc[i], _mm_srli_epi64(acc[i], 47)), key);
+  const sse2_u64x2 prime = {prime32_1, prime32_1};
+  for (std::size_t i = 0; i < 4; ++i) {
+    const sse2_u64x2 mixed = acc[i] ^ (acc[i] >> 47) ^ load_sse2(secret + 16 * i);
     // A 64-bit multiply by a 32-bit prime from two 32x32 products.
-    const __m128i low = _mm_mul_epu32(mixed, prime);
-    const __m128i high = _mm_mul_epu32(_mm_srli_epi64(mixed, 32), prime);
-    acc[i] = _mm_add_epi64(low, _mm_slli_epi64(high, 32));
+    const sse2_u64x2 low = multiply_low_halves_sse2(mixed, prime);
+    const sse2_u64x2 high = multiply_low_halves_sse2(mixed >> 32, prime);
+    acc[i] = low + (high << 32);
   }
 }
 
 inline void consume_sse2(std::uint64_t* acc_words, const std::uint8_t* input, std::size_t stripes,
                          std::size_t stripe_in_block, const std::uint8_t* last_stripe) noexcept {
-  __m128i acc[4];
-  for (int i = 0; i < 4; ++i) {
-    acc[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(acc_words) + i);
-  }
+  auto* acc_bytes = reinterpret_cast<std::uint8_t*>(acc_words);
+  sse2_u64x2 acc[4];
+  for (std::size_t i = 0; i < 4; ++i)
+    acc[i] = load_sse2(acc_bytes + 16 * i);
   while (stripes > 0) {
     const std::size_t room = stripes_per_block - stripe_in_block;
     const std::size_t count = stripes < room ? stripes : room;
     const std::uint8_t* secret = default_secret.data() + stripe_in_block * secret_consume_rate;
-    __m128i sums[4] = {};
+    sse2_u64x2 sums[4] = {};
     for (std::size_t i = 0; i < count; ++i) {
       accumulate_products_sse2(acc, sums, input, secret);
       input += stripe_size;
@@ -960,38 +993,34 @@ inline void consume_sse2(std::uint64_t* acc_words, const std::uint8_t* input, st
     }
   }
   if (last_stripe != nullptr) {
-    __m128i sums[4] = {};
+    sse2_u64x2 sums[4] = {};
     accumulate_products_sse2(acc, sums, last_stripe,
                              default_secret.data() + last_stripe_secret_offset);
     add_swapped_sums_sse2(acc, sums);
   }
-  for (int i = 0; i < 4; ++i) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(acc_words) + i, acc[i]);
-  }
+  for (std::size_t i = 0; i < 4; ++i)
+    store_sse2(acc_bytes + 16 * i, acc[i]);
 }
 
 inline void consume_listed_sse2(std::uint64_t* acc_words, const std::uint8_t* const* stripes,
                                 std::size_t count, const std::uint8_t* last_stripe) noexcept {
-  __m128i acc[4];
-  for (int i = 0; i < 4; ++i) {
-    acc[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(acc_words) + i);
-  }
-  __m128i sums[4] = {};
+  auto* acc_bytes = reinterpret_cast<std::uint8_t*>(acc_words);
+  sse2_u64x2 acc[4];
+  for (std::size_t i = 0; i < 4; ++i)
+    acc[i] = load_sse2(acc_bytes + 16 * i);
+  sse2_u64x2 sums[4] = {};
   for (std::size_t i = 0; i < count; ++i) {
     accumulate_products_sse2(acc, sums, stripes[i],
                              default_secret.data() + i * secret_consume_rate);
   }
   add_swapped_sums_sse2(acc, sums);
-  __m128i last_sums[4] = {};
+  sse2_u64x2 last_sums[4] = {};
   accumulate_products_sse2(acc, last_sums, last_stripe,
                            default_secret.data() + last_stripe_secret_offset);
   add_swapped_sums_sse2(acc, last_sums);
-  for (int i = 0; i < 4; ++i) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(acc_words) + i, acc[i]);
-  }
+  for (std::size_t i = 0; i < 4; ++i)
+    store_sse2(acc_bytes + 16 * i, acc[i]);
 }
-
-#if defined(__GNUC__)
 
 // 256-bit vectors of four 64-bit and eight 32-bit lanes, as GCC and Clang spell them.
 using avx2_u64x4 = std::uint64_t __attribute__((vector_size(32)));
@@ -1107,8 +1136,7 @@ template <int order>
   store_avx2(acc_bytes + 32, acc[1]);
 }
 
-#endif  // defined(__GNUC__)
-#endif  // defined(__x86_64__) || defined(_M_X64)
+#endif  // (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__)
 
 /// One-shot long-input hashing with one kernel. A kernel's own instantiation, so the kernel
 /// call inside is direct (and inlined where the instruction sets allow).
@@ -1134,13 +1162,11 @@ inline kernel_functions compiled_kernel(kernel path) noexcept {
   switch (path) {
     case kernel::scalar:
       return functions_of<&consume_scalar, &consume_listed_scalar>;
-#if defined(__x86_64__) || defined(_M_X64)
+#if (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__)
     case kernel::sse2:
       return functions_of<&consume_sse2, &consume_listed_sse2>;
-#if defined(__GNUC__)
     case kernel::avx2:
       return functions_of<&consume_avx2, &consume_listed_avx2>;
-#endif
 #endif
     default:
       return {};
@@ -1175,7 +1201,10 @@ inline kernel_functions kernel_functions_of(kernel path) noexcept {
 /// is asked once and every later call is a load and an indirect call.
 inline kernel selected_kernel() noexcept {
   static const kernel chosen = [] {
-    for (const kernel path : {kernel::avx2, kernel::sse2}) {
+    // A plain array, not a braced list: std::initializer_list would be instantiated in every
+    // translation unit that includes this header.
+    constexpr kernel best_first[] = {kernel::avx2, kernel::sse2};
+    for (const kernel path : best_first) {
       if (available(path)) return path;
     }
     return kernel::scalar;
@@ -2800,6 +2829,71 @@ struct std::is_error_code_enum<idem::grpc_status> : std::true_type {};
 // A state is a plain value: copy it to hash several inputs with a common prefix. Different
 // states may be used on different threads at once; one state is not for concurrent updates.
 
+// begin idem/detail/algorithm.hpp
+// The few algorithms the core needs, without <algorithm>.
+//
+// <algorithm> costs a translation unit that includes idem more to parse than everything the core
+// takes from it: std::min and std::max, two binary searches and a sort (the ranges algorithms and
+// their concepts come with it in C++20). These are the same contracts, for the core's own use;
+// a user's code is free to include <algorithm> itself.
+
+namespace idem::detail {
+
+/// The smaller of `a` and `b`; `a` when they are equal, as std::min.
+template <class T>
+constexpr const T& min(const T& a, const T& b) noexcept(noexcept(b < a)) {
+  return b < a ? b : a;
+}
+
+/// The larger of `a` and `b`; `a` when they are equal, as std::max.
+template <class T>
+constexpr const T& max(const T& a, const T& b) noexcept(noexcept(a < b)) {
+  return a < b ? b : a;
+}
+
+/// `value` held within [low, high], as std::clamp; low must not be above high.
+template <class T>
+constexpr const T& clamp(const T& value, const T& low, const T& high) noexcept(
+    noexcept(value < low)) {
+  return value < low ? low : (high < value ? high : value);
+}
+
+/// The first position in the sorted range [first, last) whose element is not less than `value`.
+template <class RandomIt, class T>
+constexpr RandomIt lower_bound(RandomIt first, RandomIt last, const T& value) {
+  auto count = last - first;
+  while (count > 0) {
+    const auto half = count / 2;
+    const RandomIt middle = first + half;
+    if (*middle < value) {
+      first = middle + 1;
+      count -= half + 1;
+    } else {
+      count = half;
+    }
+  }
+  return first;
+}
+
+/// The first position in the sorted range [first, last) whose element is greater than `value`.
+template <class RandomIt, class T>
+constexpr RandomIt upper_bound(RandomIt first, RandomIt last, const T& value) {
+  auto count = last - first;
+  while (count > 0) {
+    const auto half = count / 2;
+    const RandomIt middle = first + half;
+    if (value < *middle) {
+      count = half;
+    } else {
+      first = middle + 1;
+      count -= half + 1;
+    }
+  }
+  return first;
+}
+
+}  // namespace idem::detail
+// end idem/detail/algorithm.hpp
 // begin idem/detail/sha256_portable.hpp
 // SHA-256's compression function in portable C++ (FIPS 180-4, section 6.2.2), the path every
 // platform can take and the reference the x86 SHA-extensions path is tested against.
@@ -2831,6 +2925,12 @@ alignas(16) inline constexpr std::array<std::uint32_t, 64> sha256_round_constant
     0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
 
 inline constexpr std::size_t sha256_block_size = 64;
+
+/// std::rotr without its template, which every translation unit including this would
+/// instantiate; `bits` is 1 to 31.
+constexpr std::uint32_t rotate_right(std::uint32_t x, int bits) noexcept {
+  return (x >> bits) | (x << (32 - bits));
+}
 
 constexpr std::uint32_t load_big_endian_32(const unsigned char* bytes) noexcept {
   return (std::uint32_t{bytes[0]} << 24) | (std::uint32_t{bytes[1]} << 16) |
@@ -2869,18 +2969,21 @@ constexpr void sha256_compress_portable(sha256_state_words& state, const unsigne
       w[t] = load_big_endian_32(blocks + 4 * t);
     for (std::size_t t = 16; t < 64; ++t) {
       const std::uint32_t s0 =
-          std::rotr(w[t - 15], 7) ^ std::rotr(w[t - 15], 18) ^ (w[t - 15] >> 3);
-      const std::uint32_t s1 = std::rotr(w[t - 2], 17) ^ std::rotr(w[t - 2], 19) ^ (w[t - 2] >> 10);
+          rotate_right(w[t - 15], 7) ^ rotate_right(w[t - 15], 18) ^ (w[t - 15] >> 3);
+      const std::uint32_t s1 =
+          rotate_right(w[t - 2], 17) ^ rotate_right(w[t - 2], 19) ^ (w[t - 2] >> 10);
       w[t] = w[t - 16] + s0 + w[t - 7] + s1;
     }
 
     std::uint32_t a = state[0], b = state[1], c = state[2], d = state[3];
     std::uint32_t e = state[4], f = state[5], g = state[6], h = state[7];
     for (std::size_t t = 0; t < 64; ++t) {
-      const std::uint32_t big_sigma1 = std::rotr(e, 6) ^ std::rotr(e, 11) ^ std::rotr(e, 25);
+      const std::uint32_t big_sigma1 =
+          rotate_right(e, 6) ^ rotate_right(e, 11) ^ rotate_right(e, 25);
       const std::uint32_t choose = (e & f) ^ (~e & g);
       const std::uint32_t t1 = h + big_sigma1 + choose + sha256_round_constants[t] + w[t];
-      const std::uint32_t big_sigma0 = std::rotr(a, 2) ^ std::rotr(a, 13) ^ std::rotr(a, 22);
+      const std::uint32_t big_sigma0 =
+          rotate_right(a, 2) ^ rotate_right(a, 13) ^ rotate_right(a, 22);
       const std::uint32_t majority = (a & b) ^ (a & c) ^ (b & c);
       const std::uint32_t t2 = big_sigma0 + majority;
       h = g;
@@ -2914,14 +3017,13 @@ constexpr void sha256_compress_portable(sha256_state_words& state, const unsigne
 // after CPUID has said they exist. On other architectures the header declares nothing but
 // sha256_sha_extensions_available(), which says no.
 
-// <smmintrin.h> (SSE4.1, and through it SSSE3 and SSE2) costs a build almost nothing;
-// <immintrin.h>, the only header that declares the SHA intrinsics, about doubles the compile time
-// of a translation unit that includes idem. The three SHA instructions are therefore reached
-// through the builtins behind _mm_sha256rnds2_epu32, _mm_sha256msg1_epu32 and
-// _mm_sha256msg2_epu32 (the same names and types in GCC and Clang).
+// Written with the compilers' vector extensions and the builtins behind the intrinsics (the
+// same names and types in GCC and Clang), which compile to the same instructions, rather than
+// with the intrinsics headers: <immintrin.h>, the only one that declares the SHA intrinsics,
+// about doubles the compile time of a translation unit that includes idem, and even
+// <smmintrin.h> (SSE4.1, SSSE3, SSE2) is parsed by every such unit for the sake of one function.
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
-#include <smmintrin.h>
 #endif
 
 namespace idem::detail {
@@ -2947,78 +3049,122 @@ inline bool sha256_sha_extensions_available() noexcept {
   return available;
 }
 
-/// Four 32-bit lanes, the operand type of the SHA builtins in GCC and Clang.
+/// Four 32-bit lanes, the operand type of the SHA and 32-bit shuffle builtins in GCC and Clang;
+/// lane 0 is the lowest-addressed word.
 using sha256_lanes = int __attribute__((vector_size(16)));
+/// Sixteen bytes and eight 16-bit lanes, the operand types of pshufb's and pblendw's builtins.
+using sha256_bytes = char __attribute__((vector_size(16)));
+using sha256_halves = short __attribute__((vector_size(16)));
+
+[[gnu::target("sse2"), gnu::always_inline]] inline sha256_lanes sha256_load(
+    const void* bytes) noexcept {
+  sha256_lanes lanes;
+  std::memcpy(&lanes, bytes, sizeof lanes);
+  return lanes;
+}
+
+[[gnu::target("sse2"), gnu::always_inline]] inline void sha256_store(void* bytes,
+                                                                     sha256_lanes lanes) noexcept {
+  std::memcpy(bytes, &lanes, sizeof lanes);
+}
+
+/// pshufd: the lanes rearranged by `order` (two bits a lane, lane 0's lowest).
+template <int order>
+[[gnu::target("sse2"), gnu::always_inline]] inline sha256_lanes sha256_shuffle(
+    sha256_lanes lanes) noexcept {
+  return __builtin_ia32_pshufd(lanes, order);
+}
+
+/// The two high lanes of `low` then the two low lanes of `high` (palignr by 8 bytes). Written as
+/// a generic shuffle: GCC's and Clang's palignr builtins differ in their operands.
+[[gnu::target("sse2"), gnu::always_inline]] inline sha256_lanes sha256_middle_lanes(
+    sha256_lanes high, sha256_lanes low) noexcept {
+  return __builtin_shufflevector(low, high, 2, 3, 4, 5);
+}
+
+/// Lanes 1-3 of `low` then lane 0 of `high` (palignr by 4 bytes), the same way.
+[[gnu::target("sse2"), gnu::always_inline]] inline sha256_lanes sha256_lanes_from_1(
+    sha256_lanes high, sha256_lanes low) noexcept {
+  return __builtin_shufflevector(low, high, 1, 2, 3, 4);
+}
+
+/// Four message words from big-endian bytes: pshufb reverses the bytes within each lane.
+[[gnu::target("ssse3"), gnu::always_inline]] inline sha256_lanes sha256_load_message(
+    const unsigned char* bytes) noexcept {
+  const sha256_bytes byte_swap = {3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12};
+  return (sha256_lanes)__builtin_ia32_pshufb128((sha256_bytes)sha256_load(bytes), byte_swap);
+}
+
+/// The two low lanes of `low`, the two high lanes of `high` (pblendw with mask 0xf0).
+[[gnu::target("sse4.1"), gnu::always_inline]] inline sha256_lanes sha256_blend_low_high(
+    sha256_lanes low, sha256_lanes high) noexcept {
+  return (sha256_lanes)__builtin_ia32_pblendw128((sha256_halves)low, (sha256_halves)high, 0xf0);
+}
 
 /// sha256rnds2: two rounds on the state {cdgh, abef} with the first two lanes of `words`.
-__attribute__((target("sha"), always_inline)) inline __m128i sha256_two_rounds(
-    __m128i cdgh, __m128i abef, __m128i words) noexcept {
-  return (__m128i)__builtin_ia32_sha256rnds2((sha256_lanes)cdgh, (sha256_lanes)abef,
-                                             (sha256_lanes)words);
+[[gnu::target("sha"), gnu::always_inline]] inline sha256_lanes sha256_two_rounds(
+    sha256_lanes cdgh, sha256_lanes abef, sha256_lanes words) noexcept {
+  return __builtin_ia32_sha256rnds2(cdgh, abef, words);
 }
 
 /// sha256msg1: sigma0 of the next four words' W[t-15] added to their W[t-16].
-__attribute__((target("sha"), always_inline)) inline __m128i sha256_message_1(
-    __m128i oldest, __m128i older) noexcept {
-  return (__m128i)__builtin_ia32_sha256msg1((sha256_lanes)oldest, (sha256_lanes)older);
+[[gnu::target("sha"), gnu::always_inline]] inline sha256_lanes sha256_message_1(
+    sha256_lanes oldest, sha256_lanes older) noexcept {
+  return __builtin_ia32_sha256msg1(oldest, older);
 }
 
 /// sha256msg2: sigma1 of W[t-2] added, the last two lanes from the first two.
-__attribute__((target("sha"), always_inline)) inline __m128i sha256_message_2(
-    __m128i partial, __m128i newest) noexcept {
-  return (__m128i)__builtin_ia32_sha256msg2((sha256_lanes)partial, (sha256_lanes)newest);
+[[gnu::target("sha"), gnu::always_inline]] inline sha256_lanes sha256_message_2(
+    sha256_lanes partial, sha256_lanes newest) noexcept {
+  return __builtin_ia32_sha256msg2(partial, newest);
 }
 
 // The state is kept as two vectors in the layout sha256rnds2 wants: ABEF (A in the highest
 // lane) and CDGH (C in the highest lane). Each sha256rnds2 does two rounds and leaves the new
 // ABEF in its first operand, and the old ABEF is then exactly the new CDGH, so two calls with
 // the operands swapped do four rounds with no moves between them.
-__attribute__((target("sha,sse4.1,ssse3"), always_inline)) inline void sha256_four_rounds(
-    __m128i& abef, __m128i& cdgh, __m128i words, std::size_t first_round) noexcept {
-  const __m128i words_plus_constants = _mm_add_epi32(
-      words,
-      _mm_load_si128(reinterpret_cast<const __m128i*>(&sha256_round_constants[first_round])));
+[[gnu::target("sha,sse4.1,ssse3"), gnu::always_inline]] inline void sha256_four_rounds(
+    sha256_lanes& abef, sha256_lanes& cdgh, sha256_lanes words, std::size_t first_round) noexcept {
+  const sha256_lanes words_plus_constants =
+      words + sha256_load(&sha256_round_constants[first_round]);
   cdgh = sha256_two_rounds(cdgh, abef, words_plus_constants);
   // sha256rnds2 reads only the low two lanes; the high two go down for the next pair.
-  abef = sha256_two_rounds(abef, cdgh, _mm_shuffle_epi32(words_plus_constants, 0x0e));
+  abef = sha256_two_rounds(abef, cdgh, sha256_shuffle<0x0e>(words_plus_constants));
 }
 
 // W[t..t+3] from the previous sixteen words, held four to a vector, oldest first:
 // W[t] = sigma1(W[t-2]) + W[t-7] + sigma0(W[t-15]) + W[t-16]. sha256msg1 adds sigma0 to W[t-16..],
-// the alignr supplies W[t-7..t-4], and sha256msg2 adds sigma1 (which needs W[t] and W[t+1] for
-// lanes 2 and 3, so it must be done in the instruction, not by us).
-__attribute__((target("sha,sse4.1,ssse3"), always_inline)) inline __m128i sha256_next_words(
-    __m128i oldest, __m128i older, __m128i newer, __m128i newest) noexcept {
-  const __m128i with_sigma0 = sha256_message_1(oldest, older);
-  const __m128i with_w_minus_7 = _mm_add_epi32(with_sigma0, _mm_alignr_epi8(newest, newer, 4));
+// the lanes from `newer` and `newest` supply W[t-7..t-4], and sha256msg2 adds sigma1 (which needs
+// W[t] and W[t+1] for lanes 2 and 3, so it must be done in the instruction, not by us).
+[[gnu::target("sha,sse4.1,ssse3"), gnu::always_inline]] inline sha256_lanes sha256_next_words(
+    sha256_lanes oldest, sha256_lanes older, sha256_lanes newer, sha256_lanes newest) noexcept {
+  const sha256_lanes with_sigma0 = sha256_message_1(oldest, older);
+  const sha256_lanes with_w_minus_7 = with_sigma0 + sha256_lanes_from_1(newest, newer);
   return sha256_message_2(with_w_minus_7, newest);
 }
 
 /// The same contract as sha256_compress_portable; only call it when
 /// sha256_sha_extensions_available() is true.
-__attribute__((target("sha,sse4.1,ssse3"))) inline void sha256_compress_sha_extensions(
+[[gnu::target("sha,sse4.1,ssse3")]] inline void sha256_compress_sha_extensions(
     sha256_state_words& state, const unsigned char* blocks, std::size_t block_count) noexcept {
   // Message words are big-endian: reverse the bytes within each 32-bit lane.
-  const __m128i byte_swap = _mm_set_epi8(12, 13, 14, 15, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3);
-
   // Lanes are listed from lane 0 up. The state words {A B C D}{E F G H} become ABEF =
   // {F E B A} and CDGH = {H G D C}.
-  const __m128i abcd = _mm_loadu_si128(reinterpret_cast<const __m128i*>(state.data()));
-  const __m128i efgh = _mm_loadu_si128(reinterpret_cast<const __m128i*>(state.data() + 4));
-  const __m128i badc = _mm_shuffle_epi32(abcd, 0xb1);
-  const __m128i hgfe = _mm_shuffle_epi32(efgh, 0x1b);
-  __m128i abef = _mm_alignr_epi8(badc, hgfe, 8);     // {F E} from hgfe, {B A} from badc
-  __m128i cdgh = _mm_blend_epi16(hgfe, badc, 0xf0);  // {H G} from hgfe, {D C} from badc
+  const sha256_lanes abcd = sha256_load(state.data());
+  const sha256_lanes efgh = sha256_load(state.data() + 4);
+  const sha256_lanes badc = sha256_shuffle<0xb1>(abcd);
+  const sha256_lanes hgfe = sha256_shuffle<0x1b>(efgh);
+  sha256_lanes abef = sha256_middle_lanes(badc, hgfe);    // {F E} from hgfe, {B A} from badc
+  sha256_lanes cdgh = sha256_blend_low_high(hgfe, badc);  // {H G} from hgfe, {D C} from badc
 
   for (; block_count != 0; --block_count, blocks += sha256_block_size) {
-    const __m128i abef_before = abef;
-    const __m128i cdgh_before = cdgh;
-    const auto* block = reinterpret_cast<const __m128i*>(blocks);
+    const sha256_lanes abef_before = abef;
+    const sha256_lanes cdgh_before = cdgh;
 
-    __m128i w0 = _mm_shuffle_epi8(_mm_loadu_si128(block + 0), byte_swap);
-    __m128i w1 = _mm_shuffle_epi8(_mm_loadu_si128(block + 1), byte_swap);
-    __m128i w2 = _mm_shuffle_epi8(_mm_loadu_si128(block + 2), byte_swap);
-    __m128i w3 = _mm_shuffle_epi8(_mm_loadu_si128(block + 3), byte_swap);
+    sha256_lanes w0 = sha256_load_message(blocks + 0);
+    sha256_lanes w1 = sha256_load_message(blocks + 16);
+    sha256_lanes w2 = sha256_load_message(blocks + 32);
+    sha256_lanes w3 = sha256_load_message(blocks + 48);
 
     // Rounds 0-15 use the message itself; each later group of four first extends the schedule
     // into the vector whose words it no longer needs (four vectors hold the sixteen live words).
@@ -3037,17 +3183,15 @@ __attribute__((target("sha,sse4.1,ssse3"))) inline void sha256_compress_sha_exte
       sha256_four_rounds(abef, cdgh, w3, round + 12);
     }
 
-    abef = _mm_add_epi32(abef, abef_before);
-    cdgh = _mm_add_epi32(cdgh, cdgh_before);
+    abef += abef_before;
+    cdgh += cdgh_before;
   }
 
   // And back: {F E B A}{H G D C} -> {A B C D}{E F G H}.
-  const __m128i abef_lane0_first = _mm_shuffle_epi32(abef, 0x1b);  // {A B E F}
-  const __m128i ghcd = _mm_shuffle_epi32(cdgh, 0xb1);              // {G H C D}
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(state.data()),
-                   _mm_blend_epi16(abef_lane0_first, ghcd, 0xf0));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(state.data() + 4),
-                   _mm_alignr_epi8(ghcd, abef_lane0_first, 8));
+  const sha256_lanes abef_lane0_first = sha256_shuffle<0x1b>(abef);  // {A B E F}
+  const sha256_lanes ghcd = sha256_shuffle<0xb1>(cdgh);              // {G H C D}
+  sha256_store(state.data(), sha256_blend_low_high(abef_lane0_first, ghcd));
+  sha256_store(state.data() + 4, sha256_middle_lanes(ghcd, abef_lane0_first));
 }
 
 #else
@@ -3151,7 +3295,7 @@ struct sha256 {
       const auto* bytes = static_cast<const unsigned char*>(data);
       message_size_ += size;
       if (pending_size_ != 0) {
-        const std::size_t taken = std::min(size, detail::sha256_block_size - pending_size_);
+        const std::size_t taken = detail::min(size, detail::sha256_block_size - pending_size_);
         std::memcpy(pending_.data() + pending_size_, bytes, taken);
         pending_size_ += taken;
         bytes += taken;

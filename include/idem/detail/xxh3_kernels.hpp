@@ -20,21 +20,20 @@
 
 #include <idem/detail/xxh3_portable.hpp>
 
-// <emmintrin.h> (SSE2) costs a build almost nothing; <immintrin.h>, the only header that
-// declares the AVX2 intrinsics, about doubles the compile time of a translation unit that
-// includes idem. The AVX2 kernel is therefore written with the compilers' vector extensions and
-// the two builtins behind _mm256_mul_epu32 and _mm256_shuffle_epi32 (the same names and types
-// in GCC and Clang), which compile to the same instructions.
-#if defined(__x86_64__) || defined(_M_X64)
-#include <emmintrin.h>
-#endif
+// The kernels are written with the compilers' vector extensions and the builtins behind the few
+// intrinsics plain operators cannot express (pmuludq, pshufd; the same names and types in GCC
+// and Clang), which compile to the same instructions as the intrinsics. Not the intrinsics
+// headers: <immintrin.h>, the only one that declares the AVX2 intrinsics, about doubles the
+// compile time of a translation unit that includes idem, and even <emmintrin.h> (SSE2) is
+// parsed by every such unit for the sake of one kernel. Compilers without the extensions (MSVC)
+// take the scalar kernel.
 
 namespace idem::detail::xxh3 {
 
 /// The long-input kernels, best last. Not every one exists on every platform: see available().
 enum class kernel { scalar, sse2, avx2 };
 
-#if defined(__x86_64__) || defined(_M_X64)
+#if (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__)
 
 // Step 2-1 per 64-bit lane is acc[i] += lo32(keyed[i]) * hi32(keyed[i]) and acc[i ^ 1] +=
 // data[i]. Addition commutes, so each kernel sums a run of stripes' raw words apart and adds
@@ -42,47 +41,72 @@ enum class kernel { scalar, sse2, avx2 };
 // Shuffle immediates: 0x31 moves each word's high half down (the multiplier reads only low
 // halves); 0x4e swaps the two words of each 128-bit lane (i ^ 1).
 
-inline void accumulate_products_sse2(__m128i (&acc)[4], __m128i (&sums)[4],
+// 128-bit vectors of two 64-bit and four 32-bit lanes, as GCC and Clang spell them. SSE2 is
+// part of x86-64, so these need no target attribute.
+using sse2_u64x2 = std::uint64_t __attribute__((vector_size(16)));
+using sse2_i32x4 = int __attribute__((vector_size(16)));
+
+[[gnu::always_inline]] inline sse2_u64x2 load_sse2(const std::uint8_t* bytes) noexcept {
+  sse2_u64x2 words;
+  std::memcpy(&words, bytes, sizeof words);
+  return words;
+}
+
+[[gnu::always_inline]] inline void store_sse2(std::uint8_t* bytes, sse2_u64x2 words) noexcept {
+  std::memcpy(bytes, &words, sizeof words);
+}
+
+/// pmuludq: each lane's low 32 bits times the other operand's, a full 64-bit product.
+[[gnu::always_inline]] inline sse2_u64x2 multiply_low_halves_sse2(sse2_u64x2 a,
+                                                                  sse2_u64x2 b) noexcept {
+  return (sse2_u64x2)__builtin_ia32_pmuludq128((sse2_i32x4)a, (sse2_i32x4)b);
+}
+
+/// pshufd: the four 32-bit lanes rearranged by `order` (two bits a lane).
+template <int order>
+[[gnu::always_inline]] inline sse2_u64x2 shuffle_sse2(sse2_u64x2 words) noexcept {
+  return (sse2_u64x2)__builtin_ia32_pshufd((sse2_i32x4)words, order);
+}
+
+inline void accumulate_products_sse2(sse2_u64x2 (&acc)[4], sse2_u64x2 (&sums)[4],
                                      const std::uint8_t* input,
                                      const std::uint8_t* secret) noexcept {
-  for (int i = 0; i < 4; ++i) {
-    const __m128i data = _mm_loadu_si128(reinterpret_cast<const __m128i*>(input) + i);
-    const __m128i key = _mm_loadu_si128(reinterpret_cast<const __m128i*>(secret) + i);
-    const __m128i keyed = _mm_xor_si128(data, key);
-    acc[i] = _mm_add_epi64(acc[i], _mm_mul_epu32(keyed, _mm_shuffle_epi32(keyed, 0x31)));
-    sums[i] = _mm_add_epi64(sums[i], data);
+  for (std::size_t i = 0; i < 4; ++i) {
+    const sse2_u64x2 data = load_sse2(input + 16 * i);
+    const sse2_u64x2 keyed = data ^ load_sse2(secret + 16 * i);
+    acc[i] += multiply_low_halves_sse2(keyed, shuffle_sse2<0x31>(keyed));
+    sums[i] += data;
   }
 }
 
-inline void add_swapped_sums_sse2(__m128i (&acc)[4], const __m128i (&sums)[4]) noexcept {
+inline void add_swapped_sums_sse2(sse2_u64x2 (&acc)[4], const sse2_u64x2 (&sums)[4]) noexcept {
   for (int i = 0; i < 4; ++i)
-    acc[i] = _mm_add_epi64(acc[i], _mm_shuffle_epi32(sums[i], 0x4e));
+    acc[i] += shuffle_sse2<0x4e>(sums[i]);
 }
 
-inline void scramble_sse2(__m128i (&acc)[4]) noexcept {
+inline void scramble_sse2(sse2_u64x2 (&acc)[4]) noexcept {
   const auto* secret = default_secret.data() + scramble_secret_offset;
-  const __m128i prime = _mm_set1_epi32(static_cast<int>(prime32_1));
-  for (int i = 0; i < 4; ++i) {
-    const __m128i key = _mm_loadu_si128(reinterpret_cast<const __m128i*>(secret) + i);
-    const __m128i mixed = _mm_xor_si128(_mm_xor_si128(acc[i], _mm_srli_epi64(acc[i], 47)), key);
+  const sse2_u64x2 prime = {prime32_1, prime32_1};
+  for (std::size_t i = 0; i < 4; ++i) {
+    const sse2_u64x2 mixed = acc[i] ^ (acc[i] >> 47) ^ load_sse2(secret + 16 * i);
     // A 64-bit multiply by a 32-bit prime from two 32x32 products.
-    const __m128i low = _mm_mul_epu32(mixed, prime);
-    const __m128i high = _mm_mul_epu32(_mm_srli_epi64(mixed, 32), prime);
-    acc[i] = _mm_add_epi64(low, _mm_slli_epi64(high, 32));
+    const sse2_u64x2 low = multiply_low_halves_sse2(mixed, prime);
+    const sse2_u64x2 high = multiply_low_halves_sse2(mixed >> 32, prime);
+    acc[i] = low + (high << 32);
   }
 }
 
 inline void consume_sse2(std::uint64_t* acc_words, const std::uint8_t* input, std::size_t stripes,
                          std::size_t stripe_in_block, const std::uint8_t* last_stripe) noexcept {
-  __m128i acc[4];
-  for (int i = 0; i < 4; ++i) {
-    acc[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(acc_words) + i);
-  }
+  auto* acc_bytes = reinterpret_cast<std::uint8_t*>(acc_words);
+  sse2_u64x2 acc[4];
+  for (std::size_t i = 0; i < 4; ++i)
+    acc[i] = load_sse2(acc_bytes + 16 * i);
   while (stripes > 0) {
     const std::size_t room = stripes_per_block - stripe_in_block;
     const std::size_t count = stripes < room ? stripes : room;
     const std::uint8_t* secret = default_secret.data() + stripe_in_block * secret_consume_rate;
-    __m128i sums[4] = {};
+    sse2_u64x2 sums[4] = {};
     for (std::size_t i = 0; i < count; ++i) {
       accumulate_products_sse2(acc, sums, input, secret);
       input += stripe_size;
@@ -97,38 +121,34 @@ inline void consume_sse2(std::uint64_t* acc_words, const std::uint8_t* input, st
     }
   }
   if (last_stripe != nullptr) {
-    __m128i sums[4] = {};
+    sse2_u64x2 sums[4] = {};
     accumulate_products_sse2(acc, sums, last_stripe,
                              default_secret.data() + last_stripe_secret_offset);
     add_swapped_sums_sse2(acc, sums);
   }
-  for (int i = 0; i < 4; ++i) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(acc_words) + i, acc[i]);
-  }
+  for (std::size_t i = 0; i < 4; ++i)
+    store_sse2(acc_bytes + 16 * i, acc[i]);
 }
 
 inline void consume_listed_sse2(std::uint64_t* acc_words, const std::uint8_t* const* stripes,
                                 std::size_t count, const std::uint8_t* last_stripe) noexcept {
-  __m128i acc[4];
-  for (int i = 0; i < 4; ++i) {
-    acc[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(acc_words) + i);
-  }
-  __m128i sums[4] = {};
+  auto* acc_bytes = reinterpret_cast<std::uint8_t*>(acc_words);
+  sse2_u64x2 acc[4];
+  for (std::size_t i = 0; i < 4; ++i)
+    acc[i] = load_sse2(acc_bytes + 16 * i);
+  sse2_u64x2 sums[4] = {};
   for (std::size_t i = 0; i < count; ++i) {
     accumulate_products_sse2(acc, sums, stripes[i],
                              default_secret.data() + i * secret_consume_rate);
   }
   add_swapped_sums_sse2(acc, sums);
-  __m128i last_sums[4] = {};
+  sse2_u64x2 last_sums[4] = {};
   accumulate_products_sse2(acc, last_sums, last_stripe,
                            default_secret.data() + last_stripe_secret_offset);
   add_swapped_sums_sse2(acc, last_sums);
-  for (int i = 0; i < 4; ++i) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(acc_words) + i, acc[i]);
-  }
+  for (std::size_t i = 0; i < 4; ++i)
+    store_sse2(acc_bytes + 16 * i, acc[i]);
 }
-
-#if defined(__GNUC__)
 
 // 256-bit vectors of four 64-bit and eight 32-bit lanes, as GCC and Clang spell them.
 using avx2_u64x4 = std::uint64_t __attribute__((vector_size(32)));
@@ -244,8 +264,7 @@ template <int order>
   store_avx2(acc_bytes + 32, acc[1]);
 }
 
-#endif  // defined(__GNUC__)
-#endif  // defined(__x86_64__) || defined(_M_X64)
+#endif  // (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__)
 
 /// One-shot long-input hashing with one kernel. A kernel's own instantiation, so the kernel
 /// call inside is direct (and inlined where the instruction sets allow).
@@ -271,13 +290,11 @@ inline kernel_functions compiled_kernel(kernel path) noexcept {
   switch (path) {
     case kernel::scalar:
       return functions_of<&consume_scalar, &consume_listed_scalar>;
-#if defined(__x86_64__) || defined(_M_X64)
+#if (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__)
     case kernel::sse2:
       return functions_of<&consume_sse2, &consume_listed_sse2>;
-#if defined(__GNUC__)
     case kernel::avx2:
       return functions_of<&consume_avx2, &consume_listed_avx2>;
-#endif
 #endif
     default:
       return {};
@@ -312,7 +329,10 @@ inline kernel_functions kernel_functions_of(kernel path) noexcept {
 /// is asked once and every later call is a load and an indirect call.
 inline kernel selected_kernel() noexcept {
   static const kernel chosen = [] {
-    for (const kernel path : {kernel::avx2, kernel::sse2}) {
+    // A plain array, not a braced list: std::initializer_list would be instantiated in every
+    // translation unit that includes this header.
+    constexpr kernel best_first[] = {kernel::avx2, kernel::sse2};
+    for (const kernel path : best_first) {
       if (available(path)) return path;
     }
     return kernel::scalar;

@@ -14,7 +14,6 @@
 // states may be used on different threads at once; one state is not for concurrent updates.
 #pragma once
 
-#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -22,6 +21,7 @@
 #include <span>
 #include <string_view>
 
+#include <idem/detail/algorithm.hpp>
 #include <idem/detail/sha256_portable.hpp>
 #include <idem/detail/sha256_x86.hpp>
 #include <idem/digest.hpp>
@@ -116,7 +116,7 @@ struct sha256 {
       const auto* bytes = static_cast<const unsigned char*>(data);
       message_size_ += size;
       if (pending_size_ != 0) {
-        const std::size_t taken = std::min(size, detail::sha256_block_size - pending_size_);
+        const std::size_t taken = detail::min(size, detail::sha256_block_size - pending_size_);
         std::memcpy(pending_.data() + pending_size_, bytes, taken);
         pending_size_ += taken;
         bytes += taken;
