@@ -6,6 +6,8 @@
 // a user's code is free to include <algorithm> itself.
 #pragma once
 
+#include <utility>
+
 namespace idem::detail {
 
 /// The smaller of `a` and `b`; `a` when they are equal, as std::min.
@@ -22,8 +24,8 @@ constexpr const T& max(const T& a, const T& b) noexcept(noexcept(a < b)) {
 
 /// `value` held within [low, high], as std::clamp; low must not be above high.
 template <class T>
-constexpr const T& clamp(const T& value, const T& low, const T& high) noexcept(
-    noexcept(value < low)) {
+constexpr const T& clamp(const T& value, const T& low,
+                         const T& high) noexcept(noexcept(value < low)) {
   return value < low ? low : (high < value ? high : value);
 }
 
@@ -59,6 +61,66 @@ constexpr RandomIt upper_bound(RandomIt first, RandomIt last, const T& value) {
     }
   }
   return first;
+}
+
+// sort's two halves: insertion sort, which is quickest on the short runs most calls sort, and a
+// heap sort for longer ones.
+
+template <class RandomIt, class Less>
+constexpr void insertion_sort(RandomIt first, RandomIt last, Less& less) {
+  if (first == last) return;
+  for (RandomIt next = first + 1; next != last; ++next) {
+    auto value = std::move(*next);
+    RandomIt hole = next;
+    for (; hole != first && less(value, *(hole - 1)); --hole)
+      *hole = std::move(*(hole - 1));
+    *hole = std::move(value);
+  }
+}
+
+// Puts `value` into the max-heap first[0..count) whose element `hole` is vacant. The hole goes
+// down to a leaf along the larger children and `value` then climbs back up from there, as in
+// std::sort_heap: `value` usually comes from the heap's end and belongs near the bottom, so this
+// makes about half the comparisons of checking `value` against the children on the way down.
+template <class RandomIt, class Difference, class Value, class Less>
+constexpr void sift_down(RandomIt first, Difference hole, Difference count, Value value,
+                         Less& less) {
+  const Difference top = hole;
+  for (Difference child = 2 * hole + 1; child < count; child = 2 * hole + 1) {
+    if (child + 1 < count && less(first[child], first[child + 1])) ++child;
+    first[hole] = std::move(first[child]);
+    hole = child;
+  }
+  while (hole > top) {
+    const Difference parent = (hole - 1) / 2;
+    if (!less(first[parent], value)) break;
+    first[hole] = std::move(first[parent]);
+    hole = parent;
+  }
+  first[hole] = std::move(value);
+}
+
+/// Sorts [first, last) by `less`, a strict weak order, as std::sort: O(n log n) comparisons in
+/// the worst case, not stable. The worst case matters more here than the average: what the core
+/// sorts (a JSON object's members) can come from a client, so a sequence chosen to make a
+/// quicksort quadratic must not be able to.
+template <class RandomIt, class Less>
+constexpr void sort(RandomIt first, RandomIt last, Less less) {
+  using difference = decltype(last - first);
+  constexpr difference short_run = 16;  // where libstdc++'s std::sort turns to insertion sort
+  const difference count = last - first;
+  if (count <= short_run) {
+    insertion_sort(first, last, less);
+    return;
+  }
+  for (difference start = count / 2; start-- > 0;)
+    sift_down(first, start, count, std::move(first[start]), less);
+  // Move the largest to the end of the heap, and the heap's last element into it.
+  for (difference end = count - 1; end > 0; --end) {
+    auto value = std::move(first[end]);
+    first[end] = std::move(first[0]);
+    sift_down(first, difference{0}, end, std::move(value), less);
+  }
 }
 
 }  // namespace idem::detail
