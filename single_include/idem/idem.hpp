@@ -1515,6 +1515,132 @@ static_assert(HashFunction<xxh3_128>);
 #include <stdexcept>
 #include <system_error>
 
+// begin idem/detail/algorithm.hpp
+// The few algorithms the core needs, without <algorithm>.
+//
+// <algorithm> costs a translation unit that includes idem more to parse than everything the core
+// takes from it: std::min and std::max, two binary searches and a sort (the ranges algorithms and
+// their concepts come with it in C++20). These are the same contracts, for the core's own use;
+// a user's code is free to include <algorithm> itself.
+
+namespace idem::detail {
+
+/// The smaller of `a` and `b`; `a` when they are equal, as std::min.
+template <class T>
+constexpr const T& min(const T& a, const T& b) noexcept(noexcept(b < a)) {
+  return b < a ? b : a;
+}
+
+/// The larger of `a` and `b`; `a` when they are equal, as std::max.
+template <class T>
+constexpr const T& max(const T& a, const T& b) noexcept(noexcept(a < b)) {
+  return a < b ? b : a;
+}
+
+/// `value` held within [low, high], as std::clamp; low must not be above high.
+template <class T>
+constexpr const T& clamp(const T& value, const T& low,
+                         const T& high) noexcept(noexcept(value < low)) {
+  return value < low ? low : (high < value ? high : value);
+}
+
+/// The first position in the sorted range [first, last) whose element is not less than `value`.
+template <class RandomIt, class T>
+constexpr RandomIt lower_bound(RandomIt first, RandomIt last, const T& value) {
+  auto count = last - first;
+  while (count > 0) {
+    const auto half = count / 2;
+    const RandomIt middle = first + half;
+    if (*middle < value) {
+      first = middle + 1;
+      count -= half + 1;
+    } else {
+      count = half;
+    }
+  }
+  return first;
+}
+
+/// The first position in the sorted range [first, last) whose element is greater than `value`.
+template <class RandomIt, class T>
+constexpr RandomIt upper_bound(RandomIt first, RandomIt last, const T& value) {
+  auto count = last - first;
+  while (count > 0) {
+    const auto half = count / 2;
+    const RandomIt middle = first + half;
+    if (value < *middle) {
+      count = half;
+    } else {
+      first = middle + 1;
+      count -= half + 1;
+    }
+  }
+  return first;
+}
+
+// sort's two halves: insertion sort, which is quickest on the short runs most calls sort, and a
+// heap sort for longer ones.
+
+template <class RandomIt, class Less>
+constexpr void insertion_sort(RandomIt first, RandomIt last, Less& less) {
+  if (first == last) return;
+  for (RandomIt next = first + 1; next != last; ++next) {
+    auto value = std::move(*next);
+    RandomIt hole = next;
+    for (; hole != first && less(value, *(hole - 1)); --hole)
+      *hole = std::move(*(hole - 1));
+    *hole = std::move(value);
+  }
+}
+
+// Puts `value` into the max-heap first[0..count) whose element `hole` is vacant. The hole goes
+// down to a leaf along the larger children and `value` then climbs back up from there, as in
+// std::sort_heap: `value` usually comes from the heap's end and belongs near the bottom, so this
+// makes about half the comparisons of checking `value` against the children on the way down.
+template <class RandomIt, class Difference, class Value, class Less>
+constexpr void sift_down(RandomIt first, Difference hole, Difference count, Value value,
+                         Less& less) {
+  const Difference top = hole;
+  for (Difference child = 2 * hole + 1; child < count; child = 2 * hole + 1) {
+    if (child + 1 < count && less(first[child], first[child + 1])) ++child;
+    first[hole] = std::move(first[child]);
+    hole = child;
+  }
+  while (hole > top) {
+    const Difference parent = (hole - 1) / 2;
+    if (!less(first[parent], value)) break;
+    first[hole] = std::move(first[parent]);
+    hole = parent;
+  }
+  first[hole] = std::move(value);
+}
+
+/// Sorts [first, last) by `less`, a strict weak order, as std::sort: O(n log n) comparisons in
+/// the worst case, not stable. The worst case matters more here than the average: what the core
+/// sorts (a JSON object's members) can come from a client, so a sequence chosen to make a
+/// quicksort quadratic must not be able to.
+template <class RandomIt, class Less>
+constexpr void sort(RandomIt first, RandomIt last, Less less) {
+  using difference = decltype(last - first);
+  constexpr difference short_run = 16;  // where libstdc++'s std::sort turns to insertion sort
+  const difference count = last - first;
+  if (count <= short_run) {
+    insertion_sort(first, last, less);
+    return;
+  }
+  for (difference start = count / 2; start-- > 0;)
+    sift_down(first, start, count, std::move(first[start]), less);
+  // Move the largest to the end of the heap, and the heap's last element into it.
+  for (difference end = count - 1; end > 0; --end) {
+    auto value = std::move(first[end]);
+    first[end] = std::move(first[0]);
+    sift_down(first, difference{0}, end, std::move(value), less);
+  }
+}
+
+}  // namespace idem::detail
+// end idem/detail/algorithm.hpp
+
 namespace idem {
 
 /// The deepest nesting of arrays and objects accepted. Deeper input is refused with json_error
@@ -1652,13 +1778,17 @@ inline void append_utf8(std::string& out, char32_t code_point) {
 // by. For well-formed UTF-8, byte order is code point order, and that agrees with UTF-16 order
 // except where a character above U+FFFF (a surrogate pair, 0xD800..) meets one in
 // U+E000..U+FFFF: UTF-16 puts the pair first. So compare bytes, and only at the first differing
-// character compare its first UTF-16 code units.
-inline bool utf16_less(std::string_view a, std::string_view b) noexcept {
-  const auto [in_a, in_b] = std::mismatch(a.begin(), a.end(), b.begin(), b.end());
-  if (in_b == b.end()) return false;  // b is a prefix of a, or equal to it
-  if (in_a == a.end()) return true;   // a is a proper prefix of b
+// character compare its first UTF-16 code units. Negative, zero or positive as `a` orders
+// before `b`, equals it, or orders after it.
+inline int utf16_compare(std::string_view a, std::string_view b) noexcept {
+  const std::size_t common = min(a.size(), b.size());
+  std::size_t start = 0;
+  while (start < common && a[start] == b[start])
+    ++start;
+  if (start == common) {  // one is a prefix of the other
+    return a.size() == b.size() ? 0 : (a.size() < b.size() ? -1 : 1);
+  }
   // Both texts are equal up to here, so the differing characters start at the same place.
-  auto start = static_cast<std::size_t>(in_a - a.begin());
   while (start > 0 && (static_cast<unsigned char>(a[start]) & 0xc0) == 0x80)
     --start;
   const char32_t x = decode_utf8(a, start);
@@ -1668,8 +1798,8 @@ inline bool utf16_less(std::string_view a, std::string_view b) noexcept {
   };
   // With equal first units (both above U+FFFF, same high surrogate) the low surrogates order as
   // the code points do.
-  if (first_unit(x) != first_unit(y)) return first_unit(x) < first_unit(y);
-  return x < y;
+  if (first_unit(x) != first_unit(y)) return first_unit(x) < first_unit(y) ? -1 : 1;
+  return x < y ? -1 : 1;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1868,29 +1998,29 @@ class json_parser {
   // Sorts the object's members once, here, so that duplicates are found (and reported) while
   // parsing, whatever is later excluded, and so the writer only walks the order.
   void close_object(std::uint32_t object, std::size_t members_begin) {
-    const auto members = std::span(open_members_).subspan(members_begin);
+    open_member* const members = open_members_.data() + members_begin;
+    const std::size_t count = open_members_.size() - members_begin;
     const auto name = [this](const open_member& member) {
       return document_.text(document_.nodes[member.name_node]);
     };
-    // Equal names fall back to input order, so the duplicate reported is the later one.
-    std::sort(members.begin(), members.end(), [&](const open_member& a, const open_member& b) {
-      if (utf16_less(name(a), name(b))) return true;
-      if (utf16_less(name(b), name(a))) return false;
-      return a.input_offset < b.input_offset;
+    // Equal names fall back to input order, so the duplicate reported is the later one. (The
+    // order is total, so that the sort is not stable changes nothing.)
+    detail::sort(members, members + count, [&](const open_member& a, const open_member& b) {
+      const int order = utf16_compare(name(a), name(b));
+      return order != 0 ? order < 0 : a.input_offset < b.input_offset;
     });
-    const auto duplicate = std::adjacent_find(
-        members.begin(), members.end(),
-        [&](const open_member& a, const open_member& b) { return name(a) == name(b); });
-    if (duplicate != members.end()) {
-      fail("duplicate member name \"" + std::string(name(*duplicate).substr(0, 64)) + "\"",
-           std::next(duplicate)->input_offset);
+    for (std::size_t i = 1; i < count; ++i) {
+      if (name(members[i - 1]) == name(members[i])) {
+        fail("duplicate member name \"" + std::string(name(members[i]).substr(0, 64)) + "\"",
+             members[i].input_offset);
+      }
     }
     json_node& node = document_.nodes[object];
     node.first = static_cast<std::uint32_t>(document_.member_order.size());
-    node.second = static_cast<std::uint32_t>(members.size());
+    node.second = static_cast<std::uint32_t>(count);
     node.end = static_cast<std::uint32_t>(document_.nodes.size());
-    for (const open_member& member : members)
-      document_.member_order.push_back(member.name_node);
+    for (std::size_t i = 0; i < count; ++i)
+      document_.member_order.push_back(members[i].name_node);
     open_members_.resize(members_begin);
   }
 
@@ -2085,7 +2215,7 @@ class json_parser {
       const bool negative = number[j] == '-';
       if (number[j] == '-' || number[j] == '+') ++j;
       for (; j < number.size(); ++j) {
-        exponent = std::min(exponent * 10 + (number[j] - '0'), 100'000'000L);
+        exponent = min(exponent * 10 + (number[j] - '0'), 100'000'000L);
       }
       if (negative) exponent = -exponent;
     }

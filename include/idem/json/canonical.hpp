@@ -20,7 +20,6 @@
 // zero, as ECMAScript reads them.
 #pragma once
 
-#include <algorithm>
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
@@ -32,6 +31,8 @@
 #include <system_error>
 #include <utility>
 #include <vector>
+
+#include <idem/detail/algorithm.hpp>
 
 namespace idem {
 
@@ -170,13 +171,17 @@ inline void append_utf8(std::string& out, char32_t code_point) {
 // by. For well-formed UTF-8, byte order is code point order, and that agrees with UTF-16 order
 // except where a character above U+FFFF (a surrogate pair, 0xD800..) meets one in
 // U+E000..U+FFFF: UTF-16 puts the pair first. So compare bytes, and only at the first differing
-// character compare its first UTF-16 code units.
-inline bool utf16_less(std::string_view a, std::string_view b) noexcept {
-  const auto [in_a, in_b] = std::mismatch(a.begin(), a.end(), b.begin(), b.end());
-  if (in_b == b.end()) return false;  // b is a prefix of a, or equal to it
-  if (in_a == a.end()) return true;   // a is a proper prefix of b
+// character compare its first UTF-16 code units. Negative, zero or positive as `a` orders
+// before `b`, equals it, or orders after it.
+inline int utf16_compare(std::string_view a, std::string_view b) noexcept {
+  const std::size_t common = min(a.size(), b.size());
+  std::size_t start = 0;
+  while (start < common && a[start] == b[start])
+    ++start;
+  if (start == common) {  // one is a prefix of the other
+    return a.size() == b.size() ? 0 : (a.size() < b.size() ? -1 : 1);
+  }
   // Both texts are equal up to here, so the differing characters start at the same place.
-  auto start = static_cast<std::size_t>(in_a - a.begin());
   while (start > 0 && (static_cast<unsigned char>(a[start]) & 0xc0) == 0x80)
     --start;
   const char32_t x = decode_utf8(a, start);
@@ -186,8 +191,8 @@ inline bool utf16_less(std::string_view a, std::string_view b) noexcept {
   };
   // With equal first units (both above U+FFFF, same high surrogate) the low surrogates order as
   // the code points do.
-  if (first_unit(x) != first_unit(y)) return first_unit(x) < first_unit(y);
-  return x < y;
+  if (first_unit(x) != first_unit(y)) return first_unit(x) < first_unit(y) ? -1 : 1;
+  return x < y ? -1 : 1;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -386,29 +391,29 @@ class json_parser {
   // Sorts the object's members once, here, so that duplicates are found (and reported) while
   // parsing, whatever is later excluded, and so the writer only walks the order.
   void close_object(std::uint32_t object, std::size_t members_begin) {
-    const auto members = std::span(open_members_).subspan(members_begin);
+    open_member* const members = open_members_.data() + members_begin;
+    const std::size_t count = open_members_.size() - members_begin;
     const auto name = [this](const open_member& member) {
       return document_.text(document_.nodes[member.name_node]);
     };
-    // Equal names fall back to input order, so the duplicate reported is the later one.
-    std::sort(members.begin(), members.end(), [&](const open_member& a, const open_member& b) {
-      if (utf16_less(name(a), name(b))) return true;
-      if (utf16_less(name(b), name(a))) return false;
-      return a.input_offset < b.input_offset;
+    // Equal names fall back to input order, so the duplicate reported is the later one. (The
+    // order is total, so that the sort is not stable changes nothing.)
+    detail::sort(members, members + count, [&](const open_member& a, const open_member& b) {
+      const int order = utf16_compare(name(a), name(b));
+      return order != 0 ? order < 0 : a.input_offset < b.input_offset;
     });
-    const auto duplicate = std::adjacent_find(
-        members.begin(), members.end(),
-        [&](const open_member& a, const open_member& b) { return name(a) == name(b); });
-    if (duplicate != members.end()) {
-      fail("duplicate member name \"" + std::string(name(*duplicate).substr(0, 64)) + "\"",
-           std::next(duplicate)->input_offset);
+    for (std::size_t i = 1; i < count; ++i) {
+      if (name(members[i - 1]) == name(members[i])) {
+        fail("duplicate member name \"" + std::string(name(members[i]).substr(0, 64)) + "\"",
+             members[i].input_offset);
+      }
     }
     json_node& node = document_.nodes[object];
     node.first = static_cast<std::uint32_t>(document_.member_order.size());
-    node.second = static_cast<std::uint32_t>(members.size());
+    node.second = static_cast<std::uint32_t>(count);
     node.end = static_cast<std::uint32_t>(document_.nodes.size());
-    for (const open_member& member : members)
-      document_.member_order.push_back(member.name_node);
+    for (std::size_t i = 0; i < count; ++i)
+      document_.member_order.push_back(members[i].name_node);
     open_members_.resize(members_begin);
   }
 
@@ -603,7 +608,7 @@ class json_parser {
       const bool negative = number[j] == '-';
       if (number[j] == '-' || number[j] == '+') ++j;
       for (; j < number.size(); ++j) {
-        exponent = std::min(exponent * 10 + (number[j] - '0'), 100'000'000L);
+        exponent = min(exponent * 10 + (number[j] - '0'), 100'000'000L);
       }
       if (negative) exponent = -exponent;
     }
