@@ -1660,9 +1660,7 @@ class json_error : public std::invalid_argument {
 
  private:
   static std::string message(std::string what, std::size_t offset) {
-    what.insert(0, "idem: invalid JSON: ");
-    what.append(" (at byte ").append(std::to_string(offset)).push_back(')');
-    return what;
+    return "idem: invalid JSON: " + std::move(what) + " (at byte " + std::to_string(offset) + ')';
   }
 
   std::size_t offset_;
@@ -1698,17 +1696,41 @@ struct json_node {
   std::uint32_t second;
 };
 
+// `T`, named so that the name depends on Lazy. clang++ instantiates the standard containers a
+// template's members are declared with, and what their non-dependent calls need, where the
+// template is defined, used or not; a container of lazy_t<T, Lazy> waits until it is used.
+template <class T, class Lazy>
+struct lazy_type {
+  using type = T;
+};
+template <class T, class Lazy>
+using lazy_t = typename lazy_type<T, Lazy>::type;
+
 template <class Lazy = void>
 struct json_document {
-  std::vector<json_node> nodes;
-  std::vector<double> numbers;
-  std::vector<std::uint32_t> member_order;
+  std::vector<lazy_t<json_node, Lazy>> nodes;
+  std::vector<lazy_t<double, Lazy>> numbers;
+  std::vector<lazy_t<std::uint32_t, Lazy>> member_order;
   std::string arena;
 
   std::string_view text(const json_node& node) const noexcept {
     return std::string_view(arena).substr(node.first, node.second);
   }
 };
+
+// The text of the three literals, as the parser reads them and the writer writes them. (As
+// string_views: std::string::append given a string literal instantiates a check of whether it
+// converts to a string_view, once for each length of literal.)
+constexpr std::string_view literal_text(json_kind kind) noexcept {
+  switch (kind) {
+    case json_kind::false_literal:
+      return "false";
+    case json_kind::true_literal:
+      return "true";
+    default:
+      return "null";
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // UTF-8 and UTF-16.
@@ -1853,13 +1875,13 @@ class json_parser {
     const unsigned c = byte_at(offset);
     if (c == '/') return "'/' (JSON has no comments)";
     if (c == '\'') return "\"'\" (JSON strings take double quotes)";
-    if (c > 0x20 && c < 0x7f) return std::string("'") + static_cast<char>(c) + "'";
+    if (c > 0x20 && c < 0x7f) return {'\'', static_cast<char>(c), '\''};
     return "byte " + hex_byte(c);
   }
 
   static std::string hex_byte(unsigned c) {
     static constexpr char digits[] = "0123456789ABCDEF";
-    return std::string("0x") + digits[(c >> 4) & 0xf] + digits[c & 0xf];
+    return {'0', 'x', digits[(c >> 4) & 0xf], digits[c & 0xf]};
   }
 
   void skip_whitespace() noexcept {
@@ -1886,18 +1908,18 @@ class json_parser {
         parse_array(depth);
         return;
       case '"': {
-        const auto [offset, length] = parse_string();
-        add_node(json_kind::string, offset, length);
+        const decoded_string text = parse_string();
+        add_node(json_kind::string, text.offset, text.length);
         return;
       }
       case 't':
-        parse_literal("true", json_kind::true_literal);
+        parse_literal(json_kind::true_literal);
         return;
       case 'f':
-        parse_literal("false", json_kind::false_literal);
+        parse_literal(json_kind::false_literal);
         return;
       case 'n':
-        parse_literal("null", json_kind::null);
+        parse_literal(json_kind::null);
         return;
       case 'N':
       case 'I':
@@ -1911,7 +1933,8 @@ class json_parser {
     }
   }
 
-  void parse_literal(std::string_view word, json_kind kind) {
+  void parse_literal(json_kind kind) {
+    const std::string_view word = literal_text(kind);
     if (input_.substr(position_, word.size()) != word) {
       fail("invalid literal: expected '" + std::string(word) + "'", position_);
     }
@@ -1969,8 +1992,9 @@ class json_parser {
           fail("expected a member name in double quotes, found " + describe(position_), position_);
         }
         const auto name_offset = static_cast<std::uint32_t>(position_);
-        const auto [offset, length] = parse_string();
-        open_members_.push_back({add_node(json_kind::string, offset, length), name_offset});
+        const decoded_string name = parse_string();
+        open_members_.push_back(
+            {add_node(json_kind::string, name.offset, name.length), name_offset});
         skip_whitespace();
         if (!next_is(':')) {
           fail("expected ':' after a member name, found " + describe(position_), position_);
@@ -2024,9 +2048,14 @@ class json_parser {
     open_members_.resize(members_begin);
   }
 
-  // Decodes the string whose opening quote is at position_ into the arena; returns (offset,
-  // length) there.
-  std::pair<std::uint32_t, std::uint32_t> parse_string() {
+  // Where a decoded string is in the arena.
+  struct decoded_string {
+    std::uint32_t offset;
+    std::uint32_t length;
+  };
+
+  // Decodes the string whose opening quote is at position_ into the arena.
+  decoded_string parse_string() {
     const std::size_t open_quote = position_++;
     std::string& arena = document_.arena;
     const std::size_t begin = arena.size();
@@ -2278,7 +2307,8 @@ inline void append_number(std::string& out, double value) {
     out.push_back('.');
     out.append(all.substr(static_cast<std::size_t>(n)));
   } else if (-6 < n && n <= 0) {  // a small fraction: up to six zeros after the point
-    out.append("0.");
+    out.push_back('0');
+    out.push_back('.');
     out.append(static_cast<std::size_t>(-n), '0');
     out.append(all);
   } else {  // exponent notation: d[.ddd]e±x
@@ -2328,7 +2358,9 @@ inline void append_string(std::string& out, std::string_view text) {
         break;
       default: {
         static constexpr char hex[] = "0123456789abcdef";
-        out.append("u00");
+        out.push_back('u');
+        out.push_back('0');
+        out.push_back('0');
         out.push_back(hex[c >> 4]);
         out.push_back(hex[c & 0xf]);
       }
@@ -2352,15 +2384,21 @@ class exclusion_set {
   };
   static constexpr std::uint64_t not_an_index = std::numeric_limits<std::uint64_t>::max();
 
+  // The index of a pointer, in the order given.
+  using pointer_index = std::uint32_t;
+
   explicit exclusion_set(std::span<const std::string> pointers) {
-    for (const std::string& pointer : pointers)
-      add(pointer);
+    // By index: a range-for would instantiate span's iterators wherever this header is included.
+    for (std::size_t i = 0; i < pointers.size(); ++i)
+      add(pointers[i]);
   }
 
   std::size_t size() const noexcept { return pointers_.size(); }
-  std::size_t length(std::size_t pointer) const noexcept { return pointers_[pointer].second; }
-  const token& token_at(std::size_t pointer, std::size_t depth) const noexcept {
-    return tokens_[pointers_[pointer].first + depth];
+  std::size_t length(pointer_index pointer) const noexcept {
+    return pointers_[pointer].token_count;
+  }
+  const token& token_at(pointer_index pointer, std::size_t depth) const noexcept {
+    return tokens_[pointers_[pointer].first_token + depth];
   }
   bool matches_member(const token& t, std::string_view name) const noexcept {
     return t.wildcard || std::string_view(text_).substr(t.offset, t.length) == name;
@@ -2405,7 +2443,8 @@ class exclusion_set {
       if (i == pointer.size()) break;
       ++i;  // '/'
     }
-    pointers_.emplace_back(first, static_cast<std::uint32_t>(tokens_.size() - first));
+    pointers_.push_back(
+        tokens_of_pointer{first, static_cast<std::uint32_t>(tokens_.size() - first)});
   }
 
   // RFC 6901 §4: "0", or digits without a leading zero. ("-", the element after the last, never
@@ -2422,9 +2461,14 @@ class exclusion_set {
     return index;
   }
 
+  struct tokens_of_pointer {
+    std::uint32_t first_token;  // in tokens_
+    std::uint32_t token_count;
+  };
+
   std::string text_;
   std::vector<token> tokens_;
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> pointers_;  // first token, token count
+  std::vector<tokens_of_pointer> pointers_;
 };
 
 // Writes a parsed document canonically, leaving out excluded members. While it descends, it
@@ -2439,7 +2483,7 @@ class canonical_writer {
       : document_(document), exclusions_(exclusions), out_(out) {}
 
   void write() {
-    for (std::uint32_t p = 0; p < exclusions_.size(); ++p)
+    for (pointer_index p = 0; p < exclusions_.size(); ++p)
       active_.push_back(p);
     write_value(0, 0, 0);
   }
@@ -2451,13 +2495,9 @@ class canonical_writer {
     const json_node& node = document_.nodes[index];
     switch (node.kind) {
       case json_kind::null:
-        out_.append("null");
-        return;
       case json_kind::false_literal:
-        out_.append("false");
-        return;
       case json_kind::true_literal:
-        out_.append("true");
+        out_.append(literal_text(node.kind));
         return;
       case json_kind::number:
         append_number(out_, document_.numbers[node.first]);
@@ -2484,7 +2524,7 @@ class canonical_writer {
       // A pointer that ends on an element removes nothing (only members are left out); one
       // that goes on through it stays active.
       for (std::size_t a = active_begin; a < active_end; ++a) {
-        const std::uint32_t p = active_[a];
+        const pointer_index p = active_[a];
         if (exclusions_.length(p) > depth + 1 &&
             exclusion_set<Lazy>::matches_element(exclusions_.token_at(p, depth), position)) {
           active_.push_back(p);
@@ -2505,7 +2545,7 @@ class canonical_writer {
       const std::string_view name = document_.text(document_.nodes[name_node]);
       bool excluded = false;
       for (std::size_t a = active_begin; a < active_end && !excluded; ++a) {
-        const std::uint32_t p = active_[a];
+        const pointer_index p = active_[a];
         if (!exclusions_.matches_member(exclusions_.token_at(p, depth), name)) continue;
         if (exclusions_.length(p) == depth + 1) {
           excluded = true;
@@ -2525,10 +2565,13 @@ class canonical_writer {
     out_.push_back('}');
   }
 
+  // Named through exclusion_set<Lazy> so that active_'s type depends on Lazy (see lazy_type).
+  using pointer_index = typename exclusion_set<Lazy>::pointer_index;
+
   const json_document<Lazy>& document_;
   const exclusion_set<Lazy>& exclusions_;
   std::string& out_;
-  std::vector<std::uint32_t> active_;
+  std::vector<pointer_index> active_;
 };
 
 }  // namespace detail
@@ -2593,7 +2636,10 @@ struct canonical_json {
     // larger than any this thread has seen.
     thread_local std::string canonical;
     canonical.clear();
-    canonicalize_json(request.body, canonical, excluded);
+    // Lazy is void whatever Inner is, but spelled with Inner the call depends on it: clang++
+    // would otherwise convert `excluded` to a span (and instantiate what that takes) in every
+    // translation unit that includes this header, where canonical_json<Inner> is defined.
+    canonicalize_json<detail::lazy_t<void, Inner>>(request.body, canonical, excluded);
     request_view canonical_request = request;
     canonical_request.body = canonical;
     return inner(canonical_request);
