@@ -113,6 +113,29 @@ struct attempt_record {
 #include <string>
 #include <vector>
 
+// begin idem/detail/lazy.hpp
+// A type named so that it depends on a template's parameter, to keep a class template's
+// standard containers from being instantiated where the template is only declared.
+//
+// Clang instantiates what a call needs as soon as it reads the call, when nothing in it depends
+// on the template around it: `std::vector<record> out; out.push_back(r);` in a member of a store
+// that is never used still instantiates push_back and its reallocation in every unit that
+// includes the store. Declaring `out` as lazy_t<Lazy, std::vector<record>> makes the call
+// dependent, so it waits until the store is used, as it does with g++ already.
+
+namespace idem::detail {
+
+template <class Lazy, class T>
+struct lazy_type {
+  using type = T;
+};
+
+/// `T` itself, as a type that depends on `Lazy`.
+template <class Lazy, class T>
+using lazy_t = typename lazy_type<Lazy, T>::type;
+
+}  // namespace idem::detail
+// end idem/detail/lazy.hpp
 // begin idem/digest.hpp
 // Digests: the fixed-size values a hash function produces, and what a hash function must provide.
 //
@@ -1538,11 +1561,166 @@ static_assert(HashFunction<xxh3_128>);
 // and refusing them would reject request bodies for no gain. Numbers that underflow to zero are
 // zero, as ECMAScript reads them.
 
-#include <algorithm>
 #include <charconv>
 #include <limits>
 #include <stdexcept>
 #include <system_error>
+
+// begin idem/detail/algorithm.hpp
+// The few algorithms the core needs, without <algorithm>.
+//
+// <algorithm> costs a translation unit that includes idem more to parse than everything the core
+// takes from it: std::min and std::max, two binary searches, a heap and a sort (the ranges
+// algorithms and their concepts come with it in C++20). These keep the standard ones'
+// contracts, for the core's own use; a user's code is free to include <algorithm> itself.
+
+namespace idem::detail {
+
+/// The smaller of `a` and `b`; `a` when they are equal, as std::min.
+template <class T>
+constexpr const T& min(const T& a, const T& b) noexcept(noexcept(b < a)) {
+  return b < a ? b : a;
+}
+
+/// The larger of `a` and `b`; `a` when they are equal, as std::max.
+template <class T>
+constexpr const T& max(const T& a, const T& b) noexcept(noexcept(a < b)) {
+  return a < b ? b : a;
+}
+
+/// `value` held within [low, high], as std::clamp; low must not be above high.
+template <class T>
+constexpr const T& clamp(const T& value, const T& low,
+                         const T& high) noexcept(noexcept(value < low)) {
+  return value < low ? low : (high < value ? high : value);
+}
+
+/// The first position in the sorted range [first, last) whose element is not less than `value`.
+template <class RandomIt, class T>
+constexpr RandomIt lower_bound(RandomIt first, RandomIt last, const T& value) {
+  auto count = last - first;
+  while (count > 0) {
+    const auto half = count / 2;
+    const RandomIt middle = first + half;
+    if (*middle < value) {
+      first = middle + 1;
+      count -= half + 1;
+    } else {
+      count = half;
+    }
+  }
+  return first;
+}
+
+/// The first position in the sorted range [first, last) whose element is greater than `value`.
+template <class RandomIt, class T>
+constexpr RandomIt upper_bound(RandomIt first, RandomIt last, const T& value) {
+  auto count = last - first;
+  while (count > 0) {
+    const auto half = count / 2;
+    const RandomIt middle = first + half;
+    if (value < *middle) {
+      count = half;
+    } else {
+      first = middle + 1;
+      count -= half + 1;
+    }
+  }
+  return first;
+}
+
+// The binary max-heaps of std::make_heap, std::push_heap and std::pop_heap, by `less` (the
+// element at `first` is one no other is greater than): a heap made here is one for the standard
+// functions too, and the other way round. sort is insertion sort, quickest on the short runs most
+// calls sort, and a heap sort for longer ones.
+
+template <class RandomIt, class Less>
+constexpr void insertion_sort(RandomIt first, RandomIt last, Less& less) {
+  if (first == last) return;
+  for (RandomIt next = first + 1; next != last; ++next) {
+    auto value = std::move(*next);
+    RandomIt hole = next;
+    for (; hole != first && less(value, *(hole - 1)); --hole)
+      *hole = std::move(*(hole - 1));
+    *hole = std::move(value);
+  }
+}
+
+// Puts `value` into the max-heap first[0..count) whose element `hole` is vacant. The hole goes
+// down to a leaf along the larger children and `value` then climbs back up from there, as in
+// std::sort_heap: `value` usually comes from the heap's end and belongs near the bottom, so this
+// makes about half the comparisons of checking `value` against the children on the way down.
+template <class RandomIt, class Difference, class Value, class Less>
+constexpr void sift_down(RandomIt first, Difference hole, Difference count, Value value,
+                         Less& less) {
+  const Difference top = hole;
+  for (Difference child = 2 * hole + 1; child < count; child = 2 * hole + 1) {
+    if (child + 1 < count && less(first[child], first[child + 1])) ++child;
+    first[hole] = std::move(first[child]);
+    hole = child;
+  }
+  while (hole > top) {
+    const Difference parent = (hole - 1) / 2;
+    if (!less(first[parent], value)) break;
+    first[hole] = std::move(first[parent]);
+    hole = parent;
+  }
+  first[hole] = std::move(value);
+}
+
+/// Arranges [first, last) as a heap, in O(n).
+template <class RandomIt, class Less>
+constexpr void make_heap(RandomIt first, RandomIt last, Less less) {
+  const auto count = last - first;
+  for (auto start = count / 2; start-- > 0;)
+    sift_down(first, start, count, std::move(first[start]), less);
+}
+
+/// Adds *(last - 1) to the heap [first, last - 1).
+template <class RandomIt, class Less>
+constexpr void push_heap(RandomIt first, RandomIt last, Less less) {
+  auto hole = (last - first) - 1;
+  if (hole <= 0) return;
+  auto value = std::move(first[hole]);
+  while (hole > 0) {
+    const auto parent = (hole - 1) / 2;
+    if (!less(first[parent], value)) break;
+    first[hole] = std::move(first[parent]);
+    hole = parent;
+  }
+  first[hole] = std::move(value);
+}
+
+/// Moves the heap's largest element to *(last - 1) and makes [first, last - 1) a heap again.
+template <class RandomIt, class Less>
+constexpr void pop_heap(RandomIt first, RandomIt last, Less less) {
+  const auto count = last - first;
+  if (count <= 1) return;
+  auto value = std::move(first[count - 1]);
+  first[count - 1] = std::move(first[0]);
+  sift_down(first, decltype(count){0}, count - 1, std::move(value), less);
+}
+
+/// Sorts [first, last) by `less`, a strict weak order, as std::sort: O(n log n) comparisons in
+/// the worst case, not stable. The worst case matters more here than the average: what the core
+/// sorts (a JSON object's members) can come from a client, so a sequence chosen to make a
+/// quicksort quadratic must not be able to.
+template <class RandomIt, class Less>
+constexpr void sort(RandomIt first, RandomIt last, Less less) {
+  using difference = decltype(last - first);
+  constexpr difference short_run = 16;  // where libstdc++'s std::sort turns to insertion sort
+  const difference count = last - first;
+  if (count <= short_run) {
+    insertion_sort(first, last, less);
+    return;
+  }
+  make_heap(first, last, less);
+  for (RandomIt end = last; end - first > 1; --end)
+    pop_heap(first, end, less);
+}
+
+}  // namespace idem::detail
+// end idem/detail/algorithm.hpp
 
 namespace idem {
 
@@ -1563,9 +1741,7 @@ class json_error : public std::invalid_argument {
 
  private:
   static std::string message(std::string what, std::size_t offset) {
-    what.insert(0, "idem: invalid JSON: ");
-    what.append(" (at byte ").append(std::to_string(offset)).push_back(')');
-    return what;
+    return "idem: invalid JSON: " + std::move(what) + " (at byte " + std::to_string(offset) + ')';
   }
 
   std::size_t offset_;
@@ -1603,15 +1779,29 @@ struct json_node {
 
 template <class Lazy = void>
 struct json_document {
-  std::vector<json_node> nodes;
-  std::vector<double> numbers;
-  std::vector<std::uint32_t> member_order;
+  std::vector<lazy_t<Lazy, json_node>> nodes;
+  std::vector<lazy_t<Lazy, double>> numbers;
+  std::vector<lazy_t<Lazy, std::uint32_t>> member_order;
   std::string arena;
 
   std::string_view text(const json_node& node) const noexcept {
     return std::string_view(arena).substr(node.first, node.second);
   }
 };
+
+// The text of the three literals, as the parser reads them and the writer writes them. (As
+// string_views: std::string::append given a string literal instantiates a check of whether it
+// converts to a string_view, once for each length of literal.)
+constexpr std::string_view literal_text(json_kind kind) noexcept {
+  switch (kind) {
+    case json_kind::false_literal:
+      return "false";
+    case json_kind::true_literal:
+      return "true";
+    default:
+      return "null";
+  }
+}
 
 // ---------------------------------------------------------------------------------------------
 // UTF-8 and UTF-16.
@@ -1681,13 +1871,17 @@ inline void append_utf8(std::string& out, char32_t code_point) {
 // by. For well-formed UTF-8, byte order is code point order, and that agrees with UTF-16 order
 // except where a character above U+FFFF (a surrogate pair, 0xD800..) meets one in
 // U+E000..U+FFFF: UTF-16 puts the pair first. So compare bytes, and only at the first differing
-// character compare its first UTF-16 code units.
-inline bool utf16_less(std::string_view a, std::string_view b) noexcept {
-  const auto [in_a, in_b] = std::mismatch(a.begin(), a.end(), b.begin(), b.end());
-  if (in_b == b.end()) return false;  // b is a prefix of a, or equal to it
-  if (in_a == a.end()) return true;   // a is a proper prefix of b
+// character compare its first UTF-16 code units. Negative, zero or positive as `a` orders
+// before `b`, equals it, or orders after it.
+inline int utf16_compare(std::string_view a, std::string_view b) noexcept {
+  const std::size_t common = min(a.size(), b.size());
+  std::size_t start = 0;
+  while (start < common && a[start] == b[start])
+    ++start;
+  if (start == common) {  // one is a prefix of the other
+    return a.size() == b.size() ? 0 : (a.size() < b.size() ? -1 : 1);
+  }
   // Both texts are equal up to here, so the differing characters start at the same place.
-  auto start = static_cast<std::size_t>(in_a - a.begin());
   while (start > 0 && (static_cast<unsigned char>(a[start]) & 0xc0) == 0x80)
     --start;
   const char32_t x = decode_utf8(a, start);
@@ -1697,8 +1891,8 @@ inline bool utf16_less(std::string_view a, std::string_view b) noexcept {
   };
   // With equal first units (both above U+FFFF, same high surrogate) the low surrogates order as
   // the code points do.
-  if (first_unit(x) != first_unit(y)) return first_unit(x) < first_unit(y);
-  return x < y;
+  if (first_unit(x) != first_unit(y)) return first_unit(x) < first_unit(y) ? -1 : 1;
+  return x < y ? -1 : 1;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1752,13 +1946,13 @@ class json_parser {
     const unsigned c = byte_at(offset);
     if (c == '/') return "'/' (JSON has no comments)";
     if (c == '\'') return "\"'\" (JSON strings take double quotes)";
-    if (c > 0x20 && c < 0x7f) return std::string("'") + static_cast<char>(c) + "'";
+    if (c > 0x20 && c < 0x7f) return {'\'', static_cast<char>(c), '\''};
     return "byte " + hex_byte(c);
   }
 
   static std::string hex_byte(unsigned c) {
     static constexpr char digits[] = "0123456789ABCDEF";
-    return std::string("0x") + digits[(c >> 4) & 0xf] + digits[c & 0xf];
+    return {'0', 'x', digits[(c >> 4) & 0xf], digits[c & 0xf]};
   }
 
   void skip_whitespace() noexcept {
@@ -1785,18 +1979,18 @@ class json_parser {
         parse_array(depth);
         return;
       case '"': {
-        const auto [offset, length] = parse_string();
-        add_node(json_kind::string, offset, length);
+        const decoded_string text = parse_string();
+        add_node(json_kind::string, text.offset, text.length);
         return;
       }
       case 't':
-        parse_literal("true", json_kind::true_literal);
+        parse_literal(json_kind::true_literal);
         return;
       case 'f':
-        parse_literal("false", json_kind::false_literal);
+        parse_literal(json_kind::false_literal);
         return;
       case 'n':
-        parse_literal("null", json_kind::null);
+        parse_literal(json_kind::null);
         return;
       case 'N':
       case 'I':
@@ -1810,7 +2004,8 @@ class json_parser {
     }
   }
 
-  void parse_literal(std::string_view word, json_kind kind) {
+  void parse_literal(json_kind kind) {
+    const std::string_view word = literal_text(kind);
     if (input_.substr(position_, word.size()) != word) {
       fail("invalid literal: expected '" + std::string(word) + "'", position_);
     }
@@ -1868,8 +2063,9 @@ class json_parser {
           fail("expected a member name in double quotes, found " + describe(position_), position_);
         }
         const auto name_offset = static_cast<std::uint32_t>(position_);
-        const auto [offset, length] = parse_string();
-        open_members_.push_back({add_node(json_kind::string, offset, length), name_offset});
+        const decoded_string name = parse_string();
+        open_members_.push_back(
+            {add_node(json_kind::string, name.offset, name.length), name_offset});
         skip_whitespace();
         if (!next_is(':')) {
           fail("expected ':' after a member name, found " + describe(position_), position_);
@@ -1897,35 +2093,40 @@ class json_parser {
   // Sorts the object's members once, here, so that duplicates are found (and reported) while
   // parsing, whatever is later excluded, and so the writer only walks the order.
   void close_object(std::uint32_t object, std::size_t members_begin) {
-    const auto members = std::span(open_members_).subspan(members_begin);
+    open_member* const members = open_members_.data() + members_begin;
+    const std::size_t count = open_members_.size() - members_begin;
     const auto name = [this](const open_member& member) {
       return document_.text(document_.nodes[member.name_node]);
     };
-    // Equal names fall back to input order, so the duplicate reported is the later one.
-    std::sort(members.begin(), members.end(), [&](const open_member& a, const open_member& b) {
-      if (utf16_less(name(a), name(b))) return true;
-      if (utf16_less(name(b), name(a))) return false;
-      return a.input_offset < b.input_offset;
+    // Equal names fall back to input order, so the duplicate reported is the later one. (The
+    // order is total, so that the sort is not stable changes nothing.)
+    detail::sort(members, members + count, [&](const open_member& a, const open_member& b) {
+      const int order = utf16_compare(name(a), name(b));
+      return order != 0 ? order < 0 : a.input_offset < b.input_offset;
     });
-    const auto duplicate = std::adjacent_find(
-        members.begin(), members.end(),
-        [&](const open_member& a, const open_member& b) { return name(a) == name(b); });
-    if (duplicate != members.end()) {
-      fail("duplicate member name \"" + std::string(name(*duplicate).substr(0, 64)) + "\"",
-           std::next(duplicate)->input_offset);
+    for (std::size_t i = 1; i < count; ++i) {
+      if (name(members[i - 1]) == name(members[i])) {
+        fail("duplicate member name \"" + std::string(name(members[i]).substr(0, 64)) + "\"",
+             members[i].input_offset);
+      }
     }
     json_node& node = document_.nodes[object];
     node.first = static_cast<std::uint32_t>(document_.member_order.size());
-    node.second = static_cast<std::uint32_t>(members.size());
+    node.second = static_cast<std::uint32_t>(count);
     node.end = static_cast<std::uint32_t>(document_.nodes.size());
-    for (const open_member& member : members)
-      document_.member_order.push_back(member.name_node);
+    for (std::size_t i = 0; i < count; ++i)
+      document_.member_order.push_back(members[i].name_node);
     open_members_.resize(members_begin);
   }
 
-  // Decodes the string whose opening quote is at position_ into the arena; returns (offset,
-  // length) there.
-  std::pair<std::uint32_t, std::uint32_t> parse_string() {
+  // Where a decoded string is in the arena.
+  struct decoded_string {
+    std::uint32_t offset;
+    std::uint32_t length;
+  };
+
+  // Decodes the string whose opening quote is at position_ into the arena.
+  decoded_string parse_string() {
     const std::size_t open_quote = position_++;
     std::string& arena = document_.arena;
     const std::size_t begin = arena.size();
@@ -2114,7 +2315,7 @@ class json_parser {
       const bool negative = number[j] == '-';
       if (number[j] == '-' || number[j] == '+') ++j;
       for (; j < number.size(); ++j) {
-        exponent = std::min(exponent * 10 + (number[j] - '0'), 100'000'000L);
+        exponent = min(exponent * 10 + (number[j] - '0'), 100'000'000L);
       }
       if (negative) exponent = -exponent;
     }
@@ -2177,7 +2378,8 @@ inline void append_number(std::string& out, double value) {
     out.push_back('.');
     out.append(all.substr(static_cast<std::size_t>(n)));
   } else if (-6 < n && n <= 0) {  // a small fraction: up to six zeros after the point
-    out.append("0.");
+    out.push_back('0');
+    out.push_back('.');
     out.append(static_cast<std::size_t>(-n), '0');
     out.append(all);
   } else {  // exponent notation: d[.ddd]e±x
@@ -2227,7 +2429,9 @@ inline void append_string(std::string& out, std::string_view text) {
         break;
       default: {
         static constexpr char hex[] = "0123456789abcdef";
-        out.append("u00");
+        out.push_back('u');
+        out.push_back('0');
+        out.push_back('0');
         out.push_back(hex[c >> 4]);
         out.push_back(hex[c & 0xf]);
       }
@@ -2251,15 +2455,21 @@ class exclusion_set {
   };
   static constexpr std::uint64_t not_an_index = std::numeric_limits<std::uint64_t>::max();
 
+  // The index of a pointer, in the order given.
+  using pointer_index = std::uint32_t;
+
   explicit exclusion_set(std::span<const std::string> pointers) {
-    for (const std::string& pointer : pointers)
-      add(pointer);
+    // By index: a range-for would instantiate span's iterators wherever this header is included.
+    for (std::size_t i = 0; i < pointers.size(); ++i)
+      add(pointers[i]);
   }
 
   std::size_t size() const noexcept { return pointers_.size(); }
-  std::size_t length(std::size_t pointer) const noexcept { return pointers_[pointer].second; }
-  const token& token_at(std::size_t pointer, std::size_t depth) const noexcept {
-    return tokens_[pointers_[pointer].first + depth];
+  std::size_t length(pointer_index pointer) const noexcept {
+    return pointers_[pointer].token_count;
+  }
+  const token& token_at(pointer_index pointer, std::size_t depth) const noexcept {
+    return tokens_[pointers_[pointer].first_token + depth];
   }
   bool matches_member(const token& t, std::string_view name) const noexcept {
     return t.wildcard || std::string_view(text_).substr(t.offset, t.length) == name;
@@ -2304,7 +2514,8 @@ class exclusion_set {
       if (i == pointer.size()) break;
       ++i;  // '/'
     }
-    pointers_.emplace_back(first, static_cast<std::uint32_t>(tokens_.size() - first));
+    pointers_.push_back(
+        tokens_of_pointer{first, static_cast<std::uint32_t>(tokens_.size() - first)});
   }
 
   // RFC 6901 §4: "0", or digits without a leading zero. ("-", the element after the last, never
@@ -2321,9 +2532,14 @@ class exclusion_set {
     return index;
   }
 
+  struct tokens_of_pointer {
+    std::uint32_t first_token;  // in tokens_
+    std::uint32_t token_count;
+  };
+
   std::string text_;
   std::vector<token> tokens_;
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> pointers_;  // first token, token count
+  std::vector<tokens_of_pointer> pointers_;
 };
 
 // Writes a parsed document canonically, leaving out excluded members. While it descends, it
@@ -2338,7 +2554,7 @@ class canonical_writer {
       : document_(document), exclusions_(exclusions), out_(out) {}
 
   void write() {
-    for (std::uint32_t p = 0; p < exclusions_.size(); ++p)
+    for (pointer_index p = 0; p < exclusions_.size(); ++p)
       active_.push_back(p);
     write_value(0, 0, 0);
   }
@@ -2350,13 +2566,9 @@ class canonical_writer {
     const json_node& node = document_.nodes[index];
     switch (node.kind) {
       case json_kind::null:
-        out_.append("null");
-        return;
       case json_kind::false_literal:
-        out_.append("false");
-        return;
       case json_kind::true_literal:
-        out_.append("true");
+        out_.append(literal_text(node.kind));
         return;
       case json_kind::number:
         append_number(out_, document_.numbers[node.first]);
@@ -2383,7 +2595,7 @@ class canonical_writer {
       // A pointer that ends on an element removes nothing (only members are left out); one
       // that goes on through it stays active.
       for (std::size_t a = active_begin; a < active_end; ++a) {
-        const std::uint32_t p = active_[a];
+        const pointer_index p = active_[a];
         if (exclusions_.length(p) > depth + 1 &&
             exclusion_set<Lazy>::matches_element(exclusions_.token_at(p, depth), position)) {
           active_.push_back(p);
@@ -2404,7 +2616,7 @@ class canonical_writer {
       const std::string_view name = document_.text(document_.nodes[name_node]);
       bool excluded = false;
       for (std::size_t a = active_begin; a < active_end && !excluded; ++a) {
-        const std::uint32_t p = active_[a];
+        const pointer_index p = active_[a];
         if (!exclusions_.matches_member(exclusions_.token_at(p, depth), name)) continue;
         if (exclusions_.length(p) == depth + 1) {
           excluded = true;
@@ -2424,10 +2636,14 @@ class canonical_writer {
     out_.push_back('}');
   }
 
+  // Named through exclusion_set<Lazy> so that active_'s type depends on Lazy (see
+  // idem/detail/lazy.hpp).
+  using pointer_index = typename exclusion_set<Lazy>::pointer_index;
+
   const json_document<Lazy>& document_;
   const exclusion_set<Lazy>& exclusions_;
   std::string& out_;
-  std::vector<std::uint32_t> active_;
+  std::vector<pointer_index> active_;
 };
 
 }  // namespace detail
@@ -2492,7 +2708,10 @@ struct canonical_json {
     // larger than any this thread has seen.
     thread_local std::string canonical;
     canonical.clear();
-    canonicalize_json(request.body, canonical, excluded);
+    // Lazy is void whatever Inner is, but spelled with Inner the call depends on it: clang++
+    // would otherwise convert `excluded` to a span (and instantiate what that takes) in every
+    // translation unit that includes this header, where canonical_json<Inner> is defined.
+    canonicalize_json<detail::lazy_t<Inner, void>>(request.body, canonical, excluded);
     request_view canonical_request = request;
     canonical_request.body = canonical;
     return inner(canonical_request);
@@ -2829,127 +3048,6 @@ struct std::is_error_code_enum<idem::grpc_status> : std::true_type {};
 // A state is a plain value: copy it to hash several inputs with a common prefix. Different
 // states may be used on different threads at once; one state is not for concurrent updates.
 
-// begin idem/detail/algorithm.hpp
-// The few algorithms the core needs, without <algorithm>.
-//
-// <algorithm> costs a translation unit that includes idem more to parse than everything the core
-// takes from it: std::min and std::max, two binary searches, a heap and a sort (the ranges
-// algorithms and their concepts come with it in C++20). These keep the standard ones'
-// contracts, for the core's own use; a user's code is free to include <algorithm> itself.
-
-#include <iterator>
-
-namespace idem::detail {
-
-/// The smaller of `a` and `b`; `a` when they are equal, as std::min.
-template <class T>
-constexpr const T& min(const T& a, const T& b) noexcept(noexcept(b < a)) {
-  return b < a ? b : a;
-}
-
-/// The larger of `a` and `b`; `a` when they are equal, as std::max.
-template <class T>
-constexpr const T& max(const T& a, const T& b) noexcept(noexcept(a < b)) {
-  return a < b ? b : a;
-}
-
-/// `value` held within [low, high], as std::clamp; low must not be above high.
-template <class T>
-constexpr const T& clamp(const T& value, const T& low,
-                         const T& high) noexcept(noexcept(value < low)) {
-  return value < low ? low : (high < value ? high : value);
-}
-
-/// The first position in the sorted range [first, last) whose element is not less than `value`.
-template <class RandomIt, class T>
-constexpr RandomIt lower_bound(RandomIt first, RandomIt last, const T& value) {
-  auto count = last - first;
-  while (count > 0) {
-    const auto half = count / 2;
-    const RandomIt middle = first + half;
-    if (*middle < value) {
-      first = middle + 1;
-      count -= half + 1;
-    } else {
-      count = half;
-    }
-  }
-  return first;
-}
-
-/// The first position in the sorted range [first, last) whose element is greater than `value`.
-template <class RandomIt, class T>
-constexpr RandomIt upper_bound(RandomIt first, RandomIt last, const T& value) {
-  auto count = last - first;
-  while (count > 0) {
-    const auto half = count / 2;
-    const RandomIt middle = first + half;
-    if (value < *middle) {
-      count = half;
-    } else {
-      first = middle + 1;
-      count -= half + 1;
-    }
-  }
-  return first;
-}
-
-// The binary heaps of std::push_heap and std::pop_heap, with `before(a, b)` ordering a below b
-// (so the element at `first` is one no other comes after): a heap made here is one for the
-// standard functions too, and the other way round.
-
-// Moves the element at `hole` down to its place among [first, first + size).
-template <class RandomIt, class Compare>
-constexpr void sift_down(RandomIt first, std::iter_difference_t<RandomIt> size,
-                         std::iter_difference_t<RandomIt> hole, Compare before) {
-  std::iter_value_t<RandomIt> moving = std::move(first[hole]);
-  for (;;) {
-    auto child = 2 * hole + 1;
-    if (child >= size) break;
-    if (child + 1 < size && before(first[child], first[child + 1])) ++child;
-    if (!before(moving, first[child])) break;
-    first[hole] = std::move(first[child]);
-    hole = child;
-  }
-  first[hole] = std::move(moving);
-}
-
-/// Arranges [first, last) as a heap, in O(n).
-template <class RandomIt, class Compare>
-constexpr void make_heap(RandomIt first, RandomIt last, Compare before) {
-  const auto size = last - first;
-  for (auto parent = size / 2; parent-- > 0;)
-    sift_down(first, size, parent, before);
-}
-
-/// Adds *(last - 1) to the heap [first, last - 1).
-template <class RandomIt, class Compare>
-constexpr void push_heap(RandomIt first, RandomIt last, Compare before) {
-  auto hole = (last - first) - 1;
-  if (hole <= 0) return;
-  std::iter_value_t<RandomIt> moving = std::move(first[hole]);
-  while (hole > 0) {
-    const auto parent = (hole - 1) / 2;
-    if (!before(first[parent], moving)) break;
-    first[hole] = std::move(first[parent]);
-    hole = parent;
-  }
-  first[hole] = std::move(moving);
-}
-
-/// Moves the heap's top to *(last - 1) and makes [first, last - 1) a heap again.
-template <class RandomIt, class Compare>
-constexpr void pop_heap(RandomIt first, RandomIt last, Compare before) {
-  const auto size = last - first;
-  if (size <= 1) return;
-  std::iter_value_t<RandomIt> top = std::move(first[0]);
-  first[0] = std::move(first[size - 1]);
-  first[size - 1] = std::move(top);
-  sift_down(first, size - 1, std::iter_difference_t<RandomIt>{0}, before);
-}
-
-}  // namespace idem::detail
-// end idem/detail/algorithm.hpp
 // begin idem/detail/sha256_portable.hpp
 // SHA-256's compression function in portable C++ (FIPS 180-4, section 6.2.2), the path every
 // platform can take and the reference the x86 SHA-extensions path is tested against.
@@ -3712,29 +3810,6 @@ class handler_context {
 
 #include <exception>
 
-// begin idem/detail/lazy.hpp
-// A type named so that it depends on a template's parameter, to keep a class template's
-// standard containers from being instantiated where the template is only declared.
-//
-// Clang instantiates what a call needs as soon as it reads the call, when nothing in it depends
-// on the template around it: `std::vector<record> out; out.push_back(r);` in a member of a store
-// that is never used still instantiates push_back and its reallocation in every unit that
-// includes the store. Declaring `out` as lazy_t<Lazy, std::vector<record>> makes the call
-// dependent, so it waits until the store is used, as it does with g++ already.
-
-namespace idem::detail {
-
-template <class Lazy, class T>
-struct lazy_type {
-  using type = T;
-};
-
-/// `T` itself, as a type that depends on `Lazy`.
-template <class Lazy, class T>
-using lazy_t = typename lazy_type<Lazy, T>::type;
-
-}  // namespace idem::detail
-// end idem/detail/lazy.hpp
 // begin idem/idempotent_outcome.hpp
 // What one guarded call returns: what happened (a verdict), the response when there is one, and
 // the HTTP status a service answers with.
@@ -6500,6 +6575,7 @@ struct default_policies {
 // each due ticket's bucket, so it costs what it removes (plus the tickets that arrived since
 // the last sweep, and those due within the current 2^30 ns), not what the store holds.
 
+#include <iterator>
 #include <new>
 #include <unordered_map>
 

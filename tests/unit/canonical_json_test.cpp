@@ -1,12 +1,17 @@
 #include <catch2/catch.hpp>
 #include <idem/json/canonical.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
+#include <random>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -185,6 +190,57 @@ TEST_CASE("a name sorts after the names that are prefixes of it") {
   CHECK(canonical(R"({"ab":1,"":2,"a":3,"b":4,"B":5})") == R"({"":2,"B":5,"a":3,"ab":1,"b":4})");
 }
 
+TEST_CASE("a large object's members are sorted by UTF-16 code units whatever their input order") {
+  // Names from characters on both sides of the places UTF-8 and UTF-16 order differ, in objects
+  // large enough that the sort is not only its insertion sort for short runs.
+  struct character {
+    std::string_view utf8;
+    std::u16string_view utf16;
+  };
+  static constexpr character alphabet[] = {
+      {"a", u"a"},
+      {"B", u"B"},
+      {"\xc3\xa9", u"\u00e9"},
+      {"\xe2\x82\xac", u"\u20ac"},
+      {"\xee\x80\x80", u"\ue000"},
+      {"\xef\xbf\xbf", u"\uffff"},
+      {"\xf0\x90\x80\x80", u"\U00010000"},
+      {"\xf0\x9f\x98\x80", u"\U0001F600"},
+  };
+  std::mt19937_64 rng(8785);
+  for (const std::size_t wanted : {17u, 100u, 700u}) {
+    std::vector<std::pair<std::u16string, std::string>> names;  // (UTF-16, UTF-8)
+    std::set<std::string> seen;
+    while (names.size() < wanted) {
+      std::u16string utf16;
+      std::string utf8;
+      for (std::size_t length = rng() % 5; length > 0; --length) {
+        const character& c = alphabet[rng() % std::size(alphabet)];
+        utf16 += c.utf16;
+        utf8 += c.utf8;
+      }
+      if (seen.insert(utf8).second) names.emplace_back(utf16, utf8);
+    }
+    std::shuffle(names.begin(), names.end(), rng);
+    std::string input = "{";
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      input += (i == 0 ? "\"" : ",\"") + names[i].second + "\":" + std::to_string(i);
+    }
+    input += "}";
+    std::vector<std::pair<std::u16string, std::string>> sorted = names;
+    std::sort(sorted.begin(), sorted.end());  // by UTF-16 code units, first
+    std::string expected = "{";
+    for (const auto& [utf16, utf8] : sorted) {
+      const auto index =
+          std::find(names.begin(), names.end(), std::pair(utf16, utf8)) - names.begin();
+      expected += (expected.size() == 1 ? "\"" : ",\"") + utf8 + "\":" + std::to_string(index);
+    }
+    expected += "}";
+    INFO(wanted << " members");
+    CHECK(canonical(input) == expected);
+  }
+}
+
 TEST_CASE("member order and whitespace do not change the canonical form") {
   const std::string expected = R"({"a":1,"b":[true,false,null],"c":{"d":"x","e":2.5}})";
   CHECK(canonical(R"({"a":1,"b":[true,false,null],"c":{"d":"x","e":2.5}})") == expected);
@@ -350,6 +406,18 @@ TEST_CASE("an unescaped control character in a string is rejected") {
 TEST_CASE("a duplicate member name is rejected at its second occurrence") {
   require_json_error(R"({"a":1,"b":2,"a":3})", 13, "duplicate member name \"a\"");
   require_json_error(R"({"b":{"x":1,"x":1}})", 12, "duplicate member name \"x\"");
+}
+
+TEST_CASE("of several duplicate names the first in canonical order is reported") {
+  require_json_error(R"({"b":1,"a":2,"b":3,"a":4})", 19, "duplicate member name \"a\"");
+  // More members than the sort's short runs: the same answer.
+  std::string input = "{";
+  for (int i = 40; i > 0; --i)
+    input += "\"m" + std::to_string(i) + "\":0,";
+  input += "\"m7\":1,";
+  const std::size_t second_m30 = input.size();
+  input += "\"m30\":1}";  // "m30" sorts before "m7"
+  require_json_error(input, second_m30, "duplicate member name \"m30\"");
 }
 
 TEST_CASE("a duplicate member name is rejected also when spelled differently") {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -42,6 +43,60 @@ TEST_CASE("detail::lower_bound and upper_bound find what the standard ones find"
             std::upper_bound(sorted.cbegin(), sorted.cend(), probe));
     }
   }
+}
+
+TEST_CASE("detail::sort orders as std::sort does, duplicates included") {
+  std::mt19937_64 rng(20261203);
+  // Lengths around the switch from insertion sort to heap sort, and well past it; values from
+  // a small range, so most sequences hold duplicates.
+  for (int round = 0; round < 3000; ++round) {
+    const std::size_t size = round < 2000 ? rng() % 48 : rng() % 2000;
+    const std::uint64_t values = 1 + rng() % (round % 3 == 0 ? 4 : 1000);
+    std::vector<std::uint64_t> data(size);
+    for (auto& value : data)
+      value = rng() % values;
+    std::vector<std::uint64_t> expected = data;
+    std::sort(expected.begin(), expected.end());
+    idem::detail::sort(data.begin(), data.end(),
+                       [](std::uint64_t a, std::uint64_t b) { return a < b; });
+    INFO("round " << round << ", size " << size);
+    REQUIRE(data == expected);
+  }
+}
+
+TEST_CASE("detail::sort takes the order it is given and sorts what is already ordered") {
+  std::vector<int> ascending(1000), descending(1000), equal(1000, 7);
+  for (int i = 0; i < 1000; ++i)
+    ascending[static_cast<std::size_t>(i)] = i;
+  descending.assign(ascending.rbegin(), ascending.rend());
+  const auto greater = [](int a, int b) { return a > b; };
+  std::vector<int> sorted = ascending;
+  idem::detail::sort(sorted.begin(), sorted.end(), greater);
+  CHECK(sorted == descending);
+  idem::detail::sort(sorted.begin(), sorted.end(), greater);
+  CHECK(sorted == descending);
+  idem::detail::sort(sorted.begin(), sorted.end(), [](int a, int b) { return a < b; });
+  CHECK(sorted == ascending);
+  sorted = equal;
+  idem::detail::sort(sorted.begin(), sorted.end(), greater);
+  CHECK(sorted == equal);
+  std::vector<int> empty;
+  idem::detail::sort(empty.begin(), empty.end(), greater);
+  CHECK(empty.empty());
+}
+
+TEST_CASE("detail::sort moves elements that cannot be copied, and sorts raw pointers") {
+  std::vector<std::unique_ptr<int>> owned;
+  for (int value : {5, 3, 9, 1, 7, 3, 0, 8, 2, 6, 4, 11, 10, 15, 13, 12, 14, 16, 3})
+    owned.push_back(std::make_unique<int>(value));
+  idem::detail::sort(owned.begin(), owned.end(),
+                     [](const auto& a, const auto& b) { return *a < *b; });
+  for (std::size_t i = 1; i < owned.size(); ++i)
+    CHECK(*owned[i - 1] <= *owned[i]);
+  int raw[] = {4, 2, 8, 6, 1, 9, 3, 7, 5, 0, 12, 11, 10, 19, 18, 17, 16, 15, 14, 13};
+  idem::detail::sort(raw, raw + 20, [](int a, int b) { return a < b; });
+  for (int i = 0; i < 20; ++i)
+    CHECK(raw[i] == i);
 }
 
 TEST_CASE("detail's heap keeps the standard heap's shape and pops in the same order") {

@@ -6,7 +6,6 @@
 // contracts, for the core's own use; a user's code is free to include <algorithm> itself.
 #pragma once
 
-#include <iterator>
 #include <utility>
 
 namespace idem::detail {
@@ -64,58 +63,94 @@ constexpr RandomIt upper_bound(RandomIt first, RandomIt last, const T& value) {
   return first;
 }
 
-// The binary heaps of std::push_heap and std::pop_heap, with `before(a, b)` ordering a below b
-// (so the element at `first` is one no other comes after): a heap made here is one for the
-// standard functions too, and the other way round.
+// The binary max-heaps of std::make_heap, std::push_heap and std::pop_heap, by `less` (the
+// element at `first` is one no other is greater than): a heap made here is one for the standard
+// functions too, and the other way round. sort is insertion sort, quickest on the short runs most
+// calls sort, and a heap sort for longer ones.
 
-// Moves the element at `hole` down to its place among [first, first + size).
-template <class RandomIt, class Compare>
-constexpr void sift_down(RandomIt first, std::iter_difference_t<RandomIt> size,
-                         std::iter_difference_t<RandomIt> hole, Compare before) {
-  std::iter_value_t<RandomIt> moving = std::move(first[hole]);
-  for (;;) {
-    auto child = 2 * hole + 1;
-    if (child >= size) break;
-    if (child + 1 < size && before(first[child], first[child + 1])) ++child;
-    if (!before(moving, first[child])) break;
+template <class RandomIt, class Less>
+constexpr void insertion_sort(RandomIt first, RandomIt last, Less& less) {
+  if (first == last) return;
+  for (RandomIt next = first + 1; next != last; ++next) {
+    auto value = std::move(*next);
+    RandomIt hole = next;
+    for (; hole != first && less(value, *(hole - 1)); --hole)
+      *hole = std::move(*(hole - 1));
+    *hole = std::move(value);
+  }
+}
+
+// Puts `value` into the max-heap first[0..count) whose element `hole` is vacant. The hole goes
+// down to a leaf along the larger children and `value` then climbs back up from there, as in
+// std::sort_heap: `value` usually comes from the heap's end and belongs near the bottom, so this
+// makes about half the comparisons of checking `value` against the children on the way down.
+template <class RandomIt, class Difference, class Value, class Less>
+constexpr void sift_down(RandomIt first, Difference hole, Difference count, Value value,
+                         Less& less) {
+  const Difference top = hole;
+  for (Difference child = 2 * hole + 1; child < count; child = 2 * hole + 1) {
+    if (child + 1 < count && less(first[child], first[child + 1])) ++child;
     first[hole] = std::move(first[child]);
     hole = child;
   }
-  first[hole] = std::move(moving);
-}
-
-/// Arranges [first, last) as a heap, in O(n).
-template <class RandomIt, class Compare>
-constexpr void make_heap(RandomIt first, RandomIt last, Compare before) {
-  const auto size = last - first;
-  for (auto parent = size / 2; parent-- > 0;)
-    sift_down(first, size, parent, before);
-}
-
-/// Adds *(last - 1) to the heap [first, last - 1).
-template <class RandomIt, class Compare>
-constexpr void push_heap(RandomIt first, RandomIt last, Compare before) {
-  auto hole = (last - first) - 1;
-  if (hole <= 0) return;
-  std::iter_value_t<RandomIt> moving = std::move(first[hole]);
-  while (hole > 0) {
-    const auto parent = (hole - 1) / 2;
-    if (!before(first[parent], moving)) break;
+  while (hole > top) {
+    const Difference parent = (hole - 1) / 2;
+    if (!less(first[parent], value)) break;
     first[hole] = std::move(first[parent]);
     hole = parent;
   }
-  first[hole] = std::move(moving);
+  first[hole] = std::move(value);
 }
 
-/// Moves the heap's top to *(last - 1) and makes [first, last - 1) a heap again.
-template <class RandomIt, class Compare>
-constexpr void pop_heap(RandomIt first, RandomIt last, Compare before) {
-  const auto size = last - first;
-  if (size <= 1) return;
-  std::iter_value_t<RandomIt> top = std::move(first[0]);
-  first[0] = std::move(first[size - 1]);
-  first[size - 1] = std::move(top);
-  sift_down(first, size - 1, std::iter_difference_t<RandomIt>{0}, before);
+/// Arranges [first, last) as a heap, in O(n).
+template <class RandomIt, class Less>
+constexpr void make_heap(RandomIt first, RandomIt last, Less less) {
+  const auto count = last - first;
+  for (auto start = count / 2; start-- > 0;)
+    sift_down(first, start, count, std::move(first[start]), less);
+}
+
+/// Adds *(last - 1) to the heap [first, last - 1).
+template <class RandomIt, class Less>
+constexpr void push_heap(RandomIt first, RandomIt last, Less less) {
+  auto hole = (last - first) - 1;
+  if (hole <= 0) return;
+  auto value = std::move(first[hole]);
+  while (hole > 0) {
+    const auto parent = (hole - 1) / 2;
+    if (!less(first[parent], value)) break;
+    first[hole] = std::move(first[parent]);
+    hole = parent;
+  }
+  first[hole] = std::move(value);
+}
+
+/// Moves the heap's largest element to *(last - 1) and makes [first, last - 1) a heap again.
+template <class RandomIt, class Less>
+constexpr void pop_heap(RandomIt first, RandomIt last, Less less) {
+  const auto count = last - first;
+  if (count <= 1) return;
+  auto value = std::move(first[count - 1]);
+  first[count - 1] = std::move(first[0]);
+  sift_down(first, decltype(count){0}, count - 1, std::move(value), less);
+}
+
+/// Sorts [first, last) by `less`, a strict weak order, as std::sort: O(n log n) comparisons in
+/// the worst case, not stable. The worst case matters more here than the average: what the core
+/// sorts (a JSON object's members) can come from a client, so a sequence chosen to make a
+/// quicksort quadratic must not be able to.
+template <class RandomIt, class Less>
+constexpr void sort(RandomIt first, RandomIt last, Less less) {
+  using difference = decltype(last - first);
+  constexpr difference short_run = 16;  // where libstdc++'s std::sort turns to insertion sort
+  const difference count = last - first;
+  if (count <= short_run) {
+    insertion_sort(first, last, less);
+    return;
+  }
+  make_heap(first, last, less);
+  for (RandomIt end = last; end - first > 1; --end)
+    pop_heap(first, end, less);
 }
 
 }  // namespace idem::detail
