@@ -107,7 +107,7 @@ template <class RandomIt, class Less>
 constexpr void make_heap(RandomIt first, RandomIt last, Less less) {
   const auto count = last - first;
   for (auto start = count / 2; start-- > 0;)
-    sift_down(first, start, count, std::move(first[start]), less);
+    detail::sift_down(first, start, count, std::move(first[start]), less);
 }
 
 /// Adds *(last - 1) to the heap [first, last - 1).
@@ -132,7 +132,7 @@ constexpr void pop_heap(RandomIt first, RandomIt last, Less less) {
   if (count <= 1) return;
   auto value = std::move(first[count - 1]);
   first[count - 1] = std::move(first[0]);
-  sift_down(first, decltype(count){0}, count - 1, std::move(value), less);
+  detail::sift_down(first, decltype(count){0}, count - 1, std::move(value), less);
 }
 
 /// Sorts [first, last) by `less`, a strict weak order, as std::sort: O(n log n) comparisons in
@@ -145,12 +145,12 @@ constexpr void sort(RandomIt first, RandomIt last, Less less) {
   constexpr difference short_run = 16;  // where libstdc++'s std::sort turns to insertion sort
   const difference count = last - first;
   if (count <= short_run) {
-    insertion_sort(first, last, less);
+    detail::insertion_sort(first, last, less);
     return;
   }
-  make_heap(first, last, less);
+  detail::make_heap(first, last, less);
   for (RandomIt end = last; end - first > 1; --end)
-    pop_heap(first, end, less);
+    detail::pop_heap(first, end, less);
 }
 
 }  // namespace idem::detail
