@@ -14,8 +14,8 @@ and, to say where the time goes, four more:
     standard_headers_of_idem  every standard header idem/idem.hpp includes, nothing of ours
     interface_headers         the baseline and only the standard headers whose types idem's
                               interface holds or whose functions it cannot do without
-                              (INTERFACE_HEADERS): what a core without std::function, std::map,
-                              std::variant, <algorithm> and the SSE headers would still include
+                              (INTERFACE_HEADERS); the core includes these, <variant> (for
+                              std::monostate) and a few C and POSIX headers, and nothing else
     idempotent                #include <idem/idempotent.hpp> (the server side alone)
     retrying                  #include <idem/retrying.hpp> (the client side alone)
 
