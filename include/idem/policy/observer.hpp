@@ -169,18 +169,16 @@ class event_callback {
     if constexpr (std::is_pointer_v<F> || std::is_member_pointer_v<F>) {
       if (f == nullptr) return;
     }
-    target_ = new holder<F>(std::move(f));
+    target_ = std::make_unique<holder<F>>(std::move(f));
   }
 
   event_callback(const event_callback& other)
       : target_(other.target_ ? other.target_->clone() : nullptr) {}
-  event_callback(event_callback&& other) noexcept
-      : target_(std::exchange(other.target_, nullptr)) {}
+  event_callback(event_callback&&) noexcept = default;
   event_callback& operator=(event_callback other) noexcept {
-    std::swap(target_, other.target_);
+    target_ = std::move(other.target_);
     return *this;
   }
-  ~event_callback() { delete target_; }
 
   explicit operator bool() const noexcept { return target_ != nullptr; }
 
@@ -193,17 +191,17 @@ class event_callback {
   struct callable {
     virtual ~callable() = default;
     virtual void call(const Event& event) = 0;
-    virtual callable* clone() const = 0;
+    virtual std::unique_ptr<callable> clone() const = 0;
   };
   template <class F>
   struct holder final : callable {
     explicit holder(F g) : f(std::move(g)) {}
     void call(const Event& event) override { static_cast<void>(detail::invoke(f, event)); }
-    callable* clone() const override { return new holder(f); }
+    std::unique_ptr<callable> clone() const override { return std::make_unique<holder>(f); }
     F f;
   };
 
-  callable* target_ = nullptr;
+  std::unique_ptr<callable> target_;
 };
 
 /// Forwards each event to a user function; an unset function is skipped.
