@@ -130,6 +130,27 @@ Time variable                                   usr           sys          wall 
     except report.ReportError:
         pass
 
+    # A run kept beside the main one answers the placeholders that carry its prefix, from its own
+    # benchmarks and compile cost; one that is not there stops the report.
+    def run_of(ns, ratio):
+        return {"benchmarks": [{"name": "w/x", "run_name": "w/x", "run_type": "iteration",
+                                "real_time": ns, "cpu_time": ns, "time_unit": "ns"}],
+                "compile_cost": {"compilers": {"g++": {"ratio": ratio}}}}
+    main_run, later_run = run_of(100.0, 1.5), run_of(250.0, 2.5)
+    later = report.fill(None, later_run, report.bench_ratios.measurements(later_run), {}, [],
+                        inner="later")
+    page = report.fill("{{time w/x}} {{later:time w/x}} {{later:compile_goal g++ 2}}", main_run,
+                       report.bench_ratios.measurements(main_run), {}, [], extras={"later": later})
+    expected = "100 ns 250 ns 2.50× (goal ≤ 2×: **not met**)"
+    if page != expected:
+        failures.append(f"a later run's placeholders: {page!r}, expected {expected!r}")
+    try:
+        report.fill("{{later:time w/x}}", main_run, report.bench_ratios.measurements(main_run),
+                    {}, [])
+        failures.append("a later run's placeholder without its file did not stop the report")
+    except report.ReportError:
+        pass
+
     for failure in failures:
         print("FAILED:", failure)
     if failures:
