@@ -24,8 +24,8 @@
 #include <benchmark/benchmark.h>
 #include <xxhash.h>
 
-#include <idem/detail/epoch.hpp>
-#include <idem/detail/siphash.hpp>
+#include <idem/store/memory/epoch.hpp>
+#include <idem/store/memory/siphash.hpp>
 #include <idem/idem.hpp>
 
 #include <absl/container/flat_hash_map.h>

@@ -88,8 +88,8 @@
 // The allocs_per_op counter comes from the replaced operator new of tests/support.
 #include <benchmark/benchmark.h>
 
-#include <idem/digest.hpp>
-#include <idem/store.hpp>
+#include <idem/server/fingerprint/digest.hpp>
+#include <idem/store/contract.hpp>
 #include <idem/store/memory.hpp>
 
 #include <absl/container/flat_hash_map.h>

@@ -16,8 +16,8 @@ and, to say where the time goes, four more:
                               interface holds or whose functions it cannot do without
                               (INTERFACE_HEADERS); the core includes these, <variant> (for
                               std::monostate) and a few C and POSIX headers, and nothing else
-    idempotent                #include <idem/idempotent.hpp> (the server side alone)
-    retrying                  #include <idem/retrying.hpp> (the client side alone)
+    idempotent                #include <idem/server/idempotent.hpp> (the server side alone)
+    retrying                  #include <idem/client/retrying.hpp> (the client side alone)
 
 with CXX -std=c++20 -O2 -c (g++ and clang++ by default, each where installed). The goal is a
 ratio of at most 2. With clang++, one more compile of the first unit under -ftime-trace says what
@@ -72,8 +72,8 @@ def sources(include_dir):
             f"#include <{name}>\n" for name in standard_headers(include_dir)) + MAIN,
         "interface_headers": "".join(f"#include <{name}>\n" for name in INTERFACE_HEADERS)
         + BASELINE,
-        "idempotent": "#include <idem/idempotent.hpp>\n" + MAIN,
-        "retrying": "#include <idem/retrying.hpp>\n" + MAIN,
+        "idempotent": "#include <idem/server/idempotent.hpp>\n" + MAIN,
+        "retrying": "#include <idem/client/retrying.hpp>\n" + MAIN,
     }
 
 

@@ -4,30 +4,41 @@
 // store contract, the lock-free memory store and the locked reference store, fingerprints and
 // codecs) and the client side (idem::retrying), with their policies. Store adapters that need a
 // client library are included by name, never from here.
-#pragma once
+#ifndef IDEM_IDEM_HPP
+#define IDEM_IDEM_HPP
 
-#include <idem/attempt.hpp>
-#include <idem/canonical_json.hpp>
-#include <idem/codec.hpp>
-#include <idem/digest.hpp>
-#include <idem/fingerprint.hpp>
-#include <idem/grpc_status.hpp>
-#include <idem/handler_context.hpp>
-#include <idem/hash/sha256.hpp>
-#include <idem/hash/xxh3.hpp>
-#include <idem/idempotent.hpp>
-#include <idem/idempotent_outcome.hpp>
-#include <idem/inbox.hpp>
-#include <idem/json/canonical.hpp>
+// What both sides share.
+#include <idem/clock.hpp>
 #include <idem/key.hpp>
 #include <idem/policies.hpp>
-#include <idem/redacted_key.hpp>
-#include <idem/request.hpp>
-#include <idem/response_codec.hpp>
-#include <idem/retry_after.hpp>
-#include <idem/retry_outcome.hpp>
-#include <idem/retrying.hpp>
-#include <idem/store.hpp>
+#include <idem/version.hpp>
+
+// Client side: idem::retrying and its policies.
+#include <idem/client/attempt.hpp>
+#include <idem/client/grpc_status.hpp>
+#include <idem/client/redacted_key.hpp>
+#include <idem/client/retry_after.hpp>
+#include <idem/client/retry_outcome.hpp>
+#include <idem/client/retrying.hpp>
+
+// Server side: idem::idempotent, idem::inbox, fingerprints and codecs.
+#include <idem/server/codec.hpp>
+#include <idem/server/fingerprint/canonical_json.hpp>
+#include <idem/server/fingerprint/canonicalize_json.hpp>
+#include <idem/server/fingerprint/digest.hpp>
+#include <idem/server/fingerprint/fingerprint.hpp>
+#include <idem/server/fingerprint/sha256.hpp>
+#include <idem/server/fingerprint/xxh3.hpp>
+#include <idem/server/handler_context.hpp>
+#include <idem/server/idempotent.hpp>
+#include <idem/server/inbox.hpp>
+#include <idem/server/outcome.hpp>
+#include <idem/server/request.hpp>
+#include <idem/server/response_codec.hpp>
+
+// Stores: the contract, the memory store and the locked reference model.
+#include <idem/store/contract.hpp>
 #include <idem/store/locked.hpp>
 #include <idem/store/memory.hpp>
-#include <idem/version.hpp>
+
+#endif  // IDEM_IDEM_HPP

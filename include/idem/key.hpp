@@ -3,7 +3,8 @@
 // A key is held inline (no heap), so generating one on every call costs no allocation. Keys are
 // at most max_key_length bytes of visible ASCII (RFC 5234 VCHAR, 0x21-0x7E): what survives being
 // sent as an HTTP header value, logged, and stored as a database key without quoting surprises.
-#pragma once
+#ifndef IDEM_KEY_HPP
+#define IDEM_KEY_HPP
 
 #include <cstddef>
 #include <cstdint>
@@ -122,3 +123,5 @@ class key_buffer {
 };
 
 }  // namespace idem
+
+#endif  // IDEM_KEY_HPP

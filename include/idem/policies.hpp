@@ -12,27 +12,28 @@
 // names what is missing.
 //
 // The server side's defaults (the memory store, the XXH3 fingerprint, the failure policy, the
-// response codec) are only declared here; idem/idempotent.hpp and idem/inbox.hpp include their
-// definitions. A client that includes idem/retrying.hpp alone then does not compile the
+// response codec) are only declared here; idem/server/idempotent.hpp and idem/server/inbox.hpp include their
+// definitions. A client that includes idem/client/retrying.hpp alone then does not compile the
 // lock-free store and the hash it never uses: about a fifth of that header's build time.
-#pragma once
+#ifndef IDEM_POLICIES_HPP
+#define IDEM_POLICIES_HPP
 
 #include <chrono>
 #include <cstddef>
 
 #include <idem/key.hpp>
-#include <idem/policy/backoff.hpp>
-#include <idem/policy/breaker.hpp>
-#include <idem/policy/budget.hpp>
-#include <idem/policy/classifier.hpp>
-#include <idem/policy/clock.hpp>
-#include <idem/policy/key_generator.hpp>
-#include <idem/policy/observer.hpp>
-#include <idem/policy/random.hpp>
+#include <idem/client/policy/backoff.hpp>
+#include <idem/client/policy/breaker.hpp>
+#include <idem/client/policy/budget.hpp>
+#include <idem/client/policy/classifier.hpp>
+#include <idem/clock.hpp>
+#include <idem/client/policy/key_generator.hpp>
+#include <idem/client/policy/observer.hpp>
+#include <idem/client/policy/random.hpp>
 
 namespace idem {
 
-// The server side's defaults, defined in the headers idem/idempotent.hpp and idem/inbox.hpp
+// The server side's defaults, defined in the headers idem/server/idempotent.hpp and idem/server/inbox.hpp
 // include: store/memory.hpp, hash/xxh3.hpp, policy/failure.hpp, response_codec.hpp.
 template <class Lazy>
 class basic_memory_store;
@@ -121,3 +122,5 @@ struct default_policies {
 };
 
 }  // namespace idem
+
+#endif  // IDEM_POLICIES_HPP

@@ -1,6 +1,7 @@
 // idem — exactly-once effect under at-least-once delivery.
 // The library's version, for code that must branch on it.
-#pragma once
+#ifndef IDEM_VERSION_HPP
+#define IDEM_VERSION_HPP
 
 #define IDEM_VERSION_MAJOR 0
 #define IDEM_VERSION_MINOR 1
@@ -13,3 +14,5 @@ inline constexpr int version =
     IDEM_VERSION_MAJOR * 10000 + IDEM_VERSION_MINOR * 100 + IDEM_VERSION_PATCH;
 
 }  // namespace idem
+
+#endif  // IDEM_VERSION_HPP

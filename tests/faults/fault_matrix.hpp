@@ -35,10 +35,10 @@
 #include <utility>
 #include <vector>
 
-#include <idem/handler_context.hpp>
-#include <idem/idempotent.hpp>
+#include <idem/server/handler_context.hpp>
+#include <idem/server/idempotent.hpp>
 #include <idem/policies.hpp>
-#include <idem/store.hpp>
+#include <idem/store/contract.hpp>
 #include <idem/testing/faulty_store.hpp>
 
 namespace idem::testing::faults {

@@ -1,5 +1,5 @@
-// Fuzz target: decoding the bytes a store hands back (idem/codec.hpp and the recovery points of
-// idem/handler_context.hpp). Every store keeps a record's response and recovery points as
+// Fuzz target: decoding the bytes a store hands back (idem/server/codec.hpp and the recovery points of
+// idem/server/handler_context.hpp). Every store keeps a record's response and recovery points as
 // opaque bytes, so these decoders are what a damaged or foreign record reaches first, whatever
 // the store.
 //
@@ -12,8 +12,8 @@
 //  * recovery points: count_steps and find_step throw codec_error and nothing else; when the
 //    bytes decode, every step found by name is the first step of that name, and writing the
 //    steps out again gives the same bytes.
-#include <idem/codec.hpp>
-#include <idem/handler_context.hpp>
+#include <idem/server/codec.hpp>
+#include <idem/server/handler_context.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Fuzz target: the Retry-After field and HTTP-date parsing (idem/retry_after.hpp), which read
+// Fuzz target: the Retry-After field and HTTP-date parsing (idem/client/retry_after.hpp), which read
 // bytes a server sent.
 //
 // Properties, for every field value and every `now` (any 64-bit nanosecond count):
@@ -8,7 +8,7 @@
 //  * a value that is an HTTP-date gives the gap from `now` to that date, zero once it is past;
 //  * a parsed date, written back as an IMF-fixdate, parses to the same instant; and an
 //    IMF-fixdate input (its second not 60) is written back byte for byte.
-#include <idem/retry_after.hpp>
+#include <idem/client/retry_after.hpp>
 
 #include <chrono>
 #include <cstddef>

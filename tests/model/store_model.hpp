@@ -31,8 +31,8 @@
 #include <utility>
 #include <vector>
 
-#include <idem/policy/clock.hpp>
-#include <idem/store.hpp>
+#include <idem/clock.hpp>
+#include <idem/store/contract.hpp>
 #include <idem/store/locked.hpp>
 
 namespace idem::testing::model {

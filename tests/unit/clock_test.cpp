@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <idem/policies.hpp>
-#include <idem/policy/clock.hpp>
+#include <idem/clock.hpp>
 
 #include <algorithm>
 #include <atomic>

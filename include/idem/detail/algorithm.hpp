@@ -4,7 +4,8 @@
 // takes from it: std::min and std::max, two binary searches, a heap and a sort (the ranges
 // algorithms and their concepts come with it in C++20). These keep the standard ones'
 // contracts, for the core's own use; a user's code is free to include <algorithm> itself.
-#pragma once
+#ifndef IDEM_DETAIL_ALGORITHM_HPP
+#define IDEM_DETAIL_ALGORITHM_HPP
 
 #include <utility>
 
@@ -154,3 +155,5 @@ constexpr void sort(RandomIt first, RandomIt last, Less less) {
 }
 
 }  // namespace idem::detail
+
+#endif  // IDEM_DETAIL_ALGORITHM_HPP

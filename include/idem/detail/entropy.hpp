@@ -5,7 +5,8 @@
 // kernel's cryptographic generator directly; std::random_device on those platforms draws on
 // the same source, but <random> costs a build that includes idem about a quarter of its
 // baseline compile time, for one function. Elsewhere it falls back to std::random_device.
-#pragma once
+#ifndef IDEM_DETAIL_ENTROPY_HPP
+#define IDEM_DETAIL_ENTROPY_HPP
 
 #include <cstddef>
 #include <cstdint>
@@ -44,3 +45,5 @@ inline void fill_with_entropy(std::uint64_t* words, std::size_t count) {
 }
 
 }  // namespace idem::detail
+
+#endif  // IDEM_DETAIL_ENTROPY_HPP

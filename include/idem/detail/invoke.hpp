@@ -5,7 +5,8 @@
 // wrapped call, a handler or a callback that may be a function object, a function pointer or a
 // pointer to a member. This is the same contract (INVOKE, [func.require]), with the same result
 // type, value category and noexcept, for the core's own use.
-#pragma once
+#ifndef IDEM_DETAIL_INVOKE_HPP
+#define IDEM_DETAIL_INVOKE_HPP
 
 #include <concepts>
 #include <type_traits>
@@ -74,3 +75,5 @@ constexpr decltype(auto) invoke(F&& f,
 }
 
 }  // namespace idem::detail
+
+#endif  // IDEM_DETAIL_INVOKE_HPP

@@ -6,7 +6,8 @@
 // that is never used still instantiates push_back and its reallocation in every unit that
 // includes the store. Declaring `out` as lazy_t<Lazy, std::vector<record>> makes the call
 // dependent, so it waits until the store is used, as it does with g++ already.
-#pragma once
+#ifndef IDEM_DETAIL_LAZY_HPP
+#define IDEM_DETAIL_LAZY_HPP
 
 namespace idem::detail {
 
@@ -20,3 +21,5 @@ template <class Lazy, class T>
 using lazy_t = typename lazy_type<Lazy, T>::type;
 
 }  // namespace idem::detail
+
+#endif  // IDEM_DETAIL_LAZY_HPP

@@ -1,5 +1,6 @@
 // Eight bytes, little-endian: how lengths are framed into hash inputs, and words read from them.
-#pragma once
+#ifndef IDEM_DETAIL_LE64_HPP
+#define IDEM_DETAIL_LE64_HPP
 
 #include <bit>
 #include <cstdint>
@@ -32,3 +33,5 @@ inline std::uint64_t read_le64(const void* in) noexcept {
 }
 
 }  // namespace idem::detail
+
+#endif  // IDEM_DETAIL_LE64_HPP

@@ -3,7 +3,8 @@
 // std::this_thread::sleep_for is nanosleep(2) in a loop on POSIX systems, but <thread> brings
 // std::jthread and <stop_token> into every file that includes idem, for this one call. Where the
 // platform is POSIX (<unistd.h>), the loop is written here; elsewhere it is std::this_thread's.
-#pragma once
+#ifndef IDEM_DETAIL_SLEEP_HPP
+#define IDEM_DETAIL_SLEEP_HPP
 
 #include <chrono>
 
@@ -35,3 +36,5 @@ inline void sleep_for(std::chrono::nanoseconds delay) {
 }
 
 }  // namespace idem::detail
+
+#endif  // IDEM_DETAIL_SLEEP_HPP

@@ -1,12 +1,13 @@
 // locked_store: one mutex around one sorted list. The reference model of the store contract.
 //
 // Deliberately simple, so that it is obviously right: every operation takes the one lock, does
-// exactly what idem/store.hpp says, and lets go. Other stores are tested against it, operation
+// exactly what idem/store/contract.hpp says, and lets go. Other stores are tested against it, operation
 // for operation. It is also a reasonable store for a process with little traffic; it is not
 // durable (it survives nothing but the process) and every call serialises on its lock.
 //
 // Copies share one list: the store is a handle.
-#pragma once
+#ifndef IDEM_STORE_LOCKED_HPP
+#define IDEM_STORE_LOCKED_HPP
 
 #include <cstddef>
 #include <cstdint>
@@ -21,7 +22,7 @@
 
 #include <idem/detail/algorithm.hpp>
 #include <idem/detail/lazy.hpp>
-#include <idem/store.hpp>
+#include <idem/store/contract.hpp>
 
 namespace idem {
 
@@ -287,3 +288,5 @@ class basic_locked_store {
 using locked_store = basic_locked_store<void>;
 
 }  // namespace idem
+
+#endif  // IDEM_STORE_LOCKED_HPP

@@ -39,7 +39,8 @@
 // tickets into a per-shard heap and pops only the due ones, removing the expired records of
 // each due ticket's bucket, so it costs what it removes (plus the tickets that arrived since
 // the last sweep, and those due within the current 2^30 ns), not what the store holds.
-#pragma once
+#ifndef IDEM_STORE_MEMORY_HPP
+#define IDEM_STORE_MEMORY_HPP
 
 #include <array>
 #include <atomic>
@@ -68,11 +69,11 @@
 #endif
 
 #include <idem/detail/algorithm.hpp>
-#include <idem/detail/epoch.hpp>
+#include <idem/store/memory/epoch.hpp>
 #include <idem/detail/lazy.hpp>
 #include <idem/detail/le64.hpp>
-#include <idem/detail/siphash.hpp>
-#include <idem/store.hpp>
+#include <idem/store/memory/siphash.hpp>
+#include <idem/store/contract.hpp>
 
 namespace idem {
 
@@ -1265,3 +1266,5 @@ constexpr std::size_t basic_memory_store<Lazy>::record_overhead_bytes() {
 using memory_store = basic_memory_store<void>;
 
 }  // namespace idem
+
+#endif  // IDEM_STORE_MEMORY_HPP

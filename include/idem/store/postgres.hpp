@@ -23,7 +23,8 @@
 //   timeout) throws store_error(unavailable) carrying libpq's message.
 // * The schema is created and migrated by the store itself, versioned in <table>_meta, under an
 //   advisory lock so that replicas starting together do not race.
-#pragma once
+#ifndef IDEM_STORE_POSTGRES_HPP
+#define IDEM_STORE_POSTGRES_HPP
 
 #include <libpq-fe.h>
 
@@ -48,10 +49,10 @@
 #include <utility>
 #include <vector>
 
-#include <idem/digest.hpp>
-#include <idem/policy/backoff.hpp>
-#include <idem/policy/random.hpp>
-#include <idem/store.hpp>
+#include <idem/server/fingerprint/digest.hpp>
+#include <idem/client/policy/backoff.hpp>
+#include <idem/client/policy/random.hpp>
+#include <idem/store/contract.hpp>
 
 namespace idem {
 
@@ -1154,3 +1155,5 @@ bool postgres_store::complete_within(const fenced_key& held, store_time /*now*/,
 }
 
 }  // namespace idem
+
+#endif  // IDEM_STORE_POSTGRES_HPP

@@ -1,4 +1,4 @@
-// redis_store: the store contract (idem/store.hpp) on Redis, through hiredis.
+// redis_store: the store contract (idem/store/contract.hpp) on Redis, through hiredis.
 //
 // For services whose shared state already lives in Redis. Every operation is one Lua script run
 // atomically by the server, so the store is exactly as atomic per record as the contract asks:
@@ -54,7 +54,8 @@
 //
 // Durability is Redis's: see docs/stores/redis.md (appendfsync always vs everysec, failover).
 // Needs Redis 7.0 or newer (one script declares the allow-oom flag).
-#pragma once
+#ifndef IDEM_STORE_REDIS_HPP
+#define IDEM_STORE_REDIS_HPP
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
@@ -82,8 +83,8 @@
 #include <utility>
 #include <vector>
 
-#include <idem/digest.hpp>
-#include <idem/store.hpp>
+#include <idem/server/fingerprint/digest.hpp>
+#include <idem/store/contract.hpp>
 
 namespace idem {
 
@@ -1288,3 +1289,5 @@ class redis_store {
 };
 
 }  // namespace idem
+
+#endif  // IDEM_STORE_REDIS_HPP

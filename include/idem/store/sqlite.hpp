@@ -37,7 +37,8 @@
 //     a newer idem) throws store_error naming the path and SQLite's message; a full disk, or a
 //     database at max_database_bytes, is store_failure::full. A failed write is rolled back:
 //     nothing is half-written.
-#pragma once
+#ifndef IDEM_STORE_SQLITE_HPP
+#define IDEM_STORE_SQLITE_HPP
 
 #include <sqlite3.h>
 
@@ -61,8 +62,8 @@
 #include <utility>
 #include <vector>
 
-#include <idem/digest.hpp>
-#include <idem/store.hpp>
+#include <idem/server/fingerprint/digest.hpp>
+#include <idem/store/contract.hpp>
 
 namespace idem {
 
@@ -110,7 +111,7 @@ enum class sqlite_statement : std::uint8_t {
 };
 
 // Record states as stored. A released record is a tombstone that keeps its fence until it
-// expires (see idem/store.hpp), so a holder of the released claim can never write again.
+// expires (see idem/store/contract.hpp), so a holder of the released claim can never write again.
 inline constexpr int sqlite_in_progress = 0;
 inline constexpr int sqlite_completed = 1;
 inline constexpr int sqlite_released = 2;
@@ -935,7 +936,7 @@ class sqlite_store {
     return out;
   }
 
-  // What a claim does to the record it found (see idem/store.hpp).
+  // What a claim does to the record it found (see idem/store/contract.hpp).
   static decision decide(const row& found, const claim_request& request, std::int64_t now) {
     if (found.state == detail::sqlite_released || found.expires_at <= now) return decision::create;
     if (found.state == detail::sqlite_in_progress && found.fingerprint == request.fingerprint &&
@@ -1168,3 +1169,5 @@ bool sqlite_store::complete_within(const fenced_key& held, store_time /*now*/, P
 }
 
 }  // namespace idem
+
+#endif  // IDEM_STORE_SQLITE_HPP

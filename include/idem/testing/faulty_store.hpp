@@ -10,7 +10,8 @@
 //   the ambiguous case a caller cannot tell from the first.
 // Copies share the switch, the pending faults and the counts, so a test keeps one copy and hands
 // another to the wrapper under test. Safe to use from many threads.
-#pragma once
+#ifndef IDEM_TESTING_FAULTY_STORE_HPP
+#define IDEM_TESTING_FAULTY_STORE_HPP
 
 #include <array>
 #include <atomic>
@@ -24,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include <idem/store.hpp>
+#include <idem/store/contract.hpp>
 
 namespace idem::testing {
 
@@ -183,3 +184,5 @@ class faulty_store {
 };
 
 }  // namespace idem::testing
+
+#endif  // IDEM_TESTING_FAULTY_STORE_HPP

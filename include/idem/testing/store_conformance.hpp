@@ -1,4 +1,4 @@
-// The store conformance suite: the store contract (idem/store.hpp) as Catch2 test cases, for any
+// The store conformance suite: the store contract (idem/store/contract.hpp) as Catch2 test cases, for any
 // store, including your own.
 //
 //   #include <catch2/catch.hpp>                       // Catch2 v2, before this header
@@ -19,7 +19,8 @@
 // row of the semantics table, fenced takeover with a paused holder, the failure policies, and a
 // storm of 64 threads on 1,000 keys with an effect counter. Time is a manual_clock, so leases
 // and retention are exact and instant.
-#pragma once
+#ifndef IDEM_TESTING_STORE_CONFORMANCE_HPP
+#define IDEM_TESTING_STORE_CONFORMANCE_HPP
 
 #ifndef CATCH_VERSION_MAJOR
 #error "Include <catch2/catch.hpp> before <idem/testing/store_conformance.hpp>."
@@ -42,13 +43,13 @@
 #include <thread>
 #include <vector>
 
-#include <idem/codec.hpp>
-#include <idem/handler_context.hpp>
-#include <idem/idempotent.hpp>
-#include <idem/inbox.hpp>
+#include <idem/server/codec.hpp>
+#include <idem/server/handler_context.hpp>
+#include <idem/server/idempotent.hpp>
+#include <idem/server/inbox.hpp>
 #include <idem/policies.hpp>
-#include <idem/request.hpp>
-#include <idem/store.hpp>
+#include <idem/server/request.hpp>
+#include <idem/store/contract.hpp>
 #include <idem/testing/faulty_store.hpp>
 
 namespace idem::testing {
@@ -1119,3 +1120,5 @@ void a_storm_of_duplicates_has_one_effect_per_key() {
   IDEM_CONFORMANCE_CASE(Factory, "a storm of 64 threads on 1000 keys has one effect per key",      \
                         "[conformance][concurrency]",                                              \
                         a_storm_of_duplicates_has_one_effect_per_key)
+
+#endif  // IDEM_TESTING_STORE_CONFORMANCE_HPP

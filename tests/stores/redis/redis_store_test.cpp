@@ -3,7 +3,7 @@
 // connection pool, and a storm through idempotent with clients that do not share a pool.
 #include <catch2/catch.hpp>
 
-#include <idem/idempotent.hpp>
+#include <idem/server/idempotent.hpp>
 #include <idem/policies.hpp>
 #include <idem/store/redis.hpp>
 

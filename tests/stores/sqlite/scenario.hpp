@@ -25,7 +25,7 @@
 #include <string>
 #include <string_view>
 
-#include <idem/idempotent.hpp>
+#include <idem/server/idempotent.hpp>
 #include <idem/store/sqlite.hpp>
 
 #include <sqlite3.h>

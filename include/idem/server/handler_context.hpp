@@ -1,0 +1,204 @@
+// What a guarded handler is given: the key it runs under, the fence it holds, keys for the
+// downstream calls that hold the real side effects, and recovery points.
+//
+//   auto charge = [&](idem::handler_context& ctx, const idem::http_request& request) {
+//     auto id = ctx.step("charge", [&] {              // runs once, even across a takeover
+//       return provider.charge(amount, ctx.downstream_key("charge"));
+//     });
+//     ctx.step("email", [&] { mailer.send(receipt(id)); });
+//     return idem::http_response{201, {}, id};
+//   };
+//
+// A recovery point is a named step whose result is recorded (fenced, in the record) before the
+// handler goes on. When a claim is taken over after its holder died, the handler runs again from
+// the top, and every step already recorded returns its recorded result instead of running again:
+// the handler resumes from its last recovery point. A step name must be unique within a handler.
+//
+// A step whose effect happened but whose recording did not (the process died in between) runs
+// again after a takeover; that is why the step should pass ctx.downstream_key(name) to the
+// system it calls, which then deduplicates the repeat. A downstream without idempotency of its
+// own can do the effect twice in that window: exactly-once cannot be stronger than the weakest
+// link, and idem says so rather than pretend.
+#ifndef IDEM_SERVER_HANDLER_CONTEXT_HPP
+#define IDEM_SERVER_HANDLER_CONTEXT_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include <idem/server/codec.hpp>
+#include <idem/server/fingerprint/sha256.hpp>
+#include <idem/key.hpp>
+
+namespace idem {
+
+/// Thrown by handler_context::step when the claim was taken over while the handler ran (its
+/// lease expired and another attempt took the key): this attempt must stop, its work is no
+/// longer its own. idempotent catches it and answers for the attempt that holds the key.
+class lease_lost : public std::runtime_error {
+ public:
+  lease_lost() : std::runtime_error("idem: the claim was taken over after its lease expired") {}
+};
+
+namespace detail {
+
+// Where a context records its recovery points: the idempotent or inbox that holds the claim.
+// Type-erased so the handler's signature is the same whatever the policies are.
+struct recovery_sink {
+  void* self = nullptr;
+  bool (*write)(void* self, std::string_view recovery) = nullptr;
+};
+
+// The recovery bytes are a sequence of (name, value), each a varint length and its bytes.
+inline bool find_step(std::string_view recovery, std::string_view name, std::string_view& value) {
+  while (!recovery.empty()) {
+    const std::string_view entry_name = take_bytes(recovery, "recovery point name");
+    const std::string_view entry_value = take_bytes(recovery, "recovery point value");
+    if (entry_name == name) {
+      value = entry_value;
+      return true;
+    }
+  }
+  return false;
+}
+
+inline std::size_t count_steps(std::string_view recovery) {
+  std::size_t count = 0;
+  while (!recovery.empty()) {
+    take_bytes(recovery, "recovery point name");
+    take_bytes(recovery, "recovery point value");
+    ++count;
+  }
+  return count;
+}
+
+}  // namespace detail
+
+class handler_context {
+ public:
+  /// For tests of a handler on its own: no store behind it, steps are recorded in memory only.
+  handler_context(std::string_view scope, std::string_view key, std::uint64_t fence = 1)
+      : scope_(scope), key_(key), fence_(fence) {}
+
+  handler_context(std::string_view scope, std::string_view key, std::uint64_t fence, bool resumed,
+                  std::string recovery, detail::recovery_sink sink)
+      : scope_(scope),
+        key_(key),
+        fence_(fence),
+        resumed_(resumed),
+        recovery_(std::move(recovery)),
+        recorded_steps_(detail::count_steps(recovery_)),
+        sink_(sink) {}
+
+  handler_context(const handler_context&) = delete;
+  handler_context& operator=(const handler_context&) = delete;
+
+  std::string_view scope() const noexcept { return scope_; }
+  std::string_view key() const noexcept { return key_; }
+  /// The fence this attempt holds: 1 for a first claim, higher after each takeover.
+  std::uint64_t fence() const noexcept { return fence_; }
+  /// This attempt took over a claim whose holder stopped (its lease expired).
+  bool resumed() const noexcept { return resumed_; }
+  /// Recovery points recorded so far, by this attempt and the ones before it.
+  std::size_t steps_recorded() const noexcept { return recorded_steps_; }
+
+  /// A key for the downstream call `name`: the same for every attempt and takeover of this
+  /// (scope, key), different for every name, scope and key. 64 hex digits of SHA-256 over the
+  /// three, length-prefixed: collision-resistant, so no client can craft a key that lands on
+  /// another's downstream key.
+  key_buffer downstream_key(std::string_view name) const {
+    sha256::state hash;
+    hash.update(std::string_view{"idem downstream key v1"});
+    for (const std::string_view part : {scope_, key_, name}) {
+      std::string length;
+      detail::put_varint(length, part.size());
+      hash.update(std::string_view{length});
+      hash.update(part);
+    }
+    const std::string hex = hash.finish().hex();
+    key_buffer out;
+    std::memcpy(out.data(), hex.data(), hex.size());
+    out.set_length(hex.size());
+    return out;
+  }
+
+  /// Runs `fn` once for this (scope, key): returns its recorded result if an earlier attempt
+  /// recorded one, else runs it and records the result (which needs idem::codec<R>) before
+  /// returning it. Throws lease_lost, without running `fn`, if the claim was taken over: the
+  /// fence is checked (and the lease renewed) just before `fn` runs, so a holder that paused
+  /// past its lease finds out before it repeats an effect, not after. Two fenced writes a step.
+  /// An exception from `fn` passes through and records nothing.
+  template <class F>
+  std::invoke_result_t<F&> step(std::string_view name, F&& fn) {
+    using result_type = std::invoke_result_t<F&>;
+    static_assert(std::is_void_v<result_type> || Encodable<result_type>,
+                  "A step's result must be storable: specialise idem::codec<R> for it (see "
+                  "idem/server/codec.hpp), or return void.");
+    std::string_view recorded;
+    if (detail::find_step(recovery_, name, recorded)) {
+      if constexpr (std::is_void_v<result_type>) {
+        return;
+      } else {
+        return codec<result_type>::decode(recorded);
+      }
+    }
+    renew_lease();
+    if constexpr (std::is_void_v<result_type>) {
+      fn();
+      record_step(name, {});
+    } else {
+      result_type result = fn();
+      std::string bytes;
+      codec<result_type>::encode(result, bytes);
+      record_step(name, bytes);
+      return result;
+    }
+  }
+
+  /// Renews the lease (a heartbeat for a long handler) after checking that the claim is still
+  /// this attempt's; throws lease_lost if it is not.
+  void renew_lease() {
+    if (sink_.write != nullptr && !sink_.write(sink_.self, recovery_)) throw lease_lost{};
+  }
+
+ private:
+  // Appends the step in place and takes it back if the store refuses or fails, so recording a
+  // step does not copy all the steps before it.
+  void record_step(std::string_view name, std::string_view value) {
+    const std::size_t before = recovery_.size();
+    detail::put_varint(recovery_, name.size());
+    recovery_.append(name);
+    detail::put_varint(recovery_, value.size());
+    recovery_.append(value);
+    bool applied = true;
+    try {
+      applied = sink_.write == nullptr || sink_.write(sink_.self, recovery_);
+    } catch (...) {
+      recovery_.resize(before);
+      throw;
+    }
+    if (!applied) {
+      recovery_.resize(before);
+      throw lease_lost{};
+    }
+    ++recorded_steps_;
+  }
+
+  std::string_view scope_;
+  std::string_view key_;
+  std::uint64_t fence_;
+  bool resumed_ = false;
+  std::string recovery_;
+  std::size_t recorded_steps_ = 0;
+  detail::recovery_sink sink_{};
+};
+
+}  // namespace idem
+
+#endif  // IDEM_SERVER_HANDLER_CONTEXT_HPP
