@@ -7,6 +7,8 @@
 # MODE fail:    passes only if compiling SOURCE fails AND the compiler's output matches every
 #               `// expect: <regex>` line at the top of SOURCE (CMake regex syntax). Failing for
 #               another reason — a typo, a missing include — is a test failure, not a pass.
+#               A `// expect-first: <regex>` line must match the FIRST line of the output that
+#               says "error:", for diagnostics whose sentence must come before anything else.
 # MODE compile: passes only if SOURCE compiles (the control variant of a compile_fail test).
 cmake_minimum_required(VERSION 3.20)
 
@@ -44,7 +46,8 @@ if(MODE STREQUAL "compile")
 endif()
 
 file(STRINGS ${SOURCE} expectations REGEX "^// expect: ")
-if(NOT expectations)
+file(STRINGS ${SOURCE} first_expectations REGEX "^// expect-first: ")
+if(NOT expectations AND NOT first_expectations)
   message(FATAL_ERROR "${SOURCE} has no `// expect: <regex>` line: "
                       "a compile-fail test must say which diagnostic it expects")
 endif()
@@ -61,3 +64,17 @@ foreach(line IN LISTS expectations)
   endif()
   message(STATUS "diagnostic matches: ${regex}")
 endforeach()
+
+if(first_expectations)
+  # The first line that reports an error, whatever "In instantiation of" notes come before it.
+  string(REGEX MATCH "[^\n]*error:[^\n]*" first_error "${output}")
+  foreach(line IN LISTS first_expectations)
+    string(REGEX REPLACE "^// expect-first: " "" regex "${line}")
+    if(NOT first_error MATCHES "${regex}")
+      message(FATAL_ERROR "${SOURCE}: the first error is not the expected one.\n"
+                          "expected first (regex): ${regex}\n" "first error: ${first_error}\n"
+                          "compiler output:\n${output}")
+    endif()
+    message(STATUS "first error matches: ${regex}")
+  endforeach()
+endif()
