@@ -60,7 +60,8 @@ std::vector<std::string> make_keys(std::size_t count) {
 
 int main() {
   std::string body(256, '\0');
-  for (std::size_t i = 0; i < body.size(); ++i) body[i] = static_cast<char>('a' + (i * 7) % 26);
+  for (std::size_t i = 0; i < body.size(); ++i)
+    body[i] = static_cast<char>('a' + (i * 7) % 26);
   const auto keys = make_keys(calls);
 
   idem::idempotent<std::string (*)(const std::string&)> payments{&handle};

@@ -13,8 +13,7 @@
 #include <concepts>
 #include <ctime>
 #include <memory>
-
-#include <idem/detail/sleep.hpp>
+#include <thread>
 
 namespace idem {
 
@@ -58,7 +57,7 @@ struct coarse_clock {
     return std::chrono::nanoseconds::zero();
   }
   void sleep_for(std::chrono::nanoseconds delay) const {
-    detail::sleep_for(delay);
+    std::this_thread::sleep_for(delay);
   }
 
  private:
@@ -77,7 +76,7 @@ struct steady_clock {
   std::chrono::system_clock::time_point wall_now() const noexcept {
     return std::chrono::system_clock::now();
   }
-  void sleep_for(std::chrono::nanoseconds delay) const { detail::sleep_for(delay); }
+  void sleep_for(std::chrono::nanoseconds delay) const { std::this_thread::sleep_for(delay); }
 };
 
 /// The system (wall) clock for everything. Deadlines then move when the wall time is set;
@@ -86,23 +85,21 @@ struct system_clock {
   using time_point = std::chrono::system_clock::time_point;
   time_point now() const noexcept { return std::chrono::system_clock::now(); }
   std::chrono::system_clock::time_point wall_now() const noexcept { return now(); }
-  void sleep_for(std::chrono::nanoseconds delay) const { detail::sleep_for(delay); }
+  void sleep_for(std::chrono::nanoseconds delay) const { std::this_thread::sleep_for(delay); }
 };
 
 /// A clock that moves only when told to: `advance(d)` or a `sleep_for(d)`, which returns at once.
 /// Copies share one timeline, so a test hands one copy to the retrying object and keeps another
 /// to read or move the time (a slow attempt is simulated by advancing inside the call).
 /// Thread-safe: the time is one atomic counter.
-template <class Lazy>
-class basic_manual_clock {
+class manual_clock {
  public:
   using time_point = std::chrono::steady_clock::time_point;
 
   /// Starts at steady time zero, and at the given wall time (by default 2026-01-01T00:00:00Z,
   /// fixed so that HTTP-date tests are reproducible).
-  explicit basic_manual_clock(std::chrono::system_clock::time_point wall_start =
-                                  std::chrono::system_clock::time_point{
-                                      std::chrono::seconds{1767225600}})
+  explicit manual_clock(std::chrono::system_clock::time_point wall_start =
+                            std::chrono::system_clock::time_point{std::chrono::seconds{1767225600}})
       : state_(std::make_shared<state>(wall_start)) {}
 
   time_point now() const noexcept { return time_point{elapsed()}; }
@@ -142,9 +139,6 @@ class basic_manual_clock {
   };
   std::shared_ptr<state> state_;
 };
-
-// A template only so that it compiles where it is used (see basic_memory_store).
-using manual_clock = basic_manual_clock<void>;
 
 }  // namespace idem
 

@@ -6,6 +6,7 @@
 #ifndef IDEM_KEY_HPP
 #define IDEM_KEY_HPP
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -65,12 +66,12 @@ class key_buffer {
  public:
   constexpr key_buffer() noexcept = default;
   constexpr key_buffer(const key_buffer& other) noexcept : length_(other.length_) {
-    copy_text(text_, other.text_, length_);
+    std::copy_n(other.text_, length_, text_);
   }
   constexpr key_buffer& operator=(const key_buffer& other) noexcept {
     if (this != &other) {
       length_ = other.length_;
-      copy_text(text_, other.text_, length_);
+      std::copy_n(other.text_, length_, text_);
     }
     return *this;
   }
@@ -102,18 +103,8 @@ class key_buffer {
 
  private:
   constexpr void assign_unchecked(std::string_view text) noexcept {
-    copy_text(text_, text.data(), text.size());
+    std::copy_n(text.data(), text.size(), text_);
     length_ = static_cast<unsigned char>(text.size());
-  }
-
-  // std::copy_n without <algorithm>: memcpy at run time, a loop where memcpy cannot run.
-  static constexpr void copy_text(char* to, const char* from, std::size_t count) noexcept {
-    if (std::is_constant_evaluated()) {
-      for (std::size_t i = 0; i < count; ++i)
-        to[i] = from[i];
-    } else if (count != 0) {
-      std::memcpy(to, from, count);
-    }
   }
 
   // Only the first length_ bytes are ever read; the rest is left unwritten on purpose, so that

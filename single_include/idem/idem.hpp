@@ -34,47 +34,7 @@
 #include <concepts>
 #include <ctime>
 #include <memory>
-
-// begin idem/detail/sleep.hpp
-// A real sleep for the clocks, without <thread>.
-//
-// std::this_thread::sleep_for is nanosleep(2) in a loop on POSIX systems, but <thread> brings
-// std::jthread and <stop_token> into every file that includes idem, for this one call. Where the
-// platform is POSIX (<unistd.h>), the loop is written here; elsewhere it is std::this_thread's.
-#ifndef IDEM_DETAIL_SLEEP_HPP
-#define IDEM_DETAIL_SLEEP_HPP
-
-#if __has_include(<unistd.h>)
-#include <time.h>  // nanosleep, timespec: POSIX
-
-#include <cerrno>
-#include <ctime>
-#else
 #include <thread>
-#endif
-
-namespace idem::detail {
-
-/// Blocks the calling thread for at least `delay` (nothing for zero or less). A signal that
-/// interrupts the sleep does not shorten it: the rest is slept again.
-inline void sleep_for(std::chrono::nanoseconds delay) {
-  if (delay <= std::chrono::nanoseconds::zero()) return;
-#if __has_include(<unistd.h>)
-  const auto whole = std::chrono::duration_cast<std::chrono::seconds>(delay);
-  timespec left{};
-  left.tv_sec = static_cast<std::time_t>(whole.count());
-  left.tv_nsec = static_cast<long>((delay - whole).count());
-  while (::nanosleep(&left, &left) != 0 && errno == EINTR) {
-  }
-#else
-  std::this_thread::sleep_for(delay);
-#endif
-}
-
-}  // namespace idem::detail
-
-#endif  // IDEM_DETAIL_SLEEP_HPP
-// end idem/detail/sleep.hpp
 
 namespace idem {
 
@@ -118,7 +78,7 @@ struct coarse_clock {
     return std::chrono::nanoseconds::zero();
   }
   void sleep_for(std::chrono::nanoseconds delay) const {
-    detail::sleep_for(delay);
+    std::this_thread::sleep_for(delay);
   }
 
  private:
@@ -137,7 +97,7 @@ struct steady_clock {
   std::chrono::system_clock::time_point wall_now() const noexcept {
     return std::chrono::system_clock::now();
   }
-  void sleep_for(std::chrono::nanoseconds delay) const { detail::sleep_for(delay); }
+  void sleep_for(std::chrono::nanoseconds delay) const { std::this_thread::sleep_for(delay); }
 };
 
 /// The system (wall) clock for everything. Deadlines then move when the wall time is set;
@@ -146,23 +106,21 @@ struct system_clock {
   using time_point = std::chrono::system_clock::time_point;
   time_point now() const noexcept { return std::chrono::system_clock::now(); }
   std::chrono::system_clock::time_point wall_now() const noexcept { return now(); }
-  void sleep_for(std::chrono::nanoseconds delay) const { detail::sleep_for(delay); }
+  void sleep_for(std::chrono::nanoseconds delay) const { std::this_thread::sleep_for(delay); }
 };
 
 /// A clock that moves only when told to: `advance(d)` or a `sleep_for(d)`, which returns at once.
 /// Copies share one timeline, so a test hands one copy to the retrying object and keeps another
 /// to read or move the time (a slow attempt is simulated by advancing inside the call).
 /// Thread-safe: the time is one atomic counter.
-template <class Lazy>
-class basic_manual_clock {
+class manual_clock {
  public:
   using time_point = std::chrono::steady_clock::time_point;
 
   /// Starts at steady time zero, and at the given wall time (by default 2026-01-01T00:00:00Z,
   /// fixed so that HTTP-date tests are reproducible).
-  explicit basic_manual_clock(std::chrono::system_clock::time_point wall_start =
-                                  std::chrono::system_clock::time_point{
-                                      std::chrono::seconds{1767225600}})
+  explicit manual_clock(std::chrono::system_clock::time_point wall_start =
+                            std::chrono::system_clock::time_point{std::chrono::seconds{1767225600}})
       : state_(std::make_shared<state>(wall_start)) {}
 
   time_point now() const noexcept { return time_point{elapsed()}; }
@@ -203,9 +161,6 @@ class basic_manual_clock {
   std::shared_ptr<state> state_;
 };
 
-// A template only so that it compiles where it is used (see basic_memory_store).
-using manual_clock = basic_manual_clock<void>;
-
 }  // namespace idem
 
 #endif  // IDEM_CLOCK_HPP
@@ -219,6 +174,7 @@ using manual_clock = basic_manual_clock<void>;
 #ifndef IDEM_KEY_HPP
 #define IDEM_KEY_HPP
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -278,12 +234,12 @@ class key_buffer {
  public:
   constexpr key_buffer() noexcept = default;
   constexpr key_buffer(const key_buffer& other) noexcept : length_(other.length_) {
-    copy_text(text_, other.text_, length_);
+    std::copy_n(other.text_, length_, text_);
   }
   constexpr key_buffer& operator=(const key_buffer& other) noexcept {
     if (this != &other) {
       length_ = other.length_;
-      copy_text(text_, other.text_, length_);
+      std::copy_n(other.text_, length_, text_);
     }
     return *this;
   }
@@ -315,18 +271,8 @@ class key_buffer {
 
  private:
   constexpr void assign_unchecked(std::string_view text) noexcept {
-    copy_text(text_, text.data(), text.size());
+    std::copy_n(text.data(), text.size(), text_);
     length_ = static_cast<unsigned char>(text.size());
-  }
-
-  // std::copy_n without <algorithm>: memcpy at run time, a loop where memcpy cannot run.
-  static constexpr void copy_text(char* to, const char* from, std::size_t count) noexcept {
-    if (std::is_constant_evaluated()) {
-      for (std::size_t i = 0; i < count; ++i)
-        to[i] = from[i];
-    } else if (count != 0) {
-      std::memcpy(to, from, count);
-    }
   }
 
   // Only the first length_ bytes are ever read; the rest is left unwritten on purpose, so that
@@ -379,167 +325,6 @@ class key_buffer {
 #ifndef IDEM_CLIENT_POLICY_BACKOFF_HPP
 #define IDEM_CLIENT_POLICY_BACKOFF_HPP
 
-// begin idem/detail/algorithm.hpp
-// The few algorithms the core needs, without <algorithm>.
-//
-// <algorithm> costs a translation unit that includes idem more to parse than everything the core
-// takes from it: std::min and std::max, two binary searches, a heap and a sort (the ranges
-// algorithms and their concepts come with it in C++20). These keep the standard ones'
-// contracts, for the core's own use; a user's code is free to include <algorithm> itself.
-#ifndef IDEM_DETAIL_ALGORITHM_HPP
-#define IDEM_DETAIL_ALGORITHM_HPP
-
-#include <utility>
-
-namespace idem::detail {
-
-/// The smaller of `a` and `b`; `a` when they are equal, as std::min.
-template <class T>
-constexpr const T& min(const T& a, const T& b) noexcept(noexcept(b < a)) {
-  return b < a ? b : a;
-}
-
-/// The larger of `a` and `b`; `a` when they are equal, as std::max.
-template <class T>
-constexpr const T& max(const T& a, const T& b) noexcept(noexcept(a < b)) {
-  return a < b ? b : a;
-}
-
-/// `value` held within [low, high], as std::clamp; low must not be above high.
-template <class T>
-constexpr const T& clamp(const T& value, const T& low,
-                         const T& high) noexcept(noexcept(value < low)) {
-  return value < low ? low : (high < value ? high : value);
-}
-
-/// The first position in the sorted range [first, last) whose element is not less than `value`.
-template <class RandomIt, class T>
-constexpr RandomIt lower_bound(RandomIt first, RandomIt last, const T& value) {
-  auto count = last - first;
-  while (count > 0) {
-    const auto half = count / 2;
-    const RandomIt middle = first + half;
-    if (*middle < value) {
-      first = middle + 1;
-      count -= half + 1;
-    } else {
-      count = half;
-    }
-  }
-  return first;
-}
-
-/// The first position in the sorted range [first, last) whose element is greater than `value`.
-template <class RandomIt, class T>
-constexpr RandomIt upper_bound(RandomIt first, RandomIt last, const T& value) {
-  auto count = last - first;
-  while (count > 0) {
-    const auto half = count / 2;
-    const RandomIt middle = first + half;
-    if (value < *middle) {
-      count = half;
-    } else {
-      first = middle + 1;
-      count -= half + 1;
-    }
-  }
-  return first;
-}
-
-// The binary max-heaps of std::make_heap, std::push_heap and std::pop_heap, by `less` (the
-// element at `first` is one no other is greater than): a heap made here is one for the standard
-// functions too, and the other way round. sort is insertion sort, quickest on the short runs most
-// calls sort, and a heap sort for longer ones.
-
-template <class RandomIt, class Less>
-constexpr void insertion_sort(RandomIt first, RandomIt last, Less& less) {
-  if (first == last) return;
-  for (RandomIt next = first + 1; next != last; ++next) {
-    auto value = std::move(*next);
-    RandomIt hole = next;
-    for (; hole != first && less(value, *(hole - 1)); --hole)
-      *hole = std::move(*(hole - 1));
-    *hole = std::move(value);
-  }
-}
-
-// Puts `value` into the max-heap first[0..count) whose element `hole` is vacant. The hole goes
-// down to a leaf along the larger children and `value` then climbs back up from there, as in
-// std::sort_heap: `value` usually comes from the heap's end and belongs near the bottom, so this
-// makes about half the comparisons of checking `value` against the children on the way down.
-template <class RandomIt, class Difference, class Value, class Less>
-constexpr void sift_down(RandomIt first, Difference hole, Difference count, Value value,
-                         Less& less) {
-  const Difference top = hole;
-  for (Difference child = 2 * hole + 1; child < count; child = 2 * hole + 1) {
-    if (child + 1 < count && less(first[child], first[child + 1])) ++child;
-    first[hole] = std::move(first[child]);
-    hole = child;
-  }
-  while (hole > top) {
-    const Difference parent = (hole - 1) / 2;
-    if (!less(first[parent], value)) break;
-    first[hole] = std::move(first[parent]);
-    hole = parent;
-  }
-  first[hole] = std::move(value);
-}
-
-/// Arranges [first, last) as a heap, in O(n).
-template <class RandomIt, class Less>
-constexpr void make_heap(RandomIt first, RandomIt last, Less less) {
-  const auto count = last - first;
-  for (auto start = count / 2; start-- > 0;)
-    detail::sift_down(first, start, count, std::move(first[start]), less);
-}
-
-/// Adds *(last - 1) to the heap [first, last - 1).
-template <class RandomIt, class Less>
-constexpr void push_heap(RandomIt first, RandomIt last, Less less) {
-  auto hole = (last - first) - 1;
-  if (hole <= 0) return;
-  auto value = std::move(first[hole]);
-  while (hole > 0) {
-    const auto parent = (hole - 1) / 2;
-    if (!less(first[parent], value)) break;
-    first[hole] = std::move(first[parent]);
-    hole = parent;
-  }
-  first[hole] = std::move(value);
-}
-
-/// Moves the heap's largest element to *(last - 1) and makes [first, last - 1) a heap again.
-template <class RandomIt, class Less>
-constexpr void pop_heap(RandomIt first, RandomIt last, Less less) {
-  const auto count = last - first;
-  if (count <= 1) return;
-  auto value = std::move(first[count - 1]);
-  first[count - 1] = std::move(first[0]);
-  detail::sift_down(first, decltype(count){0}, count - 1, std::move(value), less);
-}
-
-/// Sorts [first, last) by `less`, a strict weak order, as std::sort: O(n log n) comparisons in
-/// the worst case, not stable. The worst case matters more here than the average: what the core
-/// sorts (a JSON object's members) can come from a client, so a sequence chosen to make a
-/// quicksort quadratic must not be able to.
-template <class RandomIt, class Less>
-constexpr void sort(RandomIt first, RandomIt last, Less less) {
-  using difference = decltype(last - first);
-  constexpr difference short_run = 16;  // where libstdc++'s std::sort turns to insertion sort
-  const difference count = last - first;
-  if (count <= short_run) {
-    detail::insertion_sort(first, last, less);
-    return;
-  }
-  detail::make_heap(first, last, less);
-  for (RandomIt end = last; end - first > 1; --end)
-    detail::pop_heap(first, end, less);
-}
-
-}  // namespace idem::detail
-
-#endif  // IDEM_DETAIL_ALGORITHM_HPP
-// end idem/detail/algorithm.hpp
 // begin idem/client/policy/random.hpp
 // Random sources for the policies that need chance: jittered backoff and key generation.
 //
@@ -801,10 +586,10 @@ struct decorrelated_jitter {
   template <RandomSource R>
   std::chrono::nanoseconds delay(int, std::chrono::nanoseconds previous, R& rng) const noexcept {
     if (base >= cap) return cap;
-    const auto last = detail::max(previous, base);
+    const auto last = std::max(previous, base);
     // previous * 3, saturating at cap: beyond it the draw is clipped anyway.
     const auto upper = last > cap / 3 ? cap : last * 3;
-    return detail::min(cap, base + detail::random_up_to(rng, upper - base));
+    return std::min(cap, base + detail::random_up_to(rng, upper - base));
   }
 };
 
@@ -851,34 +636,6 @@ struct constant_backoff {
 #include <mutex>
 #include <vector>
 
-// begin idem/detail/lazy.hpp
-// A type named so that it depends on a template's parameter, to keep a class template's
-// standard containers from being instantiated where the template is only declared.
-//
-// Clang instantiates what a call needs as soon as it reads the call, when nothing in it depends
-// on the template around it: `std::vector<record> out; out.push_back(r);` in a member of a store
-// that is never used still instantiates push_back and its reallocation in every unit that
-// includes the store. Declaring `out` as lazy_t<Lazy, std::vector<record>> makes the call
-// dependent, so it waits until the store is used, as it does with g++ already.
-#ifndef IDEM_DETAIL_LAZY_HPP
-#define IDEM_DETAIL_LAZY_HPP
-
-namespace idem::detail {
-
-template <class Lazy, class T>
-struct lazy_type {
-  using type = T;
-};
-
-/// `T` itself, as a type that depends on `Lazy`.
-template <class Lazy, class T>
-using lazy_t = typename lazy_type<Lazy, T>::type;
-
-}  // namespace idem::detail
-
-#endif  // IDEM_DETAIL_LAZY_HPP
-// end idem/detail/lazy.hpp
-
 namespace idem {
 
 enum class breaker_state : std::uint8_t { closed, open, half_open };
@@ -904,9 +661,7 @@ namespace detail {
 
 /// The open / half-open / closed machine both breakers share; they differ only in when a closed
 /// breaker trips. The closed state is read with one atomic load, so the hot path takes no lock;
-/// transitions are rare and take the mutex. (A template only so that it compiles where it is
-/// used; see basic_memory_store.)
-template <class Lazy = void>
+/// transitions are rare and take the mutex.
 class breaker_machine {
  public:
   breaker_machine(std::chrono::nanoseconds open_for, int probes)
@@ -974,9 +729,7 @@ class breaker_machine {
   }
 
  private:
-  // Named through Lazy (detail/lazy.hpp), or clang++ would instantiate the atomic wherever this
-  // header is included.
-  detail::lazy_t<Lazy, std::atomic<breaker_state>> mode_{breaker_state::closed};
+  std::atomic<breaker_state> mode_{breaker_state::closed};
   std::mutex mutex_;
   std::chrono::nanoseconds opened_at_{};
   std::chrono::nanoseconds open_for_;
@@ -988,8 +741,7 @@ class breaker_machine {
 }  // namespace detail
 
 /// Opens after `threshold` failures in a row (Polly's "consecutive failures" breaker).
-template <class Lazy>
-class basic_consecutive_failure_breaker {
+class consecutive_failure_breaker {
  public:
   struct settings {
     int threshold = 5;                                             // failures in a row that open it
@@ -997,8 +749,8 @@ class basic_consecutive_failure_breaker {
     int probes = 1;  // successes in a row that close it
   };
 
-  basic_consecutive_failure_breaker() : basic_consecutive_failure_breaker(settings{}) {}
-  explicit basic_consecutive_failure_breaker(settings s) : state_(std::make_shared<shared>(s)) {
+  consecutive_failure_breaker() : consecutive_failure_breaker(settings{}) {}
+  explicit consecutive_failure_breaker(settings s) : state_(std::make_shared<shared>(s)) {
     if (s.threshold < 1) {
       throw std::invalid_argument(
           "idem::consecutive_failure_breaker: threshold must be at least 1");
@@ -1033,23 +785,19 @@ class basic_consecutive_failure_breaker {
  private:
   struct shared {
     explicit shared(const settings& s) : machine(s.open_for, s.probes), threshold(s.threshold) {}
-    detail::breaker_machine<Lazy> machine;
+    detail::breaker_machine machine;
     int threshold;
     std::atomic<int> failures{0};
   };
   std::shared_ptr<shared> state_;
 };
 
-// A template only so that it compiles where it is used (see basic_memory_store).
-using consecutive_failure_breaker = basic_consecutive_failure_breaker<void>;
-
 /// Opens when at least `threshold_percent` of the last `window` calls failed, once at least
 /// `minimum_calls` have been seen (resilience4j's count-based sliding window; its defaults).
 /// Every call, successes included, claims a slot of the shared window with one atomic add: on
 /// many cores calling one dependency that line is contended, where the consecutive-failure
 /// breaker only reads on success.
-template <class Lazy>
-class basic_failure_rate_breaker {
+class failure_rate_breaker {
  public:
   struct settings {
     int window = 100;            // calls remembered
@@ -1059,8 +807,8 @@ class basic_failure_rate_breaker {
     int probes = 10;  // successes in a row that close it
   };
 
-  basic_failure_rate_breaker() : basic_failure_rate_breaker(settings{}) {}
-  explicit basic_failure_rate_breaker(settings s) : state_(std::make_shared<shared>(s)) {
+  failure_rate_breaker() : failure_rate_breaker(settings{}) {}
+  explicit failure_rate_breaker(settings s) : state_(std::make_shared<shared>(s)) {
     if (s.window < 1 || s.minimum_calls < 1 || s.minimum_calls > s.window ||
         s.threshold_percent < 1 || s.threshold_percent > 100) {
       throw std::invalid_argument(
@@ -1085,7 +833,7 @@ class basic_failure_rate_breaker {
     if (s.machine.failure_when_not_closed(now)) return;
     s.record(true);
     const std::int64_t calls =
-        detail::min<std::int64_t>(s.recorded.load(std::memory_order_relaxed), s.window);
+        std::min<std::int64_t>(s.recorded.load(std::memory_order_relaxed), s.window);
     if (calls >= s.minimum_calls && s.failures() * 100 >= s.threshold_percent * calls) {
       s.machine.trip(now);
       s.reset();
@@ -1128,18 +876,13 @@ class basic_failure_rate_breaker {
       recorded.store(0, std::memory_order_relaxed);
     }
 
-    detail::breaker_machine<Lazy> machine;
+    detail::breaker_machine machine;
     std::int64_t window, minimum_calls, threshold_percent;
-    // Named through Lazy (detail/lazy.hpp), or clang++ would instantiate the vector's constructor
-    // and iterators wherever this header is included.
-    detail::lazy_t<Lazy, std::vector<std::atomic<std::uint64_t>>> bits;
+    std::vector<std::atomic<std::uint64_t>> bits;
     std::atomic<std::int64_t> recorded{0};
   };
   std::shared_ptr<shared> state_;
 };
-
-// A template only so that it compiles where it is used (see basic_memory_store).
-using failure_rate_breaker = basic_failure_rate_breaker<void>;
 
 }  // namespace idem
 
@@ -1186,8 +929,7 @@ struct unlimited_budget {
 
 /// A token bucket shared by its copies. Tokens are kept in thousandths so that fractional
 /// deposits (0.1 x 5 = 0.5 token) add up exactly.
-template <class Lazy>
-class basic_token_bucket {
+class token_bucket {
  public:
   struct settings {
     double max_tokens = 500;           // AWS SDK INITIAL_RETRY_TOKENS; also the bucket's size
@@ -1197,8 +939,8 @@ class basic_token_bucket {
     double retry_ratio = 0.1;          // gRPC retry throttling's example tokenRatio
   };
 
-  basic_token_bucket() : basic_token_bucket(settings{}) {}
-  explicit basic_token_bucket(settings s) : state_(std::make_shared<state>(validated(s))) {}
+  token_bucket() : token_bucket(settings{}) {}
+  explicit token_bucket(settings s) : state_(std::make_shared<state>(validated(s))) {}
 
   void on_request() noexcept { deposit(state_->request_deposit); }
 
@@ -1268,7 +1010,7 @@ class basic_token_bucket {
     // The common case, a healthy dependency, keeps the bucket full: then this is one load and
     // no write, so callers on many cores do not fight over the cache line.
     while (current < capacity) {
-      if (tokens.compare_exchange_weak(current, detail::min(capacity, current + amount),
+      if (tokens.compare_exchange_weak(current, std::min(capacity, current + amount),
                                        std::memory_order_relaxed)) {
         return;
       }
@@ -1277,9 +1019,6 @@ class basic_token_bucket {
 
   std::shared_ptr<state> state_;
 };
-
-// A template only so that it compiles where it is used (see basic_memory_store).
-using token_bucket = basic_token_bucket<void>;
 
 }  // namespace idem
 
@@ -1675,7 +1414,9 @@ struct exception_types {};
 /// Exceptions by type: those in `Transient` (or derived from one) are repeated, those in
 /// `Ambiguous` are repeated as ambiguous, std::system_error by its code, others are permanent.
 /// Returned values are successes.
-template <class Transient, class Ambiguous = exception_types<>>
+/// `exception_classifier<>`: failures are exceptions (std::system_error by its code), and every
+/// returned value is a success.
+template <class Transient = exception_types<>, class Ambiguous = exception_types<>>
 struct exception_classifier;
 
 template <class... Transient, class... Ambiguous>
@@ -1691,17 +1432,26 @@ struct exception_classifier<exception_types<Transient...>, exception_types<Ambig
   }
 };
 
+/// What the default classifier can judge: a value that says by itself whether it failed (an
+/// HTTP-like response, an error code), or nothing (a call returning void fails by throwing).
+/// Any other type, say `struct reply { int code; }`, could carry a 503 that the default would
+/// have to call a success, and the call would silently never be retried; retrying refuses to
+/// compile it instead and says what to do.
+template <class R>
+concept judged_by_default_classifier =
+    std::is_void_v<R> || http_response_like<R> || detail::error_code_like<R>;
+
 /// The default: HTTP-like responses by the HTTP rules, error codes by the errno and gRPC rules,
-/// std::system_error by its code; any other value is a success and any other exception permanent.
+/// std::system_error by its code; any other exception is permanent. A call returning another
+/// type needs a classifier of its own (`exception_classifier<>` when its failures are
+/// exceptions and every value a success, `classify_with` for rules of its own).
 struct default_classifier {
-  template <class R>
+  template <judged_by_default_classifier R>
   classification classify(const R& result) const {
     if constexpr (http_response_like<R>) {
       return http_classifier{}.classify(result);
-    } else if constexpr (detail::error_code_like<R>) {
-      return classify_error_code(detail::to_error_code(result));
     } else {
-      return {disposition::success, 0, false, {}};
+      return classify_error_code(detail::to_error_code(result));
     }
   }
   classification classify_exception(const std::exception_ptr& error) const noexcept {
@@ -1844,91 +1594,16 @@ struct uuid_v7 {
 //
 // The default, no_observer, has empty inline members: the calls vanish when inlined, so a
 // configuration that watches nothing pays nothing. counting_observer keeps totals in atomics
-// (copies share them); callback_observer forwards to user functions, held in event_callback
-// (a small std::function of our own, so that idem does not include <functional>).
+// (copies share them); callback_observer forwards to user functions (std::function).
 //
 // Events carry the operation's key redacted (idem/client/redacted_key.hpp): an observer that logs
 // `event.key.str()` writes a stable hash, never the key, which the caller may treat as a secret.
 #ifndef IDEM_CLIENT_POLICY_OBSERVER_HPP
 #define IDEM_CLIENT_POLICY_OBSERVER_HPP
 
-// begin idem/detail/invoke.hpp
-// idem::detail::invoke: std::invoke, without <functional>.
-//
-// <functional> is one of the costliest standard headers to parse (std::function, the searchers,
-// std::bind, the hash specialisations), and idem needs only std::invoke from it: calling a
-// wrapped call, a handler or a callback that may be a function object, a function pointer or a
-// pointer to a member. This is the same contract (INVOKE, [func.require]), with the same result
-// type, value category and noexcept, for the core's own use.
-#ifndef IDEM_DETAIL_INVOKE_HPP
-#define IDEM_DETAIL_INVOKE_HPP
+#include <functional>
+#include <utility>
 
-namespace idem::detail {
-
-/// The class a pointer to member belongs to: C for `T C::*`, functions included.
-template <class M>
-struct member_pointer_class;
-template <class T, class C>
-struct member_pointer_class<T C::*> {
-  using type = C;
-};
-
-// std::reference_wrapper is declared in <functional>, so it cannot be named here. INVOKE treats
-// it apart only to call `get()` on it; a type with `type`, `get()` returning `type&` and an
-// implicit conversion to `type&` is unwrapped the same way, and for it get() and the conversion
-// name the same object, so nothing can tell the two rules apart.
-template <class R>
-concept reference_wrapper_like = requires(const R& r) {
-  typename R::type;
-  { r.get() } -> std::same_as<typename R::type&>;
-}
-&&std::is_convertible_v<const R&, typename R::type&>;
-
-// The object a pointer to a member of C is applied to, as INVOKE finds it: the argument itself
-// when it is a C (or derived from C), what a reference wrapper refers to, else what the argument
-// points to (a raw or smart pointer).
-template <class C, class Object>
-constexpr decltype(auto) member_target(Object&& object) {
-  using plain = std::remove_cvref_t<Object>;
-  if constexpr (std::is_base_of_v<C, plain>) {
-    return std::forward<Object>(object);
-  } else if constexpr (reference_wrapper_like<plain>) {
-    return object.get();
-  } else {
-    return *std::forward<Object>(object);
-  }
-}
-
-template <class Member, class Object, class... Args>
-constexpr decltype(auto) invoke_member(Member member, Object&& object, Args&&... args) {
-  using C = typename member_pointer_class<Member>::type;
-  if constexpr (std::is_member_function_pointer_v<Member>) {
-    return (detail::member_target<C>(std::forward<Object>(object)).*
-            member)(std::forward<Args>(args)...);
-  } else {
-    static_assert(sizeof...(Args) == 0, "A pointer to a data member takes only the object.");
-    return (detail::member_target<C>(std::forward<Object>(object)).*member);
-  }
-}
-
-/// Calls `f` with `args` as std::invoke does: `f(args...)` for a function object or a function
-/// pointer; for a pointer to a member function, the first argument's member called with the
-/// rest; for a pointer to a data member, that member of the only argument. The first argument
-/// may be an object, a reference wrapper or a pointer (raw or smart).
-template <class F, class... Args>
-constexpr decltype(auto) invoke(F&& f,
-                                Args&&... args) noexcept(std::is_nothrow_invocable_v<F, Args...>) {
-  if constexpr (std::is_member_pointer_v<std::remove_cvref_t<F>>) {
-    return detail::invoke_member(f, std::forward<Args>(args)...);
-  } else {
-    return std::forward<F>(f)(std::forward<Args>(args)...);
-  }
-}
-
-}  // namespace idem::detail
-
-#endif  // IDEM_DETAIL_INVOKE_HPP
-// end idem/detail/invoke.hpp
 // begin idem/client/redacted_key.hpp
 // redacted_key: an idempotency key as telemetry may show it, never the key itself.
 //
@@ -1965,6 +1640,165 @@ constexpr decltype(auto) invoke(F&& f,
 
 #include <span>
 
+// begin idem/detail/algorithm.hpp
+// The few algorithms the core needs, without <algorithm>.
+//
+// <algorithm> costs a translation unit that includes idem more to parse than everything the core
+// takes from it: std::min and std::max, two binary searches, a heap and a sort (the ranges
+// algorithms and their concepts come with it in C++20). These keep the standard ones'
+// contracts, for the core's own use; a user's code is free to include <algorithm> itself.
+#ifndef IDEM_DETAIL_ALGORITHM_HPP
+#define IDEM_DETAIL_ALGORITHM_HPP
+
+namespace idem::detail {
+
+/// The smaller of `a` and `b`; `a` when they are equal, as std::min.
+template <class T>
+constexpr const T& min(const T& a, const T& b) noexcept(noexcept(b < a)) {
+  return b < a ? b : a;
+}
+
+/// The larger of `a` and `b`; `a` when they are equal, as std::max.
+template <class T>
+constexpr const T& max(const T& a, const T& b) noexcept(noexcept(a < b)) {
+  return a < b ? b : a;
+}
+
+/// `value` held within [low, high], as std::clamp; low must not be above high.
+template <class T>
+constexpr const T& clamp(const T& value, const T& low,
+                         const T& high) noexcept(noexcept(value < low)) {
+  return value < low ? low : (high < value ? high : value);
+}
+
+/// The first position in the sorted range [first, last) whose element is not less than `value`.
+template <class RandomIt, class T>
+constexpr RandomIt lower_bound(RandomIt first, RandomIt last, const T& value) {
+  auto count = last - first;
+  while (count > 0) {
+    const auto half = count / 2;
+    const RandomIt middle = first + half;
+    if (*middle < value) {
+      first = middle + 1;
+      count -= half + 1;
+    } else {
+      count = half;
+    }
+  }
+  return first;
+}
+
+/// The first position in the sorted range [first, last) whose element is greater than `value`.
+template <class RandomIt, class T>
+constexpr RandomIt upper_bound(RandomIt first, RandomIt last, const T& value) {
+  auto count = last - first;
+  while (count > 0) {
+    const auto half = count / 2;
+    const RandomIt middle = first + half;
+    if (value < *middle) {
+      count = half;
+    } else {
+      first = middle + 1;
+      count -= half + 1;
+    }
+  }
+  return first;
+}
+
+// The binary max-heaps of std::make_heap, std::push_heap and std::pop_heap, by `less` (the
+// element at `first` is one no other is greater than): a heap made here is one for the standard
+// functions too, and the other way round. sort is insertion sort, quickest on the short runs most
+// calls sort, and a heap sort for longer ones.
+
+template <class RandomIt, class Less>
+constexpr void insertion_sort(RandomIt first, RandomIt last, Less& less) {
+  if (first == last) return;
+  for (RandomIt next = first + 1; next != last; ++next) {
+    auto value = std::move(*next);
+    RandomIt hole = next;
+    for (; hole != first && less(value, *(hole - 1)); --hole)
+      *hole = std::move(*(hole - 1));
+    *hole = std::move(value);
+  }
+}
+
+// Puts `value` into the max-heap first[0..count) whose element `hole` is vacant. The hole goes
+// down to a leaf along the larger children and `value` then climbs back up from there, as in
+// std::sort_heap: `value` usually comes from the heap's end and belongs near the bottom, so this
+// makes about half the comparisons of checking `value` against the children on the way down.
+template <class RandomIt, class Difference, class Value, class Less>
+constexpr void sift_down(RandomIt first, Difference hole, Difference count, Value value,
+                         Less& less) {
+  const Difference top = hole;
+  for (Difference child = 2 * hole + 1; child < count; child = 2 * hole + 1) {
+    if (child + 1 < count && less(first[child], first[child + 1])) ++child;
+    first[hole] = std::move(first[child]);
+    hole = child;
+  }
+  while (hole > top) {
+    const Difference parent = (hole - 1) / 2;
+    if (!less(first[parent], value)) break;
+    first[hole] = std::move(first[parent]);
+    hole = parent;
+  }
+  first[hole] = std::move(value);
+}
+
+/// Arranges [first, last) as a heap, in O(n).
+template <class RandomIt, class Less>
+constexpr void make_heap(RandomIt first, RandomIt last, Less less) {
+  const auto count = last - first;
+  for (auto start = count / 2; start-- > 0;)
+    detail::sift_down(first, start, count, std::move(first[start]), less);
+}
+
+/// Adds *(last - 1) to the heap [first, last - 1).
+template <class RandomIt, class Less>
+constexpr void push_heap(RandomIt first, RandomIt last, Less less) {
+  auto hole = (last - first) - 1;
+  if (hole <= 0) return;
+  auto value = std::move(first[hole]);
+  while (hole > 0) {
+    const auto parent = (hole - 1) / 2;
+    if (!less(first[parent], value)) break;
+    first[hole] = std::move(first[parent]);
+    hole = parent;
+  }
+  first[hole] = std::move(value);
+}
+
+/// Moves the heap's largest element to *(last - 1) and makes [first, last - 1) a heap again.
+template <class RandomIt, class Less>
+constexpr void pop_heap(RandomIt first, RandomIt last, Less less) {
+  const auto count = last - first;
+  if (count <= 1) return;
+  auto value = std::move(first[count - 1]);
+  first[count - 1] = std::move(first[0]);
+  detail::sift_down(first, decltype(count){0}, count - 1, std::move(value), less);
+}
+
+/// Sorts [first, last) by `less`, a strict weak order, as std::sort: O(n log n) comparisons in
+/// the worst case, not stable. The worst case matters more here than the average: what the core
+/// sorts (a JSON object's members) can come from a client, so a sequence chosen to make a
+/// quicksort quadratic must not be able to.
+template <class RandomIt, class Less>
+constexpr void sort(RandomIt first, RandomIt last, Less less) {
+  using difference = decltype(last - first);
+  constexpr difference short_run = 16;  // where libstdc++'s std::sort turns to insertion sort
+  const difference count = last - first;
+  if (count <= short_run) {
+    detail::insertion_sort(first, last, less);
+    return;
+  }
+  detail::make_heap(first, last, less);
+  for (RandomIt end = last; end - first > 1; --end)
+    detail::pop_heap(first, end, less);
+}
+
+}  // namespace idem::detail
+
+#endif  // IDEM_DETAIL_ALGORITHM_HPP
+// end idem/detail/algorithm.hpp
 // begin idem/server/fingerprint/detail/sha256_portable.hpp
 // SHA-256's compression function in portable C++ (FIPS 180-4, section 6.2.2), the path every
 // platform can take and the reference the x86 SHA-extensions path is tested against.
@@ -2611,10 +2445,9 @@ struct no_observer {
 };
 
 /// Totals, shared by copies, safe from many threads.
-template <class Lazy>
-class basic_counting_observer {
+class counting_observer {
  public:
-  basic_counting_observer() : counts_(std::make_shared<counters>()) {}
+  counting_observer() : counts_(std::make_shared<counters>()) {}
 
   void on_attempt(const attempt_event&) noexcept { add(counts_->attempts); }
   void on_delay(const delay_event& e) noexcept {
@@ -2649,88 +2482,27 @@ class basic_counting_observer {
   std::shared_ptr<counters> counts_;
 };
 
-// A template only so that it compiles where it is used (see basic_memory_store).
-using counting_observer = basic_counting_observer<void>;
-
+/// A user function that takes one event. Any callable that accepts `const Event&` can be
+/// assigned (a lambda, a function pointer, a pointer to member); its result is discarded.
 template <class Event>
-class event_callback;
-
-namespace detail {
-// What an event_callback<Event> can hold: a copyable callable that takes `const Event&`. Another
-// event_callback is copied or moved, not wrapped.
-template <class F, class Event>
-concept event_function = !std::same_as<F, event_callback<Event>> && std::copy_constructible<F> &&
-                         std::invocable<F&, const Event&>;
-}  // namespace detail
-
-/// A user function that takes one event: what std::function<void(const Event&)> would hold,
-/// without <functional>. Assign any callable that accepts `const Event&` (a lambda, a function
-/// pointer, a std::function, a pointer to member); its result is discarded. Copies copy the
-/// callable, as std::function's do. Empty when default-constructed or given nullptr or a null
-/// pointer, which `if (callback)` tells; calling an empty one does nothing (where an empty
-/// std::function would throw std::bad_function_call).
-template <class Event>
-class event_callback {
- public:
-  event_callback() noexcept = default;
-  event_callback(std::nullptr_t) noexcept {}
-
-  // Implicit, as std::function's, so that `observer.attempt = [&](const attempt_event& e) {...};`
-  // reads as it did when the fields were std::functions. By value: a lambda is moved in.
-  template <detail::event_function<Event> F>
-  event_callback(F f) {
-    if constexpr (std::is_pointer_v<F> || std::is_member_pointer_v<F>) {
-      if (f == nullptr) return;
-    }
-    target_ = std::make_unique<holder<F>>(std::move(f));
-  }
-
-  event_callback(const event_callback& other)
-      : target_(other.target_ ? other.target_->clone() : nullptr) {}
-  event_callback(event_callback&&) noexcept = default;
-  event_callback& operator=(event_callback other) noexcept {
-    target_ = std::move(other.target_);
-    return *this;
-  }
-
-  explicit operator bool() const noexcept { return target_ != nullptr; }
-
-  // const, like std::function's: the callable itself may still change (a mutable lambda).
-  void operator()(const Event& event) const {
-    if (target_ != nullptr) target_->call(event);
-  }
-
- private:
-  struct callable {
-    virtual ~callable() = default;
-    virtual void call(const Event& event) = 0;
-    virtual std::unique_ptr<callable> clone() const = 0;
-  };
-  template <class F>
-  struct holder final : callable {
-    explicit holder(F g) : f(std::move(g)) {}
-    void call(const Event& event) override { static_cast<void>(detail::invoke(f, event)); }
-    std::unique_ptr<callable> clone() const override { return std::make_unique<holder>(f); }
-    F f;
-  };
-
-  std::unique_ptr<callable> target_;
-};
+using event_callback = std::function<void(const Event&)>;
 
 /// Forwards each event to a user function; an unset function is skipped.
-template <class Lazy>
-struct basic_callback_observer {
+struct callback_observer {
   event_callback<attempt_event> attempt;
   event_callback<delay_event> delay;
   event_callback<finish_event> finish;
 
-  void on_attempt(const attempt_event& e) const { attempt(e); }
-  void on_delay(const delay_event& e) const { delay(e); }
-  void on_finish(const finish_event& e) const { finish(e); }
+  void on_attempt(const attempt_event& e) const {
+    if (attempt) attempt(e);
+  }
+  void on_delay(const delay_event& e) const {
+    if (delay) delay(e);
+  }
+  void on_finish(const finish_event& e) const {
+    if (finish) finish(e);
+  }
 };
-
-// A template only so that it compiles where it is used (see basic_memory_store).
-using callback_observer = basic_callback_observer<void>;
 
 }  // namespace idem
 
@@ -3210,6 +2982,8 @@ inline std::optional<std::chrono::nanoseconds> parse_retry_after(
 #ifndef IDEM_CLIENT_RETRY_OUTCOME_HPP
 #define IDEM_CLIENT_RETRY_OUTCOME_HPP
 
+#include <compare>
+#include <iterator>
 #include <new>
 
 namespace idem {
@@ -3229,21 +3003,19 @@ class retry_error : public std::runtime_error {
 
 /// The attempts of one operation, oldest first. The first eight are held inline, so the common
 /// case allocates nothing; more spill to the heap.
-template <class Lazy>
-class basic_attempt_history {
+class attempt_history {
  public:
   static constexpr std::size_t inline_capacity = 8;
 
-  basic_attempt_history() = default;
-  basic_attempt_history(const basic_attempt_history& other)
-      : size_(other.size_), spilled_(other.spilled_) {
+  attempt_history() = default;
+  attempt_history(const attempt_history& other) : size_(other.size_), spilled_(other.spilled_) {
     copy_inline(other);
   }
-  basic_attempt_history(basic_attempt_history&& other) noexcept
+  attempt_history(attempt_history&& other) noexcept
       : size_(other.size_), spilled_(std::move(other.spilled_)) {
     copy_inline(other);
   }
-  basic_attempt_history& operator=(const basic_attempt_history& other) {
+  attempt_history& operator=(const attempt_history& other) {
     if (this != &other) {
       size_ = other.size_;
       spilled_ = other.spilled_;
@@ -3251,7 +3023,7 @@ class basic_attempt_history {
     }
     return *this;
   }
-  basic_attempt_history& operator=(basic_attempt_history&& other) noexcept {
+  attempt_history& operator=(attempt_history&& other) noexcept {
     if (this != &other) {
       size_ = other.size_;
       spilled_ = std::move(other.spilled_);
@@ -3266,6 +3038,14 @@ class basic_attempt_history {
     return i < inline_capacity ? inline_[i] : spilled_[i - inline_capacity];
   }
   const attempt_record& back() const noexcept { return (*this)[size_ - 1]; }
+
+  class const_iterator;
+  using iterator = const_iterator;
+  using value_type = attempt_record;
+  using size_type = std::size_t;
+  /// Oldest first, so `for (const auto& attempt : outcome.history())` reads in order.
+  const_iterator begin() const noexcept;
+  const_iterator end() const noexcept;
 
   /// Appends a record made of `fields` (attempt_record's members, in order) and returns it,
   /// for the loop to fill in the delay later.
@@ -3286,22 +3066,81 @@ class basic_attempt_history {
   }
 
   // Only the records in use: the rest were never written.
-  void copy_inline(const basic_attempt_history& other) noexcept {
+  void copy_inline(const attempt_history& other) noexcept {
     const std::size_t count = size_ < inline_capacity ? size_ : inline_capacity;
     for (std::size_t i = 0; i < count; ++i)
       inline_[i] = other.inline_[i];
   }
 
-  // Both named through Lazy (detail/lazy.hpp): with clang++, vector's push_back would otherwise
-  // be instantiated wherever this header is included.
   // Left unwritten beyond size_, so that an outcome does not clear eight records it may not use.
-  detail::lazy_t<Lazy, std::array<attempt_record, inline_capacity>> inline_;
+  std::array<attempt_record, inline_capacity> inline_;
   std::size_t size_ = 0;
-  detail::lazy_t<Lazy, std::vector<attempt_record>> spilled_;
+  std::vector<attempt_record> spilled_;
 };
 
-// A template only so that it compiles where it is used (see basic_memory_store).
-using attempt_history = basic_attempt_history<void>;
+/// A random-access iterator over the records: a position in the history, which keeps its first
+/// records inline and the rest on the heap, so the records are not one array.
+class attempt_history::const_iterator {
+ public:
+  using iterator_category = std::random_access_iterator_tag;
+  using iterator_concept = std::random_access_iterator_tag;
+  using value_type = attempt_record;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const attempt_record*;
+  using reference = const attempt_record&;
+
+  const_iterator() = default;
+  const_iterator(const attempt_history* history, std::size_t index) noexcept
+      : history_(history), index_(static_cast<difference_type>(index)) {}
+
+  reference operator*() const noexcept { return (*history_)[static_cast<std::size_t>(index_)]; }
+  pointer operator->() const noexcept { return &**this; }
+  reference operator[](difference_type n) const noexcept { return *(*this + n); }
+
+  const_iterator& operator++() noexcept { return *this += 1; }
+  const_iterator operator++(int) noexcept {
+    auto before = *this;
+    ++*this;
+    return before;
+  }
+  const_iterator& operator--() noexcept { return *this -= 1; }
+  const_iterator operator--(int) noexcept {
+    auto before = *this;
+    --*this;
+    return before;
+  }
+  const_iterator& operator+=(difference_type n) noexcept {
+    index_ += n;
+    return *this;
+  }
+  const_iterator& operator-=(difference_type n) noexcept {
+    index_ -= n;
+    return *this;
+  }
+  friend const_iterator operator+(const_iterator it, difference_type n) noexcept { return it += n; }
+  friend const_iterator operator+(difference_type n, const_iterator it) noexcept { return it += n; }
+  friend const_iterator operator-(const_iterator it, difference_type n) noexcept { return it -= n; }
+  friend difference_type operator-(const const_iterator& a, const const_iterator& b) noexcept {
+    return a.index_ - b.index_;
+  }
+  friend bool operator==(const const_iterator& a, const const_iterator& b) noexcept {
+    return a.index_ == b.index_;
+  }
+  friend auto operator<=>(const const_iterator& a, const const_iterator& b) noexcept {
+    return a.index_ <=> b.index_;
+  }
+
+ private:
+  const attempt_history* history_ = nullptr;
+  difference_type index_ = 0;
+};
+
+inline attempt_history::const_iterator attempt_history::begin() const noexcept {
+  return {this, 0};
+}
+inline attempt_history::const_iterator attempt_history::end() const noexcept {
+  return {this, size_};
+}
 
 template <class Call, class Policies>
 class retrying;
@@ -3375,9 +3214,7 @@ class retry_outcome {
   std::optional<stored> value_;
   std::exception_ptr error_;
   key_buffer key_;
-  // Named through Result (detail/lazy.hpp), so that clang++ instantiates the history class and
-  // its containers only with an outcome, not wherever this header is included.
-  detail::lazy_t<Result, attempt_history> history_;
+  attempt_history history_;
 };
 
 }  // namespace idem
@@ -3499,14 +3336,14 @@ struct resolvable_call {
 
   template <class... Args>
   decltype(auto) operator()(Args&&... args) {
-    return detail::invoke(call, std::forward<Args>(args)...);
+    return std::invoke(call, std::forward<Args>(args)...);
   }
   template <class... Args>
   decltype(auto) resolve(const attempt_context& context, Args&... args) {
     if constexpr (std::invocable<Resolver&, const attempt_context&, Args&...>) {
-      return detail::invoke(resolver, context, args...);
+      return std::invoke(resolver, context, args...);
     } else {
-      return detail::invoke(resolver, context);
+      return std::invoke(resolver, context);
     }
   }
 };
@@ -3569,9 +3406,7 @@ class retrying {
     key_generator_type key_generator{};
     /// Seeds the jitter and the keys, for tests that replay; unset, 256 nondeterministic bits
     /// are drawn. Never fix it in production: two processes with one seed make the same keys.
-    /// (A std::optional<std::uint64_t>, named through Policies so that clang++ instantiates it
-    /// only where a retrying is used; see detail/lazy.hpp.)
-    detail::lazy_t<Policies, std::optional<std::uint64_t>> seed{};
+    std::optional<std::uint64_t> seed{};
     retry_limits limits{Policies::max_attempts, Policies::deadline};
   };
 
@@ -3632,6 +3467,14 @@ class retrying {
   retry_outcome<detail::call_result_t<Call, Args...>> run_operation(const key_buffer* given,
                                                                     Args&... args) {
     using result_type = detail::call_result_t<Call, Args...>;
+    static_assert(!std::same_as<classifier_type, default_classifier> ||
+                      judged_by_default_classifier<result_type>,
+                  "idem::retrying: the default classifier cannot tell whether this call's result "
+                  "failed, so it would never be retried. Give the result type an HTTP status (a "
+                  "`status` member or `status()` function), return a std::error_code, or choose "
+                  "a classifier in the policies: `using classifier = "
+                  "idem::exception_classifier<>;` when failures are exceptions and every value "
+                  "is a success, or `idem::classify_with<F>` for rules of your own.");
     static_assert(Classifier<classifier_type, result_type>,
                   "Policies::classifier must provide classify(const Result&) for this call's "
                   "result type and classify_exception(std::exception_ptr), both returning "
@@ -3800,9 +3643,9 @@ class retrying {
   template <class... Args>
   decltype(auto) invoke_call(const attempt_context& context, Args&... args) {
     if constexpr (detail::takes_context<Call, Args...>) {
-      return detail::invoke(call_, context, args...);
+      return std::invoke(call_, context, args...);
     } else {
-      return detail::invoke(call_, args...);
+      return std::invoke(call_, args...);
     }
   }
 
@@ -4239,6 +4082,33 @@ T decode(std::string_view bytes) {
 #ifndef IDEM_SERVER_FINGERPRINT_CANONICAL_JSON_HPP
 #define IDEM_SERVER_FINGERPRINT_CANONICAL_JSON_HPP
 
+// begin idem/detail/lazy.hpp
+// A type named so that it depends on a template's parameter, to keep a class template's
+// standard containers from being instantiated where the template is only declared.
+//
+// Clang instantiates what a call needs as soon as it reads the call, when nothing in it depends
+// on the template around it: `std::vector<record> out; out.push_back(r);` in a member of a store
+// that is never used still instantiates push_back and its reallocation in every unit that
+// includes the store. Declaring `out` as lazy_t<Lazy, std::vector<record>> makes the call
+// dependent, so it waits until the store is used, as it does with g++ already.
+#ifndef IDEM_DETAIL_LAZY_HPP
+#define IDEM_DETAIL_LAZY_HPP
+
+namespace idem::detail {
+
+template <class Lazy, class T>
+struct lazy_type {
+  using type = T;
+};
+
+/// `T` itself, as a type that depends on `Lazy`.
+template <class Lazy, class T>
+using lazy_t = typename lazy_type<Lazy, T>::type;
+
+}  // namespace idem::detail
+
+#endif  // IDEM_DETAIL_LAZY_HPP
+// end idem/detail/lazy.hpp
 // begin idem/server/fingerprint/fingerprint.hpp
 // Fingerprints: the digest that tells a repeat of a request from a different request under the
 // same key.
@@ -7717,6 +7587,83 @@ class guard {
 
 #endif  // IDEM_SERVER_DETAIL_ENGINE_HPP
 // end idem/server/detail/engine.hpp
+// begin idem/detail/invoke.hpp
+// idem::detail::invoke: std::invoke, without <functional>.
+//
+// <functional> is one of the costliest standard headers to parse (std::function, the searchers,
+// std::bind, the hash specialisations), and idem needs only std::invoke from it: calling a
+// wrapped call, a handler or a callback that may be a function object, a function pointer or a
+// pointer to a member. This is the same contract (INVOKE, [func.require]), with the same result
+// type, value category and noexcept, for the core's own use.
+#ifndef IDEM_DETAIL_INVOKE_HPP
+#define IDEM_DETAIL_INVOKE_HPP
+
+namespace idem::detail {
+
+/// The class a pointer to member belongs to: C for `T C::*`, functions included.
+template <class M>
+struct member_pointer_class;
+template <class T, class C>
+struct member_pointer_class<T C::*> {
+  using type = C;
+};
+
+// std::reference_wrapper is declared in <functional>, so it cannot be named here. INVOKE treats
+// it apart only to call `get()` on it; a type with `type`, `get()` returning `type&` and an
+// implicit conversion to `type&` is unwrapped the same way, and for it get() and the conversion
+// name the same object, so nothing can tell the two rules apart.
+template <class R>
+concept reference_wrapper_like = requires(const R& r) {
+  typename R::type;
+  { r.get() } -> std::same_as<typename R::type&>;
+}
+&&std::is_convertible_v<const R&, typename R::type&>;
+
+// The object a pointer to a member of C is applied to, as INVOKE finds it: the argument itself
+// when it is a C (or derived from C), what a reference wrapper refers to, else what the argument
+// points to (a raw or smart pointer).
+template <class C, class Object>
+constexpr decltype(auto) member_target(Object&& object) {
+  using plain = std::remove_cvref_t<Object>;
+  if constexpr (std::is_base_of_v<C, plain>) {
+    return std::forward<Object>(object);
+  } else if constexpr (reference_wrapper_like<plain>) {
+    return object.get();
+  } else {
+    return *std::forward<Object>(object);
+  }
+}
+
+template <class Member, class Object, class... Args>
+constexpr decltype(auto) invoke_member(Member member, Object&& object, Args&&... args) {
+  using C = typename member_pointer_class<Member>::type;
+  if constexpr (std::is_member_function_pointer_v<Member>) {
+    return (detail::member_target<C>(std::forward<Object>(object)).*
+            member)(std::forward<Args>(args)...);
+  } else {
+    static_assert(sizeof...(Args) == 0, "A pointer to a data member takes only the object.");
+    return (detail::member_target<C>(std::forward<Object>(object)).*member);
+  }
+}
+
+/// Calls `f` with `args` as std::invoke does: `f(args...)` for a function object or a function
+/// pointer; for a pointer to a member function, the first argument's member called with the
+/// rest; for a pointer to a data member, that member of the only argument. The first argument
+/// may be an object, a reference wrapper or a pointer (raw or smart).
+template <class F, class... Args>
+constexpr decltype(auto) invoke(F&& f,
+                                Args&&... args) noexcept(std::is_nothrow_invocable_v<F, Args...>) {
+  if constexpr (std::is_member_pointer_v<std::remove_cvref_t<F>>) {
+    return detail::invoke_member(f, std::forward<Args>(args)...);
+  } else {
+    return std::forward<F>(f)(std::forward<Args>(args)...);
+  }
+}
+
+}  // namespace idem::detail
+
+#endif  // IDEM_DETAIL_INVOKE_HPP
+// end idem/detail/invoke.hpp
 // begin idem/store/memory.hpp
 // memory_store: the embedded default store. Lock-free, sharded, bounded; not durable.
 //
@@ -7762,7 +7709,6 @@ class guard {
 #ifndef IDEM_STORE_MEMORY_HPP
 #define IDEM_STORE_MEMORY_HPP
 
-#include <iterator>
 #include <unordered_map>
 
 // Where the platform has madvise (Linux), large bucket arrays ask for transparent huge pages.

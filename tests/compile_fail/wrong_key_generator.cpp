@@ -22,7 +22,7 @@ struct policies : idem::default_policies {
 #endif
 
 int main() {
-  auto call = [](const idem::attempt_context&) { return 0; };
+  auto call = [](const idem::attempt_context&) { return std::error_code{}; };
   idem::retrying<decltype(call), policies> retried{call};
   return retried().succeeded() ? 0 : 1;
 }

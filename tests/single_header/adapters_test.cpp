@@ -63,8 +63,8 @@ void guards_a_request(Store store) {
   typename idem::idempotent<decltype(handler), policies>::options parts;
   parts.store = std::move(store);
   idem::idempotent<decltype(handler), policies> guarded{handler, std::move(parts)};
-  const idem::http_request request{"POST", "/charges", {{"Idempotency-Key", unique_name("k")}},
-                                   "9 EUR"};
+  const idem::http_request request{
+      "POST", "/charges", {{"Idempotency-Key", unique_name("k")}}, "9 EUR"};
   const auto first = guarded("single-header", request);
   const auto again = guarded("single-header", request);
   CHECK(first.verdict() == idem::verdict::executed);
@@ -83,7 +83,8 @@ TEST_CASE("a sqlite_store guards a request through the single header") {
   const auto path = std::filesystem::temp_directory_path() / (unique_name("idem-single") + ".db");
   guards_a_request(idem::sqlite_store{path.string()});
   std::error_code ignored;
-  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path.string() + suffix, ignored);
+  for (const char* suffix : {"", "-wal", "-shm"})
+    std::filesystem::remove(path.string() + suffix, ignored);
 }
 
 TEST_CASE("a postgres_store guards a request through the single header") {

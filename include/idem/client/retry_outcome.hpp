@@ -9,8 +9,10 @@
 #define IDEM_CLIENT_RETRY_OUTCOME_HPP
 
 #include <array>
+#include <compare>
 #include <cstddef>
 #include <exception>
+#include <iterator>
 #include <new>
 #include <optional>
 #include <stdexcept>
@@ -20,9 +22,8 @@
 #include <vector>
 
 #include <idem/client/attempt.hpp>
-#include <idem/detail/lazy.hpp>
-#include <idem/key.hpp>
 #include <idem/client/policy/observer.hpp>
+#include <idem/key.hpp>
 
 namespace idem {
 
@@ -41,21 +42,19 @@ class retry_error : public std::runtime_error {
 
 /// The attempts of one operation, oldest first. The first eight are held inline, so the common
 /// case allocates nothing; more spill to the heap.
-template <class Lazy>
-class basic_attempt_history {
+class attempt_history {
  public:
   static constexpr std::size_t inline_capacity = 8;
 
-  basic_attempt_history() = default;
-  basic_attempt_history(const basic_attempt_history& other)
-      : size_(other.size_), spilled_(other.spilled_) {
+  attempt_history() = default;
+  attempt_history(const attempt_history& other) : size_(other.size_), spilled_(other.spilled_) {
     copy_inline(other);
   }
-  basic_attempt_history(basic_attempt_history&& other) noexcept
+  attempt_history(attempt_history&& other) noexcept
       : size_(other.size_), spilled_(std::move(other.spilled_)) {
     copy_inline(other);
   }
-  basic_attempt_history& operator=(const basic_attempt_history& other) {
+  attempt_history& operator=(const attempt_history& other) {
     if (this != &other) {
       size_ = other.size_;
       spilled_ = other.spilled_;
@@ -63,7 +62,7 @@ class basic_attempt_history {
     }
     return *this;
   }
-  basic_attempt_history& operator=(basic_attempt_history&& other) noexcept {
+  attempt_history& operator=(attempt_history&& other) noexcept {
     if (this != &other) {
       size_ = other.size_;
       spilled_ = std::move(other.spilled_);
@@ -78,6 +77,14 @@ class basic_attempt_history {
     return i < inline_capacity ? inline_[i] : spilled_[i - inline_capacity];
   }
   const attempt_record& back() const noexcept { return (*this)[size_ - 1]; }
+
+  class const_iterator;
+  using iterator = const_iterator;
+  using value_type = attempt_record;
+  using size_type = std::size_t;
+  /// Oldest first, so `for (const auto& attempt : outcome.history())` reads in order.
+  const_iterator begin() const noexcept;
+  const_iterator end() const noexcept;
 
   /// Appends a record made of `fields` (attempt_record's members, in order) and returns it,
   /// for the loop to fill in the delay later.
@@ -98,22 +105,81 @@ class basic_attempt_history {
   }
 
   // Only the records in use: the rest were never written.
-  void copy_inline(const basic_attempt_history& other) noexcept {
+  void copy_inline(const attempt_history& other) noexcept {
     const std::size_t count = size_ < inline_capacity ? size_ : inline_capacity;
     for (std::size_t i = 0; i < count; ++i)
       inline_[i] = other.inline_[i];
   }
 
-  // Both named through Lazy (detail/lazy.hpp): with clang++, vector's push_back would otherwise
-  // be instantiated wherever this header is included.
   // Left unwritten beyond size_, so that an outcome does not clear eight records it may not use.
-  detail::lazy_t<Lazy, std::array<attempt_record, inline_capacity>> inline_;
+  std::array<attempt_record, inline_capacity> inline_;
   std::size_t size_ = 0;
-  detail::lazy_t<Lazy, std::vector<attempt_record>> spilled_;
+  std::vector<attempt_record> spilled_;
 };
 
-// A template only so that it compiles where it is used (see basic_memory_store).
-using attempt_history = basic_attempt_history<void>;
+/// A random-access iterator over the records: a position in the history, which keeps its first
+/// records inline and the rest on the heap, so the records are not one array.
+class attempt_history::const_iterator {
+ public:
+  using iterator_category = std::random_access_iterator_tag;
+  using iterator_concept = std::random_access_iterator_tag;
+  using value_type = attempt_record;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const attempt_record*;
+  using reference = const attempt_record&;
+
+  const_iterator() = default;
+  const_iterator(const attempt_history* history, std::size_t index) noexcept
+      : history_(history), index_(static_cast<difference_type>(index)) {}
+
+  reference operator*() const noexcept { return (*history_)[static_cast<std::size_t>(index_)]; }
+  pointer operator->() const noexcept { return &**this; }
+  reference operator[](difference_type n) const noexcept { return *(*this + n); }
+
+  const_iterator& operator++() noexcept { return *this += 1; }
+  const_iterator operator++(int) noexcept {
+    auto before = *this;
+    ++*this;
+    return before;
+  }
+  const_iterator& operator--() noexcept { return *this -= 1; }
+  const_iterator operator--(int) noexcept {
+    auto before = *this;
+    --*this;
+    return before;
+  }
+  const_iterator& operator+=(difference_type n) noexcept {
+    index_ += n;
+    return *this;
+  }
+  const_iterator& operator-=(difference_type n) noexcept {
+    index_ -= n;
+    return *this;
+  }
+  friend const_iterator operator+(const_iterator it, difference_type n) noexcept { return it += n; }
+  friend const_iterator operator+(difference_type n, const_iterator it) noexcept { return it += n; }
+  friend const_iterator operator-(const_iterator it, difference_type n) noexcept { return it -= n; }
+  friend difference_type operator-(const const_iterator& a, const const_iterator& b) noexcept {
+    return a.index_ - b.index_;
+  }
+  friend bool operator==(const const_iterator& a, const const_iterator& b) noexcept {
+    return a.index_ == b.index_;
+  }
+  friend auto operator<=>(const const_iterator& a, const const_iterator& b) noexcept {
+    return a.index_ <=> b.index_;
+  }
+
+ private:
+  const attempt_history* history_ = nullptr;
+  difference_type index_ = 0;
+};
+
+inline attempt_history::const_iterator attempt_history::begin() const noexcept {
+  return {this, 0};
+}
+inline attempt_history::const_iterator attempt_history::end() const noexcept {
+  return {this, size_};
+}
 
 template <class Call, class Policies>
 class retrying;
@@ -187,9 +253,7 @@ class retry_outcome {
   std::optional<stored> value_;
   std::exception_ptr error_;
   key_buffer key_;
-  // Named through Result (detail/lazy.hpp), so that clang++ instantiates the history class and
-  // its containers only with an outcome, not wherever this header is included.
-  detail::lazy_t<Result, attempt_history> history_;
+  attempt_history history_;
 };
 
 }  // namespace idem

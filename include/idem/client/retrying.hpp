@@ -32,18 +32,17 @@
 #include <concepts>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
 
 #include <idem/client/attempt.hpp>
-#include <idem/detail/invoke.hpp>
-#include <idem/detail/lazy.hpp>
-#include <idem/key.hpp>
-#include <idem/policies.hpp>
 #include <idem/client/retry_after.hpp>
 #include <idem/client/retry_outcome.hpp>
+#include <idem/key.hpp>
+#include <idem/policies.hpp>
 
 namespace idem {
 
@@ -130,14 +129,14 @@ struct resolvable_call {
 
   template <class... Args>
   decltype(auto) operator()(Args&&... args) {
-    return detail::invoke(call, std::forward<Args>(args)...);
+    return std::invoke(call, std::forward<Args>(args)...);
   }
   template <class... Args>
   decltype(auto) resolve(const attempt_context& context, Args&... args) {
     if constexpr (std::invocable<Resolver&, const attempt_context&, Args&...>) {
-      return detail::invoke(resolver, context, args...);
+      return std::invoke(resolver, context, args...);
     } else {
-      return detail::invoke(resolver, context);
+      return std::invoke(resolver, context);
     }
   }
 };
@@ -200,9 +199,7 @@ class retrying {
     key_generator_type key_generator{};
     /// Seeds the jitter and the keys, for tests that replay; unset, 256 nondeterministic bits
     /// are drawn. Never fix it in production: two processes with one seed make the same keys.
-    /// (A std::optional<std::uint64_t>, named through Policies so that clang++ instantiates it
-    /// only where a retrying is used; see detail/lazy.hpp.)
-    detail::lazy_t<Policies, std::optional<std::uint64_t>> seed{};
+    std::optional<std::uint64_t> seed{};
     retry_limits limits{Policies::max_attempts, Policies::deadline};
   };
 
@@ -263,6 +260,14 @@ class retrying {
   retry_outcome<detail::call_result_t<Call, Args...>> run_operation(const key_buffer* given,
                                                                     Args&... args) {
     using result_type = detail::call_result_t<Call, Args...>;
+    static_assert(!std::same_as<classifier_type, default_classifier> ||
+                      judged_by_default_classifier<result_type>,
+                  "idem::retrying: the default classifier cannot tell whether this call's result "
+                  "failed, so it would never be retried. Give the result type an HTTP status (a "
+                  "`status` member or `status()` function), return a std::error_code, or choose "
+                  "a classifier in the policies: `using classifier = "
+                  "idem::exception_classifier<>;` when failures are exceptions and every value "
+                  "is a success, or `idem::classify_with<F>` for rules of your own.");
     static_assert(Classifier<classifier_type, result_type>,
                   "Policies::classifier must provide classify(const Result&) for this call's "
                   "result type and classify_exception(std::exception_ptr), both returning "
@@ -431,9 +436,9 @@ class retrying {
   template <class... Args>
   decltype(auto) invoke_call(const attempt_context& context, Args&... args) {
     if constexpr (detail::takes_context<Call, Args...>) {
-      return detail::invoke(call_, context, args...);
+      return std::invoke(call_, context, args...);
     } else {
-      return detail::invoke(call_, args...);
+      return std::invoke(call_, args...);
     }
   }
 

@@ -403,9 +403,20 @@ TEST_CASE("classify_with takes a lambda type, and leaves exceptions to the built
 
 // --- values the default classifier does not guess about -----------------------------------
 
-TEST_CASE("the default classifier takes a plain int or string result for a success") {
-  const idem::default_classifier classifier;
-  // Not an HTTP status: an int result could be anything, so it is not judged as one.
+TEST_CASE("the default classifier does not judge a plain int or string result") {
+  // An int could be anything, an HTTP status among them: rather than call 503 a success, the
+  // default classifier does not take it (retrying then fails to compile, with what to do).
+  STATIC_REQUIRE_FALSE(idem::judged_by_default_classifier<int>);
+  STATIC_REQUIRE_FALSE(idem::judged_by_default_classifier<std::string>);
+  STATIC_REQUIRE_FALSE(idem::Classifier<idem::default_classifier, int>);
+  STATIC_REQUIRE(idem::judged_by_default_classifier<void>);
+  STATIC_REQUIRE(idem::judged_by_default_classifier<std::error_code>);
+  STATIC_REQUIRE(idem::judged_by_default_classifier<response_with_status_member>);
+}
+
+TEST_CASE("exception_classifier<> takes a plain int or string result for a success") {
+  const idem::exception_classifier<> classifier;
+  // Not an HTTP status: failures are exceptions, so any returned value is a success.
   CHECK(classifier.classify(503).kind == disposition::success);
   CHECK(classifier.classify(500).kind == disposition::success);
   CHECK(classifier.classify(-1).kind == disposition::success);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <set>
@@ -474,6 +475,11 @@ TEST_CASE("the last error is surfaced unchanged, with the attempt history") {
   CHECK(history[1].started_at == history[0].delay_after);
 }
 
+// A call returning a plain int says failure by throwing: its policies say so.
+struct exception_policies : manual_policies {
+  using classifier = idem::exception_classifier<>;
+};
+
 TEST_CASE("a call's own permanent exception passes through after one attempt") {
   idem::manual_clock clock;
   int calls = 0;
@@ -481,13 +487,37 @@ TEST_CASE("a call's own permanent exception passes through after one attempt") {
     ++calls;
     throw std::logic_error("bad request body");
   };
-  auto call = manual_retrying<manual_policies>(buggy, clock);
+  auto call = manual_retrying<exception_policies>(buggy, clock);
 
   auto outcome = call();
 
   CHECK(calls == 1);
   CHECK(outcome.verdict() == idem::retry_verdict::permanent_failure);
   CHECK_THROWS_WITH(outcome.value(), "bad request body");
+}
+
+TEST_CASE("the history reads oldest first in a range-for and through its iterators") {
+  idem::manual_clock clock;
+  scripted dependency{{503}};
+  retrying_scripted<> call{std::ref(dependency), options_with(clock, 12, 1000s)};
+
+  auto outcome = call();
+
+  REQUIRE(outcome.attempts() == 12);  // past the eight held inline
+  int expected = 1;
+  for (const idem::attempt_record& attempt : outcome.history()) {
+    CHECK(attempt.attempt == expected);
+    CHECK(attempt.code == 503);
+    ++expected;
+  }
+  CHECK(expected == 13);
+  const auto& history = outcome.history();
+  STATIC_REQUIRE(std::random_access_iterator<idem::attempt_history::const_iterator>);
+  CHECK(std::ranges::distance(history) == 12);
+  CHECK(history.end() - history.begin() == 12);
+  CHECK(history.begin()[9].attempt == 10);
+  CHECK((history.end() - 1)->attempt == 12);
+  CHECK(std::ranges::count_if(history, [](const auto& a) { return a.code == 503; }) == 12);
 }
 
 TEST_CASE("the history keeps every attempt beyond its inline capacity") {
@@ -588,12 +618,11 @@ TEST_CASE("the observer sees every attempt, every wait and the end") {
                                            "attempt 3 success", "finish succeeded after 3"});
 }
 
-TEST_CASE("an event_callback takes any callable of its event, as std::function would") {
+TEST_CASE("an event_callback takes any callable of its event") {
   const idem::finish_event event{idem::redacted_key{"key"}, idem::retry_verdict::succeeded, 2,
                                  std::chrono::nanoseconds{5}};
   idem::event_callback<idem::finish_event> callback;
-  CHECK_FALSE(callback);
-  callback(event);  // an unset callback does nothing
+  CHECK_FALSE(callback);  // unset: callback_observer skips it (the next test)
 
   int calls = 0;
   callback = [&](const idem::finish_event& e) { calls += e.attempts; };

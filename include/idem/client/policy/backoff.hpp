@@ -16,11 +16,11 @@
 #ifndef IDEM_CLIENT_POLICY_BACKOFF_HPP
 #define IDEM_CLIENT_POLICY_BACKOFF_HPP
 
+#include <algorithm>
 #include <chrono>
 #include <concepts>
 #include <cstdint>
 
-#include <idem/detail/algorithm.hpp>
 #include <idem/client/policy/random.hpp>
 
 namespace idem {
@@ -89,10 +89,10 @@ struct decorrelated_jitter {
   template <RandomSource R>
   std::chrono::nanoseconds delay(int, std::chrono::nanoseconds previous, R& rng) const noexcept {
     if (base >= cap) return cap;
-    const auto last = detail::max(previous, base);
+    const auto last = std::max(previous, base);
     // previous * 3, saturating at cap: beyond it the draw is clipped anyway.
     const auto upper = last > cap / 3 ? cap : last * 3;
-    return detail::min(cap, base + detail::random_up_to(rng, upper - base));
+    return std::min(cap, base + detail::random_up_to(rng, upper - base));
   }
 };
 

@@ -12,6 +12,7 @@
 #ifndef IDEM_CLIENT_POLICY_BREAKER_HPP
 #define IDEM_CLIENT_POLICY_BREAKER_HPP
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <chrono>
@@ -21,9 +22,6 @@
 #include <mutex>
 #include <stdexcept>
 #include <vector>
-
-#include <idem/detail/algorithm.hpp>
-#include <idem/detail/lazy.hpp>
 
 namespace idem {
 
@@ -50,9 +48,7 @@ namespace detail {
 
 /// The open / half-open / closed machine both breakers share; they differ only in when a closed
 /// breaker trips. The closed state is read with one atomic load, so the hot path takes no lock;
-/// transitions are rare and take the mutex. (A template only so that it compiles where it is
-/// used; see basic_memory_store.)
-template <class Lazy = void>
+/// transitions are rare and take the mutex.
 class breaker_machine {
  public:
   breaker_machine(std::chrono::nanoseconds open_for, int probes)
@@ -120,9 +116,7 @@ class breaker_machine {
   }
 
  private:
-  // Named through Lazy (detail/lazy.hpp), or clang++ would instantiate the atomic wherever this
-  // header is included.
-  detail::lazy_t<Lazy, std::atomic<breaker_state>> mode_{breaker_state::closed};
+  std::atomic<breaker_state> mode_{breaker_state::closed};
   std::mutex mutex_;
   std::chrono::nanoseconds opened_at_{};
   std::chrono::nanoseconds open_for_;
@@ -134,8 +128,7 @@ class breaker_machine {
 }  // namespace detail
 
 /// Opens after `threshold` failures in a row (Polly's "consecutive failures" breaker).
-template <class Lazy>
-class basic_consecutive_failure_breaker {
+class consecutive_failure_breaker {
  public:
   struct settings {
     int threshold = 5;                                             // failures in a row that open it
@@ -143,8 +136,8 @@ class basic_consecutive_failure_breaker {
     int probes = 1;  // successes in a row that close it
   };
 
-  basic_consecutive_failure_breaker() : basic_consecutive_failure_breaker(settings{}) {}
-  explicit basic_consecutive_failure_breaker(settings s) : state_(std::make_shared<shared>(s)) {
+  consecutive_failure_breaker() : consecutive_failure_breaker(settings{}) {}
+  explicit consecutive_failure_breaker(settings s) : state_(std::make_shared<shared>(s)) {
     if (s.threshold < 1) {
       throw std::invalid_argument(
           "idem::consecutive_failure_breaker: threshold must be at least 1");
@@ -179,23 +172,19 @@ class basic_consecutive_failure_breaker {
  private:
   struct shared {
     explicit shared(const settings& s) : machine(s.open_for, s.probes), threshold(s.threshold) {}
-    detail::breaker_machine<Lazy> machine;
+    detail::breaker_machine machine;
     int threshold;
     std::atomic<int> failures{0};
   };
   std::shared_ptr<shared> state_;
 };
 
-// A template only so that it compiles where it is used (see basic_memory_store).
-using consecutive_failure_breaker = basic_consecutive_failure_breaker<void>;
-
 /// Opens when at least `threshold_percent` of the last `window` calls failed, once at least
 /// `minimum_calls` have been seen (resilience4j's count-based sliding window; its defaults).
 /// Every call, successes included, claims a slot of the shared window with one atomic add: on
 /// many cores calling one dependency that line is contended, where the consecutive-failure
 /// breaker only reads on success.
-template <class Lazy>
-class basic_failure_rate_breaker {
+class failure_rate_breaker {
  public:
   struct settings {
     int window = 100;            // calls remembered
@@ -205,8 +194,8 @@ class basic_failure_rate_breaker {
     int probes = 10;  // successes in a row that close it
   };
 
-  basic_failure_rate_breaker() : basic_failure_rate_breaker(settings{}) {}
-  explicit basic_failure_rate_breaker(settings s) : state_(std::make_shared<shared>(s)) {
+  failure_rate_breaker() : failure_rate_breaker(settings{}) {}
+  explicit failure_rate_breaker(settings s) : state_(std::make_shared<shared>(s)) {
     if (s.window < 1 || s.minimum_calls < 1 || s.minimum_calls > s.window ||
         s.threshold_percent < 1 || s.threshold_percent > 100) {
       throw std::invalid_argument(
@@ -231,7 +220,7 @@ class basic_failure_rate_breaker {
     if (s.machine.failure_when_not_closed(now)) return;
     s.record(true);
     const std::int64_t calls =
-        detail::min<std::int64_t>(s.recorded.load(std::memory_order_relaxed), s.window);
+        std::min<std::int64_t>(s.recorded.load(std::memory_order_relaxed), s.window);
     if (calls >= s.minimum_calls && s.failures() * 100 >= s.threshold_percent * calls) {
       s.machine.trip(now);
       s.reset();
@@ -274,18 +263,13 @@ class basic_failure_rate_breaker {
       recorded.store(0, std::memory_order_relaxed);
     }
 
-    detail::breaker_machine<Lazy> machine;
+    detail::breaker_machine machine;
     std::int64_t window, minimum_calls, threshold_percent;
-    // Named through Lazy (detail/lazy.hpp), or clang++ would instantiate the vector's constructor
-    // and iterators wherever this header is included.
-    detail::lazy_t<Lazy, std::vector<std::atomic<std::uint64_t>>> bits;
+    std::vector<std::atomic<std::uint64_t>> bits;
     std::atomic<std::int64_t> recorded{0};
   };
   std::shared_ptr<shared> state_;
 };
-
-// A template only so that it compiles where it is used (see basic_memory_store).
-using failure_rate_breaker = basic_failure_rate_breaker<void>;
 
 }  // namespace idem
 

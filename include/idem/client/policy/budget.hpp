@@ -10,13 +10,12 @@
 #ifndef IDEM_CLIENT_POLICY_BUDGET_HPP
 #define IDEM_CLIENT_POLICY_BUDGET_HPP
 
+#include <algorithm>
 #include <atomic>
 #include <concepts>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
-
-#include <idem/detail/algorithm.hpp>
 
 namespace idem {
 
@@ -46,8 +45,7 @@ struct unlimited_budget {
 
 /// A token bucket shared by its copies. Tokens are kept in thousandths so that fractional
 /// deposits (0.1 x 5 = 0.5 token) add up exactly.
-template <class Lazy>
-class basic_token_bucket {
+class token_bucket {
  public:
   struct settings {
     double max_tokens = 500;           // AWS SDK INITIAL_RETRY_TOKENS; also the bucket's size
@@ -57,8 +55,8 @@ class basic_token_bucket {
     double retry_ratio = 0.1;          // gRPC retry throttling's example tokenRatio
   };
 
-  basic_token_bucket() : basic_token_bucket(settings{}) {}
-  explicit basic_token_bucket(settings s) : state_(std::make_shared<state>(validated(s))) {}
+  token_bucket() : token_bucket(settings{}) {}
+  explicit token_bucket(settings s) : state_(std::make_shared<state>(validated(s))) {}
 
   void on_request() noexcept { deposit(state_->request_deposit); }
 
@@ -128,7 +126,7 @@ class basic_token_bucket {
     // The common case, a healthy dependency, keeps the bucket full: then this is one load and
     // no write, so callers on many cores do not fight over the cache line.
     while (current < capacity) {
-      if (tokens.compare_exchange_weak(current, detail::min(capacity, current + amount),
+      if (tokens.compare_exchange_weak(current, std::min(capacity, current + amount),
                                        std::memory_order_relaxed)) {
         return;
       }
@@ -137,9 +135,6 @@ class basic_token_bucket {
 
   std::shared_ptr<state> state_;
 };
-
-// A template only so that it compiles where it is used (see basic_memory_store).
-using token_bucket = basic_token_bucket<void>;
 
 }  // namespace idem
 

@@ -231,7 +231,9 @@ struct exception_types {};
 /// Exceptions by type: those in `Transient` (or derived from one) are repeated, those in
 /// `Ambiguous` are repeated as ambiguous, std::system_error by its code, others are permanent.
 /// Returned values are successes.
-template <class Transient, class Ambiguous = exception_types<>>
+/// `exception_classifier<>`: failures are exceptions (std::system_error by its code), and every
+/// returned value is a success.
+template <class Transient = exception_types<>, class Ambiguous = exception_types<>>
 struct exception_classifier;
 
 template <class... Transient, class... Ambiguous>
@@ -247,17 +249,26 @@ struct exception_classifier<exception_types<Transient...>, exception_types<Ambig
   }
 };
 
+/// What the default classifier can judge: a value that says by itself whether it failed (an
+/// HTTP-like response, an error code), or nothing (a call returning void fails by throwing).
+/// Any other type, say `struct reply { int code; }`, could carry a 503 that the default would
+/// have to call a success, and the call would silently never be retried; retrying refuses to
+/// compile it instead and says what to do.
+template <class R>
+concept judged_by_default_classifier =
+    std::is_void_v<R> || http_response_like<R> || detail::error_code_like<R>;
+
 /// The default: HTTP-like responses by the HTTP rules, error codes by the errno and gRPC rules,
-/// std::system_error by its code; any other value is a success and any other exception permanent.
+/// std::system_error by its code; any other exception is permanent. A call returning another
+/// type needs a classifier of its own (`exception_classifier<>` when its failures are
+/// exceptions and every value a success, `classify_with` for rules of its own).
 struct default_classifier {
-  template <class R>
+  template <judged_by_default_classifier R>
   classification classify(const R& result) const {
     if constexpr (http_response_like<R>) {
       return http_classifier{}.classify(result);
-    } else if constexpr (detail::error_code_like<R>) {
-      return classify_error_code(detail::to_error_code(result));
     } else {
-      return {disposition::success, 0, false, {}};
+      return classify_error_code(detail::to_error_code(result));
     }
   }
   classification classify_exception(const std::exception_ptr& error) const noexcept {

@@ -14,9 +14,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include <idem/key.hpp>
-#include <idem/clock.hpp>
 #include <idem/client/policy/random.hpp>
+#include <idem/clock.hpp>
+#include <idem/key.hpp>
 
 namespace idem {
 

@@ -2,8 +2,7 @@
 //
 // The default, no_observer, has empty inline members: the calls vanish when inlined, so a
 // configuration that watches nothing pays nothing. counting_observer keeps totals in atomics
-// (copies share them); callback_observer forwards to user functions, held in event_callback
-// (a small std::function of our own, so that idem does not include <functional>).
+// (copies share them); callback_observer forwards to user functions (std::function).
 //
 // Events carry the operation's key redacted (idem/client/redacted_key.hpp): an observer that logs
 // `event.key.str()` writes a stable hash, never the key, which the caller may treat as a secret.
@@ -14,13 +13,13 @@
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <type_traits>
 #include <utility>
 
 #include <idem/client/attempt.hpp>
-#include <idem/detail/invoke.hpp>
 #include <idem/client/redacted_key.hpp>
 
 namespace idem {
@@ -99,10 +98,9 @@ struct no_observer {
 };
 
 /// Totals, shared by copies, safe from many threads.
-template <class Lazy>
-class basic_counting_observer {
+class counting_observer {
  public:
-  basic_counting_observer() : counts_(std::make_shared<counters>()) {}
+  counting_observer() : counts_(std::make_shared<counters>()) {}
 
   void on_attempt(const attempt_event&) noexcept { add(counts_->attempts); }
   void on_delay(const delay_event& e) noexcept {
@@ -137,88 +135,27 @@ class basic_counting_observer {
   std::shared_ptr<counters> counts_;
 };
 
-// A template only so that it compiles where it is used (see basic_memory_store).
-using counting_observer = basic_counting_observer<void>;
-
+/// A user function that takes one event. Any callable that accepts `const Event&` can be
+/// assigned (a lambda, a function pointer, a pointer to member); its result is discarded.
 template <class Event>
-class event_callback;
-
-namespace detail {
-// What an event_callback<Event> can hold: a copyable callable that takes `const Event&`. Another
-// event_callback is copied or moved, not wrapped.
-template <class F, class Event>
-concept event_function = !std::same_as<F, event_callback<Event>> && std::copy_constructible<F> &&
-                         std::invocable<F&, const Event&>;
-}  // namespace detail
-
-/// A user function that takes one event: what std::function<void(const Event&)> would hold,
-/// without <functional>. Assign any callable that accepts `const Event&` (a lambda, a function
-/// pointer, a std::function, a pointer to member); its result is discarded. Copies copy the
-/// callable, as std::function's do. Empty when default-constructed or given nullptr or a null
-/// pointer, which `if (callback)` tells; calling an empty one does nothing (where an empty
-/// std::function would throw std::bad_function_call).
-template <class Event>
-class event_callback {
- public:
-  event_callback() noexcept = default;
-  event_callback(std::nullptr_t) noexcept {}
-
-  // Implicit, as std::function's, so that `observer.attempt = [&](const attempt_event& e) {...};`
-  // reads as it did when the fields were std::functions. By value: a lambda is moved in.
-  template <detail::event_function<Event> F>
-  event_callback(F f) {
-    if constexpr (std::is_pointer_v<F> || std::is_member_pointer_v<F>) {
-      if (f == nullptr) return;
-    }
-    target_ = std::make_unique<holder<F>>(std::move(f));
-  }
-
-  event_callback(const event_callback& other)
-      : target_(other.target_ ? other.target_->clone() : nullptr) {}
-  event_callback(event_callback&&) noexcept = default;
-  event_callback& operator=(event_callback other) noexcept {
-    target_ = std::move(other.target_);
-    return *this;
-  }
-
-  explicit operator bool() const noexcept { return target_ != nullptr; }
-
-  // const, like std::function's: the callable itself may still change (a mutable lambda).
-  void operator()(const Event& event) const {
-    if (target_ != nullptr) target_->call(event);
-  }
-
- private:
-  struct callable {
-    virtual ~callable() = default;
-    virtual void call(const Event& event) = 0;
-    virtual std::unique_ptr<callable> clone() const = 0;
-  };
-  template <class F>
-  struct holder final : callable {
-    explicit holder(F g) : f(std::move(g)) {}
-    void call(const Event& event) override { static_cast<void>(detail::invoke(f, event)); }
-    std::unique_ptr<callable> clone() const override { return std::make_unique<holder>(f); }
-    F f;
-  };
-
-  std::unique_ptr<callable> target_;
-};
+using event_callback = std::function<void(const Event&)>;
 
 /// Forwards each event to a user function; an unset function is skipped.
-template <class Lazy>
-struct basic_callback_observer {
+struct callback_observer {
   event_callback<attempt_event> attempt;
   event_callback<delay_event> delay;
   event_callback<finish_event> finish;
 
-  void on_attempt(const attempt_event& e) const { attempt(e); }
-  void on_delay(const delay_event& e) const { delay(e); }
-  void on_finish(const finish_event& e) const { finish(e); }
+  void on_attempt(const attempt_event& e) const {
+    if (attempt) attempt(e);
+  }
+  void on_delay(const delay_event& e) const {
+    if (delay) delay(e);
+  }
+  void on_finish(const finish_event& e) const {
+    if (finish) finish(e);
+  }
 };
-
-// A template only so that it compiles where it is used (see basic_memory_store).
-using callback_observer = basic_callback_observer<void>;
 
 }  // namespace idem
 
