@@ -22,10 +22,8 @@
 //   (RFC 9110 §5.5 excludes it from the field value); parse_http_date takes the bare date, where
 //   the grammar allows no extra whitespace.
 //
-// The calendar arithmetic is done on plain integers (days since 1970-01-01, by Howard Hinnant's
-// algorithms, which std::chrono's calendar implements too) rather than with year_month_day,
-// sys_days and floor<days>: those are templates, and these functions are inline, so every
-// translation unit that includes idem would instantiate them whether it parses a date or not.
+// The calendar is std::chrono's (year_month_day, sys_days, weekday): the proleptic Gregorian
+// calendar RFC 9110 dates are written in.
 #ifndef IDEM_CLIENT_RETRY_AFTER_HPP
 #define IDEM_CLIENT_RETRY_AFTER_HPP
 
@@ -152,55 +150,13 @@ constexpr int resolve_two_digit_year(int yy, int reference_year) noexcept {
   return limit - back;
 }
 
-// Days since 1970-01-01 of a date of the proleptic Gregorian calendar (month 1-12, day 1-31):
-// Hinnant's days_from_civil (http://howardhinnant.github.io/date_algorithms.html). Years are
-// counted in eras of 400 years (146097 days), which repeat exactly; March is the first month of
-// the shifted year, so that February's extra day falls at its end.
-constexpr std::int64_t days_from_civil(std::int64_t year, int month, int day) noexcept {
-  year -= month <= 2 ? 1 : 0;
-  const std::int64_t era = (year >= 0 ? year : year - 399) / 400;
-  const std::int64_t year_of_era = year - era * 400;  // [0, 399]
-  const std::int64_t day_of_year = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1;
-  const std::int64_t day_of_era =
-      year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;  // [0, 146096]
-  return era * 146097 + day_of_era - 719468;  // 719468: days from 0000-03-01 to 1970-01-01
-}
-
-// The year of the date `days` after 1970-01-01: the year part of Hinnant's civil_from_days.
-constexpr std::int64_t year_from_days(std::int64_t days) noexcept {
-  days += 719468;
-  const std::int64_t era = (days >= 0 ? days : days - 146096) / 146097;
-  const std::int64_t day_of_era = days - era * 146097;  // [0, 146096]
-  // [0, 399]: the leap days before day_of_era taken out, what is left divides by 365.
-  const std::int64_t year_of_era =
-      (day_of_era - day_of_era / 1460 + day_of_era / 36524 - day_of_era / 146096) / 365;
-  const std::int64_t day_of_year =
-      day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);  // [0, 365]
-  const std::int64_t shifted_month = (5 * day_of_year + 2) / 153;              // [0, 11], 0 = March
-  // January and February close the shifted year, so they belong to the next calendar year.
-  return era * 400 + year_of_era + (shifted_month >= 10 ? 1 : 0);
-}
-
-// 0 = Sunday: 1970-01-01 was a Thursday (4).
-constexpr int weekday_from_days(std::int64_t days) noexcept {
-  return static_cast<int>(days >= -4 ? (days + 4) % 7 : (days + 5) % 7 + 6);
-}
-
-constexpr bool is_leap_year(std::int64_t year) noexcept {
-  return year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
-}
-
-constexpr int last_day_of_month(std::int64_t year, int month) noexcept {
-  constexpr int days[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-  return month == 2 && is_leap_year(year) ? 29 : days[month - 1];
-}
-
 // system_clock's tick, as a whole number of ticks per second. Every standard library's is a
 // fraction of a second that divides 1e9: 1 ns (libstdc++), 1 us (libc++), 100 ns (MSVC).
 inline constexpr std::int64_t ticks_per_second = std::chrono::system_clock::period::den;
-static_assert(std::chrono::system_clock::period::num == 1 && 1'000'000'000 % ticks_per_second == 0,
-              "idem/client/retry_after.hpp expects system_clock to tick in a fraction of a second that "
-              "a nanosecond divides (1 ns, 100 ns, 1 us, ...).");
+static_assert(
+    std::chrono::system_clock::period::num == 1 && 1'000'000'000 % ticks_per_second == 0,
+    "idem/client/retry_after.hpp expects system_clock to tick in a fraction of a second that "
+    "a nanosecond divides (1 ns, 100 ns, 1 us, ...).");
 
 // `now` split into whole seconds since the epoch, rounded down, and the nanoseconds past them
 // (in [0, 1e9)), by integer division of the tick count: nothing is multiplied out of range for
@@ -229,7 +185,8 @@ inline int year_of(std::chrono::system_clock::time_point now) noexcept {
   std::int64_t days = seconds / 86400 - (seconds % 86400 < 0 ? 1 : 0);  // rounded down
   if (days > max_days) days = max_days;
   if (days < -max_days) days = -max_days;
-  return static_cast<int>(year_from_days(days));
+  const std::chrono::sys_days day{std::chrono::days{days}};
+  return static_cast<int>(std::chrono::year_month_day{day}.year());
 }
 
 // Validates the fields and turns them into seconds since the Unix epoch. The range is about
@@ -238,13 +195,16 @@ inline int year_of(std::chrono::system_clock::time_point now) noexcept {
 constexpr bool to_epoch_seconds(const http_date_fields& f, std::int64_t& seconds) noexcept {
   // The years std::chrono::year holds: every year the parsers and year_of can produce.
   if (f.year < -32767 || f.year > 32767) return false;
-  if (f.month < 1 || f.month > 12) return false;
-  if (f.day < 1 || f.day > last_day_of_month(f.year, f.month)) return false;  // Feb 30, Apr 31
+  if (f.month < 1 || f.month > 12 || f.day < 1 || f.day > 31) return false;
   if (f.hour > 23 || f.minute > 59 || f.second > 60) return false;
-  const std::int64_t days = days_from_civil(f.year, f.month, f.day);
-  if (weekday_from_days(days) != f.weekday) return false;
+  const std::chrono::year_month_day date{std::chrono::year{f.year},
+                                         std::chrono::month{static_cast<unsigned>(f.month)},
+                                         std::chrono::day{static_cast<unsigned>(f.day)}};
+  if (!date.ok()) return false;  // Feb 30, Apr 31
+  const std::chrono::sys_days day{date};
+  if (std::chrono::weekday{day}.c_encoding() != static_cast<unsigned>(f.weekday)) return false;
   const int time_of_day = f.hour * 3600 + f.minute * 60 + f.second;
-  seconds = days * 86400 + time_of_day;
+  seconds = std::int64_t{day.time_since_epoch().count()} * 86400 + time_of_day;
   return true;
 }
 
