@@ -31,7 +31,6 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -49,10 +48,11 @@
 #include <utility>
 #include <vector>
 
-#include <idem/server/fingerprint/digest.hpp>
 #include <idem/client/policy/backoff.hpp>
 #include <idem/client/policy/random.hpp>
+#include <idem/server/fingerprint/digest.hpp>
 #include <idem/store/contract.hpp>
+#include <idem/store/detail/connection_pool.hpp>
 
 namespace idem {
 
@@ -545,24 +545,21 @@ class postgres_store {
 
  private:
   class pool;
+  using connection_pool = detail::connection_pool<detail::postgres::connection_ptr>;
 
   // One pooled connection, held for one call. Handed back on destruction; a connection that
   // failed is closed instead, and the next call opens a fresh one.
   class borrowed {
    public:
-    borrowed(pool* owner, detail::postgres::connection_ptr connection) noexcept
-        : owner_(owner), connection_(std::move(connection)) {}
-    borrowed(borrowed&& other) noexcept
-        : owner_(other.owner_), connection_(std::move(other.connection_)) {}
+    explicit borrowed(connection_pool::lease lease) noexcept : lease_(std::move(lease)) {}
+    borrowed(borrowed&& other) noexcept = default;
     borrowed(const borrowed&) = delete;
     borrowed& operator=(const borrowed&) = delete;
     borrowed& operator=(borrowed&&) = delete;
-    ~borrowed() { give_back(); }
+    ~borrowed() = default;
 
-    PGconn* get() const noexcept { return connection_.get(); }
-    void give_back() noexcept {
-      if (connection_) owner_->give_back(std::move(connection_));
-    }
+    PGconn* get() const noexcept { return lease_.get().get(); }
+    void give_back() noexcept { lease_.give_back(); }
 
     // Runs a prepared statement; returns its result, or throws: store_error, or
     // postgres_error when `retryable_as_postgres_error` and the failure is 40001/40P01.
@@ -594,8 +591,7 @@ class postgres_store {
           std::string("idem::postgres_store: ") + what + ": " + pg::describe(get(), result);
       if (kind == pg::failure_kind::connection) {
         // Dropped rather than pooled: a broken connection never serves another call.
-        connection_.reset();
-        owner_->forget_one();
+        lease_.discard();
       }
       if (kind == pg::failure_kind::retry && retryable_as_postgres_error) {
         const char* state = PQresultErrorField(result, PG_DIAG_SQLSTATE);
@@ -608,29 +604,22 @@ class postgres_store {
 
     // Rolls back whatever is open; a connection that cannot even do that is dropped.
     void roll_back() noexcept {
-      if (!connection_) return;
+      if (!lease_.held()) return;
       // A failed COMMIT has already ended the transaction.
       if (PQtransactionStatus(get()) == PQTRANS_IDLE) return;
       const detail::postgres::result_ptr result{PQexec(get(), "ROLLBACK")};
-      if (!result || PQresultStatus(result.get()) != PGRES_COMMAND_OK) {
-        connection_.reset();
-        owner_->forget_one();
-      }
+      if (!result || PQresultStatus(result.get()) != PGRES_COMMAND_OK) lease_.discard();
     }
 
    private:
-    pool* owner_;
-    detail::postgres::connection_ptr connection_;
+    connection_pool::lease lease_;
   };
 
   // The shared state of every copy: options, SQL, and the idle connections.
   class pool {
    public:
-    explicit pool(options given) : config(std::move(given)) {
+    explicit pool(options given) : config(with_pool(std::move(given))) {
       namespace pg = detail::postgres;
-      if (config.pool_size == 0) {
-        throw std::invalid_argument("idem::postgres_store: pool_size must be at least 1");
-      }
       if (config.statement_timeout.count() < 0 || config.idle_in_transaction_timeout.count() < 0 ||
           config.connect_timeout.count() < 0) {
         throw std::invalid_argument("idem::postgres_store: timeouts cannot be negative");
@@ -655,67 +644,42 @@ class postgres_store {
     pool& operator=(const pool&) = delete;
     ~pool() = default;
 
-    borrowed acquire() {
-      namespace pg = detail::postgres;
-      std::unique_lock lock(mutex);
-      for (;;) {
-        while (!idle.empty()) {
-          pg::connection_ptr connection = std::move(idle.back());
-          idle.pop_back();
-          // A server that restarted closed every idle connection; reading what it sent notices
-          // that here, for the price of one non-blocking recv, instead of failing the call.
-          if (PQconsumeInput(connection.get()) == 1 &&
-              PQstatus(connection.get()) == CONNECTION_OK &&
-              PQtransactionStatus(connection.get()) == PQTRANS_IDLE) {
-            return borrowed{this, std::move(connection)};
-          }
-          --open;
-          lock.unlock();
-          connection.reset();
-          lock.lock();
-        }
-        if (open < config.pool_size) break;
-        returned.wait(lock);
-      }
-      ++open;
-      lock.unlock();
-      try {
-        return borrowed{this, connect()};
-      } catch (...) {
-        forget_one();
-        throw;
-      }
-    }
-
-    void give_back(detail::postgres::connection_ptr connection) noexcept {
-      if (PQstatus(connection.get()) != CONNECTION_OK ||
-          PQtransactionStatus(connection.get()) != PQTRANS_IDLE) {
-        connection.reset();
-        forget_one();
-        return;
-      }
-      {
-        const std::lock_guard lock(mutex);
-        idle.push_back(std::move(connection));
-      }
-      returned.notify_one();
-    }
-
-    void forget_one() noexcept {
-      {
-        const std::lock_guard lock(mutex);
-        --open;
-      }
-      returned.notify_one();
-    }
+    borrowed acquire() { return borrowed{connections.acquire()}; }
 
     options config;
     std::string schema;
     std::string table;
     std::string meta;
     std::array<std::string, detail::postgres::statement::count> sql;
+    connection_pool connections{config.pool_size, pool_hooks()};
 
    private:
+    // Checked before the connection pool is made from it.
+    static options with_pool(options given) {
+      if (given.pool_size == 0) {
+        throw std::invalid_argument("idem::postgres_store: pool_size must be at least 1");
+      }
+      return given;
+    }
+
+    connection_pool::hooks pool_hooks() {
+      // Usable: connected, and not left inside a transaction (a failed rollback).
+      const auto usable = [](detail::postgres::connection_ptr& connection) {
+        return PQstatus(connection.get()) == CONNECTION_OK &&
+               PQtransactionStatus(connection.get()) == PQTRANS_IDLE;
+      };
+      return {
+          .open = [this] { return connect(); },
+          .reusable = usable,
+          // A server that restarted closed every idle connection; reading what it sent notices
+          // that here, for the price of one non-blocking recv, instead of failing the call.
+          .alive =
+              [usable](detail::postgres::connection_ptr& connection) {
+                return PQconsumeInput(connection.get()) == 1 && usable(connection);
+              },
+      };
+    }
+
     detail::postgres::connection_ptr connect() {
       namespace pg = detail::postgres;
       // The conninfo is expanded in place of dbname; later keywords would override it, so the
@@ -970,10 +934,6 @@ class postgres_store {
       return counts[which];
     }
 
-    std::mutex mutex;
-    std::condition_variable returned;
-    std::vector<detail::postgres::connection_ptr> idle;
-    std::size_t open = 0;
     std::mutex migrate_mutex;
     bool migrated = false;
   };

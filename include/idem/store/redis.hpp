@@ -65,7 +65,6 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
-#include <condition_variable>
 #include <csignal>
 #include <cstddef>
 #include <cstdint>
@@ -73,7 +72,6 @@
 #include <initializer_list>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -85,6 +83,7 @@
 
 #include <idem/server/fingerprint/digest.hpp>
 #include <idem/store/contract.hpp>
+#include <idem/store/detail/connection_pool.hpp>
 
 namespace idem {
 
@@ -705,15 +704,7 @@ class redis_store {
 
   // The shared part of every copy: settings, script digests and the connection pool.
   struct pool {
-    explicit pool(options given) : settings(std::move(given)) {
-      if (settings.prefix.find_first_of("{}") != std::string::npos) {
-        throw std::invalid_argument(
-            "idem::redis_store: the key prefix may not contain '{' or '}': they would move the "
-            "hash tag that keeps a record's keys in one cluster slot");
-      }
-      if (settings.pool_size == 0) {
-        throw std::invalid_argument("idem::redis_store: pool_size must be at least 1");
-      }
+    explicit pool(options given) : settings(with_pool(std::move(given))) {
       if (settings.unix_socket.empty() && (settings.port <= 0 || settings.port > 65535)) {
         throw std::invalid_argument("idem::redis_store: port " + std::to_string(settings.port) +
                                     " is not a TCP port");
@@ -740,22 +731,26 @@ class redis_store {
     // Whether exchanges block SIGPIPE: not when the process ignored it at construction.
     bool guard_sigpipe = !detail::sigpipe_blocked::ignored();
 
-    std::mutex mutex;
-    std::condition_variable returned;
-    std::vector<detail::redis_connection> idle;
-    std::size_t open = 0;
-    std::uint64_t generation = 0;  // bumped when the server went away: older connections go
+    detail::connection_pool<detail::redis_connection> connections{
+        settings.pool_size, {.open = [this] { return connect(); }, .reusable = {}, .alive = {}}};
 
-    struct lent {
-      detail::redis_connection connection;
-      std::uint64_t generation = 0;
-      bool reused = false;
-    };
+    // Checked before the connection pool is made from it, in the order users meet them.
+    static options with_pool(options given) {
+      if (given.prefix.find_first_of("{}") != std::string::npos) {
+        throw std::invalid_argument(
+            "idem::redis_store: the key prefix may not contain '{' or '}': they would move the "
+            "hash tag that keeps a record's keys in one cluster slot");
+      }
+      if (given.pool_size == 0) {
+        throw std::invalid_argument("idem::redis_store: pool_size must be at least 1");
+      }
+      return given;
+    }
 
     // The first connection: checks the server and loads the scripts, then joins the pool.
     void start() {
-      lent first = take();
-      redisContext* context = first.connection.get();
+      auto first = connections.acquire();
+      redisContext* context = first.get().get();
       check_server(context);
       std::vector<detail::redis_reply> loaded;
       {
@@ -786,7 +781,7 @@ class redis_store {
         }
         digests[i] = detail::reply_text(reply);
       }
-      give_back(std::move(first), true);
+      first.give_back();
     }
 
     void check_server(redisContext* context) const {
@@ -890,48 +885,6 @@ class redis_store {
       return made;
     }
 
-    lent take() {
-      std::unique_lock lock(mutex);
-      returned.wait(lock, [&] { return !idle.empty() || open < settings.pool_size; });
-      if (!idle.empty()) {
-        lent reused{std::move(idle.back()), generation, true};
-        idle.pop_back();
-        return reused;
-      }
-      ++open;
-      const std::uint64_t current = generation;
-      lock.unlock();
-      try {
-        return lent{connect(), current, false};
-      } catch (...) {
-        lock.lock();
-        --open;
-        returned.notify_one();
-        throw;
-      }
-    }
-
-    // healthy: the connection can serve again. A broken one is closed; when the server went
-    // away, every idle connection is closed too (they point at the same dead server).
-    void give_back(lent connection, bool healthy, bool server_gone = false) {
-      std::vector<detail::redis_connection> closed;
-      {
-        const std::lock_guard lock(mutex);
-        if (server_gone && connection.generation == generation) {
-          ++generation;
-          closed.swap(idle);
-          open -= closed.size();
-        }
-        if (healthy && connection.generation == generation) {
-          idle.push_back(std::move(connection.connection));
-        } else {
-          --open;
-        }
-        returned.notify_all();
-      }
-      // Closed outside the lock; `connection` closes itself if it was not kept.
-    }
-
     // Runs `talk(context, replies)` on a pooled connection: it answers false after an I/O
     // error, with errno as the failing call left it. A failure on a reused connection that the
     // server had closed (a restart) is tried once more on a fresh connection; any other failure
@@ -939,23 +892,23 @@ class redis_store {
     template <class Talk>
     std::vector<detail::redis_reply> over_connection(const char* operation, Talk&& talk) {
       for (int attempt = 0;; ++attempt) {
-        lent connection = take();
+        auto connection = connections.acquire();
         std::vector<detail::redis_reply> replies;
         int saved_errno = 0;
         bool answered = false;
         {
           const detail::sigpipe_blocked blocked(guard_sigpipe);
-          answered = talk(connection.connection.get(), replies);
+          answered = talk(connection.get().get(), replies);
           if (!answered) {
             saved_errno = errno;
             blocked.consume_pending();
           }
         }
         if (answered) {
-          give_back(std::move(connection), true);
+          connection.give_back();
           return replies;
         }
-        const int kind = connection.connection->err;
+        const int kind = connection.get()->err;
         const bool closed_by_server =
             kind == REDIS_ERR_EOF ||
             (kind == REDIS_ERR_IO && (saved_errno == ECONNRESET || saved_errno == EPIPE));
@@ -964,9 +917,14 @@ class redis_store {
         const std::string reason =
             timed_out
                 ? "no answer within " + std::to_string(settings.command_timeout.count()) + " ms"
-                : std::string(connection.connection->errstr);
-        const bool retry = closed_by_server && connection.reused && attempt == 0;
-        give_back(std::move(connection), false, closed_by_server);
+                : std::string(connection.get()->errstr);
+        const bool retry = closed_by_server && connection.reused() && attempt == 0;
+        // When the server closed it, it went away for every connection: they all go.
+        if (closed_by_server) {
+          connection.discard_all();
+        } else {
+          connection.discard();
+        }
         if (!retry) {
           throw store_error(store_failure::unavailable, std::string("idem::redis_store: ") +
                                                             operation + " failed: the server at " +

@@ -44,13 +44,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -64,6 +62,7 @@
 
 #include <idem/server/fingerprint/digest.hpp>
 #include <idem/store/contract.hpp>
+#include <idem/store/detail/connection_pool.hpp>
 
 namespace idem {
 
@@ -217,7 +216,6 @@ struct sqlite_settings {
   std::string path;
   bool synchronous_full = true;
   std::chrono::milliseconds busy_timeout{};
-  std::size_t connections = 0;
   std::size_t sweep_batch = 0;
   std::uint64_t max_database_bytes = 0;
 };
@@ -440,7 +438,7 @@ class sqlite_store {
     /// connection) before it throws store_error(unavailable).
     std::chrono::milliseconds busy_timeout{5000};
     /// Connections the store opens at most; they are opened as threads need them.
-    std::size_t connections = 8;
+    std::size_t pool_size = 8;
     /// Bounds; see the top of this header. A bounded store keeps a usage row up to date.
     std::size_t max_records = std::numeric_limits<std::size_t>::max();
     std::size_t max_bytes = std::numeric_limits<std::size_t>::max();
@@ -468,12 +466,12 @@ class sqlite_store {
   explicit sqlite_store(std::string path) : sqlite_store(options_for(std::move(path))) {}
   explicit sqlite_store(options settings) : state_(std::make_shared<state>(std::move(settings))) {
     lease connection = acquire();
-    migrate(connection.get());
+    migrate(*connection.get());
   }
 
   claim_result claim(const claim_request& request) {
     lease connection = acquire();
-    detail::sqlite_connection& c = connection.get();
+    detail::sqlite_connection& c = *connection.get();
     const std::int64_t now = detail::sqlite_nanoseconds(request.now);
     bool absent = true;
     {
@@ -573,7 +571,7 @@ class sqlite_store {
 
   bool complete(const fenced_key& held, std::string_view response, store_time /*now*/) {
     lease connection = acquire();
-    detail::sqlite_connection& c = connection.get();
+    detail::sqlite_connection& c = *connection.get();
     if (!state_->bounded)
       return fenced_write(c, detail::sqlite_statement::complete, held, response);
     write_transaction writing(c);
@@ -587,12 +585,12 @@ class sqlite_store {
 
   bool release(const fenced_key& held) {
     lease connection = acquire();
-    return fenced_write(connection.get(), detail::sqlite_statement::release, held, {});
+    return fenced_write(*connection.get(), detail::sqlite_statement::release, held, {});
   }
 
   bool checkpoint(const fenced_key& held, std::string_view recovery, store_time lease_until) {
     lease connection = acquire();
-    detail::sqlite_connection& c = connection.get();
+    detail::sqlite_connection& c = *connection.get();
     if (!state_->bounded) {
       return fenced_write(c, detail::sqlite_statement::checkpoint, held, recovery, lease_until);
     }
@@ -604,7 +602,7 @@ class sqlite_store {
 
   std::optional<record> find(std::string_view scope, std::string_view key, store_time now) {
     lease connection = acquire();
-    detail::sqlite_connection& c = connection.get();
+    detail::sqlite_connection& c = *connection.get();
     detail::sqlite_use read(c.statement(detail::sqlite_statement::read_record));
     bind_key(c, read.get(), scope, key);
     if (c.step(read.get(), "read a record") != SQLITE_ROW) return std::nullopt;
@@ -621,7 +619,7 @@ class sqlite_store {
 
   std::size_t sweep(store_time now) {
     lease connection = acquire();
-    detail::sqlite_connection& c = connection.get();
+    detail::sqlite_connection& c = *connection.get();
     const std::size_t batch = state_->settings.sweep_batch;
     std::size_t removed = 0;
     for (;;) {
@@ -638,7 +636,7 @@ class sqlite_store {
 
   std::vector<record> stuck(store_time now, std::size_t limit) {
     lease connection = acquire();
-    detail::sqlite_connection& c = connection.get();
+    detail::sqlite_connection& c = *connection.get();
     std::vector<record> out;
     if (limit == 0) return out;
     detail::sqlite_use list(c.statement(detail::sqlite_statement::stuck));
@@ -683,7 +681,6 @@ class sqlite_store {
       connection_settings.path = settings.path;
       connection_settings.synchronous_full = settings.synchronous == synchronous_mode::full;
       connection_settings.busy_timeout = settings.busy_timeout;
-      connection_settings.connections = settings.connections;
       connection_settings.sweep_batch = settings.sweep_batch;
       connection_settings.max_database_bytes = settings.max_database_bytes;
     }
@@ -693,37 +690,25 @@ class sqlite_store {
     options settings;
     detail::sqlite_settings connection_settings;
     bool bounded = false;
-    std::mutex mutex;
-    std::condition_variable returned;
-    std::vector<std::unique_ptr<detail::sqlite_connection>> idle;
-    std::size_t open = 0;
+    detail::connection_pool<std::unique_ptr<detail::sqlite_connection>> connections{
+        settings.pool_size, pool_hooks()};
+
+   private:
+    detail::connection_pool<std::unique_ptr<detail::sqlite_connection>>::hooks pool_hooks() {
+      return {
+          .open = [this] { return detail::sqlite_connection::open(connection_settings); },
+          // A connection still inside a transaction (its rollback failed) is not handed on.
+          .reusable =
+              [](const std::unique_ptr<detail::sqlite_connection>& connection) {
+                return sqlite3_get_autocommit(connection->db()) != 0;
+              },
+          .alive = {},
+      };
+    }
   };
 
   // A connection borrowed from the pool for one operation.
-  class lease {
-   public:
-    lease(state& owner, std::unique_ptr<detail::sqlite_connection> connection) noexcept
-        : owner_(&owner), connection_(std::move(connection)) {}
-    lease(const lease&) = delete;
-    lease& operator=(const lease&) = delete;
-    ~lease() {
-      // A connection still inside a transaction (its rollback failed) is not handed on.
-      const bool healthy = sqlite3_get_autocommit(connection_->db()) != 0;
-      const std::lock_guard lock(owner_->mutex);
-      if (healthy) {
-        owner_->idle.push_back(std::move(connection_));
-      } else {
-        --owner_->open;
-      }
-      owner_->returned.notify_one();
-      // An unhealthy connection is closed as connection_ goes, after the lock is let go.
-    }
-    detail::sqlite_connection& get() const noexcept { return *connection_; }
-
-   private:
-    state* owner_;
-    std::unique_ptr<detail::sqlite_connection> connection_;
-  };
+  using lease = detail::connection_pool<std::unique_ptr<detail::sqlite_connection>>::lease;
 
   // BEGIN IMMEDIATE on construction; ROLLBACK unless committed.
   class write_transaction {
@@ -789,8 +774,8 @@ class sqlite_store {
           "idem::sqlite_store: ':memory:' gives each connection a database of its own and keeps "
           "nothing; use a file, or idem::memory_store for a store that need not survive");
     }
-    if (settings.connections == 0) {
-      throw std::invalid_argument("idem::sqlite_store: connections must be at least 1");
+    if (settings.pool_size == 0) {
+      throw std::invalid_argument("idem::sqlite_store: pool_size must be at least 1");
     }
     if (settings.sweep_batch == 0 ||
         settings.sweep_batch > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
@@ -812,33 +797,14 @@ class sqlite_store {
 
   lease acquire() {
     require();
-    state& pool = *state_;
-    std::unique_lock lock(pool.mutex);
-    const auto deadline = std::chrono::steady_clock::now() + pool.settings.busy_timeout;
-    while (pool.idle.empty() && pool.open >= pool.settings.connections) {
-      if (pool.returned.wait_until(lock, deadline) == std::cv_status::timeout &&
-          pool.idle.empty() && pool.open >= pool.settings.connections) {
-        throw store_error(store_failure::unavailable,
-                          "idem::sqlite_store: all " + std::to_string(pool.settings.connections) +
-                              " connections to '" + pool.settings.path +
-                              "' stayed busy past the busy timeout");
-      }
+    lease connection = state_->connections.acquire_for(state_->settings.busy_timeout);
+    if (!connection.held()) {
+      throw store_error(store_failure::unavailable,
+                        "idem::sqlite_store: all " + std::to_string(state_->settings.pool_size) +
+                            " connections to '" + state_->settings.path +
+                            "' stayed busy past the busy timeout");
     }
-    if (!pool.idle.empty()) {
-      std::unique_ptr<detail::sqlite_connection> connection = std::move(pool.idle.back());
-      pool.idle.pop_back();
-      return lease(pool, std::move(connection));
-    }
-    ++pool.open;
-    lock.unlock();
-    try {
-      return lease(pool, detail::sqlite_connection::open(pool.connection_settings));
-    } catch (...) {
-      lock.lock();
-      --pool.open;
-      pool.returned.notify_one();
-      throw;
-    }
+    return connection;
   }
 
   // Creates or checks the schema. Inside BEGIN IMMEDIATE, so processes that open a new file at
@@ -1147,7 +1113,7 @@ bool sqlite_store::complete_within(const fenced_key& held, store_time /*now*/, P
                 "complete_within's argument must be callable as "
                 "std::string(idem::sqlite_store::transaction&): it returns the encoded response.");
   lease connection = acquire();
-  detail::sqlite_connection& c = connection.get();
+  detail::sqlite_connection& c = *connection.get();
   write_transaction writing(c);
   std::optional<held_size> sizes = held_sizes(c, held);
   if (!sizes || sizes->state != detail::sqlite_in_progress) return false;
