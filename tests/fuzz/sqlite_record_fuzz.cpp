@@ -43,7 +43,7 @@ struct fixture {
     idem::sqlite_store::options options;
     options.path = directory.file("records.sqlite3");
     options.synchronous = idem::sqlite_store::synchronous_mode::normal;
-    options.connections = 1;
+    options.pool_size = 1;
     store = idem::sqlite_store(options);
     static_cast<void>(store.find("s", "k", idem::store_time{}));  // creates the schema
     fuzz_require(sqlite3_open(options.path.c_str(), &raw) == SQLITE_OK, "open the file");

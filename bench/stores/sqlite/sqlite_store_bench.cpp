@@ -51,7 +51,7 @@ idem::sqlite_store open_idem(const std::string& path) {
   idem::sqlite_store::options options;
   options.path = path;
   options.synchronous = idem::sqlite_store::synchronous_mode::normal;
-  options.connections = 1;
+  options.pool_size = 1;
   return idem::sqlite_store{options};
 }
 

@@ -23,6 +23,9 @@
 //   timeout) throws store_error(unavailable) carrying libpq's message.
 // * The schema is created and migrated by the store itself, versioned in <table>_meta, under an
 //   advisory lock so that replicas starting together do not race.
+// Every option and its default: docs/stores/postgres.md. The binary wire format and record
+// decoding are in store/postgres/wire.hpp, how a failure is told apart in
+// store/postgres/failure.hpp.
 #ifndef IDEM_STORE_POSTGRES_HPP
 #define IDEM_STORE_POSTGRES_HPP
 
@@ -31,280 +34,30 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <exception>
 #include <initializer_list>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
-#include <idem/server/fingerprint/digest.hpp>
 #include <idem/client/policy/backoff.hpp>
-#include <idem/client/policy/random.hpp>
+#include <idem/server/fingerprint/digest.hpp>
 #include <idem/store/contract.hpp>
+#include <idem/store/detail/connection_pool.hpp>
+#include <idem/store/postgres/error.hpp>
+#include <idem/store/postgres/failure.hpp>
+#include <idem/store/postgres/statements.hpp>
+#include <idem/store/postgres/wire.hpp>
 
 namespace idem {
-
-/// An error PostgreSQL reported for the handler's own SQL inside complete_within, with its
-/// SQLSTATE. A serialization failure or deadlock (40001, 40P01) is retryable: complete_within
-/// rolls back and runs the handler again. A handler that runs SQL through the raw PGconn* can
-/// throw one itself to ask for the same.
-class postgres_error : public std::runtime_error {
- public:
-  postgres_error(std::string sqlstate, const std::string& message)
-      : std::runtime_error(message), sqlstate_(std::move(sqlstate)) {}
-  /// The five-character SQLSTATE; empty when the connection failed without one.
-  const std::string& sqlstate() const noexcept { return sqlstate_; }
-  bool retryable() const noexcept { return sqlstate_ == "40001" || sqlstate_ == "40P01"; }
-
- private:
-  std::string sqlstate_;
-};
-
-/// A result of the handler's SQL (postgres_store::transaction::exec): owns the PGresult.
-class postgres_result {
- public:
-  explicit postgres_result(PGresult* result) noexcept : result_(result) {}
-  postgres_result(postgres_result&& other) noexcept
-      : result_(std::exchange(other.result_, nullptr)) {}
-  postgres_result& operator=(postgres_result&& other) noexcept {
-    std::swap(result_, other.result_);
-    return *this;
-  }
-  postgres_result(const postgres_result&) = delete;
-  postgres_result& operator=(const postgres_result&) = delete;
-  ~postgres_result() { PQclear(result_); }
-
-  int rows() const noexcept { return PQntuples(result_); }
-  int columns() const noexcept { return PQnfields(result_); }
-  bool is_null(int row, int column) const noexcept {
-    return PQgetisnull(result_, row, column) != 0;
-  }
-  /// The value as text (the result format exec asks for).
-  std::string_view value(int row, int column) const noexcept {
-    return {PQgetvalue(result_, row, column),
-            static_cast<std::size_t>(PQgetlength(result_, row, column))};
-  }
-  /// Rows an INSERT, UPDATE or DELETE touched.
-  std::size_t affected() const {
-    const char* count = PQcmdTuples(result_);
-    return *count == '\0' ? 0 : static_cast<std::size_t>(std::stoull(count));
-  }
-  PGresult* get() const noexcept { return result_; }
-
- private:
-  PGresult* result_;
-};
-
-namespace detail::postgres {
-
-struct connection_closer {
-  void operator()(PGconn* connection) const noexcept { PQfinish(connection); }
-};
-using connection_ptr = std::unique_ptr<PGconn, connection_closer>;
-struct result_clearer {
-  void operator()(PGresult* result) const noexcept { PQclear(result); }
-};
-using result_ptr = std::unique_ptr<PGresult, result_clearer>;
-
-// Parameter and column types, by OID (pg_type.h is a server header).
-inline constexpr Oid bool_oid = 16;
-inline constexpr Oid bytea_oid = 17;
-inline constexpr Oid int8_oid = 20;
-inline constexpr Oid int2_oid = 21;
-
-// Binary wire format: integers are big-endian.
-inline void put_int8(std::array<char, 8>& out, std::int64_t value) noexcept {
-  auto bits = static_cast<std::uint64_t>(value);
-  for (int i = 7; i >= 0; --i) {
-    out[static_cast<std::size_t>(i)] = static_cast<char>(bits & 0xff);
-    bits >>= 8;
-  }
-}
-inline std::int64_t get_int(const PGresult* result, int row, int column) noexcept {
-  const auto* bytes = reinterpret_cast<const unsigned char*>(PQgetvalue(result, row, column));
-  const int length = PQgetlength(result, row, column);
-  std::uint64_t bits = 0;
-  for (int i = 0; i < length; ++i)
-    bits = (bits << 8) | bytes[i];
-  // Sign-extend the narrower types (int2).
-  if (length < 8 && length > 0 && (bytes[0] & 0x80) != 0) bits |= ~std::uint64_t{0} << (8 * length);
-  return static_cast<std::int64_t>(bits);
-}
-inline std::string_view get_bytes(const PGresult* result, int row, int column) noexcept {
-  return {PQgetvalue(result, row, column),
-          static_cast<std::size_t>(PQgetlength(result, row, column))};
-}
-
-inline std::int64_t to_nanoseconds(store_time time) noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(time.time_since_epoch()).count();
-}
-inline store_time from_nanoseconds(std::int64_t nanoseconds) noexcept {
-  return store_time{
-      std::chrono::duration_cast<store_time::duration>(std::chrono::nanoseconds{nanoseconds})};
-}
-
-// Record states as stored: a released record is a tombstone that keeps its fence.
-inline constexpr std::int64_t completed_state = 1;
-inline constexpr std::int64_t released_state = 2;
-
-// Reads fence, fingerprint, state, created_at, lease_until, expires_at, response, recovery from
-// column `first` on, in the binary format every statement of the store asks for. A free function
-// so that the fuzz target (tests/fuzz/postgres_record_fuzz.cpp) reaches it without a server.
-inline void read_record(const PGresult* result, int row, int first, record& out) {
-  out.fence = static_cast<std::uint64_t>(get_int(result, row, first));
-  const std::string_view print = get_bytes(result, row, first + 1);
-  out.fingerprint = digest{std::span<const std::uint8_t>{
-      reinterpret_cast<const std::uint8_t*>(print.data()), print.size()}};
-  out.state = get_int(result, row, first + 2) == completed_state ? record_state::completed
-                                                                 : record_state::in_progress;
-  out.created_at = from_nanoseconds(get_int(result, row, first + 3));
-  out.lease_until = from_nanoseconds(get_int(result, row, first + 4));
-  out.expires_at = from_nanoseconds(get_int(result, row, first + 5));
-  out.response = get_bytes(result, row, first + 6);
-  out.recovery = get_bytes(result, row, first + 7);
-}
-
-// Up to eight parameters of one prepared statement, in binary format. A null value is SQL NULL:
-// that is how the server-time mode leaves `now` to the server.
-class parameters {
- public:
-  parameters& bytes(std::string_view value) noexcept {
-    // A zero-length non-null value must still be a valid pointer: "" is not SQL NULL.
-    values_[count_] = value.empty() ? "" : value.data();
-    lengths_[count_] = static_cast<int>(value.size());
-    ++count_;
-    return *this;
-  }
-  parameters& bytes(const digest& value) noexcept {
-    return bytes(std::string_view{reinterpret_cast<const char*>(value.data()), value.size()});
-  }
-  parameters& int8(std::int64_t value) noexcept {
-    put_int8(integers_[count_], value);
-    values_[count_] = integers_[count_].data();
-    lengths_[count_] = 8;
-    ++count_;
-    return *this;
-  }
-  parameters& null() noexcept {
-    values_[count_] = nullptr;
-    lengths_[count_] = 0;
-    ++count_;
-    return *this;
-  }
-  int count() const noexcept { return static_cast<int>(count_); }
-  const char* const* values() const noexcept { return values_.data(); }
-  const int* lengths() const noexcept { return lengths_.data(); }
-  static const int* formats() noexcept {
-    static constexpr std::array<int, 8> binary{1, 1, 1, 1, 1, 1, 1, 1};
-    return binary.data();
-  }
-
- private:
-  std::array<const char*, 8> values_{};
-  std::array<int, 8> lengths_{};
-  std::array<std::array<char, 8>, 8> integers_{};
-  std::size_t count_ = 0;
-};
-
-// The prepared statements every connection gets, by index.
-enum statement : std::uint8_t {
-  claim,
-  complete,
-  release,
-  checkpoint,
-  find,
-  sweep,
-  stuck,
-  lock,
-  scope_turn,
-  scope_room,
-  count
-};
-inline constexpr std::array<const char*, statement::count> statement_names{
-    "idem_claim", "idem_complete", "idem_release", "idem_checkpoint", "idem_find",
-    "idem_sweep", "idem_stuck",    "idem_lock",    "idem_scope_turn", "idem_scope_room"};
-
-// How a failed call failed: decides whether the connection is kept and what is thrown.
-enum class failure_kind : std::uint8_t {
-  connection,  // no SQLSTATE, class 08, or the server shutting down (57P01-57P03): reconnect
-  retry,       // 40001, 40P01: the transaction may succeed if run again
-  full,        // 53100 disk full, 54000 program limit (a value too large)
-  other,       // statement timeout (57014) and everything else the server answered
-};
-
-inline failure_kind classify(PGconn* connection, const PGresult* result) noexcept {
-  const char* state = result == nullptr ? nullptr : PQresultErrorField(result, PG_DIAG_SQLSTATE);
-  if (state == nullptr || PQstatus(connection) != CONNECTION_OK) return failure_kind::connection;
-  const std::string_view code{state};
-  if (code.starts_with("08") || code == "57P01" || code == "57P02" || code == "57P03") {
-    return failure_kind::connection;
-  }
-  if (code == "40001" || code == "40P01") return failure_kind::retry;
-  if (code == "53100" || code.starts_with("54")) return failure_kind::full;
-  return failure_kind::other;
-}
-
-// Before complete_within runs the handler again: a random wait, its bound doubling with each
-// retry, from a generator of this thread's own.
-inline void wait_before_retry(const full_jitter& backoff, unsigned attempt) {
-  thread_local xoshiro256ss rng{nondeterministic_seed()};
-  std::this_thread::sleep_for(backoff.delay(static_cast<int>(attempt), {}, rng));
-}
-
-// A server error's severity and primary message only: its DETAIL, HINT and CONTEXT may quote
-// the row ("Failing row contains (...)", "Key (scope, key)=(...)"), that is an idempotency key,
-// which has no place in an exception's text or the log it ends up in.
-inline std::string describe(PGconn* connection, const PGresult* result) {
-  std::string message;
-  const char* primary =
-      result == nullptr ? nullptr : PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY);
-  if (primary != nullptr) {
-    const char* severity = PQresultErrorField(result, PG_DIAG_SEVERITY);
-    message = std::string(severity != nullptr ? severity : "ERROR") + ":  " + primary;
-  } else {
-    message = result != nullptr ? PQresultErrorMessage(result) : PQerrorMessage(connection);
-  }
-  if (message.empty()) message = PQerrorMessage(connection);
-  while (!message.empty() && (message.back() == '\n' || message.back() == ' '))
-    message.pop_back();
-  const char* state = result == nullptr ? nullptr : PQresultErrorField(result, PG_DIAG_SQLSTATE);
-  if (state != nullptr) message += std::string(" (SQLSTATE ") + state + ")";
-  return message.empty() ? std::string("no message from libpq") : message;
-}
-
-// Identifiers are validated, then quoted: a configured name can never inject SQL, and stays
-// short enough that the derived names (<table>_meta, <table>_expiry) fit in 63 bytes.
-inline std::string quoted_identifier(std::string_view name, const char* what,
-                                     std::size_t max_length = 50) {
-  const bool valid = !name.empty() && name.size() <= max_length &&
-                     std::all_of(name.begin(), name.end(),
-                                 [](char c) {
-                                   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                                          (c >= '0' && c <= '9') || c == '_';
-                                 }) &&
-                     !(name.front() >= '0' && name.front() <= '9');
-  if (!valid) {
-    throw std::invalid_argument(std::string("idem::postgres_store: the ") + what + " name '" +
-                                std::string(name) +
-                                "' must be 1 to 50 letters, digits or underscores, not starting "
-                                "with a digit");
-  }
-  return "\"" + std::string(name) + "\"";
-}
-
-}  // namespace detail::postgres
 
 class postgres_store {
  public:
@@ -545,24 +298,21 @@ class postgres_store {
 
  private:
   class pool;
+  using connection_pool = detail::connection_pool<detail::postgres::connection_ptr>;
 
   // One pooled connection, held for one call. Handed back on destruction; a connection that
   // failed is closed instead, and the next call opens a fresh one.
   class borrowed {
    public:
-    borrowed(pool* owner, detail::postgres::connection_ptr connection) noexcept
-        : owner_(owner), connection_(std::move(connection)) {}
-    borrowed(borrowed&& other) noexcept
-        : owner_(other.owner_), connection_(std::move(other.connection_)) {}
+    explicit borrowed(connection_pool::lease lease) noexcept : lease_(std::move(lease)) {}
+    borrowed(borrowed&& other) noexcept = default;
     borrowed(const borrowed&) = delete;
     borrowed& operator=(const borrowed&) = delete;
     borrowed& operator=(borrowed&&) = delete;
-    ~borrowed() { give_back(); }
+    ~borrowed() = default;
 
-    PGconn* get() const noexcept { return connection_.get(); }
-    void give_back() noexcept {
-      if (connection_) owner_->give_back(std::move(connection_));
-    }
+    PGconn* get() const noexcept { return lease_.get().get(); }
+    void give_back() noexcept { lease_.give_back(); }
 
     // Runs a prepared statement; returns its result, or throws: store_error, or
     // postgres_error when `retryable_as_postgres_error` and the failure is 40001/40P01.
@@ -594,8 +344,7 @@ class postgres_store {
           std::string("idem::postgres_store: ") + what + ": " + pg::describe(get(), result);
       if (kind == pg::failure_kind::connection) {
         // Dropped rather than pooled: a broken connection never serves another call.
-        connection_.reset();
-        owner_->forget_one();
+        lease_.discard();
       }
       if (kind == pg::failure_kind::retry && retryable_as_postgres_error) {
         const char* state = PQresultErrorField(result, PG_DIAG_SQLSTATE);
@@ -608,29 +357,22 @@ class postgres_store {
 
     // Rolls back whatever is open; a connection that cannot even do that is dropped.
     void roll_back() noexcept {
-      if (!connection_) return;
+      if (!lease_.held()) return;
       // A failed COMMIT has already ended the transaction.
       if (PQtransactionStatus(get()) == PQTRANS_IDLE) return;
       const detail::postgres::result_ptr result{PQexec(get(), "ROLLBACK")};
-      if (!result || PQresultStatus(result.get()) != PGRES_COMMAND_OK) {
-        connection_.reset();
-        owner_->forget_one();
-      }
+      if (!result || PQresultStatus(result.get()) != PGRES_COMMAND_OK) lease_.discard();
     }
 
    private:
-    pool* owner_;
-    detail::postgres::connection_ptr connection_;
+    connection_pool::lease lease_;
   };
 
   // The shared state of every copy: options, SQL, and the idle connections.
   class pool {
    public:
-    explicit pool(options given) : config(std::move(given)) {
+    explicit pool(options given) : config(with_pool(std::move(given))) {
       namespace pg = detail::postgres;
-      if (config.pool_size == 0) {
-        throw std::invalid_argument("idem::postgres_store: pool_size must be at least 1");
-      }
       if (config.statement_timeout.count() < 0 || config.idle_in_transaction_timeout.count() < 0 ||
           config.connect_timeout.count() < 0) {
         throw std::invalid_argument("idem::postgres_store: timeouts cannot be negative");
@@ -655,67 +397,42 @@ class postgres_store {
     pool& operator=(const pool&) = delete;
     ~pool() = default;
 
-    borrowed acquire() {
-      namespace pg = detail::postgres;
-      std::unique_lock lock(mutex);
-      for (;;) {
-        while (!idle.empty()) {
-          pg::connection_ptr connection = std::move(idle.back());
-          idle.pop_back();
-          // A server that restarted closed every idle connection; reading what it sent notices
-          // that here, for the price of one non-blocking recv, instead of failing the call.
-          if (PQconsumeInput(connection.get()) == 1 &&
-              PQstatus(connection.get()) == CONNECTION_OK &&
-              PQtransactionStatus(connection.get()) == PQTRANS_IDLE) {
-            return borrowed{this, std::move(connection)};
-          }
-          --open;
-          lock.unlock();
-          connection.reset();
-          lock.lock();
-        }
-        if (open < config.pool_size) break;
-        returned.wait(lock);
-      }
-      ++open;
-      lock.unlock();
-      try {
-        return borrowed{this, connect()};
-      } catch (...) {
-        forget_one();
-        throw;
-      }
-    }
-
-    void give_back(detail::postgres::connection_ptr connection) noexcept {
-      if (PQstatus(connection.get()) != CONNECTION_OK ||
-          PQtransactionStatus(connection.get()) != PQTRANS_IDLE) {
-        connection.reset();
-        forget_one();
-        return;
-      }
-      {
-        const std::lock_guard lock(mutex);
-        idle.push_back(std::move(connection));
-      }
-      returned.notify_one();
-    }
-
-    void forget_one() noexcept {
-      {
-        const std::lock_guard lock(mutex);
-        --open;
-      }
-      returned.notify_one();
-    }
+    borrowed acquire() { return borrowed{connections.acquire()}; }
 
     options config;
     std::string schema;
     std::string table;
     std::string meta;
     std::array<std::string, detail::postgres::statement::count> sql;
+    connection_pool connections{config.pool_size, pool_hooks()};
 
    private:
+    // Checked before the connection pool is made from it.
+    static options with_pool(options given) {
+      if (given.pool_size == 0) {
+        throw std::invalid_argument("idem::postgres_store: pool_size must be at least 1");
+      }
+      return given;
+    }
+
+    connection_pool::hooks pool_hooks() {
+      // Usable: connected, and not left inside a transaction (a failed rollback).
+      const auto usable = [](detail::postgres::connection_ptr& connection) {
+        return PQstatus(connection.get()) == CONNECTION_OK &&
+               PQtransactionStatus(connection.get()) == PQTRANS_IDLE;
+      };
+      return {
+          .open = [this] { return connect(); },
+          .reusable = usable,
+          // A server that restarted closed every idle connection; reading what it sent notices
+          // that here, for the price of one non-blocking recv, instead of failing the call.
+          .alive =
+              [usable](detail::postgres::connection_ptr& connection) {
+                return PQconsumeInput(connection.get()) == 1 && usable(connection);
+              },
+      };
+    }
+
     detail::postgres::connection_ptr connect() {
       namespace pg = detail::postgres;
       // The conninfo is expanded in place of dbname; later keywords would override it, so the
@@ -970,10 +687,6 @@ class postgres_store {
       return counts[which];
     }
 
-    std::mutex mutex;
-    std::condition_variable returned;
-    std::vector<detail::postgres::connection_ptr> idle;
-    std::size_t open = 0;
     std::mutex migrate_mutex;
     bool migrated = false;
   };

@@ -53,38 +53,39 @@
 // nothing; keep it ignored). Sweep and stuck pipeline their per-scope scripts.
 //
 // Durability is Redis's: see docs/stores/redis.md (appendfsync always vs everysec, failover).
-// Needs Redis 7.0 or newer (one script declares the allow-oom flag).
+// Needs Redis 7.0 or newer (one script declares the allow-oom flag). Every option and its
+// default: docs/stores/redis.md. The scripts are in store/redis/scripts.hpp, the decoding of
+// their answers in store/redis/reply.hpp.
 #ifndef IDEM_STORE_REDIS_HPP
 #define IDEM_STORE_REDIS_HPP
 
 #include <hiredis/hiredis.h>
-#include <pthread.h>
 #include <sys/time.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
-#include <condition_variable>
-#include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <ctime>
 #include <initializer_list>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <utility>
 #include <vector>
 
 #include <idem/server/fingerprint/digest.hpp>
 #include <idem/store/contract.hpp>
+#include <idem/store/detail/connection_pool.hpp>
+#include <idem/store/redis/reply.hpp>
+#include <idem/store/redis/scripts.hpp>
+#include <idem/store/redis/sigpipe.hpp>
 
 namespace idem {
 
@@ -93,302 +94,6 @@ enum class redis_time : std::uint8_t {
   server,  // the Redis server's (TIME in the scripts): clients with skewed clocks agree
   caller,  // the `now` each operation is given: tests with a manual clock, replays of time
 };
-
-namespace detail {
-
-// The scripts. Times travel as decimal nanoseconds since the epoch and are split into seconds
-// and nanoseconds inside Lua, whose numbers are doubles: exact to the nanosecond, where one
-// double of nanoseconds would be off by hundreds. Index scores are microseconds (exact as
-// doubles); sweep and stuck re-check every candidate against the exact time in the record.
-// An empty `now` argument means "the server's TIME".
-//
-// Under maxmemory with noeviction, Redis refuses a script's first write that could grow memory
-// (and only the first: a script is never stopped halfway). Each script's first write is such a
-// command (HSET), so a refused one changed nothing; release only deletes, so it always works.
-#define IDEM_REDIS_LUA_PRELUDE                                                        \
-  "local function split(t)\n"                                                         \
-  "  local n = #t\n"                                                                  \
-  "  if n <= 9 then return 0, tonumber(t) end\n"                                      \
-  "  return tonumber(string.sub(t, 1, n - 9)), tonumber(string.sub(t, n - 8))\n"      \
-  "end\n"                                                                             \
-  "local function join(s, ns)\n"                                                      \
-  "  if s == 0 then return string.format('%d', ns) end\n"                             \
-  "  return string.format('%d%09d', s, ns)\n"                                         \
-  "end\n"                                                                             \
-  "local function clock(given)\n"                                                     \
-  "  if given ~= '' then return split(given) end\n"                                   \
-  "  local t = redis.call('TIME')\n"                                                  \
-  "  return tonumber(t[1]), tonumber(t[2]) * 1000\n"                                  \
-  "end\n"                                                                             \
-  "local function later(s, ns, ds, dns)\n"                                            \
-  "  s, ns = s + ds, ns + dns\n"                                                      \
-  "  if ns >= 1000000000 then return s + 1, ns - 1000000000 end\n"                    \
-  "  return s, ns\n"                                                                  \
-  "end\n"                                                                             \
-  "local function reached(ts, tns, s, ns)\n"                                          \
-  "  return ts < s or (ts == s and tns <= ns)\n"                                      \
-  "end\n"                                                                             \
-  "local function micros(s, ns) return s * 1000000 + math.floor(ns / 1000) end\n"     \
-  "local function ttl(ds, dns, extra) return ds * 1000 + math.ceil(dns / 1000000) + " \
-  "extra end\n"                                                                       \
-  "local function keep_index(key, ms)\n"                                              \
-  "  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, ms) end\n"       \
-  "end\n"
-
-struct redis_scripts {
-  // KEYS: record, expiry index, lease index. ARGV: now, lease ns, retention ns, fingerprint,
-  // key, extra TTL ms, the scope's record cap ('' for none). Answers {0, fence} claimed,
-  // {1, fence, f, c, l, e, r} taken over, {2, n, s, f, c, l, e, v, r} existing, {3, 0} the scope
-  // is at its cap. The cap counts the scope's expiry index past now's microsecond (a record that
-  // expires within that microsecond is not counted).
-  static constexpr const char* claim = IDEM_REDIS_LUA_PRELUDE
-      "local s, ns = clock(ARGV[1])\n"
-      "local held = redis.call('HMGET', KEYS[1], 'n', 's', 'f', 'c', 'l', 'e', 'v', 'r')\n"
-      "local fence = 0\n"
-      "if held[1] then\n"
-      "  local es, ens = split(held[6])\n"
-      "  if held[2] and not reached(es, ens, s, ns) then\n"
-      "    if held[2] == 'p' and held[3] == ARGV[4] then\n"
-      "      local ls, lns = split(held[5])\n"
-      "      if reached(ls, lns, s, ns) then\n"
-      "        local next = tonumber(held[1]) + 1\n"
-      "        local us, uns = later(s, ns, split(ARGV[2]))\n"
-      "        local lease = join(us, uns)\n"
-      "        redis.call('HSET', KEYS[1], 'n', next, 'l', lease)\n"
-      "        redis.call('ZADD', KEYS[3], micros(us, uns), ARGV[5])\n"
-      "        return {1, next, held[3], held[4], lease, held[6], held[8] or ''}\n"
-      "      end\n"
-      "    end\n"
-      "    return {2, held[1], held[2], held[3], held[4], held[5], held[6], held[7] or '',\n"
-      "            held[8] or ''}\n"
-      "  end\n"
-      "  fence = tonumber(held[1])\n"
-      "end\n"
-      "if ARGV[7] ~= '' then\n"
-      "  local live = redis.call('ZCOUNT', KEYS[2], '(' .. micros(s, ns), '+inf')\n"
-      "  if held[1] and held[6] then\n"
-      "    local es, ens = split(held[6])\n"
-      "    if not reached(es, ens, s, ns) then live = live - 1 end\n"
-      "  end\n"
-      "  if live >= tonumber(ARGV[7]) then return {3, 0} end\n"
-      "end\n"
-      "fence = fence + 1\n"
-      "local ls, lns = later(s, ns, split(ARGV[2]))\n"
-      "local rs, rns = split(ARGV[3])\n"
-      "local es, ens = later(s, ns, rs, rns)\n"
-      "redis.call('HSET', KEYS[1], 'n', fence, 's', 'p', 'f', ARGV[4], 'c', join(s, ns),\n"
-      "           'l', join(ls, lns), 'e', join(es, ens))\n"
-      "if held[7] or held[8] then redis.call('HDEL', KEYS[1], 'v', 'r') end\n"
-      "local ms = ttl(rs, rns, tonumber(ARGV[6]))\n"
-      "redis.call('PEXPIRE', KEYS[1], ms)\n"
-      "redis.call('ZADD', KEYS[2], micros(es, ens), ARGV[5])\n"
-      "redis.call('ZADD', KEYS[3], micros(ls, lns), ARGV[5])\n"
-      "keep_index(KEYS[2], ms)\n"
-      "keep_index(KEYS[3], ms)\n"
-      "return {0, fence}\n";
-
-  // KEYS: the scope registry. ARGV: the scope's tag. Runs right after claim on the same
-  // connection; allowed when the server is out of memory, so a record the claim did write is
-  // never left out of the registry.
-  static constexpr const char* enroll =
-      "#!lua flags=allow-oom\n"
-      "return redis.call('SADD', KEYS[1], ARGV[1])\n";
-
-  // KEYS: record, lease index. ARGV: fence, response, key.
-  static constexpr const char* complete =
-      "local held = redis.call('HMGET', KEYS[1], 'n', 's')\n"
-      "if held[1] ~= ARGV[1] or not held[2] then return 0 end\n"
-      "redis.call('HSET', KEYS[1], 's', 'c', 'v', ARGV[2])\n"
-      "redis.call('HDEL', KEYS[1], 'r')\n"
-      "redis.call('ZREM', KEYS[2], ARGV[3])\n"
-      "return 1\n";
-
-  // KEYS: record, lease index. ARGV: fence, key. The record stays, without state, response and
-  // recovery: a tombstone that keeps the fence (and its TTL) until the record expires.
-  static constexpr const char* release =
-      "local held = redis.call('HMGET', KEYS[1], 'n', 's')\n"
-      "if held[1] ~= ARGV[1] or not held[2] then return 0 end\n"
-      "redis.call('HDEL', KEYS[1], 's', 'v', 'r')\n"
-      "redis.call('ZREM', KEYS[2], ARGV[2])\n"
-      "return 1\n";
-
-  // KEYS: record, lease index. ARGV: fence, recovery, lease_until ('' = server time plus ARGV[4]
-  // nanoseconds), extension ns, key.
-  static constexpr const char* checkpoint = IDEM_REDIS_LUA_PRELUDE
-      "local held = redis.call('HMGET', KEYS[1], 'n', 's')\n"
-      "if held[1] ~= ARGV[1] or not held[2] then return 0 end\n"
-      "local ls, lns\n"
-      "if ARGV[3] ~= '' then ls, lns = split(ARGV[3])\n"
-      "else\n"
-      "  local s, ns = clock('')\n"
-      "  ls, lns = later(s, ns, split(ARGV[4]))\n"
-      "end\n"
-      "redis.call('HSET', KEYS[1], 'r', ARGV[2], 'l', join(ls, lns))\n"
-      "if held[2] == 'p' then redis.call('ZADD', KEYS[2], micros(ls, lns), ARGV[5]) end\n"
-      "return 1\n";
-
-  // KEYS: record. ARGV: now. Answers nil, or {n, s, f, c, l, e, v, r}.
-  static constexpr const char* find = IDEM_REDIS_LUA_PRELUDE
-      "local held = redis.call('HMGET', KEYS[1], 'n', 's', 'f', 'c', 'l', 'e', 'v', 'r')\n"
-      "if not held[1] or not held[2] then return false end\n"
-      "local s, ns = clock(ARGV[1])\n"
-      "local es, ens = split(held[6])\n"
-      "if reached(es, ens, s, ns) then return false end\n"
-      "return {held[1], held[2], held[3], held[4], held[5], held[6], held[7] or '',\n"
-      "        held[8] or ''}\n";
-
-  // KEYS: expiry index, lease index. ARGV: now, batch, offset, record key prefix. Removes the
-  // records of one scope that expired by `now` (or that Redis's TTL already dropped), from the
-  // `offset`-th candidate on. Answers {removed, candidates seen, seen but not yet due, left}.
-  static constexpr const char* sweep = IDEM_REDIS_LUA_PRELUDE
-      "local s, ns = clock(ARGV[1])\n"
-      "local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', micros(s, ns), 'LIMIT',\n"
-      "                       tonumber(ARGV[3]), tonumber(ARGV[2]))\n"
-      "local removed, kept = 0, 0\n"
-      "for _, member in ipairs(due) do\n"
-      "  local record = ARGV[4] .. member\n"
-      "  local e = redis.call('HGET', record, 'e')\n"
-      "  local gone = true\n"
-      "  if e then\n"
-      "    local es, ens = split(e)\n"
-      "    gone = reached(es, ens, s, ns)\n"
-      "    if gone then redis.call('DEL', record) end\n"
-      "  end\n"
-      "  if gone then\n"
-      "    redis.call('ZREM', KEYS[1], member)\n"
-      "    redis.call('ZREM', KEYS[2], member)\n"
-      "    removed = removed + 1\n"
-      "  else\n"
-      "    kept = kept + 1\n"
-      "  end\n"
-      "end\n"
-      "return {removed, #due, kept, redis.call('ZCARD', KEYS[1])}\n";
-
-  // KEYS: lease index. ARGV: now, batch, offset, record key prefix. Answers {seen, then
-  // key, n, f, c, l, e, r for each live in-progress record whose lease ended by `now`}.
-  static constexpr const char* stuck = IDEM_REDIS_LUA_PRELUDE
-      "local s, ns = clock(ARGV[1])\n"
-      "local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', micros(s, ns), 'LIMIT',\n"
-      "                       tonumber(ARGV[3]), tonumber(ARGV[2]))\n"
-      "local out = {#due}\n"
-      "for _, member in ipairs(due) do\n"
-      "  local held = redis.call('HMGET', ARGV[4] .. member, 'n', 's', 'f', 'c', 'l', 'e', "
-      "'r')\n"
-      "  if held[2] == 'p' then\n"
-      "    local ls, lns = split(held[5])\n"
-      "    local es, ens = split(held[6])\n"
-      "    if reached(ls, lns, s, ns) and not reached(es, ens, s, ns) then\n"
-      "      local row = {member, held[1], held[3], held[4], held[5], held[6], held[7] or ''}\n"
-      "      for _, v in ipairs(row) do out[#out + 1] = v end\n"
-      "    end\n"
-      "  end\n"
-      "end\n"
-      "return out\n";
-};
-
-#undef IDEM_REDIS_LUA_PRELUDE
-
-struct redis_reply_free {
-  void operator()(redisReply* reply) const noexcept { freeReplyObject(reply); }
-};
-using redis_reply = std::unique_ptr<redisReply, redis_reply_free>;
-
-struct redis_context_free {
-  void operator()(redisContext* context) const noexcept { redisFree(context); }
-};
-using redis_connection = std::unique_ptr<redisContext, redis_context_free>;
-
-inline std::string_view reply_text(const redisReply* reply) noexcept {
-  if (reply == nullptr || reply->str == nullptr) return {};
-  return {reply->str, reply->len};
-}
-
-// Decoding what the scripts answer: a record's fields as the scripts store them (decimal fence
-// and nanosecond times, "c" for completed, the fingerprint and the bytes as they were given).
-// Free functions so that the fuzz target (tests/fuzz/redis_record_fuzz.cpp) reaches them
-// without a server.
-inline std::uint64_t redis_fence_of(const redisReply* reply) {
-  if (reply->type == REDIS_REPLY_INTEGER) return static_cast<std::uint64_t>(reply->integer);
-  std::uint64_t value = 0;
-  const std::string_view text = reply_text(reply);
-  std::from_chars(text.data(), text.data() + text.size(), value);
-  return value;
-}
-
-inline store_time redis_time_of(const redisReply* reply) {
-  std::int64_t nanoseconds = 0;
-  const std::string_view text = reply_text(reply);
-  std::from_chars(text.data(), text.data() + text.size(), nanoseconds);
-  return store_time{
-      std::chrono::duration_cast<store_time::duration>(std::chrono::nanoseconds{nanoseconds})};
-}
-
-inline digest redis_digest_of(const redisReply* reply) {
-  const std::string_view bytes = reply_text(reply);
-  return digest{std::span(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size())};
-}
-
-// {n, s, f, c, l, e, v, r}
-inline record redis_record_of(std::span<redisReply*> fields) {
-  record out;
-  out.fence = redis_fence_of(fields[0]);
-  out.state = reply_text(fields[1]) == "c" ? record_state::completed : record_state::in_progress;
-  out.fingerprint = redis_digest_of(fields[2]);
-  out.created_at = redis_time_of(fields[3]);
-  out.lease_until = redis_time_of(fields[4]);
-  out.expires_at = redis_time_of(fields[5]);
-  out.response = reply_text(fields[6]);
-  out.recovery = reply_text(fields[7]);
-  return out;
-}
-
-// SIGPIPE blocked in this thread while it talks to the server, and a SIGPIPE its own write
-// raised consumed before unblocking (what libpq does): a server that closed the connection must
-// be an error, not the death of the process. Over a unix socket the first write to a server
-// that died raises it. A process that ignores SIGPIPE (most servers do) needs none of this:
-// `active` is false then, and the two system calls are saved.
-class sigpipe_blocked {
- public:
-  explicit sigpipe_blocked(bool active) noexcept : active_(active) {
-    if (!active_) return;
-    sigset_t pipe;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe, &previous_);
-  }
-  sigpipe_blocked(const sigpipe_blocked&) = delete;
-  sigpipe_blocked& operator=(const sigpipe_blocked&) = delete;
-  ~sigpipe_blocked() {
-    if (active_) pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
-  }
-
-  /// After an I/O error: takes away a SIGPIPE raised while blocked, unless one was pending for
-  /// another reason before (then it is the process's, and stays).
-  void consume_pending() const noexcept {
-    if (!active_ || sigismember(&previous_, SIGPIPE) == 1) return;  // not ours to take
-    sigset_t pending;
-    sigemptyset(&pending);
-    if (sigpending(&pending) != 0 || sigismember(&pending, SIGPIPE) != 1) return;
-    sigset_t pipe;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    const timespec zero{0, 0};
-    while (sigtimedwait(&pipe, nullptr, &zero) == -1 && errno == EINTR) {
-    }
-  }
-
-  /// Whether the process ignores SIGPIPE now (read once, when a store is made).
-  static bool ignored() noexcept {
-    struct sigaction current {};
-    return sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_IGN;
-  }
-
- private:
-  bool active_;
-  sigset_t previous_{};
-};
-
-}  // namespace detail
 
 class redis_store {
  public:
@@ -705,15 +410,7 @@ class redis_store {
 
   // The shared part of every copy: settings, script digests and the connection pool.
   struct pool {
-    explicit pool(options given) : settings(std::move(given)) {
-      if (settings.prefix.find_first_of("{}") != std::string::npos) {
-        throw std::invalid_argument(
-            "idem::redis_store: the key prefix may not contain '{' or '}': they would move the "
-            "hash tag that keeps a record's keys in one cluster slot");
-      }
-      if (settings.pool_size == 0) {
-        throw std::invalid_argument("idem::redis_store: pool_size must be at least 1");
-      }
+    explicit pool(options given) : settings(with_pool(std::move(given))) {
       if (settings.unix_socket.empty() && (settings.port <= 0 || settings.port > 65535)) {
         throw std::invalid_argument("idem::redis_store: port " + std::to_string(settings.port) +
                                     " is not a TCP port");
@@ -740,22 +437,26 @@ class redis_store {
     // Whether exchanges block SIGPIPE: not when the process ignored it at construction.
     bool guard_sigpipe = !detail::sigpipe_blocked::ignored();
 
-    std::mutex mutex;
-    std::condition_variable returned;
-    std::vector<detail::redis_connection> idle;
-    std::size_t open = 0;
-    std::uint64_t generation = 0;  // bumped when the server went away: older connections go
+    detail::connection_pool<detail::redis_connection> connections{
+        settings.pool_size, {.open = [this] { return connect(); }, .reusable = {}, .alive = {}}};
 
-    struct lent {
-      detail::redis_connection connection;
-      std::uint64_t generation = 0;
-      bool reused = false;
-    };
+    // Checked before the connection pool is made from it, in the order users meet them.
+    static options with_pool(options given) {
+      if (given.prefix.find_first_of("{}") != std::string::npos) {
+        throw std::invalid_argument(
+            "idem::redis_store: the key prefix may not contain '{' or '}': they would move the "
+            "hash tag that keeps a record's keys in one cluster slot");
+      }
+      if (given.pool_size == 0) {
+        throw std::invalid_argument("idem::redis_store: pool_size must be at least 1");
+      }
+      return given;
+    }
 
     // The first connection: checks the server and loads the scripts, then joins the pool.
     void start() {
-      lent first = take();
-      redisContext* context = first.connection.get();
+      auto first = connections.acquire();
+      redisContext* context = first.get().get();
       check_server(context);
       std::vector<detail::redis_reply> loaded;
       {
@@ -786,7 +487,7 @@ class redis_store {
         }
         digests[i] = detail::reply_text(reply);
       }
-      give_back(std::move(first), true);
+      first.give_back();
     }
 
     void check_server(redisContext* context) const {
@@ -890,48 +591,6 @@ class redis_store {
       return made;
     }
 
-    lent take() {
-      std::unique_lock lock(mutex);
-      returned.wait(lock, [&] { return !idle.empty() || open < settings.pool_size; });
-      if (!idle.empty()) {
-        lent reused{std::move(idle.back()), generation, true};
-        idle.pop_back();
-        return reused;
-      }
-      ++open;
-      const std::uint64_t current = generation;
-      lock.unlock();
-      try {
-        return lent{connect(), current, false};
-      } catch (...) {
-        lock.lock();
-        --open;
-        returned.notify_one();
-        throw;
-      }
-    }
-
-    // healthy: the connection can serve again. A broken one is closed; when the server went
-    // away, every idle connection is closed too (they point at the same dead server).
-    void give_back(lent connection, bool healthy, bool server_gone = false) {
-      std::vector<detail::redis_connection> closed;
-      {
-        const std::lock_guard lock(mutex);
-        if (server_gone && connection.generation == generation) {
-          ++generation;
-          closed.swap(idle);
-          open -= closed.size();
-        }
-        if (healthy && connection.generation == generation) {
-          idle.push_back(std::move(connection.connection));
-        } else {
-          --open;
-        }
-        returned.notify_all();
-      }
-      // Closed outside the lock; `connection` closes itself if it was not kept.
-    }
-
     // Runs `talk(context, replies)` on a pooled connection: it answers false after an I/O
     // error, with errno as the failing call left it. A failure on a reused connection that the
     // server had closed (a restart) is tried once more on a fresh connection; any other failure
@@ -939,23 +598,23 @@ class redis_store {
     template <class Talk>
     std::vector<detail::redis_reply> over_connection(const char* operation, Talk&& talk) {
       for (int attempt = 0;; ++attempt) {
-        lent connection = take();
+        auto connection = connections.acquire();
         std::vector<detail::redis_reply> replies;
         int saved_errno = 0;
         bool answered = false;
         {
           const detail::sigpipe_blocked blocked(guard_sigpipe);
-          answered = talk(connection.connection.get(), replies);
+          answered = talk(connection.get().get(), replies);
           if (!answered) {
             saved_errno = errno;
             blocked.consume_pending();
           }
         }
         if (answered) {
-          give_back(std::move(connection), true);
+          connection.give_back();
           return replies;
         }
-        const int kind = connection.connection->err;
+        const int kind = connection.get()->err;
         const bool closed_by_server =
             kind == REDIS_ERR_EOF ||
             (kind == REDIS_ERR_IO && (saved_errno == ECONNRESET || saved_errno == EPIPE));
@@ -964,9 +623,14 @@ class redis_store {
         const std::string reason =
             timed_out
                 ? "no answer within " + std::to_string(settings.command_timeout.count()) + " ms"
-                : std::string(connection.connection->errstr);
-        const bool retry = closed_by_server && connection.reused && attempt == 0;
-        give_back(std::move(connection), false, closed_by_server);
+                : std::string(connection.get()->errstr);
+        const bool retry = closed_by_server && connection.reused() && attempt == 0;
+        // When the server closed it, it went away for every connection: they all go.
+        if (closed_by_server) {
+          connection.discard_all();
+        } else {
+          connection.discard();
+        }
         if (!retry) {
           throw store_error(store_failure::unavailable, std::string("idem::redis_store: ") +
                                                             operation + " failed: the server at " +

@@ -37,6 +37,8 @@
 //     a newer idem) throws store_error naming the path and SQLite's message; a full disk, or a
 //     database at max_database_bytes, is store_failure::full. A failed write is rolled back:
 //     nothing is half-written.
+// Every option, its default and the durability trade-offs: docs/stores/sqlite.md. The SQL text
+// is in store/sqlite/statements.hpp, connection handling in store/sqlite/connection.hpp.
 #ifndef IDEM_STORE_SQLITE_HPP
 #define IDEM_STORE_SQLITE_HPP
 
@@ -44,379 +46,27 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <exception>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <type_traits>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include <idem/server/fingerprint/digest.hpp>
 #include <idem/store/contract.hpp>
+#include <idem/store/detail/connection_pool.hpp>
+#include <idem/store/sqlite/connection.hpp>
+#include <idem/store/sqlite/error.hpp>
+#include <idem/store/sqlite/statements.hpp>
 
 namespace idem {
-
-/// An error from the handler's own SQL, run through sqlite_store::transaction's exec or query.
-/// Carries SQLite's extended result code (SQLITE_CONSTRAINT_UNIQUE, ...).
-class sqlite_error : public std::runtime_error {
- public:
-  sqlite_error(int code, const std::string& what) : std::runtime_error(what), code_(code) {}
-  int code() const noexcept { return code_; }
-
- private:
-  int code_;
-};
-
-namespace detail {
-
-inline std::int64_t sqlite_nanoseconds(store_time time) noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(time.time_since_epoch()).count();
-}
-
-inline store_time sqlite_time(std::int64_t nanoseconds) noexcept {
-  return store_time{
-      std::chrono::duration_cast<store_time::duration>(std::chrono::nanoseconds{nanoseconds})};
-}
-
-// The statements the store runs, prepared once per connection on first use.
-enum class sqlite_statement : std::uint8_t {
-  begin_immediate,
-  commit,
-  rollback,
-  read_record,
-  held_sizes,
-  create_record,
-  create_if_absent,
-  take_over,
-  complete,
-  release,
-  checkpoint,
-  sweep_batch,
-  delete_expired,
-  stuck,
-  read_usage,
-  count_live_in_scope,
-  count_,
-};
-
-// Record states as stored. A released record is a tombstone that keeps its fence until it
-// expires (see idem/store/contract.hpp), so a holder of the released claim can never write again.
-inline constexpr int sqlite_in_progress = 0;
-inline constexpr int sqlite_completed = 1;
-inline constexpr int sqlite_released = 2;
-
-inline const char* sqlite_sql(sqlite_statement statement) noexcept {
-  switch (statement) {
-    case sqlite_statement::begin_immediate:
-      return "BEGIN IMMEDIATE";
-    case sqlite_statement::commit:
-      return "COMMIT";
-    case sqlite_statement::rollback:
-      return "ROLLBACK";
-    case sqlite_statement::read_record:
-      return "SELECT state, fence, created_at, lease_until, expires_at, fingerprint, response, "
-             "recovery FROM idem_records WHERE scope = ?1 AND key = ?2";
-    case sqlite_statement::held_sizes:
-      return "SELECT state, fence, length(response), length(recovery) FROM idem_records "
-             "WHERE scope = ?1 AND key = ?2";
-    case sqlite_statement::create_record:
-      // One statement for a new key and for replacing an expired or released record.
-      return "INSERT INTO idem_records (scope, key, state, fence, created_at, lease_until, "
-             "expires_at, fingerprint, response, recovery) VALUES (?1, ?2, 0, ?3, ?4, ?5, ?6, ?7, "
-             "x'', x'') ON CONFLICT (scope, key) DO UPDATE SET state = 0, fence = excluded.fence, "
-             "created_at = excluded.created_at, lease_until = excluded.lease_until, expires_at = "
-             "excluded.expires_at, fingerprint = excluded.fingerprint, response = x'', "
-             "recovery = x''";
-    case sqlite_statement::create_if_absent:
-      return "INSERT INTO idem_records (scope, key, state, fence, created_at, lease_until, "
-             "expires_at, fingerprint, response, recovery) VALUES (?1, ?2, 0, ?3, ?4, ?5, ?6, ?7, "
-             "x'', x'') ON CONFLICT (scope, key) DO NOTHING";
-    case sqlite_statement::take_over:
-      return "UPDATE idem_records SET fence = ?3, lease_until = ?4 WHERE scope = ?1 AND key = ?2";
-    case sqlite_statement::complete:
-      return "UPDATE idem_records SET state = 1, response = ?4, recovery = x'' "
-             "WHERE scope = ?1 AND key = ?2 AND fence = ?3 AND state <> 2";
-    case sqlite_statement::release:
-      return "UPDATE idem_records SET state = 2, response = x'', recovery = x'' "
-             "WHERE scope = ?1 AND key = ?2 AND fence = ?3 AND state <> 2";
-    case sqlite_statement::checkpoint:
-      return "UPDATE idem_records SET recovery = ?4, lease_until = ?5 "
-             "WHERE scope = ?1 AND key = ?2 AND fence = ?3 AND state <> 2";
-    case sqlite_statement::sweep_batch:
-      // Through the expiry index, a batch at a time, so sweep never holds the write lock long.
-      return "DELETE FROM idem_records WHERE (scope, key) IN (SELECT scope, key FROM "
-             "idem_records WHERE expires_at <= ?1 LIMIT ?2)";
-    case sqlite_statement::delete_expired:
-      return "DELETE FROM idem_records WHERE expires_at <= ?1";
-    case sqlite_statement::stuck:
-      return "SELECT scope, key, state, fence, created_at, lease_until, expires_at, fingerprint, "
-             "response, recovery FROM idem_records WHERE state = 0 AND lease_until <= ?1 AND "
-             "expires_at > ?1 ORDER BY scope, key LIMIT ?2";
-    case sqlite_statement::read_usage:
-      return "SELECT records, bytes FROM idem_usage WHERE id = 1";
-    case sqlite_statement::count_live_in_scope:
-      // The scope's records through the primary key's range, so the cost is what the scope
-      // holds (at most its cap), not what the store holds.
-      return "SELECT count(*) FROM idem_records WHERE scope = ?1 AND expires_at > ?2";
-    case sqlite_statement::count_:
-      break;
-  }
-  return "";
-}
-
-// Version 1 of the schema. Column order puts the small fixed fields first, so they stay on the
-// B-tree page while a large response spills to overflow pages.
-inline constexpr int sqlite_schema_version = 1;
-inline constexpr const char* sqlite_schema_v1 =
-    "CREATE TABLE idem_records ("
-    "  scope BLOB NOT NULL,"
-    "  key BLOB NOT NULL,"
-    "  state INTEGER NOT NULL,"
-    "  fence INTEGER NOT NULL,"
-    "  created_at INTEGER NOT NULL,"
-    "  lease_until INTEGER NOT NULL,"
-    "  expires_at INTEGER NOT NULL,"
-    "  fingerprint BLOB NOT NULL,"
-    "  response BLOB NOT NULL,"
-    "  recovery BLOB NOT NULL,"
-    "  PRIMARY KEY (scope, key)"
-    ") WITHOUT ROWID;"
-    "CREATE INDEX idem_records_by_expiry ON idem_records (expires_at);";
-
-// The usage row bounded stores check. Triggers keep it exact whichever connection, process or
-// version of the application writes idem_records. Bytes count as locked_store counts them:
-// scope + key + response + recovery.
-inline constexpr const char* sqlite_usage_schema =
-    "CREATE TABLE IF NOT EXISTS idem_usage (id INTEGER PRIMARY KEY CHECK (id = 1),"
-    "  records INTEGER NOT NULL, bytes INTEGER NOT NULL);"
-    "INSERT OR IGNORE INTO idem_usage (id, records, bytes) SELECT 1, count(*), coalesce(sum("
-    "  length(scope) + length(key) + length(response) + length(recovery)), 0) FROM idem_records;"
-    "CREATE TRIGGER IF NOT EXISTS idem_usage_on_insert AFTER INSERT ON idem_records BEGIN"
-    "  UPDATE idem_usage SET records = records + 1, bytes = bytes + length(new.scope) +"
-    "  length(new.key) + length(new.response) + length(new.recovery) WHERE id = 1; END;"
-    "CREATE TRIGGER IF NOT EXISTS idem_usage_on_update AFTER UPDATE ON idem_records BEGIN"
-    "  UPDATE idem_usage SET bytes = bytes - length(old.scope) - length(old.key) -"
-    "  length(old.response) - length(old.recovery) + length(new.scope) + length(new.key) +"
-    "  length(new.response) + length(new.recovery) WHERE id = 1; END;"
-    "CREATE TRIGGER IF NOT EXISTS idem_usage_on_delete AFTER DELETE ON idem_records BEGIN"
-    "  UPDATE idem_usage SET records = records - 1, bytes = bytes - length(old.scope) -"
-    "  length(old.key) - length(old.response) - length(old.recovery) WHERE id = 1; END;";
-
-struct sqlite_settings {
-  std::string path;
-  bool synchronous_full = true;
-  std::chrono::milliseconds busy_timeout{};
-  std::size_t connections = 0;
-  std::size_t sweep_batch = 0;
-  std::uint64_t max_database_bytes = 0;
-};
-
-// One SQLite connection and its prepared statements. Used by one thread at a time.
-class sqlite_connection {
- public:
-  sqlite_connection(const sqlite_connection&) = delete;
-  sqlite_connection& operator=(const sqlite_connection&) = delete;
-
-  static std::unique_ptr<sqlite_connection> open(const sqlite_settings& settings) {
-    std::unique_ptr<sqlite_connection> opened(new sqlite_connection(settings));
-    opened->configure();
-    return opened;
-  }
-
-  ~sqlite_connection() {
-    for (sqlite3_stmt*& statement : statements_) {
-      sqlite3_finalize(statement);
-    }
-    for (auto& [sql, statement] : handler_statements_) {
-      sqlite3_finalize(statement);
-    }
-    sqlite3_close_v2(db_);
-  }
-
-  sqlite3* db() const noexcept { return db_; }
-  const sqlite_settings& settings() const noexcept { return *settings_; }
-
-  sqlite3_stmt* statement(sqlite_statement which) {
-    sqlite3_stmt*& slot = statements_[static_cast<std::size_t>(which)];
-    if (slot == nullptr) slot = prepare(sqlite_sql(which), "prepare a statement");
-    return slot;
-  }
-
-  // A statement of the handler's own, prepared once per connection and kept by its text.
-  sqlite3_stmt* handler_statement(std::string_view sql) {
-    const auto found = handler_statements_.find(std::string(sql));
-    if (found != handler_statements_.end()) return found->second;
-    sqlite3_stmt* prepared = nullptr;
-    const int rc = sqlite3_prepare_v3(db_, sql.data(), static_cast<int>(sql.size()),
-                                      SQLITE_PREPARE_PERSISTENT, &prepared, nullptr);
-    if (rc != SQLITE_OK) {
-      throw sqlite_error(
-          sqlite3_extended_errcode(db_),
-          "idem::sqlite_store::transaction: " + std::string(sql) + ": " + sqlite3_errmsg(db_));
-    }
-    handler_statements_.emplace(std::string(sql), prepared);
-    return prepared;
-  }
-
-  // Throws the store_error that an SQLite failure `rc` while doing `what` deserves.
-  [[noreturn]] void fail(int rc, std::string_view what) const {
-    std::string message = "idem::sqlite_store: cannot " + std::string(what) + " in '" +
-                          settings_->path + "': " + sqlite3_errmsg(db_);
-    const int primary = rc & 0xff;
-    if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED) {
-      message += " (still locked after the busy timeout of " +
-                 std::to_string(settings_->busy_timeout.count()) + " ms)";
-    }
-    throw store_error(primary == SQLITE_FULL || primary == SQLITE_TOOBIG
-                          ? store_failure::full
-                          : store_failure::unavailable,
-                      message);
-  }
-
-  // Steps a statement of the store's; answers SQLITE_ROW or SQLITE_DONE, throws otherwise.
-  int step(sqlite3_stmt* statement, std::string_view what) {
-    const int rc = sqlite3_step(statement);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) fail(rc, what);
-    return rc;
-  }
-
-  void run(sqlite_statement which, std::string_view what) {
-    sqlite3_stmt* statement = this->statement(which);
-    const int rc = sqlite3_step(statement);
-    sqlite3_reset(statement);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) fail(rc, what);
-  }
-
-  // Runs SQL text that may hold several statements and binds nothing (schema, pragmas).
-  void execute_script(const char* sql, std::string_view what) {
-    char* error = nullptr;
-    const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &error);
-    sqlite3_free(error);
-    if (rc != SQLITE_OK) fail(rc, what);
-  }
-
-  // One value from a one-row statement such as a pragma; empty when there is no row.
-  std::string text_of(const char* sql, std::string_view what) {
-    sqlite3_stmt* statement = prepare(sql, what);
-    std::string value;
-    const int rc = sqlite3_step(statement);
-    if (rc == SQLITE_ROW) {
-      const auto* text = sqlite3_column_text(statement, 0);
-      if (text != nullptr) value = reinterpret_cast<const char*>(text);
-    }
-    sqlite3_finalize(statement);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) fail(rc, what);
-    return value;
-  }
-
- private:
-  explicit sqlite_connection(const sqlite_settings& settings) : settings_(&settings) {}
-
-  sqlite3_stmt* prepare(const char* sql, std::string_view what) {
-    sqlite3_stmt* prepared = nullptr;
-    const int rc = sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &prepared, nullptr);
-    if (rc != SQLITE_OK) fail(rc, what);
-    return prepared;
-  }
-
-  void configure() {
-    // NOMUTEX: the pool guarantees one thread at a time per connection, so SQLite's own
-    // per-connection mutex would only cost time. URI filenames ("file:...?mode=ro") are allowed.
-    const int rc = sqlite3_open_v2(
-        settings_->path.c_str(), &db_,
-        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI,
-        nullptr);
-    if (rc != SQLITE_OK) {
-      const std::string reason = db_ != nullptr ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
-      throw store_error(store_failure::unavailable,
-                        "idem::sqlite_store: cannot open '" + settings_->path + "': " + reason);
-    }
-    sqlite3_extended_result_codes(db_, 1);
-    sqlite3_busy_handler(db_, &sqlite_connection::on_busy, this);
-    if (sqlite3_db_readonly(db_, "main") == 1) {
-      throw store_error(store_failure::unavailable,
-                        "idem::sqlite_store: cannot write '" + settings_->path +
-                            "': the database is read-only (file permissions, a read-only "
-                            "filesystem, or mode=ro)");
-    }
-    // The first statement that reads the file: a file that is not a database fails here.
-    const std::string mode = text_of("PRAGMA journal_mode = WAL", "switch to WAL mode");
-    if (mode != "wal") {
-      throw store_error(store_failure::unavailable,
-                        "idem::sqlite_store: '" + settings_->path +
-                            "' cannot use WAL mode (journal mode stays '" + mode +
-                            "'); use a file on a local filesystem");
-    }
-    execute_script(
-        settings_->synchronous_full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL",
-        "set the synchronous mode");
-    if (settings_->max_database_bytes != 0) {
-      const std::string page_size = text_of("PRAGMA page_size", "read the page size");
-      const std::uint64_t pages =
-          std::max<std::uint64_t>(1, settings_->max_database_bytes / std::stoull(page_size));
-      execute_script(("PRAGMA max_page_count = " + std::to_string(pages)).c_str(),
-                     "limit the database size");
-    }
-  }
-
-  // Retries a locked database with short pauses, growing to 2 ms: a write transaction here
-  // lasts tens of microseconds, and SQLite's own timeout handler sleeps 1 ms at least.
-  static int on_busy(void* self, int attempt) {
-    auto& connection = *static_cast<sqlite_connection*>(self);
-    const auto now = std::chrono::steady_clock::now();
-    if (attempt == 0) connection.busy_since_ = now;
-    const auto waited = now - connection.busy_since_;
-    const std::chrono::nanoseconds timeout = connection.settings_->busy_timeout;
-    if (waited >= timeout) return 0;
-    // xorshift: a little jitter, so contending processes do not wake in lockstep.
-    connection.jitter_ ^= connection.jitter_ << 13;
-    connection.jitter_ ^= connection.jitter_ >> 7;
-    connection.jitter_ ^= connection.jitter_ << 17;
-    const std::chrono::nanoseconds base =
-        std::chrono::microseconds{20} * (1 << std::min(attempt, 7));  // 20 us .. 2.56 ms
-    const std::chrono::nanoseconds pause =
-        std::min<std::chrono::nanoseconds>(
-            {base / 2 + std::chrono::nanoseconds{static_cast<std::int64_t>(
-                            connection.jitter_ % static_cast<std::uint64_t>(base.count()))},
-             std::chrono::milliseconds{2}, timeout - waited}) +
-        std::chrono::nanoseconds{1};
-    std::this_thread::sleep_for(pause);
-    return 1;
-  }
-
-  const sqlite_settings* settings_;
-  sqlite3* db_ = nullptr;
-  sqlite3_stmt* statements_[static_cast<std::size_t>(sqlite_statement::count_)] = {};
-  std::unordered_map<std::string, sqlite3_stmt*> handler_statements_;
-  std::chrono::steady_clock::time_point busy_since_{};
-  std::uint64_t jitter_ = 0x9e3779b97f4a7c15ULL ^ reinterpret_cast<std::uintptr_t>(this);
-};
-
-// Resets a statement when the scope ends: a SELECT left unreset would hold its read snapshot.
-class sqlite_use {
- public:
-  explicit sqlite_use(sqlite3_stmt* statement) noexcept : statement_(statement) {}
-  sqlite_use(const sqlite_use&) = delete;
-  sqlite_use& operator=(const sqlite_use&) = delete;
-  ~sqlite_use() { sqlite3_reset(statement_); }
-  sqlite3_stmt* get() const noexcept { return statement_; }
-
- private:
-  sqlite3_stmt* statement_;
-};
-
-}  // namespace detail
 
 class sqlite_store {
  public:
@@ -440,7 +90,7 @@ class sqlite_store {
     /// connection) before it throws store_error(unavailable).
     std::chrono::milliseconds busy_timeout{5000};
     /// Connections the store opens at most; they are opened as threads need them.
-    std::size_t connections = 8;
+    std::size_t pool_size = 8;
     /// Bounds; see the top of this header. A bounded store keeps a usage row up to date.
     std::size_t max_records = std::numeric_limits<std::size_t>::max();
     std::size_t max_bytes = std::numeric_limits<std::size_t>::max();
@@ -468,12 +118,12 @@ class sqlite_store {
   explicit sqlite_store(std::string path) : sqlite_store(options_for(std::move(path))) {}
   explicit sqlite_store(options settings) : state_(std::make_shared<state>(std::move(settings))) {
     lease connection = acquire();
-    migrate(connection.get());
+    migrate(*connection.get());
   }
 
   claim_result claim(const claim_request& request) {
     lease connection = acquire();
-    detail::sqlite_connection& c = connection.get();
+    detail::sqlite_connection& c = *connection.get();
     const std::int64_t now = detail::sqlite_nanoseconds(request.now);
     bool absent = true;
     {
@@ -573,7 +223,7 @@ class sqlite_store {
 
   bool complete(const fenced_key& held, std::string_view response, store_time /*now*/) {
     lease connection = acquire();
-    detail::sqlite_connection& c = connection.get();
+    detail::sqlite_connection& c = *connection.get();
     if (!state_->bounded)
       return fenced_write(c, detail::sqlite_statement::complete, held, response);
     write_transaction writing(c);
@@ -587,12 +237,12 @@ class sqlite_store {
 
   bool release(const fenced_key& held) {
     lease connection = acquire();
-    return fenced_write(connection.get(), detail::sqlite_statement::release, held, {});
+    return fenced_write(*connection.get(), detail::sqlite_statement::release, held, {});
   }
 
   bool checkpoint(const fenced_key& held, std::string_view recovery, store_time lease_until) {
     lease connection = acquire();
-    detail::sqlite_connection& c = connection.get();
+    detail::sqlite_connection& c = *connection.get();
     if (!state_->bounded) {
       return fenced_write(c, detail::sqlite_statement::checkpoint, held, recovery, lease_until);
     }
@@ -604,7 +254,7 @@ class sqlite_store {
 
   std::optional<record> find(std::string_view scope, std::string_view key, store_time now) {
     lease connection = acquire();
-    detail::sqlite_connection& c = connection.get();
+    detail::sqlite_connection& c = *connection.get();
     detail::sqlite_use read(c.statement(detail::sqlite_statement::read_record));
     bind_key(c, read.get(), scope, key);
     if (c.step(read.get(), "read a record") != SQLITE_ROW) return std::nullopt;
@@ -621,7 +271,7 @@ class sqlite_store {
 
   std::size_t sweep(store_time now) {
     lease connection = acquire();
-    detail::sqlite_connection& c = connection.get();
+    detail::sqlite_connection& c = *connection.get();
     const std::size_t batch = state_->settings.sweep_batch;
     std::size_t removed = 0;
     for (;;) {
@@ -638,7 +288,7 @@ class sqlite_store {
 
   std::vector<record> stuck(store_time now, std::size_t limit) {
     lease connection = acquire();
-    detail::sqlite_connection& c = connection.get();
+    detail::sqlite_connection& c = *connection.get();
     std::vector<record> out;
     if (limit == 0) return out;
     detail::sqlite_use list(c.statement(detail::sqlite_statement::stuck));
@@ -683,7 +333,6 @@ class sqlite_store {
       connection_settings.path = settings.path;
       connection_settings.synchronous_full = settings.synchronous == synchronous_mode::full;
       connection_settings.busy_timeout = settings.busy_timeout;
-      connection_settings.connections = settings.connections;
       connection_settings.sweep_batch = settings.sweep_batch;
       connection_settings.max_database_bytes = settings.max_database_bytes;
     }
@@ -693,37 +342,25 @@ class sqlite_store {
     options settings;
     detail::sqlite_settings connection_settings;
     bool bounded = false;
-    std::mutex mutex;
-    std::condition_variable returned;
-    std::vector<std::unique_ptr<detail::sqlite_connection>> idle;
-    std::size_t open = 0;
+    detail::connection_pool<std::unique_ptr<detail::sqlite_connection>> connections{
+        settings.pool_size, pool_hooks()};
+
+   private:
+    detail::connection_pool<std::unique_ptr<detail::sqlite_connection>>::hooks pool_hooks() {
+      return {
+          .open = [this] { return detail::sqlite_connection::open(connection_settings); },
+          // A connection still inside a transaction (its rollback failed) is not handed on.
+          .reusable =
+              [](const std::unique_ptr<detail::sqlite_connection>& connection) {
+                return sqlite3_get_autocommit(connection->db()) != 0;
+              },
+          .alive = {},
+      };
+    }
   };
 
   // A connection borrowed from the pool for one operation.
-  class lease {
-   public:
-    lease(state& owner, std::unique_ptr<detail::sqlite_connection> connection) noexcept
-        : owner_(&owner), connection_(std::move(connection)) {}
-    lease(const lease&) = delete;
-    lease& operator=(const lease&) = delete;
-    ~lease() {
-      // A connection still inside a transaction (its rollback failed) is not handed on.
-      const bool healthy = sqlite3_get_autocommit(connection_->db()) != 0;
-      const std::lock_guard lock(owner_->mutex);
-      if (healthy) {
-        owner_->idle.push_back(std::move(connection_));
-      } else {
-        --owner_->open;
-      }
-      owner_->returned.notify_one();
-      // An unhealthy connection is closed as connection_ goes, after the lock is let go.
-    }
-    detail::sqlite_connection& get() const noexcept { return *connection_; }
-
-   private:
-    state* owner_;
-    std::unique_ptr<detail::sqlite_connection> connection_;
-  };
+  using lease = detail::connection_pool<std::unique_ptr<detail::sqlite_connection>>::lease;
 
   // BEGIN IMMEDIATE on construction; ROLLBACK unless committed.
   class write_transaction {
@@ -789,8 +426,8 @@ class sqlite_store {
           "idem::sqlite_store: ':memory:' gives each connection a database of its own and keeps "
           "nothing; use a file, or idem::memory_store for a store that need not survive");
     }
-    if (settings.connections == 0) {
-      throw std::invalid_argument("idem::sqlite_store: connections must be at least 1");
+    if (settings.pool_size == 0) {
+      throw std::invalid_argument("idem::sqlite_store: pool_size must be at least 1");
     }
     if (settings.sweep_batch == 0 ||
         settings.sweep_batch > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
@@ -812,33 +449,14 @@ class sqlite_store {
 
   lease acquire() {
     require();
-    state& pool = *state_;
-    std::unique_lock lock(pool.mutex);
-    const auto deadline = std::chrono::steady_clock::now() + pool.settings.busy_timeout;
-    while (pool.idle.empty() && pool.open >= pool.settings.connections) {
-      if (pool.returned.wait_until(lock, deadline) == std::cv_status::timeout &&
-          pool.idle.empty() && pool.open >= pool.settings.connections) {
-        throw store_error(store_failure::unavailable,
-                          "idem::sqlite_store: all " + std::to_string(pool.settings.connections) +
-                              " connections to '" + pool.settings.path +
-                              "' stayed busy past the busy timeout");
-      }
+    lease connection = state_->connections.acquire_for(state_->settings.busy_timeout);
+    if (!connection.held()) {
+      throw store_error(store_failure::unavailable,
+                        "idem::sqlite_store: all " + std::to_string(state_->settings.pool_size) +
+                            " connections to '" + state_->settings.path +
+                            "' stayed busy past the busy timeout");
     }
-    if (!pool.idle.empty()) {
-      std::unique_ptr<detail::sqlite_connection> connection = std::move(pool.idle.back());
-      pool.idle.pop_back();
-      return lease(pool, std::move(connection));
-    }
-    ++pool.open;
-    lock.unlock();
-    try {
-      return lease(pool, detail::sqlite_connection::open(pool.connection_settings));
-    } catch (...) {
-      lock.lock();
-      --pool.open;
-      pool.returned.notify_one();
-      throw;
-    }
+    return connection;
   }
 
   // Creates or checks the schema. Inside BEGIN IMMEDIATE, so processes that open a new file at
@@ -1147,7 +765,7 @@ bool sqlite_store::complete_within(const fenced_key& held, store_time /*now*/, P
                 "complete_within's argument must be callable as "
                 "std::string(idem::sqlite_store::transaction&): it returns the encoded response.");
   lease connection = acquire();
-  detail::sqlite_connection& c = connection.get();
+  detail::sqlite_connection& c = *connection.get();
   write_transaction writing(c);
   std::optional<held_size> sizes = held_sizes(c, held);
   if (!sizes || sizes->state != detail::sqlite_in_progress) return false;

@@ -202,9 +202,9 @@ TEST_CASE("options that can never work are refused at construction", "[sqlite]")
   CHECK_THROWS_WITH(sqlite_store{":memory:"}, Contains("memory_store"));
   idem::testing::temporary_directory directory;
   sqlite_store::options options = quick(directory.file("idem.sqlite3"));
-  options.connections = 0;
+  options.pool_size = 0;
   CHECK_THROWS_AS(sqlite_store{options}, std::invalid_argument);
-  options.connections = 1;
+  options.pool_size = 1;
   options.sweep_batch = 0;
   CHECK_THROWS_AS(sqlite_store{options}, std::invalid_argument);
 }
@@ -602,7 +602,7 @@ TEST_CASE("a response past max_bytes fails complete_within with full and rolls b
 TEST_CASE("a call that waits for a connection gives up after the busy timeout", "[sqlite]") {
   idem::testing::temporary_directory directory;
   sqlite_store::options options = quick(directory.file("idem.sqlite3"));
-  options.connections = 1;
+  options.pool_size = 1;
   options.busy_timeout = 20ms;
   sqlite_store store{options};
   const auto claimed = store.claim(ask("tenant", "k", start));
@@ -622,7 +622,7 @@ TEST_CASE("threads on two stores sharing one file claim each key once", "[sqlite
   idem::testing::temporary_directory directory;
   const std::string path = directory.file("idem.sqlite3");
   sqlite_store::options options = quick(path);
-  options.connections = 3;
+  options.pool_size = 3;
   sqlite_store first{options};
   sqlite_store second{options};
   constexpr int threads = 8;

@@ -1,0 +1,149 @@
+// The SQL sqlite_store runs: its statements, the schema of its file (idem_records, idem_meta) and
+// the usage row a bounded store keeps, and how times and states are stored. Text only: the
+// statements are prepared by store/sqlite/connection.hpp.
+#ifndef IDEM_STORE_SQLITE_STATEMENTS_HPP
+#define IDEM_STORE_SQLITE_STATEMENTS_HPP
+
+#include <chrono>
+#include <cstdint>
+
+#include <idem/store/contract.hpp>
+
+namespace idem::detail {
+
+inline std::int64_t sqlite_nanoseconds(store_time time) noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(time.time_since_epoch()).count();
+}
+
+inline store_time sqlite_time(std::int64_t nanoseconds) noexcept {
+  return store_time{
+      std::chrono::duration_cast<store_time::duration>(std::chrono::nanoseconds{nanoseconds})};
+}
+
+// The statements the store runs, prepared once per connection on first use.
+enum class sqlite_statement : std::uint8_t {
+  begin_immediate,
+  commit,
+  rollback,
+  read_record,
+  held_sizes,
+  create_record,
+  create_if_absent,
+  take_over,
+  complete,
+  release,
+  checkpoint,
+  sweep_batch,
+  delete_expired,
+  stuck,
+  read_usage,
+  count_live_in_scope,
+  count_,
+};
+
+// Record states as stored. A released record is a tombstone that keeps its fence until it
+// expires (see idem/store/contract.hpp), so a holder of the released claim can never write again.
+inline constexpr int sqlite_in_progress = 0;
+inline constexpr int sqlite_completed = 1;
+inline constexpr int sqlite_released = 2;
+
+inline const char* sqlite_sql(sqlite_statement statement) noexcept {
+  switch (statement) {
+    case sqlite_statement::begin_immediate:
+      return "BEGIN IMMEDIATE";
+    case sqlite_statement::commit:
+      return "COMMIT";
+    case sqlite_statement::rollback:
+      return "ROLLBACK";
+    case sqlite_statement::read_record:
+      return "SELECT state, fence, created_at, lease_until, expires_at, fingerprint, response, "
+             "recovery FROM idem_records WHERE scope = ?1 AND key = ?2";
+    case sqlite_statement::held_sizes:
+      return "SELECT state, fence, length(response), length(recovery) FROM idem_records "
+             "WHERE scope = ?1 AND key = ?2";
+    case sqlite_statement::create_record:
+      // One statement for a new key and for replacing an expired or released record.
+      return "INSERT INTO idem_records (scope, key, state, fence, created_at, lease_until, "
+             "expires_at, fingerprint, response, recovery) VALUES (?1, ?2, 0, ?3, ?4, ?5, ?6, ?7, "
+             "x'', x'') ON CONFLICT (scope, key) DO UPDATE SET state = 0, fence = excluded.fence, "
+             "created_at = excluded.created_at, lease_until = excluded.lease_until, expires_at = "
+             "excluded.expires_at, fingerprint = excluded.fingerprint, response = x'', "
+             "recovery = x''";
+    case sqlite_statement::create_if_absent:
+      return "INSERT INTO idem_records (scope, key, state, fence, created_at, lease_until, "
+             "expires_at, fingerprint, response, recovery) VALUES (?1, ?2, 0, ?3, ?4, ?5, ?6, ?7, "
+             "x'', x'') ON CONFLICT (scope, key) DO NOTHING";
+    case sqlite_statement::take_over:
+      return "UPDATE idem_records SET fence = ?3, lease_until = ?4 WHERE scope = ?1 AND key = ?2";
+    case sqlite_statement::complete:
+      return "UPDATE idem_records SET state = 1, response = ?4, recovery = x'' "
+             "WHERE scope = ?1 AND key = ?2 AND fence = ?3 AND state <> 2";
+    case sqlite_statement::release:
+      return "UPDATE idem_records SET state = 2, response = x'', recovery = x'' "
+             "WHERE scope = ?1 AND key = ?2 AND fence = ?3 AND state <> 2";
+    case sqlite_statement::checkpoint:
+      return "UPDATE idem_records SET recovery = ?4, lease_until = ?5 "
+             "WHERE scope = ?1 AND key = ?2 AND fence = ?3 AND state <> 2";
+    case sqlite_statement::sweep_batch:
+      // Through the expiry index, a batch at a time, so sweep never holds the write lock long.
+      return "DELETE FROM idem_records WHERE (scope, key) IN (SELECT scope, key FROM "
+             "idem_records WHERE expires_at <= ?1 LIMIT ?2)";
+    case sqlite_statement::delete_expired:
+      return "DELETE FROM idem_records WHERE expires_at <= ?1";
+    case sqlite_statement::stuck:
+      return "SELECT scope, key, state, fence, created_at, lease_until, expires_at, fingerprint, "
+             "response, recovery FROM idem_records WHERE state = 0 AND lease_until <= ?1 AND "
+             "expires_at > ?1 ORDER BY scope, key LIMIT ?2";
+    case sqlite_statement::read_usage:
+      return "SELECT records, bytes FROM idem_usage WHERE id = 1";
+    case sqlite_statement::count_live_in_scope:
+      // The scope's records through the primary key's range, so the cost is what the scope
+      // holds (at most its cap), not what the store holds.
+      return "SELECT count(*) FROM idem_records WHERE scope = ?1 AND expires_at > ?2";
+    case sqlite_statement::count_:
+      break;
+  }
+  return "";
+}
+
+// Version 1 of the schema. Column order puts the small fixed fields first, so they stay on the
+// B-tree page while a large response spills to overflow pages.
+inline constexpr int sqlite_schema_version = 1;
+inline constexpr const char* sqlite_schema_v1 =
+    "CREATE TABLE idem_records ("
+    "  scope BLOB NOT NULL,"
+    "  key BLOB NOT NULL,"
+    "  state INTEGER NOT NULL,"
+    "  fence INTEGER NOT NULL,"
+    "  created_at INTEGER NOT NULL,"
+    "  lease_until INTEGER NOT NULL,"
+    "  expires_at INTEGER NOT NULL,"
+    "  fingerprint BLOB NOT NULL,"
+    "  response BLOB NOT NULL,"
+    "  recovery BLOB NOT NULL,"
+    "  PRIMARY KEY (scope, key)"
+    ") WITHOUT ROWID;"
+    "CREATE INDEX idem_records_by_expiry ON idem_records (expires_at);";
+
+// The usage row bounded stores check. Triggers keep it exact whichever connection, process or
+// version of the application writes idem_records. Bytes count as locked_store counts them:
+// scope + key + response + recovery.
+inline constexpr const char* sqlite_usage_schema =
+    "CREATE TABLE IF NOT EXISTS idem_usage (id INTEGER PRIMARY KEY CHECK (id = 1),"
+    "  records INTEGER NOT NULL, bytes INTEGER NOT NULL);"
+    "INSERT OR IGNORE INTO idem_usage (id, records, bytes) SELECT 1, count(*), coalesce(sum("
+    "  length(scope) + length(key) + length(response) + length(recovery)), 0) FROM idem_records;"
+    "CREATE TRIGGER IF NOT EXISTS idem_usage_on_insert AFTER INSERT ON idem_records BEGIN"
+    "  UPDATE idem_usage SET records = records + 1, bytes = bytes + length(new.scope) +"
+    "  length(new.key) + length(new.response) + length(new.recovery) WHERE id = 1; END;"
+    "CREATE TRIGGER IF NOT EXISTS idem_usage_on_update AFTER UPDATE ON idem_records BEGIN"
+    "  UPDATE idem_usage SET bytes = bytes - length(old.scope) - length(old.key) -"
+    "  length(old.response) - length(old.recovery) + length(new.scope) + length(new.key) +"
+    "  length(new.response) + length(new.recovery) WHERE id = 1; END;"
+    "CREATE TRIGGER IF NOT EXISTS idem_usage_on_delete AFTER DELETE ON idem_records BEGIN"
+    "  UPDATE idem_usage SET records = records - 1, bytes = bytes - length(old.scope) -"
+    "  length(old.key) - length(old.response) - length(old.recovery) WHERE id = 1; END;";
+
+}  // namespace idem::detail
+
+#endif  // IDEM_STORE_SQLITE_STATEMENTS_HPP
