@@ -47,7 +47,8 @@ TEST_CASE("the bucket hash is SipHash-1-3 of scope and key padded to words, then
   }
   CHECK(checked == 21 * 11);
   // Moving bytes between scope and key, or padding zeros into either, changes the hash.
-  CHECK(idem::detail::memory::bucket_hash(key, "ab", "c") != idem::detail::memory::bucket_hash(key, "a", "bc"));
+  CHECK(idem::detail::memory::bucket_hash(key, "ab", "c") !=
+        idem::detail::memory::bucket_hash(key, "a", "bc"));
   CHECK(idem::detail::memory::bucket_hash(key, "a", "") !=
         idem::detail::memory::bucket_hash(key, std::string_view("a\0", 2), ""));
   CHECK(idem::detail::memory::bucket_hash(key, "", "a") !=
