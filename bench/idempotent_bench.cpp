@@ -24,10 +24,10 @@
 #include <benchmark/benchmark.h>
 #include <xxhash.h>
 
+#include <idem/idem.hpp>
 #include <idem/store/memory/bucket_hash.hpp>
 #include <idem/store/memory/epoch.hpp>
 #include <idem/store/memory/siphash.hpp>
-#include <idem/idem.hpp>
 
 #include <absl/container/flat_hash_map.h>
 #include <absl/hash/hash.h>
