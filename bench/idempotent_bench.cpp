@@ -24,9 +24,10 @@
 #include <benchmark/benchmark.h>
 #include <xxhash.h>
 
+#include <idem/idem.hpp>
+#include <idem/store/memory/bucket_hash.hpp>
 #include <idem/store/memory/epoch.hpp>
 #include <idem/store/memory/siphash.hpp>
-#include <idem/idem.hpp>
 
 #include <absl/container/flat_hash_map.h>
 #include <absl/hash/hash.h>
@@ -266,8 +267,9 @@ void idempotent_replay(benchmark::State& state) {
 //                                 one read of std::chrono::system_clock (steady_clock's wall
 //                                 time), what the guard read before coarse_clock
 //   idempotent_cost/bucket_hash   the memory store's keyed SipHash-1-3 of (scope, key), by which
-//                                 it picks a bucket (detail::bucket_hash), beside absl::Hash of
-//                                 the scope-length-prefixed scope and key, as the floor hashes
+//                                 it picks a bucket (detail::memory::bucket_hash), beside
+//                                 absl::Hash of the scope-length-prefixed scope and key, as the
+//                                 floor hashes
 //   idempotent_cost/absl_hash
 //   idempotent_cost/epoch_pin     one pin and unpin of epoch reclamation (detail::epoch_guard),
 //                                 which every memory-store operation makes so that what it reads
@@ -330,7 +332,7 @@ void idempotent_cost_bucket_hash(benchmark::State& state) {
   for (auto _ : state) {
     const std::string* opaque = &id;
     benchmark::DoNotOptimize(opaque);
-    benchmark::DoNotOptimize(idem::detail::bucket_hash(key, scope, *opaque));
+    benchmark::DoNotOptimize(idem::detail::memory::bucket_hash(key, scope, *opaque));
   }
 }
 
@@ -346,7 +348,7 @@ void idempotent_cost_absl_hash(benchmark::State& state) {
 
 void idempotent_cost_epoch_pin(benchmark::State& state) {
   for (auto _ : state) {
-    const idem::detail::epoch_guard<> pinned;
+    const idem::detail::epoch_guard pinned;
     benchmark::ClobberMemory();
   }
 }

@@ -594,7 +594,7 @@ using idem_memory_table = idem_table<idem::memory_store>;
 // counts and frees nothing until the run ends; it is not a store. It only claims (claim_new
 // never meets an existing key), so it runs in claim_new alone, where the goal "at most half of
 // libcuckoo's and TBB's time" can be held against it. Its slot array is the memory store's
-// (idem::detail::link_array: huge pages where the kernel gives them), so the floor is not
+// (idem::detail::memory::bucket_array: huge pages where the kernel gives them), so the floor is not
 // undercut by a choice of pages that any table could make.
 //
 // floor_kind::keyed is claim_new/floor_keyed: the same table, hashing (scope, key) with the
@@ -636,9 +636,9 @@ class claim_floor_table {
     const peer_request request(input);
     const std::string_view id = composite_key(input.scope, input.key);
     std::uint64_t hash = 0;
-    std::optional<idem::detail::epoch_guard<>> pinned;
+    std::optional<idem::detail::epoch_guard> pinned;
     if constexpr (Kind != floor_kind::plain) {
-      hash = idem::detail::bucket_hash(hash_key_, input.scope, input.key);
+      hash = idem::detail::memory::bucket_hash(hash_key_, input.scope, input.key);
       pinned.emplace();
     } else {
       hash = absl::Hash<absl::string_view>{}(absl::string_view{id.data(), id.size()});
@@ -720,7 +720,7 @@ class claim_floor_table {
   }
 
   std::size_t mask_;
-  idem::detail::link_array<> slots_;
+  idem::detail::memory::bucket_array slots_;
   idem::detail::siphash_key hash_key_ = idem::detail::process_hash_key();
   std::array<shard_books, Kind == floor_kind::store ? shard_count : 0> books_;
   std::size_t ticket_capacity_ = 0;
@@ -1091,7 +1091,7 @@ struct scaling_fixture {
 // does before it measures).
 void drain_retired() {
   for (int i = 0; i < 3; ++i)
-    idem::detail::epoch_participant<>::local().collect();
+    idem::detail::epoch_participant::local().collect();
 }
 
 // N completed records with 64-byte responses, keys 0..N-1; the keys after N are the fresh ones.

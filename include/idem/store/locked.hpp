@@ -1,14 +1,15 @@
 // locked_store: one mutex around one sorted list. The reference model of the store contract.
 //
 // Deliberately simple, so that it is obviously right: every operation takes the one lock, does
-// exactly what idem/store/contract.hpp says, and lets go. Other stores are tested against it, operation
-// for operation. It is also a reasonable store for a process with little traffic; it is not
-// durable (it survives nothing but the process) and every call serialises on its lock.
+// exactly what idem/store/contract.hpp says, and lets go. Other stores are tested against it,
+// operation for operation. It is also a reasonable store for a process with little traffic; it is
+// not durable (it survives nothing but the process) and every call serialises on its lock.
 //
 // Copies share one list: the store is a handle.
 #ifndef IDEM_STORE_LOCKED_HPP
 #define IDEM_STORE_LOCKED_HPP
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -20,16 +21,11 @@
 #include <utility>
 #include <vector>
 
-#include <idem/detail/algorithm.hpp>
-#include <idem/detail/lazy.hpp>
 #include <idem/store/contract.hpp>
 
 namespace idem {
 
-// locked_store is basic_locked_store<void>: a template only so that it compiles where it is
-// used (see basic_memory_store in idem/store/memory.hpp).
-template <class Lazy>
-class basic_locked_store {
+class locked_store {
  public:
   /// Records keep no completion time: complete leaves expires_at as the claim set it, so the
   /// guard need not read the clock again for a completion (idem::reads_completion_time).
@@ -47,8 +43,8 @@ class basic_locked_store {
     std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
   };
 
-  basic_locked_store() : basic_locked_store(limits{}) {}
-  explicit basic_locked_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
+  locked_store() : locked_store(limits{}) {}
+  explicit locked_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
 
   claim_result claim(const claim_request& request) {
     const std::lock_guard lock(state_->mutex);
@@ -151,7 +147,7 @@ class basic_locked_store {
 
   std::vector<record> stuck(store_time now, std::size_t limit) const {
     const std::lock_guard lock(state_->mutex);
-    detail::lazy_t<Lazy, std::vector<record>> out;  // see idem/detail/lazy.hpp
+    std::vector<record> out;
     for (const entry& held : state_->records) {
       if (out.size() >= limit) break;
       const record& r = held.snapshot;
@@ -175,7 +171,7 @@ class basic_locked_store {
   }
 
  private:
-  // An id to search the list for: entry < by_id is what detail::lower_bound asks.
+  // An id to search the list for: entry < by_id is what std::lower_bound asks.
   struct by_id {
     std::string_view id;
   };
@@ -214,8 +210,8 @@ class basic_locked_store {
   }
 
   // Where the record `id` is, or would go, in the sorted list.
-  typename std::vector<entry>::iterator place_of(std::string_view id) const {
-    return detail::lower_bound(state_->records.begin(), state_->records.end(), by_id{id});
+  std::vector<entry>::iterator place_of(std::string_view id) const {
+    return std::lower_bound(state_->records.begin(), state_->records.end(), by_id{id});
   }
 
   // The record `id`, held or not, or nullptr.
@@ -284,8 +280,6 @@ class basic_locked_store {
 
   std::shared_ptr<state> state_;
 };
-
-using locked_store = basic_locked_store<void>;
 
 }  // namespace idem
 

@@ -1,5 +1,6 @@
 // memory_store, the lock-free default store, against the store conformance suite, plus what is
-// particular to it: statistics, the record overhead, and that the bucketing hash is keyed.
+// particular to it: statistics, sweeps, the record overhead, and its behaviour under threads.
+// Its parts are tested alone in tests/unit/store/memory/.
 #include <catch2/catch.hpp>
 
 #include <idem/store/locked.hpp>
@@ -7,11 +8,8 @@
 #include <idem/testing/store_conformance.hpp>
 
 #include <atomic>
-#include <filesystem>
-#include <fstream>
 #include <latch>
 #include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -119,7 +117,7 @@ TEST_CASE("a thread counts alone in its stripe, and threads past the 64th or lat
     claimers.emplace_back([&, t] {
       const auto key = [t](int i) { return std::to_string(t) + "/" + std::to_string(i); };
       store.claim({"s", key(0), print(1), start, 30s, 1h});
-      numbers[static_cast<std::size_t>(t)] = idem::detail::stripe_lease<>::mine();
+      numbers[static_cast<std::size_t>(t)] = idem::detail::memory::stripe_lease::mine();
       all_counting.arrive_and_wait();  // every thread holds what it drew until all have drawn
       for (int i = 1; i < per_thread; ++i)
         store.claim({"s", key(i), print(1), start, 30s, 1h});
@@ -130,10 +128,10 @@ TEST_CASE("a thread counts alone in its stripe, and threads past the 64th or lat
   std::set<std::size_t> own;
   int shared = 0;
   for (const std::size_t number : numbers) {
-    if (number == idem::detail::shared_stripe) {
+    if (number == idem::detail::memory::shared_stripe) {
       ++shared;
     } else {
-      CHECK(number < idem::detail::shared_stripe);
+      CHECK(number < idem::detail::memory::shared_stripe);
       CHECK(own.insert(number).second);  // no two live threads hold the same stripe
     }
   }
@@ -156,13 +154,13 @@ TEST_CASE("a thread counts alone in its stripe, and threads past the 64th or lat
         for (int i = 0; i < 50; ++i)
           store.claim({"s", "w" + std::to_string(wave * 8 + t) + "/" + std::to_string(i), print(1),
                        start, 30s, 1h});
-        drawn[static_cast<std::size_t>(t)] = idem::detail::stripe_lease<>::mine();
+        drawn[static_cast<std::size_t>(t)] = idem::detail::memory::stripe_lease::mine();
       });
     }
     for (std::thread& thread : later)
       thread.join();
     for (const std::size_t number : drawn)
-      CHECK(number < idem::detail::shared_stripe);
+      CHECK(number < idem::detail::memory::shared_stripe);
   }
   CHECK(store.statistics().records == std::size_t{threads} * per_thread + 64 * 50);
   CHECK(store.sweep(start + 2h) == std::size_t{threads} * per_thread + 64 * 50);
@@ -225,50 +223,6 @@ TEST_CASE("a scope or key longer than a record holds is refused whole", "[memory
   CHECK(store.find(longest, longest, start)->response == "done");
 }
 
-TEST_CASE("a bucket array of a huge page or more is aligned to one and advised for huge pages",
-          "[memory_store]") {
-  using link_array = idem::detail::link_array<>;
-  const link_array small(1000);
-  for (std::size_t i = 0; i < 1000; ++i)
-    REQUIRE(small.data()[i].load() == 0);
-
-  constexpr std::size_t count = link_array::huge_page / sizeof(std::uintptr_t);
-  const link_array big(count);
-  const auto address = reinterpret_cast<std::uintptr_t>(big.data());
-  CHECK(address % link_array::huge_page == 0);
-  for (std::size_t i = 0; i < count; ++i)
-    REQUIRE(big.data()[i].load() == 0);
-  big.data()[count - 1].store(7);
-  CHECK(big.data()[count - 1].load() == 7);
-
-  // Where the kernel has transparent huge pages, the mapping that holds the array carries the
-  // advice: "hg" (VM_HUGEPAGE) among its VmFlags in /proc/self/smaps.
-  if (!std::filesystem::exists("/sys/kernel/mm/transparent_hugepage/enabled")) {
-    WARN("no transparent huge pages in this kernel: the advice is not checked");
-    return;
-  }
-  std::ifstream smaps("/proc/self/smaps");
-  REQUIRE(smaps);
-  std::string line;
-  bool inside = false;
-  bool advised = false;
-  bool found = false;
-  while (std::getline(smaps, line)) {
-    unsigned long long from = 0;
-    unsigned long long to = 0;
-    char dash = 0;
-    std::istringstream words(line);
-    if (words >> std::hex >> from >> dash >> to && dash == '-') {
-      inside = from <= address && address + link_array::huge_page <= to;
-      found = found || inside;
-    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
-      advised = line.find(" hg") != std::string::npos;
-    }
-  }
-  REQUIRE(found);
-  CHECK(advised);
-}
-
 TEST_CASE("a store of a million expected records finds every key in every shard",
           "[memory_store]") {
   idem::memory_store::limits bounds;
@@ -301,7 +255,7 @@ TEST_CASE("a thread paused inside an operation does not stop the others",
   std::atomic<bool> go_on{false};
   // Holding an epoch pin is what a thread preempted in the middle of claim or find looks like.
   std::thread sleeper([&] {
-    idem::detail::epoch_guard<> pinned;
+    idem::detail::epoch_guard pinned;
     (void)store.find("s", "k0", start);
     paused = true;
     while (!go_on)
@@ -422,7 +376,7 @@ TEST_CASE("keys that share a shard, bucket and hint stay distinct records", "[me
     for (std::uint32_t i = 0; i < 65536 && found.size() < 2; ++i) {
       const std::string key = key_of(i);
       const std::uint64_t hash =
-          idem::detail::bucket_hash(idem::detail::process_hash_key(), scope, key);
+          idem::detail::memory::bucket_hash(idem::detail::process_hash_key(), scope, key);
       const std::uint64_t meets = (hash >> 42) << 4 | (hash & 15);
       const auto [at, fresh] = seen.try_emplace(meets, i);
       if (!fresh) found.emplace_back(key_of(at->second), key);
@@ -447,88 +401,6 @@ TEST_CASE("keys that share a shard, bucket and hint stay distinct records", "[me
     }
   }
   CHECK(pairs >= 7);
-}
-
-TEST_CASE("the bucketing hash is keyed: another key scatters the same inputs differently",
-          "[memory_store]") {
-  const idem::detail::siphash_key one{0x0706050403020100ULL, 0x0f0e0d0c0b0a0908ULL};
-  const idem::detail::siphash_key two{1, 2};
-  auto hash = [](idem::detail::siphash_key key, std::string_view text) {
-    idem::detail::siphash13 h(key);
-    h.update(text);
-    return h.finish();
-  };
-  int same = 0;
-  for (int i = 0; i < 1000; ++i) {
-    const std::string text = "key-" + std::to_string(i);
-    if ((hash(one, text) & 63) == (hash(two, text) & 63)) ++same;
-  }
-  // Independent keys agree on a 6-bit bucket about 1 time in 64.
-  CHECK(same < 50);
-  // Streaming in pieces gives the one-shot value.
-  idem::detail::siphash13 pieces(one);
-  pieces.update("key");
-  pieces.update("-12345678901");
-  CHECK(pieces.finish() == hash(one, "key-12345678901"));
-}
-
-TEST_CASE("the bucket hash is SipHash-1-3 of scope and key padded to words, then both lengths",
-          "[memory_store]") {
-  // The encoding is what makes distinct (scope, key) pairs distinct messages: each part padded
-  // with zeros to a whole word, then the two lengths as 16-bit little-endian numbers.
-  // SipHash-1-3 itself, against an independent implementation: CPython's hash of bytes is
-  // SipHash-1-3 under its hash secret, which PYTHONHASHSEED=0 makes the zero key
-  // (PYTHONHASHSEED=0 python3 -c "print(hex(hash(b'abc') & (2**64 - 1)))").
-  CHECK(idem::detail::siphash13::hash({0, 0}, "abc", 3) == 0xc03bc3a0042630f2ULL);
-  CHECK(idem::detail::siphash13::hash({0, 0}, "hello world, 20 byte", 20) == 0x32d20752fc1f70f1ULL);
-  const idem::detail::siphash_key key{0x0706050403020100ULL, 0x0f0e0d0c0b0a0908ULL};
-  const auto encoded = [](std::string_view scope, std::string_view id) {
-    std::string message;
-    for (const std::string_view part : {scope, id}) {
-      message.append(part);
-      message.append((8 - part.size() % 8) % 8, '\0');
-    }
-    for (const std::size_t size : {scope.size(), id.size()}) {
-      message.push_back(static_cast<char>(size & 0xff));
-      message.push_back(static_cast<char>(size >> 8));
-    }
-    return message;
-  };
-  std::string text;
-  for (int i = 0; i < 300; ++i)
-    text.push_back(static_cast<char>('A' + (i * 37) % 61));
-  std::size_t checked = 0;
-  for (std::size_t scope_size = 0; scope_size <= 20; ++scope_size) {
-    for (const std::size_t id_size : {0, 1, 7, 8, 9, 15, 16, 17, 36, 255, 257}) {
-      const std::string_view scope = std::string_view(text).substr(0, scope_size);
-      const std::string_view id = std::string_view(text).substr(40, id_size);
-      const std::string message = encoded(scope, id);
-      REQUIRE(idem::detail::bucket_hash(key, scope, id) ==
-              idem::detail::siphash13::hash(key, message.data(), message.size()));
-      ++checked;
-    }
-  }
-  CHECK(checked == 21 * 11);
-  // Moving bytes between scope and key, or padding zeros into either, changes the hash.
-  CHECK(idem::detail::bucket_hash(key, "ab", "c") != idem::detail::bucket_hash(key, "a", "bc"));
-  CHECK(idem::detail::bucket_hash(key, "a", "") !=
-        idem::detail::bucket_hash(key, std::string_view("a\0", 2), ""));
-  CHECK(idem::detail::bucket_hash(key, "", "a") !=
-        idem::detail::bucket_hash(key, "", std::string_view("a\0", 2)));
-}
-
-TEST_CASE("SipHash-1-3 one-shot and streamed agree at every length and split", "[memory_store]") {
-  const idem::detail::siphash_key key{0x0706050403020100ULL, 0x0f0e0d0c0b0a0908ULL};
-  std::string text;
-  for (int length = 0; length < 80; ++length) {
-    for (int split = 0; split <= length; split += 3) {
-      idem::detail::siphash13 streamed(key);
-      streamed.update(std::string_view(text).substr(0, static_cast<std::size_t>(split)));
-      streamed.update(std::string_view(text).substr(static_cast<std::size_t>(split)));
-      CHECK(streamed.finish() == idem::detail::siphash13::hash(key, text.data(), text.size()));
-    }
-    text.push_back(static_cast<char>(length * 7 + 1));
-  }
 }
 
 TEST_CASE("a scope's cap counts its live records as the locked_store does, through sweeps",

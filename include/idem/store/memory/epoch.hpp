@@ -13,6 +13,7 @@
 #ifndef IDEM_STORE_MEMORY_EPOCH_HPP
 #define IDEM_STORE_MEMORY_EPOCH_HPP
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -20,14 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include <idem/detail/algorithm.hpp>
-
 namespace idem::detail {
 
-// These three are templates only so that they compile where they are used (see
-// basic_memory_store in idem/store/memory.hpp): name them with <>, or inside a template with
-// its parameter.
-template <class = void>
 class epoch_domain {
  public:
   struct retired {
@@ -118,16 +113,15 @@ class epoch_domain {
 };
 
 // A thread's membership: its slot, and what it retired and has not freed yet.
-template <class Lazy = void>
 class epoch_participant {
  public:
   static constexpr std::size_t collect_every = 64;
 
-  epoch_participant() : slot_(epoch_domain<Lazy>::instance().acquire_slot()) {}
+  epoch_participant() : slot_(epoch_domain::instance().acquire_slot()) {}
   ~epoch_participant() {
-    epoch_domain<Lazy>& domain = epoch_domain<Lazy>::instance();
+    epoch_domain& domain = epoch_domain::instance();
     domain.try_advance();
-    epoch_domain<Lazy>::free_older(retired_, domain.current() - 1);
+    epoch_domain::free_older(retired_, domain.current() - 1);
     if (!retired_.empty()) domain.adopt(retired_);
     slot_->state.store(0, std::memory_order_release);
     slot_->in_use.store(false, std::memory_order_release);
@@ -142,14 +136,14 @@ class epoch_participant {
 
   void pin() noexcept {
     if (depth_++ > 0) return;
-    epoch_domain<Lazy>& domain = epoch_domain<Lazy>::instance();
+    epoch_domain& domain = epoch_domain::instance();
     std::uint64_t epoch = domain.current();
     // Publish the pin, then check the epoch did not move meanwhile: an advance that scanned the
     // slots before the pin was visible could otherwise leave this thread pinned two epochs
     // behind. seq_cst orders the publication before every load of the structure that follows.
     for (;;) {
       slot_->state.store((epoch << 1) | 1, std::memory_order_seq_cst);
-      const std::uint64_t now = epoch_domain<Lazy>::instance().current_seq_cst();
+      const std::uint64_t now = epoch_domain::instance().current_seq_cst();
       if (now == epoch) break;
       epoch = now;
     }
@@ -168,12 +162,12 @@ class epoch_participant {
   }
 
   void collect() {
-    epoch_domain<Lazy>& domain = epoch_domain<Lazy>::instance();
+    epoch_domain& domain = epoch_domain::instance();
     const std::uint64_t epoch = domain.try_advance();
     // Tagged at e, an object may still be seen by a thread pinned at e; every such thread has
     // unpinned once the epoch reached e + 2.
     const std::size_t held = retired_.size();
-    epoch_domain<Lazy>::free_older(retired_, epoch - 1);
+    epoch_domain::free_older(retired_, epoch - 1);
     domain.free_orphans(epoch - 1);
     // Each collection advances the epoch by at most one step, so what it frees was retired two
     // collections ago: collecting every collect_every retirements keeps the list near three
@@ -181,24 +175,23 @@ class epoch_participant {
     // freed; then collecting again only once the list has doubled keeps retire amortised O(1)
     // instead of rescanning the list every time.
     next_collect_ = retired_.size() < held ? retired_.size() + collect_every
-                                           : detail::max(collect_every, 2 * retired_.size());
+                                           : std::max(collect_every, 2 * retired_.size());
     // A burst of retirements grows the list; give the memory back once it has drained.
     if (retired_.capacity() > 4 * next_collect_) retired_.shrink_to_fit();
   }
 
  private:
-  typename epoch_domain<Lazy>::slot* slot_;
+  epoch_domain::slot* slot_;
   int depth_ = 0;
   std::uint64_t pinned_ = 0;
   std::size_t next_collect_ = collect_every;
-  std::vector<typename epoch_domain<Lazy>::retired> retired_;
+  std::vector<epoch_domain::retired> retired_;
 };
 
 // Pins the calling thread for one operation.
-template <class Lazy = void>
 class epoch_guard {
  public:
-  epoch_guard() noexcept : participant_(epoch_participant<Lazy>::local()) { participant_.pin(); }
+  epoch_guard() noexcept : participant_(epoch_participant::local()) { participant_.pin(); }
   ~epoch_guard() { participant_.unpin(); }
   epoch_guard(const epoch_guard&) = delete;
   epoch_guard& operator=(const epoch_guard&) = delete;
@@ -210,7 +203,7 @@ class epoch_guard {
   void retire(void* object, void (*destroy)(void*)) { participant_.retire(object, destroy); }
 
  private:
-  epoch_participant<Lazy>& participant_;
+  epoch_participant& participant_;
 };
 
 }  // namespace idem::detail
