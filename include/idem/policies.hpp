@@ -35,9 +35,7 @@ namespace idem {
 
 // The server side's defaults, defined in the headers idem/server/idempotent.hpp and idem/server/inbox.hpp
 // include: store/memory.hpp, hash/xxh3.hpp, policy/failure.hpp, response_codec.hpp.
-template <class Lazy>
-class basic_memory_store;
-using memory_store = basic_memory_store<void>;
+class memory_store;
 struct xxh3_128;
 struct release_on_failure;
 struct plain_response_codec;
