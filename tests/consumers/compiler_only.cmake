@@ -7,14 +7,7 @@
 #         -D MAKE_PROGRAM=<path> -D CXX_COMPILER=<path> -P compiler_only.cmake
 cmake_minimum_required(VERSION 3.20)
 
-function(run)
-  string(REPLACE ";" " " printed "${ARGN}")
-  message(STATUS "$ ${printed}")
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE result)
-  if(NOT result EQUAL 0)
-    message(FATAL_ERROR "failed (${result}): ${printed}")
-  endif()
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/run.cmake)
 
 file(REMOVE_RECURSE ${BINARY})
 set(hidden)

@@ -9,14 +9,7 @@
 # Every run starts from empty directories, so a stale install or cache cannot make it pass.
 cmake_minimum_required(VERSION 3.20)
 
-function(run)
-  string(REPLACE ";" " " printed "${ARGN}")
-  message(STATUS "$ ${printed}")
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE result)
-  if(NOT result EQUAL 0)
-    message(FATAL_ERROR "failed (${result}): ${printed}")
-  endif()
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/run.cmake)
 
 file(REMOVE_RECURSE ${CONSUMER_BINARY})
 set(configure_args -S ${CONSUMER_SOURCE} -B ${CONSUMER_BINARY} -G ${GENERATOR}
