@@ -116,7 +116,10 @@ constexpr bool check_handler() {
 template <class Response>
 constexpr bool check_response() {
   static_assert(storable_response<Response>,
-                "The handler must return a storable response: std::string, a byte vector, "
+                "The handler must return a storable response: it is called as "
+                "R(const Request&), R(idem::handler_context&, const Request&) or, with a "
+                "TransactionalStore, R(idem::handler_context&, const Request&, "
+                "Store::transaction&), and R must be std::string, a byte vector, "
                 "idem::http_response, or a type with an idem::codec specialisation; not void, "
                 "since a repeat replays what the first call returned.");
   return true;
