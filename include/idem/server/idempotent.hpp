@@ -82,9 +82,8 @@ class idempotent {
     /// The longest request body accepted, in bytes; a longer one answers body_too_large (413)
     /// before anything is hashed or claimed.
     std::size_t max_body_bytes = Policies::max_body_bytes;
-    /// Where operator()(scope, request) finds the key: the header of the IETF
-    /// draft-ietf-httpapi-idempotency-key-header, which Stripe and others use too.
-    std::string key_header = "Idempotency-Key";
+    /// Where operator()(scope, request) finds the key.
+    std::string key_header = std::string(Policies::key_header);
   };
 
   explicit idempotent(Handler handler) : idempotent(std::move(handler), options{}) {}
