@@ -32,6 +32,7 @@
 #ifndef IDEM_SERVER_IDEMPOTENT_HPP
 #define IDEM_SERVER_IDEMPOTENT_HPP
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <optional>
@@ -46,7 +47,6 @@
 #include <idem/server/codec.hpp>
 #include <idem/server/detail/checks.hpp>
 #include <idem/server/detail/engine.hpp>
-#include <idem/server/detail/options.hpp>
 #include <idem/server/failure.hpp>
 #include <idem/server/fingerprint/fingerprint.hpp>
 #include <idem/server/fingerprint/xxh3.hpp>
@@ -71,17 +71,36 @@ class idempotent {
   using failure_type = typename Policies::failure;
   using response_codec_type = typename Policies::response_codec;
 
-  /// The parts a wrapper is built from; each defaults to its policy. Those it shares with inbox
-  /// (store, clock, lease, retention, coalesce, max_key_length, max_response_bytes,
-  /// response_codec) are documented in idem/server/detail/options.hpp.
-  struct options : detail::server_options<Policies> {
+  /// The parts a wrapper is built from; each defaults to its policy (idem/policies.hpp), and is
+  /// checked once, when the wrapper is built. A store is a handle: give several wrappers copies
+  /// of one store and they share its records.
+  struct options {
+    store_type store{};
+    clock_type clock{};
     fingerprint_type fingerprint{};
     failure_type failure{};
+    /// How long a claim is honoured before another attempt may take it over. Longer than the
+    /// handler's usual run time; each recovery point renews it.
+    std::chrono::nanoseconds lease = Policies::lease;
+    /// How long records are kept. A repeat after this runs again: choose it longer than your
+    /// clients retry for.
+    std::chrono::nanoseconds retention = Policies::retention;
+    /// How long a duplicate of a request in progress waits for its response before answering
+    /// in_progress; zero answers at once.
+    std::chrono::nanoseconds coalesce = Policies::coalesce;
+    /// The longest key accepted, in bytes.
+    std::size_t max_key_length = Policies::max_key_length;
     /// Whether a call without a key is refused (missing_key) or run unguarded.
     bool require_key = Policies::require_key;
     /// The longest request body accepted, in bytes; a longer one answers body_too_large (413)
     /// before anything is hashed or claimed.
     std::size_t max_body_bytes = Policies::max_body_bytes;
+    /// The largest stored response, in bytes (after the response codec): a larger one is not
+    /// stored, its caller gets it with verdict response_too_large, and repeats answer
+    /// response_too_large (500) without running again.
+    std::size_t max_response_bytes = Policies::max_response_bytes;
+    /// Seals responses and recovery points before the store keeps them, opens them on replay.
+    response_codec_type response_codec{};
     /// Where operator()(scope, request) finds the key.
     std::string key_header = std::string(Policies::key_header);
   };

@@ -18,6 +18,7 @@
 #ifndef IDEM_SERVER_INBOX_HPP
 #define IDEM_SERVER_INBOX_HPP
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <string_view>
@@ -29,7 +30,6 @@
 #include <idem/policies.hpp>
 #include <idem/server/detail/checks.hpp>
 #include <idem/server/detail/engine.hpp>
-#include <idem/server/detail/options.hpp>
 #include <idem/server/failure.hpp>
 #include <idem/server/fingerprint/xxh3.hpp>
 #include <idem/server/handler_context.hpp>
@@ -48,9 +48,19 @@ class inbox {
   using store_type = typename Policies::store;
   using clock_type = typename Policies::clock;
 
-  /// The parts an inbox is built from; each defaults to its policy (see
-  /// idem/server/detail/options.hpp). max_key_length bounds the event id.
-  struct options : detail::server_options<Policies> {};
+  /// The parts an inbox is built from; each defaults to its policy, and means what the field
+  /// of the same name in idempotent::options does.
+  struct options {
+    store_type store{};
+    clock_type clock{};
+    std::chrono::nanoseconds lease = Policies::lease;
+    std::chrono::nanoseconds retention = Policies::retention;
+    std::chrono::nanoseconds coalesce = Policies::coalesce;
+    /// The longest event id accepted, in bytes.
+    std::size_t max_key_length = Policies::max_key_length;
+    std::size_t max_response_bytes = Policies::max_response_bytes;
+    typename Policies::response_codec response_codec{};
+  };
 
   inbox() : inbox(options{}) {}
   explicit inbox(options parts) : engine_(std::move(parts), "idem::inbox") {}

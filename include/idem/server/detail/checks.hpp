@@ -1,5 +1,5 @@
-// The checks idempotent and inbox make of their policies and handlers, each written once, with
-// the sentence a user reads when it fails.
+// The checks idempotent and inbox make of their policies, options and handlers, each written
+// once, with the sentence a user reads when it fails.
 //
 // Each check is a constexpr function holding one static_assert, called from a static_assert at
 // the public entry: the sentence is then the first error, before anything is instantiated with
@@ -12,6 +12,8 @@
 
 #include <chrono>
 #include <concepts>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <variant>
 
@@ -66,6 +68,27 @@ constexpr bool check_failure_policy() {
                 "Policies::failure must provide stored_response<Response>(const "
                 "failure_info&) returning std::optional<Response>.");
   return true;
+}
+
+/// The options a wrapper is built with (idempotent::options, inbox::options): throws
+/// std::invalid_argument, naming `who`, for settings that can never work.
+template <class Options>
+void check_options(const Options& options, const char* who) {
+  using std::chrono::nanoseconds;
+  if (options.lease <= nanoseconds::zero()) {
+    throw std::invalid_argument(std::string(who) + ": the lease must be positive");
+  }
+  if (options.retention <= options.lease) {
+    throw std::invalid_argument(std::string(who) +
+                                ": the retention must be longer than the lease, or a claim could "
+                                "expire while its holder still runs");
+  }
+  if (options.coalesce < nanoseconds::zero()) {
+    throw std::invalid_argument(std::string(who) + ": the coalescing wait cannot be negative");
+  }
+  if (options.max_key_length == 0) {
+    throw std::invalid_argument(std::string(who) + ": max_key_length must be at least 1");
+  }
 }
 
 // --- idempotent's handler ----------------------------------------------------------------

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include <idem/server/codec.hpp>
+#include <idem/server/detail/checks.hpp>
 #include <idem/server/failure.hpp>
 #include <idem/server/fingerprint/digest.hpp>
 #include <idem/server/handler_context.hpp>
@@ -92,8 +93,10 @@ struct held_claim {
   store_time claimed_at;  // the time the claim was made with
 };
 
-// Options: a detail::server_options<Policies> (idem/server/detail/options.hpp), or one derived
-// from it; the engine keeps it as it is given, and its owner reads its own settings from it.
+// Options: idempotent::options or inbox::options. The engine keeps them as they are given, so a
+// setting has no copy beside its options field, and its owner reads its own settings from them.
+// It uses store, clock, lease, retention, coalesce, max_key_length, max_response_bytes and
+// response_codec.
 template <class Options>
 class engine {
  public:
@@ -103,7 +106,7 @@ class engine {
 
   /// Throws std::invalid_argument, naming `who`, for options that can never work.
   engine(Options options, const char* who) : options_(std::move(options)) {
-    options_.validate(who);
+    check_options(options_, who);
   }
 
   const Options& options() const noexcept { return options_; }
