@@ -24,7 +24,7 @@
 // handler taking the store's transaction as a third parameter runs inside the transaction that
 // completes its record: its own writes and the record commit together, or neither does.
 //
-// A handler that throws releases the key by default (policy/failure.hpp says why, and how to
+// A handler that throws releases the key by default (idem/server/failure.hpp says why, and how to
 // store chosen failures instead); its exception passes through unchanged.
 //
 // Concurrency: one idempotent object may be called from many threads at once; the store decides
