@@ -4,7 +4,7 @@
 // one later):
 //
 //   claim_waiting    claims (scope, key) in the store, waiting for a duplicate to settle where
-//                    coalescing is on;
+//                    coalescing is on; hold turns a claim this caller won into a held_claim;
 //   answer_existing  answers for a record this caller may not run: replayed, mismatch,
 //                    in_progress, response_too_large;
 //   run_claimed      runs the handler under the claim, with recovery points going through the
@@ -168,11 +168,7 @@ class engine {
       case claim_status::taken_over:
         break;
     }
-    return run_claimed<Response, How>(
-        held_claim{fenced_key{scope, key, claimed.fence},
-                   claimed.status == claim_status::taken_over,
-                   opened_recovery(std::move(claimed.existing.recovery)), claimed_at},
-        print, run, failure);
+    return run_claimed<Response, How>(hold(scope, key, claimed, claimed_at), print, run, failure);
   }
 
   /// One claim, or with coalescing, claims repeated with growing pauses while another attempt
@@ -195,6 +191,14 @@ class engine {
       claimed = claim(scope, key, print, claimed_at);
     }
     return claimed;
+  }
+
+  /// The claim this caller holds after claim_waiting answered claimed or taken_over.
+  held_claim hold(std::string_view scope, std::string_view key, claim_result& claimed,
+                  store_time claimed_at) const {
+    return held_claim{fenced_key{scope, key, claimed.fence},
+                      claimed.status == claim_status::taken_over,
+                      opened_recovery(std::move(claimed.existing.recovery)), claimed_at};
   }
 
   /// The answer for a record this caller may not run.
