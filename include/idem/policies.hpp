@@ -12,29 +12,35 @@
 // names what is missing.
 //
 // The server side's defaults (the memory store, the XXH3 fingerprint, the failure policy, the
-// response codec) are only declared here; idem/server/idempotent.hpp and idem/server/inbox.hpp include their
-// definitions. A client that includes idem/client/retrying.hpp alone then does not compile the
-// lock-free store and the hash it never uses: about a fifth of that header's build time.
+// response codec) are only declared here; idem/server/idempotent.hpp and idem/server/inbox.hpp
+// include their definitions. A client that includes idem/client/retrying.hpp alone then does
+// not compile the lock-free store and the hash it never uses: about a fifth of that header's
+// build time.
+//
+// This struct is the one place a default is written: idempotent::options and inbox::options
+// take each of theirs from the Policies they are given.
 #ifndef IDEM_POLICIES_HPP
 #define IDEM_POLICIES_HPP
 
 #include <chrono>
 #include <cstddef>
+#include <string_view>
 
-#include <idem/key.hpp>
 #include <idem/client/policy/backoff.hpp>
 #include <idem/client/policy/breaker.hpp>
 #include <idem/client/policy/budget.hpp>
 #include <idem/client/policy/classifier.hpp>
-#include <idem/clock.hpp>
 #include <idem/client/policy/key_generator.hpp>
 #include <idem/client/policy/observer.hpp>
 #include <idem/client/policy/random.hpp>
+#include <idem/clock.hpp>
+#include <idem/key.hpp>
 
 namespace idem {
 
-// The server side's defaults, defined in the headers idem/server/idempotent.hpp and idem/server/inbox.hpp
-// include: store/memory.hpp, hash/xxh3.hpp, policy/failure.hpp, response_codec.hpp.
+// The server side's defaults, defined in the headers idem/server/idempotent.hpp and
+// idem/server/inbox.hpp include: idem/store/memory.hpp, idem/server/fingerprint/xxh3.hpp,
+// idem/server/failure.hpp, idem/server/response_codec.hpp.
 class memory_store;
 struct xxh3_128;
 struct release_on_failure;
@@ -89,6 +95,9 @@ struct default_policies {
   /// What responses and recovery points become before the store keeps them: as they are by
   /// default; an encrypting or redacting codec where they hold secrets (response_codec.hpp).
   using response_codec = idem::plain_response_codec;
+  /// The request header idempotent(scope, request) reads the key from: the IETF
+  /// draft-ietf-httpapi-idempotency-key-header's, which Stripe and others use too.
+  static constexpr std::string_view key_header = "Idempotency-Key";
 
   // --- client side: retrying ---------------------------------------------------------------
   /// The random engine each operation draws its jitter and key from.

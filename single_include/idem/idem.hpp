@@ -300,9 +300,13 @@ class key_buffer {
 // names what is missing.
 //
 // The server side's defaults (the memory store, the XXH3 fingerprint, the failure policy, the
-// response codec) are only declared here; idem/server/idempotent.hpp and idem/server/inbox.hpp include their
-// definitions. A client that includes idem/client/retrying.hpp alone then does not compile the
-// lock-free store and the hash it never uses: about a fifth of that header's build time.
+// response codec) are only declared here; idem/server/idempotent.hpp and idem/server/inbox.hpp
+// include their definitions. A client that includes idem/client/retrying.hpp alone then does
+// not compile the lock-free store and the hash it never uses: about a fifth of that header's
+// build time.
+//
+// This struct is the one place a default is written: idempotent::options and inbox::options
+// take each of theirs from the Policies they are given.
 #ifndef IDEM_POLICIES_HPP
 #define IDEM_POLICIES_HPP
 
@@ -1640,165 +1644,6 @@ struct uuid_v7 {
 
 #include <span>
 
-// begin idem/detail/algorithm.hpp
-// The few algorithms the core needs, without <algorithm>.
-//
-// <algorithm> costs a translation unit that includes idem more to parse than everything the core
-// takes from it: std::min and std::max, two binary searches, a heap and a sort (the ranges
-// algorithms and their concepts come with it in C++20). These keep the standard ones'
-// contracts, for the core's own use; a user's code is free to include <algorithm> itself.
-#ifndef IDEM_DETAIL_ALGORITHM_HPP
-#define IDEM_DETAIL_ALGORITHM_HPP
-
-namespace idem::detail {
-
-/// The smaller of `a` and `b`; `a` when they are equal, as std::min.
-template <class T>
-constexpr const T& min(const T& a, const T& b) noexcept(noexcept(b < a)) {
-  return b < a ? b : a;
-}
-
-/// The larger of `a` and `b`; `a` when they are equal, as std::max.
-template <class T>
-constexpr const T& max(const T& a, const T& b) noexcept(noexcept(a < b)) {
-  return a < b ? b : a;
-}
-
-/// `value` held within [low, high], as std::clamp; low must not be above high.
-template <class T>
-constexpr const T& clamp(const T& value, const T& low,
-                         const T& high) noexcept(noexcept(value < low)) {
-  return value < low ? low : (high < value ? high : value);
-}
-
-/// The first position in the sorted range [first, last) whose element is not less than `value`.
-template <class RandomIt, class T>
-constexpr RandomIt lower_bound(RandomIt first, RandomIt last, const T& value) {
-  auto count = last - first;
-  while (count > 0) {
-    const auto half = count / 2;
-    const RandomIt middle = first + half;
-    if (*middle < value) {
-      first = middle + 1;
-      count -= half + 1;
-    } else {
-      count = half;
-    }
-  }
-  return first;
-}
-
-/// The first position in the sorted range [first, last) whose element is greater than `value`.
-template <class RandomIt, class T>
-constexpr RandomIt upper_bound(RandomIt first, RandomIt last, const T& value) {
-  auto count = last - first;
-  while (count > 0) {
-    const auto half = count / 2;
-    const RandomIt middle = first + half;
-    if (value < *middle) {
-      count = half;
-    } else {
-      first = middle + 1;
-      count -= half + 1;
-    }
-  }
-  return first;
-}
-
-// The binary max-heaps of std::make_heap, std::push_heap and std::pop_heap, by `less` (the
-// element at `first` is one no other is greater than): a heap made here is one for the standard
-// functions too, and the other way round. sort is insertion sort, quickest on the short runs most
-// calls sort, and a heap sort for longer ones.
-
-template <class RandomIt, class Less>
-constexpr void insertion_sort(RandomIt first, RandomIt last, Less& less) {
-  if (first == last) return;
-  for (RandomIt next = first + 1; next != last; ++next) {
-    auto value = std::move(*next);
-    RandomIt hole = next;
-    for (; hole != first && less(value, *(hole - 1)); --hole)
-      *hole = std::move(*(hole - 1));
-    *hole = std::move(value);
-  }
-}
-
-// Puts `value` into the max-heap first[0..count) whose element `hole` is vacant. The hole goes
-// down to a leaf along the larger children and `value` then climbs back up from there, as in
-// std::sort_heap: `value` usually comes from the heap's end and belongs near the bottom, so this
-// makes about half the comparisons of checking `value` against the children on the way down.
-template <class RandomIt, class Difference, class Value, class Less>
-constexpr void sift_down(RandomIt first, Difference hole, Difference count, Value value,
-                         Less& less) {
-  const Difference top = hole;
-  for (Difference child = 2 * hole + 1; child < count; child = 2 * hole + 1) {
-    if (child + 1 < count && less(first[child], first[child + 1])) ++child;
-    first[hole] = std::move(first[child]);
-    hole = child;
-  }
-  while (hole > top) {
-    const Difference parent = (hole - 1) / 2;
-    if (!less(first[parent], value)) break;
-    first[hole] = std::move(first[parent]);
-    hole = parent;
-  }
-  first[hole] = std::move(value);
-}
-
-/// Arranges [first, last) as a heap, in O(n).
-template <class RandomIt, class Less>
-constexpr void make_heap(RandomIt first, RandomIt last, Less less) {
-  const auto count = last - first;
-  for (auto start = count / 2; start-- > 0;)
-    detail::sift_down(first, start, count, std::move(first[start]), less);
-}
-
-/// Adds *(last - 1) to the heap [first, last - 1).
-template <class RandomIt, class Less>
-constexpr void push_heap(RandomIt first, RandomIt last, Less less) {
-  auto hole = (last - first) - 1;
-  if (hole <= 0) return;
-  auto value = std::move(first[hole]);
-  while (hole > 0) {
-    const auto parent = (hole - 1) / 2;
-    if (!less(first[parent], value)) break;
-    first[hole] = std::move(first[parent]);
-    hole = parent;
-  }
-  first[hole] = std::move(value);
-}
-
-/// Moves the heap's largest element to *(last - 1) and makes [first, last - 1) a heap again.
-template <class RandomIt, class Less>
-constexpr void pop_heap(RandomIt first, RandomIt last, Less less) {
-  const auto count = last - first;
-  if (count <= 1) return;
-  auto value = std::move(first[count - 1]);
-  first[count - 1] = std::move(first[0]);
-  detail::sift_down(first, decltype(count){0}, count - 1, std::move(value), less);
-}
-
-/// Sorts [first, last) by `less`, a strict weak order, as std::sort: O(n log n) comparisons in
-/// the worst case, not stable. The worst case matters more here than the average: what the core
-/// sorts (a JSON object's members) can come from a client, so a sequence chosen to make a
-/// quicksort quadratic must not be able to.
-template <class RandomIt, class Less>
-constexpr void sort(RandomIt first, RandomIt last, Less less) {
-  using difference = decltype(last - first);
-  constexpr difference short_run = 16;  // where libstdc++'s std::sort turns to insertion sort
-  const difference count = last - first;
-  if (count <= short_run) {
-    detail::insertion_sort(first, last, less);
-    return;
-  }
-  detail::make_heap(first, last, less);
-  for (RandomIt end = last; end - first > 1; --end)
-    detail::pop_heap(first, end, less);
-}
-
-}  // namespace idem::detail
-
-#endif  // IDEM_DETAIL_ALGORITHM_HPP
-// end idem/detail/algorithm.hpp
 // begin idem/server/fingerprint/detail/sha256_portable.hpp
 // SHA-256's compression function in portable C++ (FIPS 180-4, section 6.2.2), the path every
 // platform can take and the reference the x86 SHA-extensions path is tested against.
@@ -2289,7 +2134,7 @@ struct sha256 {
       const auto* bytes = static_cast<const unsigned char*>(data);
       message_size_ += size;
       if (pending_size_ != 0) {
-        const std::size_t taken = detail::min(size, detail::sha256_block_size - pending_size_);
+        const std::size_t taken = std::min(size, detail::sha256_block_size - pending_size_);
         std::memcpy(pending_.data() + pending_size_, bytes, taken);
         pending_size_ += taken;
         bytes += taken;
@@ -2511,8 +2356,9 @@ struct callback_observer {
 
 namespace idem {
 
-// The server side's defaults, defined in the headers idem/server/idempotent.hpp and idem/server/inbox.hpp
-// include: store/memory.hpp, hash/xxh3.hpp, policy/failure.hpp, response_codec.hpp.
+// The server side's defaults, defined in the headers idem/server/idempotent.hpp and
+// idem/server/inbox.hpp include: idem/store/memory.hpp, idem/server/fingerprint/xxh3.hpp,
+// idem/server/failure.hpp, idem/server/response_codec.hpp.
 class memory_store;
 struct xxh3_128;
 struct release_on_failure;
@@ -2567,6 +2413,9 @@ struct default_policies {
   /// What responses and recovery points become before the store keeps them: as they are by
   /// default; an encrypting or redacting codec where they hold secrets (response_codec.hpp).
   using response_codec = idem::plain_response_codec;
+  /// The request header idempotent(scope, request) reads the key from: the IETF
+  /// draft-ietf-httpapi-idempotency-key-header's, which Stripe and others use too.
+  static constexpr std::string_view key_header = "Idempotency-Key";
 
   // --- client side: retrying ---------------------------------------------------------------
   /// The random engine each operation draws its jitter and key from.
@@ -4040,33 +3889,985 @@ T decode(std::string_view bytes) {
 #ifndef IDEM_SERVER_FINGERPRINT_CANONICAL_JSON_HPP
 #define IDEM_SERVER_FINGERPRINT_CANONICAL_JSON_HPP
 
-// begin idem/detail/lazy.hpp
-// A type named so that it depends on a template's parameter, to keep a class template's
-// standard containers from being instantiated where the template is only declared.
+// begin idem/server/fingerprint/canonicalize_json.hpp
+// JSON canonicalization (RFC 8785, the JSON Canonicalization Scheme) for fingerprinting bodies.
 //
-// Clang instantiates what a call needs as soon as it reads the call, when nothing in it depends
-// on the template around it: `std::vector<record> out; out.push_back(r);` in a member of a store
-// that is never used still instantiates push_back and its reallocation in every unit that
-// includes the store. Declaring `out` as lazy_t<Lazy, std::vector<record>> makes the call
-// dependent, so it waits until the store is used, as it does with g++ already.
-#ifndef IDEM_DETAIL_LAZY_HPP
-#define IDEM_DETAIL_LAZY_HPP
+// A retried request must fingerprint like the original, and a different request must not. Two
+// JSON texts that mean the same — members in another order, other whitespace, `1.0` for `1`,
+// `"\u0041"` for `"A"` — canonicalize to the same bytes, so a digest of the canonical form tells
+// a retry from a changed body. Members that legitimately change between deliveries (a webhook's
+// timestamp or signature) can be left out by JSON Pointer.
+//
+// Canonical form (RFC 8785 §3.2): no whitespace; object members sorted by name compared as
+// UTF-16 code units; strings with only the escapes JSON requires; numbers printed as
+// ECMAScript's Number::toString prints them.
+//
+// Input is strict, because a lenient parser would give two fingerprints (or one) to texts other
+// parsers disagree on: RFC 8259 JSON without extensions, limited to I-JSON (RFC 7493) where the
+// canonical form needs it — duplicate member names, lone surrogates (escaped or encoded), numbers
+// that overflow a double, and invalid UTF-8 are errors. One deliberate leniency: Unicode
+// noncharacters (U+FDD0..U+FDEF, U+xxFFFE, U+xxFFFF), which I-JSON forbids, are accepted and kept:
+// they are scalar values with one UTF-8 and one UTF-16 form, so their canonical form is defined,
+// and refusing them would reject request bodies for no gain. Numbers that underflow to zero are
+// zero, as ECMAScript reads them.
+#ifndef IDEM_SERVER_FINGERPRINT_CANONICALIZE_JSON_HPP
+#define IDEM_SERVER_FINGERPRINT_CANONICALIZE_JSON_HPP
 
-namespace idem::detail {
+#include <charconv>
 
-template <class Lazy, class T>
-struct lazy_type {
-  using type = T;
+namespace idem {
+
+/// The deepest nesting of arrays and objects accepted. Deeper input is refused with json_error
+/// rather than allowed to exhaust the stack: the parser and the writer recurse once per level.
+inline constexpr std::size_t max_json_depth = 256;
+
+/// Thrown for input that is not valid JSON (RFC 8259) or not canonicalizable I-JSON (RFC 7493).
+/// what() says what is wrong and at which byte; offset() is that byte's index in the input: the
+/// offending byte or the start of the offending token (the opening quote of an unterminated
+/// string, the second of two equal member names), or the input's size where it ends too early.
+class json_error : public std::invalid_argument {
+ public:
+  json_error(std::string what, std::size_t offset)
+      : std::invalid_argument(message(std::move(what), offset)), offset_(offset) {}
+
+  std::size_t offset() const noexcept { return offset_; }
+
+ private:
+  static std::string message(std::string what, std::size_t offset) {
+    return "idem: invalid JSON: " + std::move(what) + " (at byte " + std::to_string(offset) + ')';
+  }
+
+  std::size_t offset_;
 };
 
-/// `T` itself, as a type that depends on `Lazy`.
-template <class Lazy, class T>
-using lazy_t = typename lazy_type<Lazy, T>::type;
+namespace detail {
 
-}  // namespace idem::detail
+// ---------------------------------------------------------------------------------------------
+// The parsed document: a flat pre-order array of nodes, one allocation for all of them, plus one
+// arena that holds every decoded string. Offsets are 32-bit to keep a node at 16 bytes; the
+// input is limited to 4 GiB accordingly (far beyond any request body).
 
-#endif  // IDEM_DETAIL_LAZY_HPP
-// end idem/detail/lazy.hpp
+enum class json_kind : std::uint8_t {
+  null,
+  false_literal,
+  true_literal,
+  number,
+  string,
+  array,
+  object
+};
+
+struct json_node {
+  json_kind kind;
+  // One past the last node of this subtree, so a reader steps from one child to the next
+  // without a pointer per child.
+  std::uint32_t end;
+  // string: the decoded UTF-8 text in the arena (offset, length).
+  // number: index into json_document::numbers (first), unused (second).
+  // object: the members' name nodes, sorted, in json_document::member_order (offset, count).
+  //         The value of a member is the node right after its name.
+  std::uint32_t first;
+  std::uint32_t second;
+};
+
+struct json_document {
+  std::vector<json_node> nodes;
+  std::vector<double> numbers;
+  std::vector<std::uint32_t> member_order;
+  std::string arena;
+
+  std::string_view text(const json_node& node) const noexcept {
+    return std::string_view(arena).substr(node.first, node.second);
+  }
+};
+
+// The text of the three literals, as the parser reads them and the writer writes them. (As
+// string_views: std::string::append given a string literal instantiates a check of whether it
+// converts to a string_view, once for each length of literal.)
+constexpr std::string_view literal_text(json_kind kind) noexcept {
+  switch (kind) {
+    case json_kind::false_literal:
+      return "false";
+    case json_kind::true_literal:
+      return "true";
+    default:
+      return "null";
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// UTF-8 and UTF-16.
+
+// The length of the well-formed UTF-8 sequence at `at` (Unicode §3.9, table 3-7: no overlong
+// forms, no surrogates, nothing above U+10FFFF), or 0 when there is none.
+inline std::size_t utf8_sequence_length(std::string_view text, std::size_t at) noexcept {
+  const auto byte = [&](std::size_t i) -> unsigned {
+    return at + i < text.size() ? static_cast<unsigned char>(text[at + i]) : 0u;
+  };
+  const auto in = [](unsigned value, unsigned low, unsigned high) {
+    return value >= low && value <= high;
+  };
+  const unsigned lead = byte(0);
+  if (lead < 0x80) return 1;
+  if (in(lead, 0xc2, 0xdf)) return in(byte(1), 0x80, 0xbf) ? 2 : 0;
+  if (in(lead, 0xe0, 0xef)) {
+    // E0 needs A0..BF (else overlong); ED needs 80..9F (else a surrogate, U+D800..U+DFFF).
+    const unsigned low = lead == 0xe0 ? 0xa0 : 0x80;
+    const unsigned high = lead == 0xed ? 0x9f : 0xbf;
+    return in(byte(1), low, high) && in(byte(2), 0x80, 0xbf) ? 3 : 0;
+  }
+  if (in(lead, 0xf0, 0xf4)) {
+    // F0 needs 90..BF (else overlong); F4 needs 80..8F (else above U+10FFFF).
+    const unsigned low = lead == 0xf0 ? 0x90 : 0x80;
+    const unsigned high = lead == 0xf4 ? 0x8f : 0xbf;
+    return in(byte(1), low, high) && in(byte(2), 0x80, 0xbf) && in(byte(3), 0x80, 0xbf) ? 4 : 0;
+  }
+  return 0;
+}
+
+// The code point starting at `at` in text already known to be well-formed UTF-8.
+inline char32_t decode_utf8(std::string_view text, std::size_t at) noexcept {
+  const auto byte = [&](std::size_t i) -> char32_t {
+    return static_cast<unsigned char>(text[at + i]);
+  };
+  const char32_t lead = byte(0);
+  if (lead < 0x80) return lead;
+  if (lead < 0xe0) return ((lead & 0x1f) << 6) | (byte(1) & 0x3f);
+  if (lead < 0xf0) return ((lead & 0x0f) << 12) | ((byte(1) & 0x3f) << 6) | (byte(2) & 0x3f);
+  return ((lead & 0x07) << 18) | ((byte(1) & 0x3f) << 12) | ((byte(2) & 0x3f) << 6) |
+         (byte(3) & 0x3f);
+}
+
+inline void append_utf8(std::string& out, char32_t code_point) {
+  const auto unit = [](char32_t bits) {
+    return static_cast<char>(static_cast<unsigned char>(bits));
+  };
+  if (code_point < 0x80) {
+    out.push_back(unit(code_point));
+  } else if (code_point < 0x800) {
+    out.push_back(unit(0xc0 | (code_point >> 6)));
+    out.push_back(unit(0x80 | (code_point & 0x3f)));
+  } else if (code_point < 0x10000) {
+    out.push_back(unit(0xe0 | (code_point >> 12)));
+    out.push_back(unit(0x80 | ((code_point >> 6) & 0x3f)));
+    out.push_back(unit(0x80 | (code_point & 0x3f)));
+  } else {
+    out.push_back(unit(0xf0 | (code_point >> 18)));
+    out.push_back(unit(0x80 | ((code_point >> 12) & 0x3f)));
+    out.push_back(unit(0x80 | ((code_point >> 6) & 0x3f)));
+    out.push_back(unit(0x80 | (code_point & 0x3f)));
+  }
+}
+
+// RFC 8785 §3.2.3 orders names as arrays of UTF-16 code units, which is what ECMAScript sorts
+// by. For well-formed UTF-8, byte order is code point order, and that agrees with UTF-16 order
+// except where a character above U+FFFF (a surrogate pair, 0xD800..) meets one in
+// U+E000..U+FFFF: UTF-16 puts the pair first. So compare bytes, and only at the first differing
+// character compare its first UTF-16 code units. Negative, zero or positive as `a` orders
+// before `b`, equals it, or orders after it.
+inline int utf16_compare(std::string_view a, std::string_view b) noexcept {
+  const std::size_t common = std::min(a.size(), b.size());
+  std::size_t start = 0;
+  while (start < common && a[start] == b[start])
+    ++start;
+  if (start == common) {  // one is a prefix of the other
+    return a.size() == b.size() ? 0 : (a.size() < b.size() ? -1 : 1);
+  }
+  // Both texts are equal up to here, so the differing characters start at the same place.
+  while (start > 0 && (static_cast<unsigned char>(a[start]) & 0xc0) == 0x80)
+    --start;
+  const char32_t x = decode_utf8(a, start);
+  const char32_t y = decode_utf8(b, start);
+  const auto first_unit = [](char32_t c) -> char32_t {
+    return c < 0x10000 ? c : 0xd800 + ((c - 0x10000) >> 10);
+  };
+  // With equal first units (both above U+FFFF, same high surrogate) the low surrogates order as
+  // the code points do.
+  if (first_unit(x) != first_unit(y)) return first_unit(x) < first_unit(y) ? -1 : 1;
+  return x < y ? -1 : 1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The parser: strict RFC 8259, one pass, recursive descent bounded by max_json_depth.
+class json_parser {
+ public:
+  json_parser(std::string_view input, json_document& document) noexcept
+      : input_(input), document_(document) {}
+
+  void parse() {
+    if (input_.size() >= std::numeric_limits<std::uint32_t>::max()) {
+      throw json_error("documents of 4 GiB or more are not supported", 0);
+    }
+    // Guesses that spare most regrowth: a value takes at least two bytes ("1,") and strings
+    // rarely shrink much when decoded.
+    document_.nodes.reserve(input_.size() / 8 + 4);
+    document_.arena.reserve(input_.size() / 2);
+    if (input_.substr(0, 3) == "\xef\xbb\xbf") fail("a byte order mark is not allowed", 0);
+    skip_whitespace();
+    if (position_ == input_.size()) fail("the input is empty", position_);
+    parse_value(0);
+    skip_whitespace();
+    if (position_ != input_.size()) {
+      fail("unexpected " + describe(position_) + " after the JSON value", position_);
+    }
+  }
+
+ private:
+  [[noreturn]] static void fail(std::string what, std::size_t offset) {
+    throw json_error(std::move(what), offset);
+  }
+
+  unsigned byte_at(std::size_t offset) const noexcept {
+    return static_cast<unsigned char>(input_[offset]);
+  }
+  bool at_end() const noexcept { return position_ == input_.size(); }
+  bool next_is(char c) const noexcept { return !at_end() && input_[position_] == c; }
+  bool next_is_digit() const noexcept {
+    return !at_end() && input_[position_] >= '0' && input_[position_] <= '9';
+  }
+
+  // What the byte at `offset` is, for messages, with a hint for the usual non-JSON habits.
+  std::string describe(std::size_t offset) const {
+    if (offset >= input_.size()) return "end of input";
+    const unsigned c = byte_at(offset);
+    if (c == '/') return "'/' (JSON has no comments)";
+    if (c == '\'') return "\"'\" (JSON strings take double quotes)";
+    if (c > 0x20 && c < 0x7f) return {'\'', static_cast<char>(c), '\''};
+    return "byte " + hex_byte(c);
+  }
+
+  static std::string hex_byte(unsigned c) {
+    static constexpr char digits[] = "0123456789ABCDEF";
+    return {'0', 'x', digits[(c >> 4) & 0xf], digits[c & 0xf]};
+  }
+
+  void skip_whitespace() noexcept {
+    while (!at_end()) {
+      const char c = input_[position_];
+      if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
+      ++position_;
+    }
+  }
+
+  std::uint32_t add_node(json_kind kind, std::uint32_t first = 0, std::uint32_t second = 0) {
+    const auto index = static_cast<std::uint32_t>(document_.nodes.size());
+    document_.nodes.push_back(json_node{kind, index + 1, first, second});
+    return index;
+  }
+
+  void parse_value(std::size_t depth) {
+    if (at_end()) fail("expected a value, found end of input", position_);
+    switch (input_[position_]) {
+      case '{':
+        parse_object(depth);
+        return;
+      case '[':
+        parse_array(depth);
+        return;
+      case '"': {
+        const decoded_string text = parse_string();
+        add_node(json_kind::string, text.offset, text.length);
+        return;
+      }
+      case 't':
+        parse_literal(json_kind::true_literal);
+        return;
+      case 'f':
+        parse_literal(json_kind::false_literal);
+        return;
+      case 'n':
+        parse_literal(json_kind::null);
+        return;
+      case 'N':
+      case 'I':
+        fail("NaN and Infinity are not JSON numbers", position_);
+      default:
+        if (next_is('-') || next_is_digit()) {
+          parse_number();
+          return;
+        }
+        fail("expected a value, found " + describe(position_), position_);
+    }
+  }
+
+  void parse_literal(json_kind kind) {
+    const std::string_view word = literal_text(kind);
+    if (input_.substr(position_, word.size()) != word) {
+      fail("invalid literal: expected '" + std::string(word) + "'", position_);
+    }
+    position_ += word.size();
+    add_node(kind);
+  }
+
+  void enter(std::size_t depth) const {
+    if (depth >= max_json_depth) {
+      fail("arrays and objects nest deeper than " + std::to_string(max_json_depth) + " levels",
+           position_);
+    }
+  }
+
+  void parse_array(std::size_t depth) {
+    enter(depth);
+    const std::uint32_t array = add_node(json_kind::array);
+    ++position_;  // '['
+    skip_whitespace();
+    if (next_is(']')) {
+      ++position_;
+    } else {
+      for (;;) {
+        skip_whitespace();
+        parse_value(depth + 1);
+        skip_whitespace();
+        if (next_is(']')) {
+          ++position_;
+          break;
+        }
+        if (!next_is(',')) {
+          fail("expected ',' or ']' after an array element, found " + describe(position_),
+               position_);
+        }
+        const std::size_t comma = position_++;
+        skip_whitespace();
+        if (next_is(']')) fail("trailing comma before ']'", comma);
+      }
+    }
+    document_.nodes[array].end = static_cast<std::uint32_t>(document_.nodes.size());
+  }
+
+  void parse_object(std::size_t depth) {
+    enter(depth);
+    const std::uint32_t object = add_node(json_kind::object);
+    const std::size_t members_begin = open_members_.size();
+    ++position_;  // '{'
+    skip_whitespace();
+    if (next_is('}')) {
+      ++position_;
+    } else {
+      for (;;) {
+        skip_whitespace();
+        if (!next_is('"')) {
+          fail("expected a member name in double quotes, found " + describe(position_), position_);
+        }
+        const auto name_offset = static_cast<std::uint32_t>(position_);
+        const decoded_string name = parse_string();
+        open_members_.push_back(
+            {add_node(json_kind::string, name.offset, name.length), name_offset});
+        skip_whitespace();
+        if (!next_is(':')) {
+          fail("expected ':' after a member name, found " + describe(position_), position_);
+        }
+        ++position_;
+        skip_whitespace();
+        parse_value(depth + 1);
+        skip_whitespace();
+        if (next_is('}')) {
+          ++position_;
+          break;
+        }
+        if (!next_is(',')) {
+          fail("expected ',' or '}' after an object member, found " + describe(position_),
+               position_);
+        }
+        const std::size_t comma = position_++;
+        skip_whitespace();
+        if (next_is('}')) fail("trailing comma before '}'", comma);
+      }
+    }
+    close_object(object, members_begin);
+  }
+
+  // Sorts the object's members once, here, so that duplicates are found (and reported) while
+  // parsing, whatever is later excluded, and so the writer only walks the order.
+  void close_object(std::uint32_t object, std::size_t members_begin) {
+    open_member* const members = open_members_.data() + members_begin;
+    const std::size_t count = open_members_.size() - members_begin;
+    const auto name = [this](const open_member& member) {
+      return document_.text(document_.nodes[member.name_node]);
+    };
+    // Equal names fall back to input order, so the duplicate reported is the later one. (The
+    // order is total, so that the sort is not stable changes nothing.)
+    std::sort(members, members + count, [&](const open_member& a, const open_member& b) {
+      const int order = utf16_compare(name(a), name(b));
+      return order != 0 ? order < 0 : a.input_offset < b.input_offset;
+    });
+    for (std::size_t i = 1; i < count; ++i) {
+      if (name(members[i - 1]) == name(members[i])) {
+        fail("duplicate member name \"" + std::string(name(members[i]).substr(0, 64)) + "\"",
+             members[i].input_offset);
+      }
+    }
+    json_node& node = document_.nodes[object];
+    node.first = static_cast<std::uint32_t>(document_.member_order.size());
+    node.second = static_cast<std::uint32_t>(count);
+    node.end = static_cast<std::uint32_t>(document_.nodes.size());
+    for (std::size_t i = 0; i < count; ++i)
+      document_.member_order.push_back(members[i].name_node);
+    open_members_.resize(members_begin);
+  }
+
+  // Where a decoded string is in the arena.
+  struct decoded_string {
+    std::uint32_t offset;
+    std::uint32_t length;
+  };
+
+  // Decodes the string whose opening quote is at position_ into the arena.
+  decoded_string parse_string() {
+    const std::size_t open_quote = position_++;
+    std::string& arena = document_.arena;
+    const std::size_t begin = arena.size();
+    for (;;) {
+      // Copy the longest run that needs no decoding in one append.
+      std::size_t run_end = position_;
+      while (run_end < input_.size()) {
+        const unsigned c = byte_at(run_end);
+        if (c >= 0x80) {
+          const std::size_t length = utf8_sequence_length(input_, run_end);
+          if (length == 0) fail("invalid UTF-8 (" + hex_byte(c) + ") in a string", run_end);
+          run_end += length;
+        } else if (c >= 0x20 && c != '"' && c != '\\') {
+          ++run_end;
+        } else {
+          break;
+        }
+      }
+      arena.append(input_.data() + position_, run_end - position_);
+      position_ = run_end;
+      if (at_end()) fail("unterminated string", open_quote);
+      const unsigned c = byte_at(position_);
+      if (c == '"') {
+        ++position_;
+        break;
+      }
+      if (c == '\\') {
+        if (position_ + 1 == input_.size()) fail("unterminated string", open_quote);
+        parse_escape();
+      } else {
+        fail("unescaped control character " + hex_byte(c) + " in a string", position_);
+      }
+    }
+    return {static_cast<std::uint32_t>(begin), static_cast<std::uint32_t>(arena.size() - begin)};
+  }
+
+  void parse_escape() {
+    const std::size_t backslash = position_;
+    const char kind = input_[backslash + 1];
+    char decoded = 0;
+    switch (kind) {
+      case '"':
+      case '\\':
+      case '/':
+        decoded = kind;
+        break;
+      case 'b':
+        decoded = '\b';
+        break;
+      case 'f':
+        decoded = '\f';
+        break;
+      case 'n':
+        decoded = '\n';
+        break;
+      case 'r':
+        decoded = '\r';
+        break;
+      case 't':
+        decoded = '\t';
+        break;
+      case 'u':
+        parse_unicode_escape();
+        return;
+      default:
+        fail(
+            "invalid escape sequence; JSON has only \\\" \\\\ \\/ \\b \\f \\n \\r \\t and \\u with "
+            "four hex digits",
+            backslash);
+    }
+    document_.arena.push_back(decoded);
+    position_ += 2;
+  }
+
+  // The four hex digits of a \u escape whose backslash is at `backslash`.
+  char32_t hex4(std::size_t backslash) const {
+    char32_t value = 0;
+    for (std::size_t i = backslash + 2; i < backslash + 6; ++i) {
+      const char c = i < input_.size() ? input_[i] : '\0';
+      char32_t digit = 0;
+      if (c >= '0' && c <= '9') {
+        digit = static_cast<char32_t>(c - '0');
+      } else if (c >= 'a' && c <= 'f') {
+        digit = static_cast<char32_t>(c - 'a' + 10);
+      } else if (c >= 'A' && c <= 'F') {
+        digit = static_cast<char32_t>(c - 'A' + 10);
+      } else {
+        fail("\\u must be followed by four hex digits", backslash);
+      }
+      value = value * 16 + digit;
+    }
+    return value;
+  }
+
+  // Characters above U+FFFF arrive as a surrogate pair of escapes. A surrogate without its
+  // partner encodes no character (I-JSON, RFC 7493 §2.1), so it has no canonical form.
+  void parse_unicode_escape() {
+    const std::size_t backslash = position_;
+    char32_t code_point = hex4(backslash);
+    position_ += 6;
+    if (code_point >= 0xdc00 && code_point <= 0xdfff) {
+      fail("lone surrogate: a low surrogate escape without a high one before it", backslash);
+    }
+    if (code_point >= 0xd800 && code_point <= 0xdbff) {
+      if (input_.substr(position_, 2) != "\\u") {
+        fail("lone surrogate: a high surrogate escape must be followed by a low one", backslash);
+      }
+      const char32_t low = hex4(position_);
+      if (low < 0xdc00 || low > 0xdfff) {
+        fail("lone surrogate: a high surrogate escape must be followed by a low one", backslash);
+      }
+      code_point = 0x10000 + ((code_point - 0xd800) << 10) + (low - 0xdc00);
+      position_ += 6;
+    }
+    append_utf8(document_.arena, code_point);
+  }
+
+  void skip_digits() noexcept {
+    while (next_is_digit())
+      ++position_;
+  }
+
+  void parse_number() {
+    const std::size_t start = position_;
+    if (next_is('-')) ++position_;
+    if (next_is('I')) fail("NaN and Infinity are not JSON numbers", start);
+    if (!next_is_digit()) fail("expected a digit after '-'", position_);
+    if (next_is('0')) {
+      ++position_;
+      if (next_is_digit()) fail("a number must not have a leading zero", start);
+    } else {
+      skip_digits();
+    }
+    if (next_is('.')) {
+      ++position_;
+      if (!next_is_digit()) fail("expected a digit after the decimal point", position_);
+      skip_digits();
+    }
+    if (next_is('e') || next_is('E')) {
+      ++position_;
+      if (next_is('+') || next_is('-')) ++position_;
+      if (!next_is_digit()) fail("expected a digit in the exponent", position_);
+      skip_digits();
+    }
+    const std::string_view text = input_.substr(start, position_ - start);
+    double value = 0;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (error == std::errc::result_out_of_range) {
+      // from_chars says "out of range" both for too large and for too small. Too small reads as
+      // zero in ECMAScript (and prints as "0", whatever its sign); too large has no finite value.
+      if (overflows(text)) {
+        fail("number " + std::string(text.substr(0, 40)) + " is too large for a double", start);
+      }
+      value = 0;
+    } else if (error != std::errc{} || end != text.data() + text.size()) {
+      fail("invalid number", start);  // unreachable: the grammar above is what from_chars reads
+    }
+    add_node(json_kind::number, static_cast<std::uint32_t>(document_.numbers.size()));
+    document_.numbers.push_back(value);
+  }
+
+  // For a number from_chars found out of range: whether it is too large rather than too small.
+  // Its decimal magnitude is far above 0 or far below it, so the sign of (position of the first
+  // significant digit + exponent) decides, even with the exponent clamped.
+  static bool overflows(std::string_view number) noexcept {
+    std::size_t i = number.front() == '-' ? 1 : 0;
+    long magnitude = 0;
+    if (number[i] == '0') {  // 0.000ddd: the magnitude is minus the leading zeros, minus one
+      i += 2;
+      magnitude = -1;
+      while (i < number.size() && number[i] == '0') {
+        --magnitude;
+        ++i;
+      }
+    } else {
+      while (i < number.size() && number[i] >= '0' && number[i] <= '9') {
+        ++magnitude;
+        ++i;
+      }
+      --magnitude;
+    }
+    const std::size_t e = number.find_first_of("eE");
+    long exponent = 0;
+    if (e != std::string_view::npos) {
+      std::size_t j = e + 1;
+      const bool negative = number[j] == '-';
+      if (number[j] == '-' || number[j] == '+') ++j;
+      for (; j < number.size(); ++j) {
+        exponent = std::min(exponent * 10 + (number[j] - '0'), 100'000'000L);
+      }
+      if (negative) exponent = -exponent;
+    }
+    return magnitude + exponent > 0;
+  }
+
+  struct open_member {
+    std::uint32_t name_node;
+    std::uint32_t input_offset;  // of the name's opening quote, for the duplicate message
+  };
+
+  std::string_view input_;
+  json_document& document_;
+  std::size_t position_ = 0;
+  // The members of every object still open, innermost last; an object sorts its own on close.
+  std::vector<open_member> open_members_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Serialization.
+
+// ECMAScript's Number::toString(x) (ECMA-262, "Number::toString"): the shortest decimal digits
+// that read back as x (nearest to x on a tie), printed in positional notation when the decimal
+// point falls within 21 digits left of them or 6 zeros right of the point, in exponent notation
+// otherwise. std::to_chars gives the same shortest digits; only the layout is ECMAScript's.
+inline void append_number(std::string& out, double value) {
+  if (value == 0) {  // both zeros: ECMAScript prints -0 as "0"
+    out.push_back('0');
+    return;
+  }
+  char buffer[32];  // "-d.dddddddddddddddde-308" is the longest
+  const auto printed =
+      std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::scientific).ptr;
+  const char* p = buffer;
+  if (*p == '-') {
+    out.push_back('-');
+    ++p;
+  }
+  char digits[17];  // a double never needs more than 17 significant digits
+  int digit_count = 0;
+  for (; *p != 'e'; ++p) {
+    if (*p != '.') digits[digit_count++] = *p;
+  }
+  ++p;  // 'e'
+  const bool negative_exponent = *p++ == '-';
+  int exponent = 0;
+  for (; p != printed; ++p)
+    exponent = exponent * 10 + (*p - '0');
+  if (negative_exponent) exponent = -exponent;
+
+  // The value is 0.d1d2...dk × 10^n, in ECMAScript's terms.
+  const int k = digit_count;
+  const int n = exponent + 1;
+  const std::string_view all(digits, static_cast<std::size_t>(k));
+  if (k <= n && n <= 21) {  // an integer: the digits, then zeros
+    out.append(all);
+    out.append(static_cast<std::size_t>(n - k), '0');
+  } else if (0 < n && n <= 21) {  // the point falls inside the digits
+    out.append(all.substr(0, static_cast<std::size_t>(n)));
+    out.push_back('.');
+    out.append(all.substr(static_cast<std::size_t>(n)));
+  } else if (-6 < n && n <= 0) {  // a small fraction: up to six zeros after the point
+    out.push_back('0');
+    out.push_back('.');
+    out.append(static_cast<std::size_t>(-n), '0');
+    out.append(all);
+  } else {  // exponent notation: d[.ddd]e±x
+    out.push_back(digits[0]);
+    if (k > 1) {
+      out.push_back('.');
+      out.append(all.substr(1));
+    }
+    out.push_back('e');
+    out.push_back(n - 1 < 0 ? '-' : '+');
+    out.append(std::to_string(n - 1 < 0 ? 1 - n : n - 1));
+  }
+}
+
+// RFC 8785 §3.2.2.2: the two characters JSON needs escaped and the controls below U+0020; the
+// five controls with a short form use it, the others \u00xx in lower case; all else as is.
+inline void append_string(std::string& out, std::string_view text) {
+  out.push_back('"');
+  std::size_t run = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    out.append(text.substr(run, i - run));
+    run = i + 1;
+    out.push_back('\\');
+    switch (c) {
+      case '"':
+        out.push_back('"');
+        break;
+      case '\\':
+        out.push_back('\\');
+        break;
+      case '\b':
+        out.push_back('b');
+        break;
+      case '\t':
+        out.push_back('t');
+        break;
+      case '\n':
+        out.push_back('n');
+        break;
+      case '\f':
+        out.push_back('f');
+        break;
+      case '\r':
+        out.push_back('r');
+        break;
+      default: {
+        static constexpr char hex[] = "0123456789abcdef";
+        out.push_back('u');
+        out.push_back('0');
+        out.push_back('0');
+        out.push_back(hex[c >> 4]);
+        out.push_back(hex[c & 0xf]);
+      }
+    }
+  }
+  out.append(text.substr(run));
+  out.push_back('"');
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exclusion: the excluded JSON Pointers (RFC 6901), split into unescaped reference tokens.
+
+class exclusion_set {
+ public:
+  struct token {
+    std::uint32_t offset;  // into text_
+    std::uint32_t length;
+    bool wildcard;
+    std::uint64_t array_index;  // not_an_index unless the token is an RFC 6901 array index
+  };
+  static constexpr std::uint64_t not_an_index = std::numeric_limits<std::uint64_t>::max();
+
+  // The index of a pointer, in the order given.
+  using pointer_index = std::uint32_t;
+
+  explicit exclusion_set(std::span<const std::string> pointers) {
+    for (const std::string& pointer : pointers)
+      add(pointer);
+  }
+
+  std::size_t size() const noexcept { return pointers_.size(); }
+  std::size_t length(pointer_index pointer) const noexcept {
+    return pointers_[pointer].token_count;
+  }
+  const token& token_at(pointer_index pointer, std::size_t depth) const noexcept {
+    return tokens_[pointers_[pointer].first_token + depth];
+  }
+  bool matches_member(const token& t, std::string_view name) const noexcept {
+    return t.wildcard || std::string_view(text_).substr(t.offset, t.length) == name;
+  }
+  static bool matches_element(const token& t, std::size_t index) noexcept {
+    return t.wildcard || t.array_index == index;
+  }
+
+ private:
+  [[noreturn]] static void reject(const std::string& pointer, const char* why) {
+    throw std::invalid_argument("idem::canonicalize_json: excluded pointer \"" + pointer + "\" " +
+                                why);
+  }
+
+  void add(const std::string& pointer) {
+    if (pointer.empty()) {
+      reject(pointer, "names the whole document, which cannot be left out");
+    }
+    if (pointer.front() != '/') {
+      reject(pointer, "must start with '/' (RFC 6901; the URI fragment form is not accepted)");
+    }
+    const auto first = static_cast<std::uint32_t>(tokens_.size());
+    std::size_t i = 1;
+    for (;;) {
+      const std::size_t begin = text_.size();
+      bool escaped = false;
+      for (; i < pointer.size() && pointer[i] != '/'; ++i) {
+        if (pointer[i] != '~') {
+          text_.push_back(pointer[i]);
+          continue;
+        }
+        const char next = i + 1 < pointer.size() ? pointer[i + 1] : '\0';
+        if (next != '0' && next != '1') reject(pointer, "has a '~' not followed by '0' or '1'");
+        text_.push_back(next == '0' ? '~' : '/');
+        escaped = true;
+        ++i;
+      }
+      const std::string_view name = std::string_view(text_).substr(begin);
+      tokens_.push_back(token{static_cast<std::uint32_t>(begin),
+                              static_cast<std::uint32_t>(name.size()), !escaped && name == "*",
+                              array_index(name)});
+      if (i == pointer.size()) break;
+      ++i;  // '/'
+    }
+    pointers_.push_back(
+        tokens_of_pointer{first, static_cast<std::uint32_t>(tokens_.size() - first)});
+  }
+
+  // RFC 6901 §4: "0", or digits without a leading zero. ("-", the element after the last, never
+  // names an existing one.)
+  static std::uint64_t array_index(std::string_view name) noexcept {
+    if (name.empty() || name.size() > 18 || (name.size() > 1 && name.front() == '0')) {
+      return not_an_index;
+    }
+    std::uint64_t index = 0;
+    for (const char c : name) {
+      if (c < '0' || c > '9') return not_an_index;
+      index = index * 10 + static_cast<std::uint64_t>(c - '0');
+    }
+    return index;
+  }
+
+  struct tokens_of_pointer {
+    std::uint32_t first_token;  // in tokens_
+    std::uint32_t token_count;
+  };
+
+  std::string text_;
+  std::vector<token> tokens_;
+  std::vector<tokens_of_pointer> pointers_;
+};
+
+// Writes a parsed document canonically, leaving out excluded members. While it descends, it
+// keeps the pointers whose tokens so far match the path (a stack of ranges in active_), so a
+// member is checked only against pointers that can still reach it, and not at all when none
+// is excluded.
+class canonical_writer {
+ public:
+  canonical_writer(const json_document& document, const exclusion_set& exclusions, std::string& out)
+      : document_(document), exclusions_(exclusions), out_(out) {}
+
+  void write() {
+    for (pointer_index p = 0; p < exclusions_.size(); ++p)
+      active_.push_back(p);
+    write_value(0, 0, 0);
+  }
+
+ private:
+  // Writes node `index`, `depth` containers below the root; active_[active_begin..] are the
+  // pointers whose first `depth` tokens lead here.
+  void write_value(std::uint32_t index, std::size_t depth, std::size_t active_begin) {
+    const json_node& node = document_.nodes[index];
+    switch (node.kind) {
+      case json_kind::null:
+      case json_kind::false_literal:
+      case json_kind::true_literal:
+        out_.append(literal_text(node.kind));
+        return;
+      case json_kind::number:
+        append_number(out_, document_.numbers[node.first]);
+        return;
+      case json_kind::string:
+        append_string(out_, document_.text(node));
+        return;
+      case json_kind::array:
+        write_array(index, depth, active_begin);
+        return;
+      case json_kind::object:
+        write_object(node, depth, active_begin);
+        return;
+    }
+  }
+
+  void write_array(std::uint32_t index, std::size_t depth, std::size_t active_begin) {
+    const std::size_t active_end = active_.size();
+    out_.push_back('[');
+    std::size_t position = 0;
+    for (std::uint32_t child = index + 1; child < document_.nodes[index].end;
+         child = document_.nodes[child].end, ++position) {
+      if (position != 0) out_.push_back(',');
+      // A pointer that ends on an element removes nothing (only members are left out); one
+      // that goes on through it stays active.
+      for (std::size_t a = active_begin; a < active_end; ++a) {
+        const pointer_index p = active_[a];
+        if (exclusions_.length(p) > depth + 1 &&
+            exclusion_set::matches_element(exclusions_.token_at(p, depth), position)) {
+          active_.push_back(p);
+        }
+      }
+      write_value(child, depth + 1, active_end);
+      active_.resize(active_end);
+    }
+    out_.push_back(']');
+  }
+
+  void write_object(const json_node& node, std::size_t depth, std::size_t active_begin) {
+    const std::size_t active_end = active_.size();
+    out_.push_back('{');
+    bool first = true;
+    for (std::uint32_t m = node.first; m < node.first + node.second; ++m) {
+      const std::uint32_t name_node = document_.member_order[m];
+      const std::string_view name = document_.text(document_.nodes[name_node]);
+      bool excluded = false;
+      for (std::size_t a = active_begin; a < active_end && !excluded; ++a) {
+        const pointer_index p = active_[a];
+        if (!exclusions_.matches_member(exclusions_.token_at(p, depth), name)) continue;
+        if (exclusions_.length(p) == depth + 1) {
+          excluded = true;
+        } else {
+          active_.push_back(p);
+        }
+      }
+      if (!excluded) {
+        if (!first) out_.push_back(',');
+        first = false;
+        append_string(out_, name);
+        out_.push_back(':');
+        write_value(name_node + 1, depth + 1, active_end);
+      }
+      active_.resize(active_end);
+    }
+    out_.push_back('}');
+  }
+
+  using pointer_index = exclusion_set::pointer_index;
+
+  const json_document& document_;
+  const exclusion_set& exclusions_;
+  std::string& out_;
+  std::vector<pointer_index> active_;
+};
+
+}  // namespace detail
+
+/// Appends the RFC 8785 canonical form of `json` to `out`.
+///
+/// `excluded` are JSON Pointers (RFC 6901, the plain string form: "/meta/timestamp",
+/// "/a~1b" for the member "a/b", "/m~0n" for "m~n") of object members to leave out, with their
+/// values, wherever they occur:
+///  * A pointer's last token names an object member. A member it names that is absent removes
+///    nothing; a path that runs into a scalar, or into a container of the other kind, removes
+///    nothing either. Names are compared after the document's escapes are decoded.
+///  * Tokens before the last step into members by name and into array elements by index
+///    ("/items/0/id"). A pointer whose last token lands on an array element removes nothing:
+///    dropping an element would shift the ones after it and change what the array says, so
+///    elements are never left out (leave out the member that holds the array instead).
+///  * The token "*" matches every member of an object and every element of an array
+///    ("/items/*/timestamp"). RFC 6901 has no escape for '*', so a member literally named "*"
+///    can be excluded only together with its siblings.
+/// Exclusion never hides invalid input: the whole document is checked first.
+///
+/// Throws json_error for invalid input and std::invalid_argument (json_error's base) for an
+/// invalid pointer, including "" (the whole document). Either way `out` is left as it was.
+inline void canonicalize_json(std::string_view json, std::string& out,
+                              std::span<const std::string> excluded = {}) {
+  const detail::exclusion_set exclusions(excluded);
+  detail::json_document document;
+  detail::json_parser(json, document).parse();
+  out.reserve(out.size() + json.size());
+  detail::canonical_writer(document, exclusions, out).write();
+}
+
+/// The RFC 8785 canonical form of `json`; see the overload above.
+inline std::string canonicalize_json(std::string_view json,
+                                     std::span<const std::string> excluded = {}) {
+  std::string out;
+  canonicalize_json(json, out, excluded);
+  return out;
+}
+
+}  // namespace idem
+
+#endif  // IDEM_SERVER_FINGERPRINT_CANONICALIZE_JSON_HPP
+// end idem/server/fingerprint/canonicalize_json.hpp
 // begin idem/server/fingerprint/fingerprint.hpp
 // Fingerprints: the digest that tells a repeat of a request from a different request under the
 // same key.
@@ -4077,10 +4878,10 @@ using lazy_t = typename lazy_type<Lazy, T>::type;
 // body can never give the same digest.
 //
 // Any HashFunction (xxh3_128, the default; sha256) is a fingerprint policy as it is; wrap it in
-// request_fingerprint to cover headers, or in canonical_json (idem/server/fingerprint/canonical_json.hpp) so that
-// key order and whitespace in a JSON body do not count. A fingerprint that cannot read a
-// request throws std::invalid_argument (json_error is one), and the call's verdict is
-// invalid_request: nothing is claimed.
+// request_fingerprint to cover headers, or in canonical_json
+// (idem/server/fingerprint/canonical_json.hpp) so that key order and whitespace in a JSON body do
+// not count. A fingerprint that cannot read a request throws std::invalid_argument (json_error is
+// one), and the call's verdict is invalid_request: nothing is claimed.
 //
 // The digest is persisted in records, so it must never change for the same request: it is not
 // the per-process keyed hash a memory store buckets by.
@@ -5265,1000 +6066,6 @@ static_assert(HashFunction<xxh3_128>);
 
 #endif  // IDEM_SERVER_FINGERPRINT_XXH3_HPP
 // end idem/server/fingerprint/xxh3.hpp
-// begin idem/server/fingerprint/canonicalize_json.hpp
-// JSON canonicalization (RFC 8785, the JSON Canonicalization Scheme) for fingerprinting bodies.
-//
-// A retried request must fingerprint like the original, and a different request must not. Two
-// JSON texts that mean the same — members in another order, other whitespace, `1.0` for `1`,
-// `"\u0041"` for `"A"` — canonicalize to the same bytes, so a digest of the canonical form tells
-// a retry from a changed body. Members that legitimately change between deliveries (a webhook's
-// timestamp or signature) can be left out by JSON Pointer.
-//
-// Canonical form (RFC 8785 §3.2): no whitespace; object members sorted by name compared as
-// UTF-16 code units; strings with only the escapes JSON requires; numbers printed as
-// ECMAScript's Number::toString prints them.
-//
-// Input is strict, because a lenient parser would give two fingerprints (or one) to texts other
-// parsers disagree on: RFC 8259 JSON without extensions, limited to I-JSON (RFC 7493) where the
-// canonical form needs it — duplicate member names, lone surrogates (escaped or encoded), numbers
-// that overflow a double, and invalid UTF-8 are errors. One deliberate leniency: Unicode
-// noncharacters (U+FDD0..U+FDEF, U+xxFFFE, U+xxFFFF), which I-JSON forbids, are accepted and kept:
-// they are scalar values with one UTF-8 and one UTF-16 form, so their canonical form is defined,
-// and refusing them would reject request bodies for no gain. Numbers that underflow to zero are
-// zero, as ECMAScript reads them.
-#ifndef IDEM_SERVER_FINGERPRINT_CANONICALIZE_JSON_HPP
-#define IDEM_SERVER_FINGERPRINT_CANONICALIZE_JSON_HPP
-
-#include <charconv>
-
-namespace idem {
-
-/// The deepest nesting of arrays and objects accepted. Deeper input is refused with json_error
-/// rather than allowed to exhaust the stack: the parser and the writer recurse once per level.
-inline constexpr std::size_t max_json_depth = 256;
-
-/// Thrown for input that is not valid JSON (RFC 8259) or not canonicalizable I-JSON (RFC 7493).
-/// what() says what is wrong and at which byte; offset() is that byte's index in the input: the
-/// offending byte or the start of the offending token (the opening quote of an unterminated
-/// string, the second of two equal member names), or the input's size where it ends too early.
-class json_error : public std::invalid_argument {
- public:
-  json_error(std::string what, std::size_t offset)
-      : std::invalid_argument(message(std::move(what), offset)), offset_(offset) {}
-
-  std::size_t offset() const noexcept { return offset_; }
-
- private:
-  static std::string message(std::string what, std::size_t offset) {
-    return "idem: invalid JSON: " + std::move(what) + " (at byte " + std::to_string(offset) + ')';
-  }
-
-  std::size_t offset_;
-};
-
-namespace detail {
-
-// ---------------------------------------------------------------------------------------------
-// The parsed document: a flat pre-order array of nodes, one allocation for all of them, plus one
-// arena that holds every decoded string. Offsets are 32-bit to keep a node at 16 bytes; the
-// input is limited to 4 GiB accordingly (far beyond any request body).
-
-enum class json_kind : std::uint8_t {
-  null,
-  false_literal,
-  true_literal,
-  number,
-  string,
-  array,
-  object
-};
-
-struct json_node {
-  json_kind kind;
-  // One past the last node of this subtree, so a reader steps from one child to the next
-  // without a pointer per child.
-  std::uint32_t end;
-  // string: the decoded UTF-8 text in the arena (offset, length).
-  // number: index into json_document::numbers (first), unused (second).
-  // object: the members' name nodes, sorted, in json_document::member_order (offset, count).
-  //         The value of a member is the node right after its name.
-  std::uint32_t first;
-  std::uint32_t second;
-};
-
-template <class Lazy = void>
-struct json_document {
-  std::vector<lazy_t<Lazy, json_node>> nodes;
-  std::vector<lazy_t<Lazy, double>> numbers;
-  std::vector<lazy_t<Lazy, std::uint32_t>> member_order;
-  std::string arena;
-
-  std::string_view text(const json_node& node) const noexcept {
-    return std::string_view(arena).substr(node.first, node.second);
-  }
-};
-
-// The text of the three literals, as the parser reads them and the writer writes them. (As
-// string_views: std::string::append given a string literal instantiates a check of whether it
-// converts to a string_view, once for each length of literal.)
-constexpr std::string_view literal_text(json_kind kind) noexcept {
-  switch (kind) {
-    case json_kind::false_literal:
-      return "false";
-    case json_kind::true_literal:
-      return "true";
-    default:
-      return "null";
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// UTF-8 and UTF-16.
-
-// The length of the well-formed UTF-8 sequence at `at` (Unicode §3.9, table 3-7: no overlong
-// forms, no surrogates, nothing above U+10FFFF), or 0 when there is none.
-inline std::size_t utf8_sequence_length(std::string_view text, std::size_t at) noexcept {
-  const auto byte = [&](std::size_t i) -> unsigned {
-    return at + i < text.size() ? static_cast<unsigned char>(text[at + i]) : 0u;
-  };
-  const auto in = [](unsigned value, unsigned low, unsigned high) {
-    return value >= low && value <= high;
-  };
-  const unsigned lead = byte(0);
-  if (lead < 0x80) return 1;
-  if (in(lead, 0xc2, 0xdf)) return in(byte(1), 0x80, 0xbf) ? 2 : 0;
-  if (in(lead, 0xe0, 0xef)) {
-    // E0 needs A0..BF (else overlong); ED needs 80..9F (else a surrogate, U+D800..U+DFFF).
-    const unsigned low = lead == 0xe0 ? 0xa0 : 0x80;
-    const unsigned high = lead == 0xed ? 0x9f : 0xbf;
-    return in(byte(1), low, high) && in(byte(2), 0x80, 0xbf) ? 3 : 0;
-  }
-  if (in(lead, 0xf0, 0xf4)) {
-    // F0 needs 90..BF (else overlong); F4 needs 80..8F (else above U+10FFFF).
-    const unsigned low = lead == 0xf0 ? 0x90 : 0x80;
-    const unsigned high = lead == 0xf4 ? 0x8f : 0xbf;
-    return in(byte(1), low, high) && in(byte(2), 0x80, 0xbf) && in(byte(3), 0x80, 0xbf) ? 4 : 0;
-  }
-  return 0;
-}
-
-// The code point starting at `at` in text already known to be well-formed UTF-8.
-inline char32_t decode_utf8(std::string_view text, std::size_t at) noexcept {
-  const auto byte = [&](std::size_t i) -> char32_t {
-    return static_cast<unsigned char>(text[at + i]);
-  };
-  const char32_t lead = byte(0);
-  if (lead < 0x80) return lead;
-  if (lead < 0xe0) return ((lead & 0x1f) << 6) | (byte(1) & 0x3f);
-  if (lead < 0xf0) return ((lead & 0x0f) << 12) | ((byte(1) & 0x3f) << 6) | (byte(2) & 0x3f);
-  return ((lead & 0x07) << 18) | ((byte(1) & 0x3f) << 12) | ((byte(2) & 0x3f) << 6) |
-         (byte(3) & 0x3f);
-}
-
-inline void append_utf8(std::string& out, char32_t code_point) {
-  const auto unit = [](char32_t bits) {
-    return static_cast<char>(static_cast<unsigned char>(bits));
-  };
-  if (code_point < 0x80) {
-    out.push_back(unit(code_point));
-  } else if (code_point < 0x800) {
-    out.push_back(unit(0xc0 | (code_point >> 6)));
-    out.push_back(unit(0x80 | (code_point & 0x3f)));
-  } else if (code_point < 0x10000) {
-    out.push_back(unit(0xe0 | (code_point >> 12)));
-    out.push_back(unit(0x80 | ((code_point >> 6) & 0x3f)));
-    out.push_back(unit(0x80 | (code_point & 0x3f)));
-  } else {
-    out.push_back(unit(0xf0 | (code_point >> 18)));
-    out.push_back(unit(0x80 | ((code_point >> 12) & 0x3f)));
-    out.push_back(unit(0x80 | ((code_point >> 6) & 0x3f)));
-    out.push_back(unit(0x80 | (code_point & 0x3f)));
-  }
-}
-
-// RFC 8785 §3.2.3 orders names as arrays of UTF-16 code units, which is what ECMAScript sorts
-// by. For well-formed UTF-8, byte order is code point order, and that agrees with UTF-16 order
-// except where a character above U+FFFF (a surrogate pair, 0xD800..) meets one in
-// U+E000..U+FFFF: UTF-16 puts the pair first. So compare bytes, and only at the first differing
-// character compare its first UTF-16 code units. Negative, zero or positive as `a` orders
-// before `b`, equals it, or orders after it.
-inline int utf16_compare(std::string_view a, std::string_view b) noexcept {
-  const std::size_t common = min(a.size(), b.size());
-  std::size_t start = 0;
-  while (start < common && a[start] == b[start])
-    ++start;
-  if (start == common) {  // one is a prefix of the other
-    return a.size() == b.size() ? 0 : (a.size() < b.size() ? -1 : 1);
-  }
-  // Both texts are equal up to here, so the differing characters start at the same place.
-  while (start > 0 && (static_cast<unsigned char>(a[start]) & 0xc0) == 0x80)
-    --start;
-  const char32_t x = decode_utf8(a, start);
-  const char32_t y = decode_utf8(b, start);
-  const auto first_unit = [](char32_t c) -> char32_t {
-    return c < 0x10000 ? c : 0xd800 + ((c - 0x10000) >> 10);
-  };
-  // With equal first units (both above U+FFFF, same high surrogate) the low surrogates order as
-  // the code points do.
-  if (first_unit(x) != first_unit(y)) return first_unit(x) < first_unit(y) ? -1 : 1;
-  return x < y ? -1 : 1;
-}
-
-// ---------------------------------------------------------------------------------------------
-// The parser: strict RFC 8259, one pass, recursive descent bounded by max_json_depth.
-//
-// The parser, exclusion_set and canonical_writer, and canonicalize_json itself, are templates
-// whose parameter means nothing: a template compiles only where it is used, so a translation
-// unit that includes this header (idem/idem.hpp does) and never canonicalizes does not
-// instantiate the containers they call (docs/performance.md, "Compile cost").
-template <class Lazy = void>
-class json_parser {
- public:
-  json_parser(std::string_view input, json_document<Lazy>& document) noexcept
-      : input_(input), document_(document) {}
-
-  void parse() {
-    if (input_.size() >= std::numeric_limits<std::uint32_t>::max()) {
-      throw json_error("documents of 4 GiB or more are not supported", 0);
-    }
-    // Guesses that spare most regrowth: a value takes at least two bytes ("1,") and strings
-    // rarely shrink much when decoded.
-    document_.nodes.reserve(input_.size() / 8 + 4);
-    document_.arena.reserve(input_.size() / 2);
-    if (input_.substr(0, 3) == "\xef\xbb\xbf") fail("a byte order mark is not allowed", 0);
-    skip_whitespace();
-    if (position_ == input_.size()) fail("the input is empty", position_);
-    parse_value(0);
-    skip_whitespace();
-    if (position_ != input_.size()) {
-      fail("unexpected " + describe(position_) + " after the JSON value", position_);
-    }
-  }
-
- private:
-  [[noreturn]] static void fail(std::string what, std::size_t offset) {
-    throw json_error(std::move(what), offset);
-  }
-
-  unsigned byte_at(std::size_t offset) const noexcept {
-    return static_cast<unsigned char>(input_[offset]);
-  }
-  bool at_end() const noexcept { return position_ == input_.size(); }
-  bool next_is(char c) const noexcept { return !at_end() && input_[position_] == c; }
-  bool next_is_digit() const noexcept {
-    return !at_end() && input_[position_] >= '0' && input_[position_] <= '9';
-  }
-
-  // What the byte at `offset` is, for messages, with a hint for the usual non-JSON habits.
-  std::string describe(std::size_t offset) const {
-    if (offset >= input_.size()) return "end of input";
-    const unsigned c = byte_at(offset);
-    if (c == '/') return "'/' (JSON has no comments)";
-    if (c == '\'') return "\"'\" (JSON strings take double quotes)";
-    if (c > 0x20 && c < 0x7f) return {'\'', static_cast<char>(c), '\''};
-    return "byte " + hex_byte(c);
-  }
-
-  static std::string hex_byte(unsigned c) {
-    static constexpr char digits[] = "0123456789ABCDEF";
-    return {'0', 'x', digits[(c >> 4) & 0xf], digits[c & 0xf]};
-  }
-
-  void skip_whitespace() noexcept {
-    while (!at_end()) {
-      const char c = input_[position_];
-      if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
-      ++position_;
-    }
-  }
-
-  std::uint32_t add_node(json_kind kind, std::uint32_t first = 0, std::uint32_t second = 0) {
-    const auto index = static_cast<std::uint32_t>(document_.nodes.size());
-    document_.nodes.push_back(json_node{kind, index + 1, first, second});
-    return index;
-  }
-
-  void parse_value(std::size_t depth) {
-    if (at_end()) fail("expected a value, found end of input", position_);
-    switch (input_[position_]) {
-      case '{':
-        parse_object(depth);
-        return;
-      case '[':
-        parse_array(depth);
-        return;
-      case '"': {
-        const decoded_string text = parse_string();
-        add_node(json_kind::string, text.offset, text.length);
-        return;
-      }
-      case 't':
-        parse_literal(json_kind::true_literal);
-        return;
-      case 'f':
-        parse_literal(json_kind::false_literal);
-        return;
-      case 'n':
-        parse_literal(json_kind::null);
-        return;
-      case 'N':
-      case 'I':
-        fail("NaN and Infinity are not JSON numbers", position_);
-      default:
-        if (next_is('-') || next_is_digit()) {
-          parse_number();
-          return;
-        }
-        fail("expected a value, found " + describe(position_), position_);
-    }
-  }
-
-  void parse_literal(json_kind kind) {
-    const std::string_view word = literal_text(kind);
-    if (input_.substr(position_, word.size()) != word) {
-      fail("invalid literal: expected '" + std::string(word) + "'", position_);
-    }
-    position_ += word.size();
-    add_node(kind);
-  }
-
-  void enter(std::size_t depth) const {
-    if (depth >= max_json_depth) {
-      fail("arrays and objects nest deeper than " + std::to_string(max_json_depth) + " levels",
-           position_);
-    }
-  }
-
-  void parse_array(std::size_t depth) {
-    enter(depth);
-    const std::uint32_t array = add_node(json_kind::array);
-    ++position_;  // '['
-    skip_whitespace();
-    if (next_is(']')) {
-      ++position_;
-    } else {
-      for (;;) {
-        skip_whitespace();
-        parse_value(depth + 1);
-        skip_whitespace();
-        if (next_is(']')) {
-          ++position_;
-          break;
-        }
-        if (!next_is(',')) {
-          fail("expected ',' or ']' after an array element, found " + describe(position_),
-               position_);
-        }
-        const std::size_t comma = position_++;
-        skip_whitespace();
-        if (next_is(']')) fail("trailing comma before ']'", comma);
-      }
-    }
-    document_.nodes[array].end = static_cast<std::uint32_t>(document_.nodes.size());
-  }
-
-  void parse_object(std::size_t depth) {
-    enter(depth);
-    const std::uint32_t object = add_node(json_kind::object);
-    const std::size_t members_begin = open_members_.size();
-    ++position_;  // '{'
-    skip_whitespace();
-    if (next_is('}')) {
-      ++position_;
-    } else {
-      for (;;) {
-        skip_whitespace();
-        if (!next_is('"')) {
-          fail("expected a member name in double quotes, found " + describe(position_), position_);
-        }
-        const auto name_offset = static_cast<std::uint32_t>(position_);
-        const decoded_string name = parse_string();
-        open_members_.push_back(
-            {add_node(json_kind::string, name.offset, name.length), name_offset});
-        skip_whitespace();
-        if (!next_is(':')) {
-          fail("expected ':' after a member name, found " + describe(position_), position_);
-        }
-        ++position_;
-        skip_whitespace();
-        parse_value(depth + 1);
-        skip_whitespace();
-        if (next_is('}')) {
-          ++position_;
-          break;
-        }
-        if (!next_is(',')) {
-          fail("expected ',' or '}' after an object member, found " + describe(position_),
-               position_);
-        }
-        const std::size_t comma = position_++;
-        skip_whitespace();
-        if (next_is('}')) fail("trailing comma before '}'", comma);
-      }
-    }
-    close_object(object, members_begin);
-  }
-
-  // Sorts the object's members once, here, so that duplicates are found (and reported) while
-  // parsing, whatever is later excluded, and so the writer only walks the order.
-  void close_object(std::uint32_t object, std::size_t members_begin) {
-    open_member* const members = open_members_.data() + members_begin;
-    const std::size_t count = open_members_.size() - members_begin;
-    const auto name = [this](const open_member& member) {
-      return document_.text(document_.nodes[member.name_node]);
-    };
-    // Equal names fall back to input order, so the duplicate reported is the later one. (The
-    // order is total, so that the sort is not stable changes nothing.)
-    detail::sort(members, members + count, [&](const open_member& a, const open_member& b) {
-      const int order = utf16_compare(name(a), name(b));
-      return order != 0 ? order < 0 : a.input_offset < b.input_offset;
-    });
-    for (std::size_t i = 1; i < count; ++i) {
-      if (name(members[i - 1]) == name(members[i])) {
-        fail("duplicate member name \"" + std::string(name(members[i]).substr(0, 64)) + "\"",
-             members[i].input_offset);
-      }
-    }
-    json_node& node = document_.nodes[object];
-    node.first = static_cast<std::uint32_t>(document_.member_order.size());
-    node.second = static_cast<std::uint32_t>(count);
-    node.end = static_cast<std::uint32_t>(document_.nodes.size());
-    for (std::size_t i = 0; i < count; ++i)
-      document_.member_order.push_back(members[i].name_node);
-    open_members_.resize(members_begin);
-  }
-
-  // Where a decoded string is in the arena.
-  struct decoded_string {
-    std::uint32_t offset;
-    std::uint32_t length;
-  };
-
-  // Decodes the string whose opening quote is at position_ into the arena.
-  decoded_string parse_string() {
-    const std::size_t open_quote = position_++;
-    std::string& arena = document_.arena;
-    const std::size_t begin = arena.size();
-    for (;;) {
-      // Copy the longest run that needs no decoding in one append.
-      std::size_t run_end = position_;
-      while (run_end < input_.size()) {
-        const unsigned c = byte_at(run_end);
-        if (c >= 0x80) {
-          const std::size_t length = utf8_sequence_length(input_, run_end);
-          if (length == 0) fail("invalid UTF-8 (" + hex_byte(c) + ") in a string", run_end);
-          run_end += length;
-        } else if (c >= 0x20 && c != '"' && c != '\\') {
-          ++run_end;
-        } else {
-          break;
-        }
-      }
-      arena.append(input_.data() + position_, run_end - position_);
-      position_ = run_end;
-      if (at_end()) fail("unterminated string", open_quote);
-      const unsigned c = byte_at(position_);
-      if (c == '"') {
-        ++position_;
-        break;
-      }
-      if (c == '\\') {
-        if (position_ + 1 == input_.size()) fail("unterminated string", open_quote);
-        parse_escape();
-      } else {
-        fail("unescaped control character " + hex_byte(c) + " in a string", position_);
-      }
-    }
-    return {static_cast<std::uint32_t>(begin), static_cast<std::uint32_t>(arena.size() - begin)};
-  }
-
-  void parse_escape() {
-    const std::size_t backslash = position_;
-    const char kind = input_[backslash + 1];
-    char decoded = 0;
-    switch (kind) {
-      case '"':
-      case '\\':
-      case '/':
-        decoded = kind;
-        break;
-      case 'b':
-        decoded = '\b';
-        break;
-      case 'f':
-        decoded = '\f';
-        break;
-      case 'n':
-        decoded = '\n';
-        break;
-      case 'r':
-        decoded = '\r';
-        break;
-      case 't':
-        decoded = '\t';
-        break;
-      case 'u':
-        parse_unicode_escape();
-        return;
-      default:
-        fail(
-            "invalid escape sequence; JSON has only \\\" \\\\ \\/ \\b \\f \\n \\r \\t and \\u with "
-            "four hex digits",
-            backslash);
-    }
-    document_.arena.push_back(decoded);
-    position_ += 2;
-  }
-
-  // The four hex digits of a \u escape whose backslash is at `backslash`.
-  char32_t hex4(std::size_t backslash) const {
-    char32_t value = 0;
-    for (std::size_t i = backslash + 2; i < backslash + 6; ++i) {
-      const char c = i < input_.size() ? input_[i] : '\0';
-      char32_t digit = 0;
-      if (c >= '0' && c <= '9') {
-        digit = static_cast<char32_t>(c - '0');
-      } else if (c >= 'a' && c <= 'f') {
-        digit = static_cast<char32_t>(c - 'a' + 10);
-      } else if (c >= 'A' && c <= 'F') {
-        digit = static_cast<char32_t>(c - 'A' + 10);
-      } else {
-        fail("\\u must be followed by four hex digits", backslash);
-      }
-      value = value * 16 + digit;
-    }
-    return value;
-  }
-
-  // Characters above U+FFFF arrive as a surrogate pair of escapes. A surrogate without its
-  // partner encodes no character (I-JSON, RFC 7493 §2.1), so it has no canonical form.
-  void parse_unicode_escape() {
-    const std::size_t backslash = position_;
-    char32_t code_point = hex4(backslash);
-    position_ += 6;
-    if (code_point >= 0xdc00 && code_point <= 0xdfff) {
-      fail("lone surrogate: a low surrogate escape without a high one before it", backslash);
-    }
-    if (code_point >= 0xd800 && code_point <= 0xdbff) {
-      if (input_.substr(position_, 2) != "\\u") {
-        fail("lone surrogate: a high surrogate escape must be followed by a low one", backslash);
-      }
-      const char32_t low = hex4(position_);
-      if (low < 0xdc00 || low > 0xdfff) {
-        fail("lone surrogate: a high surrogate escape must be followed by a low one", backslash);
-      }
-      code_point = 0x10000 + ((code_point - 0xd800) << 10) + (low - 0xdc00);
-      position_ += 6;
-    }
-    append_utf8(document_.arena, code_point);
-  }
-
-  void skip_digits() noexcept {
-    while (next_is_digit())
-      ++position_;
-  }
-
-  void parse_number() {
-    const std::size_t start = position_;
-    if (next_is('-')) ++position_;
-    if (next_is('I')) fail("NaN and Infinity are not JSON numbers", start);
-    if (!next_is_digit()) fail("expected a digit after '-'", position_);
-    if (next_is('0')) {
-      ++position_;
-      if (next_is_digit()) fail("a number must not have a leading zero", start);
-    } else {
-      skip_digits();
-    }
-    if (next_is('.')) {
-      ++position_;
-      if (!next_is_digit()) fail("expected a digit after the decimal point", position_);
-      skip_digits();
-    }
-    if (next_is('e') || next_is('E')) {
-      ++position_;
-      if (next_is('+') || next_is('-')) ++position_;
-      if (!next_is_digit()) fail("expected a digit in the exponent", position_);
-      skip_digits();
-    }
-    const std::string_view text = input_.substr(start, position_ - start);
-    double value = 0;
-    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (error == std::errc::result_out_of_range) {
-      // from_chars says "out of range" both for too large and for too small. Too small reads as
-      // zero in ECMAScript (and prints as "0", whatever its sign); too large has no finite value.
-      if (overflows(text)) {
-        fail("number " + std::string(text.substr(0, 40)) + " is too large for a double", start);
-      }
-      value = 0;
-    } else if (error != std::errc{} || end != text.data() + text.size()) {
-      fail("invalid number", start);  // unreachable: the grammar above is what from_chars reads
-    }
-    add_node(json_kind::number, static_cast<std::uint32_t>(document_.numbers.size()));
-    document_.numbers.push_back(value);
-  }
-
-  // For a number from_chars found out of range: whether it is too large rather than too small.
-  // Its decimal magnitude is far above 0 or far below it, so the sign of (position of the first
-  // significant digit + exponent) decides, even with the exponent clamped.
-  static bool overflows(std::string_view number) noexcept {
-    std::size_t i = number.front() == '-' ? 1 : 0;
-    long magnitude = 0;
-    if (number[i] == '0') {  // 0.000ddd: the magnitude is minus the leading zeros, minus one
-      i += 2;
-      magnitude = -1;
-      while (i < number.size() && number[i] == '0') {
-        --magnitude;
-        ++i;
-      }
-    } else {
-      while (i < number.size() && number[i] >= '0' && number[i] <= '9') {
-        ++magnitude;
-        ++i;
-      }
-      --magnitude;
-    }
-    const std::size_t e = number.find_first_of("eE");
-    long exponent = 0;
-    if (e != std::string_view::npos) {
-      std::size_t j = e + 1;
-      const bool negative = number[j] == '-';
-      if (number[j] == '-' || number[j] == '+') ++j;
-      for (; j < number.size(); ++j) {
-        exponent = min(exponent * 10 + (number[j] - '0'), 100'000'000L);
-      }
-      if (negative) exponent = -exponent;
-    }
-    return magnitude + exponent > 0;
-  }
-
-  struct open_member {
-    std::uint32_t name_node;
-    std::uint32_t input_offset;  // of the name's opening quote, for the duplicate message
-  };
-
-  std::string_view input_;
-  json_document<Lazy>& document_;
-  std::size_t position_ = 0;
-  // The members of every object still open, innermost last; an object sorts its own on close.
-  std::vector<open_member> open_members_;
-};
-
-// ---------------------------------------------------------------------------------------------
-// Serialization.
-
-// ECMAScript's Number::toString(x) (ECMA-262, "Number::toString"): the shortest decimal digits
-// that read back as x (nearest to x on a tie), printed in positional notation when the decimal
-// point falls within 21 digits left of them or 6 zeros right of the point, in exponent notation
-// otherwise. std::to_chars gives the same shortest digits; only the layout is ECMAScript's.
-inline void append_number(std::string& out, double value) {
-  if (value == 0) {  // both zeros: ECMAScript prints -0 as "0"
-    out.push_back('0');
-    return;
-  }
-  char buffer[32];  // "-d.dddddddddddddddde-308" is the longest
-  const auto printed =
-      std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::scientific).ptr;
-  const char* p = buffer;
-  if (*p == '-') {
-    out.push_back('-');
-    ++p;
-  }
-  char digits[17];  // a double never needs more than 17 significant digits
-  int digit_count = 0;
-  for (; *p != 'e'; ++p) {
-    if (*p != '.') digits[digit_count++] = *p;
-  }
-  ++p;  // 'e'
-  const bool negative_exponent = *p++ == '-';
-  int exponent = 0;
-  for (; p != printed; ++p)
-    exponent = exponent * 10 + (*p - '0');
-  if (negative_exponent) exponent = -exponent;
-
-  // The value is 0.d1d2...dk × 10^n, in ECMAScript's terms.
-  const int k = digit_count;
-  const int n = exponent + 1;
-  const std::string_view all(digits, static_cast<std::size_t>(k));
-  if (k <= n && n <= 21) {  // an integer: the digits, then zeros
-    out.append(all);
-    out.append(static_cast<std::size_t>(n - k), '0');
-  } else if (0 < n && n <= 21) {  // the point falls inside the digits
-    out.append(all.substr(0, static_cast<std::size_t>(n)));
-    out.push_back('.');
-    out.append(all.substr(static_cast<std::size_t>(n)));
-  } else if (-6 < n && n <= 0) {  // a small fraction: up to six zeros after the point
-    out.push_back('0');
-    out.push_back('.');
-    out.append(static_cast<std::size_t>(-n), '0');
-    out.append(all);
-  } else {  // exponent notation: d[.ddd]e±x
-    out.push_back(digits[0]);
-    if (k > 1) {
-      out.push_back('.');
-      out.append(all.substr(1));
-    }
-    out.push_back('e');
-    out.push_back(n - 1 < 0 ? '-' : '+');
-    out.append(std::to_string(n - 1 < 0 ? 1 - n : n - 1));
-  }
-}
-
-// RFC 8785 §3.2.2.2: the two characters JSON needs escaped and the controls below U+0020; the
-// five controls with a short form use it, the others \u00xx in lower case; all else as is.
-inline void append_string(std::string& out, std::string_view text) {
-  out.push_back('"');
-  std::size_t run = 0;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c != '"' && c != '\\') continue;
-    out.append(text.substr(run, i - run));
-    run = i + 1;
-    out.push_back('\\');
-    switch (c) {
-      case '"':
-        out.push_back('"');
-        break;
-      case '\\':
-        out.push_back('\\');
-        break;
-      case '\b':
-        out.push_back('b');
-        break;
-      case '\t':
-        out.push_back('t');
-        break;
-      case '\n':
-        out.push_back('n');
-        break;
-      case '\f':
-        out.push_back('f');
-        break;
-      case '\r':
-        out.push_back('r');
-        break;
-      default: {
-        static constexpr char hex[] = "0123456789abcdef";
-        out.push_back('u');
-        out.push_back('0');
-        out.push_back('0');
-        out.push_back(hex[c >> 4]);
-        out.push_back(hex[c & 0xf]);
-      }
-    }
-  }
-  out.append(text.substr(run));
-  out.push_back('"');
-}
-
-// ---------------------------------------------------------------------------------------------
-// Exclusion: the excluded JSON Pointers (RFC 6901), split into unescaped reference tokens.
-
-template <class Lazy = void>
-class exclusion_set {
- public:
-  struct token {
-    std::uint32_t offset;  // into text_
-    std::uint32_t length;
-    bool wildcard;
-    std::uint64_t array_index;  // not_an_index unless the token is an RFC 6901 array index
-  };
-  static constexpr std::uint64_t not_an_index = std::numeric_limits<std::uint64_t>::max();
-
-  // The index of a pointer, in the order given.
-  using pointer_index = std::uint32_t;
-
-  explicit exclusion_set(std::span<const std::string> pointers) {
-    // By index: a range-for would instantiate span's iterators wherever this header is included.
-    for (std::size_t i = 0; i < pointers.size(); ++i)
-      add(pointers[i]);
-  }
-
-  std::size_t size() const noexcept { return pointers_.size(); }
-  std::size_t length(pointer_index pointer) const noexcept {
-    return pointers_[pointer].token_count;
-  }
-  const token& token_at(pointer_index pointer, std::size_t depth) const noexcept {
-    return tokens_[pointers_[pointer].first_token + depth];
-  }
-  bool matches_member(const token& t, std::string_view name) const noexcept {
-    return t.wildcard || std::string_view(text_).substr(t.offset, t.length) == name;
-  }
-  static bool matches_element(const token& t, std::size_t index) noexcept {
-    return t.wildcard || t.array_index == index;
-  }
-
- private:
-  [[noreturn]] static void reject(const std::string& pointer, const char* why) {
-    throw std::invalid_argument("idem::canonicalize_json: excluded pointer \"" + pointer + "\" " +
-                                why);
-  }
-
-  void add(const std::string& pointer) {
-    if (pointer.empty()) {
-      reject(pointer, "names the whole document, which cannot be left out");
-    }
-    if (pointer.front() != '/') {
-      reject(pointer, "must start with '/' (RFC 6901; the URI fragment form is not accepted)");
-    }
-    const auto first = static_cast<std::uint32_t>(tokens_.size());
-    std::size_t i = 1;
-    for (;;) {
-      const std::size_t begin = text_.size();
-      bool escaped = false;
-      for (; i < pointer.size() && pointer[i] != '/'; ++i) {
-        if (pointer[i] != '~') {
-          text_.push_back(pointer[i]);
-          continue;
-        }
-        const char next = i + 1 < pointer.size() ? pointer[i + 1] : '\0';
-        if (next != '0' && next != '1') reject(pointer, "has a '~' not followed by '0' or '1'");
-        text_.push_back(next == '0' ? '~' : '/');
-        escaped = true;
-        ++i;
-      }
-      const std::string_view name = std::string_view(text_).substr(begin);
-      tokens_.push_back(token{static_cast<std::uint32_t>(begin),
-                              static_cast<std::uint32_t>(name.size()), !escaped && name == "*",
-                              array_index(name)});
-      if (i == pointer.size()) break;
-      ++i;  // '/'
-    }
-    pointers_.push_back(
-        tokens_of_pointer{first, static_cast<std::uint32_t>(tokens_.size() - first)});
-  }
-
-  // RFC 6901 §4: "0", or digits without a leading zero. ("-", the element after the last, never
-  // names an existing one.)
-  static std::uint64_t array_index(std::string_view name) noexcept {
-    if (name.empty() || name.size() > 18 || (name.size() > 1 && name.front() == '0')) {
-      return not_an_index;
-    }
-    std::uint64_t index = 0;
-    for (const char c : name) {
-      if (c < '0' || c > '9') return not_an_index;
-      index = index * 10 + static_cast<std::uint64_t>(c - '0');
-    }
-    return index;
-  }
-
-  struct tokens_of_pointer {
-    std::uint32_t first_token;  // in tokens_
-    std::uint32_t token_count;
-  };
-
-  std::string text_;
-  std::vector<token> tokens_;
-  std::vector<tokens_of_pointer> pointers_;
-};
-
-// Writes a parsed document canonically, leaving out excluded members. While it descends, it
-// keeps the pointers whose tokens so far match the path (a stack of ranges in active_), so a
-// member is checked only against pointers that can still reach it, and not at all when none
-// is excluded.
-template <class Lazy = void>
-class canonical_writer {
- public:
-  canonical_writer(const json_document<Lazy>& document, const exclusion_set<Lazy>& exclusions,
-                   std::string& out)
-      : document_(document), exclusions_(exclusions), out_(out) {}
-
-  void write() {
-    for (pointer_index p = 0; p < exclusions_.size(); ++p)
-      active_.push_back(p);
-    write_value(0, 0, 0);
-  }
-
- private:
-  // Writes node `index`, `depth` containers below the root; active_[active_begin..] are the
-  // pointers whose first `depth` tokens lead here.
-  void write_value(std::uint32_t index, std::size_t depth, std::size_t active_begin) {
-    const json_node& node = document_.nodes[index];
-    switch (node.kind) {
-      case json_kind::null:
-      case json_kind::false_literal:
-      case json_kind::true_literal:
-        out_.append(literal_text(node.kind));
-        return;
-      case json_kind::number:
-        append_number(out_, document_.numbers[node.first]);
-        return;
-      case json_kind::string:
-        append_string(out_, document_.text(node));
-        return;
-      case json_kind::array:
-        write_array(index, depth, active_begin);
-        return;
-      case json_kind::object:
-        write_object(node, depth, active_begin);
-        return;
-    }
-  }
-
-  void write_array(std::uint32_t index, std::size_t depth, std::size_t active_begin) {
-    const std::size_t active_end = active_.size();
-    out_.push_back('[');
-    std::size_t position = 0;
-    for (std::uint32_t child = index + 1; child < document_.nodes[index].end;
-         child = document_.nodes[child].end, ++position) {
-      if (position != 0) out_.push_back(',');
-      // A pointer that ends on an element removes nothing (only members are left out); one
-      // that goes on through it stays active.
-      for (std::size_t a = active_begin; a < active_end; ++a) {
-        const pointer_index p = active_[a];
-        if (exclusions_.length(p) > depth + 1 &&
-            exclusion_set<Lazy>::matches_element(exclusions_.token_at(p, depth), position)) {
-          active_.push_back(p);
-        }
-      }
-      write_value(child, depth + 1, active_end);
-      active_.resize(active_end);
-    }
-    out_.push_back(']');
-  }
-
-  void write_object(const json_node& node, std::size_t depth, std::size_t active_begin) {
-    const std::size_t active_end = active_.size();
-    out_.push_back('{');
-    bool first = true;
-    for (std::uint32_t m = node.first; m < node.first + node.second; ++m) {
-      const std::uint32_t name_node = document_.member_order[m];
-      const std::string_view name = document_.text(document_.nodes[name_node]);
-      bool excluded = false;
-      for (std::size_t a = active_begin; a < active_end && !excluded; ++a) {
-        const pointer_index p = active_[a];
-        if (!exclusions_.matches_member(exclusions_.token_at(p, depth), name)) continue;
-        if (exclusions_.length(p) == depth + 1) {
-          excluded = true;
-        } else {
-          active_.push_back(p);
-        }
-      }
-      if (!excluded) {
-        if (!first) out_.push_back(',');
-        first = false;
-        append_string(out_, name);
-        out_.push_back(':');
-        write_value(name_node + 1, depth + 1, active_end);
-      }
-      active_.resize(active_end);
-    }
-    out_.push_back('}');
-  }
-
-  // Named through exclusion_set<Lazy> so that active_'s type depends on Lazy (see
-  // idem/detail/lazy.hpp).
-  using pointer_index = typename exclusion_set<Lazy>::pointer_index;
-
-  const json_document<Lazy>& document_;
-  const exclusion_set<Lazy>& exclusions_;
-  std::string& out_;
-  std::vector<pointer_index> active_;
-};
-
-}  // namespace detail
-
-/// Appends the RFC 8785 canonical form of `json` to `out`.
-///
-/// `excluded` are JSON Pointers (RFC 6901, the plain string form: "/meta/timestamp",
-/// "/a~1b" for the member "a/b", "/m~0n" for "m~n") of object members to leave out, with their
-/// values, wherever they occur:
-///  * A pointer's last token names an object member. A member it names that is absent removes
-///    nothing; a path that runs into a scalar, or into a container of the other kind, removes
-///    nothing either. Names are compared after the document's escapes are decoded.
-///  * Tokens before the last step into members by name and into array elements by index
-///    ("/items/0/id"). A pointer whose last token lands on an array element removes nothing:
-///    dropping an element would shift the ones after it and change what the array says, so
-///    elements are never left out (leave out the member that holds the array instead).
-///  * The token "*" matches every member of an object and every element of an array
-///    ("/items/*/timestamp"). RFC 6901 has no escape for '*', so a member literally named "*"
-///    can be excluded only together with its siblings.
-/// Exclusion never hides invalid input: the whole document is checked first.
-///
-/// Throws json_error for invalid input and std::invalid_argument (json_error's base) for an
-/// invalid pointer, including "" (the whole document). Either way `out` is left as it was.
-template <class Lazy = void>
-inline void canonicalize_json(std::string_view json, std::string& out,
-                              std::span<const std::string> excluded = {}) {
-  const detail::exclusion_set<Lazy> exclusions(excluded);
-  detail::json_document<Lazy> document;
-  detail::json_parser<Lazy>(json, document).parse();
-  out.reserve(out.size() + json.size());
-  detail::canonical_writer<Lazy>(document, exclusions, out).write();
-}
-
-/// The RFC 8785 canonical form of `json`; see the overload above.
-template <class Lazy = void>
-inline std::string canonicalize_json(std::string_view json,
-                                     std::span<const std::string> excluded = {}) {
-  std::string out;
-  canonicalize_json<Lazy>(json, out, excluded);
-  return out;
-}
-
-}  // namespace idem
-
-#endif  // IDEM_SERVER_FINGERPRINT_CANONICALIZE_JSON_HPP
-// end idem/server/fingerprint/canonicalize_json.hpp
 
 namespace idem {
 
@@ -6279,10 +6086,7 @@ struct canonical_json {
     // larger than any this thread has seen.
     thread_local std::string canonical;
     canonical.clear();
-    // Lazy is void whatever Inner is, but spelled with Inner the call depends on it: clang++
-    // would otherwise convert `excluded` to a span (and instantiate what that takes) in every
-    // translation unit that includes this header, where canonical_json<Inner> is defined.
-    canonicalize_json<detail::lazy_t<Inner, void>>(request.body, canonical, excluded);
+    canonicalize_json(request.body, canonical, excluded);
     request_view canonical_request = request;
     canonical_request.body = canonical;
     return inner(canonical_request);
@@ -6330,11 +6134,19 @@ class lease_lost : public std::runtime_error {
 
 namespace detail {
 
-// Where a context records its recovery points: the idempotent or inbox that holds the claim.
-// Type-erased so the handler's signature is the same whatever the policies are.
-struct recovery_sink {
-  void* self = nullptr;
-  bool (*write)(void* self, std::string_view recovery) = nullptr;
+// Where a context records its recovery points: the engine of the idempotent or inbox that holds
+// the claim. An interface, so that the handler's signature is the same whatever the policies
+// are. write checks the fence and renews the lease with the recovery bytes; false: the claim
+// was taken over.
+class recovery_writer {
+ public:
+  virtual bool write(std::string_view recovery) = 0;
+
+ protected:
+  recovery_writer() = default;
+  recovery_writer(const recovery_writer&) = default;
+  recovery_writer& operator=(const recovery_writer&) = default;
+  ~recovery_writer() = default;  // never owned through this interface
 };
 
 // The recovery bytes are a sequence of (name, value), each a varint length and its bytes.
@@ -6369,14 +6181,14 @@ class handler_context {
       : scope_(scope), key_(key), fence_(fence) {}
 
   handler_context(std::string_view scope, std::string_view key, std::uint64_t fence, bool resumed,
-                  std::string recovery, detail::recovery_sink sink)
+                  std::string recovery, detail::recovery_writer* writer)
       : scope_(scope),
         key_(key),
         fence_(fence),
         resumed_(resumed),
         recovery_(std::move(recovery)),
         recorded_steps_(detail::count_steps(recovery_)),
-        sink_(sink) {}
+        writer_(writer) {}
 
   handler_context(const handler_context&) = delete;
   handler_context& operator=(const handler_context&) = delete;
@@ -6446,7 +6258,7 @@ class handler_context {
   /// Renews the lease (a heartbeat for a long handler) after checking that the claim is still
   /// this attempt's; throws lease_lost if it is not.
   void renew_lease() {
-    if (sink_.write != nullptr && !sink_.write(sink_.self, recovery_)) throw lease_lost{};
+    if (writer_ != nullptr && !writer_->write(recovery_)) throw lease_lost{};
   }
 
  private:
@@ -6460,7 +6272,7 @@ class handler_context {
     recovery_.append(value);
     bool applied = true;
     try {
-      applied = sink_.write == nullptr || sink_.write(sink_.self, recovery_);
+      applied = writer_ == nullptr || writer_->write(recovery_);
     } catch (...) {
       recovery_.resize(before);
       throw;
@@ -6478,7 +6290,7 @@ class handler_context {
   bool resumed_ = false;
   std::string recovery_;
   std::size_t recorded_steps_ = 0;
-  detail::recovery_sink sink_{};
+  detail::recovery_writer* writer_ = nullptr;
 };
 
 }  // namespace idem
@@ -6512,7 +6324,7 @@ class handler_context {
 // handler taking the store's transaction as a third parameter runs inside the transaction that
 // completes its record: its own writes and the record commit together, or neither does.
 //
-// A handler that throws releases the key by default (policy/failure.hpp says why, and how to
+// A handler that throws releases the key by default (idem/server/failure.hpp says why, and how to
 // store chosen failures instead); its exception passes through unchanged.
 //
 // Concurrency: one idempotent object may be called from many threads at once; the store decides
@@ -6520,179 +6332,19 @@ class handler_context {
 #ifndef IDEM_SERVER_IDEMPOTENT_HPP
 #define IDEM_SERVER_IDEMPOTENT_HPP
 
-// begin idem/server/detail/engine.hpp
-// The machinery idempotent and inbox share: claim, run under the fence, record or release.
-#ifndef IDEM_SERVER_DETAIL_ENGINE_HPP
-#define IDEM_SERVER_DETAIL_ENGINE_HPP
-
-// begin idem/server/outcome.hpp
-// What one guarded call returns: what happened (a verdict), the response when there is one, and
-// the HTTP status a service answers with.
+// begin idem/server/detail/checks.hpp
+// The checks idempotent and inbox make of their policies, options and handlers, each written
+// once, with the sentence a user reads when it fails.
 //
-// Every expected ending is a verdict the caller branches on, not an exception: a repeat (replay),
-// a concurrent duplicate (409), key misuse (422), a bad key (400), a store that cannot take the
-// claim (503). Only the handler's own exceptions pass through as exceptions. The type depends on
-// the response type alone, never on the policies.
-#ifndef IDEM_SERVER_OUTCOME_HPP
-#define IDEM_SERVER_OUTCOME_HPP
+// Each check is a constexpr function holding one static_assert, called from a static_assert at
+// the public entry: the sentence is then the first error, before anything is instantiated with
+// the wrong type. A handler's result type is named only after its check passed (see
+// idempotent::operator() and inbox::deduplicate), so that a handler returning void, or taking
+// its parameters in another order, gets the sentence, not pages about std::optional<void> or an
+// unsatisfied disjunction.
+#ifndef IDEM_SERVER_DETAIL_CHECKS_HPP
+#define IDEM_SERVER_DETAIL_CHECKS_HPP
 
-namespace idem {
-
-namespace detail {
-template <class Store, class Clock>
-class guard;
-}  // namespace detail
-
-enum class verdict : std::uint8_t {
-  executed,            // the handler ran under a new or taken-over claim; its response is returned
-  replayed,            // a completed record with the same fingerprint: the stored response
-  in_progress,         // another attempt holds a live claim on the key (HTTP 409)
-  mismatch,            // the key was used with another request (HTTP 422)
-  missing_key,         // no key where one is required (HTTP 400)
-  invalid_key,         // empty, too long, or not visible ASCII (HTTP 400)
-  invalid_request,     // the request cannot be fingerprinted, e.g. a body that is not JSON (400)
-  body_too_large,      // the body is longer than max_body_bytes; nothing is read or stored (413)
-  store_unavailable,   // the store cannot answer; nothing ran (HTTP 503)
-  store_full,          // the store has no room for the claim; nothing ran (HTTP 503)
-  response_too_large,  // the response passed max_response_bytes and was not stored (HTTP 500):
-                       // the first caller still has it; repeats are not run again
-};
-
-constexpr std::string_view to_string(verdict v) noexcept {
-  switch (v) {
-    case verdict::executed:
-      return "executed";
-    case verdict::replayed:
-      return "replayed";
-    case verdict::in_progress:
-      return "in_progress";
-    case verdict::mismatch:
-      return "mismatch";
-    case verdict::missing_key:
-      return "missing_key";
-    case verdict::invalid_key:
-      return "invalid_key";
-    case verdict::invalid_request:
-      return "invalid_request";
-    case verdict::body_too_large:
-      return "body_too_large";
-    case verdict::store_unavailable:
-      return "store_unavailable";
-    case verdict::store_full:
-      return "store_full";
-    case verdict::response_too_large:
-      return "response_too_large";
-  }
-  return "unknown";
-}
-
-/// The HTTP status for a verdict that carries no response of the handler's; 0 for executed and
-/// replayed, whose status is the response's own.
-constexpr int http_status(verdict v) noexcept {
-  switch (v) {
-    case verdict::executed:
-    case verdict::replayed:
-      return 0;
-    case verdict::in_progress:
-      return 409;  // RFC 9110 Conflict, as the IETF idempotency-key draft and Stripe answer
-    case verdict::mismatch:
-      return 422;  // Unprocessable Content: the key was reused for another request
-    case verdict::missing_key:
-    case verdict::invalid_key:
-    case verdict::invalid_request:
-      return 400;
-    case verdict::body_too_large:
-      return 413;  // RFC 9110 Content Too Large
-    case verdict::store_unavailable:
-    case verdict::store_full:
-      return 503;
-    case verdict::response_too_large:
-      return 500;  // the service cannot answer a repeat as it answered the first request
-  }
-  return 500;
-}
-
-/// Thrown by idempotent_outcome::value() when the verdict carries no response.
-class no_response_error : public std::logic_error {
- public:
-  explicit no_response_error(verdict v)
-      : std::logic_error("idem::idempotent_outcome: no response, the verdict is " +
-                         std::string(to_string(v))),
-        verdict_(v) {}
-  verdict which() const noexcept { return verdict_; }
-
- private:
-  verdict verdict_;
-};
-
-template <class Response>
-class idempotent_outcome {
- public:
-  idempotent_outcome() = default;
-  idempotent_outcome(idem::verdict v) : verdict_(v) {}
-  idempotent_outcome(idem::verdict v, std::string message)
-      : verdict_(v), message_(std::move(message)) {}
-
-  idem::verdict verdict() const noexcept { return verdict_; }
-  /// True when there is a response: executed or replayed.
-  bool has_value() const noexcept { return response_.has_value(); }
-  explicit operator bool() const noexcept { return has_value(); }
-
-  Response& value() & {
-    if (!response_) throw no_response_error(verdict_);
-    return *response_;
-  }
-  const Response& value() const& {
-    if (!response_) throw no_response_error(verdict_);
-    return *response_;
-  }
-  Response&& value() && {
-    if (!response_) throw no_response_error(verdict_);
-    return std::move(*response_);
-  }
-  Response* operator->() noexcept { return &*response_; }
-  const Response* operator->() const noexcept { return &*response_; }
-
-  /// Why there is no response (or why it was not stored), in words; empty otherwise.
-  std::string_view message() const noexcept { return message_; }
-  /// The fence the call ran under (executed), else 0.
-  std::uint64_t fence() const noexcept { return fence_; }
-  /// Executed: whether the response was stored for repeats. False when the store failed after
-  /// the handler ran (message() says how); the claim then stays in progress until its lease
-  /// ends, and stuck() lists it.
-  bool recorded() const noexcept { return recorded_; }
-  /// Executed after taking over an abandoned claim.
-  bool resumed() const noexcept { return resumed_; }
-
-  /// The status to answer with: the response's own `status` member when it has one (200 when it
-  /// has none), or the verdict's (409, 422, 400, 503).
-  int http_status() const noexcept {
-    if (response_) {
-      if constexpr (requires(const Response& r) { static_cast<int>(r.status); }) {
-        return static_cast<int>(response_->status);
-      } else {
-        return 200;
-      }
-    }
-    return idem::http_status(verdict_);
-  }
-
- private:
-  template <class, class>
-  friend class detail::guard;
-
-  idem::verdict verdict_ = idem::verdict::executed;
-  std::optional<Response> response_;
-  std::string message_;
-  std::uint64_t fence_ = 0;
-  bool recorded_ = false;
-  bool resumed_ = false;
-};
-
-}  // namespace idem
-
-#endif  // IDEM_SERVER_OUTCOME_HPP
-// end idem/server/outcome.hpp
 // begin idem/server/failure.hpp
 // Failure policies: what becomes of a key when its handler throws.
 //
@@ -6818,18 +6470,6 @@ struct plain_response_codec {
   void open(std::string_view sealed, std::string& out) const { out.append(sealed); }
 };
 
-namespace detail {
-
-template <ResponseCodec Codec>
-void seal_with(const void* codec, std::string_view plain, std::string& out) {
-  static_cast<const Codec*>(codec)->seal(plain, out);
-}
-template <ResponseCodec Codec>
-void open_with(const void* codec, std::string_view sealed, std::string& out) {
-  static_cast<const Codec*>(codec)->open(sealed, out);
-}
-
-}  // namespace detail
 }  // namespace idem
 
 #endif  // IDEM_SERVER_RESPONSE_CODEC_HPP
@@ -7033,22 +6673,397 @@ concept TransactionalStore = Store<S> && requires {
 
 namespace idem::detail {
 
-/// How long claims are honoured and records kept, and how long a duplicate waits.
-struct guard_timing {
-  std::chrono::nanoseconds lease;
-  std::chrono::nanoseconds retention;
-  std::chrono::nanoseconds coalesce;
+// --- policies ------------------------------------------------------------------------------
+
+/// What idempotent and inbox both need of their Policies.
+template <class Policies>
+constexpr bool check_server_policies() {
+  static_assert(Store<typename Policies::store>,
+                "Policies::store must be a copyable handle providing claim(claim_request) "
+                "returning claim_result, complete(fenced_key, string_view, store_time), "
+                "release(fenced_key) and checkpoint(fenced_key, string_view, store_time) "
+                "returning bool, find(scope, key, store_time) returning optional<record>, "
+                "sweep(store_time) returning size_t and stuck(store_time, size_t) returning "
+                "vector<record> (see idem/store/contract.hpp).");
+  static_assert(Clock<typename Policies::clock>,
+                "Policies::clock must provide now() returning its time_point, wall_now() "
+                "returning std::chrono::system_clock::time_point, and sleep_for(nanoseconds).");
+  static_assert(ResponseCodec<typename Policies::response_codec>,
+                "Policies::response_codec must be copyable and provide seal(string_view, "
+                "std::string&) and open(string_view, std::string&) const members (see "
+                "idem/server/response_codec.hpp).");
+  static_assert(Policies::lease > decltype(Policies::lease)::zero(),
+                "Policies::lease must be positive.");
+  static_assert(Policies::retention > Policies::lease,
+                "Policies::retention must be longer than Policies::lease.");
+  return true;
+}
+
+template <class F>
+constexpr bool check_fingerprint() {
+  static_assert(Fingerprint<F>,
+                "Policies::fingerprint must be a hash function (idem::HashFunction, like "
+                "idem::xxh3_128) or provide a const operator()(const request_view&) returning "
+                "idem::digest.");
+  return true;
+}
+
+template <class Failure, class Response>
+constexpr bool check_failure_policy() {
+  static_assert(FailurePolicy<Failure, Response>,
+                "Policies::failure must provide stored_response<Response>(const "
+                "failure_info&) returning std::optional<Response>.");
+  return true;
+}
+
+/// The options a wrapper is built with (idempotent::options, inbox::options): throws
+/// std::invalid_argument, naming `who`, for settings that can never work.
+template <class Options>
+void check_options(const Options& options, const char* who) {
+  using std::chrono::nanoseconds;
+  if (options.lease <= nanoseconds::zero()) {
+    throw std::invalid_argument(std::string(who) + ": the lease must be positive");
+  }
+  if (options.retention <= options.lease) {
+    throw std::invalid_argument(std::string(who) +
+                                ": the retention must be longer than the lease, or a claim could "
+                                "expire while its holder still runs");
+  }
+  if (options.coalesce < nanoseconds::zero()) {
+    throw std::invalid_argument(std::string(who) + ": the coalescing wait cannot be negative");
+  }
+  if (options.max_key_length == 0) {
+    throw std::invalid_argument(std::string(who) + ": max_key_length must be at least 1");
+  }
+}
+
+// --- idempotent's handler ----------------------------------------------------------------
+
+template <class Handler, class Request>
+concept takes_handler_context = std::invocable<Handler&, handler_context&, const Request&>;
+
+// A handler that runs inside the store's transaction: its last parameter is the transaction.
+template <class Handler, class Request, class Store>
+concept takes_transaction = TransactionalStore<Store> &&
+    std::invocable<Handler&, handler_context&, const Request&, typename Store::transaction&>;
+
+template <class Handler, class Request, class Store>
+concept guardable_handler = takes_transaction<Handler, Request, Store> ||
+    takes_handler_context<Handler, Request> || std::invocable<Handler&, const Request&>;
+
+// What the handler returns; named only for a guardable handler.
+template <class Handler, class Request, class Store>
+struct handler_result {
+  using type = std::invoke_result_t<Handler&, const Request&>;
+};
+template <class Handler, class Request, class Store>
+requires takes_handler_context<Handler, Request>
+struct handler_result<Handler, Request, Store> {
+  using type = std::invoke_result_t<Handler&, handler_context&, const Request&>;
+};
+template <class Handler, class Request, class Store>
+requires takes_transaction<Handler, Request, Store>
+struct handler_result<Handler, Request, Store> {
+  using type = std::invoke_result_t<Handler&, handler_context&, const Request&,
+                                    typename Store::transaction&>;
 };
 
-// How responses and recovery points are kept: the size a stored response may reach, and the
-// response codec's seal and open (idem/server/response_codec.hpp), type-erased so that the guard's type
-// does not depend on the codec. Null functions: the bytes are stored as they are.
-struct guard_storage {
-  std::size_t max_response_bytes = static_cast<std::size_t>(-1);
-  const void* codec = nullptr;
-  void (*seal)(const void* codec, std::string_view plain, std::string& out) = nullptr;
-  void (*open)(const void* codec, std::string_view sealed, std::string& out) = nullptr;
+template <class Response>
+concept storable_response = !std::is_void_v<Response> && Encodable<Response>;
+
+template <class Handler, class Request, class Store>
+constexpr bool check_handler() {
+  static_assert(guardable_handler<Handler, Request, Store>,
+                "idem::idempotent: the handler must be callable as R(const Request&), "
+                "R(idem::handler_context&, const Request&) or, with a TransactionalStore, "
+                "R(idem::handler_context&, const Request&, Store::transaction&), where Request is "
+                "the request it is called with (an idem::http_request, or the body as a "
+                "std::string) and R a storable response.");
+  return true;
+}
+
+template <class Response>
+constexpr bool check_response() {
+  static_assert(storable_response<Response>,
+                "The handler must return a storable response: it is called as "
+                "R(const Request&), R(idem::handler_context&, const Request&) or, with a "
+                "TransactionalStore, R(idem::handler_context&, const Request&, "
+                "Store::transaction&), and R must be std::string, a byte vector, "
+                "idem::http_response, or a type with an idem::codec specialisation; not void, "
+                "since a repeat replays what the first call returned.");
+  return true;
+}
+
+// --- inbox's consumer function -------------------------------------------------------------
+
+// A consumer function that runs inside the store's transaction: it takes the transaction last.
+template <class F, class Store>
+concept takes_store_transaction = TransactionalStore<Store> &&
+    (std::invocable<F&, handler_context&, typename Store::transaction&> ||
+     std::invocable<F&, typename Store::transaction&>);
+
+template <class F, class Store>
+concept consumer_function =
+    takes_store_transaction<F, Store> || std::invocable<F&, handler_context&> || std::invocable<F&>;
+
+// What a consumer function returns, given the parameters after the optional context.
+template <class F, class... Extra>
+using consumer_result_t =
+    typename std::conditional_t<std::invocable<F&, handler_context&, Extra&...>,
+                                std::invoke_result<F&, handler_context&, Extra&...>,
+                                std::invoke_result<F&, Extra&...>>::type;
+
+template <class F, class Store>
+struct consumer_result {
+  using type = consumer_result_t<F>;
 };
+template <class F, class Store>
+requires takes_store_transaction<F, Store>
+struct consumer_result<F, Store> {
+  using type = consumer_result_t<F, typename Store::transaction>;
+};
+
+// What an inbox stores for a consumer function's result: nothing (std::monostate) for void.
+template <class Result>
+using consumer_response_t = std::conditional_t<std::is_void_v<Result>, std::monostate, Result>;
+
+template <class F, class Store>
+constexpr bool check_consumer() {
+  static_assert(consumer_function<F, Store>,
+                "idem::inbox::deduplicate: the function must be callable as R(), "
+                "R(idem::handler_context&) or, with a TransactionalStore, "
+                "R(Store::transaction&) or R(idem::handler_context&, Store::transaction&), where "
+                "R is void or a storable type.");
+  return true;
+}
+
+template <class Response>
+constexpr bool check_consumer_response() {
+  static_assert(Encodable<Response>,
+                "deduplicate's function must return void or a storable type (one with an "
+                "idem::codec specialisation).");
+  return true;
+}
+
+}  // namespace idem::detail
+
+#endif  // IDEM_SERVER_DETAIL_CHECKS_HPP
+// end idem/server/detail/checks.hpp
+// begin idem/server/detail/engine.hpp
+// The machinery idempotent and inbox share: claim, run under the fence, record or release.
+//
+// One run path, in steps a driver can call apart (the blocking wrappers here; an asynchronous
+// one later):
+//
+//   claim_waiting    claims (scope, key) in the store, waiting for a duplicate to settle where
+//                    coalescing is on; hold turns a claim this caller won into a held_claim;
+//   answer_existing  answers for a record this caller may not run: replayed, mismatch,
+//                    in_progress, response_too_large;
+//   run_claimed      runs the handler under the claim, with recovery points going through the
+//                    fence, and records its response, directly (complete) or in the store's
+//                    transaction together with the handler's own writes (complete_within);
+//   settle_failure   the handler threw: the failure policy releases the key or stores a response;
+//   answer_lost      the fence was lost to a takeover: answers for the attempt that holds it.
+#ifndef IDEM_SERVER_DETAIL_ENGINE_HPP
+#define IDEM_SERVER_DETAIL_ENGINE_HPP
+
+// begin idem/server/outcome.hpp
+// What one guarded call returns: what happened (a verdict), the response when there is one, and
+// the HTTP status a service answers with.
+//
+// Every expected ending is a verdict the caller branches on, not an exception: a repeat (replay),
+// a concurrent duplicate (409), key misuse (422), a bad key (400), a store that cannot take the
+// claim (503). Only the handler's own exceptions pass through as exceptions. The type depends on
+// the response type alone, never on the policies.
+#ifndef IDEM_SERVER_OUTCOME_HPP
+#define IDEM_SERVER_OUTCOME_HPP
+
+namespace idem {
+
+enum class verdict : std::uint8_t {
+  executed,            // the handler ran under a new or taken-over claim; its response is returned
+  replayed,            // a completed record with the same fingerprint: the stored response
+  in_progress,         // another attempt holds a live claim on the key (HTTP 409)
+  mismatch,            // the key was used with another request (HTTP 422)
+  missing_key,         // no key where one is required (HTTP 400)
+  invalid_key,         // empty, too long, or not visible ASCII (HTTP 400)
+  invalid_request,     // the request cannot be fingerprinted, e.g. a body that is not JSON (400)
+  body_too_large,      // the body is longer than max_body_bytes; nothing is read or stored (413)
+  store_unavailable,   // the store cannot answer; nothing ran (HTTP 503)
+  store_full,          // the store has no room for the claim; nothing ran (HTTP 503)
+  response_too_large,  // the response passed max_response_bytes and was not stored (HTTP 500):
+                       // the first caller still has it; repeats are not run again
+};
+
+constexpr std::string_view to_string(verdict v) noexcept {
+  switch (v) {
+    case verdict::executed:
+      return "executed";
+    case verdict::replayed:
+      return "replayed";
+    case verdict::in_progress:
+      return "in_progress";
+    case verdict::mismatch:
+      return "mismatch";
+    case verdict::missing_key:
+      return "missing_key";
+    case verdict::invalid_key:
+      return "invalid_key";
+    case verdict::invalid_request:
+      return "invalid_request";
+    case verdict::body_too_large:
+      return "body_too_large";
+    case verdict::store_unavailable:
+      return "store_unavailable";
+    case verdict::store_full:
+      return "store_full";
+    case verdict::response_too_large:
+      return "response_too_large";
+  }
+  return "unknown";
+}
+
+/// The HTTP status for a verdict that carries no response of the handler's; 0 for executed and
+/// replayed, whose status is the response's own.
+constexpr int http_status(verdict v) noexcept {
+  switch (v) {
+    case verdict::executed:
+    case verdict::replayed:
+      return 0;
+    case verdict::in_progress:
+      return 409;  // RFC 9110 Conflict, as the IETF idempotency-key draft and Stripe answer
+    case verdict::mismatch:
+      return 422;  // Unprocessable Content: the key was reused for another request
+    case verdict::missing_key:
+    case verdict::invalid_key:
+    case verdict::invalid_request:
+      return 400;
+    case verdict::body_too_large:
+      return 413;  // RFC 9110 Content Too Large
+    case verdict::store_unavailable:
+    case verdict::store_full:
+      return 503;
+    case verdict::response_too_large:
+      return 500;  // the service cannot answer a repeat as it answered the first request
+  }
+  return 500;
+}
+
+/// Thrown by idempotent_outcome::value() when the verdict carries no response.
+class no_response_error : public std::logic_error {
+ public:
+  explicit no_response_error(verdict v)
+      : std::logic_error("idem::idempotent_outcome: no response, the verdict is " +
+                         std::string(to_string(v))),
+        verdict_(v) {}
+  verdict which() const noexcept { return verdict_; }
+
+ private:
+  verdict verdict_;
+};
+
+template <class Response>
+class idempotent_outcome {
+ public:
+  /// A verdict without a response: a refusal (400, 409, 422, 503), with why in words.
+  idempotent_outcome() = default;
+  idempotent_outcome(idem::verdict v) : verdict_(v) {}
+  idempotent_outcome(idem::verdict v, std::string message)
+      : verdict_(v), message_(std::move(message)) {}
+
+  /// The handler ran under `fence` and its response was stored for repeats.
+  template <class R>
+  static idempotent_outcome executed(R&& response, std::uint64_t fence, bool resumed) {
+    return idempotent_outcome(idem::verdict::executed, std::forward<R>(response), fence, resumed,
+                              true);
+  }
+  /// The handler ran, but its response was not stored: `v` is executed when the store failed,
+  /// response_too_large when it did not fit; `message` says which.
+  template <class R>
+  static idempotent_outcome unrecorded(idem::verdict v, R&& response, std::string message,
+                                       std::uint64_t fence = 0, bool resumed = false) {
+    idempotent_outcome outcome(v, std::forward<R>(response), fence, resumed, false);
+    outcome.message_ = std::move(message);
+    return outcome;
+  }
+  /// A repeat: the response stored by the call that ran.
+  template <class R>
+  static idempotent_outcome replayed(R&& response) {
+    return idempotent_outcome(idem::verdict::replayed, std::forward<R>(response), 0, false, true);
+  }
+
+  idem::verdict verdict() const noexcept { return verdict_; }
+  /// True when there is a response: executed or replayed.
+  bool has_value() const noexcept { return response_.has_value(); }
+  explicit operator bool() const noexcept { return has_value(); }
+
+  Response& value() & {
+    if (!response_) throw no_response_error(verdict_);
+    return *response_;
+  }
+  const Response& value() const& {
+    if (!response_) throw no_response_error(verdict_);
+    return *response_;
+  }
+  Response&& value() && {
+    if (!response_) throw no_response_error(verdict_);
+    return std::move(*response_);
+  }
+  /// The response, unchecked, as std::optional has it: only when has_value().
+  Response* operator->() noexcept { return &*response_; }
+  const Response* operator->() const noexcept { return &*response_; }
+  Response& operator*() & noexcept { return *response_; }
+  const Response& operator*() const& noexcept { return *response_; }
+  Response&& operator*() && noexcept { return std::move(*response_); }
+
+  /// Why there is no response (or why it was not stored), in words; empty otherwise.
+  std::string_view message() const noexcept { return message_; }
+  /// The fence the call ran under (executed), else 0.
+  std::uint64_t fence() const noexcept { return fence_; }
+  /// Executed: whether the response was stored for repeats. False when the store failed after
+  /// the handler ran (message() says how); the claim then stays in progress until its lease
+  /// ends, and stuck() lists it.
+  bool recorded() const noexcept { return recorded_; }
+  /// Executed after taking over an abandoned claim.
+  bool resumed() const noexcept { return resumed_; }
+
+  /// The status to answer with: the response's own `status` member when it has one (200 when it
+  /// has none), or the verdict's (409, 422, 400, 503).
+  int http_status() const noexcept {
+    if (response_) {
+      if constexpr (requires(const Response& r) { static_cast<int>(r.status); }) {
+        return static_cast<int>(response_->status);
+      } else {
+        return 200;
+      }
+    }
+    return idem::http_status(verdict_);
+  }
+
+ private:
+  template <class R>
+  idempotent_outcome(idem::verdict v, R&& response, std::uint64_t fence, bool resumed,
+                     bool recorded)
+      : verdict_(v),
+        response_(std::in_place, std::forward<R>(response)),
+        fence_(fence),
+        recorded_(recorded),
+        resumed_(resumed) {}
+
+  idem::verdict verdict_ = idem::verdict::executed;
+  std::optional<Response> response_;
+  std::string message_;
+  std::uint64_t fence_ = 0;
+  bool recorded_ = false;
+  bool resumed_ = false;
+};
+
+}  // namespace idem
+
+#endif  // IDEM_SERVER_OUTCOME_HPP
+// end idem/server/outcome.hpp
+
+namespace idem::detail {
 
 // What a record holds in place of a response too large to store: the size it had. A handler's
 // own response equal to this text would replay as too large; nothing else can be mistaken for
@@ -7056,34 +7071,19 @@ struct guard_storage {
 inline constexpr char too_large_text[] = "\0idem: response too large to store\0";
 inline constexpr std::string_view too_large_marker{too_large_text, sizeof too_large_text - 1};
 
-// The storage of an owner (idempotent, inbox) that keeps `codec` for as long as its guard: the
-// default codec costs no call.
-template <ResponseCodec Codec>
-guard_storage storage_for(const Codec& codec, std::size_t max_response_bytes) {
-  guard_storage storage;
-  storage.max_response_bytes = max_response_bytes;
-  if constexpr (!std::is_same_v<Codec, plain_response_codec>) {
-    storage.codec = &codec;
-    storage.seal = &seal_with<Codec>;
-    storage.open = &open_with<Codec>;
-  }
-  return storage;
-}
+/// How a claimed run's response is recorded: by complete after the handler returned, or by
+/// complete_within, in the transaction the handler writes in (TransactionalStore).
+enum class completion : std::uint8_t { direct, in_transaction };
 
-inline void check_timing(const guard_timing& timing, const char* who) {
-  using std::chrono::nanoseconds;
-  if (timing.lease <= nanoseconds::zero()) {
-    throw std::invalid_argument(std::string(who) + ": the lease must be positive");
-  }
-  if (timing.retention <= timing.lease) {
-    throw std::invalid_argument(std::string(who) +
-                                ": the retention must be longer than the lease, or a claim could "
-                                "expire while its holder still runs");
-  }
-  if (timing.coalesce < nanoseconds::zero()) {
-    throw std::invalid_argument(std::string(who) + ": the coalescing wait cannot be negative");
-  }
-}
+// Where a run's recovery points are written: the store, or the open transaction.
+template <class Store, completion How>
+struct checkpoint_writer {
+  using type = Store;
+};
+template <class Store>
+struct checkpoint_writer<Store, completion::in_transaction> {
+  using type = typename Store::transaction;
+};
 
 // A T made later in place, from the prvalue a function returns: no default construction and
 // assignment where the making must sit in a try block but the value must outlive it.
@@ -7112,17 +7112,36 @@ class made_later {
   bool made_ = false;
 };
 
-template <class Store, class Clock>
-class guard {
+/// A claim this caller holds: what run_claimed needs to run under it.
+struct held_claim {
+  fenced_key held;
+  bool resumed = false;   // taken over from a holder whose lease expired
+  std::string recovery;   // the recovery points recorded before, opened
+  store_time claimed_at;  // the time the claim was made with
+};
+
+// Options: idempotent::options or inbox::options. The engine keeps them as they are given, so a
+// setting has no copy beside its options field, and its owner reads its own settings from them.
+// It uses store, clock, lease, retention, coalesce, max_key_length, max_response_bytes and
+// response_codec.
+template <class Options>
+class engine {
  public:
-  guard(Store store, Clock clock, guard_timing timing)
-      : store_(std::move(store)), clock_(std::move(clock)), timing_(timing) {}
+  using store_type = decltype(Options::store);
+  using clock_type = decltype(Options::clock);
+  using codec_type = decltype(Options::response_codec);
 
-  Store& store() noexcept { return store_; }
-  void set_storage(const guard_storage& storage) noexcept { storage_ = storage; }
+  /// Throws std::invalid_argument, naming `who`, for options that can never work.
+  engine(Options options, const char* who) : options_(std::move(options)) {
+    check_options(options_, who);
+  }
 
-  std::size_t sweep() { return store_.sweep(clock_.wall_now()); }
-  std::vector<record> stuck(std::size_t limit) { return store_.stuck(clock_.wall_now(), limit); }
+  const Options& options() const noexcept { return options_; }
+  store_type& store() noexcept { return options_.store; }
+  clock_type& clock() noexcept { return options_.clock; }
+
+  std::size_t sweep() { return store().sweep(clock().wall_now()); }
+  std::vector<record> stuck(std::size_t limit) { return store().stuck(clock().wall_now(), limit); }
 
   /// The answer to a key (or event id, `what`) that is_valid_key refuses.
   template <class Response>
@@ -7131,37 +7150,14 @@ class guard {
         verdict::invalid_key, std::string(what) + " must be 1 to " + std::to_string(max_length) +
                                   " bytes of visible ASCII (0x21-0x7E)"};
   }
-  Clock& clock() noexcept { return clock_; }
-  const guard_timing& timing() const noexcept { return timing_; }
 
-  /// Claims (scope, key) for a request with fingerprint `print` and, when the claim is this
-  /// caller's, runs `run(handler_context&)` under it. `failure` decides what a throw leaves.
-  template <class Response, class Run, class Failure>
-  idempotent_outcome<Response> run(std::string_view scope, std::string_view key,
-                                   const digest& print, Run& run, const Failure& failure) {
-    return claim_then<Response>(
-        scope, key, print,
-        [&](std::uint64_t fence, bool resumed, std::string recovery, store_time claimed_at) {
-          return run_claimed<Response>(scope, key, print, fence, resumed, std::move(recovery),
-                                       claimed_at, run, failure);
-        });
-  }
-
-  /// The same for a store that completes records inside a transaction (TransactionalStore):
-  /// `run(handler_context&, transaction&)` runs inside the transaction that completes the
-  /// record, so its writes and the record commit together. A store failure there rolls both
-  /// back and answers store_unavailable or store_full; the claim stays until its lease ends
-  /// (a commit whose answer was lost may have gone through, and a release would undo it).
-  template <class Response, class Run, class Failure>
-  idempotent_outcome<Response> run_within(std::string_view scope, std::string_view key,
-                                          const digest& print, Run& run, const Failure& failure) {
-    static_assert(TransactionalStore<Store>);
-    return claim_then<Response>(
-        scope, key, print,
-        [&](std::uint64_t fence, bool resumed, std::string recovery, store_time claimed_at) {
-          return run_claimed_within<Response>(scope, key, print, fence, resumed,
-                                              std::move(recovery), claimed_at, run, failure);
-        });
+  /// A store that could not answer: store_full or store_unavailable, and why.
+  template <class Response>
+  static idempotent_outcome<Response> refused(const store_error& error,
+                                              std::string_view context = {}) {
+    return idempotent_outcome<Response>{
+        error.failure() == store_failure::full ? verdict::store_full : verdict::store_unavailable,
+        std::string(context) + error.what()};
   }
 
   /// Runs `run` with no key and no claim, for services where the key is optional: nothing is
@@ -7169,26 +7165,17 @@ class guard {
   template <class Response, class Run>
   static idempotent_outcome<Response> run_unguarded(std::string_view scope, Run& run) {
     handler_context context{scope, {}, 0};
-    idempotent_outcome<Response> outcome{verdict::executed, "no idempotency key: not guarded"};
-    outcome.response_.emplace(run(context));
-    return outcome;
+    return idempotent_outcome<Response>::unrecorded(verdict::executed, run(context),
+                                                    "no idempotency key: not guarded");
   }
 
-  template <class Response>
-  static idempotent_outcome<Response> refused(const store_error& error) {
-    return idempotent_outcome<Response>{
-        error.failure() == store_failure::full ? verdict::store_full : verdict::store_unavailable,
-        error.what()};
-  }
-
- private:
-  // Claims (scope, key) and, when the claim is this caller's, answers
-  // then(fence, resumed, recovery, claimed_at); otherwise answers for the record that is there.
-  // claimed_at is the time the winning claim was made with.
-  template <class Response, class Then>
-  idempotent_outcome<Response> claim_then(std::string_view scope, std::string_view key,
-                                          const digest& print, Then&& then) {
-    using outcome_type = idempotent_outcome<Response>;
+  /// Claims (scope, key) for a request with fingerprint `print` and, when the claim is this
+  /// caller's, runs `run(handler_context&)` under it, or with completion::in_transaction
+  /// `run(handler_context&, transaction&)` inside the transaction that completes the record.
+  /// `failure` decides what a throw of the handler leaves.
+  template <class Response, completion How, class Run, class Failure>
+  idempotent_outcome<Response> run(std::string_view scope, std::string_view key,
+                                   const digest& print, Run& run, const Failure& failure) {
     store_time claimed_at{};
     // Made in place: a replay's record (its response) is moved nowhere before it is answered.
     made_later<claim_result> result;
@@ -7200,55 +7187,48 @@ class guard {
     claim_result& claimed = result.get();
     switch (claimed.status) {
       case claim_status::full:
-        return outcome_type{verdict::store_full, "the store has no room for another record"};
+        return idempotent_outcome<Response>{verdict::store_full,
+                                            "the store has no room for another record"};
       case claim_status::existing:
         return answer_existing<Response>(claimed.existing, print);
       case claim_status::claimed:
       case claim_status::taken_over:
         break;
     }
-    return then(claimed.fence, claimed.status == claim_status::taken_over,
-                opened_recovery(std::move(claimed.existing.recovery)), claimed_at);
+    return run_claimed<Response, How>(hold(scope, key, claimed, claimed_at), print, run, failure);
   }
 
-  // One claim, or with coalescing, claims repeated with growing pauses while another attempt
-  // holds a live claim, until it settles (completed, released, abandoned) or the wait is over.
-  // `claimed_at` is set to the time the last claim was made with.
+  /// One claim, or with coalescing, claims repeated with growing pauses while another attempt
+  /// holds a live claim, until it settles (completed, released, abandoned) or the wait is over.
+  /// `claimed_at` is set to the time the last claim was made with.
   claim_result claim_waiting(std::string_view scope, std::string_view key, const digest& print,
                              store_time& claimed_at) {
     claim_result claimed = claim(scope, key, print, claimed_at);
-    if (timing_.coalesce <= std::chrono::nanoseconds::zero()) return claimed;
-    const auto start = clock_.now();
+    const std::chrono::nanoseconds coalesce = options_.coalesce;
+    if (coalesce <= std::chrono::nanoseconds::zero()) return claimed;
+    const auto start = clock().now();
     std::chrono::nanoseconds pause = std::chrono::milliseconds{1};
     while (claimed.status == claim_status::existing &&
            claimed.existing.state == record_state::in_progress &&
            claimed.existing.fingerprint == print) {
-      const std::chrono::nanoseconds waited = clock_.now() - start;
-      if (waited >= timing_.coalesce) break;
-      clock_.sleep_for(detail::min(pause, timing_.coalesce - waited));
-      pause = detail::min<std::chrono::nanoseconds>(2 * pause, std::chrono::milliseconds{50});
+      const std::chrono::nanoseconds waited = clock().now() - start;
+      if (waited >= coalesce) break;
+      clock().sleep_for(std::min(pause, coalesce - waited));
+      pause = std::min<std::chrono::nanoseconds>(2 * pause, std::chrono::milliseconds{50});
       claimed = claim(scope, key, print, claimed_at);
     }
     return claimed;
   }
 
-  claim_result claim(std::string_view scope, std::string_view key, const digest& print,
-                     store_time& claimed_at) {
-    claimed_at = clock_.wall_now();
-    return store_.claim(
-        claim_request{scope, key, print, claimed_at, timing_.lease, timing_.retention});
+  /// The claim this caller holds after claim_waiting answered claimed or taken_over.
+  held_claim hold(std::string_view scope, std::string_view key, claim_result& claimed,
+                  store_time claimed_at) const {
+    return held_claim{fenced_key{scope, key, claimed.fence},
+                      claimed.status == claim_status::taken_over,
+                      opened_recovery(std::move(claimed.existing.recovery)), claimed_at};
   }
 
-  // The `now` a completion is given: the clock's, unless the store says it does not read it
-  // (reads_completion_time, idem/store/contract.hpp); then the claim's time, and no second clock read.
-  store_time completion_time(store_time claimed_at) {
-    if constexpr (reads_completion_time<Store>) {
-      return clock_.wall_now();
-    } else {
-      return claimed_at;
-    }
-  }
-
+  /// The answer for a record this caller may not run.
   template <class Response>
   idempotent_outcome<Response> answer_existing(record& existing, const digest& print) const {
     using outcome_type = idempotent_outcome<Response>;
@@ -7268,162 +7248,43 @@ class guard {
     return replayed<Response>(existing);
   }
 
-  // The stored response, decoded: one named outcome, returned on the only path, so that it is
-  // made in the caller's place (a replay's response is moved once, into the outcome).
-  template <class Response>
-  idempotent_outcome<Response> replayed(record& existing) const {
-    idempotent_outcome<Response> outcome{verdict::replayed};
-    if (storage_.open != nullptr) {
-      std::string plain;
-      storage_.open(storage_.codec, existing.response, plain);
-      outcome.response_.emplace(codec<Response>::decode(plain));
-    } else if constexpr (codec_adopts_bytes<Response>) {
-      // The snapshot is this call's own copy: the response takes its bytes over.
-      outcome.response_.emplace(codec<Response>::adopt(std::move(existing.response)));
-    } else {
-      outcome.response_.emplace(codec<Response>::decode(existing.response));
-    }
-    outcome.recorded_ = true;
-    return outcome;
-  }
-
-  // The bytes a store keeps for `plain` (an encoded response): sealed by the response codec, or
-  // the too-large marker when they pass max_response_bytes. Answers whether they fit.
-  bool stored_form(std::string& plain) const {
-    std::string sealed;
-    const std::string* kept = &plain;
-    if (storage_.seal != nullptr) {
-      storage_.seal(storage_.codec, plain, sealed);
-      kept = &sealed;
-    }
-    if (kept->size() > storage_.max_response_bytes) {
-      std::string marker(too_large_marker);
-      marker += std::to_string(kept->size());
-      plain = std::move(marker);
-      return false;
-    }
-    if (kept == &sealed) plain = std::move(sealed);
-    return true;
-  }
-
-  // A recovery point as the store keeps it, and back.
-  std::string sealed_recovery(std::string_view plain) const {
-    if (storage_.seal == nullptr) return std::string(plain);
-    std::string sealed;
-    storage_.seal(storage_.codec, plain, sealed);
-    return sealed;
-  }
-  std::string opened_recovery(std::string recovery) const {
-    if (storage_.open == nullptr || recovery.empty()) return recovery;
-    std::string plain;
-    storage_.open(storage_.codec, recovery, plain);
-    return plain;
-  }
-
-  std::string too_large_message(std::string_view marker) const {
-    return "the response takes " + std::string(marker.substr(too_large_marker.size())) +
-           " bytes to store, more than max_response_bytes (" +
-           std::to_string(storage_.max_response_bytes) +
-           "): it was not stored; repeats of this key answer response_too_large and do not run "
-           "again";
-  }
-
-  // Where the context records recovery points: a fenced checkpoint that also renews the lease,
-  // through the store, or for a transactional handler through its transaction (committed or
-  // rolled back with it). Both have checkpoint(held, recovery, lease_until).
-  template <class Writer>
-  struct checkpoint_target {
-    guard* self;
-    fenced_key held;
-    Writer* writer = nullptr;
-    bool store_failed = false;  // the store threw: the step's effect may not be recorded
-
-    static bool write(void* target, std::string_view recovery) {
-      auto& me = *static_cast<checkpoint_target*>(target);
+  /// Runs the handler under `claim` and records its response as `How` says. The handler's own
+  /// exception passes through, after the failure policy settled the key; a recovery point's
+  /// store failing keeps the claim instead (its step's effect may not be recorded, so only a
+  /// takeover after the lease, resuming from the recovery points, runs it again).
+  template <class Response, completion How, class Run, class Failure>
+  idempotent_outcome<Response> run_claimed(held_claim claim, const digest& print, Run& run,
+                                           const Failure& failure) {
+    checkpointer<typename checkpoint_writer<store_type, How>::type> target{*this, claim.held};
+    handler_context context{claim.held.scope,          claim.held.key,
+                            claim.held.fence,          claim.resumed,
+                            std::move(claim.recovery), &target};
+    bool handler_threw = false;
+    auto run_handler = [&](auto&... transaction) -> Response {
       try {
-        if (me.self->storage_.seal != nullptr) {
-          return me.writer->checkpoint(me.held, me.self->sealed_recovery(recovery),
-                                       me.self->clock_.wall_now() + me.self->timing_.lease);
-        }
-        return me.writer->checkpoint(me.held, recovery,
-                                     me.self->clock_.wall_now() + me.self->timing_.lease);
+        return run(context, transaction...);
       } catch (...) {
-        me.store_failed = true;
+        handler_threw = !target.failed;
         throw;
       }
-    }
-  };
-
-  template <class Response, class Run, class Failure>
-  idempotent_outcome<Response> run_claimed(std::string_view scope, std::string_view key,
-                                           const digest& print, std::uint64_t fence, bool resumed,
-                                           std::string recovery, store_time claimed_at, Run& run,
-                                           const Failure& failure) {
-    using outcome_type = idempotent_outcome<Response>;
-    checkpoint_target<Store> target{this, fenced_key{scope, key, fence}, &store_};
-    handler_context context{scope,
-                            key,
-                            fence,
-                            resumed,
-                            std::move(recovery),
-                            recovery_sink{&target, &decltype(target)::write}};
-    std::optional<Response> response;
+    };
     try {
-      response.emplace(run(context));
+      if constexpr (How == completion::direct) {
+        target.writer = &store();
+        return record_directly<Response>(claim, print, run_handler());
+      } else {
+        return record_within<Response>(claim, print, target, handler_threw, run_handler);
+      }
     } catch (const lease_lost&) {
-      return answer_lost<Response>(scope, key, print);
+      return answer_lost<Response>(claim.held.scope, claim.held.key, print);
     } catch (...) {
-      // A store that failed mid-handler may have left an effect unrecorded: keep the claim, so
-      // that only a takeover after the lease (resuming from the recovery points) runs it again.
-      if (target.store_failed) throw;
-      settle_failure<Response>(target.held, context.steps_recorded(), failure);
+      if (handler_threw) settle_failure<Response>(claim.held, context.steps_recorded(), failure);
       throw;
     }
-
-    outcome_type outcome{verdict::executed};
-    outcome.fence_ = fence;
-    outcome.resumed_ = resumed;
-    // The bytes the store keeps: a std::string response as it is, without a copy, unless a
-    // response codec seals it or it passes max_response_bytes; anything else encoded.
-    std::string encoded;
-    std::string_view bytes;
-    bool fits = true;
-    bool viewed = false;
-    if constexpr (codec_views_bytes<Response>) {
-      const std::string_view own = codec<Response>::bytes_of(*response);
-      if (storage_.seal == nullptr && own.size() <= storage_.max_response_bytes) {
-        bytes = own;
-        viewed = true;
-      }
-    }
-    if (!viewed) {
-      codec<Response>::encode(*response, encoded);
-      fits = stored_form(encoded);
-      bytes = encoded;
-    }
-    bool applied = false;
-    try {
-      applied = store_.complete(target.held, bytes, completion_time(claimed_at));
-    } catch (const store_error& error) {
-      // The effect happened; the caller gets its response, and is told it was not stored.
-      outcome.response_ = std::move(response);
-      outcome.message_ = std::string("the response was not stored: ") + error.what();
-      return outcome;
-    }
-    if (!applied) return answer_lost<Response>(scope, key, print);
-    outcome.response_ = std::move(response);
-    if (!fits) {
-      // The caller still gets the response the handler made; repeats get the refusal.
-      outcome.verdict_ = verdict::response_too_large;
-      outcome.message_ = too_large_message(bytes);
-      return outcome;
-    }
-    outcome.recorded_ = true;
-    return outcome;
   }
 
-  // The handler threw (the exception in flight): the failure policy decides whether the key is
-  // released or a failure response stored.
+  /// The handler threw (the exception in flight): the failure policy decides whether the key is
+  /// released or a failure response stored.
   template <class Response, class Failure>
   void settle_failure(const fenced_key& held, std::size_t steps, const Failure& failure) {
     const failure_info info{std::current_exception(), held.scope, held.key, held.fence, steps};
@@ -7433,9 +7294,9 @@ class guard {
         std::string bytes;
         codec<Response>::encode(*stored, bytes);
         (void)stored_form(bytes);
-        (void)store_.complete(held, bytes, clock_.wall_now());
+        (void)store().complete(held, bytes, clock().wall_now());
       } else {
-        (void)store_.release(held);
+        (void)store().release(held);
       }
     } catch (const store_error&) {
       // The handler's exception is what the caller must see. The claim stays in progress
@@ -7443,185 +7304,228 @@ class guard {
     }
   }
 
-  template <class Response, class Run, class Failure>
-  idempotent_outcome<Response> run_claimed_within(std::string_view scope, std::string_view key,
-                                                  const digest& print, std::uint64_t fence,
-                                                  bool resumed, std::string recovery,
-                                                  store_time claimed_at, Run& run,
-                                                  const Failure& failure) {
-    using outcome_type = idempotent_outcome<Response>;
-    using transaction_type = typename Store::transaction;
-    checkpoint_target<transaction_type> target{this, fenced_key{scope, key, fence}};
-    // One context for every call of produce: a store that rolled back and calls again (a
-    // serialization failure) gets the steps of the rolled-back call from memory, so an external
-    // effect a step made is not made again; write the database only outside steps.
-    handler_context context{scope,
-                            key,
-                            fence,
-                            resumed,
-                            std::move(recovery),
-                            recovery_sink{&target, &decltype(target)::write}};
-    std::optional<Response> response;
-    bool handler_threw = false;
-    bool fits = true;
-    std::string marker;
-    auto produce = [&](transaction_type& transaction) -> std::string {
-      target.writer = &transaction;
-      target.store_failed = false;
-      handler_threw = false;
-      response.reset();
-      try {
-        response.emplace(run(context, transaction));
-      } catch (const lease_lost&) {
-        throw;
-      } catch (...) {
-        handler_threw = !target.store_failed;
-        throw;
-      }
-      std::string bytes;
-      codec<Response>::encode(*response, bytes);
-      fits = stored_form(bytes);
-      if (!fits) marker = bytes;
-      return bytes;
-    };
-
-    bool applied = false;
-    try {
-      applied = store_.complete_within(target.held, completion_time(claimed_at), produce);
-    } catch (const lease_lost&) {
-      return answer_lost<Response>(scope, key, print);
-    } catch (const store_error& error) {
-      if (!handler_threw) {
-        outcome_type refusal = refused<Response>(error);
-        refusal.message_ = std::string("the handler's transaction did not commit: ") + error.what();
-        return refusal;
-      }
-      settle_failure<Response>(target.held, context.steps_recorded(), failure);
-      throw;
-    } catch (...) {
-      if (handler_threw) settle_failure<Response>(target.held, context.steps_recorded(), failure);
-      throw;
-    }
-    if (!applied) return answer_lost<Response>(scope, key, print);
-    outcome_type outcome{verdict::executed};
-    outcome.fence_ = fence;
-    outcome.resumed_ = resumed;
-    outcome.response_ = std::move(response);
-    if (!fits) {
-      outcome.verdict_ = verdict::response_too_large;
-      outcome.message_ = too_large_message(marker);
-      return outcome;
-    }
-    outcome.recorded_ = true;
-    return outcome;
-  }
-
-  // This attempt lost its fence to a takeover: answer for the attempt that holds the key now.
+  /// This attempt lost its fence to a takeover: answers for the attempt that holds the key now.
   template <class Response>
   idempotent_outcome<Response> answer_lost(std::string_view scope, std::string_view key,
                                            const digest& print) {
-    using outcome_type = idempotent_outcome<Response>;
-    lazy_t<Response, std::optional<record>> current;  // see idem/detail/lazy.hpp
+    std::optional<record> current;
     try {
-      current = store_.find(scope, key, clock_.wall_now());
+      current = store().find(scope, key, clock().wall_now());
     } catch (const store_error& error) {
       return refused<Response>(error);
     }
     if (current && current->state == record_state::completed) {
       return answer_existing<Response>(*current, print);
     }
-    return outcome_type{verdict::in_progress,
-                        "the claim was taken over after its lease expired; the request is "
-                        "being processed by the attempt that took it"};
+    return idempotent_outcome<Response>{
+        verdict::in_progress,
+        "the claim was taken over after its lease expired; the request is being processed by "
+        "the attempt that took it"};
   }
 
-  Store store_;
-  Clock clock_;
-  guard_timing timing_;
-  guard_storage storage_{};
+ private:
+  // Whether responses and recovery points go through the codec: the default one costs no call.
+  static constexpr bool seals = !std::is_same_v<codec_type, plain_response_codec>;
+
+  // Where a handler_context records recovery points: a fenced checkpoint that also renews the
+  // lease, through the store, or for a transactional handler through its transaction
+  // (committed or rolled back with it). Both have checkpoint(held, recovery, lease_until).
+  template <class Writer>
+  class checkpointer final : public recovery_writer {
+   public:
+    checkpointer(engine& owner, const fenced_key& held) noexcept : owner_(owner), held_(held) {}
+
+    bool write(std::string_view recovery) override {
+      try {
+        const store_time lease_until = owner_.clock().wall_now() + owner_.options_.lease;
+        if constexpr (seals) {
+          return writer->checkpoint(held_, owner_.sealed_recovery(recovery), lease_until);
+        } else {
+          return writer->checkpoint(held_, recovery, lease_until);
+        }
+      } catch (...) {
+        failed = true;
+        throw;
+      }
+    }
+
+    Writer* writer = nullptr;
+    bool failed = false;  // the store threw: the step's effect may not be recorded
+
+   private:
+    engine& owner_;
+    fenced_key held_;
+  };
+
+  claim_result claim(std::string_view scope, std::string_view key, const digest& print,
+                     store_time& claimed_at) {
+    claimed_at = clock().wall_now();
+    return store().claim(
+        claim_request{scope, key, print, claimed_at, options_.lease, options_.retention});
+  }
+
+  // The `now` a completion is given: the clock's, unless the store says it does not read it
+  // (reads_completion_time, idem/store/contract.hpp); then the claim's time, and no second
+  // clock read.
+  store_time completion_time(store_time claimed_at) {
+    if constexpr (reads_completion_time<store_type>) {
+      return clock().wall_now();
+    } else {
+      return claimed_at;
+    }
+  }
+
+  // completion::direct: the handler returned `response`; completes the record with it. A
+  // std::string response is stored as it is, without a copy, unless a response codec seals it
+  // or it passes max_response_bytes; anything else is encoded.
+  template <class Response>
+  idempotent_outcome<Response> record_directly(const held_claim& claim, const digest& print,
+                                               Response response) {
+    using outcome_type = idempotent_outcome<Response>;
+    std::string encoded;
+    std::string_view bytes;
+    bool fits = true;
+    bool viewed = false;
+    if constexpr (codec_views_bytes<Response> && !seals) {
+      const std::string_view own = codec<Response>::bytes_of(response);
+      if (own.size() <= options_.max_response_bytes) {
+        bytes = own;
+        viewed = true;
+      }
+    }
+    if (!viewed) {
+      codec<Response>::encode(response, encoded);
+      fits = stored_form(encoded);
+      bytes = encoded;
+    }
+    bool applied = false;
+    try {
+      applied = store().complete(claim.held, bytes, completion_time(claim.claimed_at));
+    } catch (const store_error& error) {
+      // The effect happened; the caller gets its response, and is told it was not stored.
+      return outcome_type::unrecorded(verdict::executed, std::move(response),
+                                      std::string("the response was not stored: ") + error.what(),
+                                      claim.held.fence, claim.resumed);
+    }
+    if (!applied) return answer_lost<Response>(claim.held.scope, claim.held.key, print);
+    if (!fits) {
+      // The caller still gets the response the handler made; repeats get the refusal.
+      return outcome_type::unrecorded(verdict::response_too_large, std::move(response),
+                                      too_large_message(bytes), claim.held.fence, claim.resumed);
+    }
+    return outcome_type::executed(std::move(response), claim.held.fence, claim.resumed);
+  }
+
+  // completion::in_transaction: the handler runs inside the transaction that completes the
+  // record, so its writes and the record commit together. A store failure there rolls both back
+  // and answers store_unavailable or store_full; the claim stays until its lease ends (a commit
+  // whose answer was lost may have gone through, and a release would undo it). The response is
+  // always encoded: complete_within takes the bytes as the std::string produce returns
+  // (idem/store/contract.hpp), and the caller still needs the response itself.
+  template <class Response, class Target, class RunHandler>
+  idempotent_outcome<Response> record_within(const held_claim& claim, const digest& print,
+                                             Target& target, bool& handler_threw,
+                                             RunHandler& run_handler) {
+    using outcome_type = idempotent_outcome<Response>;
+    using transaction_type = typename store_type::transaction;
+    // One context for every call of produce: a store that rolled back and calls again (a
+    // serialization failure) gets the steps of the rolled-back call from memory, so an external
+    // effect a step made is not made again; write the database only outside steps.
+    std::optional<Response> response;
+    bool fits = true;
+    std::string marker;
+    auto produce = [&](transaction_type& transaction) -> std::string {
+      target.writer = &transaction;
+      target.failed = false;
+      handler_threw = false;
+      response.reset();
+      response.emplace(run_handler(transaction));
+      std::string bytes;
+      codec<Response>::encode(*response, bytes);
+      fits = stored_form(bytes);
+      if (!fits) marker = bytes;
+      return bytes;
+    };
+    bool applied = false;
+    try {
+      applied = store().complete_within(claim.held, completion_time(claim.claimed_at), produce);
+    } catch (const store_error& error) {
+      if (handler_threw) throw;
+      return refused<Response>(error, "the handler's transaction did not commit: ");
+    }
+    if (!applied) return answer_lost<Response>(claim.held.scope, claim.held.key, print);
+    if (!fits) {
+      return outcome_type::unrecorded(verdict::response_too_large, std::move(*response),
+                                      too_large_message(marker), claim.held.fence, claim.resumed);
+    }
+    return outcome_type::executed(std::move(*response), claim.held.fence, claim.resumed);
+  }
+
+  // The stored response, decoded; a replay's snapshot is this call's own copy, so a codec that
+  // adopts bytes takes them over.
+  template <class Response>
+  idempotent_outcome<Response> replayed(record& existing) const {
+    using outcome_type = idempotent_outcome<Response>;
+    if constexpr (seals) {
+      std::string plain;
+      options_.response_codec.open(existing.response, plain);
+      return outcome_type::replayed(codec<Response>::decode(plain));
+    } else if constexpr (codec_adopts_bytes<Response>) {
+      return outcome_type::replayed(codec<Response>::adopt(std::move(existing.response)));
+    } else {
+      return outcome_type::replayed(codec<Response>::decode(existing.response));
+    }
+  }
+
+  // The bytes a store keeps for `plain` (an encoded response): sealed by the response codec, or
+  // the too-large marker when they pass max_response_bytes. Answers whether they fit.
+  bool stored_form(std::string& plain) const {
+    if constexpr (seals) {
+      std::string sealed;
+      options_.response_codec.seal(plain, sealed);
+      plain = std::move(sealed);
+    }
+    if (plain.size() > options_.max_response_bytes) {
+      std::string marker(too_large_marker);
+      marker += std::to_string(plain.size());
+      plain = std::move(marker);
+      return false;
+    }
+    return true;
+  }
+
+  // A recovery point as the store keeps it, and back.
+  std::string sealed_recovery(std::string_view plain) const {
+    std::string sealed;
+    options_.response_codec.seal(plain, sealed);
+    return sealed;
+  }
+  std::string opened_recovery(std::string recovery) const {
+    if constexpr (seals) {
+      if (recovery.empty()) return recovery;
+      std::string plain;
+      options_.response_codec.open(recovery, plain);
+      return plain;
+    } else {
+      return recovery;
+    }
+  }
+
+  std::string too_large_message(std::string_view marker) const {
+    return "the response takes " + std::string(marker.substr(too_large_marker.size())) +
+           " bytes to store, more than max_response_bytes (" +
+           std::to_string(options_.max_response_bytes) +
+           "): it was not stored; repeats of this key answer response_too_large and do not run "
+           "again";
+  }
+
+  Options options_;
 };
 
 }  // namespace idem::detail
 
 #endif  // IDEM_SERVER_DETAIL_ENGINE_HPP
 // end idem/server/detail/engine.hpp
-// begin idem/detail/invoke.hpp
-// idem::detail::invoke: std::invoke, without <functional>.
-//
-// <functional> is one of the costliest standard headers to parse (std::function, the searchers,
-// std::bind, the hash specialisations), and idem needs only std::invoke from it: calling a
-// wrapped call, a handler or a callback that may be a function object, a function pointer or a
-// pointer to a member. This is the same contract (INVOKE, [func.require]), with the same result
-// type, value category and noexcept, for the core's own use.
-#ifndef IDEM_DETAIL_INVOKE_HPP
-#define IDEM_DETAIL_INVOKE_HPP
-
-namespace idem::detail {
-
-/// The class a pointer to member belongs to: C for `T C::*`, functions included.
-template <class M>
-struct member_pointer_class;
-template <class T, class C>
-struct member_pointer_class<T C::*> {
-  using type = C;
-};
-
-// std::reference_wrapper is declared in <functional>, so it cannot be named here. INVOKE treats
-// it apart only to call `get()` on it; a type with `type`, `get()` returning `type&` and an
-// implicit conversion to `type&` is unwrapped the same way, and for it get() and the conversion
-// name the same object, so nothing can tell the two rules apart.
-template <class R>
-concept reference_wrapper_like = requires(const R& r) {
-  typename R::type;
-  { r.get() } -> std::same_as<typename R::type&>;
-}
-&&std::is_convertible_v<const R&, typename R::type&>;
-
-// The object a pointer to a member of C is applied to, as INVOKE finds it: the argument itself
-// when it is a C (or derived from C), what a reference wrapper refers to, else what the argument
-// points to (a raw or smart pointer).
-template <class C, class Object>
-constexpr decltype(auto) member_target(Object&& object) {
-  using plain = std::remove_cvref_t<Object>;
-  if constexpr (std::is_base_of_v<C, plain>) {
-    return std::forward<Object>(object);
-  } else if constexpr (reference_wrapper_like<plain>) {
-    return object.get();
-  } else {
-    return *std::forward<Object>(object);
-  }
-}
-
-template <class Member, class Object, class... Args>
-constexpr decltype(auto) invoke_member(Member member, Object&& object, Args&&... args) {
-  using C = typename member_pointer_class<Member>::type;
-  if constexpr (std::is_member_function_pointer_v<Member>) {
-    return (detail::member_target<C>(std::forward<Object>(object)).*
-            member)(std::forward<Args>(args)...);
-  } else {
-    static_assert(sizeof...(Args) == 0, "A pointer to a data member takes only the object.");
-    return (detail::member_target<C>(std::forward<Object>(object)).*member);
-  }
-}
-
-/// Calls `f` with `args` as std::invoke does: `f(args...)` for a function object or a function
-/// pointer; for a pointer to a member function, the first argument's member called with the
-/// rest; for a pointer to a data member, that member of the only argument. The first argument
-/// may be an object, a reference wrapper or a pointer (raw or smart).
-template <class F, class... Args>
-constexpr decltype(auto) invoke(F&& f,
-                                Args&&... args) noexcept(std::is_nothrow_invocable_v<F, Args...>) {
-  if constexpr (std::is_member_pointer_v<std::remove_cvref_t<F>>) {
-    return detail::invoke_member(f, std::forward<Args>(args)...);
-  } else {
-    return std::forward<F>(f)(std::forward<Args>(args)...);
-  }
-}
-
-}  // namespace idem::detail
-
-#endif  // IDEM_DETAIL_INVOKE_HPP
-// end idem/detail/invoke.hpp
 // begin idem/store/memory.hpp
 // memory_store: the embedded default store. Lock-free, sharded, bounded; not durable.
 //
@@ -9427,46 +9331,11 @@ class memory_store {
 
 namespace idem {
 
-namespace detail {
-
-template <class Handler, class Request>
-concept takes_handler_context = std::invocable<Handler&, handler_context&, const Request&>;
-
-// A handler that runs inside the store's transaction: its last parameter is the transaction.
-template <class Handler, class Request, class Store>
-concept takes_transaction = TransactionalStore<Store> &&
-    std::invocable<Handler&, handler_context&, const Request&, typename Store::transaction&>;
-
-template <class Handler, class Request, class Store>
-concept guardable_handler = takes_transaction<Handler, Request, Store> ||
-    std::invocable<Handler&, handler_context&, const Request&> ||
-    std::invocable<Handler&, const Request&>;
-
-template <class Handler, class Request, class Store>
-struct handler_result {
-  using type = std::invoke_result_t<Handler&, const Request&>;
-};
-template <class Handler, class Request, class Store>
-requires takes_handler_context<Handler, Request>
-struct handler_result<Handler, Request, Store> {
-  using type = std::invoke_result_t<Handler&, handler_context&, const Request&>;
-};
-template <class Handler, class Request, class Store>
-requires takes_transaction<Handler, Request, Store>
-struct handler_result<Handler, Request, Store> {
-  using type = std::invoke_result_t<Handler&, handler_context&, const Request&,
-                                    typename Store::transaction&>;
-};
-
-template <class Policies>
-constexpr guard_timing policy_timing() noexcept {
-  return {Policies::lease, Policies::retention, Policies::coalesce};
-}
-
-}  // namespace detail
-
 template <class Handler, class Policies = default_policies>
 class idempotent {
+  static_assert(detail::check_server_policies<Policies>());
+  static_assert(detail::check_fingerprint<fingerprint_for<typename Policies::fingerprint>>());
+
  public:
   using store_type = typename Policies::store;
   using clock_type = typename Policies::clock;
@@ -9474,30 +9343,9 @@ class idempotent {
   using failure_type = typename Policies::failure;
   using response_codec_type = typename Policies::response_codec;
 
-  static_assert(Store<store_type>,
-                "Policies::store must be a copyable handle providing claim(claim_request) "
-                "returning claim_result, complete(fenced_key, string_view, store_time), "
-                "release(fenced_key) and checkpoint(fenced_key, string_view, store_time) "
-                "returning bool, find(scope, key, store_time) returning optional<record>, "
-                "sweep(store_time) returning size_t and stuck(store_time, size_t) returning "
-                "vector<record> (see idem/store/contract.hpp).");
-  static_assert(Clock<clock_type>,
-                "Policies::clock must provide now() returning its time_point, wall_now() "
-                "returning std::chrono::system_clock::time_point, and sleep_for(nanoseconds).");
-  static_assert(Fingerprint<fingerprint_type>,
-                "Policies::fingerprint must be a hash function (idem::HashFunction, like "
-                "idem::xxh3_128) or provide a const operator()(const request_view&) returning "
-                "idem::digest.");
-  static_assert(ResponseCodec<response_codec_type>,
-                "Policies::response_codec must provide seal(string_view, std::string&) and "
-                "open(string_view, std::string&) const members (see idem/server/response_codec.hpp).");
-  static_assert(Policies::lease > decltype(Policies::lease)::zero(),
-                "Policies::lease must be positive.");
-  static_assert(Policies::retention > Policies::lease,
-                "Policies::retention must be longer than Policies::lease.");
-
-  /// The parts a wrapper is built from; each defaults to its policy. A store is a handle: give
-  /// several wrappers copies of one store and they share its records.
+  /// The parts a wrapper is built from; each defaults to its policy (idem/policies.hpp), and is
+  /// checked once, when the wrapper is built. A store is a handle: give several wrappers copies
+  /// of one store and they share its records.
   struct options {
     store_type store{};
     clock_type clock{};
@@ -9525,93 +9373,35 @@ class idempotent {
     std::size_t max_response_bytes = Policies::max_response_bytes;
     /// Seals responses and recovery points before the store keeps them, opens them on replay.
     response_codec_type response_codec{};
-    /// Where operator()(scope, request) finds the key: the header of the IETF
-    /// draft-ietf-httpapi-idempotency-key-header, which Stripe and others use too.
-    std::string key_header = "Idempotency-Key";
+    /// Where operator()(scope, request) finds the key.
+    std::string key_header = std::string(Policies::key_header);
   };
 
   explicit idempotent(Handler handler) : idempotent(std::move(handler), options{}) {}
 
   idempotent(Handler handler, options parts)
-      : handler_(std::move(handler)),
-        guard_(std::move(parts.store), std::move(parts.clock),
-               {parts.lease, parts.retention, parts.coalesce}),
-        fingerprint_(std::move(parts.fingerprint)),
-        failure_(std::move(parts.failure)),
-        response_codec_(std::move(parts.response_codec)),
-        max_key_length_(parts.max_key_length),
-        require_key_(parts.require_key),
-        max_body_bytes_(parts.max_body_bytes),
-        key_header_(std::move(parts.key_header)) {
-    detail::check_timing(guard_.timing(), "idem::idempotent");
-    if (max_key_length_ == 0) {
-      throw std::invalid_argument("idem::idempotent: max_key_length must be at least 1");
-    }
-    guard_.set_storage(detail::storage_for(response_codec_, parts.max_response_bytes));
-  }
+      : handler_(std::move(handler)), engine_(std::move(parts), "idem::idempotent") {}
 
   idempotent(const idempotent&) = delete;
   idempotent& operator=(const idempotent&) = delete;
 
   /// Handles one request under (scope, key); `key` is std::nullopt when the request has none.
+  /// The handler is called as R(const Request&), R(handler_context&, const Request&), or with a
+  /// TransactionalStore R(handler_context&, const Request&, Store::transaction&); the answer is
+  /// an idempotent_outcome<R>.
   template <Fingerprintable Request>
-  requires detail::guardable_handler<Handler, Request, store_type>
-      idempotent_outcome<typename detail::handler_result<Handler, Request, store_type>::type>
-  operator()(std::string_view scope, std::optional<std::string_view> key, const Request& request) {
-    constexpr bool transactional = detail::takes_transaction<Handler, Request, store_type>;
-    using response_type = typename detail::handler_result<Handler, Request, store_type>::type;
-    static_assert(!std::is_void_v<response_type> && Encodable<response_type>,
-                  "The handler must return a storable response: std::string, a byte vector, "
-                  "idem::http_response, or a type with an idem::codec specialisation.");
-    static_assert(FailurePolicy<failure_type, response_type>,
-                  "Policies::failure must provide stored_response<Response>(const "
-                  "failure_info&) returning std::optional<Response>.");
-    using outcome_type = idempotent_outcome<response_type>;
-
-    // A transactional handler is also given the transaction (run_within passes it).
-    auto run = [&](handler_context& context, auto&... transaction) -> response_type {
-      if constexpr (transactional) {
-        return detail::invoke(handler_, context, request, transaction...);
-      } else if constexpr (detail::takes_handler_context<Handler, Request>) {
-        return detail::invoke(handler_, context, request);
-      } else {
-        return detail::invoke(handler_, request);
+  auto operator()(std::string_view scope, std::optional<std::string_view> key,
+                  const Request& request) {
+    // The checks come first and the rest only once they pass, so that their sentence is the
+    // first error a wrong handler gets (idem/server/detail/checks.hpp).
+    static_assert(detail::check_handler<Handler, Request, store_type>());
+    if constexpr (detail::guardable_handler<Handler, Request, store_type>) {
+      using response_type = typename detail::handler_result<Handler, Request, store_type>::type;
+      static_assert(detail::check_response<response_type>());
+      if constexpr (detail::storable_response<response_type>) {
+        static_assert(detail::check_failure_policy<failure_type, response_type>());
+        return handle<response_type>(scope, key, request);
       }
-    };
-    if (!key) {
-      if (require_key_) {
-        return outcome_type{verdict::missing_key, "an idempotency key is required"};
-      }
-      if constexpr (transactional) {
-        // The transaction is the one that completes a record: without a key there is none.
-        return outcome_type{verdict::missing_key,
-                            "an idempotency key is required: this handler runs inside the "
-                            "transaction that records its key"};
-      } else {
-        return guard_type::template run_unguarded<response_type>(scope, run);
-      }
-    }
-    if (!is_valid_key(*key, max_key_length_)) {
-      return guard_type::template invalid_key<response_type>("the idempotency key",
-                                                             max_key_length_);
-    }
-    const request_view view = view_of(request);
-    if (view.body.size() > max_body_bytes_) {
-      return outcome_type{verdict::body_too_large,
-                          "the request body is " + std::to_string(view.body.size()) +
-                              " bytes; at most " + std::to_string(max_body_bytes_) +
-                              " are accepted"};
-    }
-    digest print;
-    try {
-      print = fingerprint_(view);
-    } catch (const std::invalid_argument& error) {
-      return outcome_type{verdict::invalid_request, error.what()};
-    }
-    if constexpr (transactional) {
-      return guard_.template run_within<response_type>(scope, *key, print, run, failure_);
-    } else {
-      return guard_.template run<response_type>(scope, *key, print, run, failure_);
     }
   }
 
@@ -9625,32 +9415,78 @@ class idempotent {
   /// header is a missing key, an empty one an invalid key.
   template <Fingerprintable Request>
   auto operator()(std::string_view scope, const Request& request) {
-    return (*this)(scope, view_of(request).find_header(key_header_), request);
+    return (*this)(scope, view_of(request).find_header(engine_.options().key_header), request);
   }
 
   /// Removes expired records; answers how many.
-  std::size_t sweep() { return guard_.sweep(); }
+  std::size_t sweep() { return engine_.sweep(); }
   /// Claims in progress past their lease: what a reconciliation pass compares with the
   /// downstream system of record. Reports only.
-  std::vector<record> stuck(std::size_t limit = 1000) { return guard_.stuck(limit); }
+  std::vector<record> stuck(std::size_t limit = 1000) { return engine_.stuck(limit); }
 
   Handler& handler() noexcept { return handler_; }
-  store_type& store() noexcept { return guard_.store(); }
-  clock_type& clock() noexcept { return guard_.clock(); }
-  const fingerprint_type& fingerprint() const noexcept { return fingerprint_; }
+  store_type& store() noexcept { return engine_.store(); }
+  clock_type& clock() noexcept { return engine_.clock(); }
+  const fingerprint_type& fingerprint() const noexcept { return engine_.options().fingerprint; }
 
  private:
-  using guard_type = detail::guard<store_type, clock_type>;
+  using engine_type = detail::engine<options>;
+
+  template <class Response, class Request>
+  idempotent_outcome<Response> handle(std::string_view scope, std::optional<std::string_view> key,
+                                      const Request& request) {
+    constexpr bool transactional = detail::takes_transaction<Handler, Request, store_type>;
+    using outcome_type = idempotent_outcome<Response>;
+    const options& settings = engine_.options();
+
+    // A transactional handler is also given the transaction (completion::in_transaction
+    // passes it).
+    auto run = [&](handler_context& context, auto&... transaction) -> Response {
+      if constexpr (transactional) {
+        return std::invoke(handler_, context, request, transaction...);
+      } else if constexpr (detail::takes_handler_context<Handler, Request>) {
+        return std::invoke(handler_, context, request);
+      } else {
+        return std::invoke(handler_, request);
+      }
+    };
+    if (!key) {
+      if (settings.require_key) {
+        return outcome_type{verdict::missing_key, "an idempotency key is required"};
+      }
+      if constexpr (transactional) {
+        // The transaction is the one that completes a record: without a key there is none.
+        return outcome_type{verdict::missing_key,
+                            "an idempotency key is required: this handler runs inside the "
+                            "transaction that records its key"};
+      } else {
+        return engine_type::template run_unguarded<Response>(scope, run);
+      }
+    }
+    if (!is_valid_key(*key, settings.max_key_length)) {
+      return engine_type::template invalid_key<Response>("the idempotency key",
+                                                         settings.max_key_length);
+    }
+    const request_view view = view_of(request);
+    if (view.body.size() > settings.max_body_bytes) {
+      return outcome_type{verdict::body_too_large,
+                          "the request body is " + std::to_string(view.body.size()) +
+                              " bytes; at most " + std::to_string(settings.max_body_bytes) +
+                              " are accepted"};
+    }
+    digest print;
+    try {
+      print = settings.fingerprint(view);
+    } catch (const std::invalid_argument& error) {
+      return outcome_type{verdict::invalid_request, error.what()};
+    }
+    constexpr detail::completion how =
+        transactional ? detail::completion::in_transaction : detail::completion::direct;
+    return engine_.template run<Response, how>(scope, *key, print, run, settings.failure);
+  }
 
   Handler handler_;
-  guard_type guard_;
-  fingerprint_type fingerprint_;
-  [[no_unique_address]] failure_type failure_;
-  [[no_unique_address]] response_codec_type response_codec_;
-  std::size_t max_key_length_;
-  bool require_key_;
-  std::size_t max_body_bytes_;
-  std::string key_header_;
+  engine_type engine_;
 };
 
 template <class Handler>
@@ -9683,54 +9519,16 @@ idempotent(Handler) -> idempotent<Handler, default_policies>;
 
 namespace idem {
 
-namespace detail {
-
-// A consumer function that runs inside the store's transaction: it takes the transaction last.
-template <class F, class Store>
-concept takes_store_transaction = TransactionalStore<Store> &&
-    (std::invocable<F&, handler_context&, typename Store::transaction&> ||
-     std::invocable<F&, typename Store::transaction&>);
-
-// What a consumer function returns, given the parameters after the optional context.
-template <class F, class... Extra>
-using consumer_result_t =
-    typename std::conditional_t<std::invocable<F&, handler_context&, Extra&...>,
-                                std::invoke_result<F&, handler_context&, Extra&...>,
-                                std::invoke_result<F&, Extra&...>>::type;
-
-// Calls a consumer function with the context when it takes one.
-template <class F, class... Extra>
-consumer_result_t<F, Extra...> invoke_consumer(F& fn, handler_context& context, Extra&... extra) {
-  if constexpr (std::invocable<F&, handler_context&, Extra&...>) {
-    return detail::invoke(fn, context, extra...);
-  } else {
-    return detail::invoke(fn, extra...);
-  }
-}
-
-template <class F, class Store>
-struct consumer_result {
-  using type = consumer_result_t<F>;
-};
-template <class F, class Store>
-requires takes_store_transaction<F, Store>
-struct consumer_result<F, Store> {
-  using type = consumer_result_t<F, typename Store::transaction>;
-};
-
-}  // namespace detail
-
 template <class Policies = default_policies>
 class inbox {
+  static_assert(detail::check_server_policies<Policies>());
+
  public:
   using store_type = typename Policies::store;
   using clock_type = typename Policies::clock;
 
-  static_assert(Store<store_type>,
-                "Policies::store must satisfy idem::Store (see idem/store/contract.hpp).");
-  static_assert(Clock<clock_type>,
-                "Policies::clock must provide now(), wall_now() and sleep_for(nanoseconds).");
-
+  /// The parts an inbox is built from; each defaults to its policy, and means what the field
+  /// of the same name in idempotent::options does.
   struct options {
     store_type store{};
     clock_type clock{};
@@ -9739,66 +9537,70 @@ class inbox {
     std::chrono::nanoseconds coalesce = Policies::coalesce;
     /// The longest event id accepted, in bytes.
     std::size_t max_key_length = Policies::max_key_length;
-    /// The largest stored result, in bytes (after the response codec); see idempotent.
     std::size_t max_response_bytes = Policies::max_response_bytes;
-    /// Seals results and recovery points before the store keeps them (response_codec.hpp).
     typename Policies::response_codec response_codec{};
   };
 
   inbox() : inbox(options{}) {}
-  explicit inbox(options parts)
-      : guard_(std::move(parts.store), std::move(parts.clock),
-               {parts.lease, parts.retention, parts.coalesce}),
-        max_key_length_(parts.max_key_length),
-        response_codec_(std::move(parts.response_codec)) {
-    detail::check_timing(guard_.timing(), "idem::inbox");
-    guard_.set_storage(detail::storage_for(response_codec_, parts.max_response_bytes));
-  }
+  explicit inbox(options parts) : engine_(std::move(parts), "idem::inbox") {}
 
   /// Runs `fn` (taking a handler_context&, or nothing; and last the store's transaction, with
   /// a TransactionalStore) once per (scope, event_id). Its result, if any, is stored and
   /// replayed; a void `fn` gives an outcome of std::monostate.
   template <class F>
   auto deduplicate(std::string_view scope, std::string_view event_id, F&& fn) {
-    constexpr bool transactional = detail::takes_store_transaction<F, store_type>;
-    using fn_result = typename detail::consumer_result<F, store_type>::type;
-    using response_type = std::conditional_t<std::is_void_v<fn_result>, std::monostate, fn_result>;
-    static_assert(Encodable<response_type>,
-                  "deduplicate's function must return void or a storable type (one with an "
-                  "idem::codec specialisation).");
-
-    if (!is_valid_key(event_id, max_key_length_)) {
-      return guard_type::template invalid_key<response_type>("the event id", max_key_length_);
-    }
-    // A transactional `fn` is also given the transaction (run_within passes it).
-    auto run = [&](handler_context& context, auto&... transaction) -> response_type {
-      if constexpr (std::is_void_v<fn_result>) {
-        detail::invoke_consumer(fn, context, transaction...);
-        return {};
-      } else {
-        return detail::invoke_consumer(fn, context, transaction...);
+    // The checks come first and the rest only once they pass, so that their sentence is the
+    // first error a wrong function gets (idem/server/detail/checks.hpp).
+    static_assert(detail::check_consumer<F, store_type>());
+    if constexpr (detail::consumer_function<F, store_type>) {
+      using response_type =
+          detail::consumer_response_t<typename detail::consumer_result<F, store_type>::type>;
+      static_assert(detail::check_consumer_response<response_type>());
+      if constexpr (Encodable<response_type>) {
+        return consume<response_type>(scope, event_id, fn);
       }
-    };
-    if constexpr (transactional) {
-      return guard_.template run_within<response_type>(scope, event_id, digest{}, run,
-                                                       release_on_failure{});
-    } else {
-      return guard_.template run<response_type>(scope, event_id, digest{}, run,
-                                                release_on_failure{});
     }
   }
 
-  std::size_t sweep() { return guard_.sweep(); }
-  std::vector<record> stuck(std::size_t limit = 1000) { return guard_.stuck(limit); }
-  store_type& store() noexcept { return guard_.store(); }
-  clock_type& clock() noexcept { return guard_.clock(); }
+  std::size_t sweep() { return engine_.sweep(); }
+  std::vector<record> stuck(std::size_t limit = 1000) { return engine_.stuck(limit); }
+  store_type& store() noexcept { return engine_.store(); }
+  clock_type& clock() noexcept { return engine_.clock(); }
 
  private:
-  using guard_type = detail::guard<store_type, clock_type>;
+  using engine_type = detail::engine<options>;
 
-  guard_type guard_;
-  std::size_t max_key_length_;
-  [[no_unique_address]] typename Policies::response_codec response_codec_;
+  template <class Response, class F>
+  idempotent_outcome<Response> consume(std::string_view scope, std::string_view event_id, F& fn) {
+    constexpr bool transactional = detail::takes_store_transaction<F, store_type>;
+    if (!is_valid_key(event_id, engine_.options().max_key_length)) {
+      return engine_type::template invalid_key<Response>("the event id",
+                                                         engine_.options().max_key_length);
+    }
+    // A transactional `fn` is also given the transaction (completion::in_transaction passes
+    // it); a void one stores nothing.
+    auto run = [&](handler_context& context, auto&... transaction) -> Response {
+      auto call = [&]() -> decltype(auto) {
+        if constexpr (std::invocable<F&, handler_context&, decltype(transaction)...>) {
+          return std::invoke(fn, context, transaction...);
+        } else {
+          return std::invoke(fn, transaction...);
+        }
+      };
+      if constexpr (std::is_void_v<decltype(call())>) {
+        call();
+        return {};
+      } else {
+        return call();
+      }
+    };
+    constexpr detail::completion how =
+        transactional ? detail::completion::in_transaction : detail::completion::direct;
+    return engine_.template run<Response, how>(scope, event_id, digest{}, run,
+                                               release_on_failure{});
+  }
+
+  engine_type engine_;
 };
 
 }  // namespace idem

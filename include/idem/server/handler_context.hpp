@@ -32,9 +32,9 @@
 #include <type_traits>
 #include <utility>
 
+#include <idem/key.hpp>
 #include <idem/server/codec.hpp>
 #include <idem/server/fingerprint/sha256.hpp>
-#include <idem/key.hpp>
 
 namespace idem {
 
@@ -48,11 +48,19 @@ class lease_lost : public std::runtime_error {
 
 namespace detail {
 
-// Where a context records its recovery points: the idempotent or inbox that holds the claim.
-// Type-erased so the handler's signature is the same whatever the policies are.
-struct recovery_sink {
-  void* self = nullptr;
-  bool (*write)(void* self, std::string_view recovery) = nullptr;
+// Where a context records its recovery points: the engine of the idempotent or inbox that holds
+// the claim. An interface, so that the handler's signature is the same whatever the policies
+// are. write checks the fence and renews the lease with the recovery bytes; false: the claim
+// was taken over.
+class recovery_writer {
+ public:
+  virtual bool write(std::string_view recovery) = 0;
+
+ protected:
+  recovery_writer() = default;
+  recovery_writer(const recovery_writer&) = default;
+  recovery_writer& operator=(const recovery_writer&) = default;
+  ~recovery_writer() = default;  // never owned through this interface
 };
 
 // The recovery bytes are a sequence of (name, value), each a varint length and its bytes.
@@ -87,14 +95,14 @@ class handler_context {
       : scope_(scope), key_(key), fence_(fence) {}
 
   handler_context(std::string_view scope, std::string_view key, std::uint64_t fence, bool resumed,
-                  std::string recovery, detail::recovery_sink sink)
+                  std::string recovery, detail::recovery_writer* writer)
       : scope_(scope),
         key_(key),
         fence_(fence),
         resumed_(resumed),
         recovery_(std::move(recovery)),
         recorded_steps_(detail::count_steps(recovery_)),
-        sink_(sink) {}
+        writer_(writer) {}
 
   handler_context(const handler_context&) = delete;
   handler_context& operator=(const handler_context&) = delete;
@@ -164,7 +172,7 @@ class handler_context {
   /// Renews the lease (a heartbeat for a long handler) after checking that the claim is still
   /// this attempt's; throws lease_lost if it is not.
   void renew_lease() {
-    if (sink_.write != nullptr && !sink_.write(sink_.self, recovery_)) throw lease_lost{};
+    if (writer_ != nullptr && !writer_->write(recovery_)) throw lease_lost{};
   }
 
  private:
@@ -178,7 +186,7 @@ class handler_context {
     recovery_.append(value);
     bool applied = true;
     try {
-      applied = sink_.write == nullptr || sink_.write(sink_.self, recovery_);
+      applied = writer_ == nullptr || writer_->write(recovery_);
     } catch (...) {
       recovery_.resize(before);
       throw;
@@ -196,7 +204,7 @@ class handler_context {
   bool resumed_ = false;
   std::string recovery_;
   std::size_t recorded_steps_ = 0;
-  detail::recovery_sink sink_{};
+  detail::recovery_writer* writer_ = nullptr;
 };
 
 }  // namespace idem

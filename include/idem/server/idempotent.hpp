@@ -24,7 +24,7 @@
 // handler taking the store's transaction as a third parameter runs inside the transaction that
 // completes its record: its own writes and the record commit together, or neither does.
 //
-// A handler that throws releases the key by default (policy/failure.hpp says why, and how to
+// A handler that throws releases the key by default (idem/server/failure.hpp says why, and how to
 // store chosen failures instead); its exception passes through unchanged.
 //
 // Concurrency: one idempotent object may be called from many threads at once; the store decides
@@ -33,26 +33,25 @@
 #define IDEM_SERVER_IDEMPOTENT_HPP
 
 #include <chrono>
-#include <concepts>
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
-#include <idem/server/codec.hpp>
-#include <idem/server/detail/engine.hpp>
-#include <idem/detail/invoke.hpp>
-#include <idem/server/fingerprint/fingerprint.hpp>
-#include <idem/server/handler_context.hpp>
-#include <idem/server/fingerprint/xxh3.hpp>
-#include <idem/server/outcome.hpp>
 #include <idem/key.hpp>
 #include <idem/policies.hpp>
+#include <idem/server/codec.hpp>
+#include <idem/server/detail/checks.hpp>
+#include <idem/server/detail/engine.hpp>
 #include <idem/server/failure.hpp>
+#include <idem/server/fingerprint/fingerprint.hpp>
+#include <idem/server/fingerprint/xxh3.hpp>
+#include <idem/server/handler_context.hpp>
+#include <idem/server/outcome.hpp>
 #include <idem/server/request.hpp>
 #include <idem/server/response_codec.hpp>
 #include <idem/store/contract.hpp>
@@ -60,46 +59,11 @@
 
 namespace idem {
 
-namespace detail {
-
-template <class Handler, class Request>
-concept takes_handler_context = std::invocable<Handler&, handler_context&, const Request&>;
-
-// A handler that runs inside the store's transaction: its last parameter is the transaction.
-template <class Handler, class Request, class Store>
-concept takes_transaction = TransactionalStore<Store> &&
-    std::invocable<Handler&, handler_context&, const Request&, typename Store::transaction&>;
-
-template <class Handler, class Request, class Store>
-concept guardable_handler = takes_transaction<Handler, Request, Store> ||
-    std::invocable<Handler&, handler_context&, const Request&> ||
-    std::invocable<Handler&, const Request&>;
-
-template <class Handler, class Request, class Store>
-struct handler_result {
-  using type = std::invoke_result_t<Handler&, const Request&>;
-};
-template <class Handler, class Request, class Store>
-requires takes_handler_context<Handler, Request>
-struct handler_result<Handler, Request, Store> {
-  using type = std::invoke_result_t<Handler&, handler_context&, const Request&>;
-};
-template <class Handler, class Request, class Store>
-requires takes_transaction<Handler, Request, Store>
-struct handler_result<Handler, Request, Store> {
-  using type = std::invoke_result_t<Handler&, handler_context&, const Request&,
-                                    typename Store::transaction&>;
-};
-
-template <class Policies>
-constexpr guard_timing policy_timing() noexcept {
-  return {Policies::lease, Policies::retention, Policies::coalesce};
-}
-
-}  // namespace detail
-
 template <class Handler, class Policies = default_policies>
 class idempotent {
+  static_assert(detail::check_server_policies<Policies>());
+  static_assert(detail::check_fingerprint<fingerprint_for<typename Policies::fingerprint>>());
+
  public:
   using store_type = typename Policies::store;
   using clock_type = typename Policies::clock;
@@ -107,30 +71,9 @@ class idempotent {
   using failure_type = typename Policies::failure;
   using response_codec_type = typename Policies::response_codec;
 
-  static_assert(Store<store_type>,
-                "Policies::store must be a copyable handle providing claim(claim_request) "
-                "returning claim_result, complete(fenced_key, string_view, store_time), "
-                "release(fenced_key) and checkpoint(fenced_key, string_view, store_time) "
-                "returning bool, find(scope, key, store_time) returning optional<record>, "
-                "sweep(store_time) returning size_t and stuck(store_time, size_t) returning "
-                "vector<record> (see idem/store/contract.hpp).");
-  static_assert(Clock<clock_type>,
-                "Policies::clock must provide now() returning its time_point, wall_now() "
-                "returning std::chrono::system_clock::time_point, and sleep_for(nanoseconds).");
-  static_assert(Fingerprint<fingerprint_type>,
-                "Policies::fingerprint must be a hash function (idem::HashFunction, like "
-                "idem::xxh3_128) or provide a const operator()(const request_view&) returning "
-                "idem::digest.");
-  static_assert(ResponseCodec<response_codec_type>,
-                "Policies::response_codec must provide seal(string_view, std::string&) and "
-                "open(string_view, std::string&) const members (see idem/server/response_codec.hpp).");
-  static_assert(Policies::lease > decltype(Policies::lease)::zero(),
-                "Policies::lease must be positive.");
-  static_assert(Policies::retention > Policies::lease,
-                "Policies::retention must be longer than Policies::lease.");
-
-  /// The parts a wrapper is built from; each defaults to its policy. A store is a handle: give
-  /// several wrappers copies of one store and they share its records.
+  /// The parts a wrapper is built from; each defaults to its policy (idem/policies.hpp), and is
+  /// checked once, when the wrapper is built. A store is a handle: give several wrappers copies
+  /// of one store and they share its records.
   struct options {
     store_type store{};
     clock_type clock{};
@@ -158,93 +101,35 @@ class idempotent {
     std::size_t max_response_bytes = Policies::max_response_bytes;
     /// Seals responses and recovery points before the store keeps them, opens them on replay.
     response_codec_type response_codec{};
-    /// Where operator()(scope, request) finds the key: the header of the IETF
-    /// draft-ietf-httpapi-idempotency-key-header, which Stripe and others use too.
-    std::string key_header = "Idempotency-Key";
+    /// Where operator()(scope, request) finds the key.
+    std::string key_header = std::string(Policies::key_header);
   };
 
   explicit idempotent(Handler handler) : idempotent(std::move(handler), options{}) {}
 
   idempotent(Handler handler, options parts)
-      : handler_(std::move(handler)),
-        guard_(std::move(parts.store), std::move(parts.clock),
-               {parts.lease, parts.retention, parts.coalesce}),
-        fingerprint_(std::move(parts.fingerprint)),
-        failure_(std::move(parts.failure)),
-        response_codec_(std::move(parts.response_codec)),
-        max_key_length_(parts.max_key_length),
-        require_key_(parts.require_key),
-        max_body_bytes_(parts.max_body_bytes),
-        key_header_(std::move(parts.key_header)) {
-    detail::check_timing(guard_.timing(), "idem::idempotent");
-    if (max_key_length_ == 0) {
-      throw std::invalid_argument("idem::idempotent: max_key_length must be at least 1");
-    }
-    guard_.set_storage(detail::storage_for(response_codec_, parts.max_response_bytes));
-  }
+      : handler_(std::move(handler)), engine_(std::move(parts), "idem::idempotent") {}
 
   idempotent(const idempotent&) = delete;
   idempotent& operator=(const idempotent&) = delete;
 
   /// Handles one request under (scope, key); `key` is std::nullopt when the request has none.
+  /// The handler is called as R(const Request&), R(handler_context&, const Request&), or with a
+  /// TransactionalStore R(handler_context&, const Request&, Store::transaction&); the answer is
+  /// an idempotent_outcome<R>.
   template <Fingerprintable Request>
-  requires detail::guardable_handler<Handler, Request, store_type>
-      idempotent_outcome<typename detail::handler_result<Handler, Request, store_type>::type>
-  operator()(std::string_view scope, std::optional<std::string_view> key, const Request& request) {
-    constexpr bool transactional = detail::takes_transaction<Handler, Request, store_type>;
-    using response_type = typename detail::handler_result<Handler, Request, store_type>::type;
-    static_assert(!std::is_void_v<response_type> && Encodable<response_type>,
-                  "The handler must return a storable response: std::string, a byte vector, "
-                  "idem::http_response, or a type with an idem::codec specialisation.");
-    static_assert(FailurePolicy<failure_type, response_type>,
-                  "Policies::failure must provide stored_response<Response>(const "
-                  "failure_info&) returning std::optional<Response>.");
-    using outcome_type = idempotent_outcome<response_type>;
-
-    // A transactional handler is also given the transaction (run_within passes it).
-    auto run = [&](handler_context& context, auto&... transaction) -> response_type {
-      if constexpr (transactional) {
-        return detail::invoke(handler_, context, request, transaction...);
-      } else if constexpr (detail::takes_handler_context<Handler, Request>) {
-        return detail::invoke(handler_, context, request);
-      } else {
-        return detail::invoke(handler_, request);
+  auto operator()(std::string_view scope, std::optional<std::string_view> key,
+                  const Request& request) {
+    // The checks come first and the rest only once they pass, so that their sentence is the
+    // first error a wrong handler gets (idem/server/detail/checks.hpp).
+    static_assert(detail::check_handler<Handler, Request, store_type>());
+    if constexpr (detail::guardable_handler<Handler, Request, store_type>) {
+      using response_type = typename detail::handler_result<Handler, Request, store_type>::type;
+      static_assert(detail::check_response<response_type>());
+      if constexpr (detail::storable_response<response_type>) {
+        static_assert(detail::check_failure_policy<failure_type, response_type>());
+        return handle<response_type>(scope, key, request);
       }
-    };
-    if (!key) {
-      if (require_key_) {
-        return outcome_type{verdict::missing_key, "an idempotency key is required"};
-      }
-      if constexpr (transactional) {
-        // The transaction is the one that completes a record: without a key there is none.
-        return outcome_type{verdict::missing_key,
-                            "an idempotency key is required: this handler runs inside the "
-                            "transaction that records its key"};
-      } else {
-        return guard_type::template run_unguarded<response_type>(scope, run);
-      }
-    }
-    if (!is_valid_key(*key, max_key_length_)) {
-      return guard_type::template invalid_key<response_type>("the idempotency key",
-                                                             max_key_length_);
-    }
-    const request_view view = view_of(request);
-    if (view.body.size() > max_body_bytes_) {
-      return outcome_type{verdict::body_too_large,
-                          "the request body is " + std::to_string(view.body.size()) +
-                              " bytes; at most " + std::to_string(max_body_bytes_) +
-                              " are accepted"};
-    }
-    digest print;
-    try {
-      print = fingerprint_(view);
-    } catch (const std::invalid_argument& error) {
-      return outcome_type{verdict::invalid_request, error.what()};
-    }
-    if constexpr (transactional) {
-      return guard_.template run_within<response_type>(scope, *key, print, run, failure_);
-    } else {
-      return guard_.template run<response_type>(scope, *key, print, run, failure_);
     }
   }
 
@@ -258,32 +143,78 @@ class idempotent {
   /// header is a missing key, an empty one an invalid key.
   template <Fingerprintable Request>
   auto operator()(std::string_view scope, const Request& request) {
-    return (*this)(scope, view_of(request).find_header(key_header_), request);
+    return (*this)(scope, view_of(request).find_header(engine_.options().key_header), request);
   }
 
   /// Removes expired records; answers how many.
-  std::size_t sweep() { return guard_.sweep(); }
+  std::size_t sweep() { return engine_.sweep(); }
   /// Claims in progress past their lease: what a reconciliation pass compares with the
   /// downstream system of record. Reports only.
-  std::vector<record> stuck(std::size_t limit = 1000) { return guard_.stuck(limit); }
+  std::vector<record> stuck(std::size_t limit = 1000) { return engine_.stuck(limit); }
 
   Handler& handler() noexcept { return handler_; }
-  store_type& store() noexcept { return guard_.store(); }
-  clock_type& clock() noexcept { return guard_.clock(); }
-  const fingerprint_type& fingerprint() const noexcept { return fingerprint_; }
+  store_type& store() noexcept { return engine_.store(); }
+  clock_type& clock() noexcept { return engine_.clock(); }
+  const fingerprint_type& fingerprint() const noexcept { return engine_.options().fingerprint; }
 
  private:
-  using guard_type = detail::guard<store_type, clock_type>;
+  using engine_type = detail::engine<options>;
+
+  template <class Response, class Request>
+  idempotent_outcome<Response> handle(std::string_view scope, std::optional<std::string_view> key,
+                                      const Request& request) {
+    constexpr bool transactional = detail::takes_transaction<Handler, Request, store_type>;
+    using outcome_type = idempotent_outcome<Response>;
+    const options& settings = engine_.options();
+
+    // A transactional handler is also given the transaction (completion::in_transaction
+    // passes it).
+    auto run = [&](handler_context& context, auto&... transaction) -> Response {
+      if constexpr (transactional) {
+        return std::invoke(handler_, context, request, transaction...);
+      } else if constexpr (detail::takes_handler_context<Handler, Request>) {
+        return std::invoke(handler_, context, request);
+      } else {
+        return std::invoke(handler_, request);
+      }
+    };
+    if (!key) {
+      if (settings.require_key) {
+        return outcome_type{verdict::missing_key, "an idempotency key is required"};
+      }
+      if constexpr (transactional) {
+        // The transaction is the one that completes a record: without a key there is none.
+        return outcome_type{verdict::missing_key,
+                            "an idempotency key is required: this handler runs inside the "
+                            "transaction that records its key"};
+      } else {
+        return engine_type::template run_unguarded<Response>(scope, run);
+      }
+    }
+    if (!is_valid_key(*key, settings.max_key_length)) {
+      return engine_type::template invalid_key<Response>("the idempotency key",
+                                                         settings.max_key_length);
+    }
+    const request_view view = view_of(request);
+    if (view.body.size() > settings.max_body_bytes) {
+      return outcome_type{verdict::body_too_large,
+                          "the request body is " + std::to_string(view.body.size()) +
+                              " bytes; at most " + std::to_string(settings.max_body_bytes) +
+                              " are accepted"};
+    }
+    digest print;
+    try {
+      print = settings.fingerprint(view);
+    } catch (const std::invalid_argument& error) {
+      return outcome_type{verdict::invalid_request, error.what()};
+    }
+    constexpr detail::completion how =
+        transactional ? detail::completion::in_transaction : detail::completion::direct;
+    return engine_.template run<Response, how>(scope, *key, print, run, settings.failure);
+  }
 
   Handler handler_;
-  guard_type guard_;
-  fingerprint_type fingerprint_;
-  [[no_unique_address]] failure_type failure_;
-  [[no_unique_address]] response_codec_type response_codec_;
-  std::size_t max_key_length_;
-  bool require_key_;
-  std::size_t max_body_bytes_;
-  std::string key_header_;
+  engine_type engine_;
 };
 
 template <class Handler>

@@ -19,76 +19,37 @@
 #define IDEM_SERVER_INBOX_HPP
 
 #include <chrono>
-#include <concepts>
 #include <cstddef>
-#include <string>
+#include <functional>
 #include <string_view>
 #include <type_traits>
 #include <variant>
 #include <vector>
 
-#include <idem/server/detail/engine.hpp>
-#include <idem/detail/invoke.hpp>
-#include <idem/server/handler_context.hpp>
-#include <idem/server/fingerprint/xxh3.hpp>
-#include <idem/server/outcome.hpp>
 #include <idem/key.hpp>
 #include <idem/policies.hpp>
+#include <idem/server/detail/checks.hpp>
+#include <idem/server/detail/engine.hpp>
 #include <idem/server/failure.hpp>
+#include <idem/server/fingerprint/xxh3.hpp>
+#include <idem/server/handler_context.hpp>
+#include <idem/server/outcome.hpp>
 #include <idem/server/response_codec.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/memory.hpp>
 
 namespace idem {
 
-namespace detail {
-
-// A consumer function that runs inside the store's transaction: it takes the transaction last.
-template <class F, class Store>
-concept takes_store_transaction = TransactionalStore<Store> &&
-    (std::invocable<F&, handler_context&, typename Store::transaction&> ||
-     std::invocable<F&, typename Store::transaction&>);
-
-// What a consumer function returns, given the parameters after the optional context.
-template <class F, class... Extra>
-using consumer_result_t =
-    typename std::conditional_t<std::invocable<F&, handler_context&, Extra&...>,
-                                std::invoke_result<F&, handler_context&, Extra&...>,
-                                std::invoke_result<F&, Extra&...>>::type;
-
-// Calls a consumer function with the context when it takes one.
-template <class F, class... Extra>
-consumer_result_t<F, Extra...> invoke_consumer(F& fn, handler_context& context, Extra&... extra) {
-  if constexpr (std::invocable<F&, handler_context&, Extra&...>) {
-    return detail::invoke(fn, context, extra...);
-  } else {
-    return detail::invoke(fn, extra...);
-  }
-}
-
-template <class F, class Store>
-struct consumer_result {
-  using type = consumer_result_t<F>;
-};
-template <class F, class Store>
-requires takes_store_transaction<F, Store>
-struct consumer_result<F, Store> {
-  using type = consumer_result_t<F, typename Store::transaction>;
-};
-
-}  // namespace detail
-
 template <class Policies = default_policies>
 class inbox {
+  static_assert(detail::check_server_policies<Policies>());
+
  public:
   using store_type = typename Policies::store;
   using clock_type = typename Policies::clock;
 
-  static_assert(Store<store_type>,
-                "Policies::store must satisfy idem::Store (see idem/store/contract.hpp).");
-  static_assert(Clock<clock_type>,
-                "Policies::clock must provide now(), wall_now() and sleep_for(nanoseconds).");
-
+  /// The parts an inbox is built from; each defaults to its policy, and means what the field
+  /// of the same name in idempotent::options does.
   struct options {
     store_type store{};
     clock_type clock{};
@@ -97,66 +58,70 @@ class inbox {
     std::chrono::nanoseconds coalesce = Policies::coalesce;
     /// The longest event id accepted, in bytes.
     std::size_t max_key_length = Policies::max_key_length;
-    /// The largest stored result, in bytes (after the response codec); see idempotent.
     std::size_t max_response_bytes = Policies::max_response_bytes;
-    /// Seals results and recovery points before the store keeps them (response_codec.hpp).
     typename Policies::response_codec response_codec{};
   };
 
   inbox() : inbox(options{}) {}
-  explicit inbox(options parts)
-      : guard_(std::move(parts.store), std::move(parts.clock),
-               {parts.lease, parts.retention, parts.coalesce}),
-        max_key_length_(parts.max_key_length),
-        response_codec_(std::move(parts.response_codec)) {
-    detail::check_timing(guard_.timing(), "idem::inbox");
-    guard_.set_storage(detail::storage_for(response_codec_, parts.max_response_bytes));
-  }
+  explicit inbox(options parts) : engine_(std::move(parts), "idem::inbox") {}
 
   /// Runs `fn` (taking a handler_context&, or nothing; and last the store's transaction, with
   /// a TransactionalStore) once per (scope, event_id). Its result, if any, is stored and
   /// replayed; a void `fn` gives an outcome of std::monostate.
   template <class F>
   auto deduplicate(std::string_view scope, std::string_view event_id, F&& fn) {
-    constexpr bool transactional = detail::takes_store_transaction<F, store_type>;
-    using fn_result = typename detail::consumer_result<F, store_type>::type;
-    using response_type = std::conditional_t<std::is_void_v<fn_result>, std::monostate, fn_result>;
-    static_assert(Encodable<response_type>,
-                  "deduplicate's function must return void or a storable type (one with an "
-                  "idem::codec specialisation).");
-
-    if (!is_valid_key(event_id, max_key_length_)) {
-      return guard_type::template invalid_key<response_type>("the event id", max_key_length_);
-    }
-    // A transactional `fn` is also given the transaction (run_within passes it).
-    auto run = [&](handler_context& context, auto&... transaction) -> response_type {
-      if constexpr (std::is_void_v<fn_result>) {
-        detail::invoke_consumer(fn, context, transaction...);
-        return {};
-      } else {
-        return detail::invoke_consumer(fn, context, transaction...);
+    // The checks come first and the rest only once they pass, so that their sentence is the
+    // first error a wrong function gets (idem/server/detail/checks.hpp).
+    static_assert(detail::check_consumer<F, store_type>());
+    if constexpr (detail::consumer_function<F, store_type>) {
+      using response_type =
+          detail::consumer_response_t<typename detail::consumer_result<F, store_type>::type>;
+      static_assert(detail::check_consumer_response<response_type>());
+      if constexpr (Encodable<response_type>) {
+        return consume<response_type>(scope, event_id, fn);
       }
-    };
-    if constexpr (transactional) {
-      return guard_.template run_within<response_type>(scope, event_id, digest{}, run,
-                                                       release_on_failure{});
-    } else {
-      return guard_.template run<response_type>(scope, event_id, digest{}, run,
-                                                release_on_failure{});
     }
   }
 
-  std::size_t sweep() { return guard_.sweep(); }
-  std::vector<record> stuck(std::size_t limit = 1000) { return guard_.stuck(limit); }
-  store_type& store() noexcept { return guard_.store(); }
-  clock_type& clock() noexcept { return guard_.clock(); }
+  std::size_t sweep() { return engine_.sweep(); }
+  std::vector<record> stuck(std::size_t limit = 1000) { return engine_.stuck(limit); }
+  store_type& store() noexcept { return engine_.store(); }
+  clock_type& clock() noexcept { return engine_.clock(); }
 
  private:
-  using guard_type = detail::guard<store_type, clock_type>;
+  using engine_type = detail::engine<options>;
 
-  guard_type guard_;
-  std::size_t max_key_length_;
-  [[no_unique_address]] typename Policies::response_codec response_codec_;
+  template <class Response, class F>
+  idempotent_outcome<Response> consume(std::string_view scope, std::string_view event_id, F& fn) {
+    constexpr bool transactional = detail::takes_store_transaction<F, store_type>;
+    if (!is_valid_key(event_id, engine_.options().max_key_length)) {
+      return engine_type::template invalid_key<Response>("the event id",
+                                                         engine_.options().max_key_length);
+    }
+    // A transactional `fn` is also given the transaction (completion::in_transaction passes
+    // it); a void one stores nothing.
+    auto run = [&](handler_context& context, auto&... transaction) -> Response {
+      auto call = [&]() -> decltype(auto) {
+        if constexpr (std::invocable<F&, handler_context&, decltype(transaction)...>) {
+          return std::invoke(fn, context, transaction...);
+        } else {
+          return std::invoke(fn, transaction...);
+        }
+      };
+      if constexpr (std::is_void_v<decltype(call())>) {
+        call();
+        return {};
+      } else {
+        return call();
+      }
+    };
+    constexpr detail::completion how =
+        transactional ? detail::completion::in_transaction : detail::completion::direct;
+    return engine_.template run<Response, how>(scope, event_id, digest{}, run,
+                                               release_on_failure{});
+  }
+
+  engine_type engine_;
 };
 
 }  // namespace idem

@@ -17,11 +17,6 @@
 
 namespace idem {
 
-namespace detail {
-template <class Store, class Clock>
-class guard;
-}  // namespace detail
-
 enum class verdict : std::uint8_t {
   executed,            // the handler ran under a new or taken-over claim; its response is returned
   replayed,            // a completed record with the same fingerprint: the stored response
@@ -107,10 +102,32 @@ class no_response_error : public std::logic_error {
 template <class Response>
 class idempotent_outcome {
  public:
+  /// A verdict without a response: a refusal (400, 409, 422, 503), with why in words.
   idempotent_outcome() = default;
   idempotent_outcome(idem::verdict v) : verdict_(v) {}
   idempotent_outcome(idem::verdict v, std::string message)
       : verdict_(v), message_(std::move(message)) {}
+
+  /// The handler ran under `fence` and its response was stored for repeats.
+  template <class R>
+  static idempotent_outcome executed(R&& response, std::uint64_t fence, bool resumed) {
+    return idempotent_outcome(idem::verdict::executed, std::forward<R>(response), fence, resumed,
+                              true);
+  }
+  /// The handler ran, but its response was not stored: `v` is executed when the store failed,
+  /// response_too_large when it did not fit; `message` says which.
+  template <class R>
+  static idempotent_outcome unrecorded(idem::verdict v, R&& response, std::string message,
+                                       std::uint64_t fence = 0, bool resumed = false) {
+    idempotent_outcome outcome(v, std::forward<R>(response), fence, resumed, false);
+    outcome.message_ = std::move(message);
+    return outcome;
+  }
+  /// A repeat: the response stored by the call that ran.
+  template <class R>
+  static idempotent_outcome replayed(R&& response) {
+    return idempotent_outcome(idem::verdict::replayed, std::forward<R>(response), 0, false, true);
+  }
 
   idem::verdict verdict() const noexcept { return verdict_; }
   /// True when there is a response: executed or replayed.
@@ -129,8 +146,12 @@ class idempotent_outcome {
     if (!response_) throw no_response_error(verdict_);
     return std::move(*response_);
   }
+  /// The response, unchecked, as std::optional has it: only when has_value().
   Response* operator->() noexcept { return &*response_; }
   const Response* operator->() const noexcept { return &*response_; }
+  Response& operator*() & noexcept { return *response_; }
+  const Response& operator*() const& noexcept { return *response_; }
+  Response&& operator*() && noexcept { return std::move(*response_); }
 
   /// Why there is no response (or why it was not stored), in words; empty otherwise.
   std::string_view message() const noexcept { return message_; }
@@ -157,8 +178,14 @@ class idempotent_outcome {
   }
 
  private:
-  template <class, class>
-  friend class detail::guard;
+  template <class R>
+  idempotent_outcome(idem::verdict v, R&& response, std::uint64_t fence, bool resumed,
+                     bool recorded)
+      : verdict_(v),
+        response_(std::in_place, std::forward<R>(response)),
+        fence_(fence),
+        recorded_(recorded),
+        resumed_(resumed) {}
 
   idem::verdict verdict_ = idem::verdict::executed;
   std::optional<Response> response_;

@@ -40,18 +40,6 @@ struct plain_response_codec {
   void open(std::string_view sealed, std::string& out) const { out.append(sealed); }
 };
 
-namespace detail {
-
-template <ResponseCodec Codec>
-void seal_with(const void* codec, std::string_view plain, std::string& out) {
-  static_cast<const Codec*>(codec)->seal(plain, out);
-}
-template <ResponseCodec Codec>
-void open_with(const void* codec, std::string_view sealed, std::string& out) {
-  static_cast<const Codec*>(codec)->open(sealed, out);
-}
-
-}  // namespace detail
 }  // namespace idem
 
 #endif  // IDEM_SERVER_RESPONSE_CODEC_HPP

@@ -1,12 +1,26 @@
 // The machinery idempotent and inbox share: claim, run under the fence, record or release.
+//
+// One run path, in steps a driver can call apart (the blocking wrappers here; an asynchronous
+// one later):
+//
+//   claim_waiting    claims (scope, key) in the store, waiting for a duplicate to settle where
+//                    coalescing is on; hold turns a claim this caller won into a held_claim;
+//   answer_existing  answers for a record this caller may not run: replayed, mismatch,
+//                    in_progress, response_too_large;
+//   run_claimed      runs the handler under the claim, with recovery points going through the
+//                    fence, and records its response, directly (complete) or in the store's
+//                    transaction together with the handler's own writes (complete_within);
+//   settle_failure   the handler threw: the failure policy releases the key or stores a response;
+//   answer_lost      the fence was lost to a takeover: answers for the attempt that holds it.
 #ifndef IDEM_SERVER_DETAIL_ENGINE_HPP
 #define IDEM_SERVER_DETAIL_ENGINE_HPP
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <new>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -14,33 +28,15 @@
 #include <vector>
 
 #include <idem/server/codec.hpp>
-#include <idem/detail/algorithm.hpp>
-#include <idem/detail/lazy.hpp>
+#include <idem/server/detail/checks.hpp>
+#include <idem/server/failure.hpp>
 #include <idem/server/fingerprint/digest.hpp>
 #include <idem/server/handler_context.hpp>
 #include <idem/server/outcome.hpp>
-#include <idem/server/failure.hpp>
 #include <idem/server/response_codec.hpp>
 #include <idem/store/contract.hpp>
 
 namespace idem::detail {
-
-/// How long claims are honoured and records kept, and how long a duplicate waits.
-struct guard_timing {
-  std::chrono::nanoseconds lease;
-  std::chrono::nanoseconds retention;
-  std::chrono::nanoseconds coalesce;
-};
-
-// How responses and recovery points are kept: the size a stored response may reach, and the
-// response codec's seal and open (idem/server/response_codec.hpp), type-erased so that the guard's type
-// does not depend on the codec. Null functions: the bytes are stored as they are.
-struct guard_storage {
-  std::size_t max_response_bytes = static_cast<std::size_t>(-1);
-  const void* codec = nullptr;
-  void (*seal)(const void* codec, std::string_view plain, std::string& out) = nullptr;
-  void (*open)(const void* codec, std::string_view sealed, std::string& out) = nullptr;
-};
 
 // What a record holds in place of a response too large to store: the size it had. A handler's
 // own response equal to this text would replay as too large; nothing else can be mistaken for
@@ -48,34 +44,19 @@ struct guard_storage {
 inline constexpr char too_large_text[] = "\0idem: response too large to store\0";
 inline constexpr std::string_view too_large_marker{too_large_text, sizeof too_large_text - 1};
 
-// The storage of an owner (idempotent, inbox) that keeps `codec` for as long as its guard: the
-// default codec costs no call.
-template <ResponseCodec Codec>
-guard_storage storage_for(const Codec& codec, std::size_t max_response_bytes) {
-  guard_storage storage;
-  storage.max_response_bytes = max_response_bytes;
-  if constexpr (!std::is_same_v<Codec, plain_response_codec>) {
-    storage.codec = &codec;
-    storage.seal = &seal_with<Codec>;
-    storage.open = &open_with<Codec>;
-  }
-  return storage;
-}
+/// How a claimed run's response is recorded: by complete after the handler returned, or by
+/// complete_within, in the transaction the handler writes in (TransactionalStore).
+enum class completion : std::uint8_t { direct, in_transaction };
 
-inline void check_timing(const guard_timing& timing, const char* who) {
-  using std::chrono::nanoseconds;
-  if (timing.lease <= nanoseconds::zero()) {
-    throw std::invalid_argument(std::string(who) + ": the lease must be positive");
-  }
-  if (timing.retention <= timing.lease) {
-    throw std::invalid_argument(std::string(who) +
-                                ": the retention must be longer than the lease, or a claim could "
-                                "expire while its holder still runs");
-  }
-  if (timing.coalesce < nanoseconds::zero()) {
-    throw std::invalid_argument(std::string(who) + ": the coalescing wait cannot be negative");
-  }
-}
+// Where a run's recovery points are written: the store, or the open transaction.
+template <class Store, completion How>
+struct checkpoint_writer {
+  using type = Store;
+};
+template <class Store>
+struct checkpoint_writer<Store, completion::in_transaction> {
+  using type = typename Store::transaction;
+};
 
 // A T made later in place, from the prvalue a function returns: no default construction and
 // assignment where the making must sit in a try block but the value must outlive it.
@@ -104,17 +85,36 @@ class made_later {
   bool made_ = false;
 };
 
-template <class Store, class Clock>
-class guard {
+/// A claim this caller holds: what run_claimed needs to run under it.
+struct held_claim {
+  fenced_key held;
+  bool resumed = false;   // taken over from a holder whose lease expired
+  std::string recovery;   // the recovery points recorded before, opened
+  store_time claimed_at;  // the time the claim was made with
+};
+
+// Options: idempotent::options or inbox::options. The engine keeps them as they are given, so a
+// setting has no copy beside its options field, and its owner reads its own settings from them.
+// It uses store, clock, lease, retention, coalesce, max_key_length, max_response_bytes and
+// response_codec.
+template <class Options>
+class engine {
  public:
-  guard(Store store, Clock clock, guard_timing timing)
-      : store_(std::move(store)), clock_(std::move(clock)), timing_(timing) {}
+  using store_type = decltype(Options::store);
+  using clock_type = decltype(Options::clock);
+  using codec_type = decltype(Options::response_codec);
 
-  Store& store() noexcept { return store_; }
-  void set_storage(const guard_storage& storage) noexcept { storage_ = storage; }
+  /// Throws std::invalid_argument, naming `who`, for options that can never work.
+  engine(Options options, const char* who) : options_(std::move(options)) {
+    check_options(options_, who);
+  }
 
-  std::size_t sweep() { return store_.sweep(clock_.wall_now()); }
-  std::vector<record> stuck(std::size_t limit) { return store_.stuck(clock_.wall_now(), limit); }
+  const Options& options() const noexcept { return options_; }
+  store_type& store() noexcept { return options_.store; }
+  clock_type& clock() noexcept { return options_.clock; }
+
+  std::size_t sweep() { return store().sweep(clock().wall_now()); }
+  std::vector<record> stuck(std::size_t limit) { return store().stuck(clock().wall_now(), limit); }
 
   /// The answer to a key (or event id, `what`) that is_valid_key refuses.
   template <class Response>
@@ -123,37 +123,14 @@ class guard {
         verdict::invalid_key, std::string(what) + " must be 1 to " + std::to_string(max_length) +
                                   " bytes of visible ASCII (0x21-0x7E)"};
   }
-  Clock& clock() noexcept { return clock_; }
-  const guard_timing& timing() const noexcept { return timing_; }
 
-  /// Claims (scope, key) for a request with fingerprint `print` and, when the claim is this
-  /// caller's, runs `run(handler_context&)` under it. `failure` decides what a throw leaves.
-  template <class Response, class Run, class Failure>
-  idempotent_outcome<Response> run(std::string_view scope, std::string_view key,
-                                   const digest& print, Run& run, const Failure& failure) {
-    return claim_then<Response>(
-        scope, key, print,
-        [&](std::uint64_t fence, bool resumed, std::string recovery, store_time claimed_at) {
-          return run_claimed<Response>(scope, key, print, fence, resumed, std::move(recovery),
-                                       claimed_at, run, failure);
-        });
-  }
-
-  /// The same for a store that completes records inside a transaction (TransactionalStore):
-  /// `run(handler_context&, transaction&)` runs inside the transaction that completes the
-  /// record, so its writes and the record commit together. A store failure there rolls both
-  /// back and answers store_unavailable or store_full; the claim stays until its lease ends
-  /// (a commit whose answer was lost may have gone through, and a release would undo it).
-  template <class Response, class Run, class Failure>
-  idempotent_outcome<Response> run_within(std::string_view scope, std::string_view key,
-                                          const digest& print, Run& run, const Failure& failure) {
-    static_assert(TransactionalStore<Store>);
-    return claim_then<Response>(
-        scope, key, print,
-        [&](std::uint64_t fence, bool resumed, std::string recovery, store_time claimed_at) {
-          return run_claimed_within<Response>(scope, key, print, fence, resumed,
-                                              std::move(recovery), claimed_at, run, failure);
-        });
+  /// A store that could not answer: store_full or store_unavailable, and why.
+  template <class Response>
+  static idempotent_outcome<Response> refused(const store_error& error,
+                                              std::string_view context = {}) {
+    return idempotent_outcome<Response>{
+        error.failure() == store_failure::full ? verdict::store_full : verdict::store_unavailable,
+        std::string(context) + error.what()};
   }
 
   /// Runs `run` with no key and no claim, for services where the key is optional: nothing is
@@ -161,26 +138,17 @@ class guard {
   template <class Response, class Run>
   static idempotent_outcome<Response> run_unguarded(std::string_view scope, Run& run) {
     handler_context context{scope, {}, 0};
-    idempotent_outcome<Response> outcome{verdict::executed, "no idempotency key: not guarded"};
-    outcome.response_.emplace(run(context));
-    return outcome;
+    return idempotent_outcome<Response>::unrecorded(verdict::executed, run(context),
+                                                    "no idempotency key: not guarded");
   }
 
-  template <class Response>
-  static idempotent_outcome<Response> refused(const store_error& error) {
-    return idempotent_outcome<Response>{
-        error.failure() == store_failure::full ? verdict::store_full : verdict::store_unavailable,
-        error.what()};
-  }
-
- private:
-  // Claims (scope, key) and, when the claim is this caller's, answers
-  // then(fence, resumed, recovery, claimed_at); otherwise answers for the record that is there.
-  // claimed_at is the time the winning claim was made with.
-  template <class Response, class Then>
-  idempotent_outcome<Response> claim_then(std::string_view scope, std::string_view key,
-                                          const digest& print, Then&& then) {
-    using outcome_type = idempotent_outcome<Response>;
+  /// Claims (scope, key) for a request with fingerprint `print` and, when the claim is this
+  /// caller's, runs `run(handler_context&)` under it, or with completion::in_transaction
+  /// `run(handler_context&, transaction&)` inside the transaction that completes the record.
+  /// `failure` decides what a throw of the handler leaves.
+  template <class Response, completion How, class Run, class Failure>
+  idempotent_outcome<Response> run(std::string_view scope, std::string_view key,
+                                   const digest& print, Run& run, const Failure& failure) {
     store_time claimed_at{};
     // Made in place: a replay's record (its response) is moved nowhere before it is answered.
     made_later<claim_result> result;
@@ -192,55 +160,48 @@ class guard {
     claim_result& claimed = result.get();
     switch (claimed.status) {
       case claim_status::full:
-        return outcome_type{verdict::store_full, "the store has no room for another record"};
+        return idempotent_outcome<Response>{verdict::store_full,
+                                            "the store has no room for another record"};
       case claim_status::existing:
         return answer_existing<Response>(claimed.existing, print);
       case claim_status::claimed:
       case claim_status::taken_over:
         break;
     }
-    return then(claimed.fence, claimed.status == claim_status::taken_over,
-                opened_recovery(std::move(claimed.existing.recovery)), claimed_at);
+    return run_claimed<Response, How>(hold(scope, key, claimed, claimed_at), print, run, failure);
   }
 
-  // One claim, or with coalescing, claims repeated with growing pauses while another attempt
-  // holds a live claim, until it settles (completed, released, abandoned) or the wait is over.
-  // `claimed_at` is set to the time the last claim was made with.
+  /// One claim, or with coalescing, claims repeated with growing pauses while another attempt
+  /// holds a live claim, until it settles (completed, released, abandoned) or the wait is over.
+  /// `claimed_at` is set to the time the last claim was made with.
   claim_result claim_waiting(std::string_view scope, std::string_view key, const digest& print,
                              store_time& claimed_at) {
     claim_result claimed = claim(scope, key, print, claimed_at);
-    if (timing_.coalesce <= std::chrono::nanoseconds::zero()) return claimed;
-    const auto start = clock_.now();
+    const std::chrono::nanoseconds coalesce = options_.coalesce;
+    if (coalesce <= std::chrono::nanoseconds::zero()) return claimed;
+    const auto start = clock().now();
     std::chrono::nanoseconds pause = std::chrono::milliseconds{1};
     while (claimed.status == claim_status::existing &&
            claimed.existing.state == record_state::in_progress &&
            claimed.existing.fingerprint == print) {
-      const std::chrono::nanoseconds waited = clock_.now() - start;
-      if (waited >= timing_.coalesce) break;
-      clock_.sleep_for(detail::min(pause, timing_.coalesce - waited));
-      pause = detail::min<std::chrono::nanoseconds>(2 * pause, std::chrono::milliseconds{50});
+      const std::chrono::nanoseconds waited = clock().now() - start;
+      if (waited >= coalesce) break;
+      clock().sleep_for(std::min(pause, coalesce - waited));
+      pause = std::min<std::chrono::nanoseconds>(2 * pause, std::chrono::milliseconds{50});
       claimed = claim(scope, key, print, claimed_at);
     }
     return claimed;
   }
 
-  claim_result claim(std::string_view scope, std::string_view key, const digest& print,
-                     store_time& claimed_at) {
-    claimed_at = clock_.wall_now();
-    return store_.claim(
-        claim_request{scope, key, print, claimed_at, timing_.lease, timing_.retention});
+  /// The claim this caller holds after claim_waiting answered claimed or taken_over.
+  held_claim hold(std::string_view scope, std::string_view key, claim_result& claimed,
+                  store_time claimed_at) const {
+    return held_claim{fenced_key{scope, key, claimed.fence},
+                      claimed.status == claim_status::taken_over,
+                      opened_recovery(std::move(claimed.existing.recovery)), claimed_at};
   }
 
-  // The `now` a completion is given: the clock's, unless the store says it does not read it
-  // (reads_completion_time, idem/store/contract.hpp); then the claim's time, and no second clock read.
-  store_time completion_time(store_time claimed_at) {
-    if constexpr (reads_completion_time<Store>) {
-      return clock_.wall_now();
-    } else {
-      return claimed_at;
-    }
-  }
-
+  /// The answer for a record this caller may not run.
   template <class Response>
   idempotent_outcome<Response> answer_existing(record& existing, const digest& print) const {
     using outcome_type = idempotent_outcome<Response>;
@@ -260,162 +221,43 @@ class guard {
     return replayed<Response>(existing);
   }
 
-  // The stored response, decoded: one named outcome, returned on the only path, so that it is
-  // made in the caller's place (a replay's response is moved once, into the outcome).
-  template <class Response>
-  idempotent_outcome<Response> replayed(record& existing) const {
-    idempotent_outcome<Response> outcome{verdict::replayed};
-    if (storage_.open != nullptr) {
-      std::string plain;
-      storage_.open(storage_.codec, existing.response, plain);
-      outcome.response_.emplace(codec<Response>::decode(plain));
-    } else if constexpr (codec_adopts_bytes<Response>) {
-      // The snapshot is this call's own copy: the response takes its bytes over.
-      outcome.response_.emplace(codec<Response>::adopt(std::move(existing.response)));
-    } else {
-      outcome.response_.emplace(codec<Response>::decode(existing.response));
-    }
-    outcome.recorded_ = true;
-    return outcome;
-  }
-
-  // The bytes a store keeps for `plain` (an encoded response): sealed by the response codec, or
-  // the too-large marker when they pass max_response_bytes. Answers whether they fit.
-  bool stored_form(std::string& plain) const {
-    std::string sealed;
-    const std::string* kept = &plain;
-    if (storage_.seal != nullptr) {
-      storage_.seal(storage_.codec, plain, sealed);
-      kept = &sealed;
-    }
-    if (kept->size() > storage_.max_response_bytes) {
-      std::string marker(too_large_marker);
-      marker += std::to_string(kept->size());
-      plain = std::move(marker);
-      return false;
-    }
-    if (kept == &sealed) plain = std::move(sealed);
-    return true;
-  }
-
-  // A recovery point as the store keeps it, and back.
-  std::string sealed_recovery(std::string_view plain) const {
-    if (storage_.seal == nullptr) return std::string(plain);
-    std::string sealed;
-    storage_.seal(storage_.codec, plain, sealed);
-    return sealed;
-  }
-  std::string opened_recovery(std::string recovery) const {
-    if (storage_.open == nullptr || recovery.empty()) return recovery;
-    std::string plain;
-    storage_.open(storage_.codec, recovery, plain);
-    return plain;
-  }
-
-  std::string too_large_message(std::string_view marker) const {
-    return "the response takes " + std::string(marker.substr(too_large_marker.size())) +
-           " bytes to store, more than max_response_bytes (" +
-           std::to_string(storage_.max_response_bytes) +
-           "): it was not stored; repeats of this key answer response_too_large and do not run "
-           "again";
-  }
-
-  // Where the context records recovery points: a fenced checkpoint that also renews the lease,
-  // through the store, or for a transactional handler through its transaction (committed or
-  // rolled back with it). Both have checkpoint(held, recovery, lease_until).
-  template <class Writer>
-  struct checkpoint_target {
-    guard* self;
-    fenced_key held;
-    Writer* writer = nullptr;
-    bool store_failed = false;  // the store threw: the step's effect may not be recorded
-
-    static bool write(void* target, std::string_view recovery) {
-      auto& me = *static_cast<checkpoint_target*>(target);
+  /// Runs the handler under `claim` and records its response as `How` says. The handler's own
+  /// exception passes through, after the failure policy settled the key; a recovery point's
+  /// store failing keeps the claim instead (its step's effect may not be recorded, so only a
+  /// takeover after the lease, resuming from the recovery points, runs it again).
+  template <class Response, completion How, class Run, class Failure>
+  idempotent_outcome<Response> run_claimed(held_claim claim, const digest& print, Run& run,
+                                           const Failure& failure) {
+    checkpointer<typename checkpoint_writer<store_type, How>::type> target{*this, claim.held};
+    handler_context context{claim.held.scope,          claim.held.key,
+                            claim.held.fence,          claim.resumed,
+                            std::move(claim.recovery), &target};
+    bool handler_threw = false;
+    auto run_handler = [&](auto&... transaction) -> Response {
       try {
-        if (me.self->storage_.seal != nullptr) {
-          return me.writer->checkpoint(me.held, me.self->sealed_recovery(recovery),
-                                       me.self->clock_.wall_now() + me.self->timing_.lease);
-        }
-        return me.writer->checkpoint(me.held, recovery,
-                                     me.self->clock_.wall_now() + me.self->timing_.lease);
+        return run(context, transaction...);
       } catch (...) {
-        me.store_failed = true;
+        handler_threw = !target.failed;
         throw;
       }
-    }
-  };
-
-  template <class Response, class Run, class Failure>
-  idempotent_outcome<Response> run_claimed(std::string_view scope, std::string_view key,
-                                           const digest& print, std::uint64_t fence, bool resumed,
-                                           std::string recovery, store_time claimed_at, Run& run,
-                                           const Failure& failure) {
-    using outcome_type = idempotent_outcome<Response>;
-    checkpoint_target<Store> target{this, fenced_key{scope, key, fence}, &store_};
-    handler_context context{scope,
-                            key,
-                            fence,
-                            resumed,
-                            std::move(recovery),
-                            recovery_sink{&target, &decltype(target)::write}};
-    std::optional<Response> response;
+    };
     try {
-      response.emplace(run(context));
+      if constexpr (How == completion::direct) {
+        target.writer = &store();
+        return record_directly<Response>(claim, print, run_handler());
+      } else {
+        return record_within<Response>(claim, print, target, handler_threw, run_handler);
+      }
     } catch (const lease_lost&) {
-      return answer_lost<Response>(scope, key, print);
+      return answer_lost<Response>(claim.held.scope, claim.held.key, print);
     } catch (...) {
-      // A store that failed mid-handler may have left an effect unrecorded: keep the claim, so
-      // that only a takeover after the lease (resuming from the recovery points) runs it again.
-      if (target.store_failed) throw;
-      settle_failure<Response>(target.held, context.steps_recorded(), failure);
+      if (handler_threw) settle_failure<Response>(claim.held, context.steps_recorded(), failure);
       throw;
     }
-
-    outcome_type outcome{verdict::executed};
-    outcome.fence_ = fence;
-    outcome.resumed_ = resumed;
-    // The bytes the store keeps: a std::string response as it is, without a copy, unless a
-    // response codec seals it or it passes max_response_bytes; anything else encoded.
-    std::string encoded;
-    std::string_view bytes;
-    bool fits = true;
-    bool viewed = false;
-    if constexpr (codec_views_bytes<Response>) {
-      const std::string_view own = codec<Response>::bytes_of(*response);
-      if (storage_.seal == nullptr && own.size() <= storage_.max_response_bytes) {
-        bytes = own;
-        viewed = true;
-      }
-    }
-    if (!viewed) {
-      codec<Response>::encode(*response, encoded);
-      fits = stored_form(encoded);
-      bytes = encoded;
-    }
-    bool applied = false;
-    try {
-      applied = store_.complete(target.held, bytes, completion_time(claimed_at));
-    } catch (const store_error& error) {
-      // The effect happened; the caller gets its response, and is told it was not stored.
-      outcome.response_ = std::move(response);
-      outcome.message_ = std::string("the response was not stored: ") + error.what();
-      return outcome;
-    }
-    if (!applied) return answer_lost<Response>(scope, key, print);
-    outcome.response_ = std::move(response);
-    if (!fits) {
-      // The caller still gets the response the handler made; repeats get the refusal.
-      outcome.verdict_ = verdict::response_too_large;
-      outcome.message_ = too_large_message(bytes);
-      return outcome;
-    }
-    outcome.recorded_ = true;
-    return outcome;
   }
 
-  // The handler threw (the exception in flight): the failure policy decides whether the key is
-  // released or a failure response stored.
+  /// The handler threw (the exception in flight): the failure policy decides whether the key is
+  /// released or a failure response stored.
   template <class Response, class Failure>
   void settle_failure(const fenced_key& held, std::size_t steps, const Failure& failure) {
     const failure_info info{std::current_exception(), held.scope, held.key, held.fence, steps};
@@ -425,9 +267,9 @@ class guard {
         std::string bytes;
         codec<Response>::encode(*stored, bytes);
         (void)stored_form(bytes);
-        (void)store_.complete(held, bytes, clock_.wall_now());
+        (void)store().complete(held, bytes, clock().wall_now());
       } else {
-        (void)store_.release(held);
+        (void)store().release(held);
       }
     } catch (const store_error&) {
       // The handler's exception is what the caller must see. The claim stays in progress
@@ -435,102 +277,222 @@ class guard {
     }
   }
 
-  template <class Response, class Run, class Failure>
-  idempotent_outcome<Response> run_claimed_within(std::string_view scope, std::string_view key,
-                                                  const digest& print, std::uint64_t fence,
-                                                  bool resumed, std::string recovery,
-                                                  store_time claimed_at, Run& run,
-                                                  const Failure& failure) {
-    using outcome_type = idempotent_outcome<Response>;
-    using transaction_type = typename Store::transaction;
-    checkpoint_target<transaction_type> target{this, fenced_key{scope, key, fence}};
-    // One context for every call of produce: a store that rolled back and calls again (a
-    // serialization failure) gets the steps of the rolled-back call from memory, so an external
-    // effect a step made is not made again; write the database only outside steps.
-    handler_context context{scope,
-                            key,
-                            fence,
-                            resumed,
-                            std::move(recovery),
-                            recovery_sink{&target, &decltype(target)::write}};
-    std::optional<Response> response;
-    bool handler_threw = false;
-    bool fits = true;
-    std::string marker;
-    auto produce = [&](transaction_type& transaction) -> std::string {
-      target.writer = &transaction;
-      target.store_failed = false;
-      handler_threw = false;
-      response.reset();
-      try {
-        response.emplace(run(context, transaction));
-      } catch (const lease_lost&) {
-        throw;
-      } catch (...) {
-        handler_threw = !target.store_failed;
-        throw;
-      }
-      std::string bytes;
-      codec<Response>::encode(*response, bytes);
-      fits = stored_form(bytes);
-      if (!fits) marker = bytes;
-      return bytes;
-    };
-
-    bool applied = false;
-    try {
-      applied = store_.complete_within(target.held, completion_time(claimed_at), produce);
-    } catch (const lease_lost&) {
-      return answer_lost<Response>(scope, key, print);
-    } catch (const store_error& error) {
-      if (!handler_threw) {
-        outcome_type refusal = refused<Response>(error);
-        refusal.message_ = std::string("the handler's transaction did not commit: ") + error.what();
-        return refusal;
-      }
-      settle_failure<Response>(target.held, context.steps_recorded(), failure);
-      throw;
-    } catch (...) {
-      if (handler_threw) settle_failure<Response>(target.held, context.steps_recorded(), failure);
-      throw;
-    }
-    if (!applied) return answer_lost<Response>(scope, key, print);
-    outcome_type outcome{verdict::executed};
-    outcome.fence_ = fence;
-    outcome.resumed_ = resumed;
-    outcome.response_ = std::move(response);
-    if (!fits) {
-      outcome.verdict_ = verdict::response_too_large;
-      outcome.message_ = too_large_message(marker);
-      return outcome;
-    }
-    outcome.recorded_ = true;
-    return outcome;
-  }
-
-  // This attempt lost its fence to a takeover: answer for the attempt that holds the key now.
+  /// This attempt lost its fence to a takeover: answers for the attempt that holds the key now.
   template <class Response>
   idempotent_outcome<Response> answer_lost(std::string_view scope, std::string_view key,
                                            const digest& print) {
-    using outcome_type = idempotent_outcome<Response>;
-    lazy_t<Response, std::optional<record>> current;  // see idem/detail/lazy.hpp
+    std::optional<record> current;
     try {
-      current = store_.find(scope, key, clock_.wall_now());
+      current = store().find(scope, key, clock().wall_now());
     } catch (const store_error& error) {
       return refused<Response>(error);
     }
     if (current && current->state == record_state::completed) {
       return answer_existing<Response>(*current, print);
     }
-    return outcome_type{verdict::in_progress,
-                        "the claim was taken over after its lease expired; the request is "
-                        "being processed by the attempt that took it"};
+    return idempotent_outcome<Response>{
+        verdict::in_progress,
+        "the claim was taken over after its lease expired; the request is being processed by "
+        "the attempt that took it"};
   }
 
-  Store store_;
-  Clock clock_;
-  guard_timing timing_;
-  guard_storage storage_{};
+ private:
+  // Whether responses and recovery points go through the codec: the default one costs no call.
+  static constexpr bool seals = !std::is_same_v<codec_type, plain_response_codec>;
+
+  // Where a handler_context records recovery points: a fenced checkpoint that also renews the
+  // lease, through the store, or for a transactional handler through its transaction
+  // (committed or rolled back with it). Both have checkpoint(held, recovery, lease_until).
+  template <class Writer>
+  class checkpointer final : public recovery_writer {
+   public:
+    checkpointer(engine& owner, const fenced_key& held) noexcept : owner_(owner), held_(held) {}
+
+    bool write(std::string_view recovery) override {
+      try {
+        const store_time lease_until = owner_.clock().wall_now() + owner_.options_.lease;
+        if constexpr (seals) {
+          return writer->checkpoint(held_, owner_.sealed_recovery(recovery), lease_until);
+        } else {
+          return writer->checkpoint(held_, recovery, lease_until);
+        }
+      } catch (...) {
+        failed = true;
+        throw;
+      }
+    }
+
+    Writer* writer = nullptr;
+    bool failed = false;  // the store threw: the step's effect may not be recorded
+
+   private:
+    engine& owner_;
+    fenced_key held_;
+  };
+
+  claim_result claim(std::string_view scope, std::string_view key, const digest& print,
+                     store_time& claimed_at) {
+    claimed_at = clock().wall_now();
+    return store().claim(
+        claim_request{scope, key, print, claimed_at, options_.lease, options_.retention});
+  }
+
+  // The `now` a completion is given: the clock's, unless the store says it does not read it
+  // (reads_completion_time, idem/store/contract.hpp); then the claim's time, and no second
+  // clock read.
+  store_time completion_time(store_time claimed_at) {
+    if constexpr (reads_completion_time<store_type>) {
+      return clock().wall_now();
+    } else {
+      return claimed_at;
+    }
+  }
+
+  // completion::direct: the handler returned `response`; completes the record with it. A
+  // std::string response is stored as it is, without a copy, unless a response codec seals it
+  // or it passes max_response_bytes; anything else is encoded.
+  template <class Response>
+  idempotent_outcome<Response> record_directly(const held_claim& claim, const digest& print,
+                                               Response response) {
+    using outcome_type = idempotent_outcome<Response>;
+    std::string encoded;
+    std::string_view bytes;
+    bool fits = true;
+    bool viewed = false;
+    if constexpr (codec_views_bytes<Response> && !seals) {
+      const std::string_view own = codec<Response>::bytes_of(response);
+      if (own.size() <= options_.max_response_bytes) {
+        bytes = own;
+        viewed = true;
+      }
+    }
+    if (!viewed) {
+      codec<Response>::encode(response, encoded);
+      fits = stored_form(encoded);
+      bytes = encoded;
+    }
+    bool applied = false;
+    try {
+      applied = store().complete(claim.held, bytes, completion_time(claim.claimed_at));
+    } catch (const store_error& error) {
+      // The effect happened; the caller gets its response, and is told it was not stored.
+      return outcome_type::unrecorded(verdict::executed, std::move(response),
+                                      std::string("the response was not stored: ") + error.what(),
+                                      claim.held.fence, claim.resumed);
+    }
+    if (!applied) return answer_lost<Response>(claim.held.scope, claim.held.key, print);
+    if (!fits) {
+      // The caller still gets the response the handler made; repeats get the refusal.
+      return outcome_type::unrecorded(verdict::response_too_large, std::move(response),
+                                      too_large_message(bytes), claim.held.fence, claim.resumed);
+    }
+    return outcome_type::executed(std::move(response), claim.held.fence, claim.resumed);
+  }
+
+  // completion::in_transaction: the handler runs inside the transaction that completes the
+  // record, so its writes and the record commit together. A store failure there rolls both back
+  // and answers store_unavailable or store_full; the claim stays until its lease ends (a commit
+  // whose answer was lost may have gone through, and a release would undo it). The response is
+  // always encoded: complete_within takes the bytes as the std::string produce returns
+  // (idem/store/contract.hpp), and the caller still needs the response itself.
+  template <class Response, class Target, class RunHandler>
+  idempotent_outcome<Response> record_within(const held_claim& claim, const digest& print,
+                                             Target& target, bool& handler_threw,
+                                             RunHandler& run_handler) {
+    using outcome_type = idempotent_outcome<Response>;
+    using transaction_type = typename store_type::transaction;
+    // One context for every call of produce: a store that rolled back and calls again (a
+    // serialization failure) gets the steps of the rolled-back call from memory, so an external
+    // effect a step made is not made again; write the database only outside steps.
+    std::optional<Response> response;
+    bool fits = true;
+    std::string marker;
+    auto produce = [&](transaction_type& transaction) -> std::string {
+      target.writer = &transaction;
+      target.failed = false;
+      handler_threw = false;
+      response.reset();
+      response.emplace(run_handler(transaction));
+      std::string bytes;
+      codec<Response>::encode(*response, bytes);
+      fits = stored_form(bytes);
+      if (!fits) marker = bytes;
+      return bytes;
+    };
+    bool applied = false;
+    try {
+      applied = store().complete_within(claim.held, completion_time(claim.claimed_at), produce);
+    } catch (const store_error& error) {
+      if (handler_threw) throw;
+      return refused<Response>(error, "the handler's transaction did not commit: ");
+    }
+    if (!applied) return answer_lost<Response>(claim.held.scope, claim.held.key, print);
+    if (!fits) {
+      return outcome_type::unrecorded(verdict::response_too_large, std::move(*response),
+                                      too_large_message(marker), claim.held.fence, claim.resumed);
+    }
+    return outcome_type::executed(std::move(*response), claim.held.fence, claim.resumed);
+  }
+
+  // The stored response, decoded; a replay's snapshot is this call's own copy, so a codec that
+  // adopts bytes takes them over.
+  template <class Response>
+  idempotent_outcome<Response> replayed(record& existing) const {
+    using outcome_type = idempotent_outcome<Response>;
+    if constexpr (seals) {
+      std::string plain;
+      options_.response_codec.open(existing.response, plain);
+      return outcome_type::replayed(codec<Response>::decode(plain));
+    } else if constexpr (codec_adopts_bytes<Response>) {
+      return outcome_type::replayed(codec<Response>::adopt(std::move(existing.response)));
+    } else {
+      return outcome_type::replayed(codec<Response>::decode(existing.response));
+    }
+  }
+
+  // The bytes a store keeps for `plain` (an encoded response): sealed by the response codec, or
+  // the too-large marker when they pass max_response_bytes. Answers whether they fit.
+  bool stored_form(std::string& plain) const {
+    if constexpr (seals) {
+      std::string sealed;
+      options_.response_codec.seal(plain, sealed);
+      plain = std::move(sealed);
+    }
+    if (plain.size() > options_.max_response_bytes) {
+      std::string marker(too_large_marker);
+      marker += std::to_string(plain.size());
+      plain = std::move(marker);
+      return false;
+    }
+    return true;
+  }
+
+  // A recovery point as the store keeps it, and back.
+  std::string sealed_recovery(std::string_view plain) const {
+    std::string sealed;
+    options_.response_codec.seal(plain, sealed);
+    return sealed;
+  }
+  std::string opened_recovery(std::string recovery) const {
+    if constexpr (seals) {
+      if (recovery.empty()) return recovery;
+      std::string plain;
+      options_.response_codec.open(recovery, plain);
+      return plain;
+    } else {
+      return recovery;
+    }
+  }
+
+  std::string too_large_message(std::string_view marker) const {
+    return "the response takes " + std::string(marker.substr(too_large_marker.size())) +
+           " bytes to store, more than max_response_bytes (" +
+           std::to_string(options_.max_response_bytes) +
+           "): it was not stored; repeats of this key answer response_too_large and do not run "
+           "again";
+  }
+
+  Options options_;
 };
 
 }  // namespace idem::detail

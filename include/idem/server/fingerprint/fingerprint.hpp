@@ -7,10 +7,10 @@
 // body can never give the same digest.
 //
 // Any HashFunction (xxh3_128, the default; sha256) is a fingerprint policy as it is; wrap it in
-// request_fingerprint to cover headers, or in canonical_json (idem/server/fingerprint/canonical_json.hpp) so that
-// key order and whitespace in a JSON body do not count. A fingerprint that cannot read a
-// request throws std::invalid_argument (json_error is one), and the call's verdict is
-// invalid_request: nothing is claimed.
+// request_fingerprint to cover headers, or in canonical_json
+// (idem/server/fingerprint/canonical_json.hpp) so that key order and whitespace in a JSON body do
+// not count. A fingerprint that cannot read a request throws std::invalid_argument (json_error is
+// one), and the call's verdict is invalid_request: nothing is claimed.
 //
 // The digest is persisted in records, so it must never change for the same request: it is not
 // the per-process keyed hash a memory store buckets by.

@@ -15,6 +15,7 @@
 #ifndef IDEM_SERVER_FINGERPRINT_SHA256_HPP
 #define IDEM_SERVER_FINGERPRINT_SHA256_HPP
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -22,7 +23,6 @@
 #include <span>
 #include <string_view>
 
-#include <idem/detail/algorithm.hpp>
 #include <idem/server/fingerprint/detail/sha256_portable.hpp>
 #include <idem/server/fingerprint/detail/sha256_x86.hpp>
 #include <idem/server/fingerprint/digest.hpp>
@@ -117,7 +117,7 @@ struct sha256 {
       const auto* bytes = static_cast<const unsigned char*>(data);
       message_size_ += size;
       if (pending_size_ != 0) {
-        const std::size_t taken = detail::min(size, detail::sha256_block_size - pending_size_);
+        const std::size_t taken = std::min(size, detail::sha256_block_size - pending_size_);
         std::memcpy(pending_.data() + pending_size_, bytes, taken);
         pending_size_ += taken;
         bytes += taken;
