@@ -55,12 +55,8 @@ struct release_on_failure {
 
 /// A 500 with a short plain-text body, for store_failures_after_effect with http_response.
 struct internal_error_response {
-  // A template only so that the body compiles where it is called: a function that is not a
-  // template builds the header pair from two string literals (instantiating pair's converting
-  // constructor and vector's initializer-list one) wherever this header is included.
-  template <class Response = http_response>
-  Response operator()(const failure_info& /*info*/) const {
-    return Response{500, {{"content-type", "text/plain"}}, "internal error\n"};
+  http_response operator()(const failure_info& /*info*/) const {
+    return http_response{500, {{"content-type", "text/plain"}}, "internal error\n"};
   }
 };
 

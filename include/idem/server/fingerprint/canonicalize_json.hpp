@@ -100,9 +100,7 @@ struct json_document {
   }
 };
 
-// The text of the three literals, as the parser reads them and the writer writes them. (As
-// string_views: std::string::append given a string literal instantiates a check of whether it
-// converts to a string_view, once for each length of literal.)
+// The text of the three literals, as the parser reads them and the writer writes them.
 constexpr std::string_view literal_text(json_kind kind) noexcept {
   switch (kind) {
     case json_kind::false_literal:

@@ -37,12 +37,6 @@ alignas(16) inline constexpr std::array<std::uint32_t, 64> sha256_round_constant
 
 inline constexpr std::size_t sha256_block_size = 64;
 
-/// std::rotr without its template, which every translation unit including this would
-/// instantiate; `bits` is 1 to 31.
-constexpr std::uint32_t rotate_right(std::uint32_t x, int bits) noexcept {
-  return (x >> bits) | (x << (32 - bits));
-}
-
 constexpr std::uint32_t load_big_endian_32(const unsigned char* bytes) noexcept {
   return (std::uint32_t{bytes[0]} << 24) | (std::uint32_t{bytes[1]} << 16) |
          (std::uint32_t{bytes[2]} << 8) | std::uint32_t{bytes[3]};
@@ -80,9 +74,9 @@ constexpr void sha256_compress_portable(sha256_state_words& state, const unsigne
       w[t] = load_big_endian_32(blocks + 4 * t);
     for (std::size_t t = 16; t < 64; ++t) {
       const std::uint32_t s0 =
-          rotate_right(w[t - 15], 7) ^ rotate_right(w[t - 15], 18) ^ (w[t - 15] >> 3);
+          std::rotr(w[t - 15], 7) ^ std::rotr(w[t - 15], 18) ^ (w[t - 15] >> 3);
       const std::uint32_t s1 =
-          rotate_right(w[t - 2], 17) ^ rotate_right(w[t - 2], 19) ^ (w[t - 2] >> 10);
+          std::rotr(w[t - 2], 17) ^ std::rotr(w[t - 2], 19) ^ (w[t - 2] >> 10);
       w[t] = w[t - 16] + s0 + w[t - 7] + s1;
     }
 
@@ -90,11 +84,11 @@ constexpr void sha256_compress_portable(sha256_state_words& state, const unsigne
     std::uint32_t e = state[4], f = state[5], g = state[6], h = state[7];
     for (std::size_t t = 0; t < 64; ++t) {
       const std::uint32_t big_sigma1 =
-          rotate_right(e, 6) ^ rotate_right(e, 11) ^ rotate_right(e, 25);
+          std::rotr(e, 6) ^ std::rotr(e, 11) ^ std::rotr(e, 25);
       const std::uint32_t choose = (e & f) ^ (~e & g);
       const std::uint32_t t1 = h + big_sigma1 + choose + sha256_round_constants[t] + w[t];
       const std::uint32_t big_sigma0 =
-          rotate_right(a, 2) ^ rotate_right(a, 13) ^ rotate_right(a, 22);
+          std::rotr(a, 2) ^ std::rotr(a, 13) ^ std::rotr(a, 22);
       const std::uint32_t majority = (a & b) ^ (a & c) ^ (b & c);
       const std::uint32_t t2 = big_sigma0 + majority;
       h = g;

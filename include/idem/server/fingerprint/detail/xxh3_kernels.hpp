@@ -330,8 +330,6 @@ inline kernel_functions kernel_functions_of(kernel path) noexcept {
 /// is asked once and every later call is a load and an indirect call.
 inline kernel selected_kernel() noexcept {
   static const kernel chosen = [] {
-    // A plain array, not a braced list: std::initializer_list would be instantiated in every
-    // translation unit that includes this header.
     constexpr kernel best_first[] = {kernel::avx2, kernel::sse2};
     for (const kernel path : best_first) {
       if (available(path)) return path;

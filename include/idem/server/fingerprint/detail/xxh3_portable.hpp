@@ -82,11 +82,6 @@ constexpr std::uint32_t byteswap32(std::uint32_t x) noexcept {
   return (x << 24) | ((x << 8) & 0x00ff0000U) | ((x >> 8) & 0x0000ff00U) | (x >> 24);
 }
 
-/// std::rotl without its template, which every translation unit including this would instantiate.
-constexpr std::uint32_t rotate_left32(std::uint32_t x, int bits) noexcept {
-  return (x << bits) | (x >> (32 - bits));
-}
-
 constexpr std::uint64_t byteswap64(std::uint64_t x) noexcept {
   return (std::uint64_t{byteswap32(static_cast<std::uint32_t>(x))} << 32) |
          byteswap32(static_cast<std::uint32_t>(x >> 32));
@@ -172,7 +167,7 @@ inline u128 hash_1to3(const std::uint8_t* input, std::size_t size) noexcept {
   const std::uint32_t combined =
       (std::uint32_t{input[0]} << 16) | (std::uint32_t{input[size >> 1]} << 24) |
       std::uint32_t{input[size - 1]} | (static_cast<std::uint32_t>(size) << 8);
-  const std::uint32_t high_combined = rotate_left32(byteswap32(combined), 13);
+  const std::uint32_t high_combined = std::rotl(byteswap32(combined), 13);
   return {avalanche_xxh64(combined ^ low_key), avalanche_xxh64(high_combined ^ high_key)};
 }
 
