@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include <idem/detail/lazy.hpp>
 #include <idem/server/fingerprint/canonicalize_json.hpp>
 #include <idem/server/fingerprint/digest.hpp>
 #include <idem/server/fingerprint/fingerprint.hpp>
@@ -40,7 +41,10 @@ struct canonical_json {
     // larger than any this thread has seen.
     thread_local std::string canonical;
     canonical.clear();
-    canonicalize_json(request.body, canonical, excluded);
+    // Lazy is void whatever Inner is, but spelled with Inner the call depends on it: clang++
+    // would otherwise convert `excluded` to a span (and instantiate what that takes) in every
+    // translation unit that includes this header, where canonical_json<Inner> is defined.
+    canonicalize_json<detail::lazy_t<Inner, void>>(request.body, canonical, excluded);
     request_view canonical_request = request;
     canonical_request.body = canonical;
     return inner(canonical_request);

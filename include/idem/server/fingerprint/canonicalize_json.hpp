@@ -34,6 +34,8 @@
 #include <utility>
 #include <vector>
 
+#include <idem/detail/lazy.hpp>
+
 namespace idem {
 
 /// The deepest nesting of arrays and objects accepted. Deeper input is refused with json_error
@@ -89,10 +91,11 @@ struct json_node {
   std::uint32_t second;
 };
 
+template <class Lazy = void>
 struct json_document {
-  std::vector<json_node> nodes;
-  std::vector<double> numbers;
-  std::vector<std::uint32_t> member_order;
+  std::vector<lazy_t<Lazy, json_node>> nodes;
+  std::vector<lazy_t<Lazy, double>> numbers;
+  std::vector<lazy_t<Lazy, std::uint32_t>> member_order;
   std::string arena;
 
   std::string_view text(const json_node& node) const noexcept {
@@ -206,9 +209,15 @@ inline int utf16_compare(std::string_view a, std::string_view b) noexcept {
 
 // ---------------------------------------------------------------------------------------------
 // The parser: strict RFC 8259, one pass, recursive descent bounded by max_json_depth.
+//
+// The parser, exclusion_set and canonical_writer, and canonicalize_json itself, are templates
+// whose parameter means nothing (idem/detail/lazy.hpp): a translation unit that includes this
+// header (idem/idem.hpp does) and never canonicalizes then compiles none of it, which is about
+// an eighth of what idem.hpp adds to a typical unit (docs/performance.md, "Compile cost").
+template <class Lazy = void>
 class json_parser {
  public:
-  json_parser(std::string_view input, json_document& document) noexcept
+  json_parser(std::string_view input, json_document<Lazy>& document) noexcept
       : input_(input), document_(document) {}
 
   void parse() {
@@ -631,7 +640,7 @@ class json_parser {
   };
 
   std::string_view input_;
-  json_document& document_;
+  json_document<Lazy>& document_;
   std::size_t position_ = 0;
   // The members of every object still open, innermost last; an object sorts its own on close.
   std::vector<open_member> open_members_;
@@ -747,6 +756,7 @@ inline void append_string(std::string& out, std::string_view text) {
 // ---------------------------------------------------------------------------------------------
 // Exclusion: the excluded JSON Pointers (RFC 6901), split into unescaped reference tokens.
 
+template <class Lazy = void>
 class exclusion_set {
  public:
   struct token {
@@ -761,8 +771,9 @@ class exclusion_set {
   using pointer_index = std::uint32_t;
 
   explicit exclusion_set(std::span<const std::string> pointers) {
-    for (const std::string& pointer : pointers)
-      add(pointer);
+    // By index: a range-for would instantiate span's iterators wherever this header is included.
+    for (std::size_t i = 0; i < pointers.size(); ++i)
+      add(pointers[i]);
   }
 
   std::size_t size() const noexcept { return pointers_.size(); }
@@ -847,9 +858,11 @@ class exclusion_set {
 // keeps the pointers whose tokens so far match the path (a stack of ranges in active_), so a
 // member is checked only against pointers that can still reach it, and not at all when none
 // is excluded.
+template <class Lazy = void>
 class canonical_writer {
  public:
-  canonical_writer(const json_document& document, const exclusion_set& exclusions, std::string& out)
+  canonical_writer(const json_document<Lazy>& document, const exclusion_set<Lazy>& exclusions,
+                   std::string& out)
       : document_(document), exclusions_(exclusions), out_(out) {}
 
   void write() {
@@ -896,7 +909,7 @@ class canonical_writer {
       for (std::size_t a = active_begin; a < active_end; ++a) {
         const pointer_index p = active_[a];
         if (exclusions_.length(p) > depth + 1 &&
-            exclusion_set::matches_element(exclusions_.token_at(p, depth), position)) {
+            exclusion_set<Lazy>::matches_element(exclusions_.token_at(p, depth), position)) {
           active_.push_back(p);
         }
       }
@@ -935,10 +948,12 @@ class canonical_writer {
     out_.push_back('}');
   }
 
-  using pointer_index = exclusion_set::pointer_index;
+  // Named through exclusion_set<Lazy> so that active_'s type depends on Lazy (see
+  // idem/detail/lazy.hpp).
+  using pointer_index = typename exclusion_set<Lazy>::pointer_index;
 
-  const json_document& document_;
-  const exclusion_set& exclusions_;
+  const json_document<Lazy>& document_;
+  const exclusion_set<Lazy>& exclusions_;
   std::string& out_;
   std::vector<pointer_index> active_;
 };
@@ -964,20 +979,22 @@ class canonical_writer {
 ///
 /// Throws json_error for invalid input and std::invalid_argument (json_error's base) for an
 /// invalid pointer, including "" (the whole document). Either way `out` is left as it was.
+template <class Lazy = void>
 inline void canonicalize_json(std::string_view json, std::string& out,
                               std::span<const std::string> excluded = {}) {
-  const detail::exclusion_set exclusions(excluded);
-  detail::json_document document;
-  detail::json_parser(json, document).parse();
+  const detail::exclusion_set<Lazy> exclusions(excluded);
+  detail::json_document<Lazy> document;
+  detail::json_parser<Lazy>(json, document).parse();
   out.reserve(out.size() + json.size());
-  detail::canonical_writer(document, exclusions, out).write();
+  detail::canonical_writer<Lazy>(document, exclusions, out).write();
 }
 
 /// The RFC 8785 canonical form of `json`; see the overload above.
+template <class Lazy = void>
 inline std::string canonicalize_json(std::string_view json,
                                      std::span<const std::string> excluded = {}) {
   std::string out;
-  canonicalize_json(json, out, excluded);
+  canonicalize_json<Lazy>(json, out, excluded);
   return out;
 }
 
