@@ -1678,12 +1678,6 @@ alignas(16) inline constexpr std::array<std::uint32_t, 64> sha256_round_constant
 
 inline constexpr std::size_t sha256_block_size = 64;
 
-/// std::rotr without its template, which every translation unit including this would
-/// instantiate; `bits` is 1 to 31.
-constexpr std::uint32_t rotate_right(std::uint32_t x, int bits) noexcept {
-  return (x >> bits) | (x << (32 - bits));
-}
-
 constexpr std::uint32_t load_big_endian_32(const unsigned char* bytes) noexcept {
   return (std::uint32_t{bytes[0]} << 24) | (std::uint32_t{bytes[1]} << 16) |
          (std::uint32_t{bytes[2]} << 8) | std::uint32_t{bytes[3]};
@@ -1721,9 +1715,9 @@ constexpr void sha256_compress_portable(sha256_state_words& state, const unsigne
       w[t] = load_big_endian_32(blocks + 4 * t);
     for (std::size_t t = 16; t < 64; ++t) {
       const std::uint32_t s0 =
-          rotate_right(w[t - 15], 7) ^ rotate_right(w[t - 15], 18) ^ (w[t - 15] >> 3);
+          std::rotr(w[t - 15], 7) ^ std::rotr(w[t - 15], 18) ^ (w[t - 15] >> 3);
       const std::uint32_t s1 =
-          rotate_right(w[t - 2], 17) ^ rotate_right(w[t - 2], 19) ^ (w[t - 2] >> 10);
+          std::rotr(w[t - 2], 17) ^ std::rotr(w[t - 2], 19) ^ (w[t - 2] >> 10);
       w[t] = w[t - 16] + s0 + w[t - 7] + s1;
     }
 
@@ -1731,11 +1725,11 @@ constexpr void sha256_compress_portable(sha256_state_words& state, const unsigne
     std::uint32_t e = state[4], f = state[5], g = state[6], h = state[7];
     for (std::size_t t = 0; t < 64; ++t) {
       const std::uint32_t big_sigma1 =
-          rotate_right(e, 6) ^ rotate_right(e, 11) ^ rotate_right(e, 25);
+          std::rotr(e, 6) ^ std::rotr(e, 11) ^ std::rotr(e, 25);
       const std::uint32_t choose = (e & f) ^ (~e & g);
       const std::uint32_t t1 = h + big_sigma1 + choose + sha256_round_constants[t] + w[t];
       const std::uint32_t big_sigma0 =
-          rotate_right(a, 2) ^ rotate_right(a, 13) ^ rotate_right(a, 22);
+          std::rotr(a, 2) ^ std::rotr(a, 13) ^ std::rotr(a, 22);
       const std::uint32_t majority = (a & b) ^ (a & c) ^ (b & c);
       const std::uint32_t t2 = big_sigma0 + majority;
       h = g;
@@ -3889,6 +3883,40 @@ T decode(std::string_view bytes) {
 #ifndef IDEM_SERVER_FINGERPRINT_CANONICAL_JSON_HPP
 #define IDEM_SERVER_FINGERPRINT_CANONICAL_JSON_HPP
 
+// begin idem/detail/lazy.hpp
+// The one compile-cost device idem keeps: code that compiles only where it is used.
+//
+// A class that is not a template is compiled in every translation unit that includes it, used
+// or not: its inline members are checked and every standard template they call (a vector's
+// push_back, an unordered_map's operator[], make_shared of its state) is instantiated. Where a
+// header holds a lot of such code that most translation units never use, its classes are
+// templates whose parameter means nothing (`template <class Lazy = void>`, with the public
+// name an alias: `using memory_store = basic_memory_store<>;`), and the members whose types
+// would otherwise be fixed are named through lazy_t, so that even clang++, which instantiates
+// what a call needs as soon as it reads a call that depends on no template parameter, waits
+// until the class is used.
+//
+// Kept only where a measurement shows it saves at least 10% of what #include <idem/idem.hpp>
+// adds to a typical translation unit (docs/performance.md, "Compile cost"): the memory store and
+// the JSON canonicalizer. Everything else is plain code.
+#ifndef IDEM_DETAIL_LAZY_HPP
+#define IDEM_DETAIL_LAZY_HPP
+
+namespace idem::detail {
+
+template <class Lazy, class T>
+struct lazy_type {
+  using type = T;
+};
+
+/// `T` itself, as a type that depends on `Lazy`.
+template <class Lazy, class T>
+using lazy_t = typename lazy_type<Lazy, T>::type;
+
+}  // namespace idem::detail
+
+#endif  // IDEM_DETAIL_LAZY_HPP
+// end idem/detail/lazy.hpp
 // begin idem/server/fingerprint/canonicalize_json.hpp
 // JSON canonicalization (RFC 8785, the JSON Canonicalization Scheme) for fingerprinting bodies.
 //
@@ -3970,10 +3998,11 @@ struct json_node {
   std::uint32_t second;
 };
 
+template <class Lazy = void>
 struct json_document {
-  std::vector<json_node> nodes;
-  std::vector<double> numbers;
-  std::vector<std::uint32_t> member_order;
+  std::vector<lazy_t<Lazy, json_node>> nodes;
+  std::vector<lazy_t<Lazy, double>> numbers;
+  std::vector<lazy_t<Lazy, std::uint32_t>> member_order;
   std::string arena;
 
   std::string_view text(const json_node& node) const noexcept {
@@ -3981,9 +4010,7 @@ struct json_document {
   }
 };
 
-// The text of the three literals, as the parser reads them and the writer writes them. (As
-// string_views: std::string::append given a string literal instantiates a check of whether it
-// converts to a string_view, once for each length of literal.)
+// The text of the three literals, as the parser reads them and the writer writes them.
 constexpr std::string_view literal_text(json_kind kind) noexcept {
   switch (kind) {
     case json_kind::false_literal:
@@ -4089,9 +4116,15 @@ inline int utf16_compare(std::string_view a, std::string_view b) noexcept {
 
 // ---------------------------------------------------------------------------------------------
 // The parser: strict RFC 8259, one pass, recursive descent bounded by max_json_depth.
+//
+// The parser, exclusion_set and canonical_writer, and canonicalize_json itself, are templates
+// whose parameter means nothing (idem/detail/lazy.hpp): a translation unit that includes this
+// header (idem/idem.hpp does) and never canonicalizes then compiles none of it, which is about
+// an eighth of what idem.hpp adds to a typical unit (docs/performance.md, "Compile cost").
+template <class Lazy = void>
 class json_parser {
  public:
-  json_parser(std::string_view input, json_document& document) noexcept
+  json_parser(std::string_view input, json_document<Lazy>& document) noexcept
       : input_(input), document_(document) {}
 
   void parse() {
@@ -4514,7 +4547,7 @@ class json_parser {
   };
 
   std::string_view input_;
-  json_document& document_;
+  json_document<Lazy>& document_;
   std::size_t position_ = 0;
   // The members of every object still open, innermost last; an object sorts its own on close.
   std::vector<open_member> open_members_;
@@ -4630,6 +4663,7 @@ inline void append_string(std::string& out, std::string_view text) {
 // ---------------------------------------------------------------------------------------------
 // Exclusion: the excluded JSON Pointers (RFC 6901), split into unescaped reference tokens.
 
+template <class Lazy = void>
 class exclusion_set {
  public:
   struct token {
@@ -4644,8 +4678,9 @@ class exclusion_set {
   using pointer_index = std::uint32_t;
 
   explicit exclusion_set(std::span<const std::string> pointers) {
-    for (const std::string& pointer : pointers)
-      add(pointer);
+    // By index: a range-for would instantiate span's iterators wherever this header is included.
+    for (std::size_t i = 0; i < pointers.size(); ++i)
+      add(pointers[i]);
   }
 
   std::size_t size() const noexcept { return pointers_.size(); }
@@ -4730,9 +4765,11 @@ class exclusion_set {
 // keeps the pointers whose tokens so far match the path (a stack of ranges in active_), so a
 // member is checked only against pointers that can still reach it, and not at all when none
 // is excluded.
+template <class Lazy = void>
 class canonical_writer {
  public:
-  canonical_writer(const json_document& document, const exclusion_set& exclusions, std::string& out)
+  canonical_writer(const json_document<Lazy>& document, const exclusion_set<Lazy>& exclusions,
+                   std::string& out)
       : document_(document), exclusions_(exclusions), out_(out) {}
 
   void write() {
@@ -4779,7 +4816,7 @@ class canonical_writer {
       for (std::size_t a = active_begin; a < active_end; ++a) {
         const pointer_index p = active_[a];
         if (exclusions_.length(p) > depth + 1 &&
-            exclusion_set::matches_element(exclusions_.token_at(p, depth), position)) {
+            exclusion_set<Lazy>::matches_element(exclusions_.token_at(p, depth), position)) {
           active_.push_back(p);
         }
       }
@@ -4818,10 +4855,12 @@ class canonical_writer {
     out_.push_back('}');
   }
 
-  using pointer_index = exclusion_set::pointer_index;
+  // Named through exclusion_set<Lazy> so that active_'s type depends on Lazy (see
+  // idem/detail/lazy.hpp).
+  using pointer_index = typename exclusion_set<Lazy>::pointer_index;
 
-  const json_document& document_;
-  const exclusion_set& exclusions_;
+  const json_document<Lazy>& document_;
+  const exclusion_set<Lazy>& exclusions_;
   std::string& out_;
   std::vector<pointer_index> active_;
 };
@@ -4847,20 +4886,22 @@ class canonical_writer {
 ///
 /// Throws json_error for invalid input and std::invalid_argument (json_error's base) for an
 /// invalid pointer, including "" (the whole document). Either way `out` is left as it was.
+template <class Lazy = void>
 inline void canonicalize_json(std::string_view json, std::string& out,
                               std::span<const std::string> excluded = {}) {
-  const detail::exclusion_set exclusions(excluded);
-  detail::json_document document;
-  detail::json_parser(json, document).parse();
+  const detail::exclusion_set<Lazy> exclusions(excluded);
+  detail::json_document<Lazy> document;
+  detail::json_parser<Lazy>(json, document).parse();
   out.reserve(out.size() + json.size());
-  detail::canonical_writer(document, exclusions, out).write();
+  detail::canonical_writer<Lazy>(document, exclusions, out).write();
 }
 
 /// The RFC 8785 canonical form of `json`; see the overload above.
+template <class Lazy = void>
 inline std::string canonicalize_json(std::string_view json,
                                      std::span<const std::string> excluded = {}) {
   std::string out;
-  canonicalize_json(json, out, excluded);
+  canonicalize_json<Lazy>(json, out, excluded);
   return out;
 }
 
@@ -5150,11 +5191,6 @@ constexpr std::uint32_t byteswap32(std::uint32_t x) noexcept {
   return (x << 24) | ((x << 8) & 0x00ff0000U) | ((x >> 8) & 0x0000ff00U) | (x >> 24);
 }
 
-/// std::rotl without its template, which every translation unit including this would instantiate.
-constexpr std::uint32_t rotate_left32(std::uint32_t x, int bits) noexcept {
-  return (x << bits) | (x >> (32 - bits));
-}
-
 constexpr std::uint64_t byteswap64(std::uint64_t x) noexcept {
   return (std::uint64_t{byteswap32(static_cast<std::uint32_t>(x))} << 32) |
          byteswap32(static_cast<std::uint32_t>(x >> 32));
@@ -5240,7 +5276,7 @@ inline u128 hash_1to3(const std::uint8_t* input, std::size_t size) noexcept {
   const std::uint32_t combined =
       (std::uint32_t{input[0]} << 16) | (std::uint32_t{input[size >> 1]} << 24) |
       std::uint32_t{input[size - 1]} | (static_cast<std::uint32_t>(size) << 8);
-  const std::uint32_t high_combined = rotate_left32(byteswap32(combined), 13);
+  const std::uint32_t high_combined = std::rotl(byteswap32(combined), 13);
   return {avalanche_xxh64(combined ^ low_key), avalanche_xxh64(high_combined ^ high_key)};
 }
 
@@ -5746,8 +5782,6 @@ inline kernel_functions kernel_functions_of(kernel path) noexcept {
 /// is asked once and every later call is a load and an indirect call.
 inline kernel selected_kernel() noexcept {
   static const kernel chosen = [] {
-    // A plain array, not a braced list: std::initializer_list would be instantiated in every
-    // translation unit that includes this header.
     constexpr kernel best_first[] = {kernel::avx2, kernel::sse2};
     for (const kernel path : best_first) {
       if (available(path)) return path;
@@ -6086,7 +6120,10 @@ struct canonical_json {
     // larger than any this thread has seen.
     thread_local std::string canonical;
     canonical.clear();
-    canonicalize_json(request.body, canonical, excluded);
+    // Lazy is void whatever Inner is, but spelled with Inner the call depends on it: clang++
+    // would otherwise convert `excluded` to a span (and instantiate what that takes) in every
+    // translation unit that includes this header, where canonical_json<Inner> is defined.
+    canonicalize_json<detail::lazy_t<Inner, void>>(request.body, canonical, excluded);
     request_view canonical_request = request;
     canonical_request.body = canonical;
     return inner(canonical_request);
@@ -6394,12 +6431,8 @@ struct release_on_failure {
 
 /// A 500 with a short plain-text body, for store_failures_after_effect with http_response.
 struct internal_error_response {
-  // A template only so that the body compiles where it is called: a function that is not a
-  // template builds the header pair from two string literals (instantiating pair's converting
-  // constructor and vector's initializer-list one) wherever this header is included.
-  template <class Response = http_response>
-  Response operator()(const failure_info& /*info*/) const {
-    return Response{500, {{"content-type", "text/plain"}}, "internal error\n"};
+  http_response operator()(const failure_info& /*info*/) const {
+    return http_response{500, {{"content-type", "text/plain"}}, "internal error\n"};
   }
 };
 
