@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 #include <idem/idem.hpp>
 
-#include "../support/scripted_words.hpp"
+#include "support/scripted_words.hpp"
 
 #include <algorithm>
 #include <array>

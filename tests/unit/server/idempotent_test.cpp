@@ -4,7 +4,7 @@
 
 #include <idem/idem.hpp>
 
-#include "../support/forwarding_store.hpp"
+#include "support/forwarding_store.hpp"
 
 #include <functional>
 #include <set>

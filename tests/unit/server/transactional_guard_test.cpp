@@ -7,7 +7,7 @@
 #include <idem/idem.hpp>
 #include <idem/store/locked.hpp>
 
-#include "../support/forwarding_store.hpp"
+#include "support/forwarding_store.hpp"
 
 #include <functional>
 #include <map>
