@@ -3938,10 +3938,17 @@ using lazy_t = typename lazy_type<Lazy, T>::type;
 // they are scalar values with one UTF-8 and one UTF-16 form, so their canonical form is defined,
 // and refusing them would reject request bodies for no gain. Numbers that underflow to zero are
 // zero, as ECMAScript reads them.
+//
+// The machinery is in json/: the document (document.hpp), UTF-8 and UTF-16 (utf8.hpp), the
+// parser (parser.hpp), the excluded pointers (exclusions.hpp) and the writer (writer.hpp).
 #ifndef IDEM_SERVER_FINGERPRINT_CANONICALIZE_JSON_HPP
 #define IDEM_SERVER_FINGERPRINT_CANONICALIZE_JSON_HPP
 
-#include <charconv>
+// begin idem/server/fingerprint/json/document.hpp
+// The parsed JSON document the canonicalizer works on
+// (idem/server/fingerprint/canonicalize_json.hpp), and the error it throws for input it refuses.
+#ifndef IDEM_SERVER_FINGERPRINT_JSON_DOCUMENT_HPP
+#define IDEM_SERVER_FINGERPRINT_JSON_DOCUMENT_HPP
 
 namespace idem {
 
@@ -4021,6 +4028,144 @@ constexpr std::string_view literal_text(json_kind kind) noexcept {
       return "null";
   }
 }
+
+}  // namespace detail
+
+}  // namespace idem
+
+#endif  // IDEM_SERVER_FINGERPRINT_JSON_DOCUMENT_HPP
+// end idem/server/fingerprint/json/document.hpp
+// begin idem/server/fingerprint/json/exclusions.hpp
+// The JSON Pointers (RFC 6901) a canonical form leaves out, split into unescaped reference tokens.
+#ifndef IDEM_SERVER_FINGERPRINT_JSON_EXCLUSIONS_HPP
+#define IDEM_SERVER_FINGERPRINT_JSON_EXCLUSIONS_HPP
+
+namespace idem {
+
+namespace detail {
+
+// ---------------------------------------------------------------------------------------------
+// Exclusion: the excluded JSON Pointers (RFC 6901), split into unescaped reference tokens.
+
+template <class Lazy = void>
+class exclusion_set {
+ public:
+  struct token {
+    std::uint32_t offset;  // into text_
+    std::uint32_t length;
+    bool wildcard;
+    std::uint64_t array_index;  // not_an_index unless the token is an RFC 6901 array index
+  };
+  static constexpr std::uint64_t not_an_index = std::numeric_limits<std::uint64_t>::max();
+
+  // The index of a pointer, in the order given.
+  using pointer_index = std::uint32_t;
+
+  explicit exclusion_set(std::span<const std::string> pointers) {
+    // By index: a range-for would instantiate span's iterators wherever this header is included.
+    for (std::size_t i = 0; i < pointers.size(); ++i)
+      add(pointers[i]);
+  }
+
+  std::size_t size() const noexcept { return pointers_.size(); }
+  std::size_t length(pointer_index pointer) const noexcept {
+    return pointers_[pointer].token_count;
+  }
+  const token& token_at(pointer_index pointer, std::size_t depth) const noexcept {
+    return tokens_[pointers_[pointer].first_token + depth];
+  }
+  bool matches_member(const token& t, std::string_view name) const noexcept {
+    return t.wildcard || std::string_view(text_).substr(t.offset, t.length) == name;
+  }
+  static bool matches_element(const token& t, std::size_t index) noexcept {
+    return t.wildcard || t.array_index == index;
+  }
+
+ private:
+  [[noreturn]] static void reject(const std::string& pointer, const char* why) {
+    throw std::invalid_argument("idem::canonicalize_json: excluded pointer \"" + pointer + "\" " +
+                                why);
+  }
+
+  void add(const std::string& pointer) {
+    if (pointer.empty()) {
+      reject(pointer, "names the whole document, which cannot be left out");
+    }
+    if (pointer.front() != '/') {
+      reject(pointer, "must start with '/' (RFC 6901; the URI fragment form is not accepted)");
+    }
+    const auto first = static_cast<std::uint32_t>(tokens_.size());
+    std::size_t i = 1;
+    for (;;) {
+      const std::size_t begin = text_.size();
+      bool escaped = false;
+      for (; i < pointer.size() && pointer[i] != '/'; ++i) {
+        if (pointer[i] != '~') {
+          text_.push_back(pointer[i]);
+          continue;
+        }
+        const char next = i + 1 < pointer.size() ? pointer[i + 1] : '\0';
+        if (next != '0' && next != '1') reject(pointer, "has a '~' not followed by '0' or '1'");
+        text_.push_back(next == '0' ? '~' : '/');
+        escaped = true;
+        ++i;
+      }
+      const std::string_view name = std::string_view(text_).substr(begin);
+      tokens_.push_back(token{static_cast<std::uint32_t>(begin),
+                              static_cast<std::uint32_t>(name.size()), !escaped && name == "*",
+                              array_index(name)});
+      if (i == pointer.size()) break;
+      ++i;  // '/'
+    }
+    pointers_.push_back(
+        tokens_of_pointer{first, static_cast<std::uint32_t>(tokens_.size() - first)});
+  }
+
+  // RFC 6901 §4: "0", or digits without a leading zero. ("-", the element after the last, never
+  // names an existing one.)
+  static std::uint64_t array_index(std::string_view name) noexcept {
+    if (name.empty() || name.size() > 18 || (name.size() > 1 && name.front() == '0')) {
+      return not_an_index;
+    }
+    std::uint64_t index = 0;
+    for (const char c : name) {
+      if (c < '0' || c > '9') return not_an_index;
+      index = index * 10 + static_cast<std::uint64_t>(c - '0');
+    }
+    return index;
+  }
+
+  struct tokens_of_pointer {
+    std::uint32_t first_token;  // in tokens_
+    std::uint32_t token_count;
+  };
+
+  std::string text_;
+  std::vector<token> tokens_;
+  std::vector<tokens_of_pointer> pointers_;
+};
+
+}  // namespace detail
+
+}  // namespace idem
+
+#endif  // IDEM_SERVER_FINGERPRINT_JSON_EXCLUSIONS_HPP
+// end idem/server/fingerprint/json/exclusions.hpp
+// begin idem/server/fingerprint/json/parser.hpp
+// The canonicalizer's JSON parser: strict RFC 8259 and I-JSON, one pass into a json_document.
+#ifndef IDEM_SERVER_FINGERPRINT_JSON_PARSER_HPP
+#define IDEM_SERVER_FINGERPRINT_JSON_PARSER_HPP
+
+#include <charconv>
+
+// begin idem/server/fingerprint/json/utf8.hpp
+// UTF-8 decoding and encoding, and the UTF-16 order RFC 8785 sorts member names in.
+#ifndef IDEM_SERVER_FINGERPRINT_JSON_UTF8_HPP
+#define IDEM_SERVER_FINGERPRINT_JSON_UTF8_HPP
+
+namespace idem {
+
+namespace detail {
 
 // ---------------------------------------------------------------------------------------------
 // UTF-8 and UTF-16.
@@ -4113,6 +4258,17 @@ inline int utf16_compare(std::string_view a, std::string_view b) noexcept {
   if (first_unit(x) != first_unit(y)) return first_unit(x) < first_unit(y) ? -1 : 1;
   return x < y ? -1 : 1;
 }
+
+}  // namespace detail
+
+}  // namespace idem
+
+#endif  // IDEM_SERVER_FINGERPRINT_JSON_UTF8_HPP
+// end idem/server/fingerprint/json/utf8.hpp
+
+namespace idem {
+
+namespace detail {
 
 // ---------------------------------------------------------------------------------------------
 // The parser: strict RFC 8259, one pass, recursive descent bounded by max_json_depth.
@@ -4553,6 +4709,22 @@ class json_parser {
   std::vector<open_member> open_members_;
 };
 
+}  // namespace detail
+
+}  // namespace idem
+
+#endif  // IDEM_SERVER_FINGERPRINT_JSON_PARSER_HPP
+// end idem/server/fingerprint/json/parser.hpp
+// begin idem/server/fingerprint/json/writer.hpp
+// The canonical form written out (RFC 8785 §3.2): numbers as ECMAScript prints them, strings with
+// only the escapes JSON requires, members in UTF-16 order, excluded members left out.
+#ifndef IDEM_SERVER_FINGERPRINT_JSON_WRITER_HPP
+#define IDEM_SERVER_FINGERPRINT_JSON_WRITER_HPP
+
+namespace idem {
+
+namespace detail {
+
 // ---------------------------------------------------------------------------------------------
 // Serialization.
 
@@ -4660,107 +4832,6 @@ inline void append_string(std::string& out, std::string_view text) {
   out.push_back('"');
 }
 
-// ---------------------------------------------------------------------------------------------
-// Exclusion: the excluded JSON Pointers (RFC 6901), split into unescaped reference tokens.
-
-template <class Lazy = void>
-class exclusion_set {
- public:
-  struct token {
-    std::uint32_t offset;  // into text_
-    std::uint32_t length;
-    bool wildcard;
-    std::uint64_t array_index;  // not_an_index unless the token is an RFC 6901 array index
-  };
-  static constexpr std::uint64_t not_an_index = std::numeric_limits<std::uint64_t>::max();
-
-  // The index of a pointer, in the order given.
-  using pointer_index = std::uint32_t;
-
-  explicit exclusion_set(std::span<const std::string> pointers) {
-    // By index: a range-for would instantiate span's iterators wherever this header is included.
-    for (std::size_t i = 0; i < pointers.size(); ++i)
-      add(pointers[i]);
-  }
-
-  std::size_t size() const noexcept { return pointers_.size(); }
-  std::size_t length(pointer_index pointer) const noexcept {
-    return pointers_[pointer].token_count;
-  }
-  const token& token_at(pointer_index pointer, std::size_t depth) const noexcept {
-    return tokens_[pointers_[pointer].first_token + depth];
-  }
-  bool matches_member(const token& t, std::string_view name) const noexcept {
-    return t.wildcard || std::string_view(text_).substr(t.offset, t.length) == name;
-  }
-  static bool matches_element(const token& t, std::size_t index) noexcept {
-    return t.wildcard || t.array_index == index;
-  }
-
- private:
-  [[noreturn]] static void reject(const std::string& pointer, const char* why) {
-    throw std::invalid_argument("idem::canonicalize_json: excluded pointer \"" + pointer + "\" " +
-                                why);
-  }
-
-  void add(const std::string& pointer) {
-    if (pointer.empty()) {
-      reject(pointer, "names the whole document, which cannot be left out");
-    }
-    if (pointer.front() != '/') {
-      reject(pointer, "must start with '/' (RFC 6901; the URI fragment form is not accepted)");
-    }
-    const auto first = static_cast<std::uint32_t>(tokens_.size());
-    std::size_t i = 1;
-    for (;;) {
-      const std::size_t begin = text_.size();
-      bool escaped = false;
-      for (; i < pointer.size() && pointer[i] != '/'; ++i) {
-        if (pointer[i] != '~') {
-          text_.push_back(pointer[i]);
-          continue;
-        }
-        const char next = i + 1 < pointer.size() ? pointer[i + 1] : '\0';
-        if (next != '0' && next != '1') reject(pointer, "has a '~' not followed by '0' or '1'");
-        text_.push_back(next == '0' ? '~' : '/');
-        escaped = true;
-        ++i;
-      }
-      const std::string_view name = std::string_view(text_).substr(begin);
-      tokens_.push_back(token{static_cast<std::uint32_t>(begin),
-                              static_cast<std::uint32_t>(name.size()), !escaped && name == "*",
-                              array_index(name)});
-      if (i == pointer.size()) break;
-      ++i;  // '/'
-    }
-    pointers_.push_back(
-        tokens_of_pointer{first, static_cast<std::uint32_t>(tokens_.size() - first)});
-  }
-
-  // RFC 6901 §4: "0", or digits without a leading zero. ("-", the element after the last, never
-  // names an existing one.)
-  static std::uint64_t array_index(std::string_view name) noexcept {
-    if (name.empty() || name.size() > 18 || (name.size() > 1 && name.front() == '0')) {
-      return not_an_index;
-    }
-    std::uint64_t index = 0;
-    for (const char c : name) {
-      if (c < '0' || c > '9') return not_an_index;
-      index = index * 10 + static_cast<std::uint64_t>(c - '0');
-    }
-    return index;
-  }
-
-  struct tokens_of_pointer {
-    std::uint32_t first_token;  // in tokens_
-    std::uint32_t token_count;
-  };
-
-  std::string text_;
-  std::vector<token> tokens_;
-  std::vector<tokens_of_pointer> pointers_;
-};
-
 // Writes a parsed document canonically, leaving out excluded members. While it descends, it
 // keeps the pointers whose tokens so far match the path (a stack of ranges in active_), so a
 // member is checked only against pointers that can still reach it, and not at all when none
@@ -4866,6 +4937,13 @@ class canonical_writer {
 };
 
 }  // namespace detail
+
+}  // namespace idem
+
+#endif  // IDEM_SERVER_FINGERPRINT_JSON_WRITER_HPP
+// end idem/server/fingerprint/json/writer.hpp
+
+namespace idem {
 
 /// Appends the RFC 8785 canonical form of `json` to `out`.
 ///
