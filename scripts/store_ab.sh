@@ -61,7 +61,10 @@ export_headers "$rev_b" "$work/b"
 # g++ may take to mean A's copy when the two files are alike.
 while IFS= read -r -d '' header; do
   guard="IDEM_AB_B_$(printf '%s' "${header#"$work/b/include/"}" | tr -c 'A-Za-z0-9' '_')"
+  # Include guards (IDEM_<PATH>_HPP) get B's own names; a version from before them had
+  # #pragma once, which becomes a guard of B's.
   sed -i -e "s#^\#include <idem/\(.*\)>#\#include \"$work/b/include/idem/\1\"#" \
+    -e "s/\bIDEM_\([A-Z0-9_]*_HPP\)\b/IDEM_AB_B_\1/g" \
     -e "s/^#pragma once\$/#ifndef $guard\n#define $guard/" "$header"
   grep -q "^#define $guard\$" "$header" && printf '#endif\n' >>"$header"
 done < <(find "$work/b/include" -name '*.hpp' -print0)
