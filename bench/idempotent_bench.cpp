@@ -348,7 +348,7 @@ void idempotent_cost_absl_hash(benchmark::State& state) {
 
 void idempotent_cost_epoch_pin(benchmark::State& state) {
   for (auto _ : state) {
-    const idem::detail::epoch_guard pinned;
+    const idem::detail::epoch_guard<> pinned;
     benchmark::ClobberMemory();
   }
 }

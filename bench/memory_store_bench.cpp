@@ -636,7 +636,7 @@ class claim_floor_table {
     const peer_request request(input);
     const std::string_view id = composite_key(input.scope, input.key);
     std::uint64_t hash = 0;
-    std::optional<idem::detail::epoch_guard> pinned;
+    std::optional<idem::detail::epoch_guard<>> pinned;
     if constexpr (Kind != floor_kind::plain) {
       hash = idem::detail::memory::bucket_hash(hash_key_, input.scope, input.key);
       pinned.emplace();
@@ -1091,7 +1091,7 @@ struct scaling_fixture {
 // does before it measures).
 void drain_retired() {
   for (int i = 0; i < 3; ++i)
-    idem::detail::epoch_participant::local().collect();
+    idem::detail::epoch_participant<>::local().collect();
 }
 
 // N completed records with 64-byte responses, keys 0..N-1; the keys after N are the fresh ones.

@@ -41,7 +41,9 @@ namespace idem {
 // The server side's defaults, defined in the headers idem/server/idempotent.hpp and
 // idem/server/inbox.hpp include: idem/store/memory.hpp, idem/server/fingerprint/xxh3.hpp,
 // idem/server/failure.hpp, idem/server/response_codec.hpp.
-class memory_store;
+template <class Lazy>
+class basic_memory_store;
+using memory_store = basic_memory_store<void>;
 struct xxh3_128;
 struct release_on_failure;
 struct plain_response_codec;

@@ -35,7 +35,7 @@ TEST_CASE("a completed record costs its bytes plus a bounded overhead", "[memory
   // Replaced nodes wait for epoch reclamation, which collects in amortised batches; with no
   // other thread pinned, three collections advance the epoch far enough to free them all.
   for (int i = 0; i < 3; ++i)
-    idem::detail::epoch_participant::local().collect();
+    idem::detail::epoch_participant<>::local().collect();
   const std::ptrdiff_t held = idem_test::live_heap_bytes() - before;
 
   const std::size_t payload =

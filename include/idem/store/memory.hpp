@@ -53,6 +53,7 @@
 #include <string_view>
 #include <vector>
 
+#include <idem/detail/lazy.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/memory/bucket_array.hpp>
 #include <idem/store/memory/bucket_hash.hpp>
@@ -66,8 +67,13 @@
 
 namespace idem {
 
-class memory_store {
-  using node = detail::memory::node;
+// memory_store is basic_memory_store<>. The parameter means nothing: it is there so that the
+// store compiles only in a translation unit that uses it (idem/detail/lazy.hpp), as do its
+// parts, templates for the same reason. idem/policies.hpp declares both names too.
+template <class Lazy = void>
+class basic_memory_store {
+  // Through lazy_t, so that calls of node's functions depend on Lazy (idem/detail/lazy.hpp).
+  using node = detail::lazy_t<Lazy, detail::memory::node>;
   using node_state = detail::memory::node_state;
   using position = detail::memory::position;
 
@@ -108,8 +114,8 @@ class memory_store {
   /// The longest scope, and the longest key, a record holds.
   static constexpr std::size_t max_id_bytes = std::numeric_limits<std::uint16_t>::max();
 
-  memory_store() : memory_store(limits{}) {}
-  explicit memory_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
+  basic_memory_store() : basic_memory_store(limits{}) {}
+  explicit basic_memory_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
 
   claim_result claim(const claim_request& request) {
     if (request.scope.size() > max_id_bytes || request.key.size() > max_id_bytes) {
@@ -138,7 +144,7 @@ class memory_store {
     };
     node* fresh = nullptr;  // made and counted for an absent key, not yet linked
 
-    detail::epoch_guard guard;
+    detail::epoch_guard<Lazy> guard;
     for (;;) {
       const position at = detail::memory::search(head, hint, request.scope, request.key, guard);
       if (at.found) {
@@ -237,7 +243,7 @@ class memory_store {
     state& s = *state_;
     const std::uint64_t hash = s.hash_of(scope, key);
     shard& home = s.shard_for(hash);
-    detail::epoch_guard guard;
+    detail::epoch_guard<Lazy> guard;
     const position at = detail::memory::search(home.buckets[hash & home.mask],
                                                detail::memory::hint_of(hash), scope, key, guard);
     if (!at.found) return std::nullopt;
@@ -257,9 +263,9 @@ class memory_store {
   }
 
   std::vector<record> stuck(store_time now, std::size_t limit) const {
-    std::vector<record> out;
+    detail::lazy_t<Lazy, std::vector<record>> out;
     const std::int64_t at = detail::memory::to_ns(now);
-    detail::epoch_guard guard;
+    detail::epoch_guard<Lazy> guard;
     for (const shard& each : state_->shards) {
       for (std::size_t b = 0; b <= each.mask; ++b) {
         for (node* n = detail::memory::pointer(each.buckets[b].load(std::memory_order_acquire));
@@ -288,7 +294,7 @@ class memory_store {
   struct alignas(64) shard {
     std::atomic<std::uintptr_t>* buckets = nullptr;  // this shard's part of state::links
     std::size_t mask = 0;
-    detail::memory::expiry_schedule tickets;
+    detail::memory::expiry_schedule<Lazy> tickets;
   };
 
   static constexpr std::size_t shard_count = 64;
@@ -334,9 +340,9 @@ class memory_store {
       return shards[hash >> detail::memory::shard_shift];
     }
 
-    detail::memory::record_counters counts;
+    detail::memory::record_counters<Lazy> counts;
     detail::siphash_key hash_key;
-    detail::memory::scope_caps caps;
+    detail::memory::scope_caps<Lazy> caps;
     std::vector<shard> shards;
     detail::memory::bucket_array links;
   };
@@ -345,7 +351,7 @@ class memory_store {
   // back what they counted.
   std::size_t remove_expired(shard& home, std::size_t bucket, std::int64_t now) {
     state& s = *state_;
-    return detail::memory::remove_expired(home.buckets[bucket], now, [&s](const node& gone) {
+    return detail::memory::remove_expired<Lazy>(home.buckets[bucket], now, [&s](const node& gone) {
       s.counts.forget_record(gone.id_size() + gone.payload_size());
       s.caps.give_back(gone.scope(), gone.expires_at);
     });
@@ -410,7 +416,7 @@ class memory_store {
     shard& home = s.shard_for(hash);
     std::atomic<std::uintptr_t>& head = home.buckets[hash & home.mask];
     const std::uint16_t hint = detail::memory::hint_of(hash);
-    detail::epoch_guard guard;
+    detail::epoch_guard<Lazy> guard;
     for (;;) {
       const position at = detail::memory::search(head, hint, held.scope, held.key, guard);
       if (!at.found) return false;
@@ -437,6 +443,8 @@ class memory_store {
 
   std::shared_ptr<state> state_;
 };
+
+using memory_store = basic_memory_store<>;
 
 }  // namespace idem
 

@@ -117,7 +117,7 @@ TEST_CASE("a thread counts alone in its stripe, and threads past the 64th or lat
     claimers.emplace_back([&, t] {
       const auto key = [t](int i) { return std::to_string(t) + "/" + std::to_string(i); };
       store.claim({"s", key(0), print(1), start, 30s, 1h});
-      numbers[static_cast<std::size_t>(t)] = idem::detail::memory::stripe_lease::mine();
+      numbers[static_cast<std::size_t>(t)] = idem::detail::memory::stripe_lease<>::mine();
       all_counting.arrive_and_wait();  // every thread holds what it drew until all have drawn
       for (int i = 1; i < per_thread; ++i)
         store.claim({"s", key(i), print(1), start, 30s, 1h});
@@ -154,7 +154,7 @@ TEST_CASE("a thread counts alone in its stripe, and threads past the 64th or lat
         for (int i = 0; i < 50; ++i)
           store.claim({"s", "w" + std::to_string(wave * 8 + t) + "/" + std::to_string(i), print(1),
                        start, 30s, 1h});
-        drawn[static_cast<std::size_t>(t)] = idem::detail::memory::stripe_lease::mine();
+        drawn[static_cast<std::size_t>(t)] = idem::detail::memory::stripe_lease<>::mine();
       });
     }
     for (std::thread& thread : later)
@@ -255,7 +255,7 @@ TEST_CASE("a thread paused inside an operation does not stop the others",
   std::atomic<bool> go_on{false};
   // Holding an epoch pin is what a thread preempted in the middle of claim or find looks like.
   std::thread sleeper([&] {
-    idem::detail::epoch_guard pinned;
+    idem::detail::epoch_guard<> pinned;
     (void)store.find("s", "k0", start);
     paused = true;
     while (!go_on)

@@ -6,6 +6,9 @@
 // search its bins for the next (measured: 855 against 358 ns a first call). Classes are the
 // sizes 16k + 8, which glibc serves from chunks of 16(k + 1) bytes, so rounding a request up to
 // its class takes no more memory than malloc would; at most 64 KiB a thread is kept.
+//
+// A template whose parameter means nothing, so that it compiles only where the memory store is
+// used (idem/detail/lazy.hpp): block_cache<> is the cache.
 #ifndef IDEM_STORE_MEMORY_BLOCK_CACHE_HPP
 #define IDEM_STORE_MEMORY_BLOCK_CACHE_HPP
 
@@ -14,8 +17,11 @@
 #include <new>
 #include <vector>
 
+#include <idem/detail/lazy.hpp>
+
 namespace idem::detail::memory {
 
+template <class Lazy = void>
 class block_cache {
  public:
   static constexpr std::size_t largest = 1024 - 8;
@@ -80,7 +86,7 @@ class block_cache {
     return flag;
   }
 
-  std::array<std::vector<void*>, bins> bins_;
+  std::array<lazy_t<Lazy, std::vector<void*>>, bins> bins_;
   std::size_t held_ = 0;
 };
 

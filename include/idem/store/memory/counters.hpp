@@ -29,6 +29,9 @@ namespace idem::detail::memory {
 /// counts with atomic read-modify-writes in a line of its own.
 inline constexpr std::size_t shared_stripe = 64;
 
+/// A template whose parameter means nothing, so that it compiles only where the memory store is
+/// used (idem/detail/lazy.hpp): stripe_lease<> is the lease.
+template <class Lazy = void>
 class stripe_lease {
  public:
   /// The calling thread's stripe number: below shared_stripe if it holds one of its own.
@@ -81,6 +84,8 @@ class stripe_lease {
 };
 
 /// A store's records and bytes (scope + key + response + recovery bytes of every record held).
+/// A template for the same reason as stripe_lease: record_counters<> is the counters.
+template <class Lazy = void>
 class record_counters {
  public:
   struct totals {
@@ -176,7 +181,7 @@ class record_counters {
   };
   counter counter_for() noexcept {
     if (bounded_) return {global_, false};
-    const std::size_t stripe = stripe_lease::mine();
+    const std::size_t stripe = stripe_lease<Lazy>::mine();
     if (stripe == shared_stripe) [[unlikely]]
       return {global_, false};
     return {stripes_[stripe], true};

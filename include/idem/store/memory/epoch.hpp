@@ -10,6 +10,9 @@
 // One domain for the process: thread slots are registered once and reused after a thread
 // exits, and what a thread retired but could not free yet is handed to the domain at exit and
 // freed by later passes (or when the process ends).
+//
+// Templates whose parameter means nothing, so that they compile only where the memory store is
+// used (idem/detail/lazy.hpp): epoch_guard<> is the guard.
 #ifndef IDEM_STORE_MEMORY_EPOCH_HPP
 #define IDEM_STORE_MEMORY_EPOCH_HPP
 
@@ -23,6 +26,7 @@
 
 namespace idem::detail {
 
+template <class Lazy = void>
 class epoch_domain {
  public:
   struct retired {
@@ -113,15 +117,18 @@ class epoch_domain {
 };
 
 // A thread's membership: its slot, and what it retired and has not freed yet.
+template <class Lazy = void>
 class epoch_participant {
+  using domain_type = epoch_domain<Lazy>;
+
  public:
   static constexpr std::size_t collect_every = 64;
 
-  epoch_participant() : slot_(epoch_domain::instance().acquire_slot()) {}
+  epoch_participant() : slot_(domain_type::instance().acquire_slot()) {}
   ~epoch_participant() {
-    epoch_domain& domain = epoch_domain::instance();
+    domain_type& domain = domain_type::instance();
     domain.try_advance();
-    epoch_domain::free_older(retired_, domain.current() - 1);
+    domain_type::free_older(retired_, domain.current() - 1);
     if (!retired_.empty()) domain.adopt(retired_);
     slot_->state.store(0, std::memory_order_release);
     slot_->in_use.store(false, std::memory_order_release);
@@ -136,14 +143,14 @@ class epoch_participant {
 
   void pin() noexcept {
     if (depth_++ > 0) return;
-    epoch_domain& domain = epoch_domain::instance();
+    domain_type& domain = domain_type::instance();
     std::uint64_t epoch = domain.current();
     // Publish the pin, then check the epoch did not move meanwhile: an advance that scanned the
     // slots before the pin was visible could otherwise leave this thread pinned two epochs
     // behind. seq_cst orders the publication before every load of the structure that follows.
     for (;;) {
       slot_->state.store((epoch << 1) | 1, std::memory_order_seq_cst);
-      const std::uint64_t now = epoch_domain::instance().current_seq_cst();
+      const std::uint64_t now = domain_type::instance().current_seq_cst();
       if (now == epoch) break;
       epoch = now;
     }
@@ -162,12 +169,12 @@ class epoch_participant {
   }
 
   void collect() {
-    epoch_domain& domain = epoch_domain::instance();
+    domain_type& domain = domain_type::instance();
     const std::uint64_t epoch = domain.try_advance();
     // Tagged at e, an object may still be seen by a thread pinned at e; every such thread has
     // unpinned once the epoch reached e + 2.
     const std::size_t held = retired_.size();
-    epoch_domain::free_older(retired_, epoch - 1);
+    domain_type::free_older(retired_, epoch - 1);
     domain.free_orphans(epoch - 1);
     // Each collection advances the epoch by at most one step, so what it frees was retired two
     // collections ago: collecting every collect_every retirements keeps the list near three
@@ -181,17 +188,18 @@ class epoch_participant {
   }
 
  private:
-  epoch_domain::slot* slot_;
+  typename domain_type::slot* slot_;
   int depth_ = 0;
   std::uint64_t pinned_ = 0;
   std::size_t next_collect_ = collect_every;
-  std::vector<epoch_domain::retired> retired_;
+  std::vector<typename domain_type::retired> retired_;
 };
 
 // Pins the calling thread for one operation.
+template <class Lazy = void>
 class epoch_guard {
  public:
-  epoch_guard() noexcept : participant_(epoch_participant::local()) { participant_.pin(); }
+  epoch_guard() noexcept : participant_(epoch_participant<Lazy>::local()) { participant_.pin(); }
   ~epoch_guard() { participant_.unpin(); }
   epoch_guard(const epoch_guard&) = delete;
   epoch_guard& operator=(const epoch_guard&) = delete;
@@ -203,7 +211,7 @@ class epoch_guard {
   void retire(void* object, void (*destroy)(void*)) { participant_.retire(object, destroy); }
 
  private:
-  epoch_participant& participant_;
+  epoch_participant<Lazy>& participant_;
 };
 
 }  // namespace idem::detail

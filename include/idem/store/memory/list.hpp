@@ -61,13 +61,14 @@ struct position {
 /// Unlinks a marked node from `previous`, which held `link` to it, pointing `previous` past it
 /// to `next` (the node's own link), and retires it. False when `previous` changed meanwhile:
 /// the caller walks its chain again.
+template <class Lazy>
 inline bool unlink(std::atomic<std::uintptr_t>* previous, std::uintptr_t link, std::uintptr_t next,
-                   epoch_guard& guard) {
+                   epoch_guard<Lazy>& guard) {
   std::uintptr_t expected = link;
   if (!previous->compare_exchange_strong(expected, next & ~mark_bit, std::memory_order_acq_rel)) {
     return false;
   }
-  guard.retire(pointer(link), &node::destroy_erased);
+  guard.retire(pointer(link), &node::destroy_erased<Lazy>);
   return true;
 }
 
@@ -76,8 +77,9 @@ inline bool unlink(std::atomic<std::uintptr_t>* previous, std::uintptr_t link, s
 /// it. A node found was unmarked when its link was read, so it was the record then. When the
 /// key is absent, the node returned may be one only its link's hint was read of (possibly
 /// marked): inserting before it is still correct, as the list needs only `previous` unmarked.
+template <class Lazy>
 inline position search(std::atomic<std::uintptr_t>& head, std::uint16_t hint,
-                       std::string_view scope, std::string_view key, epoch_guard& guard) {
+                       std::string_view scope, std::string_view key, epoch_guard<Lazy>& guard) {
 retry:
   std::atomic<std::uintptr_t>* previous = &head;
   std::uintptr_t link = previous->load(std::memory_order_acquire);
@@ -103,7 +105,8 @@ retry:
 /// search can see the key absent in between. Fails when the old node was replaced or removed
 /// first. The old node is then unlinked here if its predecessor still points to it, or by the
 /// next search that passes.
-inline bool replace(const position& at, node* next, epoch_guard& guard) {
+template <class Lazy>
+inline bool replace(const position& at, node* next, epoch_guard<Lazy>& guard) {
   node* const old = at.current;
   std::uintptr_t successor = old->next.load(std::memory_order_acquire);
   for (;;) {
@@ -116,19 +119,19 @@ inline bool replace(const position& at, node* next, epoch_guard& guard) {
   }
   std::uintptr_t expected = at.link;
   if (at.previous->compare_exchange_strong(expected, link_to(next), std::memory_order_acq_rel)) {
-    guard.retire(old, &node::destroy_erased);
+    guard.retire(old, &node::destroy_erased<Lazy>);
   }
   return true;
 }
 
 /// Removes the nodes of one chain that expired by `now`, calling removed(node) for each one this
 /// call removed, and counts them. Only one remover a chain at a time (the memory store holds its
-/// shard's sweep lock); claims and writes may race with it.
-template <class OnRemoved>
+/// shard's sweep lock); claims and writes may race with it. Lazy: see idem/detail/lazy.hpp.
+template <class Lazy = void, class OnRemoved>
 std::size_t remove_expired(std::atomic<std::uintptr_t>& head, std::int64_t now,
                            OnRemoved&& removed) {
   std::size_t count = 0;
-  epoch_guard guard;
+  epoch_guard<Lazy> guard;
 retry:
   std::atomic<std::uintptr_t>* previous = &head;
   std::uintptr_t link = previous->load(std::memory_order_acquire);

@@ -68,11 +68,16 @@ struct node {
         reinterpret_cast<const std::uint8_t*>(fingerprint_bytes()), fingerprint_size)};
   }
 
+  // Nodes live in blocks of block_cache<Lazy>: the functions that make and free them are
+  // templates (Lazy means nothing) so that the cache compiles only where they are used
+  // (idem/detail/lazy.hpp). node::make_claim(...) and node::destroy(n) use block_cache<>.
+
   /// A node with room for its variable parts, the scope and key copied in, the rest zero.
+  template <class Lazy = void>
   static node* allocate(std::string_view scope, std::string_view key, std::size_t fingerprint_size,
                         std::size_t payload_size) {
-    void* memory = block_cache::local().take(sizeof(node) + scope.size() + key.size() +
-                                             fingerprint_size + payload_size);
+    void* memory = block_cache<Lazy>::local().take(sizeof(node) + scope.size() + key.size() +
+                                                   fingerprint_size + payload_size);
     auto* n = new (memory) node{};
     n->scope_size = static_cast<std::uint16_t>(scope.size());
     n->key_size = static_cast<std::uint16_t>(key.size());
@@ -82,8 +87,9 @@ struct node {
     return n;
   }
   /// A claim of (scope, key) under `fence`: in progress, times from the request.
+  template <class Lazy = void>
   static node* make_claim(const claim_request& request, std::uint16_t hint, std::uint64_t fence) {
-    node* n = allocate(request.scope, request.key, request.fingerprint.size(), 0);
+    node* n = allocate<Lazy>(request.scope, request.key, request.fingerprint.size(), 0);
     const std::int64_t now = to_ns(request.now);
     n->created_at = now;
     n->lease_until = now + request.lease.count();
@@ -95,9 +101,10 @@ struct node {
     return n;
   }
   /// A copy of `from` with other response and recovery bytes.
+  template <class Lazy = void>
   static node* copy(const node& from, std::string_view response, std::string_view recovery) {
-    node* n = allocate(from.scope(), from.key(), from.fingerprint_size,
-                       response.size() + recovery.size());
+    node* n = allocate<Lazy>(from.scope(), from.key(), from.fingerprint_size,
+                             response.size() + recovery.size());
     n->created_at = from.created_at;
     n->lease_until = from.lease_until;
     n->expires_at = from.expires_at;
@@ -116,13 +123,17 @@ struct node {
   std::size_t allocated_size() const noexcept {
     return sizeof(node) + id_size() + fingerprint_size + payload_size();
   }
+  template <class Lazy = void>
   static void destroy(node* n) noexcept {
     const std::size_t size = n->allocated_size();
     n->~node();
-    block_cache::give(n, size);
+    block_cache<Lazy>::give(n, size);
   }
   /// destroy, in the form epoch reclamation calls.
-  static void destroy_erased(void* n) noexcept { destroy(static_cast<node*>(n)); }
+  template <class Lazy = void>
+  static void destroy_erased(void* n) noexcept {
+    destroy<Lazy>(static_cast<node*>(n));
+  }
 };
 
 static_assert(sizeof(node) == 56, "memory_store's node header is 56 bytes");

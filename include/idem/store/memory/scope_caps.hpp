@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include <idem/detail/lazy.hpp>
 #include <idem/store/memory/siphash.hpp>
 
 namespace idem::detail::memory {
@@ -30,6 +31,7 @@ namespace idem::detail::memory {
 /// multiset's count walked every live record). A new expiry is the claim's time plus the
 /// retention, so it lands at or near the end; a sweep takes the oldest first, so an erase at the
 /// front only moves the start (head_), and the vector is compacted once half is gone.
+template <class Lazy = void>
 class scope_expiries {
  public:
   bool empty() const noexcept { return head_ == times_.size(); }
@@ -55,13 +57,17 @@ class scope_expiries {
   }
 
  private:
-  std::vector<std::int64_t>::const_iterator begin() const noexcept {
+  using sorted_times = lazy_t<Lazy, std::vector<std::int64_t>>;
+  typename sorted_times::const_iterator begin() const noexcept {
     return times_.begin() + static_cast<std::ptrdiff_t>(head_);
   }
-  std::vector<std::int64_t> times_;
+  sorted_times times_;
   std::size_t head_ = 0;  // times_[0, head_) were erased
 };
 
+/// A template whose parameter means nothing, so that it compiles only where the memory store is
+/// used (idem/detail/lazy.hpp): scope_caps<> is the cap, scope_expiries<> a scope's expiries.
+template <class Lazy = void>
 class scope_caps {
  public:
   scope_caps(std::size_t max_records_per_scope, siphash_key hash_key) noexcept
@@ -77,7 +83,7 @@ class scope_caps {
     if (max_ == std::numeric_limits<std::size_t>::max()) return true;
     stripe& s = stripe_for(scope);
     const std::lock_guard lock(s.mutex);
-    scope_expiries& held = s.expiries[std::string(scope)];
+    scope_expiries<Lazy>& held = s.expiries[std::string(scope)];
     const std::size_t live = held.live_after(now);
     if (live - std::min(live, replacing) >= max_) {
       if (held.empty()) s.expiries.erase(std::string(scope));
@@ -101,7 +107,7 @@ class scope_caps {
  private:
   struct stripe {
     std::mutex mutex;
-    std::unordered_map<std::string, scope_expiries> expiries;
+    std::unordered_map<std::string, scope_expiries<Lazy>> expiries;
   };
   stripe& stripe_for(std::string_view scope) noexcept {
     const char* bytes = scope.empty() ? "" : scope.data();

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <vector>
 
+#include <idem/detail/lazy.hpp>
 #include <idem/store/memory/epoch.hpp>
 
 namespace idem::detail::memory {
@@ -43,7 +44,9 @@ inline std::uint64_t ticket_of(std::int64_t expires_at, std::size_t bucket) noex
 }
 
 /// One shard's tickets: appended by claims, lock-free; swept under a mutex of its own that the
-/// claims never wait for.
+/// claims never wait for. A template whose parameter means nothing, so that it compiles only
+/// where the memory store is used (idem/detail/lazy.hpp): expiry_schedule<> is the schedule.
+template <class Lazy = void>
 class expiry_schedule {
  public:
   expiry_schedule() = default;
@@ -138,7 +141,7 @@ class expiry_schedule {
   // not waited for: the tickets after it belong to records that may already be visible. A slot
   // read is overwritten with `read_slot`; `consumed` counts the leading slots read.
   void collect_tickets() {
-    epoch_guard guard;
+    epoch_guard<Lazy> guard;
     ticket_block* const newest = log_.load(std::memory_order_acquire);
     ticket_block* newer = nullptr;
     for (ticket_block* b = newest; b != nullptr;) {
@@ -189,7 +192,7 @@ class expiry_schedule {
     swept_to_.store(std::max(swept_to_.load(std::memory_order_relaxed), now),
                     std::memory_order_seq_cst);
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    std::vector<std::uint64_t> kept;
+    lazy_t<Lazy, std::vector<std::uint64_t>> kept;
     std::size_t removed = 0;
     while (!due_.empty() && (due_.front() >> 32) <= current_unit) {
       std::pop_heap(due_.begin(), due_.end(), later);
@@ -209,7 +212,7 @@ class expiry_schedule {
   // The latest `now` a sweep has popped tickets at (none yet: the minimum).
   std::atomic<std::int64_t> swept_to_{std::numeric_limits<std::int64_t>::min()};
   std::mutex sweep_mutex_;
-  std::vector<std::uint64_t> due_;  // a min-heap of tickets, under sweep_mutex_
+  lazy_t<Lazy, std::vector<std::uint64_t>> due_;  // a min-heap of tickets, under sweep_mutex_
 };
 
 }  // namespace idem::detail::memory

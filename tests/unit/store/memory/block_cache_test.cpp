@@ -15,21 +15,21 @@ TEST_CASE("block cache: a block given back is taken again for any size of its cl
           "[memory_store][block_cache]") {
   // Run on a thread of its own, so that the cache starts empty.
   std::thread([] {
-    block_cache& cache = block_cache::local();
+    block_cache<>& cache = block_cache<>::local();
     REQUIRE(cache.held() == 0);
     void* block = cache.take(100);  // class 104: 100 to 104 bytes
-    block_cache::give(block, 100);
+    block_cache<>::give(block, 100);
     CHECK(cache.held() == 104);
     CHECK(cache.take(104) == block);
     CHECK(cache.held() == 0);
-    block_cache::give(block, 104);
+    block_cache<>::give(block, 104);
     CHECK(cache.take(97) == block);
     // Another class is not served from it.
-    block_cache::give(block, 97);
+    block_cache<>::give(block, 97);
     void* other = cache.take(120);
     CHECK(other != block);
     CHECK(cache.held() == 104);
-    block_cache::give(other, 120);
+    block_cache<>::give(other, 120);
     CHECK(cache.held() == 104 + 120);
   }).join();
 }
@@ -37,26 +37,26 @@ TEST_CASE("block cache: a block given back is taken again for any size of its cl
 TEST_CASE("block cache: blocks past the largest class, or past the limit, go back to the allocator",
           "[memory_store][block_cache]") {
   std::thread([] {
-    block_cache& cache = block_cache::local();
-    void* big = cache.take(block_cache::largest + 1);
-    block_cache::give(big, block_cache::largest + 1);
+    block_cache<>& cache = block_cache<>::local();
+    void* big = cache.take(block_cache<>::largest + 1);
+    block_cache<>::give(big, block_cache<>::largest + 1);
     CHECK(cache.held() == 0);
 
     // 1016-byte blocks: the cache keeps as many as fit in its limit, and frees the rest.
-    constexpr std::size_t size = block_cache::largest;
+    constexpr std::size_t size = block_cache<>::largest;
     std::vector<void*> blocks;
     for (int i = 0; i < 100; ++i)
       blocks.push_back(cache.take(size));
     for (void* block : blocks)
-      block_cache::give(block, size);
-    CHECK(cache.held() == block_cache::limit_bytes / size * size);
+      block_cache<>::give(block, size);
+    CHECK(cache.held() == block_cache<>::limit_bytes / size * size);
     // What it kept comes back, each block once, before the allocator is asked again.
     std::set<void*> kept;
     while (cache.held() > 0)
       CHECK(kept.insert(cache.take(size)).second);
-    CHECK(kept.size() == block_cache::limit_bytes / size);
+    CHECK(kept.size() == block_cache<>::limit_bytes / size);
     for (void* block : kept)
-      block_cache::give(block, size);
+      block_cache<>::give(block, size);
   }).join();
 }
 
@@ -66,7 +66,7 @@ namespace {
 struct late_giver {
   void* block = nullptr;
   ~late_giver() {
-    if (block != nullptr) block_cache::give(block, 64);
+    if (block != nullptr) block_cache<>::give(block, 64);
   }
 };
 }  // namespace
@@ -77,7 +77,7 @@ TEST_CASE("block cache: a block freed after the thread's cache is gone goes to t
   // must not be pushed into a destroyed cache (a sanitizer build sees it if it is).
   std::thread([] {
     thread_local late_giver giver;
-    giver.block = block_cache::local().take(64);
+    giver.block = block_cache<>::local().take(64);
   }).join();
   SUCCEED("the thread ended without touching its destroyed cache");
 }

@@ -22,7 +22,7 @@ constexpr std::size_t unlimited = std::numeric_limits<std::size_t>::max();
 
 TEST_CASE("counters: a bounded count refuses past max_records and counts nothing it refused",
           "[memory_store][counters]") {
-  record_counters counts(3, unlimited);
+  record_counters<> counts(3, unlimited);
   CHECK(counts.reserve(10));
   CHECK(counts.reserve(10));
   CHECK(counts.reserve(10));
@@ -37,7 +37,7 @@ TEST_CASE("counters: a bounded count refuses past max_records and counts nothing
 
 TEST_CASE("counters: a bounded count refuses past max_bytes, records and bytes alike",
           "[memory_store][counters]") {
-  record_counters counts(unlimited, 100);
+  record_counters<> counts(unlimited, 100);
   CHECK(counts.max_bytes() == 100);
   CHECK(counts.reserve(60));
   CHECK_FALSE(counts.reserve(41));  // neither the record nor its bytes are counted
@@ -57,7 +57,7 @@ TEST_CASE("counters: striped counts sum exactly when threads count and forget ea
   // live threads would lose counts. 80 threads at once: at least 16 count in the shared line.
   // Half forget records the other half counted, so stripes go below zero; the sum stays exact.
   // (Checked by hand: with threads sharing stripes, the sum comes out short on two cores.)
-  record_counters counts(unlimited, unlimited);
+  record_counters<> counts(unlimited, unlimited);
   constexpr int threads = 80;
   constexpr int per_thread = 50000;
   std::latch all_started(threads);
@@ -91,9 +91,9 @@ TEST_CASE("stripe lease: live threads hold distinct stripes, given back when the
   std::vector<std::thread> drawers;
   for (int t = 0; t < threads; ++t) {
     drawers.emplace_back([&, t] {
-      numbers[static_cast<std::size_t>(t)] = stripe_lease::mine();
+      numbers[static_cast<std::size_t>(t)] = stripe_lease<>::mine();
       all_drawn.arrive_and_wait();
-      if (stripe_lease::mine() != numbers[static_cast<std::size_t>(t)])
+      if (stripe_lease<>::mine() != numbers[static_cast<std::size_t>(t)])
         ++changed;  // held while alive
     });
   }
@@ -114,6 +114,6 @@ TEST_CASE("stripe lease: live threads hold distinct stripes, given back when the
   CHECK(shared >= threads - 64);
   // All of those ended: a new thread draws a stripe of its own again.
   std::size_t later = shared_stripe;
-  std::thread([&] { later = stripe_lease::mine(); }).join();
+  std::thread([&] { later = stripe_lease<>::mine(); }).join();
   CHECK(later < shared_stripe);
 }

@@ -41,7 +41,7 @@ struct chain {
   // Links a claim of (scope, key) where a search puts it, as a claim does; false if present.
   bool insert(std::uint16_t hint, std::string_view scope, std::string_view key,
               std::chrono::nanoseconds retention = 24h) {
-    idem::detail::epoch_guard guard;
+    idem::detail::epoch_guard<> guard;
     const position at = search(head, hint, scope, key, guard);
     if (at.found) return false;
     node* fresh = node::make_claim({scope, key, print(1), start, 30s, retention}, hint, 1);
@@ -51,7 +51,7 @@ struct chain {
     return true;
   }
   const node* find(std::uint16_t hint, std::string_view scope, std::string_view key) {
-    idem::detail::epoch_guard guard;
+    idem::detail::epoch_guard<> guard;
     const position at = search(head, hint, scope, key, guard);
     return at.found ? at.current : nullptr;
   }
@@ -132,7 +132,7 @@ TEST_CASE("list: a replaced node is marked and passed over, and cannot be replac
   REQUIRE(c.insert(3, "s", "a"));
   REQUIRE(c.insert(3, "s", "b"));
   REQUIRE(c.insert(3, "s", "c"));
-  idem::detail::epoch_guard guard;
+  idem::detail::epoch_guard<> guard;
   const position at = search(c.head, 3, "s", "b", guard);
   REQUIRE(at.found);
   node* old = at.current;

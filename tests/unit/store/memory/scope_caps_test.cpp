@@ -20,7 +20,7 @@ const idem::detail::siphash_key key{1, 2};
 
 TEST_CASE("scope caps: a scope is refused past its cap, and other scopes are not",
           "[memory_store][scope_caps]") {
-  scope_caps caps(3, key);
+  scope_caps<> caps(3, key);
   for (std::int64_t i = 0; i < 3; ++i)
     CHECK(caps.reserve("tenant", 0, 0, 100 + i));
   CHECK_FALSE(caps.reserve("tenant", 0, 0, 200));
@@ -38,7 +38,7 @@ TEST_CASE("scope caps: a scope is refused past its cap, and other scopes are not
 
 TEST_CASE("scope caps: expired records do not count, and a replaced one is not counted twice",
           "[memory_store][scope_caps]") {
-  scope_caps caps(2, key);
+  scope_caps<> caps(2, key);
   CHECK(caps.reserve("s", 0, 0, 10));
   CHECK(caps.reserve("s", 0, 0, 20));
   CHECK_FALSE(caps.reserve("s", 5, 0, 30));
@@ -51,7 +51,7 @@ TEST_CASE("scope caps: expired records do not count, and a replaced one is not c
 }
 
 TEST_CASE("scope caps: unlimited refuses nothing", "[memory_store][scope_caps]") {
-  scope_caps caps(std::numeric_limits<std::size_t>::max(), key);
+  scope_caps<> caps(std::numeric_limits<std::size_t>::max(), key);
   for (int i = 0; i < 1000; ++i)
     REQUIRE(caps.reserve("s", 0, 0, 100));
   caps.give_back("s", 100);
@@ -61,7 +61,7 @@ TEST_CASE("scope expiries: counts the live ones through erases at the front and 
           "[memory_store][scope_caps]") {
   // Against a plain vector, through the compaction an erase at the front makes once half is
   // gone: the count of expiries after `now` is exact at every step.
-  scope_expiries held;
+  scope_expiries<> held;
   std::vector<std::int64_t> model;
   std::uint64_t seed = 88172645463325252ULL;
   const auto next = [&seed](std::uint64_t below) {

@@ -23,11 +23,11 @@ constexpr std::int64_t unit = std::int64_t{1} << 30;  // a ticket's time resolut
 // Buckets of entries, each entry an expiry, standing in for the store's chains: a claim adds
 // an entry and pushes its ticket, as the store does.
 struct buckets {
-  expiry_schedule schedule;
+  expiry_schedule<> schedule;
   std::map<std::size_t, std::vector<std::int64_t>> entries;
 
   void claim(std::size_t bucket, std::int64_t expires_at) {
-    const idem::detail::epoch_guard pinned;  // push's precondition
+    const idem::detail::epoch_guard<> pinned;  // push's precondition
     schedule.push(ticket_of(expires_at, bucket));
     entries[bucket].push_back(expires_at);
   }
@@ -145,7 +145,7 @@ TEST_CASE("sweep: a claim linked after a sweep popped its ticket is ticketed aga
   const std::int64_t expiry = 5 * unit;
   // No sweep yet: nothing to do again.
   {
-    const idem::detail::epoch_guard pinned;
+    const idem::detail::epoch_guard<> pinned;
     store.schedule.push_again_if_swept(expiry, 9);
   }
   std::size_t visits = 0;
@@ -158,7 +158,7 @@ TEST_CASE("sweep: a claim linked after a sweep popped its ticket is ticketed aga
   // A sweep at `expiry` passed: a ticket for it pushed before that sweep may have been popped
   // and dropped, so the claim pushes it again, and the next sweep looks at its bucket.
   {
-    const idem::detail::epoch_guard pinned;
+    const idem::detail::epoch_guard<> pinned;
     store.schedule.push_again_if_swept(expiry, 9);
     store.schedule.push_again_if_swept(expiry + 2 * unit, 10);  // not reached yet: not again
   }
