@@ -2353,7 +2353,9 @@ namespace idem {
 // The server side's defaults, defined in the headers idem/server/idempotent.hpp and
 // idem/server/inbox.hpp include: idem/store/memory.hpp, idem/server/fingerprint/xxh3.hpp,
 // idem/server/failure.hpp, idem/server/response_codec.hpp.
-class memory_store;
+template <class Lazy>
+class basic_memory_store;
+using memory_store = basic_memory_store<void>;
 struct xxh3_128;
 struct release_on_failure;
 struct plain_response_codec;
@@ -6754,7 +6756,7 @@ concept Store = std::copy_constructible<S> &&
 /// Whether a store reads the `now` that complete and complete_within are given. A store whose
 /// records keep no completion time (every store idem provides: completing leaves expires_at as
 /// the claim set it) declares `static constexpr bool reads_completion_time = false;`, and the
-/// guard then passes the time it read for the claim instead of reading the clock again, which is
+/// engine then passes the time it read for the claim instead of reading the clock again, which is
 /// one clock read fewer on every first call. Any other store is given the clock's time.
 template <class S>
 inline constexpr bool reads_completion_time = true;
@@ -7973,6 +7975,9 @@ namespace idem::detail::memory {
 /// counts with atomic read-modify-writes in a line of its own.
 inline constexpr std::size_t shared_stripe = 64;
 
+/// A template whose parameter means nothing, so that it compiles only where the memory store is
+/// used (idem/detail/lazy.hpp): stripe_lease<> is the lease.
+template <class Lazy = void>
 class stripe_lease {
  public:
   /// The calling thread's stripe number: below shared_stripe if it holds one of its own.
@@ -8025,6 +8030,8 @@ class stripe_lease {
 };
 
 /// A store's records and bytes (scope + key + response + recovery bytes of every record held).
+/// A template for the same reason as stripe_lease: record_counters<> is the counters.
+template <class Lazy = void>
 class record_counters {
  public:
   struct totals {
@@ -8120,7 +8127,7 @@ class record_counters {
   };
   counter counter_for() noexcept {
     if (bounded_) return {global_, false};
-    const std::size_t stripe = stripe_lease::mine();
+    const std::size_t stripe = stripe_lease<Lazy>::mine();
     if (stripe == shared_stripe) [[unlikely]]
       return {global_, false};
     return {stripes_[stripe], true};
@@ -8150,11 +8157,15 @@ class record_counters {
 // One domain for the process: thread slots are registered once and reused after a thread
 // exits, and what a thread retired but could not free yet is handed to the domain at exit and
 // freed by later passes (or when the process ends).
+//
+// Templates whose parameter means nothing, so that they compile only where the memory store is
+// used (idem/detail/lazy.hpp): epoch_guard<> is the guard.
 #ifndef IDEM_STORE_MEMORY_EPOCH_HPP
 #define IDEM_STORE_MEMORY_EPOCH_HPP
 
 namespace idem::detail {
 
+template <class Lazy = void>
 class epoch_domain {
  public:
   struct retired {
@@ -8245,15 +8256,18 @@ class epoch_domain {
 };
 
 // A thread's membership: its slot, and what it retired and has not freed yet.
+template <class Lazy = void>
 class epoch_participant {
+  using domain_type = epoch_domain<Lazy>;
+
  public:
   static constexpr std::size_t collect_every = 64;
 
-  epoch_participant() : slot_(epoch_domain::instance().acquire_slot()) {}
+  epoch_participant() : slot_(domain_type::instance().acquire_slot()) {}
   ~epoch_participant() {
-    epoch_domain& domain = epoch_domain::instance();
+    domain_type& domain = domain_type::instance();
     domain.try_advance();
-    epoch_domain::free_older(retired_, domain.current() - 1);
+    domain_type::free_older(retired_, domain.current() - 1);
     if (!retired_.empty()) domain.adopt(retired_);
     slot_->state.store(0, std::memory_order_release);
     slot_->in_use.store(false, std::memory_order_release);
@@ -8268,14 +8282,14 @@ class epoch_participant {
 
   void pin() noexcept {
     if (depth_++ > 0) return;
-    epoch_domain& domain = epoch_domain::instance();
+    domain_type& domain = domain_type::instance();
     std::uint64_t epoch = domain.current();
     // Publish the pin, then check the epoch did not move meanwhile: an advance that scanned the
     // slots before the pin was visible could otherwise leave this thread pinned two epochs
     // behind. seq_cst orders the publication before every load of the structure that follows.
     for (;;) {
       slot_->state.store((epoch << 1) | 1, std::memory_order_seq_cst);
-      const std::uint64_t now = epoch_domain::instance().current_seq_cst();
+      const std::uint64_t now = domain_type::instance().current_seq_cst();
       if (now == epoch) break;
       epoch = now;
     }
@@ -8294,12 +8308,12 @@ class epoch_participant {
   }
 
   void collect() {
-    epoch_domain& domain = epoch_domain::instance();
+    domain_type& domain = domain_type::instance();
     const std::uint64_t epoch = domain.try_advance();
     // Tagged at e, an object may still be seen by a thread pinned at e; every such thread has
     // unpinned once the epoch reached e + 2.
     const std::size_t held = retired_.size();
-    epoch_domain::free_older(retired_, epoch - 1);
+    domain_type::free_older(retired_, epoch - 1);
     domain.free_orphans(epoch - 1);
     // Each collection advances the epoch by at most one step, so what it frees was retired two
     // collections ago: collecting every collect_every retirements keeps the list near three
@@ -8313,17 +8327,18 @@ class epoch_participant {
   }
 
  private:
-  epoch_domain::slot* slot_;
+  typename domain_type::slot* slot_;
   int depth_ = 0;
   std::uint64_t pinned_ = 0;
   std::size_t next_collect_ = collect_every;
-  std::vector<epoch_domain::retired> retired_;
+  std::vector<typename domain_type::retired> retired_;
 };
 
 // Pins the calling thread for one operation.
+template <class Lazy = void>
 class epoch_guard {
  public:
-  epoch_guard() noexcept : participant_(epoch_participant::local()) { participant_.pin(); }
+  epoch_guard() noexcept : participant_(epoch_participant<Lazy>::local()) { participant_.pin(); }
   ~epoch_guard() { participant_.unpin(); }
   epoch_guard(const epoch_guard&) = delete;
   epoch_guard& operator=(const epoch_guard&) = delete;
@@ -8335,7 +8350,7 @@ class epoch_guard {
   void retire(void* object, void (*destroy)(void*)) { participant_.retire(object, destroy); }
 
  private:
-  epoch_participant& participant_;
+  epoch_participant<Lazy>& participant_;
 };
 
 }  // namespace idem::detail
@@ -8371,11 +8386,15 @@ class epoch_guard {
 // search its bins for the next (measured: 855 against 358 ns a first call). Classes are the
 // sizes 16k + 8, which glibc serves from chunks of 16(k + 1) bytes, so rounding a request up to
 // its class takes no more memory than malloc would; at most 64 KiB a thread is kept.
+//
+// A template whose parameter means nothing, so that it compiles only where the memory store is
+// used (idem/detail/lazy.hpp): block_cache<> is the cache.
 #ifndef IDEM_STORE_MEMORY_BLOCK_CACHE_HPP
 #define IDEM_STORE_MEMORY_BLOCK_CACHE_HPP
 
 namespace idem::detail::memory {
 
+template <class Lazy = void>
 class block_cache {
  public:
   static constexpr std::size_t largest = 1024 - 8;
@@ -8440,7 +8459,7 @@ class block_cache {
     return flag;
   }
 
-  std::array<std::vector<void*>, bins> bins_;
+  std::array<lazy_t<Lazy, std::vector<void*>>, bins> bins_;
   std::size_t held_ = 0;
 };
 
@@ -8498,11 +8517,16 @@ struct node {
         reinterpret_cast<const std::uint8_t*>(fingerprint_bytes()), fingerprint_size)};
   }
 
+  // Nodes live in blocks of block_cache<Lazy>: the functions that make and free them are
+  // templates (Lazy means nothing) so that the cache compiles only where they are used
+  // (idem/detail/lazy.hpp). node::make_claim(...) and node::destroy(n) use block_cache<>.
+
   /// A node with room for its variable parts, the scope and key copied in, the rest zero.
+  template <class Lazy = void>
   static node* allocate(std::string_view scope, std::string_view key, std::size_t fingerprint_size,
                         std::size_t payload_size) {
-    void* memory = block_cache::local().take(sizeof(node) + scope.size() + key.size() +
-                                             fingerprint_size + payload_size);
+    void* memory = block_cache<Lazy>::local().take(sizeof(node) + scope.size() + key.size() +
+                                                   fingerprint_size + payload_size);
     auto* n = new (memory) node{};
     n->scope_size = static_cast<std::uint16_t>(scope.size());
     n->key_size = static_cast<std::uint16_t>(key.size());
@@ -8512,8 +8536,9 @@ struct node {
     return n;
   }
   /// A claim of (scope, key) under `fence`: in progress, times from the request.
+  template <class Lazy = void>
   static node* make_claim(const claim_request& request, std::uint16_t hint, std::uint64_t fence) {
-    node* n = allocate(request.scope, request.key, request.fingerprint.size(), 0);
+    node* n = allocate<Lazy>(request.scope, request.key, request.fingerprint.size(), 0);
     const std::int64_t now = to_ns(request.now);
     n->created_at = now;
     n->lease_until = now + request.lease.count();
@@ -8525,9 +8550,10 @@ struct node {
     return n;
   }
   /// A copy of `from` with other response and recovery bytes.
+  template <class Lazy = void>
   static node* copy(const node& from, std::string_view response, std::string_view recovery) {
-    node* n = allocate(from.scope(), from.key(), from.fingerprint_size,
-                       response.size() + recovery.size());
+    node* n = allocate<Lazy>(from.scope(), from.key(), from.fingerprint_size,
+                             response.size() + recovery.size());
     n->created_at = from.created_at;
     n->lease_until = from.lease_until;
     n->expires_at = from.expires_at;
@@ -8546,13 +8572,17 @@ struct node {
   std::size_t allocated_size() const noexcept {
     return sizeof(node) + id_size() + fingerprint_size + payload_size();
   }
+  template <class Lazy = void>
   static void destroy(node* n) noexcept {
     const std::size_t size = n->allocated_size();
     n->~node();
-    block_cache::give(n, size);
+    block_cache<Lazy>::give(n, size);
   }
   /// destroy, in the form epoch reclamation calls.
-  static void destroy_erased(void* n) noexcept { destroy(static_cast<node*>(n)); }
+  template <class Lazy = void>
+  static void destroy_erased(void* n) noexcept {
+    destroy<Lazy>(static_cast<node*>(n));
+  }
 };
 
 static_assert(sizeof(node) == 56, "memory_store's node header is 56 bytes");
@@ -8647,13 +8677,14 @@ struct position {
 /// Unlinks a marked node from `previous`, which held `link` to it, pointing `previous` past it
 /// to `next` (the node's own link), and retires it. False when `previous` changed meanwhile:
 /// the caller walks its chain again.
+template <class Lazy>
 inline bool unlink(std::atomic<std::uintptr_t>* previous, std::uintptr_t link, std::uintptr_t next,
-                   epoch_guard& guard) {
+                   epoch_guard<Lazy>& guard) {
   std::uintptr_t expected = link;
   if (!previous->compare_exchange_strong(expected, next & ~mark_bit, std::memory_order_acq_rel)) {
     return false;
   }
-  guard.retire(pointer(link), &node::destroy_erased);
+  guard.retire(pointer(link), &node::destroy_erased<Lazy>);
   return true;
 }
 
@@ -8662,8 +8693,9 @@ inline bool unlink(std::atomic<std::uintptr_t>* previous, std::uintptr_t link, s
 /// it. A node found was unmarked when its link was read, so it was the record then. When the
 /// key is absent, the node returned may be one only its link's hint was read of (possibly
 /// marked): inserting before it is still correct, as the list needs only `previous` unmarked.
+template <class Lazy>
 inline position search(std::atomic<std::uintptr_t>& head, std::uint16_t hint,
-                       std::string_view scope, std::string_view key, epoch_guard& guard) {
+                       std::string_view scope, std::string_view key, epoch_guard<Lazy>& guard) {
 retry:
   std::atomic<std::uintptr_t>* previous = &head;
   std::uintptr_t link = previous->load(std::memory_order_acquire);
@@ -8689,7 +8721,8 @@ retry:
 /// search can see the key absent in between. Fails when the old node was replaced or removed
 /// first. The old node is then unlinked here if its predecessor still points to it, or by the
 /// next search that passes.
-inline bool replace(const position& at, node* next, epoch_guard& guard) {
+template <class Lazy>
+inline bool replace(const position& at, node* next, epoch_guard<Lazy>& guard) {
   node* const old = at.current;
   std::uintptr_t successor = old->next.load(std::memory_order_acquire);
   for (;;) {
@@ -8702,19 +8735,19 @@ inline bool replace(const position& at, node* next, epoch_guard& guard) {
   }
   std::uintptr_t expected = at.link;
   if (at.previous->compare_exchange_strong(expected, link_to(next), std::memory_order_acq_rel)) {
-    guard.retire(old, &node::destroy_erased);
+    guard.retire(old, &node::destroy_erased<Lazy>);
   }
   return true;
 }
 
 /// Removes the nodes of one chain that expired by `now`, calling removed(node) for each one this
 /// call removed, and counts them. Only one remover a chain at a time (the memory store holds its
-/// shard's sweep lock); claims and writes may race with it.
-template <class OnRemoved>
+/// shard's sweep lock); claims and writes may race with it. Lazy: see idem/detail/lazy.hpp.
+template <class Lazy = void, class OnRemoved>
 std::size_t remove_expired(std::atomic<std::uintptr_t>& head, std::int64_t now,
                            OnRemoved&& removed) {
   std::size_t count = 0;
-  epoch_guard guard;
+  epoch_guard<Lazy> guard;
 retry:
   std::atomic<std::uintptr_t>* previous = &head;
   std::uintptr_t link = previous->load(std::memory_order_acquire);
@@ -8766,6 +8799,7 @@ namespace idem::detail::memory {
 /// multiset's count walked every live record). A new expiry is the claim's time plus the
 /// retention, so it lands at or near the end; a sweep takes the oldest first, so an erase at the
 /// front only moves the start (head_), and the vector is compacted once half is gone.
+template <class Lazy = void>
 class scope_expiries {
  public:
   bool empty() const noexcept { return head_ == times_.size(); }
@@ -8791,13 +8825,17 @@ class scope_expiries {
   }
 
  private:
-  std::vector<std::int64_t>::const_iterator begin() const noexcept {
+  using sorted_times = lazy_t<Lazy, std::vector<std::int64_t>>;
+  typename sorted_times::const_iterator begin() const noexcept {
     return times_.begin() + static_cast<std::ptrdiff_t>(head_);
   }
-  std::vector<std::int64_t> times_;
+  sorted_times times_;
   std::size_t head_ = 0;  // times_[0, head_) were erased
 };
 
+/// A template whose parameter means nothing, so that it compiles only where the memory store is
+/// used (idem/detail/lazy.hpp): scope_caps<> is the cap, scope_expiries<> a scope's expiries.
+template <class Lazy = void>
 class scope_caps {
  public:
   scope_caps(std::size_t max_records_per_scope, siphash_key hash_key) noexcept
@@ -8813,7 +8851,7 @@ class scope_caps {
     if (max_ == std::numeric_limits<std::size_t>::max()) return true;
     stripe& s = stripe_for(scope);
     const std::lock_guard lock(s.mutex);
-    scope_expiries& held = s.expiries[std::string(scope)];
+    scope_expiries<Lazy>& held = s.expiries[std::string(scope)];
     const std::size_t live = held.live_after(now);
     if (live - std::min(live, replacing) >= max_) {
       if (held.empty()) s.expiries.erase(std::string(scope));
@@ -8837,7 +8875,7 @@ class scope_caps {
  private:
   struct stripe {
     std::mutex mutex;
-    std::unordered_map<std::string, scope_expiries> expiries;
+    std::unordered_map<std::string, scope_expiries<Lazy>> expiries;
   };
   stripe& stripe_for(std::string_view scope) noexcept {
     const char* bytes = scope.empty() ? "" : scope.data();
@@ -8887,7 +8925,9 @@ inline std::uint64_t ticket_of(std::int64_t expires_at, std::size_t bucket) noex
 }
 
 /// One shard's tickets: appended by claims, lock-free; swept under a mutex of its own that the
-/// claims never wait for.
+/// claims never wait for. A template whose parameter means nothing, so that it compiles only
+/// where the memory store is used (idem/detail/lazy.hpp): expiry_schedule<> is the schedule.
+template <class Lazy = void>
 class expiry_schedule {
  public:
   expiry_schedule() = default;
@@ -8982,7 +9022,7 @@ class expiry_schedule {
   // not waited for: the tickets after it belong to records that may already be visible. A slot
   // read is overwritten with `read_slot`; `consumed` counts the leading slots read.
   void collect_tickets() {
-    epoch_guard guard;
+    epoch_guard<Lazy> guard;
     ticket_block* const newest = log_.load(std::memory_order_acquire);
     ticket_block* newer = nullptr;
     for (ticket_block* b = newest; b != nullptr;) {
@@ -9033,7 +9073,7 @@ class expiry_schedule {
     swept_to_.store(std::max(swept_to_.load(std::memory_order_relaxed), now),
                     std::memory_order_seq_cst);
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    std::vector<std::uint64_t> kept;
+    lazy_t<Lazy, std::vector<std::uint64_t>> kept;
     std::size_t removed = 0;
     while (!due_.empty() && (due_.front() >> 32) <= current_unit) {
       std::pop_heap(due_.begin(), due_.end(), later);
@@ -9053,7 +9093,7 @@ class expiry_schedule {
   // The latest `now` a sweep has popped tickets at (none yet: the minimum).
   std::atomic<std::int64_t> swept_to_{std::numeric_limits<std::int64_t>::min()};
   std::mutex sweep_mutex_;
-  std::vector<std::uint64_t> due_;  // a min-heap of tickets, under sweep_mutex_
+  lazy_t<Lazy, std::vector<std::uint64_t>> due_;  // a min-heap of tickets, under sweep_mutex_
 };
 
 }  // namespace idem::detail::memory
@@ -9063,8 +9103,13 @@ class expiry_schedule {
 
 namespace idem {
 
-class memory_store {
-  using node = detail::memory::node;
+// memory_store is basic_memory_store<>. The parameter means nothing: it is there so that the
+// store compiles only in a translation unit that uses it (idem/detail/lazy.hpp), as do its
+// parts, templates for the same reason. idem/policies.hpp declares both names too.
+template <class Lazy = void>
+class basic_memory_store {
+  // Through lazy_t, so that calls of node's functions depend on Lazy (idem/detail/lazy.hpp).
+  using node = detail::lazy_t<Lazy, detail::memory::node>;
   using node_state = detail::memory::node_state;
   using position = detail::memory::position;
 
@@ -9105,8 +9150,8 @@ class memory_store {
   /// The longest scope, and the longest key, a record holds.
   static constexpr std::size_t max_id_bytes = std::numeric_limits<std::uint16_t>::max();
 
-  memory_store() : memory_store(limits{}) {}
-  explicit memory_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
+  basic_memory_store() : basic_memory_store(limits{}) {}
+  explicit basic_memory_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
 
   claim_result claim(const claim_request& request) {
     if (request.scope.size() > max_id_bytes || request.key.size() > max_id_bytes) {
@@ -9135,7 +9180,7 @@ class memory_store {
     };
     node* fresh = nullptr;  // made and counted for an absent key, not yet linked
 
-    detail::epoch_guard guard;
+    detail::epoch_guard<Lazy> guard;
     for (;;) {
       const position at = detail::memory::search(head, hint, request.scope, request.key, guard);
       if (at.found) {
@@ -9234,7 +9279,7 @@ class memory_store {
     state& s = *state_;
     const std::uint64_t hash = s.hash_of(scope, key);
     shard& home = s.shard_for(hash);
-    detail::epoch_guard guard;
+    detail::epoch_guard<Lazy> guard;
     const position at = detail::memory::search(home.buckets[hash & home.mask],
                                                detail::memory::hint_of(hash), scope, key, guard);
     if (!at.found) return std::nullopt;
@@ -9254,9 +9299,9 @@ class memory_store {
   }
 
   std::vector<record> stuck(store_time now, std::size_t limit) const {
-    std::vector<record> out;
+    detail::lazy_t<Lazy, std::vector<record>> out;
     const std::int64_t at = detail::memory::to_ns(now);
-    detail::epoch_guard guard;
+    detail::epoch_guard<Lazy> guard;
     for (const shard& each : state_->shards) {
       for (std::size_t b = 0; b <= each.mask; ++b) {
         for (node* n = detail::memory::pointer(each.buckets[b].load(std::memory_order_acquire));
@@ -9285,7 +9330,7 @@ class memory_store {
   struct alignas(64) shard {
     std::atomic<std::uintptr_t>* buckets = nullptr;  // this shard's part of state::links
     std::size_t mask = 0;
-    detail::memory::expiry_schedule tickets;
+    detail::memory::expiry_schedule<Lazy> tickets;
   };
 
   static constexpr std::size_t shard_count = 64;
@@ -9331,9 +9376,9 @@ class memory_store {
       return shards[hash >> detail::memory::shard_shift];
     }
 
-    detail::memory::record_counters counts;
+    detail::memory::record_counters<Lazy> counts;
     detail::siphash_key hash_key;
-    detail::memory::scope_caps caps;
+    detail::memory::scope_caps<Lazy> caps;
     std::vector<shard> shards;
     detail::memory::bucket_array links;
   };
@@ -9342,7 +9387,7 @@ class memory_store {
   // back what they counted.
   std::size_t remove_expired(shard& home, std::size_t bucket, std::int64_t now) {
     state& s = *state_;
-    return detail::memory::remove_expired(home.buckets[bucket], now, [&s](const node& gone) {
+    return detail::memory::remove_expired<Lazy>(home.buckets[bucket], now, [&s](const node& gone) {
       s.counts.forget_record(gone.id_size() + gone.payload_size());
       s.caps.give_back(gone.scope(), gone.expires_at);
     });
@@ -9407,7 +9452,7 @@ class memory_store {
     shard& home = s.shard_for(hash);
     std::atomic<std::uintptr_t>& head = home.buckets[hash & home.mask];
     const std::uint16_t hint = detail::memory::hint_of(hash);
-    detail::epoch_guard guard;
+    detail::epoch_guard<Lazy> guard;
     for (;;) {
       const position at = detail::memory::search(head, hint, held.scope, held.key, guard);
       if (!at.found) return false;
@@ -9434,6 +9479,8 @@ class memory_store {
 
   std::shared_ptr<state> state_;
 };
+
+using memory_store = basic_memory_store<>;
 
 }  // namespace idem
 

@@ -178,7 +178,7 @@ concept Store = std::copy_constructible<S> &&
 /// Whether a store reads the `now` that complete and complete_within are given. A store whose
 /// records keep no completion time (every store idem provides: completing leaves expires_at as
 /// the claim set it) declares `static constexpr bool reads_completion_time = false;`, and the
-/// guard then passes the time it read for the claim instead of reading the clock again, which is
+/// engine then passes the time it read for the claim instead of reading the clock again, which is
 /// one clock read fewer on every first call. Any other store is given the clock's time.
 template <class S>
 inline constexpr bool reads_completion_time = true;

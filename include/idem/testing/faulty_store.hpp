@@ -56,7 +56,7 @@ enum class fault_timing : std::uint8_t {
 template <Store Inner>
 class faulty_store {
  public:
-  /// As the wrapped store: the guard reads the clock for a completion only if it would.
+  /// As the wrapped store: the engine reads the clock for a completion only if it would.
   static constexpr bool reads_completion_time = idem::reads_completion_time<Inner>;
 
   enum class mode : int { healthy, unavailable, full };
