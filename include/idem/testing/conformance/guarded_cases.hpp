@@ -1,0 +1,559 @@
+// The conformance cases that drive a store through idempotent and inbox: every row of the
+// semantics table, fenced takeover with a paused holder, the failure policies.
+#ifndef IDEM_TESTING_CONFORMANCE_GUARDED_CASES_HPP
+#define IDEM_TESTING_CONFORMANCE_GUARDED_CASES_HPP
+
+#ifndef CATCH_VERSION_MAJOR
+#error "Include <catch2/catch.hpp> before <idem/testing/store_conformance.hpp>."
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <concepts>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <idem/policies.hpp>
+#include <idem/server/codec.hpp>
+#include <idem/server/handler_context.hpp>
+#include <idem/server/idempotent.hpp>
+#include <idem/server/inbox.hpp>
+#include <idem/server/request.hpp>
+#include <idem/store/contract.hpp>
+#include <idem/testing/conformance/support.hpp>
+#include <idem/testing/faulty_store.hpp>
+
+namespace idem::testing {
+
+namespace conformance {
+
+// ---- through idempotent and inbox --------------------------------------------------------
+
+template <class S>
+struct wrapped_policies : default_policies {
+  using store = S;
+  using clock = manual_clock;
+};
+
+struct counted_handler {
+  std::shared_ptr<std::atomic<int>> runs = std::make_shared<std::atomic<int>>(0);
+  http_response operator()(handler_context& context, const http_request& request) const {
+    runs->fetch_add(1);
+    return http_response{
+        201,
+        {{"content-type", "application/octet-stream"}, {"x-key", std::string(context.key())}},
+        request.body + every_byte()};
+  }
+};
+
+inline http_request charge(std::string body = "{\"amount\":100}") {
+  return http_request{"POST", "/charges", {{"content-type", "application/json"}}, std::move(body)};
+}
+
+template <class Factory, class Handler = counted_handler>
+auto guarded(store_of<Factory> store, manual_clock clock, Handler handler = {}) {
+  using policies = wrapped_policies<store_of<Factory>>;
+  typename idempotent<Handler, policies>::options parts;
+  parts.store = std::move(store);
+  parts.clock = std::move(clock);
+  return std::make_unique<idempotent<Handler, policies>>(std::move(handler), std::move(parts));
+}
+
+template <class Factory>
+void a_missing_or_invalid_key_is_refused_and_stores_nothing() {
+  Factory factory;
+  auto store = fresh(factory);
+  manual_clock clock;
+  counted_handler handler;
+  auto payments = guarded<Factory>(store, clock, handler);
+
+  const auto missing = (*payments)("tenant", std::nullopt, charge());
+  CHECK(missing.verdict() == verdict::missing_key);
+  CHECK(missing.http_status() == 400);
+
+  const std::string too_long(256, 'k');
+  for (const std::string& bad :
+       {std::string{}, too_long, std::string("has space"), std::string("tab\tkey"),
+        std::string("nul\0key", 7), std::string("caf\xc3\xa9"), std::string("del\x7f")}) {
+    INFO("key of " << bad.size() << " bytes");
+    const auto refused = (*payments)("tenant", bad, charge());
+    CHECK(refused.verdict() == verdict::invalid_key);
+    CHECK(refused.http_status() == 400);
+    CHECK_FALSE(refused.message().empty());
+    CHECK_FALSE(store.find("tenant", bad, clock.wall_now()));
+  }
+  CHECK(*handler.runs == 0);
+  // 255 bytes is the limit, not past it.
+  const std::string longest(255, 'k');
+  CHECK((*payments)("tenant", longest, charge()).verdict() == verdict::executed);
+}
+
+template <class Factory>
+void a_repeat_replays_the_stored_response_byte_for_byte() {
+  Factory factory;
+  auto store = fresh(factory);
+  manual_clock clock;
+  counted_handler handler;
+  auto payments = guarded<Factory>(store, clock, handler);
+
+  const auto first = (*payments)("tenant", "order-17", charge());
+  REQUIRE(first.verdict() == verdict::executed);
+  CHECK(first.recorded());
+  CHECK(first.fence() == 1);
+  clock.advance(1h);
+  const auto second = (*payments)("tenant", "order-17", charge());
+  REQUIRE(second.verdict() == verdict::replayed);
+  CHECK(second.value() == first.value());
+  CHECK(second.http_status() == 201);
+  CHECK(*handler.runs == 1);
+}
+
+template <class Factory>
+void a_key_reused_with_another_request_is_rejected_with_422() {
+  Factory factory;
+  auto store = fresh(factory);
+  manual_clock clock;
+  counted_handler handler;
+  auto payments = guarded<Factory>(store, clock, handler);
+
+  REQUIRE((*payments)("tenant", "k", charge("{\"amount\":100}")).verdict() == verdict::executed);
+  const auto reused = (*payments)("tenant", "k", charge("{\"amount\":999}"));
+  CHECK(reused.verdict() == verdict::mismatch);
+  CHECK(reused.http_status() == 422);
+  http_request other_target = charge();
+  other_target.target = "/refunds";
+  CHECK((*payments)("tenant", "k", other_target).verdict() == verdict::mismatch);
+
+  // In progress too.
+  const digest held = payments->fingerprint()(view_of(charge("{\"amount\":1}")));
+  REQUIRE(store.claim(claim_request{"tenant", "running", held, clock.wall_now(), lease, retention})
+              .status == claim_status::claimed);
+  CHECK((*payments)("tenant", "running", charge("{\"amount\":2}")).verdict() == verdict::mismatch);
+  CHECK(*handler.runs == 1);
+}
+
+template <class Factory>
+void a_duplicate_of_a_request_in_progress_gets_409() {
+  Factory factory;
+  auto store = fresh(factory);
+  manual_clock clock;
+  counted_handler handler;
+  auto payments = guarded<Factory>(store, clock, handler);
+  const digest held = payments->fingerprint()(view_of(charge()));
+  REQUIRE(
+      store.claim(claim_request{"tenant", "k", held, clock.wall_now(), lease, retention}).status ==
+      claim_status::claimed);
+
+  const auto duplicate = (*payments)("tenant", "k", charge());
+  CHECK(duplicate.verdict() == verdict::in_progress);
+  CHECK(duplicate.http_status() == 409);
+  CHECK_FALSE(duplicate.has_value());
+  CHECK(*handler.runs == 0);
+}
+
+// Where a handler thread stops until the test lets it go: a request in flight, or a holder
+// paused past its lease.
+class gate {
+ public:
+  // The handler's side: says it got here, then waits to be let through.
+  void arrive_and_wait() {
+    std::unique_lock lock(mutex_);
+    reached_ = true;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return open_; });
+  }
+  // The test's side.
+  void wait_until_reached() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [&] { return reached_; });
+  }
+  void open() {
+    const std::lock_guard lock(mutex_);
+    open_ = true;
+    changed_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool reached_ = false;
+  bool open_ = false;
+};
+
+// A handler that runs until the test lets it go: a request in flight.
+struct gated_handler {
+  struct shared {
+    gate in_flight;
+    std::atomic<int> runs{0};
+  };
+  std::shared_ptr<shared> state = std::make_shared<shared>();
+
+  http_response operator()(handler_context& context, const http_request& request) const {
+    state->runs.fetch_add(1);
+    // Only the first run waits; a takeover runs straight through.
+    if (context.fence() == 1) state->in_flight.arrive_and_wait();
+    context.step("after the gate", [] {});
+    return http_response{200, {}, "done:" + request.body};
+  }
+
+  void wait_until_entered() const { state->in_flight.wait_until_reached(); }
+  void open() const { state->in_flight.open(); }
+};
+
+template <class S>
+struct coalescing_policies : default_policies {
+  using store = S;
+  using clock = steady_clock;  // the wait is real: a real thread completes the request
+};
+
+template <class Factory>
+void a_coalescing_duplicate_waits_for_the_response_and_replays_it() {
+  Factory factory;
+  using policies = coalescing_policies<store_of<Factory>>;
+  gated_handler handler;
+  typename idempotent<gated_handler, policies>::options parts;
+  parts.store = fresh(factory);
+  parts.coalesce = 10s;
+  idempotent<gated_handler, policies> payments(handler, std::move(parts));
+
+  std::optional<idempotent_outcome<http_response>> original;
+  std::thread first([&] { original.emplace(payments("tenant", "k", charge())); });
+  handler.wait_until_entered();
+  std::thread opener([&] {
+    std::this_thread::sleep_for(20ms);
+    handler.open();
+  });
+  const auto duplicate = payments("tenant", "k", charge());
+  first.join();
+  opener.join();
+  REQUIRE(original);
+  CHECK(original->verdict() == verdict::executed);
+  CHECK(duplicate.verdict() == verdict::replayed);
+  CHECK(duplicate.value() == original->value());
+  CHECK(handler.state->runs == 1);
+}
+
+template <class Factory>
+void a_coalescing_wait_is_bounded() {
+  Factory factory;
+  auto store = fresh(factory);
+  manual_clock clock;
+  using policies = wrapped_policies<store_of<Factory>>;
+  typename idempotent<counted_handler, policies>::options parts;
+  parts.store = store;
+  parts.clock = clock;
+  parts.coalesce = 2s;
+  idempotent<counted_handler, policies> payments(counted_handler{}, std::move(parts));
+  const digest held = payments.fingerprint()(view_of(charge()));
+  REQUIRE(
+      store.claim(claim_request{"tenant", "k", held, clock.wall_now(), lease, retention}).status ==
+      claim_status::claimed);
+
+  const auto waited = payments("tenant", "k", charge());
+  CHECK(waited.verdict() == verdict::in_progress);
+  CHECK(clock.slept() == 2s);
+  CHECK(*payments.handler().runs == 0);
+}
+
+// A handler that records a step, then stops until released: a holder paused past its lease.
+struct resumable_handler {
+  struct shared {
+    std::atomic<int> charges{0};
+    std::atomic<int> emails{0};
+    gate pause;
+  };
+  std::shared_ptr<shared> state = std::make_shared<shared>();
+
+  http_response operator()(handler_context& context, const http_request&) const {
+    const std::string charge_id = context.step("charge", [&] {
+      state->charges.fetch_add(1);
+      return std::string("ch_") + std::to_string(context.fence());
+    });
+    if (context.fence() == 1) state->pause.arrive_and_wait();
+    context.step("email", [&] { state->emails.fetch_add(1); });
+    return http_response{201, {}, charge_id + " fence " + std::to_string(context.fence())};
+  }
+
+  void wait_until_paused() const { state->pause.wait_until_reached(); }
+  void resume() const { state->pause.open(); }
+};
+
+template <class Factory>
+void an_expired_claim_is_taken_over_and_resumes_from_its_recovery_point() {
+  Factory factory;
+  auto store = fresh(factory);
+  manual_clock clock;
+  resumable_handler handler;
+  auto payments = guarded<Factory, resumable_handler>(store, clock, handler);
+
+  std::optional<idempotent_outcome<http_response>> paused_outcome;
+  std::thread paused([&] { paused_outcome.emplace((*payments)("tenant", "k", charge())); });
+  handler.wait_until_paused();
+
+  // Within the lease a repeat is told to wait.
+  CHECK((*payments)("tenant", "k", charge()).verdict() == verdict::in_progress);
+
+  clock.advance(lease + 1s);
+  const auto taken = (*payments)("tenant", "k", charge());
+  REQUIRE(taken.verdict() == verdict::executed);
+  CHECK(taken.resumed());
+  CHECK(taken.fence() == 2);
+  // The charge was recorded before the pause: it is not made again.
+  CHECK(taken->body == "ch_1 fence 2");
+  CHECK(handler.state->charges == 1);
+  CHECK(handler.state->emails == 1);
+
+  // The paused holder wakes up: its next step finds the fence gone, so it neither sends the
+  // email again nor overwrites the recovered response; it is answered with that response.
+  handler.resume();
+  paused.join();
+  REQUIRE(paused_outcome);
+  CHECK(paused_outcome->verdict() == verdict::replayed);
+  CHECK(paused_outcome->value() == taken.value());
+  CHECK(handler.state->emails == 1);
+  const std::optional<record> found = store.find("tenant", "k", clock.wall_now());
+  REQUIRE(found);
+  CHECK(found->fence == 2);
+  CHECK(decode<http_response>(found->response) == taken.value());
+}
+
+struct declined : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct throwing_handler {
+  std::shared_ptr<std::atomic<int>> runs = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<std::atomic<bool>> fail = std::make_shared<std::atomic<bool>>(true);
+  std::shared_ptr<std::atomic<bool>> step_first = std::make_shared<std::atomic<bool>>(false);
+  http_response operator()(handler_context& context, const http_request&) const {
+    runs->fetch_add(1);
+    if (*step_first) context.step("charge", [] { return 1; });
+    if (*fail) throw declined("card declined, attempt " + std::to_string(*runs));
+    return http_response{200, {}, "charged"};
+  }
+};
+
+template <class Factory>
+void a_handler_that_throws_releases_the_key_and_its_exception_passes_through() {
+  Factory factory;
+  auto store = fresh(factory);
+  manual_clock clock;
+  throwing_handler handler;
+  auto payments = guarded<Factory, throwing_handler>(store, clock, handler);
+
+  try {
+    (void)(*payments)("tenant", "k", charge());
+    FAIL("the handler's exception did not pass through");
+  } catch (const declined& error) {
+    CHECK(std::string(error.what()) == "card declined, attempt 1");
+  }
+  CHECK_FALSE(store.find("tenant", "k", clock.wall_now()));
+  *handler.fail = false;
+  const auto corrected = (*payments)("tenant", "k", charge());
+  CHECK(corrected.verdict() == verdict::executed);
+  CHECK(corrected->body == "charged");
+  CHECK(*handler.runs == 2);
+}
+
+template <class S>
+struct stripe_policies : wrapped_policies<S> {
+  using failure = store_failures_after_effect<>;
+};
+
+template <class Factory>
+void a_failure_after_the_effect_began_is_stored_under_the_stripe_policy() {
+  Factory factory;
+  auto store = fresh(factory);
+  manual_clock clock;
+  using policies = stripe_policies<store_of<Factory>>;
+  throwing_handler handler;
+  typename idempotent<throwing_handler, policies>::options parts;
+  parts.store = store;
+  parts.clock = clock;
+  idempotent<throwing_handler, policies> payments(handler, std::move(parts));
+
+  // Failing before any recovery point: released, as by default.
+  CHECK_THROWS_AS(payments("tenant", "early", charge()), declined);
+  CHECK_FALSE(store.find("tenant", "early", clock.wall_now()));
+
+  // Failing after one: stored, and replayed to every repeat.
+  *handler.step_first = true;
+  CHECK_THROWS_AS(payments("tenant", "late", charge()), declined);
+  *handler.fail = false;
+  const auto repeat = payments("tenant", "late", charge());
+  CHECK(repeat.verdict() == verdict::replayed);
+  CHECK(repeat.http_status() == 500);
+  CHECK(*handler.runs == 2);
+}
+
+template <class Factory>
+void a_store_that_is_down_or_full_answers_503_and_runs_nothing() {
+  Factory factory;
+  faulty_store<store_of<Factory>> store(fresh(factory));
+  manual_clock clock;
+  counted_handler handler;
+  using policies = wrapped_policies<faulty_store<store_of<Factory>>>;
+  typename idempotent<counted_handler, policies>::options parts;
+  parts.store = store;
+  parts.clock = clock;
+  idempotent<counted_handler, policies> payments(handler, std::move(parts));
+
+  store.fail(faulty_store<store_of<Factory>>::mode::unavailable);
+  const auto down = payments("tenant", "k", charge());
+  CHECK(down.verdict() == verdict::store_unavailable);
+  CHECK(down.http_status() == 503);
+  CHECK_THAT(std::string(down.message()), Catch::Matchers::Contains("down"));
+
+  store.fail(faulty_store<store_of<Factory>>::mode::full);
+  const auto full = payments("tenant", "k", charge());
+  CHECK(full.verdict() == verdict::store_full);
+  CHECK(full.http_status() == 503);
+  CHECK(*handler.runs == 0);
+
+  // Recovered, the same key runs: the refusals stored nothing.
+  store.heal();
+  CHECK(payments("tenant", "k", charge()).verdict() == verdict::executed);
+  CHECK(*handler.runs == 1);
+
+  if constexpr (Factory::bounded) {
+    Factory bounded_factory;
+    store_limits limits;
+    limits.max_records = 1;
+    typename idempotent<counted_handler, wrapped_policies<store_of<Factory>>>::options small;
+    small.store = fresh(bounded_factory, limits);
+    small.clock = clock;
+    idempotent<counted_handler, wrapped_policies<store_of<Factory>>> tiny(handler,
+                                                                          std::move(small));
+    CHECK(tiny("tenant", "one", charge()).verdict() == verdict::executed);
+    const auto no_room = tiny("tenant", "two", charge());
+    CHECK(no_room.verdict() == verdict::store_full);
+    CHECK(no_room.http_status() == 503);
+    CHECK(*handler.runs == 2);
+  }
+}
+
+template <class Factory>
+void a_store_failing_after_the_handler_ran_is_reported_not_swallowed() {
+  Factory factory;
+  faulty_store<store_of<Factory>> store(fresh(factory));
+  manual_clock clock;
+  using policies = wrapped_policies<faulty_store<store_of<Factory>>>;
+  struct failing_midway {
+    faulty_store<store_of<Factory>> store;
+    http_response operator()(handler_context&, const http_request&) {
+      store.fail(faulty_store<store_of<Factory>>::mode::unavailable);
+      return http_response{200, {}, "effect done"};
+    }
+  };
+  typename idempotent<failing_midway, policies>::options parts;
+  parts.store = store;
+  parts.clock = clock;
+  idempotent<failing_midway, policies> payments(failing_midway{store}, std::move(parts));
+
+  const auto outcome = payments("tenant", "k", charge());
+  CHECK(outcome.verdict() == verdict::executed);
+  CHECK(outcome->body == "effect done");
+  CHECK_FALSE(outcome.recorded());
+  CHECK_THAT(std::string(outcome.message()), Catch::Matchers::Contains("not stored"));
+  // The claim stays: a repeat within the lease waits rather than running the effect again.
+  store.heal();
+  CHECK(payments("tenant", "k", charge()).verdict() == verdict::in_progress);
+  CHECK(payments.stuck().empty());
+  clock.advance(lease);
+  CHECK(payments.stuck().size() == 1);
+}
+
+template <class Factory>
+void a_repeat_after_retention_runs_again_and_sweep_forgets() {
+  Factory factory;
+  auto store = fresh(factory);
+  manual_clock clock;
+  counted_handler handler;
+  auto payments = guarded<Factory>(store, clock, handler);
+
+  REQUIRE((*payments)("tenant", "k", charge()).verdict() == verdict::executed);
+  clock.advance(retention - 1s);
+  CHECK((*payments)("tenant", "k", charge()).verdict() == verdict::replayed);
+  CHECK(payments->sweep() == 0);
+  clock.advance(1s);
+  CHECK(payments->sweep() == 1);
+  CHECK((*payments)("tenant", "k", charge()).verdict() == verdict::executed);
+  CHECK(*handler.runs == 2);
+}
+
+template <class Factory>
+void reconciliation_lists_requests_stuck_past_their_lease() {
+  Factory factory;
+  auto store = fresh(factory);
+  manual_clock clock;
+  resumable_handler handler;
+  auto payments = guarded<Factory, resumable_handler>(store, clock, handler);
+  std::thread paused([&] { (void)(*payments)("tenant", "stuck-key", charge()); });
+  handler.wait_until_paused();
+  CHECK(payments->stuck().empty());
+  clock.advance(lease);
+  const std::vector<record> stuck = payments->stuck();
+  REQUIRE(stuck.size() == 1);
+  CHECK(stuck[0].key == "stuck-key");
+  CHECK(stuck[0].scope == "tenant");
+  CHECK_FALSE(stuck[0].recovery.empty());
+  handler.resume();
+  paused.join();
+  // Reporting took nothing over: the paused holder still completed under fence 1.
+  const std::optional<record> found = store.find("tenant", "stuck-key", clock.wall_now());
+  REQUIRE(found);
+  CHECK(found->state == record_state::completed);
+  CHECK(found->fence == 1);
+}
+
+template <class Factory>
+void another_scopes_key_is_answered_as_an_absent_one() {
+  Factory factory;
+  auto store = fresh(factory);
+  manual_clock clock;
+  counted_handler handler;
+  auto payments = guarded<Factory>(store, clock, handler);
+  REQUIRE((*payments)("tenant-a", "shared-key", charge("{\"a\":1}")).verdict() ==
+          verdict::executed);
+  // Another body under the same key in another scope is neither a mismatch nor a replay.
+  const auto other = (*payments)("tenant-b", "shared-key", charge("{\"b\":2}"));
+  CHECK(other.verdict() == verdict::executed);
+  CHECK(*handler.runs == 2);
+}
+
+template <class Factory>
+void an_inbox_runs_each_event_once() {
+  Factory factory;
+  using policies = wrapped_policies<store_of<Factory>>;
+  typename inbox<policies>::options parts;
+  parts.store = fresh(factory);
+  inbox<policies> consumed(std::move(parts));
+  int shipped = 0;
+  for (int delivery = 0; delivery < 3; ++delivery) {
+    const auto outcome = consumed.deduplicate("orders", "evt-1", [&] { ++shipped; });
+    CHECK(outcome.verdict() == (delivery == 0 ? verdict::executed : verdict::replayed));
+  }
+  const auto counted = consumed.deduplicate("orders", "evt-2", [&] { return ++shipped; });
+  CHECK(counted.value() == 2);
+  CHECK(consumed.deduplicate("orders", "evt-2", [] { return -1; }).value() == 2);
+  CHECK(consumed.deduplicate("refunds", "evt-1", [&] { ++shipped; }).verdict() ==
+        verdict::executed);
+  CHECK(consumed.deduplicate("orders", "", [&] { ++shipped; }).verdict() == verdict::invalid_key);
+  CHECK(shipped == 3);
+}
+
+}  // namespace conformance
+}  // namespace idem::testing
+
+#endif  // IDEM_TESTING_CONFORMANCE_GUARDED_CASES_HPP
