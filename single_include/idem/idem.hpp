@@ -7095,9 +7095,8 @@ class idempotent_outcome {
   template <class R>
   static idempotent_outcome unrecorded(idem::verdict v, R&& response, std::string message,
                                        std::uint64_t fence = 0, bool resumed = false) {
-    idempotent_outcome outcome(v, std::forward<R>(response), fence, resumed, false);
-    outcome.message_ = std::move(message);
-    return outcome;
+    return idempotent_outcome(v, std::forward<R>(response), fence, resumed, false,
+                              std::move(message));
   }
   /// A repeat: the response stored by the call that ran.
   template <class R>
@@ -7156,9 +7155,10 @@ class idempotent_outcome {
  private:
   template <class R>
   idempotent_outcome(idem::verdict v, R&& response, std::uint64_t fence, bool resumed,
-                     bool recorded)
+                     bool recorded, std::string message = {})
       : verdict_(v),
         response_(std::in_place, std::forward<R>(response)),
+        message_(std::move(message)),
         fence_(fence),
         recorded_(recorded),
         resumed_(resumed) {}
