@@ -76,6 +76,13 @@ INTERFACE_HEADERS = ("array", "atomic", "bit", "charconv", "concepts", "cstddef"
                      "vector")
 
 
+def side_header(include_dir, path):
+    """idem/<path>, or where versions before the client/ and server/ floors kept it."""
+    if os.path.exists(os.path.join(include_dir, "idem", path)):
+        return "idem/" + path
+    return "idem/" + path.split("/", 1)[1]
+
+
 def sources(include_dir, incremental_only=False):
     """The translation units, by name: the two compared, and three that say where time goes."""
     typical = {
@@ -93,8 +100,8 @@ def sources(include_dir, incremental_only=False):
             f"#include <{name}>\n" for name in standard_headers(include_dir)) + MAIN,
         "interface_headers": "".join(f"#include <{name}>\n" for name in INTERFACE_HEADERS)
         + BASELINE,
-        "idempotent": "#include <idem/server/idempotent.hpp>\n" + MAIN,
-        "retrying": "#include <idem/client/retrying.hpp>\n" + MAIN,
+        "idempotent": f"#include <{side_header(include_dir, 'server/idempotent.hpp')}>\n" + MAIN,
+        "retrying": f"#include <{side_header(include_dir, 'client/retrying.hpp')}>\n" + MAIN,
     }
 
 
