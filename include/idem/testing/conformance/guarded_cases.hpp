@@ -7,32 +7,7 @@
 #error "Include <catch2/catch.hpp> before <idem/testing/store_conformance.hpp>."
 #endif
 
-#include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <concepts>
-#include <condition_variable>
-#include <cstddef>
-#include <cstdint>
-#include <limits>
-#include <mutex>
-#include <optional>
-#include <random>
-#include <stdexcept>
-#include <string>
-#include <string_view>
-#include <thread>
-#include <vector>
-
-#include <idem/policies.hpp>
-#include <idem/server/codec.hpp>
-#include <idem/server/handler_context.hpp>
-#include <idem/server/idempotent.hpp>
-#include <idem/server/inbox.hpp>
-#include <idem/server/request.hpp>
-#include <idem/store/contract.hpp>
 #include <idem/testing/conformance/support.hpp>
-#include <idem/testing/faulty_store.hpp>
 
 namespace idem::testing {
 

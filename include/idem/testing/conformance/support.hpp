@@ -1,5 +1,6 @@
 // What the conformance cases share: the factory concept, the limits a factory is given, fixed
-// times, fingerprints and requests. Included by idem/testing/store_conformance.hpp.
+// times, fingerprints and requests, and the standard and idem headers the cases use. Included
+// by idem/testing/store_conformance.hpp.
 #ifndef IDEM_TESTING_CONFORMANCE_SUPPORT_HPP
 #define IDEM_TESTING_CONFORMANCE_SUPPORT_HPP
 
