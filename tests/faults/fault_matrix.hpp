@@ -35,9 +35,9 @@
 #include <utility>
 #include <vector>
 
+#include <idem/policies.hpp>
 #include <idem/server/handler_context.hpp>
 #include <idem/server/idempotent.hpp>
-#include <idem/policies.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/testing/faulty_store.hpp>
 

@@ -1,5 +1,6 @@
-// Fuzz target: RFC 8785 canonical JSON (idem/server/fingerprint/canonicalize_json.hpp) and the canonical_json
-// fingerprint (idem/server/fingerprint/canonical_json.hpp), which read request bodies clients send.
+// Fuzz target: RFC 8785 canonical JSON (idem/server/fingerprint/canonicalize_json.hpp) and the
+// canonical_json fingerprint (idem/server/fingerprint/canonical_json.hpp), which read request
+// bodies clients send.
 //
 // Input: one byte whose low two bits say how many excluded JSON Pointers follow (each a length
 // byte and its bytes), then the JSON text.

@@ -1,5 +1,5 @@
-// Fuzz target: decoding the bytes a store hands back (idem/server/codec.hpp and the recovery points of
-// idem/server/handler_context.hpp). Every store keeps a record's response and recovery points as
+// Fuzz target: decoding the bytes a store hands back (idem/server/codec.hpp and the recovery points
+// of idem/server/handler_context.hpp). Every store keeps a record's response and recovery points as
 // opaque bytes, so these decoders are what a damaged or foreign record reaches first, whatever
 // the store.
 //

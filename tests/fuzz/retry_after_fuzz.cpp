@@ -1,5 +1,5 @@
-// Fuzz target: the Retry-After field and HTTP-date parsing (idem/client/retry_after.hpp), which read
-// bytes a server sent.
+// Fuzz target: the Retry-After field and HTTP-date parsing (idem/client/retry_after.hpp), which
+// read bytes a server sent.
 //
 // Properties, for every field value and every `now` (any 64-bit nanosecond count):
 //  * a delay is never negative; delay-seconds (digits only) gives exactly that many seconds, or

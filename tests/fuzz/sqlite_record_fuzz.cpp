@@ -10,7 +10,8 @@
 //  * a well-formed row (integers where idem writes integers, state 0-2, blobs of the sizes idem
 //    writes) is read back field for field: find answers it when it is live and unreleased, and
 //    nothing otherwise; stuck lists it exactly when it is in progress with its lease run out;
-//  * claim on a well-formed row follows the contract of idem/store/contract.hpp: a new claim (fence + 1)
+//  * claim on a well-formed row follows the contract of idem/store/contract.hpp: a new claim (fence
+//  + 1)
 //    over a released or expired row, a takeover (fence + 1) of an abandoned one, and otherwise
 //    the row as it is.
 #include <idem/store/sqlite.hpp>

@@ -1,8 +1,8 @@
 // The clocks' readings: the default coarse_clock against the exact system clock it stands in for.
 #include <catch2/catch.hpp>
 
-#include <idem/policies.hpp>
 #include <idem/clock.hpp>
+#include <idem/policies.hpp>
 
 #include <algorithm>
 #include <atomic>

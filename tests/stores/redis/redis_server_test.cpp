@@ -5,8 +5,8 @@
 // server that would raise SIGPIPE, and kill -9 while clients claim and complete.
 #include <catch2/catch.hpp>
 
-#include <idem/server/idempotent.hpp>
 #include <idem/policies.hpp>
+#include <idem/server/idempotent.hpp>
 #include <idem/store/redis.hpp>
 
 #include <atomic>

@@ -3,8 +3,8 @@
 // connection pool, and a storm through idempotent with clients that do not share a pool.
 #include <catch2/catch.hpp>
 
-#include <idem/server/idempotent.hpp>
 #include <idem/policies.hpp>
+#include <idem/server/idempotent.hpp>
 #include <idem/store/redis.hpp>
 
 #include <algorithm>

@@ -75,20 +75,17 @@ constexpr void sha256_compress_portable(sha256_state_words& state, const unsigne
     for (std::size_t t = 16; t < 64; ++t) {
       const std::uint32_t s0 =
           std::rotr(w[t - 15], 7) ^ std::rotr(w[t - 15], 18) ^ (w[t - 15] >> 3);
-      const std::uint32_t s1 =
-          std::rotr(w[t - 2], 17) ^ std::rotr(w[t - 2], 19) ^ (w[t - 2] >> 10);
+      const std::uint32_t s1 = std::rotr(w[t - 2], 17) ^ std::rotr(w[t - 2], 19) ^ (w[t - 2] >> 10);
       w[t] = w[t - 16] + s0 + w[t - 7] + s1;
     }
 
     std::uint32_t a = state[0], b = state[1], c = state[2], d = state[3];
     std::uint32_t e = state[4], f = state[5], g = state[6], h = state[7];
     for (std::size_t t = 0; t < 64; ++t) {
-      const std::uint32_t big_sigma1 =
-          std::rotr(e, 6) ^ std::rotr(e, 11) ^ std::rotr(e, 25);
+      const std::uint32_t big_sigma1 = std::rotr(e, 6) ^ std::rotr(e, 11) ^ std::rotr(e, 25);
       const std::uint32_t choose = (e & f) ^ (~e & g);
       const std::uint32_t t1 = h + big_sigma1 + choose + sha256_round_constants[t] + w[t];
-      const std::uint32_t big_sigma0 =
-          std::rotr(a, 2) ^ std::rotr(a, 13) ^ std::rotr(a, 22);
+      const std::uint32_t big_sigma0 = std::rotr(a, 2) ^ std::rotr(a, 13) ^ std::rotr(a, 22);
       const std::uint32_t majority = (a & b) ^ (a & c) ^ (b & c);
       const std::uint32_t t2 = big_sigma0 + majority;
       h = g;
