@@ -1,6 +1,6 @@
 // One SQLite connection of sqlite_store's pool: opening and configuring it (WAL, synchronous,
-// busy handler, size cap), its prepared statements, and how an SQLite failure becomes a
-// store_error. Used by one thread at a time: the pool hands it out.
+// busy handler, size cap), its prepared statements, how an SQLite failure becomes a
+// store_error, and the write transaction. Used by one thread at a time: the pool hands it out.
 #ifndef IDEM_STORE_SQLITE_CONNECTION_HPP
 #define IDEM_STORE_SQLITE_CONNECTION_HPP
 
@@ -159,7 +159,7 @@ class sqlite_connection {
                             "filesystem, or mode=ro)");
     }
     // The first statement that reads the file: a file that is not a database fails here.
-    const std::string mode = text_of("PRAGMA journal_mode = WAL", "switch to WAL mode");
+    const std::string mode = switch_to_wal();
     if (mode != "wal") {
       throw store_error(store_failure::unavailable,
                         "idem::sqlite_store: '" + settings_->path +
@@ -175,6 +175,23 @@ class sqlite_connection {
           std::max<std::uint64_t>(1, settings_->max_database_bytes / std::stoull(page_size));
       execute_script(("PRAGMA max_page_count = " + std::to_string(pages)).c_str(),
                      "limit the database size");
+    }
+  }
+
+  // PRAGMA journal_mode = WAL, answering the mode it left. Switching a new file to WAL needs
+  // the file to itself, and SQLite answers SQLITE_BUSY at once rather than call the busy handler
+  // when another connection is switching it too (processes opening a new file together): that
+  // is retried here with the busy handler's pauses, up to the busy timeout.
+  std::string switch_to_wal() {
+    for (int attempt = 0;; ++attempt) {
+      try {
+        return text_of("PRAGMA journal_mode = WAL", "switch to WAL mode");
+      } catch (const store_error&) {
+        const int primary = sqlite3_errcode(db_) & 0xff;
+        if ((primary != SQLITE_BUSY && primary != SQLITE_LOCKED) || on_busy(this, attempt) == 0) {
+          throw;
+        }
+      }
     }
   }
 
@@ -222,6 +239,39 @@ class sqlite_use {
 
  private:
   sqlite3_stmt* statement_;
+};
+
+// BEGIN IMMEDIATE on construction (the database's one write lock, taken before any statement
+// reads); ROLLBACK unless committed.
+class sqlite_write_transaction {
+ public:
+  explicit sqlite_write_transaction(sqlite_connection& connection) : connection_(connection) {
+    connection_.run(sqlite_statement::begin_immediate, "begin a write transaction");
+  }
+  sqlite_write_transaction(const sqlite_write_transaction&) = delete;
+  sqlite_write_transaction& operator=(const sqlite_write_transaction&) = delete;
+  void commit() {
+    connection_.run(sqlite_statement::commit, "commit");
+    committed_ = true;
+  }
+  ~sqlite_write_transaction() {
+    // SQLite rolls back by itself on some errors (a full disk, an I/O error); only roll back
+    // what is still open.
+    if (!committed_ && sqlite3_get_autocommit(connection_.db()) == 0) {
+      sqlite3_stmt* rollback = nullptr;
+      try {
+        rollback = connection_.statement(sqlite_statement::rollback);
+      } catch (const store_error&) {
+        return;  // the pool drops a connection left inside a transaction
+      }
+      sqlite3_step(rollback);
+      sqlite3_reset(rollback);
+    }
+  }
+
+ private:
+  sqlite_connection& connection_;
+  bool committed_ = false;
 };
 
 }  // namespace idem::detail
