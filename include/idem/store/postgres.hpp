@@ -23,9 +23,10 @@
 //   timeout) throws store_error(unavailable) carrying libpq's message.
 // * The schema is created and migrated by the store itself, versioned in <table>_meta, under an
 //   advisory lock so that replicas starting together do not race.
-// Every option and its default: docs/stores/postgres.md. The binary wire format and record
-// decoding are in store/postgres/wire.hpp, how a failure is told apart in
-// store/postgres/failure.hpp.
+// Every option and its default: docs/stores/postgres.md. Its parts, in store/postgres/: the
+// binary wire format and record decoding (wire.hpp), the statements' SQL (statements.hpp), the
+// table's versions and their migration (schema.hpp), a borrowed connection (connection.hpp),
+// how a failure is told apart (failure.hpp), and what the handler's own SQL gets (error.hpp).
 #ifndef IDEM_STORE_POSTGRES_HPP
 #define IDEM_STORE_POSTGRES_HPP
 
@@ -52,8 +53,10 @@
 #include <idem/server/fingerprint/digest.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/detail/connection_pool.hpp>
+#include <idem/store/postgres/connection.hpp>
 #include <idem/store/postgres/error.hpp>
 #include <idem/store/postgres/failure.hpp>
+#include <idem/store/postgres/schema.hpp>
 #include <idem/store/postgres/statements.hpp>
 #include <idem/store/postgres/wire.hpp>
 
@@ -299,74 +302,7 @@ class postgres_store {
  private:
   class pool;
   using connection_pool = detail::connection_pool<detail::postgres::connection_ptr>;
-
-  // One pooled connection, held for one call. Handed back on destruction; a connection that
-  // failed is closed instead, and the next call opens a fresh one.
-  class borrowed {
-   public:
-    explicit borrowed(connection_pool::lease lease) noexcept : lease_(std::move(lease)) {}
-    borrowed(borrowed&& other) noexcept = default;
-    borrowed(const borrowed&) = delete;
-    borrowed& operator=(const borrowed&) = delete;
-    borrowed& operator=(borrowed&&) = delete;
-    ~borrowed() = default;
-
-    PGconn* get() const noexcept { return lease_.get().get(); }
-    void give_back() noexcept { lease_.give_back(); }
-
-    // Runs a prepared statement; returns its result, or throws: store_error, or
-    // postgres_error when `retryable_as_postgres_error` and the failure is 40001/40P01.
-    detail::postgres::result_ptr run(detail::postgres::statement which,
-                                     const detail::postgres::parameters& values, const char* what,
-                                     bool retryable_as_postgres_error = false) {
-      namespace pg = detail::postgres;
-      pg::result_ptr result{PQexecPrepared(get(), pg::statement_names[which], values.count(),
-                                           values.values(), values.lengths(),
-                                           pg::parameters::formats(), 1)};
-      const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
-      if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) return result;
-      fail(result.get(), what, retryable_as_postgres_error);
-    }
-
-    // Runs SQL text (no parameters), for transaction control.
-    void run_text(const char* sql, const char* what, bool retryable_as_postgres_error = false) {
-      const detail::postgres::result_ptr result{PQexec(get(), sql)};
-      const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
-      if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) return;
-      fail(result.get(), what, retryable_as_postgres_error);
-    }
-
-    [[noreturn]] void fail(const PGresult* result, const char* what,
-                           bool retryable_as_postgres_error) {
-      namespace pg = detail::postgres;
-      const pg::failure_kind kind = pg::classify(get(), result);
-      std::string message =
-          std::string("idem::postgres_store: ") + what + ": " + pg::describe(get(), result);
-      if (kind == pg::failure_kind::connection) {
-        // Dropped rather than pooled: a broken connection never serves another call.
-        lease_.discard();
-      }
-      if (kind == pg::failure_kind::retry && retryable_as_postgres_error) {
-        const char* state = PQresultErrorField(result, PG_DIAG_SQLSTATE);
-        throw postgres_error(state, message);
-      }
-      throw store_error(
-          kind == pg::failure_kind::full ? store_failure::full : store_failure::unavailable,
-          message);
-    }
-
-    // Rolls back whatever is open; a connection that cannot even do that is dropped.
-    void roll_back() noexcept {
-      if (!lease_.held()) return;
-      // A failed COMMIT has already ended the transaction.
-      if (PQtransactionStatus(get()) == PQTRANS_IDLE) return;
-      const detail::postgres::result_ptr result{PQexec(get(), "ROLLBACK")};
-      if (!result || PQresultStatus(result.get()) != PGRES_COMMAND_OK) lease_.discard();
-    }
-
-   private:
-    connection_pool::lease lease_;
-  };
+  using borrowed = detail::postgres::borrowed_connection;
 
   // The shared state of every copy: options, SQL, and the idle connections.
   class pool {
@@ -388,10 +324,8 @@ class postgres_store {
                                     message);
       }
       PQconninfoFree(parsed);
-      schema = pg::quoted_identifier(config.schema, "schema");
-      table = schema + "." + pg::quoted_identifier(config.table, "table");
-      meta = schema + "." + pg::quoted_identifier(config.table + "_meta", "table", 63);
-      build_sql();
+      names = pg::quote_names(config.schema, config.table);
+      sql = pg::statement_sql(names.table);
     }
     pool(const pool&) = delete;
     pool& operator=(const pool&) = delete;
@@ -400,9 +334,7 @@ class postgres_store {
     borrowed acquire() { return borrowed{connections.acquire()}; }
 
     options config;
-    std::string schema;
-    std::string table;
-    std::string meta;
+    detail::postgres::quoted_names names;
     std::array<std::string, detail::postgres::statement::count> sql;
     connection_pool connections{config.pool_size, pool_hooks()};
 
@@ -458,19 +390,21 @@ class postgres_store {
           std::to_string(config.statement_timeout.count()) +
           "; SET idle_in_transaction_session_timeout = " +
           std::to_string(config.idle_in_transaction_timeout.count());
-      exec_or_throw(connection.get(), settings.c_str(), "configuring the session");
+      pg::exec_or_throw(connection.get(), settings.c_str(), "configuring the session");
       {
         // One migration per process; the advisory lock orders processes.
         const std::lock_guard lock(migrate_mutex);
         if (!migrated) {
-          migrate(connection.get());
+          pg::migrate(connection.get(), names, config.table);
           migrated = true;
         }
       }
       for (std::size_t i = 0; i < pg::statement::count; ++i) {
-        const std::array<Oid, 8> types = parameter_types(static_cast<pg::statement>(i));
+        const auto which = static_cast<pg::statement>(i);
+        const std::array<Oid, 8> types = pg::parameter_types(which);
         const pg::result_ptr result{PQprepare(connection.get(), pg::statement_names[i],
-                                              sql[i].c_str(), parameter_count(i), types.data())};
+                                              sql[i].c_str(), pg::parameter_count(which),
+                                              types.data())};
         if (!result || PQresultStatus(result.get()) != PGRES_COMMAND_OK) {
           throw store_error(store_failure::unavailable,
                             std::string("idem::postgres_store: preparing ") +
@@ -479,212 +413,6 @@ class postgres_store {
         }
       }
       return connection;
-    }
-
-    static void exec_or_throw(PGconn* connection, const char* sql, const char* what) {
-      namespace pg = detail::postgres;
-      const pg::result_ptr result{PQexec(connection, sql)};
-      const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
-      if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
-        throw store_error(store_failure::unavailable, std::string("idem::postgres_store: ") + what +
-                                                          ": " +
-                                                          pg::describe(connection, result.get()));
-      }
-    }
-
-    // Schema versions, applied in order inside one transaction under an advisory lock keyed by
-    // the table's name, so that replicas starting at once migrate it exactly once.
-    void migrate(PGconn* connection) {
-      namespace pg = detail::postgres;
-      const std::string plain_table = config.table;
-      const std::string index_prefix =
-          pg::quoted_identifier(plain_table + "_by_expiry", "table", 63);
-      const std::string stuck_index = pg::quoted_identifier(plain_table + "_by_lease", "table", 63);
-      const std::vector<std::string> migrations{
-          // 1: the records. (scope, key) is the identity; scope leads every index, so a table
-          // partitioned by scope prunes to one partition. Any bytes go: bytea, never text.
-          // Completing changes no indexed column (state is in no index, not even a partial
-          // one's predicate) and fillfactor leaves room on the page, so a completion can be a
-          // HOT update that writes no index page: under SERIALIZABLE, concurrent completions of
-          // neighbouring keys do not collide on the primary key's leaf pages (predicate locks
-          // there are page-sized). With a partial index on state, a 64-thread storm of
-          // completions met ~6,000 serialization failures on idem's own statements; now none.
-          "CREATE TABLE " + table +
-          " ("
-          "scope bytea NOT NULL, key bytea NOT NULL, fingerprint bytea NOT NULL, "
-          "state int2 NOT NULL, fence int8 NOT NULL, taken_over bool NOT NULL, "
-          "created_at int8 NOT NULL, lease_until int8 NOT NULL, expires_at int8 NOT NULL, "
-          "response bytea, recovery bytea, PRIMARY KEY (scope, key)) WITH (fillfactor = 80); "
-          "CREATE INDEX " +
-          index_prefix + " ON " + table +
-          " (scope, expires_at); "
-          "CREATE INDEX " +
-          stuck_index + " ON " + table + " (scope, lease_until)"};
-      std::uint64_t hash = 1469598103934665603ULL;  // FNV-1a of the qualified name
-      for (const char c : table) {
-        hash ^= static_cast<unsigned char>(c);
-        hash *= 1099511628211ULL;
-      }
-      exec_or_throw(connection, "BEGIN", "migrating: begin");
-      try {
-        const std::string lock =
-            "SELECT pg_advisory_xact_lock(" + std::to_string(static_cast<std::int64_t>(hash)) + ")";
-        exec_or_throw(connection, lock.c_str(), "migrating: advisory lock");
-        exec_or_throw(connection, ("CREATE SCHEMA IF NOT EXISTS " + schema).c_str(),
-                      "migrating: schema");
-        exec_or_throw(connection,
-                      ("CREATE TABLE IF NOT EXISTS " + meta + " (version int4 NOT NULL)").c_str(),
-                      "migrating: meta table");
-        const pg::result_ptr result{PQexec(connection, ("SELECT version FROM " + meta).c_str())};
-        if (!result || PQresultStatus(result.get()) != PGRES_TUPLES_OK) {
-          throw store_error(store_failure::unavailable,
-                            "idem::postgres_store: migrating: reading the schema version: " +
-                                pg::describe(connection, result.get()));
-        }
-        std::size_t version = 0;
-        if (PQntuples(result.get()) > 0) {
-          version = static_cast<std::size_t>(std::stoul(PQgetvalue(result.get(), 0, 0)));
-        } else {
-          exec_or_throw(connection, ("INSERT INTO " + meta + " VALUES (0)").c_str(),
-                        "migrating: meta row");
-        }
-        if (version > migrations.size()) {
-          throw store_error(store_failure::unavailable,
-                            "idem::postgres_store: the table " + table + " is at schema version " +
-                                std::to_string(version) + ", newer than this idem (" +
-                                std::to_string(migrations.size()) + ")");
-        }
-        for (; version < migrations.size(); ++version) {
-          exec_or_throw(connection, migrations[version].c_str(), "migrating");
-        }
-        exec_or_throw(
-            connection,
-            ("UPDATE " + meta + " SET version = " + std::to_string(migrations.size())).c_str(),
-            "migrating: version");
-        exec_or_throw(connection, "COMMIT", "migrating: commit");
-      } catch (...) {
-        const pg::result_ptr rollback{PQexec(connection, "ROLLBACK")};
-        throw;
-      }
-    }
-
-    void build_sql() {
-      namespace pg = detail::postgres;
-      // The server's clock in int8 nanoseconds (microsecond resolution), unless the caller's
-      // `now` was passed.
-      const auto now = [](int parameter) {
-        return "COALESCE($" + std::to_string(parameter) +
-               "::int8, (extract(epoch FROM clock_timestamp()) * 1000000000)::int8)";
-      };
-      const std::string columns =
-          "fence, fingerprint, state, created_at, lease_until, expires_at, response, recovery";
-      // A live in-progress record is taken over (same fingerprint, lease passed: the WHERE);
-      // an expired or released one is replaced by a new claim under the next fence.
-      const std::string takeover = "(r.state = 0 AND r.expires_at > excluded.created_at)";
-      sql[pg::claim] =
-          "WITH clock AS (SELECT " + now(6) +
-          " AS n), "
-          "decided AS (INSERT INTO " +
-          table +
-          " AS r (scope, key, fingerprint, state, fence, taken_over, created_at, lease_until, "
-          "expires_at) SELECT $1, $2, $3, 0, 1, false, n, n + $4, n + $5 FROM clock "
-          "ON CONFLICT (scope, key) DO UPDATE SET fence = r.fence + 1, taken_over = " +
-          takeover + ", fingerprint = excluded.fingerprint, state = 0, created_at = CASE WHEN " +
-          takeover +
-          " THEN r.created_at ELSE excluded.created_at END, "
-          "lease_until = excluded.lease_until, expires_at = CASE WHEN " +
-          takeover +
-          " THEN r.expires_at ELSE excluded.expires_at END, response = NULL, recovery = CASE "
-          "WHEN " +
-          takeover +
-          " THEN r.recovery END "
-          "WHERE r.state = 2 OR r.expires_at <= excluded.created_at OR (r.state = 0 AND "
-          "r.fingerprint = excluded.fingerprint AND r.lease_until <= excluded.created_at) "
-          "RETURNING taken_over, " +
-          columns +
-          ") "
-          "SELECT true, taken_over, " +
-          columns + ", NULL::int8 FROM decided UNION ALL SELECT false, false, " + columns +
-          ", clock.n FROM " + table +
-          ", clock WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM decided)";
-      const std::string held = " WHERE scope = $1 AND key = $2 AND fence = $3 AND state <> 2";
-      sql[pg::complete] =
-          "UPDATE " + table + " SET state = 1, response = $4, recovery = NULL" + held;
-      sql[pg::release] =
-          "UPDATE " + table + " SET state = 2, response = NULL, recovery = NULL" + held;
-      sql[pg::checkpoint] = "UPDATE " + table + " SET recovery = $4, lease_until = COALESCE($5, " +
-                            "(extract(epoch FROM clock_timestamp()) * 1000000000)::int8 + $6)" +
-                            held;
-      sql[pg::find] = "SELECT " + columns + " FROM " + table +
-                      " WHERE scope = $1 AND key = $2 AND state <> 2 AND expires_at > " + now(3);
-      // Scope leads every index, so reading across scopes walks the distinct scopes first (a
-      // loose index scan of the primary key), then each scope's index range: the cost follows
-      // the scopes and what is found, not what the table holds.
-      const std::string scopes =
-          "WITH RECURSIVE clock AS (SELECT " + now(1) + " AS n), scopes AS ((SELECT scope FROM " +
-          table + " ORDER BY scope LIMIT 1) UNION ALL SELECT (SELECT t.scope FROM " + table +
-          " t WHERE t.scope > s.scope ORDER BY t.scope LIMIT 1) FROM scopes s WHERE s.scope IS "
-          "NOT NULL) ";
-      sql[pg::sweep] = scopes + "DELETE FROM " + table +
-                       " t USING scopes s, clock WHERE t.scope = s.scope AND t.expires_at <= "
-                       "clock.n";
-      sql[pg::stuck] = scopes + "SELECT t.scope, t.key, t.fence, t.fingerprint, t.state, " +
-                       "t.created_at, t.lease_until, t.expires_at, t.response, t.recovery " +
-                       "FROM scopes s CROSS JOIN clock CROSS JOIN LATERAL (SELECT * FROM " + table +
-                       " r WHERE r.scope = s.scope AND r.state = 0 AND r.lease_until <= clock.n "
-                       "AND r.expires_at > clock.n ORDER BY r.lease_until LIMIT $2) t "
-                       "WHERE s.scope IS NOT NULL LIMIT $2";
-      sql[pg::lock] =
-          "SELECT fence, state FROM " + table + " WHERE scope = $1 AND key = $2 FOR UPDATE";
-      // For max_records_per_scope, inside the claim's transaction: first a transaction-scoped
-      // lock on the scope, so that claims of one scope, from every replica, take turns; then,
-      // in a statement of its own (read committed: a snapshot taken after the lock, which sees
-      // what the previous turn committed), the scope's unexpired records other than this key,
-      // and whether this key's record is live (a replay or takeover needs no room).
-      sql[pg::scope_turn] =
-          "SELECT pg_advisory_xact_lock(hashtextextended(encode($1, 'hex'), 7238))";
-      sql[pg::scope_room] =
-          "WITH clock AS (SELECT " + now(3) +
-          " AS n) SELECT count(*) FILTER (WHERE r.key <> $2 AND r.expires_at > clock.n), "
-          "COALESCE(bool_or(r.key = $2 AND r.state <> 2 AND r.expires_at > clock.n), false) "
-          "FROM clock LEFT JOIN " +
-          table + " AS r ON r.scope = $1";
-    }
-
-    static std::array<Oid, 8> parameter_types(detail::postgres::statement which) {
-      namespace pg = detail::postgres;
-      switch (which) {
-        case pg::claim:
-          return {pg::bytea_oid, pg::bytea_oid, pg::bytea_oid,
-                  pg::int8_oid,  pg::int8_oid,  pg::int8_oid};
-        case pg::complete:
-          return {pg::bytea_oid, pg::bytea_oid, pg::int8_oid, pg::bytea_oid};
-        case pg::release:
-          return {pg::bytea_oid, pg::bytea_oid, pg::int8_oid};
-        case pg::checkpoint:
-          return {pg::bytea_oid, pg::bytea_oid, pg::int8_oid,
-                  pg::bytea_oid, pg::int8_oid,  pg::int8_oid};
-        case pg::find:
-          return {pg::bytea_oid, pg::bytea_oid, pg::int8_oid};
-        case pg::sweep:
-          return {pg::int8_oid};
-        case pg::stuck:
-          return {pg::int8_oid, pg::int8_oid};
-        case pg::lock:
-          return {pg::bytea_oid, pg::bytea_oid};
-        case pg::scope_turn:
-          return {pg::bytea_oid};
-        case pg::scope_room:
-          return {pg::bytea_oid, pg::bytea_oid, pg::int8_oid};
-        case pg::count:
-          break;
-      }
-      return {};
-    }
-    static int parameter_count(std::size_t which) {
-      constexpr std::array<int, detail::postgres::statement::count> counts{6, 4, 3, 6, 3,
-                                                                           1, 2, 2, 1, 3};
-      return counts[which];
     }
 
     std::mutex migrate_mutex;

@@ -1,7 +1,8 @@
 // postgres_store against a real PostgreSQL server: the store conformance suite (caller time, so
-// the suite's manual clock rules), then what is particular to it: the schema it creates and
-// migrates, the server's clock, transactional completion, and a storm under two isolation
-// levels.
+// the suite's manual clock rules), then what is particular to it: replicas creating its schema
+// at once, the server's clock, transactional completion, and a storm under two isolation
+// levels. The migration itself, and the statements' SQL, are tested alone in
+// postgres_sql_test.cpp.
 #include <catch2/catch.hpp>
 
 #include <idem/store/postgres.hpp>
@@ -41,18 +42,6 @@ struct postgres_factory {
   }
 };
 
-// Drops its table when the test case ends.
-struct table_guard {
-  std::string name;
-  explicit table_guard(std::string table) : name(std::move(table)) {}
-  table_guard(const table_guard&) = delete;
-  table_guard& operator=(const table_guard&) = delete;
-  ~table_guard() {
-    pgtest::drop_table(pgtest::conninfo(), name);
-    pgtest::drop_table(pgtest::conninfo(), name + "_effects");
-  }
-};
-
 const idem::store_time start{std::chrono::seconds{1767225600}};
 
 idem::digest print(std::uint8_t seed) {
@@ -71,26 +60,8 @@ IDEM_STORE_CONFORMANCE_TESTS(postgres_factory)
 
 // ---- schema ------------------------------------------------------------------------------
 
-TEST_CASE("the table has (scope, key) as its primary key and scope leads every index",
-          "[postgres]") {
-  table_guard table(pgtest::unique_table("schema"));
-  idem::postgres_store store{pgtest::caller_time_options(table.name)};
-  pgtest::connection check;
-  const idem::postgres_result indexes =
-      check.exec("SELECT indexdef FROM pg_indexes WHERE tablename = '" + table.name + "'");
-  REQUIRE(indexes.rows() == 3);
-  for (int row = 0; row < indexes.rows(); ++row) {
-    const std::string definition(indexes.value(row, 0));
-    INFO(definition);
-    CHECK(definition.find("(scope,") != std::string::npos);
-  }
-  CHECK(check.scalar("SELECT count(*) FROM pg_constraint WHERE contype = 'p' AND conrelid = '\"" +
-                     table.name + "\"'::regclass") == 1);
-  CHECK(check.scalar("SELECT version FROM \"" + table.name + "_meta\"") == 1);
-}
-
 TEST_CASE("replicas starting at once migrate the table exactly once", "[postgres][concurrency]") {
-  table_guard table(pgtest::unique_table("migrate"));
+  pgtest::table_guard table(pgtest::unique_table("migrate"));
   const idem::postgres_store::options config = pgtest::caller_time_options(table.name);
   std::atomic<int> failures{0};
   std::vector<std::thread> replicas;
@@ -111,20 +82,6 @@ TEST_CASE("replicas starting at once migrate the table exactly once", "[postgres
   pgtest::connection check;
   CHECK(check.scalar("SELECT count(*) FROM \"" + table.name + "_meta\"") == 1);
   CHECK(check.scalar("SELECT version FROM \"" + table.name + "_meta\"") == 1);
-}
-
-TEST_CASE("a table at a newer schema version than this idem is refused", "[postgres]") {
-  table_guard table(pgtest::unique_table("newer"));
-  { idem::postgres_store first{pgtest::caller_time_options(table.name)}; }
-  pgtest::connection admin;
-  admin.exec("UPDATE \"" + table.name + "_meta\" SET version = 99");
-  try {
-    idem::postgres_store second{pgtest::caller_time_options(table.name)};
-    FAIL("a table from a newer version was accepted");
-  } catch (const idem::store_error& error) {
-    CHECK(error.failure() == idem::store_failure::unavailable);
-    CHECK_THAT(error.what(), Catch::Matchers::Contains("schema version 99"));
-  }
 }
 
 TEST_CASE("a configured schema is created, and names that are not identifiers are refused",
@@ -155,7 +112,7 @@ TEST_CASE("a configured schema is created, and names that are not identifiers ar
 
 TEST_CASE("with server time, replicas whose clocks disagree wildly agree on leases and expiry",
           "[postgres]") {
-  table_guard table(pgtest::unique_table("clock"));
+  pgtest::table_guard table(pgtest::unique_table("clock"));
   idem::postgres_store::options config;
   config.conninfo = pgtest::conninfo();
   config.table = table.name;
@@ -207,7 +164,7 @@ TEST_CASE("with server time, replicas whose clocks disagree wildly agree on leas
 namespace {
 
 struct transactional_fixture {
-  table_guard table{pgtest::unique_table("txn")};
+  pgtest::table_guard table{pgtest::unique_table("txn")};
   std::string effects = "\"" + table.name + "_effects\"";
   idem::postgres_store store;
   pgtest::connection check;

@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <idem/store/postgres.hpp>
 
@@ -87,6 +88,19 @@ inline void drop_table(const std::string& info, const std::string& table) {
     // Cleanup only: a server already gone takes its tables with it.
   }
 }
+
+/// Drops its table (with its _meta, and the _effects table a test may keep beside it) when the
+/// test case ends.
+struct table_guard {
+  std::string name;
+  explicit table_guard(std::string table) : name(std::move(table)) {}
+  table_guard(const table_guard&) = delete;
+  table_guard& operator=(const table_guard&) = delete;
+  ~table_guard() {
+    drop_table(conninfo(), name);
+    drop_table(conninfo(), name + "_effects");
+  }
+};
 
 inline postgres_store::options caller_time_options(const std::string& table) {
   postgres_store::options config;

@@ -1,7 +1,10 @@
-// The statements postgres_store prepares on every connection, by name, and the quoting of the
-// configured schema and table names that the SQL text is built from.
+// The statements postgres_store prepares on every connection: their names, their SQL text (built
+// from the configured schema and table, quoted), and the types of their parameters. Text and
+// numbers only: no connection, so the SQL can be checked without a server.
 #ifndef IDEM_STORE_POSTGRES_STATEMENTS_HPP
 #define IDEM_STORE_POSTGRES_STATEMENTS_HPP
+
+#include <libpq-fe.h>
 
 #include <algorithm>
 #include <array>
@@ -10,6 +13,8 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+
+#include <idem/store/postgres/wire.hpp>
 
 namespace idem::detail::postgres {
 
@@ -49,6 +54,138 @@ inline std::string quoted_identifier(std::string_view name, const char* what,
                                 "with a digit");
   }
   return "\"" + std::string(name) + "\"";
+}
+
+// The configured names as the SQL text uses them: validated, quoted, the tables qualified by
+// their schema.
+struct quoted_names {
+  std::string schema;  // "schema"
+  std::string table;   // "schema"."table"
+  std::string meta;    // "schema"."table_meta": the schema version
+};
+
+inline quoted_names quote_names(std::string_view schema, std::string_view table) {
+  quoted_names names;
+  names.schema = quoted_identifier(schema, "schema");
+  names.table = names.schema + "." + quoted_identifier(table, "table");
+  names.meta = names.schema + "." + quoted_identifier(std::string(table) + "_meta", "table", 63);
+  return names;
+}
+
+// The SQL of every statement, by index, on `table` (quoted and qualified: quoted_names::table).
+inline std::array<std::string, statement::count> statement_sql(const std::string& table) {
+  std::array<std::string, statement::count> sql;
+  // The server's clock in int8 nanoseconds (microsecond resolution), unless the caller's
+  // `now` was passed.
+  const auto now = [](int parameter) {
+    return "COALESCE($" + std::to_string(parameter) +
+           "::int8, (extract(epoch FROM clock_timestamp()) * 1000000000)::int8)";
+  };
+  const std::string columns =
+      "fence, fingerprint, state, created_at, lease_until, expires_at, response, recovery";
+  // A live in-progress record is taken over (same fingerprint, lease passed: the WHERE);
+  // an expired or released one is replaced by a new claim under the next fence.
+  const std::string takeover = "(r.state = 0 AND r.expires_at > excluded.created_at)";
+  sql[claim] = "WITH clock AS (SELECT " + now(6) +
+               " AS n), "
+               "decided AS (INSERT INTO " +
+               table +
+               " AS r (scope, key, fingerprint, state, fence, taken_over, created_at, lease_until, "
+               "expires_at) SELECT $1, $2, $3, 0, 1, false, n, n + $4, n + $5 FROM clock "
+               "ON CONFLICT (scope, key) DO UPDATE SET fence = r.fence + 1, taken_over = " +
+               takeover +
+               ", fingerprint = excluded.fingerprint, state = 0, created_at = CASE WHEN " +
+               takeover +
+               " THEN r.created_at ELSE excluded.created_at END, "
+               "lease_until = excluded.lease_until, expires_at = CASE WHEN " +
+               takeover +
+               " THEN r.expires_at ELSE excluded.expires_at END, response = NULL, recovery = CASE "
+               "WHEN " +
+               takeover +
+               " THEN r.recovery END "
+               "WHERE r.state = 2 OR r.expires_at <= excluded.created_at OR (r.state = 0 AND "
+               "r.fingerprint = excluded.fingerprint AND r.lease_until <= excluded.created_at) "
+               "RETURNING taken_over, " +
+               columns +
+               ") "
+               "SELECT true, taken_over, " +
+               columns + ", NULL::int8 FROM decided UNION ALL SELECT false, false, " + columns +
+               ", clock.n FROM " + table +
+               ", clock WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM decided)";
+  const std::string held = " WHERE scope = $1 AND key = $2 AND fence = $3 AND state <> 2";
+  sql[complete] = "UPDATE " + table + " SET state = 1, response = $4, recovery = NULL" + held;
+  sql[release] = "UPDATE " + table + " SET state = 2, response = NULL, recovery = NULL" + held;
+  sql[checkpoint] = "UPDATE " + table + " SET recovery = $4, lease_until = COALESCE($5, " +
+                    "(extract(epoch FROM clock_timestamp()) * 1000000000)::int8 + $6)" + held;
+  sql[find] = "SELECT " + columns + " FROM " + table +
+              " WHERE scope = $1 AND key = $2 AND state <> 2 AND expires_at > " + now(3);
+  // Scope leads every index, so reading across scopes walks the distinct scopes first (a
+  // loose index scan of the primary key), then each scope's index range: the cost follows
+  // the scopes and what is found, not what the table holds.
+  const std::string scopes =
+      "WITH RECURSIVE clock AS (SELECT " + now(1) + " AS n), scopes AS ((SELECT scope FROM " +
+      table + " ORDER BY scope LIMIT 1) UNION ALL SELECT (SELECT t.scope FROM " + table +
+      " t WHERE t.scope > s.scope ORDER BY t.scope LIMIT 1) FROM scopes s WHERE s.scope IS "
+      "NOT NULL) ";
+  sql[sweep] = scopes + "DELETE FROM " + table +
+               " t USING scopes s, clock WHERE t.scope = s.scope AND t.expires_at <= "
+               "clock.n";
+  sql[stuck] = scopes + "SELECT t.scope, t.key, t.fence, t.fingerprint, t.state, " +
+               "t.created_at, t.lease_until, t.expires_at, t.response, t.recovery " +
+               "FROM scopes s CROSS JOIN clock CROSS JOIN LATERAL (SELECT * FROM " + table +
+               " r WHERE r.scope = s.scope AND r.state = 0 AND r.lease_until <= clock.n "
+               "AND r.expires_at > clock.n ORDER BY r.lease_until LIMIT $2) t "
+               "WHERE s.scope IS NOT NULL LIMIT $2";
+  sql[lock] = "SELECT fence, state FROM " + table + " WHERE scope = $1 AND key = $2 FOR UPDATE";
+  // For max_records_per_scope, inside the claim's transaction: first a transaction-scoped
+  // lock on the scope, so that claims of one scope, from every replica, take turns; then,
+  // in a statement of its own (read committed: a snapshot taken after the lock, which sees
+  // what the previous turn committed), the scope's unexpired records other than this key,
+  // and whether this key's record is live (a replay or takeover needs no room).
+  sql[scope_turn] = "SELECT pg_advisory_xact_lock(hashtextextended(encode($1, 'hex'), 7238))";
+  sql[scope_room] =
+      "WITH clock AS (SELECT " + now(3) +
+      " AS n) SELECT count(*) FILTER (WHERE r.key <> $2 AND r.expires_at > clock.n), "
+      "COALESCE(bool_or(r.key = $2 AND r.state <> 2 AND r.expires_at > clock.n), false) "
+      "FROM clock LEFT JOIN " +
+      table + " AS r ON r.scope = $1";
+  return sql;
+}
+
+// The types of a statement's parameters, in order, as PQprepare takes them; the entries past
+// parameter_count(which) are zero.
+inline std::array<Oid, 8> parameter_types(statement which) {
+  switch (which) {
+    case claim:
+      return {bytea_oid, bytea_oid, bytea_oid, int8_oid, int8_oid, int8_oid};
+    case complete:
+      return {bytea_oid, bytea_oid, int8_oid, bytea_oid};
+    case release:
+      return {bytea_oid, bytea_oid, int8_oid};
+    case checkpoint:
+      return {bytea_oid, bytea_oid, int8_oid, bytea_oid, int8_oid, int8_oid};
+    case find:
+      return {bytea_oid, bytea_oid, int8_oid};
+    case sweep:
+      return {int8_oid};
+    case stuck:
+      return {int8_oid, int8_oid};
+    case lock:
+      return {bytea_oid, bytea_oid};
+    case scope_turn:
+      return {bytea_oid};
+    case scope_room:
+      return {bytea_oid, bytea_oid, int8_oid};
+    case count:
+      break;
+  }
+  return {};
+}
+
+// How many parameters a statement takes ($1 to $n in its SQL).
+inline int parameter_count(statement which) {
+  constexpr std::array<int, statement::count> counts{6, 4, 3, 6, 3, 1, 2, 2, 1, 3};
+  return counts[which];
 }
 
 }  // namespace idem::detail::postgres
