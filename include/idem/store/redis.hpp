@@ -19,19 +19,14 @@
 // tests with a manual clock need; the Redis TTL is then the retention plus
 // `options::caller_time_margin`, so Redis never drops a record a caller still counts as live.
 //
-// Keys. Every key of one record carries the hash tag of its scope, `{s<hex of the scope>}`, so a
-// Redis Cluster would keep a record, and its scope's indexes, in one slot. The scope is written
-// in hexadecimal, so any bytes (NUL, ':', '{', '}') are allowed and ("a:b", "c") never meets
-// ("a", "b:c"); the 's' keeps the tag non-empty for the empty scope. With prefix P:
-//   P{sHEX}:KEY      hash: the record (n fence, s state, f fingerprint, c created, l lease, e
-//                    expiry, v response, r recovery; times in nanoseconds since the epoch)
-//   P{sHEX}#expiry   sorted set: every record of the scope by expiry (what sweep reads)
-//   P{sHEX}#lease    sorted set: in-progress records by lease deadline (what stuck reads)
-//   P#scopes         set: the scopes that may hold records. It spans slots, so it is never
-//                    written inside a record's script: claim adds the scope right after its
-//                    script (same connection, same round trip), and sweep removes a scope only
-//                    by removing it first and adding it back if its index is not empty, so a
-//                    scope with records is never lost from it, whatever the interleaving.
+// Keys. Every key of one record carries the hash tag of its scope, so a Redis Cluster would keep
+// a record, and its scope's indexes, in one slot; the scope is written in hexadecimal, so any
+// bytes are allowed and two scopes' keys never meet (the layout: store/redis/keys.hpp). The set
+// P#scopes (P the prefix) names the scopes that may hold records. It spans slots, so it is never
+// written inside a record's script: claim adds the scope right after its script (same
+// connection, same round trip), and sweep removes a scope only by removing it first and adding
+// it back if its index is not empty, so a scope with records is never lost from it, whatever the
+// interleaving.
 // The store talks to one Redis server (hiredis has no cluster client); the layout is what a
 // cluster-aware deployment needs.
 //
@@ -54,22 +49,18 @@
 //
 // Durability is Redis's: see docs/stores/redis.md (appendfsync always vs everysec, failover).
 // Needs Redis 7.0 or newer (one script declares the allow-oom flag). Every option and its
-// default: docs/stores/redis.md. The scripts are in store/redis/scripts.hpp, the decoding of
-// their answers in store/redis/reply.hpp.
+// default: docs/stores/redis.md. The parts, in store/redis/: the scripts (scripts.hpp), the keys'
+// names and the scripts' arguments (keys.hpp), connecting, the checks at start and the exchanges
+// (connection.hpp), the decoding of the scripts' answers (reply.hpp), SIGPIPE (sigpipe.hpp).
 #ifndef IDEM_STORE_REDIS_HPP
 #define IDEM_STORE_REDIS_HPP
 
 #include <hiredis/hiredis.h>
-#include <sys/time.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <ctime>
-#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -82,10 +73,10 @@
 
 #include <idem/server/fingerprint/digest.hpp>
 #include <idem/store/contract.hpp>
-#include <idem/store/detail/connection_pool.hpp>
+#include <idem/store/redis/connection.hpp>
+#include <idem/store/redis/keys.hpp>
 #include <idem/store/redis/reply.hpp>
 #include <idem/store/redis/scripts.hpp>
-#include <idem/store/redis/sigpipe.hpp>
 
 namespace idem {
 
@@ -139,8 +130,9 @@ class redis_store {
   /// Connects, checks the server (version 7.0+, maxmemory-policy) and loads the scripts.
   /// Throws std::invalid_argument for bad options or a server that could evict records, and
   /// store_error(unavailable) when the server cannot be reached.
-  explicit redis_store(options settings) : pool_(std::make_shared<pool>(std::move(settings))) {
-    pool_->start();
+  explicit redis_store(options settings)
+      : state_(std::make_shared<shared_state>(std::move(settings))) {
+    state_->client.start();
   }
 
   claim_result claim(const claim_request& request) {
@@ -150,9 +142,9 @@ class redis_store {
     }
     const keys names = keys_of(request.scope, request.key);
     const std::string now = now_argument(request.now);
-    const std::string lease = decimal(request.lease.count());
-    const std::string retention = decimal(request.retention.count());
-    const std::string extra = decimal(extra_ttl_ms());
+    const std::string lease = detail::redis_decimal(request.lease.count());
+    const std::string retention = detail::redis_decimal(request.retention.count());
+    const std::string extra = detail::redis_decimal(extra_ttl_ms());
     const std::string cap = scope_cap();
     const std::string_view fingerprint{reinterpret_cast<const char*>(request.fingerprint.data()),
                                        request.fingerprint.size()};
@@ -162,7 +154,7 @@ class redis_store {
                 {now, lease, retention, fingerprint, request.key, extra, cap}},
         command{script::enroll, {state().registry}, {names.tag}},
     };
-    const auto replies = state().exchange(commands, "claim");
+    const auto replies = state().client.exchange(commands, "claim");
     const redisReply* answer = replies[0].get();
     if (is_error(answer)) {
       if (is_out_of_memory(answer)) return {claim_status::full, 0, {}};
@@ -216,45 +208,45 @@ class redis_store {
 
   bool complete(const fenced_key& held, std::string_view response, store_time /*now*/) {
     const keys names = keys_of(held.scope, held.key);
-    const std::string fence = decimal(held.fence);
+    const std::string fence = detail::redis_decimal(held.fence);
     const command commands[] = {
         command{script::complete, {names.record, names.lease}, {fence, response, held.key}}};
-    return applied(state().exchange(commands, "complete"), "complete");
+    return applied(state().client.exchange(commands, "complete"), "complete");
   }
 
   bool release(const fenced_key& held) {
     const keys names = keys_of(held.scope, held.key);
-    const std::string fence = decimal(held.fence);
+    const std::string fence = detail::redis_decimal(held.fence);
     const command commands[] = {
         command{script::release, {names.record, names.lease}, {fence, held.key}}};
-    return applied(state().exchange(commands, "release"), "release");
+    return applied(state().client.exchange(commands, "release"), "release");
   }
 
   /// With redis_time::server, `lease_until` is read as a duration from this machine's clock
   /// (lease_until - system_clock::now()) and added to the server's time.
   bool checkpoint(const fenced_key& held, std::string_view recovery, store_time lease_until) {
     const keys names = keys_of(held.scope, held.key);
-    const std::string fence = decimal(held.fence);
+    const std::string fence = detail::redis_decimal(held.fence);
     std::string until;
     std::string extension = "0";
     if (state().settings.time == redis_time::caller) {
-      until = time_argument(lease_until);
+      until = detail::redis_time_argument(lease_until);
     } else {
       const auto ahead = std::chrono::duration_cast<std::chrono::nanoseconds>(
           lease_until - std::chrono::system_clock::now());
-      extension = decimal(std::max<std::int64_t>(ahead.count(), 0));
+      extension = detail::redis_decimal(std::max<std::int64_t>(ahead.count(), 0));
     }
     const command commands[] = {command{script::checkpoint,
                                         {names.record, names.lease},
                                         {fence, recovery, until, extension, held.key}}};
-    return applied(state().exchange(commands, "checkpoint"), "checkpoint");
+    return applied(state().client.exchange(commands, "checkpoint"), "checkpoint");
   }
 
   std::optional<record> find(std::string_view scope, std::string_view key, store_time now) const {
     const keys names = keys_of(scope, key);
     const std::string when = now_argument(now);
     const command commands[] = {command{script::find, {names.record}, {when}}};
-    const auto replies = state().exchange(commands, "find");
+    const auto replies = state().client.exchange(commands, "find");
     const redisReply* answer = replies[0].get();
     if (is_error(answer)) throw failure("find", answer);
     if (answer->type == REDIS_REPLY_NIL) return std::nullopt;
@@ -282,23 +274,23 @@ class redis_store {
         scopes.push_back(scope_keys_of(tag));
       std::vector<command> round;
       round.reserve(scopes.size());
-      const std::string batch = decimal(sweep_batch);
+      const std::string batch = detail::redis_decimal(sweep_batch);
       const std::string zero = "0";
       for (const scope_keys& scope : scopes) {
         round.push_back(command{
             script::sweep, {scope.expiry, scope.lease}, {when, batch, zero, scope.record_prefix}});
       }
-      const auto replies = state().exchange(round, "sweep");
+      const auto replies = state().client.exchange(round, "sweep");
       for (std::size_t i = 0; i < scopes.size(); ++i) {
         sweep_answer answer = sweep_answer_of(replies[i].get());
         removed += answer.removed;
         std::size_t offset = answer.kept;
         while (answer.seen == sweep_batch) {
-          const std::string from = decimal(offset);
+          const std::string from = detail::redis_decimal(offset);
           const command more[] = {command{script::sweep,
                                           {scopes[i].expiry, scopes[i].lease},
                                           {when, batch, from, scopes[i].record_prefix}}};
-          answer = sweep_answer_of(state().exchange(more, "sweep")[0].get());
+          answer = sweep_answer_of(state().client.exchange(more, "sweep")[0].get());
           removed += answer.removed;
           offset += answer.kept;
         }
@@ -317,7 +309,7 @@ class redis_store {
     std::vector<record> out;
     if (limit == 0) return out;
     const std::string when = now_argument(now);
-    const std::string batch = decimal(stuck_batch);
+    const std::string batch = detail::redis_decimal(stuck_batch);
     for_each_scope_page([&](const std::vector<std::string>& tags) {
       if (out.size() >= limit) return;
       std::vector<scope_keys> scopes;
@@ -331,16 +323,16 @@ class redis_store {
         round.push_back(
             command{script::stuck, {scope.lease}, {when, batch, zero, scope.record_prefix}});
       }
-      const auto replies = state().exchange(round, "stuck");
+      const auto replies = state().client.exchange(round, "stuck");
       for (std::size_t i = 0; i < scopes.size() && out.size() < limit; ++i) {
-        const std::string scope = scope_of_tag(tags[i]);
+        const std::string scope = detail::redis_scope_of_tag(tags[i]);
         std::size_t seen = take_stuck(replies[i].get(), scope, limit, out);
         std::size_t offset = seen;
         while (seen == stuck_batch && out.size() < limit) {
-          const std::string from = decimal(offset);
+          const std::string from = detail::redis_decimal(offset);
           const command more[] = {command{
               script::stuck, {scopes[i].lease}, {when, batch, from, scopes[i].record_prefix}}};
-          seen = take_stuck(state().exchange(more, "stuck")[0].get(), scope, limit, out);
+          seen = take_stuck(state().client.exchange(more, "stuck")[0].get(), scope, limit, out);
           offset += seen;
         }
       }
@@ -354,469 +346,67 @@ class redis_store {
   static constexpr std::size_t sweep_batch = 512;
   static constexpr std::size_t stuck_batch = 256;
 
-  enum class script : std::uint8_t {
-    claim,
-    enroll,
-    complete,
-    release,
-    checkpoint,
-    find,
-    sweep,
-    stuck
-  };
-  static constexpr std::size_t script_count = 8;
+  using script = detail::redis_script;
+  using command = detail::redis_command;
+  using keys = detail::redis_keys;
+  using scope_keys = detail::redis_scope_keys;
 
-  static const char* script_text(script which) noexcept {
-    switch (which) {
-      case script::claim:
-        return detail::redis_scripts::claim;
-      case script::enroll:
-        return detail::redis_scripts::enroll;
-      case script::complete:
-        return detail::redis_scripts::complete;
-      case script::release:
-        return detail::redis_scripts::release;
-      case script::checkpoint:
-        return detail::redis_scripts::checkpoint;
-      case script::find:
-        return detail::redis_scripts::find;
-      case script::sweep:
-        return detail::redis_scripts::sweep;
-      case script::stuck:
-        return detail::redis_scripts::stuck;
-    }
-    return "";
-  }
-
-  // One script call: EVALSHA sha numkeys keys... args... (EVAL with the text after NOSCRIPT).
-  // The views point into strings that outlive the exchange.
-  struct command {
-    static constexpr std::size_t max_keys = 3;
-    static constexpr std::size_t max_args = 7;
-    command(script which, std::initializer_list<std::string_view> key_list,
-            std::initializer_list<std::string_view> arg_list)
-        : name(which) {
-      for (const std::string_view key : key_list)
-        keys[key_count++] = key;
-      for (const std::string_view arg : arg_list)
-        args[arg_count++] = arg;
-    }
-    script name;
-    std::string_view keys[max_keys];
-    std::string_view args[max_args];
-    std::size_t key_count = 0;
-    std::size_t arg_count = 0;
-  };
-
-  // The shared part of every copy: settings, script digests and the connection pool.
-  struct pool {
-    explicit pool(options given) : settings(with_pool(std::move(given))) {
-      if (settings.unix_socket.empty() && (settings.port <= 0 || settings.port > 65535)) {
-        throw std::invalid_argument("idem::redis_store: port " + std::to_string(settings.port) +
-                                    " is not a TCP port");
-      }
-      if (settings.connect_timeout <= std::chrono::milliseconds::zero() ||
-          settings.command_timeout <= std::chrono::milliseconds::zero()) {
-        throw std::invalid_argument("idem::redis_store: timeouts must be positive");
-      }
+  // The shared part of every copy: the options, and the client that holds the connections.
+  struct shared_state {
+    explicit shared_state(options given)
+        : settings(with_prefix(std::move(given))), client(client_settings(settings)) {
       if (settings.caller_time_margin < std::chrono::milliseconds::zero()) {
         throw std::invalid_argument("idem::redis_store: caller_time_margin cannot be negative");
       }
-      registry = settings.prefix + "#scopes";
-      where = settings.unix_socket.empty() ? settings.host + ":" + std::to_string(settings.port)
-                                           : settings.unix_socket;
     }
-    pool(const pool&) = delete;
-    pool& operator=(const pool&) = delete;
-    ~pool() = default;
+    shared_state(const shared_state&) = delete;
+    shared_state& operator=(const shared_state&) = delete;
+    ~shared_state() = default;
 
     options settings;
-    std::string registry;
-    std::string where;
-    std::string digests[script_count];  // SHA1s from SCRIPT LOAD, read-only after start()
-    // Whether exchanges block SIGPIPE: not when the process ignored it at construction.
-    bool guard_sigpipe = !detail::sigpipe_blocked::ignored();
+    std::string registry = detail::redis_registry_of(settings.prefix);
+    detail::redis_client client;
 
-    detail::connection_pool<detail::redis_connection> connections{
-        settings.pool_size, {.open = [this] { return connect(); }, .reusable = {}, .alive = {}}};
-
-    // Checked before the connection pool is made from it, in the order users meet them.
-    static options with_pool(options given) {
+    // Checked first: the options are checked in the order users meet them.
+    static options with_prefix(options given) {
       if (given.prefix.find_first_of("{}") != std::string::npos) {
         throw std::invalid_argument(
             "idem::redis_store: the key prefix may not contain '{' or '}': they would move the "
             "hash tag that keeps a record's keys in one cluster slot");
       }
-      if (given.pool_size == 0) {
-        throw std::invalid_argument("idem::redis_store: pool_size must be at least 1");
-      }
       return given;
     }
 
-    // The first connection: checks the server and loads the scripts, then joins the pool.
-    void start() {
-      auto first = connections.acquire();
-      redisContext* context = first.get().get();
-      check_server(context);
-      std::vector<detail::redis_reply> loaded;
-      {
-        const detail::sigpipe_blocked blocked(guard_sigpipe);
-        for (std::size_t i = 0; i < script_count; ++i) {
-          const char* text = script_text(static_cast<script>(i));
-          const char* argv[] = {"SCRIPT", "LOAD", text};
-          const std::size_t lengths[] = {6, 4, std::char_traits<char>::length(text)};
-          if (redisAppendCommandArgv(context, 3, argv, lengths) != REDIS_OK) {
-            throw lost(context, "loading its scripts");
-          }
-        }
-        for (std::size_t i = 0; i < script_count; ++i) {
-          void* raw = nullptr;
-          if (redisGetReply(context, &raw) != REDIS_OK) {
-            blocked.consume_pending();
-            throw lost(context, "loading its scripts");
-          }
-          loaded.emplace_back(static_cast<redisReply*>(raw));
-        }
-      }
-      for (std::size_t i = 0; i < script_count; ++i) {
-        const redisReply* reply = loaded[i].get();
-        if (reply->type != REDIS_REPLY_STRING) {
-          throw std::invalid_argument(
-              "idem::redis_store: the server at " + where +
-              " refused a script: " + std::string(detail::reply_text(reply)));
-        }
-        digests[i] = detail::reply_text(reply);
-      }
-      first.give_back();
-    }
-
-    void check_server(redisContext* context) const {
-      const detail::redis_reply info = ask(context, {"INFO", "server"});
-      const std::string_view text = detail::reply_text(info.get());
-      const std::size_t at = text.find("redis_version:");
-      int major = 0;
-      if (info->type == REDIS_REPLY_STRING && at != std::string_view::npos) {
-        const char* digits = text.data() + at + 14;
-        std::from_chars(digits, text.data() + text.size(), major);
-      }
-      if (major < 7) {
-        throw std::invalid_argument(
-            "idem::redis_store: the server at " + where +
-            " is not Redis 7.0 or newer (INFO says: " + std::string(text.substr(0, 200)) + ")");
-      }
-      if (!settings.verify_eviction_policy) return;
-      const detail::redis_reply policy = ask(context, {"CONFIG", "GET", "maxmemory-policy"});
-      if (policy->type != REDIS_REPLY_ARRAY || policy->elements != 2) {
-        throw std::invalid_argument(
-            "idem::redis_store: cannot read the maxmemory-policy of the server at " + where +
-            " (CONFIG GET answered: " + std::string(detail::reply_text(policy.get())) +
-            "), so cannot tell whether it may evict records. Configure maxmemory-policy "
-            "noeviction and, if CONFIG is disabled, set options::verify_eviction_policy = false");
-      }
-      const std::string_view value = detail::reply_text(policy->element[1]);
-      if (value.starts_with("allkeys-") || value.starts_with("volatile-")) {
-        throw std::invalid_argument(
-            "idem::redis_store: the server at " + where + " has maxmemory-policy " +
-            std::string(value) +
-            ", which may evict records and with them the guarantee that each request runs "
-            "once; set maxmemory-policy noeviction");
-      }
-    }
-
-    detail::redis_reply ask(redisContext* context, std::initializer_list<const char*> words) const {
-      const char* argv[4];
-      std::size_t lengths[4];
-      int count = 0;
-      for (const char* word : words) {
-        argv[count] = word;
-        lengths[count] = std::char_traits<char>::length(word);
-        ++count;
-      }
-      const detail::sigpipe_blocked blocked(guard_sigpipe);
-      void* raw = redisCommandArgv(context, count, argv, lengths);
-      if (raw == nullptr) {
-        blocked.consume_pending();
-        throw lost(context, std::string("asking ") + argv[0]);
-      }
-      return detail::redis_reply(static_cast<redisReply*>(raw));
-    }
-
-    store_error lost(const redisContext* context, const std::string& doing) const {
-      return store_error(store_failure::unavailable, "idem::redis_store: the server at " + where +
-                                                         " did not answer " + doing + ": " +
-                                                         std::string(context->errstr));
-    }
-
-    detail::redis_connection connect() const {
-      timeval limit{};
-      limit.tv_sec = static_cast<time_t>(settings.connect_timeout.count() / 1000);
-      limit.tv_usec = static_cast<suseconds_t>((settings.connect_timeout.count() % 1000) * 1000);
-      detail::redis_connection made(
-          settings.unix_socket.empty()
-              ? redisConnectWithTimeout(settings.host.c_str(), settings.port, limit)
-              : redisConnectUnixWithTimeout(settings.unix_socket.c_str(), limit));
-      if (!made) {
-        throw store_error(store_failure::unavailable,
-                          "idem::redis_store: cannot connect to " + where + ": out of memory");
-      }
-      if (made->err != 0) {
-        throw store_error(store_failure::unavailable,
-                          "idem::redis_store: cannot connect to " + where + ": " + made->errstr);
-      }
-      timeval each{};
-      each.tv_sec = static_cast<time_t>(settings.command_timeout.count() / 1000);
-      each.tv_usec = static_cast<suseconds_t>((settings.command_timeout.count() % 1000) * 1000);
-      redisSetTimeout(made.get(), each);
-      if (settings.unix_socket.empty()) redisEnableKeepAlive(made.get());
-      if (!settings.password.empty()) {
-        const detail::redis_reply reply =
-            settings.username.empty()
-                ? ask(made.get(), {"AUTH", settings.password.c_str()})
-                : ask(made.get(), {"AUTH", settings.username.c_str(), settings.password.c_str()});
-        if (reply->type == REDIS_REPLY_ERROR) {
-          throw store_error(store_failure::unavailable,
-                            "idem::redis_store: the server at " + where +
-                                " refused AUTH: " + std::string(detail::reply_text(reply.get())));
-        }
-      }
-      if (settings.database != 0) {
-        const std::string number = std::to_string(settings.database);
-        const detail::redis_reply reply = ask(made.get(), {"SELECT", number.c_str()});
-        if (reply->type == REDIS_REPLY_ERROR) {
-          throw store_error(store_failure::unavailable,
-                            "idem::redis_store: the server at " + where + " refused SELECT " +
-                                number + ": " + std::string(detail::reply_text(reply.get())));
-        }
-      }
-      return made;
-    }
-
-    // Runs `talk(context, replies)` on a pooled connection: it answers false after an I/O
-    // error, with errno as the failing call left it. A failure on a reused connection that the
-    // server had closed (a restart) is tried once more on a fresh connection; any other failure
-    // throws store_error(unavailable).
-    template <class Talk>
-    std::vector<detail::redis_reply> over_connection(const char* operation, Talk&& talk) {
-      for (int attempt = 0;; ++attempt) {
-        auto connection = connections.acquire();
-        std::vector<detail::redis_reply> replies;
-        int saved_errno = 0;
-        bool answered = false;
-        {
-          const detail::sigpipe_blocked blocked(guard_sigpipe);
-          answered = talk(connection.get().get(), replies);
-          if (!answered) {
-            saved_errno = errno;
-            blocked.consume_pending();
-          }
-        }
-        if (answered) {
-          connection.give_back();
-          return replies;
-        }
-        const int kind = connection.get()->err;
-        const bool closed_by_server =
-            kind == REDIS_ERR_EOF ||
-            (kind == REDIS_ERR_IO && (saved_errno == ECONNRESET || saved_errno == EPIPE));
-        const bool timed_out =
-            kind == REDIS_ERR_IO && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK);
-        const std::string reason =
-            timed_out
-                ? "no answer within " + std::to_string(settings.command_timeout.count()) + " ms"
-                : std::string(connection.get()->errstr);
-        const bool retry = closed_by_server && connection.reused() && attempt == 0;
-        // When the server closed it, it went away for every connection: they all go.
-        if (closed_by_server) {
-          connection.discard_all();
-        } else {
-          connection.discard();
-        }
-        if (!retry) {
-          throw store_error(store_failure::unavailable, std::string("idem::redis_store: ") +
-                                                            operation + " failed: the server at " +
-                                                            where + " is unreachable: " + reason);
-        }
-      }
-    }
-
-    // Script calls, sent in one write, every reply read. EVALSHA first; if the server lost the
-    // scripts (NOSCRIPT: a restart, SCRIPT FLUSH), the whole batch again with EVAL, so the order
-    // of the commands is kept.
-    std::vector<detail::redis_reply> exchange(std::span<const command> commands,
-                                              const char* operation) {
-      return over_connection(operation,
-                             [&](redisContext* context, std::vector<detail::redis_reply>& replies) {
-                               if (!send(context, commands, true, replies)) return false;
-                               if (!any_noscript(replies)) return true;
-                               replies.clear();
-                               return send(context, commands, false, replies);
-                             });
-    }
-
-    // Plain commands (no scripts), pipelined the same way.
-    std::vector<detail::redis_reply> plain(std::span<const std::vector<std::string_view>> commands,
-                                           const char* operation) {
-      return over_connection(
-          operation, [&](redisContext* context, std::vector<detail::redis_reply>& replies) {
-            std::vector<const char*> argv;
-            std::vector<std::size_t> lengths;
-            for (const std::vector<std::string_view>& words : commands) {
-              argv.clear();
-              lengths.clear();
-              for (const std::string_view word : words) {
-                argv.push_back(word.empty() ? "" : word.data());
-                lengths.push_back(word.size());
-              }
-              if (redisAppendCommandArgv(context, static_cast<int>(argv.size()), argv.data(),
-                                         lengths.data()) != REDIS_OK) {
-                return false;
-              }
-            }
-            return read_replies(context, commands.size(), replies);
-          });
-    }
-
-    static bool any_noscript(const std::vector<detail::redis_reply>& replies) noexcept {
-      return std::any_of(replies.begin(), replies.end(), [](const detail::redis_reply& reply) {
-        return reply->type == REDIS_REPLY_ERROR &&
-               detail::reply_text(reply.get()).starts_with("NOSCRIPT");
-      });
-    }
-
-    static bool read_replies(redisContext* context, std::size_t count,
-                             std::vector<detail::redis_reply>& replies) {
-      replies.reserve(count);
-      for (std::size_t i = 0; i < count; ++i) {
-        void* raw = nullptr;
-        if (redisGetReply(context, &raw) != REDIS_OK) return false;
-        replies.emplace_back(static_cast<redisReply*>(raw));
-      }
-      return true;
-    }
-
-    bool send(redisContext* context, std::span<const command> commands, bool by_digest,
-              std::vector<detail::redis_reply>& replies) const {
-      constexpr std::size_t most = 3 + command::max_keys + command::max_args;
-      for (const command& each : commands) {
-        const char* argv[most];
-        std::size_t lengths[most];
-        const auto index = static_cast<std::size_t>(each.name);
-        const char* text = script_text(each.name);
-        const char count_text[2] = {static_cast<char>('0' + each.key_count), '\0'};
-        argv[0] = by_digest ? "EVALSHA" : "EVAL";
-        lengths[0] = by_digest ? 7 : 4;
-        argv[1] = by_digest ? digests[index].data() : text;
-        lengths[1] = by_digest ? digests[index].size() : std::char_traits<char>::length(text);
-        argv[2] = count_text;
-        lengths[2] = 1;
-        std::size_t argc = 3;
-        for (std::size_t k = 0; k < each.key_count; ++k, ++argc) {
-          argv[argc] = each.keys[k].data();
-          lengths[argc] = each.keys[k].size();
-        }
-        for (std::size_t a = 0; a < each.arg_count; ++a, ++argc) {
-          // An empty view may have a null data(); hiredis wants a pointer all the same.
-          argv[argc] = each.args[a].empty() ? "" : each.args[a].data();
-          lengths[argc] = each.args[a].size();
-        }
-        if (redisAppendCommandArgv(context, static_cast<int>(argc), argv, lengths) != REDIS_OK) {
-          return false;
-        }
-      }
-      return read_replies(context, commands.size(), replies);
+    static detail::redis_settings client_settings(const options& given) {
+      return {.host = given.host,
+              .port = given.port,
+              .unix_socket = given.unix_socket,
+              .username = given.username,
+              .password = given.password,
+              .database = given.database,
+              .pool_size = given.pool_size,
+              .connect_timeout = given.connect_timeout,
+              .command_timeout = given.command_timeout,
+              .verify_eviction_policy = given.verify_eviction_policy};
     }
   };
-
-  // The names of one record's keys.
-  struct keys {
-    std::string tag;
-    std::string record;
-    std::string expiry;
-    std::string lease;
-  };
-  struct scope_keys {
-    std::string record_prefix;
-    std::string expiry;
-    std::string lease;
-  };
-
-  static std::string tag_of(std::string_view scope) {
-    static constexpr char digits[] = "0123456789abcdef";
-    std::string tag;
-    tag.reserve(1 + 2 * scope.size());
-    tag.push_back('s');
-    for (const char c : scope) {
-      const auto byte = static_cast<unsigned char>(c);
-      tag.push_back(digits[byte >> 4]);
-      tag.push_back(digits[byte & 0xf]);
-    }
-    return tag;
-  }
-
-  static std::string scope_of_tag(std::string_view tag) {
-    std::string scope;
-    if (tag.empty() || tag[0] != 's' || tag.size() % 2 != 1) return scope;
-    scope.reserve(tag.size() / 2);
-    const auto nibble = [](char c) {
-      return static_cast<unsigned>(c <= '9' ? c - '0' : c - 'a' + 10);
-    };
-    for (std::size_t i = 1; i + 1 < tag.size(); i += 2) {
-      scope.push_back(static_cast<char>((nibble(tag[i]) << 4) | nibble(tag[i + 1])));
-    }
-    return scope;
-  }
-
-  scope_keys scope_keys_of(std::string_view tag) const {
-    std::string base = state().settings.prefix;
-    base.push_back('{');
-    base.append(tag);
-    base.push_back('}');
-    return scope_keys{base + ":", base + "#expiry", base + "#lease"};
-  }
 
   keys keys_of(std::string_view scope, std::string_view key) const {
-    keys names;
-    names.tag = tag_of(scope);
-    const std::string& prefix = state().settings.prefix;
-    std::string base;
-    base.reserve(prefix.size() + names.tag.size() + 2);
-    base.append(prefix);
-    base.push_back('{');
-    base.append(names.tag);
-    base.push_back('}');
-    names.record.reserve(base.size() + 1 + key.size());
-    names.record.append(base);
-    names.record.push_back(':');
-    names.record.append(key);
-    names.expiry = base + "#expiry";
-    names.lease = base + "#lease";
-    return names;
+    return detail::redis_keys_of(state().settings.prefix, scope, key);
   }
-
-  template <class Integer>
-  static std::string decimal(Integer value) {
-    char digits[24];
-    const auto written = std::to_chars(digits, digits + sizeof digits, value);
-    return std::string(digits, written.ptr);
-  }
-
-  static std::string time_argument(store_time when) {
-    const auto since =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch());
-    if (since.count() < 0) {
-      throw std::invalid_argument("idem::redis_store: times before 1970 cannot be stored");
-    }
-    return decimal(since.count());
+  scope_keys scope_keys_of(std::string_view tag) const {
+    return detail::redis_scope_keys_of(state().settings.prefix, tag);
   }
 
   std::string now_argument(store_time now) const {
     if (state().settings.time == redis_time::server) return {};
-    return time_argument(now);
+    return detail::redis_time_argument(now);
   }
 
   std::string scope_cap() const {
     const std::size_t cap = state().settings.max_records_per_scope;
-    return cap == std::numeric_limits<std::size_t>::max() ? std::string() : decimal(cap);
+    return cap == std::numeric_limits<std::size_t>::max() ? std::string()
+                                                          : detail::redis_decimal(cap);
   }
 
   std::int64_t extra_ttl_ms() const {
@@ -835,11 +425,12 @@ class redis_store {
     const std::string text(detail::reply_text(reply));
     return store_error(is_out_of_memory(reply) ? store_failure::full : store_failure::unavailable,
                        std::string("idem::redis_store: ") + operation + " failed: the server at " +
-                           state().where + " answered: " + text);
+                           state().client.where() + " answered: " + text);
   }
   store_error malformed(const char* operation) const {
     return store_error(store_failure::unavailable, std::string("idem::redis_store: ") + operation +
-                                                       ": unexpected answer from " + state().where);
+                                                       ": unexpected answer from " +
+                                                       state().client.where());
   }
 
   bool applied(const std::vector<detail::redis_reply>& replies, const char* operation) const {
@@ -896,7 +487,7 @@ class redis_store {
     do {
       const std::vector<std::string_view> scan[] = {
           {"SSCAN", state().registry, cursor, "COUNT", "256"}};
-      const auto replies = state().plain(scan, "listing scopes");
+      const auto replies = state().client.plain(scan, "listing scopes");
       const redisReply* page = replies[0].get();
       if (is_error(page)) throw failure("listing scopes", page);
       if (page->type != REDIS_REPLY_ARRAY || page->elements != 2 ||
@@ -926,7 +517,7 @@ class redis_store {
       round.push_back({"SREM", state().registry, tags[i]});
       round.push_back({"ZCARD", scopes[i].expiry});
     }
-    const auto replies = state().plain(round, "sweep");
+    const auto replies = state().client.plain(round, "sweep");
     std::vector<std::vector<std::string_view>> back;
     for (std::size_t i = 0; i < tags.size(); ++i) {
       const redisReply* left = replies[2 * i + 1].get();
@@ -935,21 +526,21 @@ class redis_store {
       back.push_back({"SADD", state().registry, tags[i]});
     }
     if (back.empty()) return;
-    for (const auto& reply : state().plain(back, "sweep")) {
+    for (const auto& reply : state().client.plain(back, "sweep")) {
       if (is_error(reply.get())) throw failure("sweep", reply.get());
     }
   }
 
-  pool& state() const {
-    if (!pool_) {
+  shared_state& state() const {
+    if (!state_) {
       throw std::logic_error(
           "idem::redis_store: a default-constructed store has no server; assign one made with "
           "redis_store(options) first");
     }
-    return *pool_;
+    return *state_;
   }
 
-  std::shared_ptr<pool> pool_;
+  std::shared_ptr<shared_state> state_;
 };
 
 }  // namespace idem

@@ -1,8 +1,9 @@
 // redis_store against redis-server processes the tests start, reconfigure and kill themselves
 // (private port, temporary directory, appendonly with appendfsync always), so the shared
-// server is never disturbed: the eviction-policy refusal, a server without CONFIG, a full
-// server, a server down at construction or mid-run, reconnecting after a restart, a dead
-// server that would raise SIGPIPE, and kill -9 while clients claim and complete.
+// server is never disturbed: a full server, a server down at construction or mid-run,
+// reconnecting after a restart, a dead server that would raise SIGPIPE, and kill -9 while
+// clients claim and complete. The checks at construction (the eviction policy, a server without
+// CONFIG) are in redis_connection_test.cpp.
 #include <catch2/catch.hpp>
 
 #include <idem/policies.hpp>
@@ -26,25 +27,10 @@ using idem::claim_status;
 using idem::record_state;
 using idem::redis_time;
 using idem::store_failure;
+using idem_redis_test::claim_now;
+using idem_redis_test::config_set;
 
 namespace {
-
-idem::digest print(std::uint8_t seed) {
-  std::uint8_t bytes[16] = {seed, 9, 9, 9};
-  return idem::digest{bytes};
-}
-
-idem::claim_request ask(std::string_view scope, std::string_view key,
-                        std::chrono::nanoseconds lease = 1h) {
-  return idem::claim_request{scope, key, print(1), std::chrono::system_clock::now(), lease, 24h};
-}
-
-void config_set(const idem_redis_test::private_redis& server, const std::string& name,
-                const std::string& value) {
-  const auto connection = server.connect();
-  const auto reply = idem_redis_test::command(connection.get(), {"CONFIG", "SET", name, value});
-  REQUIRE(reply->type == REDIS_REPLY_STATUS);
-}
 
 // Runs `operation` and answers the failure of the store_error it throws (or fails the test).
 template <class Operation>
@@ -61,55 +47,20 @@ store_failure failure_of(Operation&& operation) {
 
 }  // namespace
 
-TEST_CASE("a server that may evict records is refused at construction", "[redis][server]") {
-  idem_redis_test::private_redis server;
-  for (const char* policy : {"allkeys-lru", "allkeys-lfu", "allkeys-random", "volatile-lru",
-                             "volatile-lfu", "volatile-random", "volatile-ttl"}) {
-    INFO(policy);
-    config_set(server, "maxmemory-policy", policy);
-    try {
-      idem::redis_store store(server.options());
-      FAIL("the store accepted maxmemory-policy " << policy);
-    } catch (const std::invalid_argument& error) {
-      CHECK_THAT(error.what(), Catch::Matchers::Contains(policy));
-      CHECK_THAT(error.what(), Catch::Matchers::Contains("noeviction"));
-    }
-  }
-  config_set(server, "maxmemory-policy", "noeviction");
-  idem::redis_store store(server.options());
-  CHECK(store.claim(ask("s", "k")).status == claim_status::claimed);
-}
-
-TEST_CASE("a server without CONFIG is refused unless the operator vouches for its policy",
-          "[redis][server]") {
-  idem_redis_test::private_redis server({"--rename-command", "CONFIG", ""});
-  try {
-    idem::redis_store store(server.options());
-    FAIL("the store started without knowing the eviction policy");
-  } catch (const std::invalid_argument& error) {
-    CHECK_THAT(error.what(), Catch::Matchers::Contains("maxmemory-policy"));
-    CHECK_THAT(error.what(), Catch::Matchers::Contains("verify_eviction_policy"));
-  }
-  auto options = server.options();
-  options.verify_eviction_policy = false;
-  idem::redis_store store(options);
-  CHECK(store.claim(ask("s", "k")).status == claim_status::claimed);
-}
-
 TEST_CASE("a full server refuses new claims and writes, keeps every record, and recovers",
           "[redis][server]") {
   idem_redis_test::private_redis server;
   idem::redis_store store(server.options());
-  const auto held = store.claim(ask("tenant", "held"));
+  const auto held = store.claim(claim_now("tenant", "held"));
   REQUIRE(held.status == claim_status::claimed);
-  const auto done = store.claim(ask("tenant", "done"));
+  const auto done = store.claim(claim_now("tenant", "done"));
   REQUIRE(store.complete({"tenant", "done", done.fence}, "response", {}));
 
   config_set(server, "maxmemory", "1");  // every write that could grow memory is refused now
-  CHECK(store.claim(ask("tenant", "new")).status == claim_status::full);
-  CHECK(store.claim(ask("other-scope", "new")).status == claim_status::full);
+  CHECK(store.claim(claim_now("tenant", "new")).status == claim_status::full);
+  CHECK(store.claim(claim_now("other-scope", "new")).status == claim_status::full);
   // Existing records are still answered.
-  const auto existing = store.claim(ask("tenant", "done"));
+  const auto existing = store.claim(claim_now("tenant", "done"));
   REQUIRE(existing.status == claim_status::existing);
   CHECK(existing.existing.response == "response");
   CHECK(failure_of([&] {
@@ -146,7 +97,7 @@ TEST_CASE("a full server refuses new claims and writes, keeps every record, and 
   CHECK(store.release({"tenant", "held", held.fence}));
 
   config_set(server, "maxmemory", "0");
-  CHECK(store.claim(ask("tenant", "new")).status == claim_status::claimed);
+  CHECK(store.claim(claim_now("tenant", "new")).status == claim_status::claimed);
   CHECK(guarded("tenant", "via-idempotent", "body").verdict() == idem::verdict::executed);
   CHECK(runs == 1);
 }
@@ -172,7 +123,7 @@ TEST_CASE("the store reaches a server through its unix socket", "[redis][server]
   options.unix_socket = server.socket_path();
   options.port = 0;  // not used with a socket
   idem::redis_store store(options);
-  const auto claimed = store.claim(ask("s", "k"));
+  const auto claimed = store.claim(claim_now("s", "k"));
   REQUIRE(claimed.status == claim_status::claimed);
   CHECK(store.complete({"s", "k", claimed.fence}, "over the socket", {}));
   CHECK(store.find("s", "k", {})->response == "over the socket");
@@ -192,17 +143,17 @@ TEST_CASE(
   for (int t = 0; t < 4; ++t) {
     warm.emplace_back([copy = store, t]() mutable {
       for (int i = 0; i < 20; ++i)
-        (void)copy.claim(ask("warm", std::to_string(t) + "-" + std::to_string(i)));
+        (void)copy.claim(claim_now("warm", std::to_string(t) + "-" + std::to_string(i)));
     });
   }
   for (std::thread& thread : warm)
     thread.join();
-  const auto claimed = store.claim(ask("tenant", "before"));
+  const auto claimed = store.claim(claim_now("tenant", "before"));
   REQUIRE(store.complete({"tenant", "before", claimed.fence}, "kept", {}));
 
   server.kill9();
   const auto now = std::chrono::system_clock::now();
-  CHECK(failure_of([&] { (void)store.claim(ask("tenant", "during")); }) ==
+  CHECK(failure_of([&] { (void)store.claim(claim_now("tenant", "during")); }) ==
         store_failure::unavailable);
   CHECK(failure_of([&] {
           (void)store.complete({"tenant", "before", 1}, "x", now);
@@ -223,20 +174,20 @@ TEST_CASE(
   REQUIRE(found);
   CHECK(found->state == record_state::completed);
   CHECK(found->response == "kept");
-  CHECK(store.claim(ask("tenant", "after")).status == claim_status::claimed);
-  CHECK(store.claim(ask("warm", "0-0")).status == claim_status::existing);
+  CHECK(store.claim(claim_now("tenant", "after")).status == claim_status::claimed);
+  CHECK(store.claim(claim_now("warm", "0-0")).status == claim_status::existing);
 }
 
 TEST_CASE("a store whose connections a restart broke reconnects without an error",
           "[redis][server]") {
   idem_redis_test::private_redis server;
   idem::redis_store store(server.options());
-  REQUIRE(store.claim(ask("tenant", "one")).status == claim_status::claimed);
+  REQUIRE(store.claim(claim_now("tenant", "one")).status == claim_status::claimed);
   server.kill9();
   server.start();
   // The pooled connection is dead; the call is sent again on a fresh one, once, and succeeds.
-  CHECK(store.claim(ask("tenant", "two")).status == claim_status::claimed);
-  CHECK(store.claim(ask("tenant", "one")).status == claim_status::existing);
+  CHECK(store.claim(claim_now("tenant", "two")).status == claim_status::claimed);
+  CHECK(store.claim(claim_now("tenant", "one")).status == claim_status::existing);
 }
 
 TEST_CASE("writing to a server that died is an error, not SIGPIPE", "[redis][server]") {
@@ -246,13 +197,13 @@ TEST_CASE("writing to a server that died is an error, not SIGPIPE", "[redis][ser
   auto options = server.options();
   options.unix_socket = server.socket_path();
   idem::redis_store store(options);
-  REQUIRE(store.claim(ask("tenant", "before")).status == claim_status::claimed);
+  REQUIRE(store.claim(claim_now("tenant", "before")).status == claim_status::claimed);
   server.kill9();
-  CHECK(failure_of([&] { (void)store.claim(ask("tenant", "during")); }) ==
+  CHECK(failure_of([&] { (void)store.claim(claim_now("tenant", "during")); }) ==
         store_failure::unavailable);
   server.start();
-  CHECK(store.claim(ask("tenant", "after")).status == claim_status::claimed);
-  CHECK(store.claim(ask("tenant", "before")).status == claim_status::existing);
+  CHECK(store.claim(claim_now("tenant", "after")).status == claim_status::claimed);
+  CHECK(store.claim(claim_now("tenant", "before")).status == claim_status::existing);
 }
 
 // kill -9 of the server while 8 threads claim and complete, three times over; after each
@@ -284,7 +235,7 @@ TEST_CASE("kill -9 of the server loses no acknowledged claim or completion",
           const std::string key =
               "r" + std::to_string(round) + "-w" + std::to_string(w) + "-" + std::to_string(i);
           try {
-            const auto result = copy.claim(ask("crash", key));
+            const auto result = copy.claim(claim_now("crash", key));
             if (result.status != claim_status::claimed) continue;
             {
               const std::lock_guard lock(mutex);

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -315,5 +316,26 @@ class private_redis {
   int port_ = 0;
   pid_t pid_ = -1;
 };
+
+/// CONFIG SET on a private server; fails the test unless the server accepts it.
+inline void config_set(const private_redis& server, const std::string& name,
+                       const std::string& value) {
+  const auto connection = server.connect();
+  const auto reply = command(connection.get(), {"CONFIG", "SET", name, value});
+  REQUIRE(reply->type == REDIS_REPLY_STATUS);
+}
+
+/// A claim of `key` in `scope` at this machine's time, kept 24 h: what the tests on private
+/// servers ask.
+inline idem::claim_request claim_now(std::string_view scope, std::string_view key,
+                                     std::chrono::nanoseconds lease = std::chrono::hours{1}) {
+  std::uint8_t bytes[16] = {1, 9, 9, 9};
+  return idem::claim_request{scope,
+                             key,
+                             idem::digest{bytes},
+                             std::chrono::system_clock::now(),
+                             lease,
+                             std::chrono::hours{24}};
+}
 
 }  // namespace idem_redis_test

@@ -1,5 +1,5 @@
-// hiredis handles (a reply, a connection) owned by unique_ptr, and the decoding of what
-// redis_store's scripts answer into a record. Free functions so that the fuzz target
+// A hiredis reply owned by unique_ptr, and the decoding of what redis_store's scripts answer
+// into a record. Free functions so that the fuzz target
 // (tests/fuzz/redis_record_fuzz.cpp) reaches them without a server.
 #ifndef IDEM_STORE_REDIS_REPLY_HPP
 #define IDEM_STORE_REDIS_REPLY_HPP
@@ -22,11 +22,6 @@ struct redis_reply_free {
   void operator()(redisReply* reply) const noexcept { freeReplyObject(reply); }
 };
 using redis_reply = std::unique_ptr<redisReply, redis_reply_free>;
-
-struct redis_context_free {
-  void operator()(redisContext* context) const noexcept { redisFree(context); }
-};
-using redis_connection = std::unique_ptr<redisContext, redis_context_free>;
 
 inline std::string_view reply_text(const redisReply* reply) noexcept {
   if (reply == nullptr || reply->str == nullptr) return {};

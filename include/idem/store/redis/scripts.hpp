@@ -1,7 +1,11 @@
-// The Lua scripts redis_store runs, one per operation, each atomic on the server. The record's
-// layout and the keys they touch are described at the top of idem/store/redis.hpp.
+// The Lua scripts redis_store runs, one per operation, each atomic on the server, and the names
+// its calls pick them by. The record's layout and the keys they touch are described in
+// idem/store/redis/keys.hpp.
 #ifndef IDEM_STORE_REDIS_SCRIPTS_HPP
 #define IDEM_STORE_REDIS_SCRIPTS_HPP
+
+#include <cstddef>
+#include <cstdint>
 
 namespace idem::detail {
 
@@ -196,6 +200,41 @@ struct redis_scripts {
 };
 
 #undef IDEM_REDIS_LUA_PRELUDE
+
+// Which script a call runs: what redis_client loads at start and indexes its digests by.
+enum class redis_script : std::uint8_t {
+  claim,
+  enroll,
+  complete,
+  release,
+  checkpoint,
+  find,
+  sweep,
+  stuck
+};
+inline constexpr std::size_t redis_script_count = 8;
+
+inline const char* redis_script_text(redis_script which) noexcept {
+  switch (which) {
+    case redis_script::claim:
+      return redis_scripts::claim;
+    case redis_script::enroll:
+      return redis_scripts::enroll;
+    case redis_script::complete:
+      return redis_scripts::complete;
+    case redis_script::release:
+      return redis_scripts::release;
+    case redis_script::checkpoint:
+      return redis_scripts::checkpoint;
+    case redis_script::find:
+      return redis_scripts::find;
+    case redis_script::sweep:
+      return redis_scripts::sweep;
+    case redis_script::stuck:
+      return redis_scripts::stuck;
+  }
+  return "";
+}
 
 }  // namespace idem::detail
 

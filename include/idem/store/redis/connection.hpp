@@ -1,0 +1,419 @@
+// redis_client: how redis_store talks to its server. Connecting (TCP or a unix socket, AUTH,
+// SELECT, timeouts), the checks at start (Redis 7.0 or newer; a maxmemory-policy that cannot
+// evict records), loading the scripts, and the exchanges every operation makes on a pooled
+// connection: script calls pipelined with EVALSHA, sent again with EVAL when the server lost its
+// scripts, and once more on a fresh connection when the server had closed a reused one. The
+// checks are free functions of what the server answered, so that they are tested without a
+// server (tests/stores/redis/redis_connection_test.cpp).
+#ifndef IDEM_STORE_REDIS_CONNECTION_HPP
+#define IDEM_STORE_REDIS_CONNECTION_HPP
+
+#include <hiredis/hiredis.h>
+#include <sys/time.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstddef>
+#include <ctime>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <idem/store/contract.hpp>
+#include <idem/store/detail/connection_pool.hpp>
+#include <idem/store/redis/reply.hpp>
+#include <idem/store/redis/scripts.hpp>
+#include <idem/store/redis/sigpipe.hpp>
+
+namespace idem::detail {
+
+struct redis_context_free {
+  void operator()(redisContext* context) const noexcept { redisFree(context); }
+};
+using redis_connection = std::unique_ptr<redisContext, redis_context_free>;
+
+// What redis_client needs of redis_store::options, whose comments say what each field is;
+// redis_store fills every one.
+struct redis_settings {
+  std::string host;
+  int port = 0;
+  std::string unix_socket;
+  std::string username;
+  std::string password;
+  int database = 0;
+  std::size_t pool_size = 0;
+  std::chrono::milliseconds connect_timeout{};
+  std::chrono::milliseconds command_timeout{};
+  bool verify_eviction_policy = true;
+};
+
+// The major version named in the text of INFO server ("redis_version:7.2.4" is 7); 0 when it
+// names none.
+inline int redis_major_version(std::string_view info) {
+  const std::string_view field = "redis_version:";
+  const std::size_t at = info.find(field);
+  int major = 0;
+  if (at != std::string_view::npos) {
+    std::from_chars(info.data() + at + field.size(), info.data() + info.size(), major);
+  }
+  return major;
+}
+
+// Refuses, given its answer to INFO server, a server older than Redis 7.0: one script declares
+// the allow-oom flag, which older servers reject.
+inline void redis_check_version(const redisReply* info, const std::string& where) {
+  const std::string_view text = reply_text(info);
+  const int major = info->type == REDIS_REPLY_STRING ? redis_major_version(text) : 0;
+  if (major < 7) {
+    throw std::invalid_argument(
+        "idem::redis_store: the server at " + where +
+        " is not Redis 7.0 or newer (INFO says: " + std::string(text.substr(0, 200)) + ")");
+  }
+}
+
+// Whether a maxmemory-policy may evict records: any allkeys-* policy, and any volatile-* one
+// too, since every record carries a TTL.
+inline bool redis_policy_may_evict(std::string_view policy) noexcept {
+  return policy.starts_with("allkeys-") || policy.starts_with("volatile-");
+}
+
+// Refuses, given its answer to CONFIG GET maxmemory-policy, a server that may evict records: a
+// store that silently loses records loses exactly-once. An answer without the policy (CONFIG
+// renamed, or refused by an ACL) is refused too: nobody can tell then.
+inline void redis_check_eviction_policy(const redisReply* policy, const std::string& where) {
+  if (policy->type != REDIS_REPLY_ARRAY || policy->elements != 2) {
+    throw std::invalid_argument(
+        "idem::redis_store: cannot read the maxmemory-policy of the server at " + where +
+        " (CONFIG GET answered: " + std::string(reply_text(policy)) +
+        "), so cannot tell whether it may evict records. Configure maxmemory-policy "
+        "noeviction and, if CONFIG is disabled, set options::verify_eviction_policy = false");
+  }
+  const std::string_view value = reply_text(policy->element[1]);
+  if (redis_policy_may_evict(value)) {
+    throw std::invalid_argument("idem::redis_store: the server at " + where +
+                                " has maxmemory-policy " + std::string(value) +
+                                ", which may evict records and with them the guarantee that "
+                                "each request runs once; set maxmemory-policy noeviction");
+  }
+}
+
+// One script call: EVALSHA sha numkeys keys... args... (EVAL with the text after NOSCRIPT).
+// The views point into strings that outlive the exchange.
+struct redis_command {
+  static constexpr std::size_t max_keys = 3;
+  static constexpr std::size_t max_args = 7;
+  redis_command(redis_script which, std::initializer_list<std::string_view> key_list,
+                std::initializer_list<std::string_view> arg_list)
+      : name(which) {
+    for (const std::string_view key : key_list)
+      keys[key_count++] = key;
+    for (const std::string_view arg : arg_list)
+      args[arg_count++] = arg;
+  }
+  redis_script name;
+  std::string_view keys[max_keys];
+  std::string_view args[max_args];
+  std::size_t key_count = 0;
+  std::size_t arg_count = 0;
+};
+
+// The part of a redis_store that every copy shares: its settings, the scripts' digests and the
+// connection pool. Once started, safe to use from many threads.
+class redis_client {
+ public:
+  // Refuses settings no connection could use; connects to nothing yet.
+  explicit redis_client(redis_settings given)
+      : settings_(checked(std::move(given))),
+        where_(settings_.unix_socket.empty() ? settings_.host + ":" + std::to_string(settings_.port)
+                                             : settings_.unix_socket) {}
+  redis_client(const redis_client&) = delete;
+  redis_client& operator=(const redis_client&) = delete;
+  ~redis_client() = default;
+
+  // Where the server is, as messages name it: host:port, or the socket's path.
+  const std::string& where() const noexcept { return where_; }
+
+  // The first connection: checks the server and loads the scripts, then joins the pool.
+  void start() {
+    auto first = connections_.acquire();
+    redisContext* context = first.get().get();
+    check_server(context);
+    std::vector<redis_reply> loaded;
+    {
+      const sigpipe_blocked blocked(guard_sigpipe_);
+      for (std::size_t i = 0; i < redis_script_count; ++i) {
+        const char* text = redis_script_text(static_cast<redis_script>(i));
+        const char* argv[] = {"SCRIPT", "LOAD", text};
+        const std::size_t lengths[] = {6, 4, std::char_traits<char>::length(text)};
+        if (redisAppendCommandArgv(context, 3, argv, lengths) != REDIS_OK) {
+          throw lost(context, "loading its scripts");
+        }
+      }
+      for (std::size_t i = 0; i < redis_script_count; ++i) {
+        void* raw = nullptr;
+        if (redisGetReply(context, &raw) != REDIS_OK) {
+          blocked.consume_pending();
+          throw lost(context, "loading its scripts");
+        }
+        loaded.emplace_back(static_cast<redisReply*>(raw));
+      }
+    }
+    for (std::size_t i = 0; i < redis_script_count; ++i) {
+      const redisReply* reply = loaded[i].get();
+      if (reply->type != REDIS_REPLY_STRING) {
+        throw std::invalid_argument("idem::redis_store: the server at " + where_ +
+                                    " refused a script: " + std::string(reply_text(reply)));
+      }
+      digests_[i] = reply_text(reply);
+    }
+    first.give_back();
+  }
+
+  // The checks at start, on `context`: the version, and the eviction policy unless the
+  // settings say the operator vouches for it.
+  void check_server(redisContext* context) const {
+    redis_check_version(ask(context, {"INFO", "server"}).get(), where_);
+    if (!settings_.verify_eviction_policy) return;
+    redis_check_eviction_policy(ask(context, {"CONFIG", "GET", "maxmemory-policy"}).get(), where_);
+  }
+
+  // A new connection, authenticated and on its database: what the pool opens. Throws
+  // store_error(unavailable) when the server cannot be reached or refuses AUTH or SELECT.
+  redis_connection connect() const {
+    timeval limit{};
+    limit.tv_sec = static_cast<time_t>(settings_.connect_timeout.count() / 1000);
+    limit.tv_usec = static_cast<suseconds_t>((settings_.connect_timeout.count() % 1000) * 1000);
+    redis_connection made(
+        settings_.unix_socket.empty()
+            ? redisConnectWithTimeout(settings_.host.c_str(), settings_.port, limit)
+            : redisConnectUnixWithTimeout(settings_.unix_socket.c_str(), limit));
+    if (!made) {
+      throw store_error(store_failure::unavailable,
+                        "idem::redis_store: cannot connect to " + where_ + ": out of memory");
+    }
+    if (made->err != 0) {
+      throw store_error(store_failure::unavailable,
+                        "idem::redis_store: cannot connect to " + where_ + ": " + made->errstr);
+    }
+    timeval each{};
+    each.tv_sec = static_cast<time_t>(settings_.command_timeout.count() / 1000);
+    each.tv_usec = static_cast<suseconds_t>((settings_.command_timeout.count() % 1000) * 1000);
+    redisSetTimeout(made.get(), each);
+    if (settings_.unix_socket.empty()) redisEnableKeepAlive(made.get());
+    if (!settings_.password.empty()) {
+      const redis_reply reply =
+          settings_.username.empty()
+              ? ask(made.get(), {"AUTH", settings_.password.c_str()})
+              : ask(made.get(), {"AUTH", settings_.username.c_str(), settings_.password.c_str()});
+      if (reply->type == REDIS_REPLY_ERROR) {
+        throw store_error(store_failure::unavailable,
+                          "idem::redis_store: the server at " + where_ +
+                              " refused AUTH: " + std::string(reply_text(reply.get())));
+      }
+    }
+    if (settings_.database != 0) {
+      const std::string number = std::to_string(settings_.database);
+      const redis_reply reply = ask(made.get(), {"SELECT", number.c_str()});
+      if (reply->type == REDIS_REPLY_ERROR) {
+        throw store_error(store_failure::unavailable, "idem::redis_store: the server at " + where_ +
+                                                          " refused SELECT " + number + ": " +
+                                                          std::string(reply_text(reply.get())));
+      }
+    }
+    return made;
+  }
+
+  // Script calls, sent in one write, every reply read. EVALSHA first; if the server lost the
+  // scripts (NOSCRIPT: a restart, SCRIPT FLUSH), the whole batch again with EVAL, so the order
+  // of the commands is kept.
+  std::vector<redis_reply> exchange(std::span<const redis_command> commands,
+                                    const char* operation) {
+    return over_connection(operation,
+                           [&](redisContext* context, std::vector<redis_reply>& replies) {
+                             if (!send(context, commands, true, replies)) return false;
+                             if (!any_noscript(replies)) return true;
+                             replies.clear();
+                             return send(context, commands, false, replies);
+                           });
+  }
+
+  // Plain commands (no scripts), pipelined the same way.
+  std::vector<redis_reply> plain(std::span<const std::vector<std::string_view>> commands,
+                                 const char* operation) {
+    return over_connection(
+        operation, [&](redisContext* context, std::vector<redis_reply>& replies) {
+          std::vector<const char*> argv;
+          std::vector<std::size_t> lengths;
+          for (const std::vector<std::string_view>& words : commands) {
+            argv.clear();
+            lengths.clear();
+            for (const std::string_view word : words) {
+              argv.push_back(word.empty() ? "" : word.data());
+              lengths.push_back(word.size());
+            }
+            if (redisAppendCommandArgv(context, static_cast<int>(argv.size()), argv.data(),
+                                       lengths.data()) != REDIS_OK) {
+              return false;
+            }
+          }
+          return read_replies(context, commands.size(), replies);
+        });
+  }
+
+ private:
+  // Checked before the connection pool is made from them, in the order users meet them.
+  static redis_settings checked(redis_settings given) {
+    if (given.pool_size == 0) {
+      throw std::invalid_argument("idem::redis_store: pool_size must be at least 1");
+    }
+    if (given.unix_socket.empty() && (given.port <= 0 || given.port > 65535)) {
+      throw std::invalid_argument("idem::redis_store: port " + std::to_string(given.port) +
+                                  " is not a TCP port");
+    }
+    if (given.connect_timeout <= std::chrono::milliseconds::zero() ||
+        given.command_timeout <= std::chrono::milliseconds::zero()) {
+      throw std::invalid_argument("idem::redis_store: timeouts must be positive");
+    }
+    return given;
+  }
+
+  redis_reply ask(redisContext* context, std::initializer_list<const char*> words) const {
+    const char* argv[4];
+    std::size_t lengths[4];
+    int count = 0;
+    for (const char* word : words) {
+      argv[count] = word;
+      lengths[count] = std::char_traits<char>::length(word);
+      ++count;
+    }
+    const sigpipe_blocked blocked(guard_sigpipe_);
+    void* raw = redisCommandArgv(context, count, argv, lengths);
+    if (raw == nullptr) {
+      blocked.consume_pending();
+      throw lost(context, std::string("asking ") + argv[0]);
+    }
+    return redis_reply(static_cast<redisReply*>(raw));
+  }
+
+  store_error lost(const redisContext* context, const std::string& doing) const {
+    return store_error(store_failure::unavailable, "idem::redis_store: the server at " + where_ +
+                                                       " did not answer " + doing + ": " +
+                                                       std::string(context->errstr));
+  }
+
+  // Runs `talk(context, replies)` on a pooled connection: it answers false after an I/O
+  // error, with errno as the failing call left it. A failure on a reused connection that the
+  // server had closed (a restart) is tried once more on a fresh connection; any other failure
+  // throws store_error(unavailable).
+  template <class Talk>
+  std::vector<redis_reply> over_connection(const char* operation, Talk&& talk) {
+    for (int attempt = 0;; ++attempt) {
+      auto connection = connections_.acquire();
+      std::vector<redis_reply> replies;
+      int saved_errno = 0;
+      bool answered = false;
+      {
+        const sigpipe_blocked blocked(guard_sigpipe_);
+        answered = talk(connection.get().get(), replies);
+        if (!answered) {
+          saved_errno = errno;
+          blocked.consume_pending();
+        }
+      }
+      if (answered) {
+        connection.give_back();
+        return replies;
+      }
+      const int kind = connection.get()->err;
+      const bool closed_by_server =
+          kind == REDIS_ERR_EOF ||
+          (kind == REDIS_ERR_IO && (saved_errno == ECONNRESET || saved_errno == EPIPE));
+      const bool timed_out =
+          kind == REDIS_ERR_IO && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK);
+      const std::string reason =
+          timed_out
+              ? "no answer within " + std::to_string(settings_.command_timeout.count()) + " ms"
+              : std::string(connection.get()->errstr);
+      const bool retry = closed_by_server && connection.reused() && attempt == 0;
+      // When the server closed it, it went away for every connection: they all go.
+      if (closed_by_server) {
+        connection.discard_all();
+      } else {
+        connection.discard();
+      }
+      if (!retry) {
+        throw store_error(store_failure::unavailable, std::string("idem::redis_store: ") +
+                                                          operation + " failed: the server at " +
+                                                          where_ + " is unreachable: " + reason);
+      }
+    }
+  }
+
+  static bool any_noscript(const std::vector<redis_reply>& replies) noexcept {
+    return std::any_of(replies.begin(), replies.end(), [](const redis_reply& reply) {
+      return reply->type == REDIS_REPLY_ERROR && reply_text(reply.get()).starts_with("NOSCRIPT");
+    });
+  }
+
+  static bool read_replies(redisContext* context, std::size_t count,
+                           std::vector<redis_reply>& replies) {
+    replies.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      void* raw = nullptr;
+      if (redisGetReply(context, &raw) != REDIS_OK) return false;
+      replies.emplace_back(static_cast<redisReply*>(raw));
+    }
+    return true;
+  }
+
+  bool send(redisContext* context, std::span<const redis_command> commands, bool by_digest,
+            std::vector<redis_reply>& replies) const {
+    constexpr std::size_t most = 3 + redis_command::max_keys + redis_command::max_args;
+    for (const redis_command& each : commands) {
+      const char* argv[most];
+      std::size_t lengths[most];
+      const auto index = static_cast<std::size_t>(each.name);
+      const char* text = redis_script_text(each.name);
+      const char count_text[2] = {static_cast<char>('0' + each.key_count), '\0'};
+      argv[0] = by_digest ? "EVALSHA" : "EVAL";
+      lengths[0] = by_digest ? 7 : 4;
+      argv[1] = by_digest ? digests_[index].data() : text;
+      lengths[1] = by_digest ? digests_[index].size() : std::char_traits<char>::length(text);
+      argv[2] = count_text;
+      lengths[2] = 1;
+      std::size_t argc = 3;
+      for (std::size_t k = 0; k < each.key_count; ++k, ++argc) {
+        argv[argc] = each.keys[k].data();
+        lengths[argc] = each.keys[k].size();
+      }
+      for (std::size_t a = 0; a < each.arg_count; ++a, ++argc) {
+        // An empty view may have a null data(); hiredis wants a pointer all the same.
+        argv[argc] = each.args[a].empty() ? "" : each.args[a].data();
+        lengths[argc] = each.args[a].size();
+      }
+      if (redisAppendCommandArgv(context, static_cast<int>(argc), argv, lengths) != REDIS_OK) {
+        return false;
+      }
+    }
+    return read_replies(context, commands.size(), replies);
+  }
+
+  redis_settings settings_;
+  std::string where_;
+  std::string digests_[redis_script_count];  // SHA1s from SCRIPT LOAD, read-only after start()
+  // Whether exchanges block SIGPIPE: not when the process ignored it at construction.
+  bool guard_sigpipe_ = !sigpipe_blocked::ignored();
+  connection_pool<redis_connection> connections_{
+      settings_.pool_size, {.open = [this] { return connect(); }, .reusable = {}, .alive = {}}};
+};
+
+}  // namespace idem::detail
+
+#endif  // IDEM_STORE_REDIS_CONNECTION_HPP
