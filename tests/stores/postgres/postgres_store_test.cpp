@@ -18,8 +18,13 @@
 
 #include "postgres_test_support.hpp"
 
+#include "support/records.hpp"
+
 namespace pgtest = idem::testing::postgres;
 using namespace std::chrono_literals;
+
+using idem::testing::print;
+using idem::testing::start;
 
 namespace {
 
@@ -41,13 +46,6 @@ struct postgres_factory {
       pgtest::drop_table(pgtest::conninfo(), table);
   }
 };
-
-const idem::store_time start{std::chrono::seconds{1767225600}};
-
-idem::digest print(std::uint8_t seed) {
-  std::uint8_t bytes[16] = {seed, 1, 2, 3};
-  return idem::digest{bytes};
-}
 
 idem::claim_request ask(std::string_view key, idem::store_time now,
                         std::chrono::nanoseconds lease = 30s) {

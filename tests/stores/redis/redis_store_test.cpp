@@ -21,19 +21,17 @@
 
 #include "redis_test_support.hpp"
 
+#include "support/records.hpp"
+
 using namespace std::chrono_literals;
 using idem::claim_status;
 using idem::record_state;
 using idem::redis_time;
 
+using idem::testing::print;
+using idem::testing::start;
+
 namespace {
-
-const idem::store_time start{std::chrono::seconds{1767225600}};  // 2026-01-01, as the suite
-
-idem::digest print(std::uint8_t seed) {
-  std::uint8_t bytes[16] = {seed, 1, 2, 3};
-  return idem::digest{bytes};
-}
 
 idem::claim_request ask(std::string_view scope, std::string_view key, idem::store_time now,
                         std::chrono::nanoseconds lease = 30s,

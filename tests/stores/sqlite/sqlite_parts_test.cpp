@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/records.hpp"
 #include "support/temporary_directory.hpp"
 
 using namespace std::chrono_literals;
@@ -30,14 +31,10 @@ using Catch::Matchers::Contains;
 namespace detail = idem::detail;
 using detail::sqlite_statement;
 
+using idem::testing::print;
+using idem::testing::start;
+
 namespace {
-
-const idem::store_time start{std::chrono::seconds{1767225600}};
-
-idem::digest print(std::uint8_t seed) {
-  const std::uint8_t bytes[16] = {seed, 1, 2, 3};
-  return idem::digest{bytes};
-}
 
 // A fresh database file with idem's schema (and the usage row when `bounded`), and one
 // connection to it.

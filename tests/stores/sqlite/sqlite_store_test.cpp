@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/records.hpp"
 #include "support/temporary_directory.hpp"
 
 using namespace std::chrono_literals;
@@ -32,14 +33,10 @@ using idem::sqlite_store;
 using idem::store_error;
 using idem::store_failure;
 
+using idem::testing::print;
+using idem::testing::start;
+
 namespace {
-
-const idem::store_time start{std::chrono::seconds{1767225600}};
-
-idem::digest print(std::uint8_t seed) {
-  const std::uint8_t bytes[16] = {seed, 1, 2, 3};
-  return idem::digest{bytes};
-}
 
 idem::claim_request ask(std::string_view scope, std::string_view key, idem::store_time now) {
   return {scope, key, print(1), now, 30s, 24h};
