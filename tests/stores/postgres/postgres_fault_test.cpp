@@ -20,9 +20,12 @@
 #include <idem/store/postgres.hpp>
 
 #include "postgres_test_support.hpp"
+#include "support/store_errors.hpp"
 
 namespace pgtest = idem::testing::postgres;
 using namespace std::chrono_literals;
+
+using idem::testing::unavailable_message_of;
 
 namespace {
 
@@ -44,18 +47,6 @@ int unused_port() {
   REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
   ::close(fd);
   return ntohs(address.sin_port);
-}
-
-template <class F>
-std::string store_error_of(F&& call) {
-  try {
-    call();
-  } catch (const idem::store_error& error) {
-    CHECK(error.failure() == idem::store_failure::unavailable);
-    return error.what();
-  }
-  FAIL("no store_error was thrown");
-  return {};
 }
 
 }  // namespace
@@ -83,28 +74,29 @@ TEST_CASE("a server that is down at start gives a clear error", "[postgres][faul
   idem::postgres_store::options config;
   config.conninfo = "host=127.0.0.1 port=" + std::to_string(unused_port()) + " dbname=idem";
   config.table = "never_created";
-  const std::string at_construction = store_error_of([&] { idem::postgres_store store{config}; });
+  const std::string at_construction =
+      unavailable_message_of([&] { idem::postgres_store store{config}; });
   CHECK_THAT(at_construction, Catch::Matchers::Contains("cannot connect to PostgreSQL"));
   CHECK_THAT(at_construction, Catch::Matchers::Contains("refused"));
 
   // Without connect_at_start the first call says the same; nothing was claimed.
   config.connect_at_start = false;
   idem::postgres_store lazy{config};
-  const std::string at_claim = store_error_of([&] {
+  const std::string at_claim = unavailable_message_of([&] {
     (void)lazy.claim({"tenant", "key", print(), start, 30s, 24h});
   });
   CHECK_THAT(at_claim, Catch::Matchers::Contains("cannot connect to PostgreSQL"));
-  CHECK_THAT(store_error_of([&] { (void)lazy.find("tenant", "key", start); }),
+  CHECK_THAT(unavailable_message_of([&] { (void)lazy.find("tenant", "key", start); }),
              Catch::Matchers::Contains("cannot connect"));
 
   // Another database or user that does not exist: the server's own words.
   idem::postgres_store::options wrong_database;
   wrong_database.conninfo = pgtest::conninfo() + " dbname=no_such_database_here";
-  CHECK_THAT(store_error_of([&] { idem::postgres_store store{wrong_database}; }),
+  CHECK_THAT(unavailable_message_of([&] { idem::postgres_store store{wrong_database}; }),
              Catch::Matchers::Contains("no_such_database_here"));
 
   idem::postgres_store unconfigured;
-  CHECK_THAT(store_error_of([&] { (void)unconfigured.find("tenant", "key", start); }),
+  CHECK_THAT(unavailable_message_of([&] { (void)unconfigured.find("tenant", "key", start); }),
              Catch::Matchers::Contains("default-constructed"));
 }
 
@@ -120,12 +112,12 @@ TEST_CASE("a statement timeout is a clear error, and loses nothing", "[postgres]
   pgtest::connection other;
   other.exec("BEGIN");
   other.exec("SELECT 1 FROM \"" + table + "\" FOR UPDATE");
-  const std::string message = store_error_of([&] {
+  const std::string message = unavailable_message_of([&] {
     (void)store.complete({"tenant", "key", claimed.fence}, "r", start);
   });
   CHECK_THAT(message, Catch::Matchers::Contains("statement timeout"));
   CHECK_THAT(message, Catch::Matchers::Contains("57014"));
-  CHECK_THAT(store_error_of([&] {
+  CHECK_THAT(unavailable_message_of([&] {
                (void)store.claim({"tenant", "key", print(), start, 30s, 24h});
              }),
              Catch::Matchers::Contains("statement timeout"));
@@ -155,7 +147,7 @@ TEST_CASE("a server restarted under load: clear errors, then recovery, and nothi
     before.conninfo =
         "host=127.0.0.1 port=" + std::to_string(unused_port()) + " dbname=idem user=idem";
     idem::postgres_store early{before};
-    CHECK_THAT(store_error_of([&] { (void)early.find("tenant", "k", start); }),
+    CHECK_THAT(unavailable_message_of([&] { (void)early.find("tenant", "k", start); }),
                Catch::Matchers::Contains("cannot connect"));
   }
   server.start();

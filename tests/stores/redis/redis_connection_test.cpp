@@ -21,6 +21,7 @@
 #include <idem/store/redis/keys.hpp>
 
 #include "redis_test_support.hpp"
+#include "support/store_errors.hpp"
 
 using namespace std::chrono_literals;
 using idem::claim_status;
@@ -31,6 +32,8 @@ using idem::detail::redis_script;
 using idem::detail::redis_settings;
 using idem_redis_test::claim_now;
 using idem_redis_test::config_set;
+
+using idem::testing::unavailable_message_of;
 
 namespace {
 
@@ -64,19 +67,6 @@ std::string refusal_of(Check&& check) {
     return error.what();
   }
   FAIL("nothing was refused");
-  return {};
-}
-
-// The message of the store_error(unavailable) `operation` throws; fails the test otherwise.
-template <class Operation>
-std::string unavailable_of(Operation&& operation) {
-  try {
-    operation();
-  } catch (const idem::store_error& error) {
-    CHECK(error.failure() == idem::store_failure::unavailable);
-    return error.what();
-  }
-  FAIL("the operation did not throw store_error");
   return {};
 }
 
@@ -262,17 +252,17 @@ TEST_CASE("a server that refuses AUTH or SELECT is store_error(unavailable), nam
   auto settings = shared_settings();
   settings.password = "not-the-password";
   const redis_client without_user(settings);
-  CHECK_THAT(unavailable_of([&] { (void)without_user.connect(); }),
+  CHECK_THAT(unavailable_message_of([&] { (void)without_user.connect(); }),
              Catch::Matchers::Contains("refused AUTH"));
   settings.username = "nobody";
   const redis_client with_user(settings);
-  CHECK_THAT(unavailable_of([&] { (void)with_user.connect(); }),
+  CHECK_THAT(unavailable_message_of([&] { (void)with_user.connect(); }),
              Catch::Matchers::Contains("refused AUTH: WRONGPASS"));
 
   settings = shared_settings();
   settings.database = 100000;  // past the server's 16 databases
   const redis_client out_of_range(settings);
-  CHECK_THAT(unavailable_of([&] { (void)out_of_range.connect(); }),
+  CHECK_THAT(unavailable_message_of([&] { (void)out_of_range.connect(); }),
              Catch::Matchers::Contains("refused SELECT 100000"));
 }
 
