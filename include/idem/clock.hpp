@@ -4,16 +4,24 @@
 // an operator or NTP sets the wall time), and `wall_now()`, for the one thing that needs the
 // calendar: an HTTP-date in Retry-After. `sleep_for` is how the loop waits between attempts;
 // manual_clock turns that wait into an instant jump of its own time, so tests of minutes of
-// backoff run in microseconds and can assert the exact delays.
+// backoff run in microseconds and can assert the exact delays. Its wakes (wake_at, wake_after)
+// are what the asynchronous drivers' timers wait on under it: advancing the time runs the wakes
+// that fell due, so asynchronous tests are as deterministic as blocking ones.
 #ifndef IDEM_CLOCK_HPP
 #define IDEM_CLOCK_HPP
 
 #include <atomic>
 #include <chrono>
 #include <concepts>
+#include <cstdint>
 #include <ctime>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace idem {
 
@@ -91,10 +99,19 @@ struct system_clock {
 /// A clock that moves only when told to: `advance(d)` or a `sleep_for(d)`, which returns at once.
 /// Copies share one timeline, so a test hands one copy to the retrying object and keeps another
 /// to read or move the time (a slow attempt is simulated by advancing inside the call).
-/// Thread-safe: the time is one atomic counter.
+///
+/// A wake is a function to run once the time reaches a point: what an asynchronous timer on this
+/// clock registers instead of sleeping. Moving the time runs every wake that fell due, in order
+/// of their times, on the thread that moved it (outside the clock's lock, so a wake may read the
+/// clock or register another). `advance_to_next_wake()` jumps straight to the earliest: what a
+/// test's event loop does when nothing else is ready.
+///
+/// Thread-safe: the time is one atomic counter, the wakes sit under a mutex.
 class manual_clock {
  public:
   using time_point = std::chrono::steady_clock::time_point;
+  /// Names a wake, for cancel_wake. Never 0.
+  using wake_id = std::uint64_t;
 
   /// Starts at steady time zero, and at the given wall time (by default 2026-01-01T00:00:00Z,
   /// fixed so that HTTP-date tests are reproducible).
@@ -107,36 +124,115 @@ class manual_clock {
     return state_->wall_start +
            std::chrono::duration_cast<std::chrono::system_clock::duration>(elapsed());
   }
-  void sleep_for(std::chrono::nanoseconds delay) noexcept {
+  void sleep_for(std::chrono::nanoseconds delay) {
     if (delay > std::chrono::nanoseconds::zero()) {
-      state_->slept.fetch_add(delay.count(), std::memory_order_relaxed);
-      state_->sleeps.fetch_add(1, std::memory_order_relaxed);
+      count_sleep(delay);
       advance(delay);
     }
   }
-  /// Moves the time forward without counting it as a sleep.
-  void advance(std::chrono::nanoseconds delay) noexcept {
+  /// Moves the time forward without counting it as a sleep, and runs the wakes that fell due.
+  void advance(std::chrono::nanoseconds delay) {
     state_->elapsed.fetch_add(delay.count(), std::memory_order_relaxed);
+    run_due_wakes();
+  }
+
+  /// Runs `wake` once the time reaches `when`: at the next move of the time that passes it (at
+  /// once, on this thread, if it is already there).
+  wake_id wake_at(time_point when, std::function<void()> wake) {
+    wake_id id = 0;
+    {
+      const std::lock_guard lock(state_->mutex);
+      id = state_->next_wake++;
+      state_->wakes.emplace(std::pair{when, id}, std::move(wake));
+    }
+    run_due_wakes();
+    return id;
+  }
+  /// A wake `delay` from now, counted as a sleep (slept(), sleeps()): the wait between attempts
+  /// that an asynchronous driver makes where the blocking one calls sleep_for.
+  wake_id wake_after(std::chrono::nanoseconds delay, std::function<void()> wake) {
+    if (delay > std::chrono::nanoseconds::zero()) count_sleep(delay);
+    return wake_at(now() + delay, std::move(wake));
+  }
+  /// Removes a wake that has not run; answers whether it was still waiting (false: it ran, is
+  /// running, or was cancelled before).
+  bool cancel_wake(wake_id id) {
+    const std::lock_guard lock(state_->mutex);
+    for (auto it = state_->wakes.begin(); it != state_->wakes.end(); ++it) {
+      if (it->first.second == id) {
+        state_->wakes.erase(it);
+        return true;
+      }
+    }
+    return false;
+  }
+  /// Moves the time to the earliest waiting wake, if it is later, and runs what fell due.
+  /// Answers false, moving nothing, when no wake is waiting.
+  bool advance_to_next_wake() {
+    time_point next;
+    {
+      const std::lock_guard lock(state_->mutex);
+      if (state_->wakes.empty()) return false;
+      next = state_->wakes.begin()->first.first;
+    }
+    const std::chrono::nanoseconds ahead = next - now();
+    if (ahead > std::chrono::nanoseconds::zero()) {
+      state_->elapsed.fetch_add(ahead.count(), std::memory_order_relaxed);
+    }
+    run_due_wakes();
+    return true;
+  }
+  /// Wakes registered and not yet run or cancelled.
+  std::size_t waiting_wakes() const {
+    const std::lock_guard lock(state_->mutex);
+    return state_->wakes.size();
   }
 
   /// Time since the clock started.
   std::chrono::nanoseconds elapsed() const noexcept {
     return std::chrono::nanoseconds{state_->elapsed.load(std::memory_order_relaxed)};
   }
-  /// Total time spent in sleep_for, and how many sleeps there were.
+  /// Total time spent in sleep_for and wake_after, and how many of them there were.
   std::chrono::nanoseconds slept() const noexcept {
     return std::chrono::nanoseconds{state_->slept.load(std::memory_order_relaxed)};
   }
   long long sleeps() const noexcept { return state_->sleeps.load(std::memory_order_relaxed); }
 
  private:
+  // Wakes by (time, id): the earliest first, and ties in the order they were registered.
+  using wake_map = std::map<std::pair<time_point, wake_id>, std::function<void()>>;
+
   struct state {
     explicit state(std::chrono::system_clock::time_point start) : wall_start(start) {}
     std::chrono::system_clock::time_point wall_start;
     std::atomic<std::chrono::nanoseconds::rep> elapsed{0};
     std::atomic<std::chrono::nanoseconds::rep> slept{0};
     std::atomic<long long> sleeps{0};
+    mutable std::mutex mutex;
+    wake_map wakes;
+    wake_id next_wake = 1;
   };
+
+  void count_sleep(std::chrono::nanoseconds delay) noexcept {
+    state_->slept.fetch_add(delay.count(), std::memory_order_relaxed);
+    state_->sleeps.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // Takes the due wakes out under the lock and runs them outside it, one at a time: a wake that
+  // registers another due at once is run by this same loop.
+  void run_due_wakes() {
+    for (;;) {
+      std::function<void()> wake;
+      {
+        const std::lock_guard lock(state_->mutex);
+        if (state_->wakes.empty() || state_->wakes.begin()->first.first > now()) return;
+        wake = std::move(state_->wakes.begin()->second);
+        state_->wakes.erase(state_->wakes.begin());
+      }
+      wake();
+    }
+  }
+
   std::shared_ptr<state> state_;
 };
 

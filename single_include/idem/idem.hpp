@@ -25,16 +25,24 @@
 // an operator or NTP sets the wall time), and `wall_now()`, for the one thing that needs the
 // calendar: an HTTP-date in Retry-After. `sleep_for` is how the loop waits between attempts;
 // manual_clock turns that wait into an instant jump of its own time, so tests of minutes of
-// backoff run in microseconds and can assert the exact delays.
+// backoff run in microseconds and can assert the exact delays. Its wakes (wake_at, wake_after)
+// are what the asynchronous drivers' timers wait on under it: advancing the time runs the wakes
+// that fell due, so asynchronous tests are as deterministic as blocking ones.
 #ifndef IDEM_CLOCK_HPP
 #define IDEM_CLOCK_HPP
 
 #include <atomic>
 #include <chrono>
 #include <concepts>
+#include <cstdint>
 #include <ctime>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace idem {
 
@@ -112,10 +120,19 @@ struct system_clock {
 /// A clock that moves only when told to: `advance(d)` or a `sleep_for(d)`, which returns at once.
 /// Copies share one timeline, so a test hands one copy to the retrying object and keeps another
 /// to read or move the time (a slow attempt is simulated by advancing inside the call).
-/// Thread-safe: the time is one atomic counter.
+///
+/// A wake is a function to run once the time reaches a point: what an asynchronous timer on this
+/// clock registers instead of sleeping. Moving the time runs every wake that fell due, in order
+/// of their times, on the thread that moved it (outside the clock's lock, so a wake may read the
+/// clock or register another). `advance_to_next_wake()` jumps straight to the earliest: what a
+/// test's event loop does when nothing else is ready.
+///
+/// Thread-safe: the time is one atomic counter, the wakes sit under a mutex.
 class manual_clock {
  public:
   using time_point = std::chrono::steady_clock::time_point;
+  /// Names a wake, for cancel_wake. Never 0.
+  using wake_id = std::uint64_t;
 
   /// Starts at steady time zero, and at the given wall time (by default 2026-01-01T00:00:00Z,
   /// fixed so that HTTP-date tests are reproducible).
@@ -128,36 +145,115 @@ class manual_clock {
     return state_->wall_start +
            std::chrono::duration_cast<std::chrono::system_clock::duration>(elapsed());
   }
-  void sleep_for(std::chrono::nanoseconds delay) noexcept {
+  void sleep_for(std::chrono::nanoseconds delay) {
     if (delay > std::chrono::nanoseconds::zero()) {
-      state_->slept.fetch_add(delay.count(), std::memory_order_relaxed);
-      state_->sleeps.fetch_add(1, std::memory_order_relaxed);
+      count_sleep(delay);
       advance(delay);
     }
   }
-  /// Moves the time forward without counting it as a sleep.
-  void advance(std::chrono::nanoseconds delay) noexcept {
+  /// Moves the time forward without counting it as a sleep, and runs the wakes that fell due.
+  void advance(std::chrono::nanoseconds delay) {
     state_->elapsed.fetch_add(delay.count(), std::memory_order_relaxed);
+    run_due_wakes();
+  }
+
+  /// Runs `wake` once the time reaches `when`: at the next move of the time that passes it (at
+  /// once, on this thread, if it is already there).
+  wake_id wake_at(time_point when, std::function<void()> wake) {
+    wake_id id = 0;
+    {
+      const std::lock_guard lock(state_->mutex);
+      id = state_->next_wake++;
+      state_->wakes.emplace(std::pair{when, id}, std::move(wake));
+    }
+    run_due_wakes();
+    return id;
+  }
+  /// A wake `delay` from now, counted as a sleep (slept(), sleeps()): the wait between attempts
+  /// that an asynchronous driver makes where the blocking one calls sleep_for.
+  wake_id wake_after(std::chrono::nanoseconds delay, std::function<void()> wake) {
+    if (delay > std::chrono::nanoseconds::zero()) count_sleep(delay);
+    return wake_at(now() + delay, std::move(wake));
+  }
+  /// Removes a wake that has not run; answers whether it was still waiting (false: it ran, is
+  /// running, or was cancelled before).
+  bool cancel_wake(wake_id id) {
+    const std::lock_guard lock(state_->mutex);
+    for (auto it = state_->wakes.begin(); it != state_->wakes.end(); ++it) {
+      if (it->first.second == id) {
+        state_->wakes.erase(it);
+        return true;
+      }
+    }
+    return false;
+  }
+  /// Moves the time to the earliest waiting wake, if it is later, and runs what fell due.
+  /// Answers false, moving nothing, when no wake is waiting.
+  bool advance_to_next_wake() {
+    time_point next;
+    {
+      const std::lock_guard lock(state_->mutex);
+      if (state_->wakes.empty()) return false;
+      next = state_->wakes.begin()->first.first;
+    }
+    const std::chrono::nanoseconds ahead = next - now();
+    if (ahead > std::chrono::nanoseconds::zero()) {
+      state_->elapsed.fetch_add(ahead.count(), std::memory_order_relaxed);
+    }
+    run_due_wakes();
+    return true;
+  }
+  /// Wakes registered and not yet run or cancelled.
+  std::size_t waiting_wakes() const {
+    const std::lock_guard lock(state_->mutex);
+    return state_->wakes.size();
   }
 
   /// Time since the clock started.
   std::chrono::nanoseconds elapsed() const noexcept {
     return std::chrono::nanoseconds{state_->elapsed.load(std::memory_order_relaxed)};
   }
-  /// Total time spent in sleep_for, and how many sleeps there were.
+  /// Total time spent in sleep_for and wake_after, and how many of them there were.
   std::chrono::nanoseconds slept() const noexcept {
     return std::chrono::nanoseconds{state_->slept.load(std::memory_order_relaxed)};
   }
   long long sleeps() const noexcept { return state_->sleeps.load(std::memory_order_relaxed); }
 
  private:
+  // Wakes by (time, id): the earliest first, and ties in the order they were registered.
+  using wake_map = std::map<std::pair<time_point, wake_id>, std::function<void()>>;
+
   struct state {
     explicit state(std::chrono::system_clock::time_point start) : wall_start(start) {}
     std::chrono::system_clock::time_point wall_start;
     std::atomic<std::chrono::nanoseconds::rep> elapsed{0};
     std::atomic<std::chrono::nanoseconds::rep> slept{0};
     std::atomic<long long> sleeps{0};
+    mutable std::mutex mutex;
+    wake_map wakes;
+    wake_id next_wake = 1;
   };
+
+  void count_sleep(std::chrono::nanoseconds delay) noexcept {
+    state_->slept.fetch_add(delay.count(), std::memory_order_relaxed);
+    state_->sleeps.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // Takes the due wakes out under the lock and runs them outside it, one at a time: a wake that
+  // registers another due at once is run by this same loop.
+  void run_due_wakes() {
+    for (;;) {
+      std::function<void()> wake;
+      {
+        const std::lock_guard lock(state_->mutex);
+        if (state_->wakes.empty() || state_->wakes.begin()->first.first > now()) return;
+        wake = std::move(state_->wakes.begin()->second);
+        state_->wakes.erase(state_->wakes.begin());
+      }
+      wake();
+    }
+  }
+
   std::shared_ptr<state> state_;
 };
 
@@ -176,7 +272,6 @@ class manual_clock {
 
 #include <algorithm>
 #include <cstddef>
-#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string_view>
@@ -636,9 +731,6 @@ struct constant_backoff {
 // choose, manual_clock in tests included. Copies share state; every member is thread-safe.
 #ifndef IDEM_CLIENT_POLICY_BREAKER_HPP
 #define IDEM_CLIENT_POLICY_BREAKER_HPP
-
-#include <mutex>
-#include <vector>
 
 namespace idem {
 
@@ -1605,9 +1697,6 @@ struct uuid_v7 {
 #ifndef IDEM_CLIENT_POLICY_OBSERVER_HPP
 #define IDEM_CLIENT_POLICY_OBSERVER_HPP
 
-#include <functional>
-#include <utility>
-
 // begin idem/client/redacted_key.hpp
 // redacted_key: an idempotency key as telemetry may show it, never the key itself.
 //
@@ -2218,6 +2307,8 @@ enum class retry_verdict : std::uint8_t {
   circuit_open,        // the circuit breaker refused the call
   not_retried,         // a transient failure that this call may not repeat: unkeyed and not
                        // idempotent, or a nested layer (the outer layer retries)
+  cancelled,           // the caller cancelled the operation (an asynchronous one) during a wait
+                       // or an attempt; the key is never used for another operation
 };
 
 constexpr std::string_view to_string(retry_verdict v) noexcept {
@@ -2238,6 +2329,8 @@ constexpr std::string_view to_string(retry_verdict v) noexcept {
       return "circuit_open";
     case retry_verdict::not_retried:
       return "not_retried";
+    case retry_verdict::cancelled:
+      return "cancelled";
   }
   return "unknown";
 }
@@ -2942,10 +3035,10 @@ inline attempt_history::const_iterator attempt_history::end() const noexcept {
   return {this, size_};
 }
 
-template <class Call, class Policies>
-class retrying;
-
 namespace detail {
+template <class Policies>
+class retry_core;
+
 /// Stands in for the value of a call that returns void.
 struct no_value {};
 }  // namespace detail
@@ -2992,8 +3085,9 @@ class retry_outcome {
   const attempt_history& history() const noexcept { return history_; }
 
  private:
-  template <class, class>
-  friend class retrying;
+  // The decision core fills outcomes in, for the blocking and the asynchronous driver alike.
+  template <class>
+  friend class detail::retry_core;
 
   // The key is made straight into the outcome (guaranteed copy elision from make_key's
   // prvalue): assigning a finished key_buffer would copy its text a second time.
@@ -3045,11 +3139,39 @@ class retry_outcome {
 //     landed, and a yes ends the retries;
 //   * a budget and a circuit breaker can refuse, and the operation then ends with their verdict.
 //
+// The rules live in detail::retry_core (idem/client/detail/retry_core.hpp), which the
+// asynchronous driver (idem::async_retrying, idem/asio.hpp) shares: this file is the blocking
+// driver, which runs attempts on the calling thread and sleeps on the clock between them.
+//
 // Concurrency: one retrying object may be called from many threads at once. Each operation has
 // its own history, each thread its own random engine; the budget, breaker and observer are
 // shared and thread-safe. The success path writes no memory shared between threads.
 #ifndef IDEM_CLIENT_RETRYING_HPP
 #define IDEM_CLIENT_RETRYING_HPP
+
+// begin idem/client/detail/retry_core.hpp
+// The retry rules, apart from any way of waiting: one decider, two drivers.
+//
+// retry_core holds a wrapper's policies (clock, backoff, budget, breaker, classifier, observer,
+// key generator, limits, random streams) and applies every rule between attempts: the breaker
+// before one, the classification, history and observer events after it, and then the decision
+// that answers *stop with verdict v* or *wait d, then (after an ambiguous failure) ask the
+// resolve hook first, then try again*. It never waits and never calls the wrapped call: a driver
+// does that. The blocking idem::retrying sleeps on the clock between its steps; the asynchronous
+// idem::async_retrying (idem/asio.hpp) co_awaits a timer. Whatever the driver, an operation is:
+//
+//   retry_run run = core.begin(may_repeat);          // the start time, the budget's request
+//   outcome = core.make_outcome<R>(given)             // the key, made once
+//   loop:
+//     context = core.start_attempt(run, outcome)     // the breaker; nullopt: it refused
+//     ... the driver runs the attempt, storing its value or exception in the outcome ...
+//     decision = core.judge(run, outcome, core.classify(outcome, threw), threw)
+//     stop: break
+//     ... the driver waits decision.delay ...
+//     resolve_first and the call has a resolve hook: ask it, with core.resolve_context(run, ...)
+//   core.finish(run, outcome)                        // the observer's finish event
+#ifndef IDEM_CLIENT_DETAIL_RETRY_CORE_HPP
+#define IDEM_CLIENT_DETAIL_RETRY_CORE_HPP
 
 namespace idem {
 
@@ -3061,22 +3183,6 @@ struct retry_limits {
 };
 
 namespace detail {
-
-// How many retrying operations are running on this thread, outermost first. constinit keeps the
-// access a plain thread-local load, with no initialisation guard.
-inline constinit thread_local int retry_depth = 0;
-
-class retry_layer {
- public:
-  retry_layer() noexcept : nested_(retry_depth++ > 0) {}
-  ~retry_layer() { --retry_depth; }
-  retry_layer(const retry_layer&) = delete;
-  retry_layer& operator=(const retry_layer&) = delete;
-  bool nested() const noexcept { return nested_; }
-
- private:
-  bool nested_;
-};
 
 template <class Call, class... Args>
 concept takes_context = std::invocable<Call&, const attempt_context&, Args&...>;
@@ -3103,15 +3209,15 @@ concept resolvable = requires(Call& call, const attempt_context& context) {
   call.resolve(context);
 };
 
-// The engine each thread draws from for one retrying object. A thread seeds it when it starts
-// using the object, or comes back to it after using another: from the object's 256-bit seed
-// with a stream number mixed in that the object never hands out twice (one atomic add). After
-// that, operations just draw from it, so the hot path neither seeds nor writes anything shared.
-// Streams of one object differ in their seed, so keys drawn on different threads are
-// independent 122-bit values; a single thread using one fixed-seed object replays exactly.
+// The engine each thread draws from for one wrapper. A thread seeds it when it starts using the
+// wrapper, or comes back to it after using another: from the wrapper's 256-bit seed with a
+// stream number mixed in that the wrapper never hands out twice (one atomic add). After that,
+// operations just draw from it, so the hot path neither seeds nor writes anything shared.
+// Streams of one wrapper differ in their seed, so keys drawn on different threads are
+// independent 122-bit values; a single thread using one fixed-seed wrapper replays exactly.
 template <class Random>
 struct thread_engine {
-  std::uint64_t object = 0;  // the id of the object the engine is seeded for; 0 for none
+  std::uint64_t object = 0;  // the id of the wrapper the engine is seeded for; 0 for none
   std::optional<Random> engine;
 };
 template <class Random>
@@ -3123,38 +3229,30 @@ constexpr std::chrono::nanoseconds since_epoch(const TimePoint& t) noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch());
 }
 
-}  // namespace detail
-
-/// A call with a resolve hook: `resolver(attempt_context)` (or with the call's arguments too)
-/// asks the downstream system, by the key, whether an ambiguous attempt took effect after all.
-/// It returns std::optional<Result> (bool for a call returning void): a value, or true, when it
-/// landed.
-template <class Call, class Resolver>
-struct resolvable_call {
-  Call call;
-  Resolver resolver;
-
-  template <class... Args>
-  decltype(auto) operator()(Args&&... args) {
-    return std::invoke(call, std::forward<Args>(args)...);
-  }
-  template <class... Args>
-  decltype(auto) resolve(const attempt_context& context, Args&... args) {
-    if constexpr (std::invocable<Resolver&, const attempt_context&, Args&...>) {
-      return std::invoke(resolver, context, args...);
-    } else {
-      return std::invoke(resolver, context);
-    }
-  }
+/// What follows an attempt.
+struct retry_decision {
+  bool stop = false;  // the operation ends with `verdict`; else it waits `delay` and retries
+  retry_verdict verdict{};
+  std::chrono::nanoseconds delay{};
+  bool from_retry_after = false;
+  /// The attempt was ambiguous: after the wait, the call's resolve hook (if it has one) is
+  /// asked whether the effect landed before the next attempt goes out.
+  bool resolve_first = false;
 };
 
-template <class Call, class Resolver>
-resolvable_call<Call, Resolver> with_resolver(Call call, Resolver resolver) {
-  return {std::move(call), std::move(resolver)};
-}
+/// One operation's place in the rules, kept by its driver between steps.
+template <class TimePoint>
+struct retry_run {
+  TimePoint start{};
+  TimePoint attempt_start{};
+  std::chrono::nanoseconds previous_delay{0};
+  retry_reason last_retry = retry_reason::none;
+  int attempt = 0;  // attempts started
+  bool may_repeat = true;
+};
 
-template <class Call, class Policies = default_policies>
-class retrying {
+template <class Policies>
+class retry_core {
  public:
   using clock_type = typename Policies::clock;
   using random_type = typename Policies::random;
@@ -3164,6 +3262,7 @@ class retrying {
   using classifier_type = typename Policies::classifier;
   using observer_type = typename Policies::observer;
   using key_generator_type = typename Policies::key_generator;
+  using run_type = retry_run<typename clock_type::time_point>;
 
   static_assert(Clock<clock_type>,
                 "Policies::clock must provide now() returning its time_point, wall_now() "
@@ -3210,11 +3309,9 @@ class retrying {
     retry_limits limits{Policies::max_attempts, Policies::deadline};
   };
 
-  explicit retrying(Call call) : retrying(std::move(call), options{}) {}
-
-  retrying(Call call, options parts)
-      : call_(std::move(call)),
-        clock_(std::move(parts.clock)),
+  /// Throws std::invalid_argument, naming `who`, for limits that can never work.
+  retry_core(options parts, const char* who)
+      : clock_(std::move(parts.clock)),
         backoff_(std::move(parts.backoff)),
         budget_(std::move(parts.budget)),
         breaker_(std::move(parts.breaker)),
@@ -3224,14 +3321,331 @@ class retrying {
         seed_(parts.seed ? seed_from(*parts.seed) : nondeterministic_seed()),
         limits_(parts.limits) {
     if (limits_.max_attempts < 1) {
-      throw std::invalid_argument(
-          "idem::retrying: max_attempts counts the first attempt and "
-          "must be at least 1");
+      throw std::invalid_argument(std::string(who) +
+                                  ": max_attempts counts the first attempt and must be at least 1");
     }
     if (limits_.deadline <= std::chrono::nanoseconds::zero()) {
-      throw std::invalid_argument("idem::retrying: the deadline must be positive");
+      throw std::invalid_argument(std::string(who) + ": the deadline must be positive");
     }
   }
+
+  retry_core(const retry_core&) = delete;
+  retry_core& operator=(const retry_core&) = delete;
+
+  /// Stops, with a sentence, a result the policies cannot judge.
+  template <class Result>
+  static constexpr bool check_result() {
+    static_assert(
+        !std::same_as<classifier_type, default_classifier> || judged_by_default_classifier<Result>,
+        "idem::retrying: the default classifier cannot tell whether this call's result "
+        "failed, so it would never be retried. Give the result type an HTTP status (a "
+        "`status` member or `status()` function), return a std::error_code, or choose "
+        "a classifier in the policies: `using classifier = "
+        "idem::exception_classifier<>;` when failures are exceptions and every value "
+        "is a success, or `idem::classify_with<F>` for rules of your own.");
+    static_assert(Classifier<classifier_type, Result>,
+                  "Policies::classifier must provide classify(const Result&) for this call's "
+                  "result type and classify_exception(std::exception_ptr), both returning "
+                  "idem::classification.");
+    return true;
+  }
+
+  /// A new operation's outcome, with its key made in place: `given` (already checked) or a
+  /// fresh one. (Returned as a prvalue, it initialises the driver's variable directly.)
+  template <class Result>
+  retry_outcome<Result> make_outcome(const key_buffer* given) {
+    return retry_outcome<Result>{[&]() -> key_buffer {
+      if (given != nullptr) return *given;
+      return key_generator_.generate(engine(), clock_);
+    }};
+  }
+
+  /// Starts an operation: its start time, and the budget counts a request. A nested layer
+  /// (`nested`) or an unsafe call does not repeat failures.
+  run_type begin(bool nested) {
+    run_type run;
+    run.may_repeat =
+        Policies::safety != call_safety::unsafe && (Policies::retry_when_nested || !nested);
+    run.start = clock_.now();
+    budget_.on_request();
+    return run;
+  }
+
+  /// Starts the next attempt: its context, or nullopt when the breaker refuses it (the
+  /// outcome's verdict is then circuit_open).
+  template <class Result>
+  std::optional<attempt_context> start_attempt(run_type& run, retry_outcome<Result>& outcome) {
+    ++run.attempt;
+    run.attempt_start = run.attempt == 1 ? run.start : clock_.now();
+    if (!breaker_.allow(since_epoch(run.attempt_start))) {
+      outcome.verdict_ = retry_verdict::circuit_open;
+      return std::nullopt;
+    }
+    if (outcome.error_) outcome.error_ = nullptr;
+    return attempt_context{run.attempt, outcome.key(), time_left(run.attempt_start - run.start)};
+  }
+
+  /// What the classifier makes of the attempt's value or exception (`threw`).
+  template <class Result>
+  classification classify(const retry_outcome<Result>& outcome, bool threw) const {
+    if (threw) return classifier_.classify_exception(outcome.error_);
+    if constexpr (std::is_void_v<Result>) {
+      return classification{};
+    } else {
+      return classifier_.classify(*outcome.value_);
+    }
+  }
+
+  /// The attempt ended with `verdict`: records it, tells the observer, the breaker and the
+  /// budget, and decides what follows.
+  template <class Result>
+  retry_decision judge(run_type& run, retry_outcome<Result>& outcome, const classification& verdict,
+                       bool threw) {
+    attempt_record& record =
+        outcome.history_.emplace(run.attempt, verdict.kind, verdict.code, threw,
+                                 run.attempt_start - run.start, std::chrono::nanoseconds{}, false);
+    observer_.on_attempt(attempt_event{redacted_key{outcome.key()}, record});
+
+    if (verdict.kind == disposition::success) {
+      breaker_.on_success(since_epoch(run.attempt_start));
+      budget_.on_success(run.last_retry);
+      return end(outcome, retry_verdict::succeeded);
+    }
+
+    const auto now = clock_.now();
+    if (verdict.fault) {
+      breaker_.on_failure(since_epoch(now));
+    } else {
+      breaker_.on_success(since_epoch(now));
+    }
+    retry_decision decision = after_failure(run, verdict, now - run.start);
+    if (decision.stop) {
+      outcome.verdict_ = decision.verdict;
+      return decision;
+    }
+    record.delay_after = decision.delay;
+    record.delay_from_retry_after = decision.from_retry_after;
+    observer_.on_delay(delay_event{redacted_key{outcome.key()}, run.attempt + 1, decision.delay,
+                                   decision.from_retry_after});
+    run.previous_delay = decision.delay;
+    return decision;
+  }
+
+  /// The context the resolve hook is given after the wait that followed an ambiguous attempt.
+  template <class Result>
+  attempt_context resolve_context(const run_type& run, const retry_outcome<Result>& outcome) {
+    return attempt_context{run.attempt + 1, outcome.key(), time_left(clock_.now() - run.start)};
+  }
+
+  /// Ends the operation with `verdict` (an asynchronous driver's cancellation, the resolve
+  /// hook's yes); the observer hears of it in finish.
+  template <class Result>
+  static retry_decision end(retry_outcome<Result>& outcome, retry_verdict verdict) noexcept {
+    outcome.verdict_ = verdict;
+    return {.stop = true, .verdict = verdict};
+  }
+
+  /// The operation is over: the observer's finish event.
+  template <class Result>
+  void finish(const run_type& run, const retry_outcome<Result>& outcome) {
+    if constexpr (!std::is_same_v<observer_type, no_observer>) {
+      const std::chrono::nanoseconds total = clock_.now() - run.start;
+      observer_.on_finish(
+          finish_event{redacted_key{outcome.key()}, outcome.verdict_, outcome.attempts(), total});
+    }
+  }
+
+  /// The attempt's value (made by `make`, whose exception passes through), in the outcome.
+  template <class Result, class Make>
+  static void set_value(retry_outcome<Result>& outcome, Make&& make) {
+    if constexpr (std::is_void_v<Result>) {
+      std::forward<Make>(make)();
+      outcome.value_.emplace();
+    } else {
+      outcome.value_.emplace(std::forward<Make>(make)());
+    }
+  }
+  /// The attempt's exception, in the outcome in place of a value.
+  template <class Result>
+  static void set_error(retry_outcome<Result>& outcome, std::exception_ptr error) noexcept {
+    outcome.value_.reset();
+    outcome.error_ = std::move(error);
+  }
+  /// The resolve hook's answer: true when it found the effect, whose value (for a Result that
+  /// is not void) it then supplies, replacing the ambiguous attempt's error.
+  template <class Result, class Answer>
+  static bool take_resolution(retry_outcome<Result>& outcome, Answer&& answer) {
+    if constexpr (std::is_void_v<Result>) {
+      static_assert(std::is_convertible_v<Answer, bool>,
+                    "resolve(attempt_context) of a call returning void must return bool: true "
+                    "when the effect landed.");
+      if (!static_cast<bool>(answer)) return false;
+      outcome.value_.emplace();
+    } else {
+      static_assert(std::is_convertible_v<Answer, std::optional<Result>>,
+                    "resolve(attempt_context) must return std::optional<Result>: the result "
+                    "when the effect landed, std::nullopt when it did not.");
+      std::optional<Result> found = std::forward<Answer>(answer);
+      if (!found) return false;
+      outcome.value_.emplace(std::move(*found));
+    }
+    outcome.error_ = nullptr;
+    return true;
+  }
+
+  clock_type& clock() noexcept { return clock_; }
+  budget_type& budget() noexcept { return budget_; }
+  breaker_type& breaker() noexcept { return breaker_; }
+  observer_type& observer() noexcept { return observer_; }
+  const retry_limits& limits() const noexcept { return limits_; }
+
+ private:
+  std::chrono::nanoseconds time_left(std::chrono::nanoseconds elapsed) const noexcept {
+    const auto left = limits_.deadline - elapsed;
+    return left > std::chrono::nanoseconds::zero() ? left : std::chrono::nanoseconds::zero();
+  }
+
+  retry_decision after_failure(run_type& run, const classification& verdict,
+                               std::chrono::nanoseconds elapsed) {
+    if (verdict.kind == disposition::permanent) return stop(retry_verdict::permanent_failure);
+    if (!run.may_repeat) return stop(retry_verdict::not_retried);
+    if (run.attempt >= limits_.max_attempts) return stop(retry_verdict::attempts_exhausted);
+
+    // The wait: the server's Retry-After when it sent a valid one, else the backoff.
+    std::chrono::nanoseconds delay{};
+    bool from_retry_after = false;
+    if (!verdict.retry_after.empty()) {
+      if (const auto asked = parse_retry_after(verdict.retry_after, clock_.wall_now())) {
+        delay = *asked;
+        from_retry_after = true;
+      }
+    }
+    if (!from_retry_after) delay = backoff_.delay(run.attempt - 1, run.previous_delay, engine());
+    if (delay < std::chrono::nanoseconds::zero()) delay = std::chrono::nanoseconds::zero();
+
+    // A wait that ends at or past the deadline would leave the next attempt no time at all.
+    if (delay >= time_left(elapsed)) return stop(retry_verdict::deadline_exceeded);
+
+    // Asked last, so that a refusal for any other reason spends no token.
+    const bool ambiguous = verdict.kind == disposition::ambiguous;
+    const auto reason = ambiguous ? retry_reason::ambiguous : retry_reason::transient;
+    if (!budget_.try_acquire_retry(reason)) return stop(retry_verdict::budget_exhausted);
+    run.last_retry = reason;
+    return {.delay = delay, .from_retry_after = from_retry_after, .resolve_first = ambiguous};
+  }
+  static retry_decision stop(retry_verdict verdict) noexcept {
+    return {.stop = true, .verdict = verdict};
+  }
+
+  // This thread's engine for this wrapper. Asked afresh at each use: an asynchronous operation
+  // may go on on another thread after a wait.
+  random_type& engine() {
+    auto& local = thread_engines<random_type>;
+    if (local.object != id_) {
+      random_seed seed = seed_;
+      std::uint64_t stream = streams_.fetch_add(1, std::memory_order_relaxed);
+      for (auto& word : seed.words)
+        word ^= splitmix64(stream);
+      local.engine.emplace(seed);
+      local.object = id_;
+    }
+    return *local.engine;
+  }
+
+  [[no_unique_address]] clock_type clock_;
+  [[no_unique_address]] backoff_type backoff_;
+  [[no_unique_address]] budget_type budget_;
+  [[no_unique_address]] breaker_type breaker_;
+  [[no_unique_address]] classifier_type classifier_;
+  [[no_unique_address]] observer_type observer_;
+  [[no_unique_address]] key_generator_type key_generator_;
+  random_seed seed_;
+  const std::uint64_t id_ = next_object_id.fetch_add(1, std::memory_order_relaxed);
+  std::atomic<std::uint64_t> streams_{0};
+  retry_limits limits_;
+};
+
+}  // namespace detail
+}  // namespace idem
+
+#endif  // IDEM_CLIENT_DETAIL_RETRY_CORE_HPP
+// end idem/client/detail/retry_core.hpp
+
+namespace idem {
+
+namespace detail {
+
+// How many blocking retrying operations are running on this thread, outermost first. constinit
+// keeps the access a plain thread-local load, with no initialisation guard. (An asynchronous
+// operation cannot count on its thread: it carries its layer in its executor.)
+inline constinit thread_local int retry_depth = 0;
+
+class retry_layer {
+ public:
+  retry_layer() noexcept : nested_(retry_depth++ > 0) {}
+  ~retry_layer() { --retry_depth; }
+  retry_layer(const retry_layer&) = delete;
+  retry_layer& operator=(const retry_layer&) = delete;
+  bool nested() const noexcept { return nested_; }
+
+ private:
+  bool nested_;
+};
+
+}  // namespace detail
+
+/// A call with a resolve hook: `resolver(attempt_context)` (or with the call's arguments too)
+/// asks the downstream system, by the key, whether an ambiguous attempt took effect after all.
+/// It returns std::optional<Result> (bool for a call returning void): a value, or true, when it
+/// landed.
+template <class Call, class Resolver>
+struct resolvable_call {
+  Call call;
+  Resolver resolver;
+
+  template <class... Args>
+  decltype(auto) operator()(Args&&... args) {
+    return std::invoke(call, std::forward<Args>(args)...);
+  }
+  template <class... Args>
+  decltype(auto) resolve(const attempt_context& context, Args&... args) {
+    if constexpr (std::invocable<Resolver&, const attempt_context&, Args&...>) {
+      return std::invoke(resolver, context, args...);
+    } else {
+      return std::invoke(resolver, context);
+    }
+  }
+};
+
+template <class Call, class Resolver>
+resolvable_call<Call, Resolver> with_resolver(Call call, Resolver resolver) {
+  return {std::move(call), std::move(resolver)};
+}
+
+template <class Call, class Policies = default_policies>
+class retrying {
+  using core_type = detail::retry_core<Policies>;
+
+ public:
+  using clock_type = typename core_type::clock_type;
+  using random_type = typename core_type::random_type;
+  using backoff_type = typename core_type::backoff_type;
+  using budget_type = typename core_type::budget_type;
+  using breaker_type = typename core_type::breaker_type;
+  using classifier_type = typename core_type::classifier_type;
+  using observer_type = typename core_type::observer_type;
+  using key_generator_type = typename core_type::key_generator_type;
+
+  /// The parts a wrapper is built from (idem/client/detail/retry_core.hpp): clock, backoff,
+  /// budget, breaker, classifier, observer, key_generator, seed and limits, each defaulting to
+  /// its policy.
+  using options = typename core_type::options;
+
+  explicit retrying(Call call) : retrying(std::move(call), options{}) {}
+
+  /// Throws std::invalid_argument for limits that can never work.
+  retrying(Call call, options parts)
+      : call_(std::move(call)), core_(std::move(parts), "idem::retrying") {}
 
   retrying(const retrying&) = delete;
   retrying& operator=(const retrying&) = delete;
@@ -3256,188 +3670,45 @@ class retrying {
   }
 
   Call& call() noexcept { return call_; }
-  clock_type& clock() noexcept { return clock_; }
-  budget_type& budget() noexcept { return budget_; }
-  breaker_type& breaker() noexcept { return breaker_; }
-  observer_type& observer() noexcept { return observer_; }
-  const retry_limits& limits() const noexcept { return limits_; }
+  clock_type& clock() noexcept { return core_.clock(); }
+  budget_type& budget() noexcept { return core_.budget(); }
+  breaker_type& breaker() noexcept { return core_.breaker(); }
+  observer_type& observer() noexcept { return core_.observer(); }
+  const retry_limits& limits() const noexcept { return core_.limits(); }
 
  private:
   template <class... Args>
   retry_outcome<detail::call_result_t<Call, Args...>> run_operation(const key_buffer* given,
                                                                     Args&... args) {
     using result_type = detail::call_result_t<Call, Args...>;
-    static_assert(!std::same_as<classifier_type, default_classifier> ||
-                      judged_by_default_classifier<result_type>,
-                  "idem::retrying: the default classifier cannot tell whether this call's result "
-                  "failed, so it would never be retried. Give the result type an HTTP status (a "
-                  "`status` member or `status()` function), return a std::error_code, or choose "
-                  "a classifier in the policies: `using classifier = "
-                  "idem::exception_classifier<>;` when failures are exceptions and every value "
-                  "is a success, or `idem::classify_with<F>` for rules of your own.");
-    static_assert(Classifier<classifier_type, result_type>,
-                  "Policies::classifier must provide classify(const Result&) for this call's "
-                  "result type and classify_exception(std::exception_ptr), both returning "
-                  "idem::classification.");
+    static_assert(core_type::template check_result<result_type>());
 
     const detail::retry_layer layer;
-    const bool may_repeat =
-        Policies::safety != call_safety::unsafe && (Policies::retry_when_nested || !layer.nested());
-
-    random_type& rng = operation_engine();
-    retry_outcome<result_type> outcome{[&]() -> key_buffer {
-      if (given != nullptr) return *given;
-      return key_generator_.generate(rng, clock_);
-    }};
-    const auto start = clock_.now();
-    budget_.on_request();
-
-    std::chrono::nanoseconds previous_delay{0};
-    retry_reason last_retry = retry_reason::none;
-    for (int attempt = 1;; ++attempt) {
-      const auto attempt_start = attempt == 1 ? start : clock_.now();
-      const std::chrono::nanoseconds elapsed = attempt_start - start;
-      if (!breaker_.allow(detail::since_epoch(attempt_start))) {
-        outcome.verdict_ = retry_verdict::circuit_open;
-        break;
-      }
-      const attempt_context context{attempt, outcome.key(), time_left(elapsed)};
-
+    retry_outcome<result_type> outcome = core_.template make_outcome<result_type>(given);
+    auto run = core_.begin(layer.nested());
+    for (;;) {
+      const std::optional<attempt_context> context = core_.start_attempt(run, outcome);
+      if (!context) break;
       bool threw = false;
       try {
-        run_attempt(outcome, context, args...);
+        core_type::set_value(outcome,
+                             [&]() -> decltype(auto) { return invoke_call(*context, args...); });
       } catch (...) {
-        outcome.value_.reset();
-        outcome.error_ = std::current_exception();
+        core_type::set_error(outcome, std::current_exception());
         threw = true;
       }
-      classification verdict;
-      if (threw) {
-        verdict = classifier_.classify_exception(outcome.error_);
-      } else if constexpr (std::is_void_v<result_type>) {
-        verdict = classification{};
-      } else {
-        verdict = classifier_.classify(*outcome.value_);
-      }
-
-      attempt_record& record = outcome.history_.emplace(attempt, verdict.kind, verdict.code, threw,
-                                                        elapsed, std::chrono::nanoseconds{}, false);
-      observer_.on_attempt(attempt_event{redacted_key{outcome.key()}, record});
-
-      if (verdict.kind == disposition::success) {
-        breaker_.on_success(detail::since_epoch(attempt_start));
-        budget_.on_success(last_retry);
-        outcome.verdict_ = retry_verdict::succeeded;
+      const detail::retry_decision decision =
+          core_.judge(run, outcome, core_.classify(outcome, threw), threw);
+      if (decision.stop) break;
+      core_.clock().sleep_for(decision.delay);
+      if (decision.resolve_first &&
+          effect_landed(outcome, core_.resolve_context(run, outcome), args...)) {
+        core_type::end(outcome, retry_verdict::resolved);
         break;
       }
-
-      const auto now = clock_.now();
-      if (verdict.fault) {
-        breaker_.on_failure(detail::since_epoch(now));
-      } else {
-        breaker_.on_success(detail::since_epoch(now));
-      }
-      const next_step step =
-          after_failure(verdict, attempt, may_repeat, now - start, previous_delay, rng);
-      if (step.stop) {
-        outcome.verdict_ = step.verdict;
-        break;
-      }
-      last_retry = step.reason;
-      record.delay_after = step.delay;
-      record.delay_from_retry_after = step.from_retry_after;
-      observer_.on_delay(
-          delay_event{redacted_key{outcome.key()}, attempt + 1, step.delay, step.from_retry_after});
-      clock_.sleep_for(step.delay);
-      previous_delay = step.delay;
-
-      if (verdict.kind == disposition::ambiguous) {
-        const attempt_context next{attempt + 1, outcome.key(), time_left(clock_.now() - start)};
-        if (effect_landed(outcome, next, args...)) {
-          outcome.verdict_ = retry_verdict::resolved;
-          break;
-        }
-      }
     }
-
-    if constexpr (!std::is_same_v<observer_type, no_observer>) {
-      const std::chrono::nanoseconds total = clock_.now() - start;
-      observer_.on_finish(
-          finish_event{redacted_key{outcome.key()}, outcome.verdict_, outcome.attempts(), total});
-    }
+    core_.finish(run, outcome);
     return outcome;
-  }
-
-  std::chrono::nanoseconds time_left(std::chrono::nanoseconds elapsed) const noexcept {
-    const auto left = limits_.deadline - elapsed;
-    return left > std::chrono::nanoseconds::zero() ? left : std::chrono::nanoseconds::zero();
-  }
-
-  // What follows a failed attempt: stop with a verdict, or wait and try again. The rules live
-  // here, apart from the loop that runs attempts and waits, so that an asynchronous version can
-  // apply the same rules between co_awaits.
-  struct next_step {
-    bool stop = false;  // the operation ends, with `verdict`; else it waits `delay` and retries
-    retry_verdict verdict{};
-    std::chrono::nanoseconds delay{};
-    bool from_retry_after = false;
-    retry_reason reason = retry_reason::none;
-  };
-  static next_step end_with(retry_verdict verdict) noexcept {
-    return {.stop = true, .verdict = verdict};
-  }
-
-  next_step after_failure(const classification& verdict, int attempt, bool may_repeat,
-                          std::chrono::nanoseconds elapsed, std::chrono::nanoseconds previous_delay,
-                          random_type& rng) {
-    if (verdict.kind == disposition::permanent) return end_with(retry_verdict::permanent_failure);
-    if (!may_repeat) return end_with(retry_verdict::not_retried);
-    if (attempt >= limits_.max_attempts) return end_with(retry_verdict::attempts_exhausted);
-
-    // The wait: the server's Retry-After when it sent a valid one, else the backoff.
-    std::chrono::nanoseconds delay{};
-    bool from_retry_after = false;
-    if (!verdict.retry_after.empty()) {
-      if (const auto asked = parse_retry_after(verdict.retry_after, clock_.wall_now())) {
-        delay = *asked;
-        from_retry_after = true;
-      }
-    }
-    if (!from_retry_after) delay = backoff_.delay(attempt - 1, previous_delay, rng);
-    if (delay < std::chrono::nanoseconds::zero()) delay = std::chrono::nanoseconds::zero();
-
-    // A wait that ends at or past the deadline would leave the next attempt no time at all.
-    if (delay >= time_left(elapsed)) return end_with(retry_verdict::deadline_exceeded);
-
-    // Asked last, so that a refusal for any other reason spends no token.
-    const auto reason =
-        verdict.kind == disposition::ambiguous ? retry_reason::ambiguous : retry_reason::transient;
-    if (!budget_.try_acquire_retry(reason)) return end_with(retry_verdict::budget_exhausted);
-    return {.delay = delay, .from_retry_after = from_retry_after, .reason = reason};
-  }
-
-  random_type& operation_engine() {
-    auto& local = detail::thread_engines<random_type>;
-    if (local.object != id_) {
-      random_seed seed = seed_;
-      std::uint64_t stream = streams_.fetch_add(1, std::memory_order_relaxed);
-      for (auto& word : seed.words)
-        word ^= detail::splitmix64(stream);
-      local.engine.emplace(seed);
-      local.object = id_;
-    }
-    return *local.engine;
-  }
-
-  template <class Result, class... Args>
-  void run_attempt(retry_outcome<Result>& outcome, const attempt_context& context, Args&... args) {
-    if (outcome.error_) outcome.error_ = nullptr;
-    if constexpr (std::is_void_v<Result>) {
-      invoke_call(context, args...);
-      outcome.value_.emplace();
-    } else {
-      outcome.value_.emplace(invoke_call(context, args...));
-    }
   }
 
   template <class... Args>
@@ -3453,47 +3724,17 @@ class retrying {
   template <class Result, class... Args>
   bool effect_landed(retry_outcome<Result>& outcome, const attempt_context& context,
                      Args&... args) {
-    if constexpr (detail::resolvable_with_arguments<Call, Args...> || detail::resolvable<Call>) {
-      auto answer = [&] {
-        if constexpr (detail::resolvable_with_arguments<Call, Args...>) {
-          return call_.resolve(context, args...);
-        } else {
-          return call_.resolve(context);
-        }
-      }();
-      if constexpr (std::is_void_v<Result>) {
-        static_assert(std::is_convertible_v<decltype(answer), bool>,
-                      "resolve(attempt_context) of a call returning void must return bool: true "
-                      "when the effect landed.");
-        if (!answer) return false;
-        outcome.value_.emplace();
-      } else {
-        static_assert(std::is_convertible_v<decltype(answer), std::optional<Result>>,
-                      "resolve(attempt_context) must return std::optional<Result>: the result "
-                      "when the effect landed, std::nullopt when it did not.");
-        std::optional<Result> found = std::move(answer);
-        if (!found) return false;
-        outcome.value_.emplace(std::move(*found));
-      }
-      outcome.error_ = nullptr;
-      return true;
+    if constexpr (detail::resolvable_with_arguments<Call, Args...>) {
+      return core_type::take_resolution(outcome, call_.resolve(context, args...));
+    } else if constexpr (detail::resolvable<Call>) {
+      return core_type::take_resolution(outcome, call_.resolve(context));
     } else {
       return false;
     }
   }
 
   Call call_;
-  [[no_unique_address]] clock_type clock_;
-  [[no_unique_address]] backoff_type backoff_;
-  [[no_unique_address]] budget_type budget_;
-  [[no_unique_address]] breaker_type breaker_;
-  [[no_unique_address]] classifier_type classifier_;
-  [[no_unique_address]] observer_type observer_;
-  [[no_unique_address]] key_generator_type key_generator_;
-  random_seed seed_;
-  const std::uint64_t id_ = detail::next_object_id.fetch_add(1, std::memory_order_relaxed);
-  std::atomic<std::uint64_t> streams_{0};
-  retry_limits limits_;
+  core_type core_;
 };
 
 template <class Call>

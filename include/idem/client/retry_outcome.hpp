@@ -181,10 +181,10 @@ inline attempt_history::const_iterator attempt_history::end() const noexcept {
   return {this, size_};
 }
 
-template <class Call, class Policies>
-class retrying;
-
 namespace detail {
+template <class Policies>
+class retry_core;
+
 /// Stands in for the value of a call that returns void.
 struct no_value {};
 }  // namespace detail
@@ -231,8 +231,9 @@ class retry_outcome {
   const attempt_history& history() const noexcept { return history_; }
 
  private:
-  template <class, class>
-  friend class retrying;
+  // The decision core fills outcomes in, for the blocking and the asynchronous driver alike.
+  template <class>
+  friend class detail::retry_core;
 
   // The key is made straight into the outcome (guaranteed copy elision from make_key's
   // prvalue): assigning a finished key_buffer would copy its text a second time.

@@ -35,6 +35,8 @@ enum class retry_verdict : std::uint8_t {
   circuit_open,        // the circuit breaker refused the call
   not_retried,         // a transient failure that this call may not repeat: unkeyed and not
                        // idempotent, or a nested layer (the outer layer retries)
+  cancelled,           // the caller cancelled the operation (an asynchronous one) during a wait
+                       // or an attempt; the key is never used for another operation
 };
 
 constexpr std::string_view to_string(retry_verdict v) noexcept {
@@ -55,6 +57,8 @@ constexpr std::string_view to_string(retry_verdict v) noexcept {
       return "circuit_open";
     case retry_verdict::not_retried:
       return "not_retried";
+    case retry_verdict::cancelled:
+      return "cancelled";
   }
   return "unknown";
 }

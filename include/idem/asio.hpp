@@ -1,0 +1,14 @@
+// idem on Asio: the asynchronous drivers, for services that run on an event loop (Boost.Asio,
+// Beast, coroutines). Boost.Asio by default; standalone Asio with IDEM_ASIO_STANDALONE (see
+// idem/asio/config.hpp). Not part of <idem/idem.hpp> nor of the single header: link idem::asio
+// (or idem::asio_standalone) and include this header.
+//
+//   clock_timer<Clock>      waits on the executor by the policies' clock (idem/asio/timer.hpp)
+#ifndef IDEM_ASIO_HPP
+#define IDEM_ASIO_HPP
+
+#include <idem/asio/config.hpp>
+#include <idem/asio/timer.hpp>
+#include <idem/idem.hpp>
+
+#endif  // IDEM_ASIO_HPP

@@ -1,0 +1,65 @@
+// Which Asio the asynchronous drivers use: Boost.Asio (>= 1.81) by default, standalone Asio
+// (>= 1.22) when IDEM_ASIO_STANDALONE is defined (the CMake target idem::asio_standalone
+// defines it; idem::asio links Boost). Either way the library is reached as idem::asio, and its
+// error code type as idem::asio_error_code.
+#ifndef IDEM_ASIO_CONFIG_HPP
+#define IDEM_ASIO_CONFIG_HPP
+
+#if defined(IDEM_ASIO_STANDALONE)
+#include <asio/version.hpp>
+#if ASIO_VERSION < 102200
+#error "idem/asio.hpp needs standalone Asio 1.22 or later (Debian: libasio-dev)"
+#endif
+#include <asio/any_io_executor.hpp>
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/cancellation_type.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/dispatch.hpp>
+#include <asio/error.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/post.hpp>
+#include <asio/redirect_error.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+#include <system_error>
+namespace idem {
+namespace asio = ::asio;
+using asio_error_code = std::error_code;
+}  // namespace idem
+#else
+#include <boost/version.hpp>
+#if BOOST_VERSION < 108100
+#error \
+    "idem/asio.hpp needs Boost.Asio from Boost 1.81 or later (Debian: libboost1.81-dev), or standalone Asio with IDEM_ASIO_STANDALONE defined"
+#endif
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/associated_cancellation_slot.hpp>
+#include <boost/asio/associated_executor.hpp>
+#include <boost/asio/async_result.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/cancellation_signal.hpp>
+#include <boost/asio/cancellation_type.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/error.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/this_coro.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/system/error_code.hpp>
+namespace idem {
+namespace asio = ::boost::asio;
+using asio_error_code = ::boost::system::error_code;
+}  // namespace idem
+#endif
+
+#endif  // IDEM_ASIO_CONFIG_HPP

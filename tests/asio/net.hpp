@@ -1,0 +1,27 @@
+// The whole of the Asio the tests are built on: Boost.Asio, or standalone Asio for the
+// idem_asio_standalone_tests build (IDEM_ASIO_STANDALONE), with the names that moved between
+// the two versions we support brought to one place.
+#ifndef IDEM_TESTS_ASIO_NET_HPP
+#define IDEM_TESTS_ASIO_NET_HPP
+
+#if defined(IDEM_ASIO_STANDALONE)
+#include <asio.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
+#include <asio/experimental/deferred.hpp>
+#else
+#include <boost/asio.hpp>
+#include <boost/asio/experimental/awaitable_operators.hpp>
+#endif
+
+#include <idem/asio/config.hpp>
+
+namespace test_net {
+namespace asio = idem::asio;
+#if defined(IDEM_ASIO_STANDALONE)
+inline constexpr auto& deferred = asio::experimental::deferred;
+#else
+inline constexpr auto& deferred = asio::deferred;
+#endif
+}  // namespace test_net
+
+#endif  // IDEM_TESTS_ASIO_NET_HPP
