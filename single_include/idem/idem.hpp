@@ -6590,7 +6590,7 @@ class handler_context {
                   "A step's result must be storable: specialise idem::codec<R> for it (see "
                   "idem/server/codec.hpp), or return void.");
     std::string_view recorded;
-    if (detail::find_step(recovery_, name, recorded)) {
+    if (find_recorded(name, recorded)) {
       if constexpr (std::is_void_v<result_type>) {
         return;
       } else {
@@ -6616,27 +6616,46 @@ class handler_context {
     if (writer_ != nullptr && !writer_->write(recovery_)) throw lease_lost{};
   }
 
- private:
-  // Appends the step in place and takes it back if the store refuses or fails, so recording a
-  // step does not copy all the steps before it.
-  void record_step(std::string_view name, std::string_view value) {
+ protected:
+  // The parts of a step, for a context that records steps its own way (idem/asio's
+  // async_handler_context waits for the store instead of blocking on it): the rules stay here.
+
+  /// The recorded value of step `name`, if an attempt recorded one.
+  bool find_recorded(std::string_view name, std::string_view& value) const {
+    return detail::find_step(recovery_, name, value);
+  }
+  /// The recovery bytes as they stand, and where they are written.
+  const std::string& recovery() const noexcept { return recovery_; }
+  detail::recovery_writer* writer() const noexcept { return writer_; }
+  /// Appends step (name, value) in place, so recording a step does not copy all the steps before
+  /// it; answers the size before, for take_back when the store refuses or fails.
+  std::size_t append_step(std::string_view name, std::string_view value) {
     const std::size_t before = recovery_.size();
     detail::put_varint(recovery_, name.size());
     recovery_.append(name);
     detail::put_varint(recovery_, value.size());
     recovery_.append(value);
+    return before;
+  }
+  void take_back(std::size_t before) noexcept { recovery_.resize(before); }
+  /// The appended step was written.
+  void count_step() noexcept { ++recorded_steps_; }
+
+ private:
+  void record_step(std::string_view name, std::string_view value) {
+    const std::size_t before = append_step(name, value);
     bool applied = true;
     try {
       applied = writer_ == nullptr || writer_->write(recovery_);
     } catch (...) {
-      recovery_.resize(before);
+      take_back(before);
       throw;
     }
     if (!applied) {
-      recovery_.resize(before);
+      take_back(before);
       throw lease_lost{};
     }
-    ++recorded_steps_;
+    count_step();
   }
 
   std::string_view scope_;
@@ -6686,6 +6705,35 @@ class handler_context {
 // every race, and the handler runs at most once at a time per (scope, key) while leases hold.
 #ifndef IDEM_SERVER_IDEMPOTENT_HPP
 #define IDEM_SERVER_IDEMPOTENT_HPP
+
+// begin idem/server/detail/admission.hpp
+// What a request must pass before anything is claimed for it: a key (or none, where the
+// options allow), a valid key, a body within max_body_bytes, a fingerprint. The blocking
+// idempotent and the asynchronous one (idem/asio) both ask here, so a refusal reads the same
+// and costs the same through either.
+#ifndef IDEM_SERVER_DETAIL_ADMISSION_HPP
+#define IDEM_SERVER_DETAIL_ADMISSION_HPP
+
+// begin idem/server/detail/engine.hpp
+// The machinery idempotent and inbox share: claim, run under the fence, record or release.
+//
+// One run path, in steps a driver can call apart (the blocking wrappers call run; the
+// asynchronous driver, idem/asio/detail/async_engine.hpp, calls the steps, each store call
+// where its store's calls must run):
+//
+//   claim_waiting    claims (scope, key) in the store, waiting for a duplicate to settle where
+//                    coalescing is on (claim: one try; coalescing_wait: the pauses between
+//                    tries); hold turns a claim this caller won into a held_claim;
+//   answer_existing  answers for a record this caller may not run: replayed, mismatch,
+//                    in_progress, response_too_large;
+//   run_claimed      runs the handler under the claim, with recovery points going through the
+//                    fence (checkpointer), and records its response, directly (complete:
+//                    record_directly) or in the store's transaction together with the
+//                    handler's own writes (complete_within);
+//   settle_failure   the handler threw: the failure policy releases the key or stores a response;
+//   answer_lost      the fence was lost to a takeover: answers for the attempt that holds it.
+#ifndef IDEM_SERVER_DETAIL_ENGINE_HPP
+#define IDEM_SERVER_DETAIL_ENGINE_HPP
 
 // begin idem/server/detail/checks.hpp
 // The checks idempotent and inbox make of their policies, options and handlers, each written
@@ -7004,6 +7052,20 @@ requires requires {
 }
 inline constexpr bool reads_completion_time<S> = static_cast<bool>(S::reads_completion_time);
 
+/// Whether every call of a store returns without waiting on I/O or on another process: it
+/// answers from memory, under at most a short lock. An asynchronous driver (idem/asio) runs such
+/// a store's calls inline, on the event loop; any other store's calls run on the executor the
+/// user gives for blocking work, so that a database round trip never stalls the loop. A store
+/// says so with `static constexpr bool never_blocks = true;` (memory_store and locked_store do);
+/// a store that says nothing is taken to block, the safe answer.
+template <class S>
+inline constexpr bool never_blocks = false;
+template <class S>
+requires requires {
+  S::never_blocks;
+}
+inline constexpr bool never_blocks<S> = static_cast<bool>(S::never_blocks);
+
 /// A Store that can complete a record inside the transaction that holds the handler's own
 /// writes (see "Transactions" above). A handler opts in by taking `typename S::transaction&` as
 /// its last parameter.
@@ -7200,24 +7262,116 @@ constexpr bool check_consumer_response() {
 
 #endif  // IDEM_SERVER_DETAIL_CHECKS_HPP
 // end idem/server/detail/checks.hpp
-// begin idem/server/detail/engine.hpp
-// The machinery idempotent and inbox share: claim, run under the fence, record or release.
-//
-// One run path, in steps a driver can call apart (the blocking wrappers here; an asynchronous
-// one later):
-//
-//   claim_waiting    claims (scope, key) in the store, waiting for a duplicate to settle where
-//                    coalescing is on; hold turns a claim this caller won into a held_claim;
-//   answer_existing  answers for a record this caller may not run: replayed, mismatch,
-//                    in_progress, response_too_large;
-//   run_claimed      runs the handler under the claim, with recovery points going through the
-//                    fence, and records its response, directly (complete) or in the store's
-//                    transaction together with the handler's own writes (complete_within);
-//   settle_failure   the handler threw: the failure policy releases the key or stores a response;
-//   answer_lost      the fence was lost to a takeover: answers for the attempt that holds it.
-#ifndef IDEM_SERVER_DETAIL_ENGINE_HPP
-#define IDEM_SERVER_DETAIL_ENGINE_HPP
+// begin idem/server/detail/coalescing.hpp
+// The pauses of a coalescing wait: how a duplicate of a request in progress waits for its
+// response. One schedule for the blocking driver, which sleeps them, and the asynchronous one,
+// which waits them on a timer, so both wait alike.
+#ifndef IDEM_SERVER_DETAIL_COALESCING_HPP
+#define IDEM_SERVER_DETAIL_COALESCING_HPP
 
+namespace idem::detail {
+
+class coalescing_wait {
+ public:
+  /// A wait of at most `limit` (options.coalesce) in all.
+  explicit coalescing_wait(std::chrono::nanoseconds limit) noexcept : limit_(limit) {}
+
+  /// Whether a claim's answer is worth waiting on: a live claim of the same request, which may
+  /// settle (completed, released, abandoned). Another request's claim is a mismatch at once.
+  static bool waits_on(const claim_result& claimed, const digest& print) noexcept {
+    return claimed.status == claim_status::existing &&
+           claimed.existing.state == record_state::in_progress &&
+           claimed.existing.fingerprint == print;
+  }
+
+  /// The pause before the next claim, `waited` into the wait, or none once the wait is over.
+  /// Pauses start at 1 ms and double up to 50 ms: a short request is answered soon after it
+  /// completes, and a long one costs a claim every 50 ms, not a busy loop.
+  std::optional<std::chrono::nanoseconds> next_pause(std::chrono::nanoseconds waited) noexcept {
+    if (waited >= limit_) return std::nullopt;
+    const std::chrono::nanoseconds pause = std::min(pause_, limit_ - waited);
+    pause_ = std::min<std::chrono::nanoseconds>(2 * pause_, std::chrono::milliseconds{50});
+    return pause;
+  }
+
+ private:
+  std::chrono::nanoseconds limit_;
+  std::chrono::nanoseconds pause_ = std::chrono::milliseconds{1};
+};
+
+}  // namespace idem::detail
+
+#endif  // IDEM_SERVER_DETAIL_COALESCING_HPP
+// end idem/server/detail/coalescing.hpp
+// begin idem/server/detail/held_claim.hpp
+// A claim a caller holds, and the small parts every driver of the engine uses with it: how its
+// response is recorded, where its recovery points go, and the marker a record keeps in place of
+// a response too large to store. Apart from engine.hpp so that a driver (the blocking wrappers,
+// idem/asio) names them without the rest.
+#ifndef IDEM_SERVER_DETAIL_HELD_CLAIM_HPP
+#define IDEM_SERVER_DETAIL_HELD_CLAIM_HPP
+
+namespace idem::detail {
+
+// What a record holds in place of a response too large to store: the size it had. A handler's
+// own response equal to this text would replay as too large; nothing else can be mistaken for
+// it, and it is written unsealed so that a codec never has to open it.
+inline constexpr char too_large_text[] = "\0idem: response too large to store\0";
+inline constexpr std::string_view too_large_marker{too_large_text, sizeof too_large_text - 1};
+
+/// How a claimed run's response is recorded: by complete after the handler returned, or by
+/// complete_within, in the transaction the handler writes in (TransactionalStore).
+enum class completion : std::uint8_t { direct, in_transaction };
+
+// Where a run's recovery points are written: the store, or the open transaction.
+template <class Store, completion How>
+struct checkpoint_writer {
+  using type = Store;
+};
+template <class Store>
+struct checkpoint_writer<Store, completion::in_transaction> {
+  using type = typename Store::transaction;
+};
+
+// A T made later in place, from the prvalue a function returns: no default construction and
+// assignment where the making must sit in a try block but the value must outlive it.
+template <class T>
+class made_later {
+ public:
+  made_later() noexcept {}  // not = default, which the union would delete: value_ stays unmade
+  made_later(const made_later&) = delete;
+  made_later& operator=(const made_later&) = delete;
+  ~made_later() {
+    if (made_) value_.~T();
+  }
+
+  template <class Make>
+  T& make(Make&& make) {
+    ::new (static_cast<void*>(&value_)) T(std::forward<Make>(make)());
+    made_ = true;
+    return value_;
+  }
+  T& get() noexcept { return value_; }  // once made
+
+ private:
+  union {
+    T value_;
+  };
+  bool made_ = false;
+};
+
+/// A claim this caller holds: what run_claimed needs to run under it.
+struct held_claim {
+  fenced_key held;
+  bool resumed = false;   // taken over from a holder whose lease expired
+  std::string recovery;   // the recovery points recorded before, opened
+  store_time claimed_at;  // the time the claim was made with
+};
+
+}  // namespace idem::detail
+
+#endif  // IDEM_SERVER_DETAIL_HELD_CLAIM_HPP
+// end idem/server/detail/held_claim.hpp
 // begin idem/server/outcome.hpp
 // What one guarded call returns: what happened (a verdict), the response when there is one, and
 // the HTTP status a service answers with.
@@ -7244,6 +7398,9 @@ enum class verdict : std::uint8_t {
   store_full,          // the store has no room for the claim; nothing ran (HTTP 503)
   response_too_large,  // the response passed max_response_bytes and was not stored (HTTP 500):
                        // the first caller still has it; repeats are not run again
+  cancelled,           // an asynchronous call was cancelled (its cancellation slot) before it
+                       // ended: nothing was recorded for it, its claim was settled as a failure
+                       // (released by default), so a retry runs again (HTTP 503)
 };
 
 constexpr std::string_view to_string(verdict v) noexcept {
@@ -7270,6 +7427,8 @@ constexpr std::string_view to_string(verdict v) noexcept {
       return "store_full";
     case verdict::response_too_large:
       return "response_too_large";
+    case verdict::cancelled:
+      return "cancelled";
   }
   return "unknown";
 }
@@ -7293,6 +7452,7 @@ constexpr int http_status(verdict v) noexcept {
       return 413;  // RFC 9110 Content Too Large
     case verdict::store_unavailable:
     case verdict::store_full:
+    case verdict::cancelled:  // the service stopped working on it; a retry is safe and runs again
       return 503;
     case verdict::response_too_large:
       return 500;  // the service cannot answer a repeat as it answered the first request
@@ -7416,61 +7576,6 @@ class idempotent_outcome {
 
 namespace idem::detail {
 
-// What a record holds in place of a response too large to store: the size it had. A handler's
-// own response equal to this text would replay as too large; nothing else can be mistaken for
-// it, and it is written unsealed so that a codec never has to open it.
-inline constexpr char too_large_text[] = "\0idem: response too large to store\0";
-inline constexpr std::string_view too_large_marker{too_large_text, sizeof too_large_text - 1};
-
-/// How a claimed run's response is recorded: by complete after the handler returned, or by
-/// complete_within, in the transaction the handler writes in (TransactionalStore).
-enum class completion : std::uint8_t { direct, in_transaction };
-
-// Where a run's recovery points are written: the store, or the open transaction.
-template <class Store, completion How>
-struct checkpoint_writer {
-  using type = Store;
-};
-template <class Store>
-struct checkpoint_writer<Store, completion::in_transaction> {
-  using type = typename Store::transaction;
-};
-
-// A T made later in place, from the prvalue a function returns: no default construction and
-// assignment where the making must sit in a try block but the value must outlive it.
-template <class T>
-class made_later {
- public:
-  made_later() noexcept {}  // not = default, which the union would delete: value_ stays unmade
-  made_later(const made_later&) = delete;
-  made_later& operator=(const made_later&) = delete;
-  ~made_later() {
-    if (made_) value_.~T();
-  }
-
-  template <class Make>
-  T& make(Make&& make) {
-    ::new (static_cast<void*>(&value_)) T(std::forward<Make>(make)());
-    made_ = true;
-    return value_;
-  }
-  T& get() noexcept { return value_; }  // once made
-
- private:
-  union {
-    T value_;
-  };
-  bool made_ = false;
-};
-
-/// A claim this caller holds: what run_claimed needs to run under it.
-struct held_claim {
-  fenced_key held;
-  bool resumed = false;   // taken over from a holder whose lease expired
-  std::string recovery;   // the recovery points recorded before, opened
-  store_time claimed_at;  // the time the claim was made with
-};
-
 // Options: idempotent::options or inbox::options. The engine keeps them as they are given, so a
 // setting has no copy beside its options field, and its owner reads its own settings from them.
 // It uses store, clock, lease, retention, coalesce, max_key_length, max_response_bytes and
@@ -7511,6 +7616,13 @@ class engine {
         std::string(context) + error.what()};
   }
 
+  /// A claim the store answered `full`.
+  template <class Response>
+  static idempotent_outcome<Response> no_room() {
+    return idempotent_outcome<Response>{verdict::store_full,
+                                        "the store has no room for another record"};
+  }
+
   /// Runs `run` with no key and no claim, for services where the key is optional: nothing is
   /// stored, and a repeat runs again.
   template <class Response, class Run>
@@ -7538,8 +7650,7 @@ class engine {
     claim_result& claimed = result.get();
     switch (claimed.status) {
       case claim_status::full:
-        return idempotent_outcome<Response>{verdict::store_full,
-                                            "the store has no room for another record"};
+        return no_room<Response>();
       case claim_status::existing:
         return answer_existing<Response>(claimed.existing, print);
       case claim_status::claimed:
@@ -7555,20 +7666,24 @@ class engine {
   claim_result claim_waiting(std::string_view scope, std::string_view key, const digest& print,
                              store_time& claimed_at) {
     claim_result claimed = claim(scope, key, print, claimed_at);
-    const std::chrono::nanoseconds coalesce = options_.coalesce;
-    if (coalesce <= std::chrono::nanoseconds::zero()) return claimed;
+    if (options_.coalesce <= std::chrono::nanoseconds::zero()) return claimed;
+    coalescing_wait wait{options_.coalesce};
     const auto start = clock().now();
-    std::chrono::nanoseconds pause = std::chrono::milliseconds{1};
-    while (claimed.status == claim_status::existing &&
-           claimed.existing.state == record_state::in_progress &&
-           claimed.existing.fingerprint == print) {
-      const std::chrono::nanoseconds waited = clock().now() - start;
-      if (waited >= coalesce) break;
-      clock().sleep_for(std::min(pause, coalesce - waited));
-      pause = std::min<std::chrono::nanoseconds>(2 * pause, std::chrono::milliseconds{50});
+    while (coalescing_wait::waits_on(claimed, print)) {
+      const std::optional<std::chrono::nanoseconds> pause = wait.next_pause(clock().now() - start);
+      if (!pause) break;
+      clock().sleep_for(*pause);
       claimed = claim(scope, key, print, claimed_at);
     }
     return claimed;
+  }
+
+  /// One claim of (scope, key), at the clock's time, which `claimed_at` is set to.
+  claim_result claim(std::string_view scope, std::string_view key, const digest& print,
+                     store_time& claimed_at) {
+    claimed_at = clock().wall_now();
+    return store().claim(
+        claim_request{scope, key, print, claimed_at, options_.lease, options_.retention});
   }
 
   /// The claim this caller holds after claim_waiting answered claimed or taken_over.
@@ -7638,7 +7753,14 @@ class engine {
   /// released or a failure response stored.
   template <class Response, class Failure>
   void settle_failure(const fenced_key& held, std::size_t steps, const Failure& failure) {
-    const failure_info info{std::current_exception(), held.scope, held.key, held.fence, steps};
+    settle_failure<Response>(held, steps, failure, std::current_exception());
+  }
+  /// The same for a failure caught before (`error`): a driver that awaits the store's calls
+  /// settles outside the catch block.
+  template <class Response, class Failure>
+  void settle_failure(const fenced_key& held, std::size_t steps, const Failure& failure,
+                      std::exception_ptr error) {
+    const failure_info info{std::move(error), held.scope, held.key, held.fence, steps};
     try {
       std::optional<Response> stored = failure.template stored_response<Response>(info);
       if (stored) {
@@ -7674,13 +7796,13 @@ class engine {
         "the attempt that took it"};
   }
 
- private:
   // Whether responses and recovery points go through the codec: the default one costs no call.
   static constexpr bool seals = !std::is_same_v<codec_type, plain_response_codec>;
 
-  // Where a handler_context records recovery points: a fenced checkpoint that also renews the
-  // lease, through the store, or for a transactional handler through its transaction
-  // (committed or rolled back with it). Both have checkpoint(held, recovery, lease_until).
+  /// Where a handler_context records recovery points: a fenced checkpoint that also renews the
+  /// lease, through the store, or for a transactional handler through its transaction
+  /// (committed or rolled back with it). Both have checkpoint(held, recovery, lease_until).
+  /// Public for the drivers that make a context for a held claim themselves (idem/asio).
   template <class Writer>
   class checkpointer final : public recovery_writer {
    public:
@@ -7708,13 +7830,7 @@ class engine {
     fenced_key held_;
   };
 
-  claim_result claim(std::string_view scope, std::string_view key, const digest& print,
-                     store_time& claimed_at) {
-    claimed_at = clock().wall_now();
-    return store().claim(
-        claim_request{scope, key, print, claimed_at, options_.lease, options_.retention});
-  }
-
+ private:
   // The `now` a completion is given: the clock's, unless the store says it does not read it
   // (reads_completion_time, idem/store/contract.hpp); then the claim's time, and no second
   // clock read.
@@ -7726,9 +7842,10 @@ class engine {
     }
   }
 
-  // completion::direct: the handler returned `response`; completes the record with it. A
-  // std::string response is stored as it is, without a copy, unless a response codec seals it
-  // or it passes max_response_bytes; anything else is encoded.
+ public:
+  /// completion::direct: the handler returned `response`; completes the record with it. A
+  /// std::string response is stored as it is, without a copy, unless a response codec seals it
+  /// or it passes max_response_bytes; anything else is encoded.
   template <class Response>
   idempotent_outcome<Response> record_directly(const held_claim& claim, const digest& print,
                                                Response response) {
@@ -7767,6 +7884,7 @@ class engine {
     return outcome_type::executed(std::move(response), claim.held.fence, claim.resumed);
   }
 
+ private:
   // completion::in_transaction: the handler runs inside the transaction that completes the
   // record, so its writes and the record commit together. A store failure there rolls both back
   // and answers store_unavailable or store_full; the claim stays until its lease ends (a commit
@@ -7877,6 +7995,44 @@ class engine {
 
 #endif  // IDEM_SERVER_DETAIL_ENGINE_HPP
 // end idem/server/detail/engine.hpp
+
+namespace idem::detail {
+
+/// A call without a key where options.require_key says one is needed.
+template <class Response>
+idempotent_outcome<Response> missing_key() {
+  return idempotent_outcome<Response>{verdict::missing_key, "an idempotency key is required"};
+}
+
+/// Checks a keyed request: the refusal (invalid_key, body_too_large, invalid_request), or none
+/// with `print` set to the request's fingerprint. `settings` are idempotent::options or the
+/// asynchronous wrapper's.
+template <class Response, class Options>
+std::optional<idempotent_outcome<Response>> admit(const Options& settings, std::string_view key,
+                                                  const request_view& view, digest& print) {
+  using outcome_type = idempotent_outcome<Response>;
+  if (!is_valid_key(key, settings.max_key_length)) {
+    return engine<Options>::template invalid_key<Response>("the idempotency key",
+                                                           settings.max_key_length);
+  }
+  if (view.body.size() > settings.max_body_bytes) {
+    return outcome_type{verdict::body_too_large,
+                        "the request body is " + std::to_string(view.body.size()) +
+                            " bytes; at most " + std::to_string(settings.max_body_bytes) +
+                            " are accepted"};
+  }
+  try {
+    print = settings.fingerprint(view);
+  } catch (const std::invalid_argument& error) {
+    return outcome_type{verdict::invalid_request, error.what()};
+  }
+  return std::nullopt;
+}
+
+}  // namespace idem::detail
+
+#endif  // IDEM_SERVER_DETAIL_ADMISSION_HPP
+// end idem/server/detail/admission.hpp
 // begin idem/store/memory.hpp
 // memory_store: the embedded default store. Lock-free, sharded, bounded; not durable.
 //
@@ -9355,6 +9511,8 @@ class basic_memory_store {
   /// Records keep no completion time: complete leaves expires_at as the claim set it, so the
   /// guard need not read the clock again for a completion (idem::reads_completion_time).
   static constexpr bool reads_completion_time = false;
+  /// Every call answers from memory (idem::never_blocks): asynchronous drivers call it inline.
+  static constexpr bool never_blocks = true;
 
   struct limits {
     std::size_t max_records = std::numeric_limits<std::size_t>::max();
@@ -9847,9 +10005,7 @@ class idempotent {
       }
     };
     if (!key) {
-      if (settings.require_key) {
-        return outcome_type{verdict::missing_key, "an idempotency key is required"};
-      }
+      if (settings.require_key) return detail::missing_key<Response>();
       if constexpr (transactional) {
         // The transaction is the one that completes a record: without a key there is none.
         return outcome_type{verdict::missing_key,
@@ -9859,22 +10015,9 @@ class idempotent {
         return engine_type::template run_unguarded<Response>(scope, run);
       }
     }
-    if (!is_valid_key(*key, settings.max_key_length)) {
-      return engine_type::template invalid_key<Response>("the idempotency key",
-                                                         settings.max_key_length);
-    }
-    const request_view view = view_of(request);
-    if (view.body.size() > settings.max_body_bytes) {
-      return outcome_type{verdict::body_too_large,
-                          "the request body is " + std::to_string(view.body.size()) +
-                              " bytes; at most " + std::to_string(settings.max_body_bytes) +
-                              " are accepted"};
-    }
     digest print;
-    try {
-      print = settings.fingerprint(view);
-    } catch (const std::invalid_argument& error) {
-      return outcome_type{verdict::invalid_request, error.what()};
+    if (auto refused = detail::admit<Response>(settings, *key, view_of(request), print)) {
+      return std::move(*refused);
     }
     constexpr detail::completion how =
         transactional ? detail::completion::in_transaction : detail::completion::direct;
@@ -10024,6 +10167,9 @@ class locked_store {
   /// Records keep no completion time: complete leaves expires_at as the claim set it, so the
   /// guard need not read the clock again for a completion (idem::reads_completion_time).
   static constexpr bool reads_completion_time = false;
+  /// Every call answers from memory under one short lock (idem::never_blocks): asynchronous
+  /// drivers call it inline.
+  static constexpr bool never_blocks = true;
 
   /// How much the store may hold. A claim that would pass either bound answers `full`; a
   /// complete or checkpoint that would pass max_bytes throws store_error(full).

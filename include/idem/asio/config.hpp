@@ -1,7 +1,8 @@
 // Which Asio the asynchronous drivers use: Boost.Asio (>= 1.81) by default, standalone Asio
 // (>= 1.22) when IDEM_ASIO_STANDALONE is defined (the CMake target idem::asio_standalone
 // defines it; idem::asio links Boost). Either way the library is reached as idem::asio, and its
-// error code type as idem::asio_error_code.
+// error code type as idem::asio_error_code (and the exception that carries one as
+// idem::asio_system_error).
 #ifndef IDEM_ASIO_CONFIG_HPP
 #define IDEM_ASIO_CONFIG_HPP
 
@@ -19,6 +20,7 @@
 #include <asio/cancellation_signal.hpp>
 #include <asio/cancellation_type.hpp>
 #include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
 #include <asio/dispatch.hpp>
 #include <asio/error.hpp>
 #include <asio/executor_work_guard.hpp>
@@ -31,6 +33,7 @@
 namespace idem {
 namespace asio = ::asio;
 using asio_error_code = std::error_code;
+using asio_system_error = std::system_error;
 }  // namespace idem
 #else
 #include <boost/version.hpp>
@@ -47,6 +50,7 @@ using asio_error_code = std::error_code;
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/executor_work_guard.hpp>
@@ -56,9 +60,11 @@ using asio_error_code = std::error_code;
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/system/error_code.hpp>
+#include <boost/system/system_error.hpp>
 namespace idem {
 namespace asio = ::boost::asio;
 using asio_error_code = ::boost::system::error_code;
+using asio_system_error = ::boost::system::system_error;
 }  // namespace idem
 #endif
 

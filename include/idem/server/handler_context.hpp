@@ -149,7 +149,7 @@ class handler_context {
                   "A step's result must be storable: specialise idem::codec<R> for it (see "
                   "idem/server/codec.hpp), or return void.");
     std::string_view recorded;
-    if (detail::find_step(recovery_, name, recorded)) {
+    if (find_recorded(name, recorded)) {
       if constexpr (std::is_void_v<result_type>) {
         return;
       } else {
@@ -175,27 +175,46 @@ class handler_context {
     if (writer_ != nullptr && !writer_->write(recovery_)) throw lease_lost{};
   }
 
- private:
-  // Appends the step in place and takes it back if the store refuses or fails, so recording a
-  // step does not copy all the steps before it.
-  void record_step(std::string_view name, std::string_view value) {
+ protected:
+  // The parts of a step, for a context that records steps its own way (idem/asio's
+  // async_handler_context waits for the store instead of blocking on it): the rules stay here.
+
+  /// The recorded value of step `name`, if an attempt recorded one.
+  bool find_recorded(std::string_view name, std::string_view& value) const {
+    return detail::find_step(recovery_, name, value);
+  }
+  /// The recovery bytes as they stand, and where they are written.
+  const std::string& recovery() const noexcept { return recovery_; }
+  detail::recovery_writer* writer() const noexcept { return writer_; }
+  /// Appends step (name, value) in place, so recording a step does not copy all the steps before
+  /// it; answers the size before, for take_back when the store refuses or fails.
+  std::size_t append_step(std::string_view name, std::string_view value) {
     const std::size_t before = recovery_.size();
     detail::put_varint(recovery_, name.size());
     recovery_.append(name);
     detail::put_varint(recovery_, value.size());
     recovery_.append(value);
+    return before;
+  }
+  void take_back(std::size_t before) noexcept { recovery_.resize(before); }
+  /// The appended step was written.
+  void count_step() noexcept { ++recorded_steps_; }
+
+ private:
+  void record_step(std::string_view name, std::string_view value) {
+    const std::size_t before = append_step(name, value);
     bool applied = true;
     try {
       applied = writer_ == nullptr || writer_->write(recovery_);
     } catch (...) {
-      recovery_.resize(before);
+      take_back(before);
       throw;
     }
     if (!applied) {
-      recovery_.resize(before);
+      take_back(before);
       throw lease_lost{};
     }
-    ++recorded_steps_;
+    count_step();
   }
 
   std::string_view scope_;

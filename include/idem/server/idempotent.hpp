@@ -45,6 +45,7 @@
 #include <idem/key.hpp>
 #include <idem/policies.hpp>
 #include <idem/server/codec.hpp>
+#include <idem/server/detail/admission.hpp>
 #include <idem/server/detail/checks.hpp>
 #include <idem/server/detail/engine.hpp>
 #include <idem/server/failure.hpp>
@@ -179,9 +180,7 @@ class idempotent {
       }
     };
     if (!key) {
-      if (settings.require_key) {
-        return outcome_type{verdict::missing_key, "an idempotency key is required"};
-      }
+      if (settings.require_key) return detail::missing_key<Response>();
       if constexpr (transactional) {
         // The transaction is the one that completes a record: without a key there is none.
         return outcome_type{verdict::missing_key,
@@ -191,22 +190,9 @@ class idempotent {
         return engine_type::template run_unguarded<Response>(scope, run);
       }
     }
-    if (!is_valid_key(*key, settings.max_key_length)) {
-      return engine_type::template invalid_key<Response>("the idempotency key",
-                                                         settings.max_key_length);
-    }
-    const request_view view = view_of(request);
-    if (view.body.size() > settings.max_body_bytes) {
-      return outcome_type{verdict::body_too_large,
-                          "the request body is " + std::to_string(view.body.size()) +
-                              " bytes; at most " + std::to_string(settings.max_body_bytes) +
-                              " are accepted"};
-    }
     digest print;
-    try {
-      print = settings.fingerprint(view);
-    } catch (const std::invalid_argument& error) {
-      return outcome_type{verdict::invalid_request, error.what()};
+    if (auto refused = detail::admit<Response>(settings, *key, view_of(request), print)) {
+      return std::move(*refused);
     }
     constexpr detail::completion how =
         transactional ? detail::completion::in_transaction : detail::completion::direct;

@@ -30,6 +30,9 @@ enum class verdict : std::uint8_t {
   store_full,          // the store has no room for the claim; nothing ran (HTTP 503)
   response_too_large,  // the response passed max_response_bytes and was not stored (HTTP 500):
                        // the first caller still has it; repeats are not run again
+  cancelled,           // an asynchronous call was cancelled (its cancellation slot) before it
+                       // ended: nothing was recorded for it, its claim was settled as a failure
+                       // (released by default), so a retry runs again (HTTP 503)
 };
 
 constexpr std::string_view to_string(verdict v) noexcept {
@@ -56,6 +59,8 @@ constexpr std::string_view to_string(verdict v) noexcept {
       return "store_full";
     case verdict::response_too_large:
       return "response_too_large";
+    case verdict::cancelled:
+      return "cancelled";
   }
   return "unknown";
 }
@@ -79,6 +84,7 @@ constexpr int http_status(verdict v) noexcept {
       return 413;  // RFC 9110 Content Too Large
     case verdict::store_unavailable:
     case verdict::store_full:
+    case verdict::cancelled:  // the service stopped working on it; a retry is safe and runs again
       return 503;
     case verdict::response_too_large:
       return 500;  // the service cannot answer a repeat as it answered the first request

@@ -188,6 +188,20 @@ requires requires {
 }
 inline constexpr bool reads_completion_time<S> = static_cast<bool>(S::reads_completion_time);
 
+/// Whether every call of a store returns without waiting on I/O or on another process: it
+/// answers from memory, under at most a short lock. An asynchronous driver (idem/asio) runs such
+/// a store's calls inline, on the event loop; any other store's calls run on the executor the
+/// user gives for blocking work, so that a database round trip never stalls the loop. A store
+/// says so with `static constexpr bool never_blocks = true;` (memory_store and locked_store do);
+/// a store that says nothing is taken to block, the safe answer.
+template <class S>
+inline constexpr bool never_blocks = false;
+template <class S>
+requires requires {
+  S::never_blocks;
+}
+inline constexpr bool never_blocks<S> = static_cast<bool>(S::never_blocks);
+
 /// A Store that can complete a record inside the transaction that holds the handler's own
 /// writes (see "Transactions" above). A handler opts in by taking `typename S::transaction&` as
 /// its last parameter.

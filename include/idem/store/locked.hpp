@@ -30,6 +30,9 @@ class locked_store {
   /// Records keep no completion time: complete leaves expires_at as the claim set it, so the
   /// guard need not read the clock again for a completion (idem::reads_completion_time).
   static constexpr bool reads_completion_time = false;
+  /// Every call answers from memory under one short lock (idem::never_blocks): asynchronous
+  /// drivers call it inline.
+  static constexpr bool never_blocks = true;
 
   /// How much the store may hold. A claim that would pass either bound answers `full`; a
   /// complete or checkpoint that would pass max_bytes throws store_error(full).

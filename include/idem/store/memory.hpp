@@ -81,6 +81,8 @@ class basic_memory_store {
   /// Records keep no completion time: complete leaves expires_at as the claim set it, so the
   /// guard need not read the clock again for a completion (idem::reads_completion_time).
   static constexpr bool reads_completion_time = false;
+  /// Every call answers from memory (idem::never_blocks): asynchronous drivers call it inline.
+  static constexpr bool never_blocks = true;
 
   struct limits {
     std::size_t max_records = std::numeric_limits<std::size_t>::max();

@@ -58,6 +58,8 @@ class faulty_store {
  public:
   /// As the wrapped store: the engine reads the clock for a completion only if it would.
   static constexpr bool reads_completion_time = idem::reads_completion_time<Inner>;
+  /// Blocks where the wrapped store does: the faults it injects never wait.
+  static constexpr bool never_blocks = idem::never_blocks<Inner>;
 
   enum class mode : int { healthy, unavailable, full };
 

@@ -66,3 +66,20 @@ TEST_CASE("a refusal has no response and answers its verdict's status", "[outcom
   CHECK(refused.http_status() == 409);
   CHECK_THROWS_AS(refused.value(), idem::no_response_error);
 }
+
+TEST_CASE("every verdict has a name and a status, cancelled answering 503", "[outcome]") {
+  using idem::verdict;
+  for (const verdict v :
+       {verdict::executed, verdict::replayed, verdict::in_progress, verdict::mismatch,
+        verdict::missing_key, verdict::invalid_key, verdict::invalid_request,
+        verdict::body_too_large, verdict::store_unavailable, verdict::store_full,
+        verdict::response_too_large, verdict::cancelled}) {
+    INFO(static_cast<int>(v));
+    CHECK(idem::to_string(v) != "unknown");
+  }
+  CHECK(idem::to_string(verdict::cancelled) == "cancelled");
+  CHECK(idem::http_status(verdict::cancelled) == 503);
+  const outcome cancelled{verdict::cancelled, "cancelled while waiting"};
+  CHECK_FALSE(cancelled);
+  CHECK(cancelled.http_status() == 503);
+}

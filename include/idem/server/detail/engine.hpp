@@ -1,15 +1,18 @@
 // The machinery idempotent and inbox share: claim, run under the fence, record or release.
 //
-// One run path, in steps a driver can call apart (the blocking wrappers here; an asynchronous
-// one later):
+// One run path, in steps a driver can call apart (the blocking wrappers call run; the
+// asynchronous driver, idem/asio/detail/async_engine.hpp, calls the steps, each store call
+// where its store's calls must run):
 //
 //   claim_waiting    claims (scope, key) in the store, waiting for a duplicate to settle where
-//                    coalescing is on; hold turns a claim this caller won into a held_claim;
+//                    coalescing is on (claim: one try; coalescing_wait: the pauses between
+//                    tries); hold turns a claim this caller won into a held_claim;
 //   answer_existing  answers for a record this caller may not run: replayed, mismatch,
 //                    in_progress, response_too_large;
 //   run_claimed      runs the handler under the claim, with recovery points going through the
-//                    fence, and records its response, directly (complete) or in the store's
-//                    transaction together with the handler's own writes (complete_within);
+//                    fence (checkpointer), and records its response, directly (complete:
+//                    record_directly) or in the store's transaction together with the
+//                    handler's own writes (complete_within);
 //   settle_failure   the handler threw: the failure policy releases the key or stores a response;
 //   answer_lost      the fence was lost to a takeover: answers for the attempt that holds it.
 #ifndef IDEM_SERVER_DETAIL_ENGINE_HPP
@@ -29,6 +32,8 @@
 
 #include <idem/server/codec.hpp>
 #include <idem/server/detail/checks.hpp>
+#include <idem/server/detail/coalescing.hpp>
+#include <idem/server/detail/held_claim.hpp>
 #include <idem/server/failure.hpp>
 #include <idem/server/fingerprint/digest.hpp>
 #include <idem/server/handler_context.hpp>
@@ -37,61 +42,6 @@
 #include <idem/store/contract.hpp>
 
 namespace idem::detail {
-
-// What a record holds in place of a response too large to store: the size it had. A handler's
-// own response equal to this text would replay as too large; nothing else can be mistaken for
-// it, and it is written unsealed so that a codec never has to open it.
-inline constexpr char too_large_text[] = "\0idem: response too large to store\0";
-inline constexpr std::string_view too_large_marker{too_large_text, sizeof too_large_text - 1};
-
-/// How a claimed run's response is recorded: by complete after the handler returned, or by
-/// complete_within, in the transaction the handler writes in (TransactionalStore).
-enum class completion : std::uint8_t { direct, in_transaction };
-
-// Where a run's recovery points are written: the store, or the open transaction.
-template <class Store, completion How>
-struct checkpoint_writer {
-  using type = Store;
-};
-template <class Store>
-struct checkpoint_writer<Store, completion::in_transaction> {
-  using type = typename Store::transaction;
-};
-
-// A T made later in place, from the prvalue a function returns: no default construction and
-// assignment where the making must sit in a try block but the value must outlive it.
-template <class T>
-class made_later {
- public:
-  made_later() noexcept {}  // not = default, which the union would delete: value_ stays unmade
-  made_later(const made_later&) = delete;
-  made_later& operator=(const made_later&) = delete;
-  ~made_later() {
-    if (made_) value_.~T();
-  }
-
-  template <class Make>
-  T& make(Make&& make) {
-    ::new (static_cast<void*>(&value_)) T(std::forward<Make>(make)());
-    made_ = true;
-    return value_;
-  }
-  T& get() noexcept { return value_; }  // once made
-
- private:
-  union {
-    T value_;
-  };
-  bool made_ = false;
-};
-
-/// A claim this caller holds: what run_claimed needs to run under it.
-struct held_claim {
-  fenced_key held;
-  bool resumed = false;   // taken over from a holder whose lease expired
-  std::string recovery;   // the recovery points recorded before, opened
-  store_time claimed_at;  // the time the claim was made with
-};
 
 // Options: idempotent::options or inbox::options. The engine keeps them as they are given, so a
 // setting has no copy beside its options field, and its owner reads its own settings from them.
@@ -133,6 +83,13 @@ class engine {
         std::string(context) + error.what()};
   }
 
+  /// A claim the store answered `full`.
+  template <class Response>
+  static idempotent_outcome<Response> no_room() {
+    return idempotent_outcome<Response>{verdict::store_full,
+                                        "the store has no room for another record"};
+  }
+
   /// Runs `run` with no key and no claim, for services where the key is optional: nothing is
   /// stored, and a repeat runs again.
   template <class Response, class Run>
@@ -160,8 +117,7 @@ class engine {
     claim_result& claimed = result.get();
     switch (claimed.status) {
       case claim_status::full:
-        return idempotent_outcome<Response>{verdict::store_full,
-                                            "the store has no room for another record"};
+        return no_room<Response>();
       case claim_status::existing:
         return answer_existing<Response>(claimed.existing, print);
       case claim_status::claimed:
@@ -177,20 +133,24 @@ class engine {
   claim_result claim_waiting(std::string_view scope, std::string_view key, const digest& print,
                              store_time& claimed_at) {
     claim_result claimed = claim(scope, key, print, claimed_at);
-    const std::chrono::nanoseconds coalesce = options_.coalesce;
-    if (coalesce <= std::chrono::nanoseconds::zero()) return claimed;
+    if (options_.coalesce <= std::chrono::nanoseconds::zero()) return claimed;
+    coalescing_wait wait{options_.coalesce};
     const auto start = clock().now();
-    std::chrono::nanoseconds pause = std::chrono::milliseconds{1};
-    while (claimed.status == claim_status::existing &&
-           claimed.existing.state == record_state::in_progress &&
-           claimed.existing.fingerprint == print) {
-      const std::chrono::nanoseconds waited = clock().now() - start;
-      if (waited >= coalesce) break;
-      clock().sleep_for(std::min(pause, coalesce - waited));
-      pause = std::min<std::chrono::nanoseconds>(2 * pause, std::chrono::milliseconds{50});
+    while (coalescing_wait::waits_on(claimed, print)) {
+      const std::optional<std::chrono::nanoseconds> pause = wait.next_pause(clock().now() - start);
+      if (!pause) break;
+      clock().sleep_for(*pause);
       claimed = claim(scope, key, print, claimed_at);
     }
     return claimed;
+  }
+
+  /// One claim of (scope, key), at the clock's time, which `claimed_at` is set to.
+  claim_result claim(std::string_view scope, std::string_view key, const digest& print,
+                     store_time& claimed_at) {
+    claimed_at = clock().wall_now();
+    return store().claim(
+        claim_request{scope, key, print, claimed_at, options_.lease, options_.retention});
   }
 
   /// The claim this caller holds after claim_waiting answered claimed or taken_over.
@@ -260,7 +220,14 @@ class engine {
   /// released or a failure response stored.
   template <class Response, class Failure>
   void settle_failure(const fenced_key& held, std::size_t steps, const Failure& failure) {
-    const failure_info info{std::current_exception(), held.scope, held.key, held.fence, steps};
+    settle_failure<Response>(held, steps, failure, std::current_exception());
+  }
+  /// The same for a failure caught before (`error`): a driver that awaits the store's calls
+  /// settles outside the catch block.
+  template <class Response, class Failure>
+  void settle_failure(const fenced_key& held, std::size_t steps, const Failure& failure,
+                      std::exception_ptr error) {
+    const failure_info info{std::move(error), held.scope, held.key, held.fence, steps};
     try {
       std::optional<Response> stored = failure.template stored_response<Response>(info);
       if (stored) {
@@ -296,13 +263,13 @@ class engine {
         "the attempt that took it"};
   }
 
- private:
   // Whether responses and recovery points go through the codec: the default one costs no call.
   static constexpr bool seals = !std::is_same_v<codec_type, plain_response_codec>;
 
-  // Where a handler_context records recovery points: a fenced checkpoint that also renews the
-  // lease, through the store, or for a transactional handler through its transaction
-  // (committed or rolled back with it). Both have checkpoint(held, recovery, lease_until).
+  /// Where a handler_context records recovery points: a fenced checkpoint that also renews the
+  /// lease, through the store, or for a transactional handler through its transaction
+  /// (committed or rolled back with it). Both have checkpoint(held, recovery, lease_until).
+  /// Public for the drivers that make a context for a held claim themselves (idem/asio).
   template <class Writer>
   class checkpointer final : public recovery_writer {
    public:
@@ -330,13 +297,7 @@ class engine {
     fenced_key held_;
   };
 
-  claim_result claim(std::string_view scope, std::string_view key, const digest& print,
-                     store_time& claimed_at) {
-    claimed_at = clock().wall_now();
-    return store().claim(
-        claim_request{scope, key, print, claimed_at, options_.lease, options_.retention});
-  }
-
+ private:
   // The `now` a completion is given: the clock's, unless the store says it does not read it
   // (reads_completion_time, idem/store/contract.hpp); then the claim's time, and no second
   // clock read.
@@ -348,9 +309,10 @@ class engine {
     }
   }
 
-  // completion::direct: the handler returned `response`; completes the record with it. A
-  // std::string response is stored as it is, without a copy, unless a response codec seals it
-  // or it passes max_response_bytes; anything else is encoded.
+ public:
+  /// completion::direct: the handler returned `response`; completes the record with it. A
+  /// std::string response is stored as it is, without a copy, unless a response codec seals it
+  /// or it passes max_response_bytes; anything else is encoded.
   template <class Response>
   idempotent_outcome<Response> record_directly(const held_claim& claim, const digest& print,
                                                Response response) {
@@ -389,6 +351,7 @@ class engine {
     return outcome_type::executed(std::move(response), claim.held.fence, claim.resumed);
   }
 
+ private:
   // completion::in_transaction: the handler runs inside the transaction that completes the
   // record, so its writes and the record commit together. A store failure there rolls both back
   // and answers store_unavailable or store_full; the claim stays until its lease ends (a commit

@@ -7,6 +7,7 @@
 #error "Include <catch2/catch.hpp> before <idem/testing/store_conformance.hpp>."
 #endif
 
+#include <idem/testing/conformance/guarded_handlers.hpp>
 #include <idem/testing/conformance/support.hpp>
 
 namespace idem::testing {
@@ -14,44 +15,27 @@ namespace idem::testing {
 namespace conformance {
 
 // ---- through idempotent and inbox --------------------------------------------------------
+//
+// Each case takes the Driver that calls the wrapper (guarded_handlers.hpp): blocking_driver for
+// idempotent and inbox, or an asynchronous one.
 
-template <class S>
-struct wrapped_policies : default_policies {
-  using store = S;
-  using clock = manual_clock;
-};
-
-struct counted_handler {
-  std::shared_ptr<std::atomic<int>> runs = std::make_shared<std::atomic<int>>(0);
-  http_response operator()(handler_context& context, const http_request& request) const {
-    runs->fetch_add(1);
-    return http_response{
-        201,
-        {{"content-type", "application/octet-stream"}, {"x-key", std::string(context.key())}},
-        request.body + every_byte()};
-  }
-};
-
-inline http_request charge(std::string body = "{\"amount\":100}") {
-  return http_request{"POST", "/charges", {{"content-type", "application/json"}}, std::move(body)};
-}
-
-template <class Factory, class Handler = counted_handler>
+template <class Factory, class Driver, class Handler = counted_handler>
 auto guarded(store_of<Factory> store, manual_clock clock, Handler handler = {}) {
   using policies = wrapped_policies<store_of<Factory>>;
-  typename idempotent<Handler, policies>::options parts;
+  typename Driver::template guard<Handler, policies>::options parts;
   parts.store = std::move(store);
   parts.clock = std::move(clock);
-  return std::make_unique<idempotent<Handler, policies>>(std::move(handler), std::move(parts));
+  return std::make_unique<typename Driver::template guard<Handler, policies>>(std::move(handler),
+                                                                              std::move(parts));
 }
 
-template <class Factory>
+template <class Factory, class Driver = blocking_driver>
 void a_missing_or_invalid_key_is_refused_and_stores_nothing() {
   Factory factory;
   auto store = fresh(factory);
   manual_clock clock;
   counted_handler handler;
-  auto payments = guarded<Factory>(store, clock, handler);
+  auto payments = guarded<Factory, Driver>(store, clock, handler);
 
   const auto missing = (*payments)("tenant", std::nullopt, charge());
   CHECK(missing.verdict() == verdict::missing_key);
@@ -74,13 +58,13 @@ void a_missing_or_invalid_key_is_refused_and_stores_nothing() {
   CHECK((*payments)("tenant", longest, charge()).verdict() == verdict::executed);
 }
 
-template <class Factory>
+template <class Factory, class Driver = blocking_driver>
 void a_repeat_replays_the_stored_response_byte_for_byte() {
   Factory factory;
   auto store = fresh(factory);
   manual_clock clock;
   counted_handler handler;
-  auto payments = guarded<Factory>(store, clock, handler);
+  auto payments = guarded<Factory, Driver>(store, clock, handler);
 
   const auto first = (*payments)("tenant", "order-17", charge());
   REQUIRE(first.verdict() == verdict::executed);
@@ -94,13 +78,13 @@ void a_repeat_replays_the_stored_response_byte_for_byte() {
   CHECK(*handler.runs == 1);
 }
 
-template <class Factory>
+template <class Factory, class Driver = blocking_driver>
 void a_key_reused_with_another_request_is_rejected_with_422() {
   Factory factory;
   auto store = fresh(factory);
   manual_clock clock;
   counted_handler handler;
-  auto payments = guarded<Factory>(store, clock, handler);
+  auto payments = guarded<Factory, Driver>(store, clock, handler);
 
   REQUIRE((*payments)("tenant", "k", charge("{\"amount\":100}")).verdict() == verdict::executed);
   const auto reused = (*payments)("tenant", "k", charge("{\"amount\":999}"));
@@ -118,13 +102,13 @@ void a_key_reused_with_another_request_is_rejected_with_422() {
   CHECK(*handler.runs == 1);
 }
 
-template <class Factory>
+template <class Factory, class Driver = blocking_driver>
 void a_duplicate_of_a_request_in_progress_gets_409() {
   Factory factory;
   auto store = fresh(factory);
   manual_clock clock;
   counted_handler handler;
-  auto payments = guarded<Factory>(store, clock, handler);
+  auto payments = guarded<Factory, Driver>(store, clock, handler);
   const digest held = payments->fingerprint()(view_of(charge()));
   REQUIRE(
       store.claim(claim_request{"tenant", "k", held, clock.wall_now(), lease, retention}).status ==
@@ -137,70 +121,15 @@ void a_duplicate_of_a_request_in_progress_gets_409() {
   CHECK(*handler.runs == 0);
 }
 
-// Where a handler thread stops until the test lets it go: a request in flight, or a holder
-// paused past its lease.
-class gate {
- public:
-  // The handler's side: says it got here, then waits to be let through.
-  void arrive_and_wait() {
-    std::unique_lock lock(mutex_);
-    reached_ = true;
-    changed_.notify_all();
-    changed_.wait(lock, [&] { return open_; });
-  }
-  // The test's side.
-  void wait_until_reached() {
-    std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return reached_; });
-  }
-  void open() {
-    const std::lock_guard lock(mutex_);
-    open_ = true;
-    changed_.notify_all();
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  bool reached_ = false;
-  bool open_ = false;
-};
-
-// A handler that runs until the test lets it go: a request in flight.
-struct gated_handler {
-  struct shared {
-    gate in_flight;
-    std::atomic<int> runs{0};
-  };
-  std::shared_ptr<shared> state = std::make_shared<shared>();
-
-  http_response operator()(handler_context& context, const http_request& request) const {
-    state->runs.fetch_add(1);
-    // Only the first run waits; a takeover runs straight through.
-    if (context.fence() == 1) state->in_flight.arrive_and_wait();
-    context.step("after the gate", [] {});
-    return http_response{200, {}, "done:" + request.body};
-  }
-
-  void wait_until_entered() const { state->in_flight.wait_until_reached(); }
-  void open() const { state->in_flight.open(); }
-};
-
-template <class S>
-struct coalescing_policies : default_policies {
-  using store = S;
-  using clock = steady_clock;  // the wait is real: a real thread completes the request
-};
-
-template <class Factory>
+template <class Factory, class Driver = blocking_driver>
 void a_coalescing_duplicate_waits_for_the_response_and_replays_it() {
   Factory factory;
   using policies = coalescing_policies<store_of<Factory>>;
   gated_handler handler;
-  typename idempotent<gated_handler, policies>::options parts;
+  typename Driver::template guard<gated_handler, policies>::options parts;
   parts.store = fresh(factory);
   parts.coalesce = 10s;
-  idempotent<gated_handler, policies> payments(handler, std::move(parts));
+  typename Driver::template guard<gated_handler, policies> payments(handler, std::move(parts));
 
   std::optional<idempotent_outcome<http_response>> original;
   std::thread first([&] { original.emplace(payments("tenant", "k", charge())); });
@@ -219,17 +148,18 @@ void a_coalescing_duplicate_waits_for_the_response_and_replays_it() {
   CHECK(handler.state->runs == 1);
 }
 
-template <class Factory>
+template <class Factory, class Driver = blocking_driver>
 void a_coalescing_wait_is_bounded() {
   Factory factory;
   auto store = fresh(factory);
   manual_clock clock;
   using policies = wrapped_policies<store_of<Factory>>;
-  typename idempotent<counted_handler, policies>::options parts;
+  typename Driver::template guard<counted_handler, policies>::options parts;
   parts.store = store;
   parts.clock = clock;
   parts.coalesce = 2s;
-  idempotent<counted_handler, policies> payments(counted_handler{}, std::move(parts));
+  typename Driver::template guard<counted_handler, policies> payments(counted_handler{},
+                                                                      std::move(parts));
   const digest held = payments.fingerprint()(view_of(charge()));
   REQUIRE(
       store.claim(claim_request{"tenant", "k", held, clock.wall_now(), lease, retention}).status ==
@@ -241,36 +171,13 @@ void a_coalescing_wait_is_bounded() {
   CHECK(*payments.handler().runs == 0);
 }
 
-// A handler that records a step, then stops until released: a holder paused past its lease.
-struct resumable_handler {
-  struct shared {
-    std::atomic<int> charges{0};
-    std::atomic<int> emails{0};
-    gate pause;
-  };
-  std::shared_ptr<shared> state = std::make_shared<shared>();
-
-  http_response operator()(handler_context& context, const http_request&) const {
-    const std::string charge_id = context.step("charge", [&] {
-      state->charges.fetch_add(1);
-      return std::string("ch_") + std::to_string(context.fence());
-    });
-    if (context.fence() == 1) state->pause.arrive_and_wait();
-    context.step("email", [&] { state->emails.fetch_add(1); });
-    return http_response{201, {}, charge_id + " fence " + std::to_string(context.fence())};
-  }
-
-  void wait_until_paused() const { state->pause.wait_until_reached(); }
-  void resume() const { state->pause.open(); }
-};
-
-template <class Factory>
+template <class Factory, class Driver = blocking_driver>
 void an_expired_claim_is_taken_over_and_resumes_from_its_recovery_point() {
   Factory factory;
   auto store = fresh(factory);
   manual_clock clock;
   resumable_handler handler;
-  auto payments = guarded<Factory, resumable_handler>(store, clock, handler);
+  auto payments = guarded<Factory, Driver, resumable_handler>(store, clock, handler);
 
   std::optional<idempotent_outcome<http_response>> paused_outcome;
   std::thread paused([&] { paused_outcome.emplace((*payments)("tenant", "k", charge())); });
@@ -303,29 +210,13 @@ void an_expired_claim_is_taken_over_and_resumes_from_its_recovery_point() {
   CHECK(decode<http_response>(found->response) == taken.value());
 }
 
-struct declined : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-struct throwing_handler {
-  std::shared_ptr<std::atomic<int>> runs = std::make_shared<std::atomic<int>>(0);
-  std::shared_ptr<std::atomic<bool>> fail = std::make_shared<std::atomic<bool>>(true);
-  std::shared_ptr<std::atomic<bool>> step_first = std::make_shared<std::atomic<bool>>(false);
-  http_response operator()(handler_context& context, const http_request&) const {
-    runs->fetch_add(1);
-    if (*step_first) context.step("charge", [] { return 1; });
-    if (*fail) throw declined("card declined, attempt " + std::to_string(*runs));
-    return http_response{200, {}, "charged"};
-  }
-};
-
-template <class Factory>
+template <class Factory, class Driver = blocking_driver>
 void a_handler_that_throws_releases_the_key_and_its_exception_passes_through() {
   Factory factory;
   auto store = fresh(factory);
   manual_clock clock;
   throwing_handler handler;
-  auto payments = guarded<Factory, throwing_handler>(store, clock, handler);
+  auto payments = guarded<Factory, Driver, throwing_handler>(store, clock, handler);
 
   try {
     (void)(*payments)("tenant", "k", charge());
@@ -341,22 +232,17 @@ void a_handler_that_throws_releases_the_key_and_its_exception_passes_through() {
   CHECK(*handler.runs == 2);
 }
 
-template <class S>
-struct stripe_policies : wrapped_policies<S> {
-  using failure = store_failures_after_effect<>;
-};
-
-template <class Factory>
+template <class Factory, class Driver = blocking_driver>
 void a_failure_after_the_effect_began_is_stored_under_the_stripe_policy() {
   Factory factory;
   auto store = fresh(factory);
   manual_clock clock;
   using policies = stripe_policies<store_of<Factory>>;
   throwing_handler handler;
-  typename idempotent<throwing_handler, policies>::options parts;
+  typename Driver::template guard<throwing_handler, policies>::options parts;
   parts.store = store;
   parts.clock = clock;
-  idempotent<throwing_handler, policies> payments(handler, std::move(parts));
+  typename Driver::template guard<throwing_handler, policies> payments(handler, std::move(parts));
 
   // Failing before any recovery point: released, as by default.
   CHECK_THROWS_AS(payments("tenant", "early", charge()), declined);
@@ -372,17 +258,17 @@ void a_failure_after_the_effect_began_is_stored_under_the_stripe_policy() {
   CHECK(*handler.runs == 2);
 }
 
-template <class Factory>
+template <class Factory, class Driver = blocking_driver>
 void a_store_that_is_down_or_full_answers_503_and_runs_nothing() {
   Factory factory;
   faulty_store<store_of<Factory>> store(fresh(factory));
   manual_clock clock;
   counted_handler handler;
   using policies = wrapped_policies<faulty_store<store_of<Factory>>>;
-  typename idempotent<counted_handler, policies>::options parts;
+  typename Driver::template guard<counted_handler, policies>::options parts;
   parts.store = store;
   parts.clock = clock;
-  idempotent<counted_handler, policies> payments(handler, std::move(parts));
+  typename Driver::template guard<counted_handler, policies> payments(handler, std::move(parts));
 
   store.fail(faulty_store<store_of<Factory>>::mode::unavailable);
   const auto down = payments("tenant", "k", charge());
@@ -405,11 +291,12 @@ void a_store_that_is_down_or_full_answers_503_and_runs_nothing() {
     Factory bounded_factory;
     store_limits limits;
     limits.max_records = 1;
-    typename idempotent<counted_handler, wrapped_policies<store_of<Factory>>>::options small;
+    typename Driver::template guard<counted_handler, wrapped_policies<store_of<Factory>>>::options
+        small;
     small.store = fresh(bounded_factory, limits);
     small.clock = clock;
-    idempotent<counted_handler, wrapped_policies<store_of<Factory>>> tiny(handler,
-                                                                          std::move(small));
+    typename Driver::template guard<counted_handler, wrapped_policies<store_of<Factory>>> tiny(
+        handler, std::move(small));
     CHECK(tiny("tenant", "one", charge()).verdict() == verdict::executed);
     const auto no_room = tiny("tenant", "two", charge());
     CHECK(no_room.verdict() == verdict::store_full);
@@ -418,23 +305,18 @@ void a_store_that_is_down_or_full_answers_503_and_runs_nothing() {
   }
 }
 
-template <class Factory>
+template <class Factory, class Driver = blocking_driver>
 void a_store_failing_after_the_handler_ran_is_reported_not_swallowed() {
   Factory factory;
   faulty_store<store_of<Factory>> store(fresh(factory));
   manual_clock clock;
   using policies = wrapped_policies<faulty_store<store_of<Factory>>>;
-  struct failing_midway {
-    faulty_store<store_of<Factory>> store;
-    http_response operator()(handler_context&, const http_request&) {
-      store.fail(faulty_store<store_of<Factory>>::mode::unavailable);
-      return http_response{200, {}, "effect done"};
-    }
-  };
-  typename idempotent<failing_midway, policies>::options parts;
+  using failing_midway = store_failing_midway<store_of<Factory>>;
+  typename Driver::template guard<failing_midway, policies>::options parts;
   parts.store = store;
   parts.clock = clock;
-  idempotent<failing_midway, policies> payments(failing_midway{store}, std::move(parts));
+  typename Driver::template guard<failing_midway, policies> payments(failing_midway{store},
+                                                                     std::move(parts));
 
   const auto outcome = payments("tenant", "k", charge());
   CHECK(outcome.verdict() == verdict::executed);
@@ -449,13 +331,13 @@ void a_store_failing_after_the_handler_ran_is_reported_not_swallowed() {
   CHECK(payments.stuck().size() == 1);
 }
 
-template <class Factory>
+template <class Factory, class Driver = blocking_driver>
 void a_repeat_after_retention_runs_again_and_sweep_forgets() {
   Factory factory;
   auto store = fresh(factory);
   manual_clock clock;
   counted_handler handler;
-  auto payments = guarded<Factory>(store, clock, handler);
+  auto payments = guarded<Factory, Driver>(store, clock, handler);
 
   REQUIRE((*payments)("tenant", "k", charge()).verdict() == verdict::executed);
   clock.advance(retention - 1s);
@@ -467,13 +349,13 @@ void a_repeat_after_retention_runs_again_and_sweep_forgets() {
   CHECK(*handler.runs == 2);
 }
 
-template <class Factory>
+template <class Factory, class Driver = blocking_driver>
 void reconciliation_lists_requests_stuck_past_their_lease() {
   Factory factory;
   auto store = fresh(factory);
   manual_clock clock;
   resumable_handler handler;
-  auto payments = guarded<Factory, resumable_handler>(store, clock, handler);
+  auto payments = guarded<Factory, Driver, resumable_handler>(store, clock, handler);
   std::thread paused([&] { (void)(*payments)("tenant", "stuck-key", charge()); });
   handler.wait_until_paused();
   CHECK(payments->stuck().empty());
@@ -492,13 +374,13 @@ void reconciliation_lists_requests_stuck_past_their_lease() {
   CHECK(found->fence == 1);
 }
 
-template <class Factory>
+template <class Factory, class Driver = blocking_driver>
 void another_scopes_key_is_answered_as_an_absent_one() {
   Factory factory;
   auto store = fresh(factory);
   manual_clock clock;
   counted_handler handler;
-  auto payments = guarded<Factory>(store, clock, handler);
+  auto payments = guarded<Factory, Driver>(store, clock, handler);
   REQUIRE((*payments)("tenant-a", "shared-key", charge("{\"a\":1}")).verdict() ==
           verdict::executed);
   // Another body under the same key in another scope is neither a mismatch nor a replay.
@@ -507,13 +389,13 @@ void another_scopes_key_is_answered_as_an_absent_one() {
   CHECK(*handler.runs == 2);
 }
 
-template <class Factory>
+template <class Factory, class Driver = blocking_driver>
 void an_inbox_runs_each_event_once() {
   Factory factory;
   using policies = wrapped_policies<store_of<Factory>>;
-  typename inbox<policies>::options parts;
+  typename Driver::template inbox<policies>::options parts;
   parts.store = fresh(factory);
-  inbox<policies> consumed(std::move(parts));
+  typename Driver::template inbox<policies> consumed(std::move(parts));
   int shipped = 0;
   for (int delivery = 0; delivery < 3; ++delivery) {
     const auto outcome = consumed.deduplicate("orders", "evt-1", [&] { ++shipped; });

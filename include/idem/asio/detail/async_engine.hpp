@@ -1,0 +1,283 @@
+// The asynchronous driver of the engine (idem/server/detail/engine.hpp): the same claim, run
+// under the fence, record or release, with every rule taken from the engine's steps, and only
+// the waiting done differently.
+//
+//   claim_waiting   engine::claim, and with coalescing engine's coalescing_wait pauses waited on
+//                   a clock_timer instead of a sleeping thread;
+//   run_claimed     the handler (an asio::awaitable) under the claim, with a heartbeat that
+//                   renews the lease every third of it while the handler is suspended, and
+//                   cancels the handler (terminal cancellation) when a renewal finds the fence
+//                   lost; then engine::record_directly, settle_failure or answer_lost.
+//
+// Every store call goes through store_calls: inline for a store that never blocks, else on the
+// store's executor. Cancellation (the completion handler's slot, any type) is answered, never
+// thrown: a wait for a duplicate ends with verdict::cancelled and nothing claimed; a handler
+// cancelled (or throwing after the caller cancelled) is settled by the failure policy as a
+// handler that threw, and the call ends with verdict::cancelled; a handler that returned is
+// recorded as usual, since its effect happened.
+//
+// As every Asio composed operation, one call's parts (the handler, the heartbeat) run on the
+// executor it was started on, which must not run them at once: a strand, or an io_context run
+// by one thread.
+#ifndef IDEM_ASIO_DETAIL_ASYNC_ENGINE_HPP
+#define IDEM_ASIO_DETAIL_ASYNC_ENGINE_HPP
+
+#include <chrono>
+#include <exception>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <idem/asio/config.hpp>
+#include <idem/asio/detail/claim_writer.hpp>
+#include <idem/asio/detail/store_calls.hpp>
+#include <idem/asio/handler_context.hpp>
+#include <idem/asio/timer.hpp>
+#include <idem/server/detail/coalescing.hpp>
+#include <idem/server/detail/engine.hpp>
+#include <idem/server/detail/held_claim.hpp>
+#include <idem/server/outcome.hpp>
+
+namespace idem::detail {
+
+/// Whether the operation's caller asked to cancel it (any cancellation type).
+inline asio::awaitable<bool> cancellation_requested() {
+  const asio::cancellation_state state = co_await asio::this_coro::cancellation_state;
+  co_return state.cancelled() != asio::cancellation_type::none;
+}
+
+template <class Response>
+idempotent_outcome<Response> cancelled_outcome(std::string_view when) {
+  return idempotent_outcome<Response>{verdict::cancelled,
+                                      "the call was cancelled " + std::string(when)};
+}
+
+// Options: async_idempotent::options or async_inbox::options; the engine's fields, and
+// store_executor and heartbeat.
+template <class Options>
+class async_engine {
+ public:
+  using core_type = engine<Options>;
+  using store_type = typename core_type::store_type;
+  using clock_type = typename core_type::clock_type;
+
+  async_engine(Options options, const char* who)
+      : core_(std::move(options), who), calls_(core_.options().store_executor, who) {}
+
+  core_type& core() noexcept { return core_; }
+  const Options& options() const noexcept { return core_.options(); }
+
+  /// Runs `run(async_handler_context&)` with no key and no claim: nothing is stored.
+  template <class Response, class Run>
+  static asio::awaitable<idempotent_outcome<Response>> run_unguarded(std::string_view scope,
+                                                                     Run run) {
+    async_handler_context context{scope, {}, 0};
+    co_return idempotent_outcome<Response>::unrecorded(verdict::executed, co_await run(context),
+                                                       "no idempotency key: not guarded");
+  }
+
+  /// engine::run, awaited: claims (scope, key) for a request with fingerprint `print` and, when
+  /// the claim is this caller's, runs `run(async_handler_context&)` (an awaitable<Response>)
+  /// under it. A handler's own exception passes through after `failure` settled the key.
+  template <class Response, class Run, class Failure>
+  asio::awaitable<idempotent_outcome<Response>> run(std::string_view scope, std::string_view key,
+                                                    digest print, Run run, const Failure& failure) {
+    // Every cancellation type is heard, and none throws here: each ending is a verdict.
+    co_await asio::this_coro::reset_cancellation_state(asio::enable_total_cancellation());
+    co_await asio::this_coro::throw_if_cancelled(false);
+    store_time claimed_at{};
+    std::optional<claim_result> claimed;
+    try {
+      claimed = co_await claim_waiting(scope, key, print, claimed_at);
+    } catch (const store_error& error) {
+      co_return core_type::template refused<Response>(error);
+    }
+    if (!claimed) {
+      co_return cancelled_outcome<Response>(
+          "while it waited for a duplicate in progress to settle; nothing was claimed");
+    }
+    switch (claimed->status) {
+      case claim_status::full:
+        co_return core_type::template no_room<Response>();
+      case claim_status::existing:
+        co_return core_.template answer_existing<Response>(claimed->existing, print);
+      case claim_status::claimed:
+      case claim_status::taken_over:
+        break;
+    }
+    held_claim claim = core_.hold(scope, key, *claimed, claimed_at);
+    if (co_await cancellation_requested()) {
+      // Nothing ran: the claim is settled as the failure policy settles a handler that
+      // threw before any recovery point (released, by every policy idem provides).
+      co_await settle<Response>(claim.held, 0, failure, aborted());
+      co_return cancelled_outcome<Response>("before its handler ran; the key was settled");
+    }
+    co_return co_await run_claimed<Response>(std::move(claim), print, run, failure);
+  }
+
+ private:
+  using writer_type = claim_writer<core_type>;
+
+  template <class Response>
+  struct handler_run {
+    std::optional<Response> response;
+    std::exception_ptr thrown;
+    bool returned = false;  // the handler's awaitable ended; its coroutine may still unwind
+    bool finished = false;  // its coroutine has unwound
+  };
+
+  // engine::claim_waiting, with the pauses waited on a timer. No claim when the caller
+  // cancelled the wait.
+  asio::awaitable<std::optional<claim_result>> claim_waiting(std::string_view scope,
+                                                             std::string_view key,
+                                                             const digest& print,
+                                                             store_time& claimed_at) {
+    auto claim = [&] { return core_.claim(scope, key, print, claimed_at); };
+    claim_result claimed = co_await calls_(claim);
+    if (options().coalesce <= std::chrono::nanoseconds::zero()) co_return std::move(claimed);
+    coalescing_wait wait{options().coalesce};
+    clock_timer<clock_type> timer{co_await asio::this_coro::executor, core_.clock()};
+    const auto start = core_.clock().now();
+    while (coalescing_wait::waits_on(claimed, print)) {
+      const std::optional<std::chrono::nanoseconds> pause =
+          wait.next_pause(core_.clock().now() - start);
+      if (!pause) break;
+      if (co_await cancellation_requested()) co_return std::nullopt;
+      asio_error_code error;
+      co_await timer.async_wait_for(*pause, asio::redirect_error(asio::use_awaitable, error));
+      if (error) co_return std::nullopt;
+      claimed = co_await calls_(claim);
+    }
+    co_return std::move(claimed);
+  }
+
+  // engine::run_claimed, awaited.
+  template <class Response, class Run, class Failure>
+  asio::awaitable<idempotent_outcome<Response>> run_claimed(held_claim claim, const digest& print,
+                                                            Run& run, const Failure& failure) {
+    writer_type writer{core_, claim.held, calls_, claim.recovery};
+    async_handler_context context{claim.held.scope,          claim.held.key,
+                                  claim.held.fence,          claim.resumed,
+                                  std::move(claim.recovery), &writer};
+    handler_run<Response> ran;
+    if (options().heartbeat) {
+      co_await run_with_heartbeat(context, run, writer, ran);
+    } else {
+      // The handler awaits in this coroutine: its operations see the caller's cancellation,
+      // and after one, throw as any coroutine's do.
+      co_await asio::this_coro::throw_if_cancelled(true);
+      try {
+        ran.response.emplace(co_await run(context));
+      } catch (...) {
+        ran.thrown = std::current_exception();
+      }
+      co_await asio::this_coro::throw_if_cancelled(false);
+    }
+    const bool cancelled = co_await cancellation_requested();
+    const fenced_key& held = claim.held;
+    if (ran.thrown) {
+      if (writer.lost() || is_lease_lost(ran.thrown)) {
+        co_return co_await calls_(
+            [&] { return core_.template answer_lost<Response>(held.scope, held.key, print); });
+      }
+      // A recovery point's store failed: its effect may not be recorded, so the claim stays
+      // for a takeover after the lease, as the blocking driver keeps it.
+      if (writer.failed() && !cancelled) std::rethrow_exception(ran.thrown);
+      if (!writer.failed())
+        co_await settle<Response>(held, context.steps_recorded(), failure, ran.thrown);
+      if (cancelled) {
+        co_return cancelled_outcome<Response>(
+            "while its handler ran; nothing was recorded, and the key was settled as for a "
+            "handler that threw");
+      }
+      std::rethrow_exception(ran.thrown);
+    }
+    co_return co_await calls_([&] {
+      return core_.template record_directly<Response>(claim, print, std::move(*ran.response));
+    });
+  }
+
+  // The handler on a coroutine of its own, and meanwhile a heartbeat in this one: every third
+  // of the lease a fenced renewal, until the handler finishes. A renewal that finds the fence
+  // lost, or the caller's cancellation, cancels the handler, and the heartbeat then waits for it
+  // to finish.
+  template <class Response, class Run>
+  asio::awaitable<void> run_with_heartbeat(async_handler_context& context, Run& run,
+                                           writer_type& writer, handler_run<Response>& ran) {
+    const asio::any_io_executor executor = co_await asio::this_coro::executor;
+    clock_timer<clock_type> beat{executor, core_.clock()};
+    asio::cancellation_signal stop_handler;
+    asio::co_spawn(
+        executor,
+        [&]() -> asio::awaitable<void> {
+          try {
+            ran.response.emplace(co_await run(context));
+          } catch (...) {
+            ran.thrown = std::current_exception();
+          }
+          ran.returned = true;
+        },
+        // Finished only in the completion, once the handler's coroutine has unwound: its
+        // cancellation state lives in stop_handler, which must outlive it.
+        asio::bind_cancellation_slot(stop_handler.slot(), [&](const std::exception_ptr&) {
+          ran.finished = true;
+          beat.cancel();
+        }));
+    const std::chrono::nanoseconds period = options().lease / 3;
+    bool stopping = false;
+    auto stop = [&] {
+      if (stopping) return;
+      stopping = true;
+      stop_handler.emit(asio::cancellation_type::terminal);
+    };
+    while (!ran.finished) {
+      if (ran.returned) {
+        // A handler that never suspended for long (most of them) costs no timer: its coroutine
+        // is one posted step from unwound.
+        co_await asio::post(asio::use_awaitable);
+        continue;
+      }
+      if (co_await cancellation_requested()) stop();
+      asio_error_code error;
+      co_await beat.async_wait_for(period, asio::redirect_error(asio::use_awaitable, error));
+      if (ran.finished) break;
+      if (error || stopping) continue;  // error: the caller cancelled, seen at the loop's top
+      bool kept = true;
+      try {
+        kept = co_await calls_([&writer] { return writer.renew(); });
+      } catch (const store_error&) {
+        // The store could not answer this beat; the next one tries again, and a step that
+        // cannot write stops the handler itself.
+      }
+      if (!kept) stop();
+    }
+  }
+
+  template <class Response, class Failure>
+  asio::awaitable<void> settle(const fenced_key& held, std::size_t steps, const Failure& failure,
+                               std::exception_ptr error) {
+    co_await calls_([&] { core_.template settle_failure<Response>(held, steps, failure, error); });
+  }
+
+  static bool is_lease_lost(const std::exception_ptr& thrown) {
+    try {
+      std::rethrow_exception(thrown);
+    } catch (const lease_lost&) {
+      return true;
+    } catch (...) {
+      return false;
+    }
+  }
+
+  static std::exception_ptr aborted() {
+    return std::make_exception_ptr(asio_system_error(asio::error::operation_aborted));
+  }
+
+  core_type core_;
+  store_calls<store_type> calls_;
+};
+
+}  // namespace idem::detail
+
+#endif  // IDEM_ASIO_DETAIL_ASYNC_ENGINE_HPP

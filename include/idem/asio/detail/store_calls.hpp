@@ -1,0 +1,95 @@
+// Where an asynchronous driver's store calls run: inline, on the caller's executor, for a store
+// that never blocks (idem::never_blocks: memory_store, locked_store), and on the executor the
+// user gave for blocking work (a thread pool's, or a strand of it) for any other, so that a
+// database round trip never stalls the event loop.
+//
+// A call handed to the store's executor always runs to its end, whatever the caller's
+// cancellation says meanwhile: a store call cut off half way could have claimed, completed or
+// released without its caller knowing. The caller resumes on its own executor afterwards.
+#ifndef IDEM_ASIO_DETAIL_STORE_CALLS_HPP
+#define IDEM_ASIO_DETAIL_STORE_CALLS_HPP
+
+#include <exception>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include <idem/asio/config.hpp>
+#include <idem/store/contract.hpp>
+
+namespace idem::detail {
+
+// GCC takes the frame of a coroutine template for a class defined in this header, and warns when
+// a call given to it is a lambda whose type has no linkage (a handler in an anonymous namespace
+// gives one). The frame is private to its instantiation, so no definition can differ between
+// translation units: the warning has nothing to report here.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wsubobject-linkage"
+#endif
+
+template <class Store>
+class store_calls {
+ public:
+  static constexpr bool inline_calls = never_blocks<Store>;
+
+  /// Throws std::invalid_argument, naming `who`, for a store that blocks and no executor to run
+  /// its calls on.
+  store_calls(asio::any_io_executor executor, const char* who) : executor_(std::move(executor)) {
+    if (!inline_calls && !executor_) {
+      throw std::invalid_argument(
+          std::string(who) +
+          ": this store blocks (it does not declare never_blocks), so its calls must not run on "
+          "the event loop: give options.store_executor, e.g. an asio::thread_pool's executor");
+    }
+  }
+
+  /// Runs `call` where the store's calls run, and answers what it returned or throws what it
+  /// threw.
+  template <class Call>
+  asio::awaitable<std::invoke_result_t<Call&>> operator()(Call call) const {
+    using result_type = std::invoke_result_t<Call&>;
+    if constexpr (inline_calls) {
+      co_return call();
+    } else {
+      using kept_type = std::conditional_t<std::is_void_v<result_type>, bool, result_type>;
+      std::optional<kept_type> result;
+      std::exception_ptr error;
+      // The coroutine's handler is never connected to its cancellation slot here: see the top.
+      co_await asio::async_initiate<const asio::use_awaitable_t<>&, void()>(
+          [&](auto resume) {
+            asio::post(executor_, [&, resume = std::move(resume)]() mutable {
+              try {
+                if constexpr (std::is_void_v<result_type>) {
+                  call();
+                  result.emplace(true);
+                } else {
+                  result.emplace(call());
+                }
+              } catch (...) {
+                error = std::current_exception();
+              }
+              // Back to the coroutine's own executor.
+              const auto home = asio::get_associated_executor(resume);
+              asio::post(home, std::move(resume));
+            });
+          },
+          asio::use_awaitable);
+      if (error) std::rethrow_exception(error);
+      if constexpr (!std::is_void_v<result_type>) co_return std::move(*result);
+    }
+  }
+
+ private:
+  asio::any_io_executor executor_;
+};
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+}  // namespace idem::detail
+
+#endif  // IDEM_ASIO_DETAIL_STORE_CALLS_HPP

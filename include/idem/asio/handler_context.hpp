@@ -1,0 +1,152 @@
+// What an asynchronous guarded handler is given: everything a handler_context gives, and
+// recovery points whose work and whose recording are awaited instead of blocking the thread.
+//
+//   auto charge = [&](idem::async_handler_context& ctx,
+//                     const idem::http_request& request) -> asio::awaitable<idem::http_response> {
+//     auto id = co_await ctx.async_step("charge", [&]() -> asio::awaitable<std::string> {
+//       co_return co_await provider.async_charge(amount, ctx.downstream_key("charge"));
+//     });
+//     co_return idem::http_response{201, {}, id};
+//   };
+//
+// Why a class of its own, and why derived from handler_context: handler_context is core, and the
+// core depends on the standard library alone (idem/idem.hpp, the single header), so it cannot
+// name asio::awaitable. Deriving keeps one set of rules for a recovery point: async_step uses
+// the base's parts (find_recorded, append_step, take_back), and a handler may still call the
+// blocking step(), scope(), key(), fence() or downstream_key() on the same context. A blocking
+// step() writes its recovery point on the thread it runs on: with a store that blocks (SQLite,
+// PostgreSQL, Redis) prefer async_step, whose store calls run on the store's executor.
+//
+// async_step(name, fn) runs `fn` (returning asio::awaitable<R>) once for this (scope, key), with
+// step()'s semantics: a step an attempt recorded returns its recorded result without running fn;
+// otherwise the fence is checked and the lease renewed, fn is awaited, and its result recorded
+// (fenced) before the step returns it. It throws lease_lost, without running fn, once the claim
+// was taken over, including when the heartbeat found that out while the handler was suspended.
+#ifndef IDEM_ASIO_HANDLER_CONTEXT_HPP
+#define IDEM_ASIO_HANDLER_CONTEXT_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include <idem/asio/config.hpp>
+#include <idem/server/codec.hpp>
+#include <idem/server/handler_context.hpp>
+
+namespace idem {
+
+namespace detail {
+
+// The T of an asio::awaitable<T, Executor>; no type for anything else.
+template <class A>
+struct awaited {};
+template <class T, class Executor>
+struct awaited<asio::awaitable<T, Executor>> {
+  using type = T;
+};
+
+template <class A>
+inline constexpr bool is_awaitable = false;
+template <class T, class Executor>
+inline constexpr bool is_awaitable<asio::awaitable<T, Executor>> = true;
+
+// Where an asynchronous context writes its recovery points: the recovery_writer that a blocking
+// step() uses, the same write awaited where the store's calls run, and whether a heartbeat found
+// the claim taken over.
+class async_recovery_writer : public recovery_writer {
+ public:
+  virtual asio::awaitable<bool> async_write(std::string_view recovery) = 0;
+  virtual bool lost() const noexcept = 0;
+
+ protected:
+  async_recovery_writer() = default;
+  async_recovery_writer(const async_recovery_writer&) = default;
+  async_recovery_writer& operator=(const async_recovery_writer&) = default;
+  ~async_recovery_writer() = default;  // never owned through this interface
+};
+
+}  // namespace detail
+
+class async_handler_context : public handler_context {
+ public:
+  /// For tests of a handler on its own: no store behind it, steps are recorded in memory only.
+  async_handler_context(std::string_view scope, std::string_view key, std::uint64_t fence = 1)
+      : handler_context(scope, key, fence) {}
+
+  async_handler_context(std::string_view scope, std::string_view key, std::uint64_t fence,
+                        bool resumed, std::string recovery, detail::async_recovery_writer* writer)
+      : handler_context(scope, key, fence, resumed, std::move(recovery), writer),
+        async_writer_(writer) {}
+
+  /// The recovery point `name` for `fn`, a function returning asio::awaitable<R> (R void, or
+  /// storable through idem::codec<R>). `name` must stay valid until the step completes, as it
+  /// does in `co_await ctx.async_step("charge", ...)`.
+  template <class F>
+  auto async_step(std::string_view name, F fn)
+      -> asio::awaitable<typename detail::awaited<std::invoke_result_t<F&>>::type> {
+    static_assert(detail::is_awaitable<std::invoke_result_t<F&>>,
+                  "async_step's function must return asio::awaitable<R>; for a function that "
+                  "returns R itself, use step().");
+    using result_type = typename detail::awaited<std::invoke_result_t<F&>>::type;
+    static_assert(std::is_void_v<result_type> || Encodable<result_type>,
+                  "A step's result must be storable: specialise idem::codec<R> for it (see "
+                  "idem/server/codec.hpp), or return void.");
+    std::string_view recorded;
+    if (find_recorded(name, recorded)) {
+      if constexpr (std::is_void_v<result_type>) {
+        co_return;
+      } else {
+        co_return codec<result_type>::decode(recorded);
+      }
+    }
+    co_await async_renew_lease();
+    if constexpr (std::is_void_v<result_type>) {
+      co_await std::invoke(fn);
+      co_await async_record(name, {});
+    } else {
+      result_type result = co_await std::invoke(fn);
+      std::string bytes;
+      codec<result_type>::encode(result, bytes);
+      co_await async_record(name, bytes);
+      co_return result;
+    }
+  }
+
+  /// Renews the lease after checking that the claim is still this attempt's; throws lease_lost
+  /// if it is not. The driver's heartbeat does this by itself while the handler is suspended.
+  asio::awaitable<void> async_renew_lease() {
+    if (async_writer_ == nullptr) co_return;
+    if (async_writer_->lost() || !co_await async_writer_->async_write(recovery())) {
+      throw lease_lost{};
+    }
+  }
+
+ private:
+  asio::awaitable<void> async_record(std::string_view name, std::string_view value) {
+    const std::size_t before = append_step(name, value);
+    bool applied = true;
+    try {
+      if (async_writer_ != nullptr) {
+        applied = !async_writer_->lost() && co_await async_writer_->async_write(recovery());
+      }
+    } catch (...) {
+      take_back(before);
+      throw;
+    }
+    if (!applied) {
+      take_back(before);
+      throw lease_lost{};
+    }
+    count_step();
+  }
+
+  detail::async_recovery_writer* async_writer_ = nullptr;
+};
+
+}  // namespace idem
+
+#endif  // IDEM_ASIO_HANDLER_CONTEXT_HPP

@@ -1,0 +1,201 @@
+// idem::async_idempotent<Handler, Policies>: idem::idempotent for handlers that are coroutines on
+// an Asio event loop. The same verdicts, under the same rules (one engine,
+// idem/server/detail/engine.hpp), with the waits on the executor instead of a thread.
+//
+//   idem::async_idempotent payments{io.get_executor(),
+//       [&](idem::async_handler_context& ctx,
+//           const idem::http_request& request) -> asio::awaitable<idem::http_response> {
+//         auto id = co_await ctx.async_step("charge", [&]() -> asio::awaitable<std::string> {
+//           co_return co_await provider.async_charge(parse(request.body),
+//                                                    ctx.downstream_key("charge"));
+//         });
+//         co_return idem::http_response{201, {}, id};
+//       }};
+//   auto outcome = co_await payments.async_call(account_id, request, asio::use_awaitable);
+//
+// async_call(scope, [key,] request, token) takes any completion token (use_awaitable, a
+// callback, use_future, deferred) and completes with
+//
+//   void(std::exception_ptr, idem::idempotent_outcome<Response>)
+//
+// as co_spawn does: the exception is null and the outcome carries the verdict for every
+// expected ending; a handler's own exception passes through as the exception_ptr (with
+// use_awaitable or use_future, it is thrown), after the failure policy settled the key. The
+// completion runs on the handler's associated executor; the call's work runs there too (else on
+// the wrapper's executor), and must not run two of its parts at once there: a strand, or an
+// io_context run by one thread. scope, key and request are read until the call completes, as
+// Asio reads a buffer: keep them alive until then.
+//
+// What differs from the blocking wrapper (docs/async_server.md has the whole story):
+//   * a duplicate that coalesces waits on a timer (clock_timer), never a sleeping thread;
+//   * while the handler runs, a heartbeat renews the lease every third of it, so a downstream
+//     call may take longer than the lease; a renewal that finds the claim taken over cancels
+//     the handler, whose later steps throw lease_lost, and the call answers as the blocking
+//     wrapper answers a lost fence (options.heartbeat turns it off);
+//   * a store that blocks (anything but memory_store and locked_store, see idem::never_blocks)
+//     has its calls run on options.store_executor, never on the event loop;
+//   * cancellation through the token's slot ends the call with verdict::cancelled (503).
+// A handler that takes the store's transaction is not supported here: its transaction would
+// hold a database connection across suspensions.
+#ifndef IDEM_ASIO_IDEMPOTENT_HPP
+#define IDEM_ASIO_IDEMPOTENT_HPP
+
+#include <chrono>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <idem/asio/config.hpp>
+#include <idem/asio/detail/async_checks.hpp>
+#include <idem/asio/detail/async_engine.hpp>
+#include <idem/asio/handler_context.hpp>
+#include <idem/policies.hpp>
+#include <idem/server/detail/admission.hpp>
+#include <idem/server/detail/checks.hpp>
+#include <idem/server/fingerprint/fingerprint.hpp>
+#include <idem/server/outcome.hpp>
+#include <idem/server/request.hpp>
+#include <idem/store/contract.hpp>
+#include <idem/store/memory.hpp>
+
+namespace idem {
+
+template <class Handler, class Policies = default_policies>
+class async_idempotent {
+  static_assert(detail::check_server_policies<Policies>());
+  static_assert(detail::check_fingerprint<fingerprint_for<typename Policies::fingerprint>>());
+
+ public:
+  using executor_type = asio::any_io_executor;
+  using store_type = typename Policies::store;
+  using clock_type = typename Policies::clock;
+  using fingerprint_type = fingerprint_for<typename Policies::fingerprint>;
+  using failure_type = typename Policies::failure;
+  using response_codec_type = typename Policies::response_codec;
+
+  /// idempotent::options (idem/server/idempotent.hpp), each field meaning what it means there,
+  /// and two of the asynchronous driver's own.
+  struct options {
+    store_type store{};
+    clock_type clock{};
+    fingerprint_type fingerprint{};
+    failure_type failure{};
+    std::chrono::nanoseconds lease = Policies::lease;
+    std::chrono::nanoseconds retention = Policies::retention;
+    std::chrono::nanoseconds coalesce = Policies::coalesce;
+    std::size_t max_key_length = Policies::max_key_length;
+    bool require_key = Policies::require_key;
+    std::size_t max_body_bytes = Policies::max_body_bytes;
+    std::size_t max_response_bytes = Policies::max_response_bytes;
+    response_codec_type response_codec{};
+    std::string key_header = std::string(Policies::key_header);
+    /// Where the store's calls run when the store blocks (it does not declare never_blocks): an
+    /// asio::thread_pool's executor, or a strand of one. Required then; unused for a store
+    /// that never blocks, whose calls run inline.
+    executor_type store_executor{};
+    /// Renew the lease every third of it while the handler runs, and cancel the handler when a
+    /// renewal finds the claim taken over. Off, a handler that outlives its lease is taken over.
+    bool heartbeat = true;
+  };
+
+  /// `executor` runs a call whose completion handler has no associated executor of its own.
+  /// Throws std::invalid_argument for options that can never work, and for a store that blocks
+  /// with no store_executor.
+  async_idempotent(executor_type executor, Handler handler)
+      : async_idempotent(std::move(executor), std::move(handler), options{}) {}
+  async_idempotent(executor_type executor, Handler handler, options parts)
+      : executor_(std::move(executor)),
+        handler_(std::move(handler)),
+        engine_(std::move(parts), "idem::async_idempotent") {}
+
+  async_idempotent(const async_idempotent&) = delete;
+  async_idempotent& operator=(const async_idempotent&) = delete;
+
+  executor_type get_executor() const noexcept { return executor_; }
+
+  /// Handles one request under (scope, key); `key` is std::nullopt when the request has none.
+  /// The handler is called as awaitable<R>(async_handler_context&, const Request&) or
+  /// awaitable<R>(const Request&); completes with (std::exception_ptr, idempotent_outcome<R>).
+  template <Fingerprintable Request, class Token>
+  auto async_call(std::string_view scope, std::optional<std::string_view> key,
+                  const Request& request, Token&& token) {
+    static_assert(detail::check_async_handler<Handler, Request>());
+    if constexpr (detail::async_guardable<Handler, Request>) {
+      using response_type = typename detail::async_handler_result<Handler, Request>::type;
+      static_assert(detail::check_response<response_type>());
+      if constexpr (detail::storable_response<response_type>) {
+        static_assert(detail::check_failure_policy<failure_type, response_type>());
+        using outcome_type = idempotent_outcome<response_type>;
+        return asio::async_initiate<Token, void(std::exception_ptr, outcome_type)>(
+            [this](auto handler, std::string_view scope, std::optional<std::string_view> key,
+                   const Request* request) {
+              const auto executor = asio::get_associated_executor(handler, executor_);
+              asio::co_spawn(executor, handle<response_type>(scope, key, *request),
+                             std::move(handler));
+            },
+            token, scope, key, &request);
+      }
+    }
+  }
+
+  /// The same, with the key read from the request's `key_header` (Idempotency-Key); an absent
+  /// header is a missing key, an empty one an invalid key.
+  template <Fingerprintable Request, class Token>
+  auto async_call(std::string_view scope, const Request& request, Token&& token) {
+    return async_call(scope, view_of(request).find_header(engine_.options().key_header), request,
+                      std::forward<Token>(token));
+  }
+
+  /// Removes expired records; answers how many. Calls the store on this thread.
+  std::size_t sweep() { return engine_.core().sweep(); }
+  /// Claims in progress past their lease (see idempotent::stuck). Calls the store on this thread.
+  std::vector<record> stuck(std::size_t limit = 1000) { return engine_.core().stuck(limit); }
+
+  Handler& handler() noexcept { return handler_; }
+  store_type& store() noexcept { return engine_.core().store(); }
+  clock_type& clock() noexcept { return engine_.core().clock(); }
+  const fingerprint_type& fingerprint() const noexcept { return engine_.options().fingerprint; }
+
+ private:
+  using engine_type = detail::async_engine<options>;
+
+  template <class Response, class Request>
+  asio::awaitable<idempotent_outcome<Response>> handle(std::string_view scope,
+                                                       std::optional<std::string_view> key,
+                                                       const Request& request) {
+    const options& settings = engine_.options();
+    // Not a coroutine: the handler's own awaitable is awaited, with no frame between.
+    auto run = [this, &request](async_handler_context& context) {
+      if constexpr (detail::takes_async_context<Handler, Request>) {
+        return std::invoke(handler_, context, request);
+      } else {
+        return std::invoke(handler_, request);
+      }
+    };
+    if (!key) {
+      if (settings.require_key) co_return detail::missing_key<Response>();
+      co_return co_await engine_type::template run_unguarded<Response>(scope, run);
+    }
+    digest print;
+    if (auto refused = detail::admit<Response>(settings, *key, view_of(request), print)) {
+      co_return std::move(*refused);
+    }
+    co_return co_await engine_.template run<Response>(scope, *key, print, run, settings.failure);
+  }
+
+  executor_type executor_;
+  Handler handler_;
+  engine_type engine_;
+};
+
+template <class Handler>
+async_idempotent(asio::any_io_executor, Handler) -> async_idempotent<Handler, default_policies>;
+
+}  // namespace idem
+
+#endif  // IDEM_ASIO_IDEMPOTENT_HPP

@@ -1,0 +1,141 @@
+// idem::async_inbox<Policies>: idem::inbox for consumers that are coroutines on an Asio event
+// loop. One event id, one effect, however often the broker delivers it.
+//
+//   idem::async_inbox<> consumed{io.get_executor()};
+//   auto outcome = co_await consumed.async_deduplicate(
+//       "orders", message.id, [&]() -> asio::awaitable<void> { co_await ship(message); },
+//       asio::use_awaitable);
+//   if (outcome.verdict() != idem::verdict::in_progress) co_await queue.async_ack(message);
+//
+// The rules are inbox's (idem/server/inbox.hpp), through the same engine; the waiting is
+// async_idempotent's (idem/asio/idempotent.hpp): coalescing on a timer, the lease heartbeat, a
+// blocking store's calls on options.store_executor, cancellation answered with
+// verdict::cancelled. async_deduplicate completes with
+//
+//   void(std::exception_ptr, idem::idempotent_outcome<R>)
+//
+// where R is what `fn`'s awaitable gives (std::monostate for void); `fn`'s own exception passes
+// through as the exception_ptr after the event was released. scope and event_id are read until
+// the call completes; `fn` is moved into the operation.
+#ifndef IDEM_ASIO_INBOX_HPP
+#define IDEM_ASIO_INBOX_HPP
+
+#include <chrono>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <idem/asio/config.hpp>
+#include <idem/asio/detail/async_checks.hpp>
+#include <idem/asio/detail/async_engine.hpp>
+#include <idem/asio/handler_context.hpp>
+#include <idem/key.hpp>
+#include <idem/policies.hpp>
+#include <idem/server/detail/checks.hpp>
+#include <idem/server/failure.hpp>
+#include <idem/server/outcome.hpp>
+#include <idem/store/contract.hpp>
+#include <idem/store/memory.hpp>
+
+namespace idem {
+
+template <class Policies = default_policies>
+class async_inbox {
+  static_assert(detail::check_server_policies<Policies>());
+
+ public:
+  using executor_type = asio::any_io_executor;
+  using store_type = typename Policies::store;
+  using clock_type = typename Policies::clock;
+
+  /// inbox::options, and async_idempotent::options' store_executor and heartbeat.
+  struct options {
+    store_type store{};
+    clock_type clock{};
+    std::chrono::nanoseconds lease = Policies::lease;
+    std::chrono::nanoseconds retention = Policies::retention;
+    std::chrono::nanoseconds coalesce = Policies::coalesce;
+    std::size_t max_key_length = Policies::max_key_length;
+    std::size_t max_response_bytes = Policies::max_response_bytes;
+    typename Policies::response_codec response_codec{};
+    executor_type store_executor{};
+    bool heartbeat = true;
+  };
+
+  explicit async_inbox(executor_type executor) : async_inbox(std::move(executor), options{}) {}
+  async_inbox(executor_type executor, options parts)
+      : executor_(std::move(executor)), engine_(std::move(parts), "idem::async_inbox") {}
+
+  async_inbox(const async_inbox&) = delete;
+  async_inbox& operator=(const async_inbox&) = delete;
+
+  executor_type get_executor() const noexcept { return executor_; }
+
+  /// Runs `fn` (asio::awaitable<R>() or asio::awaitable<R>(async_handler_context&)) once per
+  /// (scope, event_id); completes with (std::exception_ptr, idempotent_outcome<R>), R being
+  /// std::monostate for a void `fn`.
+  template <class F, class Token>
+  auto async_deduplicate(std::string_view scope, std::string_view event_id, F fn, Token&& token) {
+    static_assert(detail::check_async_consumer<F>());
+    if constexpr (detail::async_consumer<F>) {
+      using response_type =
+          detail::consumer_response_t<typename detail::async_consumer_result<F>::type>;
+      static_assert(detail::check_consumer_response<response_type>());
+      if constexpr (Encodable<response_type>) {
+        using outcome_type = idempotent_outcome<response_type>;
+        return asio::async_initiate<Token, void(std::exception_ptr, outcome_type)>(
+            [this](auto handler, std::string_view scope, std::string_view event_id, F fn) {
+              const auto executor = asio::get_associated_executor(handler, executor_);
+              asio::co_spawn(executor, consume<response_type>(scope, event_id, std::move(fn)),
+                             std::move(handler));
+            },
+            token, scope, event_id, std::move(fn));
+      }
+    }
+  }
+
+  std::size_t sweep() { return engine_.core().sweep(); }
+  std::vector<record> stuck(std::size_t limit = 1000) { return engine_.core().stuck(limit); }
+  store_type& store() noexcept { return engine_.core().store(); }
+  clock_type& clock() noexcept { return engine_.core().clock(); }
+
+ private:
+  template <class Response, class F>
+  asio::awaitable<idempotent_outcome<Response>> consume(std::string_view scope,
+                                                        std::string_view event_id, F fn) {
+    if (!is_valid_key(event_id, engine_.options().max_key_length)) {
+      co_return detail::engine<options>::template invalid_key<Response>(
+          "the event id", engine_.options().max_key_length);
+    }
+    // A void `fn` stores nothing (std::monostate).
+    auto run = [&fn](async_handler_context& context) -> asio::awaitable<Response> {
+      auto call = [&] {
+        if constexpr (detail::takes_async_consumer_context<F>) {
+          return std::invoke(fn, context);
+        } else {
+          return std::invoke(fn);
+        }
+      };
+      if constexpr (std::is_same_v<decltype(call()), asio::awaitable<void>>) {
+        co_await call();
+        co_return Response{};
+      } else {
+        co_return co_await call();
+      }
+    };
+    co_return co_await engine_.template run<Response>(scope, event_id, digest{}, run,
+                                                      release_on_failure{});
+  }
+
+  executor_type executor_;
+  detail::async_engine<options> engine_;
+};
+
+}  // namespace idem
+
+#endif  // IDEM_ASIO_INBOX_HPP

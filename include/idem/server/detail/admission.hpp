@@ -1,0 +1,54 @@
+// What a request must pass before anything is claimed for it: a key (or none, where the
+// options allow), a valid key, a body within max_body_bytes, a fingerprint. The blocking
+// idempotent and the asynchronous one (idem/asio) both ask here, so a refusal reads the same
+// and costs the same through either.
+#ifndef IDEM_SERVER_DETAIL_ADMISSION_HPP
+#define IDEM_SERVER_DETAIL_ADMISSION_HPP
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include <idem/key.hpp>
+#include <idem/server/detail/engine.hpp>
+#include <idem/server/fingerprint/digest.hpp>
+#include <idem/server/outcome.hpp>
+#include <idem/server/request.hpp>
+
+namespace idem::detail {
+
+/// A call without a key where options.require_key says one is needed.
+template <class Response>
+idempotent_outcome<Response> missing_key() {
+  return idempotent_outcome<Response>{verdict::missing_key, "an idempotency key is required"};
+}
+
+/// Checks a keyed request: the refusal (invalid_key, body_too_large, invalid_request), or none
+/// with `print` set to the request's fingerprint. `settings` are idempotent::options or the
+/// asynchronous wrapper's.
+template <class Response, class Options>
+std::optional<idempotent_outcome<Response>> admit(const Options& settings, std::string_view key,
+                                                  const request_view& view, digest& print) {
+  using outcome_type = idempotent_outcome<Response>;
+  if (!is_valid_key(key, settings.max_key_length)) {
+    return engine<Options>::template invalid_key<Response>("the idempotency key",
+                                                           settings.max_key_length);
+  }
+  if (view.body.size() > settings.max_body_bytes) {
+    return outcome_type{verdict::body_too_large,
+                        "the request body is " + std::to_string(view.body.size()) +
+                            " bytes; at most " + std::to_string(settings.max_body_bytes) +
+                            " are accepted"};
+  }
+  try {
+    print = settings.fingerprint(view);
+  } catch (const std::invalid_argument& error) {
+    return outcome_type{verdict::invalid_request, error.what()};
+  }
+  return std::nullopt;
+}
+
+}  // namespace idem::detail
+
+#endif  // IDEM_SERVER_DETAIL_ADMISSION_HPP

@@ -1,0 +1,316 @@
+// idem::async_idempotent: what the asynchronous driver adds to the blocking wrapper's verdicts
+// (those are async_conformance_test.cpp's): coroutine handlers and async_step, completion
+// tokens, the lease heartbeat, a blocking store's calls off the event loop, and cancellation.
+// Time is a manual_clock moved by the test's event loop (event_loop.hpp): nothing sleeps.
+#include <catch2/catch.hpp>
+
+#include <idem/asio.hpp>
+
+#include <chrono>
+#include <future>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "asio/event_loop.hpp"
+#include "asio/net.hpp"
+#include "asio/server_support.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using test_async::charge;
+using test_async::completion;
+using test_async::downstream;
+using test_async::run_until;
+namespace asio = idem::asio;
+using outcome = idem::idempotent_outcome<idem::http_response>;
+using idem::verdict;
+
+template <class T>
+T run_to_end(asio::io_context& io, idem::manual_clock& clock, asio::awaitable<T> work) {
+  completion<T> done;
+  asio::co_spawn(io, std::move(work), done.handler());
+  run_until(io, clock, [&] { return done.done; });
+  return done.take();
+}
+
+// A handler whose charge is a recovery point around a downstream call of `takes`.
+struct charging_handler {
+  idem::manual_clock clock;
+  std::chrono::nanoseconds takes = 0s;
+  std::shared_ptr<int> charges = std::make_shared<int>(0);
+  std::shared_ptr<int> emails = std::make_shared<int>(0);
+
+  asio::awaitable<idem::http_response> operator()(idem::async_handler_context& ctx,
+                                                  const idem::http_request& request) const {
+    const std::string id = co_await ctx.async_step("charge", [&]() -> asio::awaitable<std::string> {
+      ++*charges;
+      if (takes > 0s) co_await downstream(clock, takes);
+      co_return "ch_" + std::to_string(ctx.fence());
+    });
+    co_await ctx.async_step("email", [&]() -> asio::awaitable<void> {
+      ++*emails;
+      co_return;
+    });
+    co_return idem::http_response{201, {}, id + " for " + request.body};
+  }
+};
+
+using guard = idem::async_idempotent<charging_handler, test_async::manual_policies>;
+
+guard::options on(const idem::manual_clock& clock) {
+  guard::options parts;
+  parts.clock = clock;
+  return parts;
+}
+
+}  // namespace
+
+TEST_CASE("a coroutine handler runs once and its repeat replays the stored response") {
+  asio::io_context io;
+  idem::manual_clock clock;
+  charging_handler handler{clock};
+  guard payments{io.get_executor(), handler, on(clock)};
+  const idem::http_request request = charge("order-1");
+
+  const outcome first =
+      run_to_end(io, clock, payments.async_call("tenant", request, asio::use_awaitable));
+  REQUIRE(first.verdict() == verdict::executed);
+  CHECK(first->body == "ch_1 for {\"amount\":100}");
+  CHECK(first.fence() == 1);
+  const outcome second =
+      run_to_end(io, clock, payments.async_call("tenant", request, asio::use_awaitable));
+  CHECK(second.verdict() == verdict::replayed);
+  CHECK(second.value() == first.value());
+  CHECK(*handler.charges == 1);
+  CHECK(*handler.emails == 1);
+}
+
+TEST_CASE("a handler taking only the request is guarded, and an explicit key is used as given") {
+  asio::io_context io;
+  idem::manual_clock clock;
+  int runs = 0;
+  auto handler = [&runs](const idem::http_request& request) -> asio::awaitable<std::string> {
+    ++runs;
+    co_return "echo " + request.body;
+  };
+  using plain = idem::async_idempotent<decltype(handler), test_async::manual_policies>;
+  plain::options parts;
+  parts.clock = clock;
+  plain guarded{io.get_executor(), handler, parts};
+  const idem::http_request request = charge("");  // no header: the key comes apart
+
+  auto call = [&](std::optional<std::string_view> key) {
+    return run_to_end(io, clock, guarded.async_call("tenant", key, request, asio::use_awaitable));
+  };
+  CHECK(call(std::nullopt).verdict() == verdict::missing_key);
+  CHECK(call("k-1").verdict() == verdict::executed);
+  const auto again = call("k-1");
+  CHECK(again.verdict() == verdict::replayed);
+  CHECK(again.value() == "echo {\"amount\":100}");
+  CHECK(runs == 1);
+}
+
+TEST_CASE("async_call completes through a callback, use_future and deferred alike") {
+  asio::io_context io;
+  idem::manual_clock clock;
+  charging_handler handler{clock};
+  guard payments{io.get_executor(), handler, on(clock)};
+  const idem::http_request first = charge("by-callback");
+  const idem::http_request second = charge("by-future");
+  const idem::http_request third = charge("by-deferred");
+
+  completion<outcome> by_callback;
+  payments.async_call("tenant", first, by_callback.handler());
+  run_until(io, clock, [&] { return by_callback.done; });
+  CHECK(by_callback.take().verdict() == verdict::executed);
+
+  std::future<outcome> by_future = payments.async_call("tenant", second, asio::use_future);
+  run_until(io, clock, [&] { return by_future.wait_for(0s) == std::future_status::ready; });
+  CHECK(by_future.get().verdict() == verdict::executed);
+
+  auto deferred = payments.async_call("tenant", third, test_net::deferred);
+  completion<outcome> by_deferred;
+  CHECK(*handler.charges == 2);  // a deferred operation starts only when it is given a handler
+  std::move(deferred)(by_deferred.handler());
+  run_until(io, clock, [&] { return by_deferred.done; });
+  CHECK(by_deferred.take().verdict() == verdict::executed);
+  CHECK(*handler.charges == 3);
+}
+
+TEST_CASE("a handler's own exception is the completion's, after the key was released") {
+  asio::io_context io;
+  idem::manual_clock clock;
+  bool fail = true;
+  auto handler = [&](idem::async_handler_context&,
+                     const idem::http_request&) -> asio::awaitable<idem::http_response> {
+    if (fail) throw std::runtime_error("card declined");
+    co_return idem::http_response{200, {}, "charged"};
+  };
+  using throwing = idem::async_idempotent<decltype(handler), test_async::manual_policies>;
+  throwing::options parts;
+  parts.clock = clock;
+  throwing payments{io.get_executor(), handler, parts};
+  const idem::http_request request = charge();
+
+  completion<outcome> failed;
+  payments.async_call("tenant", request, failed.handler());
+  run_until(io, clock, [&] { return failed.done; });
+  CHECK_THROWS_WITH(failed.take(), "card declined");
+  CHECK_FALSE(payments.store().find("tenant", "order-1", clock.wall_now()));
+  fail = false;
+  CHECK(run_to_end(io, clock, payments.async_call("tenant", request, asio::use_awaitable))
+            .verdict() == verdict::executed);
+}
+
+// The original holds the key while its downstream call takes three leases; a duplicate comes
+// after the first lease has run out.
+struct long_call {
+  outcome original;
+  outcome duplicate;
+  int charges = 0;
+};
+
+long_call charge_for_three_leases(bool heartbeat) {
+  asio::io_context io;
+  idem::manual_clock clock;
+  charging_handler handler{clock, 3 * 30s};
+  guard::options parts = on(clock);
+  parts.lease = 30s;
+  parts.heartbeat = heartbeat;
+  guard payments{io.get_executor(), handler, parts};
+  const idem::http_request request = charge();
+
+  completion<outcome> original;
+  completion<outcome> duplicate;
+  asio::co_spawn(io, payments.async_call("tenant", request, asio::use_awaitable),
+                 original.handler());
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<outcome> {
+        co_await downstream(clock, 40s);
+        co_return co_await payments.async_call("tenant", request, asio::use_awaitable);
+      },
+      duplicate.handler());
+  run_until(io, clock, [&] { return original.done && duplicate.done; });
+  CHECK(clock.waiting_wakes() == 0);
+  return long_call{original.take(), duplicate.take(), *handler.charges};
+}
+
+TEST_CASE("with the heartbeat a downstream call of three leases has one effect and no takeover") {
+  const long_call run = charge_for_three_leases(true);
+  CHECK(run.original.verdict() == verdict::executed);
+  CHECK(run.original.fence() == 1);
+  CHECK_FALSE(run.original.resumed());
+  CHECK(run.duplicate.verdict() == verdict::in_progress);
+  CHECK(run.charges == 1);
+}
+
+TEST_CASE("without the heartbeat the same call is taken over after its lease") {
+  const long_call run = charge_for_three_leases(false);
+  CHECK(run.duplicate.verdict() == verdict::executed);
+  CHECK(run.duplicate.resumed());
+  CHECK(run.duplicate.fence() == 2);
+  CHECK(run.original.verdict() == verdict::in_progress);  // its fence was lost
+  CHECK(run.charges == 2);
+}
+
+TEST_CASE("a takeover resumes after the last async_step without running it again") {
+  asio::io_context io;
+  idem::manual_clock clock;
+  int charges = 0;
+  auto handler = [&](idem::async_handler_context& ctx,
+                     const idem::http_request&) -> asio::awaitable<idem::http_response> {
+    const std::string id = co_await ctx.async_step("charge", [&]() -> asio::awaitable<std::string> {
+      ++charges;
+      co_return "ch_" + std::to_string(ctx.fence());
+    });
+    if (ctx.fence() == 1) co_await downstream(clock, 90s);  // the first holder stalls
+    co_return idem::http_response{201, {}, id + " fence " + std::to_string(ctx.fence())};
+  };
+  using resuming = idem::async_idempotent<decltype(handler), test_async::manual_policies>;
+  resuming::options parts;
+  parts.clock = clock;
+  parts.heartbeat = false;
+  resuming payments{io.get_executor(), handler, parts};
+  const idem::http_request request = charge();
+
+  completion<outcome> stalled;
+  payments.async_call("tenant", request, stalled.handler());
+  run_until(io, clock, [&] { return clock.waiting_wakes() == 1; });
+  clock.advance(31s);
+  const outcome taken =
+      run_to_end(io, clock, payments.async_call("tenant", request, asio::use_awaitable));
+  CHECK(taken.verdict() == verdict::executed);
+  CHECK(taken.resumed());
+  CHECK(taken->body == "ch_1 fence 2");
+  run_until(io, clock, [&] { return stalled.done; });
+  CHECK(stalled.take().verdict() == verdict::replayed);
+  CHECK(charges == 1);
+}
+
+TEST_CASE("a heartbeat that finds the fence lost cancels the handler, whose next step never runs") {
+  asio::io_context io;
+  idem::manual_clock clock;
+  using thief_policies = test_async::store_policies<test_async::fence_thief_store>;
+  charging_handler handler{clock, 90s};
+  using robbed = idem::async_idempotent<charging_handler, thief_policies>;
+  test_async::fence_thief_store store;
+  robbed::options parts;
+  parts.store = store;
+  parts.clock = clock;
+  robbed payments{io.get_executor(), handler, parts};
+  const idem::http_request request = charge();
+
+  completion<outcome> call;
+  payments.async_call("tenant", request, call.handler());
+  run_until(io, clock, [&] { return *handler.charges == 1; });
+  store.steal();
+  run_until(io, clock, [&] { return call.done; });
+  const outcome lost = call.take();
+  CHECK(lost.verdict() == verdict::in_progress);
+  CHECK_THAT(std::string(lost.message()), Catch::Matchers::Contains("taken over"));
+  CHECK(clock.now() - idem::manual_clock::time_point{} < 90s);  // cancelled, not waited out
+  CHECK(*handler.emails == 0);
+  CHECK(clock.waiting_wakes() == 0);
+}
+
+TEST_CASE("a blocking store's calls never run on the event loop's thread") {
+  asio::io_context io;
+  asio::thread_pool pool{1};
+  idem::manual_clock clock;
+  using noting_policies = test_async::store_policies<test_async::thread_noting_store>;
+  charging_handler handler{clock, 45s};  // long enough for heartbeats
+  using offloaded = idem::async_idempotent<charging_handler, noting_policies>;
+  test_async::thread_noting_store store;
+  offloaded::options parts;
+  parts.store = store;
+  parts.clock = clock;
+  parts.store_executor = pool.get_executor();
+  offloaded payments{io.get_executor(), handler, parts};
+  const idem::http_request request = charge();
+
+  for (const verdict expected : {verdict::executed, verdict::replayed}) {
+    completion<outcome> call;
+    payments.async_call("tenant", request, call.handler());
+    run_until(
+        io, clock, [&] { return call.done; }, true);
+    CHECK(call.take().verdict() == expected);
+  }
+  // claim, renew and record for each step, heartbeats, complete; then the replay's claim.
+  CHECK(store.calls() >= 8);
+  CHECK_FALSE(store.threads().contains(std::this_thread::get_id()));
+}
+
+TEST_CASE("a blocking store without a store executor is refused when the wrapper is built") {
+  asio::io_context io;
+  using noting_policies = test_async::store_policies<test_async::thread_noting_store>;
+  using offloaded = idem::async_idempotent<charging_handler, noting_policies>;
+  CHECK_THROWS_WITH(offloaded(io.get_executor(), charging_handler{}),
+                    Catch::Matchers::Contains("store_executor"));
+  STATIC_REQUIRE(idem::never_blocks<idem::memory_store>);
+  STATIC_REQUIRE(idem::never_blocks<idem::locked_store>);
+  STATIC_REQUIRE_FALSE(idem::never_blocks<test_async::thread_noting_store>);
+}
