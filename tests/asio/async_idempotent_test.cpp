@@ -308,7 +308,7 @@ TEST_CASE("a blocking store without a store executor is refused when the wrapper
   asio::io_context io;
   using noting_policies = test_async::store_policies<test_async::thread_noting_store>;
   using offloaded = idem::async_idempotent<charging_handler, noting_policies>;
-  CHECK_THROWS_WITH(offloaded(io.get_executor(), charging_handler{}),
+  CHECK_THROWS_WITH(offloaded(io.get_executor(), charging_handler{idem::manual_clock{}}),
                     Catch::Matchers::Contains("store_executor"));
   STATIC_REQUIRE(idem::never_blocks<idem::memory_store>);
   STATIC_REQUIRE(idem::never_blocks<idem::locked_store>);

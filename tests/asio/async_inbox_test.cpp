@@ -4,6 +4,7 @@
 
 #include <idem/asio.hpp>
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
 #include <variant>
@@ -14,6 +15,7 @@
 
 namespace {
 
+using namespace std::chrono_literals;
 namespace asio = idem::asio;
 using idem::verdict;
 using test_async::completion;

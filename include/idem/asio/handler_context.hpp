@@ -120,9 +120,10 @@ class async_handler_context : public handler_context {
   /// if it is not. The driver's heartbeat does this by itself while the handler is suspended.
   asio::awaitable<void> async_renew_lease() {
     if (async_writer_ == nullptr) co_return;
-    if (async_writer_->lost() || !co_await async_writer_->async_write(recovery())) {
-      throw lease_lost{};
-    }
+    // Not `lost() || !co_await ...`: GCC 12 miscompiles a co_await inside a condition.
+    bool kept = !async_writer_->lost();
+    if (kept) kept = co_await async_writer_->async_write(recovery());
+    if (!kept) throw lease_lost{};
   }
 
  private:
@@ -131,7 +132,8 @@ class async_handler_context : public handler_context {
     bool applied = true;
     try {
       if (async_writer_ != nullptr) {
-        applied = !async_writer_->lost() && co_await async_writer_->async_write(recovery());
+        applied = !async_writer_->lost();
+        if (applied) applied = co_await async_writer_->async_write(recovery());
       }
     } catch (...) {
       take_back(before);

@@ -21,10 +21,11 @@
 // as co_spawn does: the exception is null and the outcome carries the verdict for every
 // expected ending; a handler's own exception passes through as the exception_ptr (with
 // use_awaitable or use_future, it is thrown), after the failure policy settled the key. The
-// completion runs on the handler's associated executor; the call's work runs there too (else on
-// the wrapper's executor), and must not run two of its parts at once there: a strand, or an
-// io_context run by one thread. scope, key and request are read until the call completes, as
-// Asio reads a buffer: keep them alive until then.
+// call runs on the completion handler's associated executor (with use_awaitable, the calling
+// coroutine's), or on the wrapper's executor when the handler names none (a plain callback,
+// use_future), and completes through the handler's. That executor must not run two of the
+// call's parts at once: a strand, or an io_context run by one thread. scope, key and request are
+// read until the call completes, as Asio reads a buffer: keep them alive until then.
 //
 // What differs from the blocking wrapper (docs/async_server.md has the whole story):
 //   * a duplicate that coalesces waits on a timer (clock_timer), never a sleeping thread;
@@ -134,7 +135,7 @@ class async_idempotent {
         return asio::async_initiate<Token, void(std::exception_ptr, outcome_type)>(
             [this](auto handler, std::string_view scope, std::optional<std::string_view> key,
                    const Request* request) {
-              const auto executor = asio::get_associated_executor(handler, executor_);
+              const auto executor = detail::operation_executor(handler, executor_);
               asio::co_spawn(executor, handle<response_type>(scope, key, *request),
                              std::move(handler));
             },

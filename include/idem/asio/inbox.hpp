@@ -90,7 +90,7 @@ class async_inbox {
         using outcome_type = idempotent_outcome<response_type>;
         return asio::async_initiate<Token, void(std::exception_ptr, outcome_type)>(
             [this](auto handler, std::string_view scope, std::string_view event_id, F fn) {
-              const auto executor = asio::get_associated_executor(handler, executor_);
+              const auto executor = detail::operation_executor(handler, executor_);
               asio::co_spawn(executor, consume<response_type>(scope, event_id, std::move(fn)),
                              std::move(handler));
             },

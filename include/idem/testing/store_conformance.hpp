@@ -20,8 +20,14 @@
 // storm of 64 threads on 1,000 keys with an effect counter. Time is a manual_clock, so leases
 // and retention are exact and instant.
 //
-// The cases live in idem/testing/conformance/: support.hpp, store_cases.hpp, guarded_cases.hpp and
-// storm.hpp; this header registers them.
+// The cases that go through a wrapper are registered apart too, for any driver of the wrappers:
+// IDEM_GUARDED_CONFORMANCE_TESTS(Factory, Driver, "name prefix: ") with Driver blocking_driver
+// (what IDEM_STORE_CONFORMANCE_TESTS uses) or an asynchronous driver's (tests/asio runs them
+// through async_idempotent and async_inbox; idem/testing/conformance/guarded_handlers.hpp says
+// what a driver provides).
+//
+// The cases live in idem/testing/conformance/: support.hpp, store_cases.hpp, guarded_cases.hpp
+// (with guarded_handlers.hpp) and storm.hpp; this header registers them.
 #ifndef IDEM_TESTING_STORE_CONFORMANCE_HPP
 #define IDEM_TESTING_STORE_CONFORMANCE_HPP
 

@@ -27,6 +27,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include <idem/asio/config.hpp>
@@ -45,6 +46,30 @@ namespace idem::detail {
 inline asio::awaitable<bool> cancellation_requested() {
   const asio::cancellation_state state = co_await asio::this_coro::cancellation_state;
   co_return state.cancelled() != asio::cancellation_type::none;
+}
+
+// The executors a call may run on: an event loop's, any_io_executor (use_awaitable's), and
+// strands of them.
+template <class Executor>
+inline constexpr bool event_loop_executor =
+    std::is_same_v<Executor, asio::any_io_executor> ||
+    std::is_same_v<Executor, asio::io_context::executor_type>;
+template <class Executor>
+inline constexpr bool event_loop_executor<asio::strand<Executor>> = event_loop_executor<Executor>;
+
+/// Where one call runs: the completion handler's associated executor when it is an event loop's
+/// (with use_awaitable, the calling coroutine's, often a strand), else `fallback`, the
+/// wrapper's: a plain callback names the system executor, which would run the call on a thread
+/// of its own pool, and use_future's executor only completes a promise.
+template <class Handler>
+asio::any_io_executor operation_executor(const Handler& handler,
+                                         const asio::any_io_executor& fallback) {
+  auto associated = asio::get_associated_executor(handler, fallback);
+  if constexpr (event_loop_executor<decltype(associated)>) {
+    return associated;
+  } else {
+    return fallback;
+  }
 }
 
 template <class Response>
@@ -107,7 +132,8 @@ class async_engine {
         break;
     }
     held_claim claim = core_.hold(scope, key, *claimed, claimed_at);
-    if (co_await cancellation_requested()) {
+    const bool cancelled_early = co_await cancellation_requested();
+    if (cancelled_early) {
       // Nothing ran: the claim is settled as the failure policy settles a handler that
       // threw before any recovery point (released, by every policy idem provides).
       co_await settle<Response>(claim.held, 0, failure, aborted());
@@ -143,7 +169,8 @@ class async_engine {
       const std::optional<std::chrono::nanoseconds> pause =
           wait.next_pause(core_.clock().now() - start);
       if (!pause) break;
-      if (co_await cancellation_requested()) co_return std::nullopt;
+      const bool cancelled = co_await cancellation_requested();
+      if (cancelled) co_return std::nullopt;
       asio_error_code error;
       co_await timer.async_wait_for(*pause, asio::redirect_error(asio::use_awaitable, error));
       if (error) co_return std::nullopt;
@@ -238,7 +265,8 @@ class async_engine {
         co_await asio::post(asio::use_awaitable);
         continue;
       }
-      if (co_await cancellation_requested()) stop();
+      const bool cancelled = co_await cancellation_requested();
+      if (cancelled) stop();
       asio_error_code error;
       co_await beat.async_wait_for(period, asio::redirect_error(asio::use_awaitable, error));
       if (ran.finished) break;
@@ -257,7 +285,8 @@ class async_engine {
   template <class Response, class Failure>
   asio::awaitable<void> settle(const fenced_key& held, std::size_t steps, const Failure& failure,
                                std::exception_ptr error) {
-    co_await calls_([&] { core_.template settle_failure<Response>(held, steps, failure, error); });
+    co_await calls_(
+        [&] { core_.template settle_failure<Response>(held, steps, failure, std::move(error)); });
   }
 
   static bool is_lease_lost(const std::exception_ptr& thrown) {
