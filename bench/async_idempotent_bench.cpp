@@ -10,6 +10,9 @@
 //   async_idempotent_first/idem_sync     guard(scope, key, body), the blocking wrapper
 //   async_idempotent_replay/idem_async   the same for keys whose responses are stored: replayed
 //   async_idempotent_replay/idem_sync
+//   .../idem_async_no_heartbeat          idem_async with options.heartbeat off: the handler is
+//                                        awaited in the call's coroutine, not spawned beside
+//                                        its heartbeat (what the heartbeat costs a call)
 //
 // Both handlers return the same 64-byte std::string for the same 256-byte body. first: a fixed
 // 60,000 new keys into a fresh store; replay: 1,024 completed keys, cycled through. The
@@ -19,6 +22,7 @@
 #include <idem/asio.hpp>
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -71,6 +75,16 @@ struct async_handler {
 
 using sync_guard = idem::idempotent<std::string (*)(const std::string&)>;
 using async_guard = idem::async_idempotent<async_handler>;
+// The same wrapper, built with heartbeat = false.
+struct no_heartbeat_guard : async_guard {
+  static options without_heartbeat() {
+    options parts;
+    parts.heartbeat = false;
+    return parts;
+  }
+  explicit no_heartbeat_guard(asio::io_context& io)
+      : async_guard(io.get_executor(), async_handler{}, without_heartbeat()) {}
+};
 
 // Runs `calls` (keys from `first`, cycling over `count`) through the guard, checking each.
 template <class Guard>
@@ -105,14 +119,14 @@ void run_calls(benchmark::State& state, Guard& guard, std::size_t first, std::si
 }
 
 template <class Guard>
-std::optional<Guard> make_guard(asio::io_context& io) {
-  std::optional<Guard> guard;
+std::unique_ptr<Guard> make_guard(asio::io_context& io) {
   if constexpr (std::is_same_v<Guard, sync_guard>) {
-    guard.emplace(&respond);
+    return std::make_unique<Guard>(&respond);
+  } else if constexpr (std::is_same_v<Guard, no_heartbeat_guard>) {
+    return std::make_unique<Guard>(io);
   } else {
-    guard.emplace(io.get_executor(), async_handler{});
+    return std::make_unique<Guard>(io.get_executor(), async_handler{});
   }
-  return guard;
 }
 
 template <class Guard>
@@ -148,6 +162,10 @@ void async_idempotent_replay(benchmark::State& state) {
       ->Repetitions(5);
   benchmark::RegisterBenchmark("async_idempotent_first/idem_sync",
                                async_idempotent_first<sync_guard>)
+      ->Iterations(first_keys)
+      ->Repetitions(5);
+  benchmark::RegisterBenchmark("async_idempotent_first/idem_async_no_heartbeat",
+                               async_idempotent_first<no_heartbeat_guard>)
       ->Iterations(first_keys)
       ->Repetitions(5);
   benchmark::RegisterBenchmark("async_idempotent_replay/idem_async",

@@ -132,14 +132,21 @@ class async_idempotent {
       if constexpr (detail::storable_response<response_type>) {
         static_assert(detail::check_failure_policy<failure_type, response_type>());
         using outcome_type = idempotent_outcome<response_type>;
-        return asio::async_initiate<Token, void(std::exception_ptr, outcome_type)>(
-            [this](auto handler, std::string_view scope, std::optional<std::string_view> key,
-                   const Request* request) {
-              const auto executor = detail::operation_executor(handler, executor_);
-              asio::co_spawn(executor, handle<response_type>(scope, key, *request),
-                             std::move(handler));
-            },
-            token, scope, key, &request);
+        if constexpr (detail::awaits_in_caller<Token>) {
+          // The caller's own coroutine runs the call: no coroutine of its own to spawn.
+          return handle<response_type>(scope, key, request);
+        } else {
+          return asio::async_initiate<Token, void(std::exception_ptr, outcome_type)>(
+              [this](auto handler, std::string_view scope, std::optional<std::string_view> key,
+                     const Request* request) {
+                const auto executor = detail::operation_executor(handler, executor_);
+                asio::co_spawn(
+                    executor,
+                    detail::hearing_every_cancellation(handle<response_type>(scope, key, *request)),
+                    std::move(handler));
+              },
+              token, scope, key, &request);
+        }
       }
     }
   }

@@ -88,13 +88,19 @@ class async_inbox {
       static_assert(detail::check_consumer_response<response_type>());
       if constexpr (Encodable<response_type>) {
         using outcome_type = idempotent_outcome<response_type>;
-        return asio::async_initiate<Token, void(std::exception_ptr, outcome_type)>(
-            [this](auto handler, std::string_view scope, std::string_view event_id, F fn) {
-              const auto executor = detail::operation_executor(handler, executor_);
-              asio::co_spawn(executor, consume<response_type>(scope, event_id, std::move(fn)),
-                             std::move(handler));
-            },
-            token, scope, event_id, std::move(fn));
+        if constexpr (detail::awaits_in_caller<Token>) {
+          return consume<response_type>(scope, event_id, std::move(fn));
+        } else {
+          return asio::async_initiate<Token, void(std::exception_ptr, outcome_type)>(
+              [this](auto handler, std::string_view scope, std::string_view event_id, F fn) {
+                const auto executor = detail::operation_executor(handler, executor_);
+                asio::co_spawn(executor,
+                               detail::hearing_every_cancellation(
+                                   consume<response_type>(scope, event_id, std::move(fn))),
+                               std::move(handler));
+              },
+              token, scope, event_id, std::move(fn));
+        }
       }
     }
   }

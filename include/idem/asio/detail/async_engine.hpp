@@ -42,6 +42,23 @@
 
 namespace idem::detail {
 
+/// Whether a completion token is use_awaitable (on any_io_executor): the call is then the
+/// caller's awaitable itself, run in the caller's coroutine, as co_await of a sub-coroutine is,
+/// with no co_spawn. The completion is the same: the outcome, or the handler's exception thrown.
+/// The call then shares the caller's cancellation state, so it hears what the caller's filter
+/// lets through (terminal cancellation, by default).
+template <class Token>
+inline constexpr bool awaits_in_caller =
+    std::is_same_v<std::decay_t<Token>, asio::use_awaitable_t<asio::any_io_executor>>;
+
+/// A call on a coroutine of its own (co_spawn): it hears every cancellation type, where
+/// co_spawn's coroutines hear only terminal ones.
+template <class T>
+asio::awaitable<T> hearing_every_cancellation(asio::awaitable<T> call) {
+  co_await asio::this_coro::reset_cancellation_state(asio::enable_total_cancellation());
+  co_return co_await std::move(call);
+}
+
 /// Whether the operation's caller asked to cancel it (any cancellation type).
 inline asio::awaitable<bool> cancellation_requested() {
   const asio::cancellation_state state = co_await asio::this_coro::cancellation_state;
@@ -105,16 +122,43 @@ class async_engine {
   /// engine::run, awaited: claims (scope, key) for a request with fingerprint `print` and, when
   /// the claim is this caller's, runs `run(async_handler_context&)` (an awaitable<Response>)
   /// under it. A handler's own exception passes through after `failure` settled the key.
+  /// With use_awaitable it runs in the caller's coroutine, so the caller's cancellation
+  /// setting is put back as it was, however the call ends.
   template <class Response, class Run, class Failure>
   asio::awaitable<idempotent_outcome<Response>> run(std::string_view scope, std::string_view key,
                                                     digest print, Run run, const Failure& failure) {
-    // Every cancellation type is heard, and none throws here: each ending is a verdict.
-    co_await asio::this_coro::reset_cancellation_state(asio::enable_total_cancellation());
+    // A cancellation throws nowhere in here: each ending is a verdict.
+    const bool throwing = co_await asio::this_coro::throw_if_cancelled();
     co_await asio::this_coro::throw_if_cancelled(false);
+    std::optional<idempotent_outcome<Response>> answer;
+    std::exception_ptr thrown;
+    try {
+      answer.emplace(co_await claim_and_run<Response>(scope, key, print, run, failure));
+    } catch (...) {
+      thrown = std::current_exception();
+    }
+    co_await asio::this_coro::throw_if_cancelled(throwing);
+    if (thrown) std::rethrow_exception(thrown);
+    co_return std::move(*answer);
+  }
+
+ private:
+  using writer_type = claim_writer<core_type>;
+  static constexpr bool inline_store = store_calls<store_type>::inline_calls;
+
+  template <class Response, class Run, class Failure>
+  asio::awaitable<idempotent_outcome<Response>> claim_and_run(std::string_view scope,
+                                                              std::string_view key,
+                                                              const digest& print, Run& run,
+                                                              const Failure& failure) {
     store_time claimed_at{};
     std::optional<claim_result> claimed;
     try {
-      claimed = co_await claim_waiting(scope, key, print, claimed_at);
+      if (inline_store && options().coalesce <= std::chrono::nanoseconds::zero()) {
+        claimed = core_.claim(scope, key, print, claimed_at);  // no frame for the common case
+      } else {
+        claimed = co_await claim_waiting(scope, key, print, claimed_at);
+      }
     } catch (const store_error& error) {
       co_return core_type::template refused<Response>(error);
     }
@@ -141,9 +185,6 @@ class async_engine {
     }
     co_return co_await run_claimed<Response>(std::move(claim), print, run, failure);
   }
-
- private:
-  using writer_type = claim_writer<core_type>;
 
   template <class Response>
   struct handler_run {
@@ -220,9 +261,13 @@ class async_engine {
       }
       std::rethrow_exception(ran.thrown);
     }
-    co_return co_await calls_([&] {
-      return core_.template record_directly<Response>(claim, print, std::move(*ran.response));
-    });
+    if constexpr (inline_store) {
+      co_return core_.template record_directly<Response>(claim, print, std::move(*ran.response));
+    } else {
+      co_return co_await calls_([&] {
+        return core_.template record_directly<Response>(claim, print, std::move(*ran.response));
+      });
+    }
   }
 
   // The handler on a coroutine of its own, and meanwhile a heartbeat in this one: every third
@@ -233,7 +278,8 @@ class async_engine {
   asio::awaitable<void> run_with_heartbeat(async_handler_context& context, Run& run,
                                            writer_type& writer, handler_run<Response>& ran) {
     const asio::any_io_executor executor = co_await asio::this_coro::executor;
-    clock_timer<clock_type> beat{executor, core_.clock()};
+    // Made at the first beat: a handler that never waits long costs no timer.
+    std::optional<clock_timer<clock_type>> beat;
     asio::cancellation_signal stop_handler;
     asio::co_spawn(
         executor,
@@ -249,7 +295,7 @@ class async_engine {
         // cancellation state lives in stop_handler, which must outlive it.
         asio::bind_cancellation_slot(stop_handler.slot(), [&](const std::exception_ptr&) {
           ran.finished = true;
-          beat.cancel();
+          if (beat) beat->cancel();
         }));
     const std::chrono::nanoseconds period = options().lease / 3;
     bool stopping = false;
@@ -268,7 +314,8 @@ class async_engine {
       const bool cancelled = co_await cancellation_requested();
       if (cancelled) stop();
       asio_error_code error;
-      co_await beat.async_wait_for(period, asio::redirect_error(asio::use_awaitable, error));
+      if (!beat) beat.emplace(executor, core_.clock());
+      co_await beat->async_wait_for(period, asio::redirect_error(asio::use_awaitable, error));
       if (ran.finished) break;
       if (error || stopping) continue;  // error: the caller cancelled, seen at the loop's top
       bool kept = true;
