@@ -9,6 +9,8 @@
 
 #include <cstddef>
 #include <functional>
+#include <list>
+#include <mutex>
 #include <optional>
 #include <string_view>
 #include <type_traits>
@@ -34,9 +36,21 @@ struct async_adapter {
   }
 };
 
-// Where a store that blocks runs its calls, and whether the loop must wait for them.
+// Where a store that blocks runs its calls, and the event loops the calls ran on. A pool thread
+// that hands a call's result back is still inside the loop's post for a moment after the call
+// resumed, so a loop is kept until the pool has stopped, as a service keeps its io_context.
 class store_threads {
  protected:
+  store_threads() = default;
+  store_threads(const store_threads&) = delete;
+  store_threads& operator=(const store_threads&) = delete;
+  ~store_threads() { pool_.join(); }
+
+  asio::io_context& new_loop() {
+    const std::lock_guard lock(loops_mutex_);
+    return loops_.emplace_back();
+  }
+
   template <class Options, class Store>
   Options with_store_executor(Options parts) {
     if (!idem::never_blocks<Store> && !parts.store_executor) {
@@ -46,6 +60,10 @@ class store_threads {
   }
 
   asio::thread_pool pool_{2};
+
+ private:
+  std::mutex loops_mutex_;
+  std::list<asio::io_context> loops_;
 };
 
 template <class Handler, class Policies>
@@ -65,7 +83,7 @@ class async_guard : private store_threads {
   idem::idempotent_outcome<idem::http_response> operator()(std::string_view scope,
                                                            std::optional<std::string_view> key,
                                                            const Request& request) {
-    asio::io_context io;
+    asio::io_context& io = new_loop();
     completion<idem::idempotent_outcome<idem::http_response>> call;
     wrapped_.async_call(scope, key, request, asio::bind_executor(io, call.handler()));
     run_until(
@@ -100,7 +118,7 @@ class async_inbox_adapter : private store_threads {
     using result_type = std::invoke_result_t<F&>;
     using response_type =
         std::conditional_t<std::is_void_v<result_type>, std::monostate, result_type>;
-    asio::io_context io;
+    asio::io_context& io = new_loop();
     completion<idem::idempotent_outcome<response_type>> call;
     auto awaited = [&fn]() -> asio::awaitable<result_type> { co_return fn(); };
     wrapped_.async_deduplicate(scope, event_id, awaited, asio::bind_executor(io, call.handler()));
