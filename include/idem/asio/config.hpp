@@ -1,7 +1,8 @@
 // Which Asio the asynchronous drivers use: Boost.Asio (>= 1.81) by default, standalone Asio
 // (>= 1.22) when IDEM_ASIO_STANDALONE is defined (the CMake target idem::asio_standalone
 // defines it; idem::asio links Boost). Either way the library is reached as idem::asio, and its
-// error code type as idem::asio_error_code.
+// error code type as idem::asio_error_code. The experimental parts used (deferred, parallel
+// groups) are under asio::experimental in both.
 #ifndef IDEM_ASIO_CONFIG_HPP
 #define IDEM_ASIO_CONFIG_HPP
 
@@ -22,6 +23,9 @@
 #include <asio/dispatch.hpp>
 #include <asio/error.hpp>
 #include <asio/executor_work_guard.hpp>
+#include <asio/experimental/deferred.hpp>
+#include <asio/experimental/parallel_group.hpp>
+#include <asio/io_context.hpp>
 #include <asio/post.hpp>
 #include <asio/redirect_error.hpp>
 #include <asio/steady_timer.hpp>
@@ -50,6 +54,9 @@ using asio_error_code = std::error_code;
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/experimental/deferred.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
