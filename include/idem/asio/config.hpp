@@ -1,8 +1,9 @@
 // Which Asio the asynchronous drivers use: Boost.Asio (>= 1.81) by default, standalone Asio
 // (>= 1.22) when IDEM_ASIO_STANDALONE is defined (the CMake target idem::asio_standalone
 // defines it; idem::asio links Boost). Either way the library is reached as idem::asio, and its
-// error code type as idem::asio_error_code. The experimental parts used (deferred, parallel
-// groups) are under asio::experimental in both.
+// error code type as idem::asio_error_code (detail::portable_error turns one into the
+// std::error_code the classifiers compare with std::errc). The experimental parts used (deferred,
+// parallel groups) are under asio::experimental in both.
 #ifndef IDEM_ASIO_CONFIG_HPP
 #define IDEM_ASIO_CONFIG_HPP
 
@@ -68,5 +69,25 @@ namespace asio = ::boost::asio;
 using asio_error_code = ::boost::system::error_code;
 }  // namespace idem
 #endif
+
+#include <system_error>
+
+namespace idem::detail {
+
+/// An Asio error code as the std::error_code the classifiers know: an error of the operating
+/// system in std::system_category, so that it compares equal to its std::errc. (Standalone Asio
+/// keeps them in a category of its own; Boost's codes convert.)
+inline std::error_code portable_error(const asio_error_code& code) noexcept {
+#if defined(IDEM_ASIO_STANDALONE)
+  if (code.category() == asio::system_category()) {
+    return std::error_code{code.value(), std::system_category()};
+  }
+  return code;
+#else
+  return static_cast<std::error_code>(code);
+#endif
+}
+
+}  // namespace idem::detail
 
 #endif  // IDEM_ASIO_CONFIG_HPP

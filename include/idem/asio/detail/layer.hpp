@@ -16,6 +16,7 @@
 #define IDEM_ASIO_DETAIL_LAYER_HPP
 
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 
 #include <idem/asio/config.hpp>
@@ -71,35 +72,48 @@ using io_executor = asio::io_context::executor_type;
 using tracked_io_executor = std::decay_t<decltype(asio::prefer(
     std::declval<const io_executor&>(), asio::execution::outstanding_work.tracked))>;
 
+/// The executor of type T that `executor` holds, or null. (Asio 1.22's target<T>() does not
+/// check the type itself.)
+template <class T>
+const T* held(const asio::any_io_executor& executor) noexcept {
+  if (!executor || executor.target_type() != typeid(T)) return nullptr;
+  return executor.target<T>();
+}
+
+// layer_of and with_layer are kept out of line (once per operation, a call is nothing): inlined
+// where the executor is a local, GCC 12 reads the type-checked target<> of a larger executor as
+// an access past the local's end (-Warray-bounds), though the type check rules it out.
+
 /// The layer `executor` carries: 0 outside any async_retrying operation.
-inline int layer_of(const asio::any_io_executor& executor) noexcept {
-  if (const auto* layered = executor.target<layered_executor<io_executor>>()) {
+[[gnu::noinline]] inline int layer_of(const asio::any_io_executor& executor) noexcept {
+  if (const auto* layered = held<layered_executor<io_executor>>(executor)) {
     return layered->depth();
   }
-  if (const auto* layered = executor.target<layered_executor<tracked_io_executor>>()) {
+  if (const auto* layered = held<layered_executor<tracked_io_executor>>(executor)) {
     return layered->depth();
   }
-  if (const auto* layered = executor.target<layered_executor<asio::any_io_executor>>()) {
+  if (const auto* layered = held<layered_executor<asio::any_io_executor>>(executor)) {
     return layered->depth();
   }
   return 0;
 }
 
 /// `executor`, without any layer it carried, wrapped in layer `depth`.
-inline asio::any_io_executor with_layer(const asio::any_io_executor& executor, int depth) {
-  if (const auto* layered = executor.target<layered_executor<io_executor>>()) {
+[[gnu::noinline]] inline asio::any_io_executor with_layer(const asio::any_io_executor& executor,
+                                                          int depth) {
+  if (const auto* layered = held<layered_executor<io_executor>>(executor)) {
     return layered_executor<io_executor>{layered->inner(), depth};
   }
-  if (const auto* layered = executor.target<layered_executor<tracked_io_executor>>()) {
+  if (const auto* layered = held<layered_executor<tracked_io_executor>>(executor)) {
     return layered_executor<tracked_io_executor>{layered->inner(), depth};
   }
-  if (const auto* layered = executor.target<layered_executor<asio::any_io_executor>>()) {
+  if (const auto* layered = held<layered_executor<asio::any_io_executor>>(executor)) {
     return layered_executor<asio::any_io_executor>{layered->inner(), depth};
   }
-  if (const auto* io = executor.target<io_executor>()) {
+  if (const auto* io = held<io_executor>(executor)) {
     return layered_executor<io_executor>{*io, depth};
   }
-  if (const auto* io = executor.target<tracked_io_executor>()) {
+  if (const auto* io = held<tracked_io_executor>(executor)) {
     return layered_executor<tracked_io_executor>{*io, depth};
   }
   return layered_executor<asio::any_io_executor>{executor, depth};

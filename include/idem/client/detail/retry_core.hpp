@@ -391,11 +391,21 @@ class retry_core {
     return true;
   }
 
-  clock_type& clock() noexcept { return clock_; }
-  budget_type& budget() noexcept { return budget_; }
-  breaker_type& breaker() noexcept { return breaker_; }
-  observer_type& observer() noexcept { return observer_; }
-  const retry_limits& limits() const noexcept { return limits_; }
+  clock_type& clock() noexcept {
+    return clock_;
+  }
+  budget_type& budget() noexcept {
+    return budget_;
+  }
+  breaker_type& breaker() noexcept {
+    return breaker_;
+  }
+  observer_type& observer() noexcept {
+    return observer_;
+  }
+  const retry_limits& limits() const noexcept {
+    return limits_;
+  }
 
  private:
   std::chrono::nanoseconds time_left(std::chrono::nanoseconds elapsed) const noexcept {
