@@ -53,6 +53,7 @@
 
 #include <idem/asio/config.hpp>
 #include <idem/asio/detail/layer.hpp>
+#include <idem/asio/detail/recycled.hpp>
 #include <idem/asio/timer.hpp>
 #include <idem/client/attempt.hpp>
 #include <idem/client/detail/retry_core.hpp>
@@ -151,6 +152,9 @@ template <class Element>
 using token_type = std::conditional_t<std::is_lvalue_reference_v<Element>, Element,
                                       std::remove_reference_t<Element>>;
 
+/// What async_call passes where async_with_key passes the key.
+struct no_given_key {};
+
 inline bool is_cancelled(const asio::cancellation_state& state) noexcept {
   return state.cancelled() != asio::cancellation_type::none;
 }
@@ -199,7 +203,7 @@ class async_retrying {
     static_assert(sizeof...(ArgsAndToken) >= 1,
                   "idem::async_retrying::async_call takes the call's arguments and then a "
                   "completion token (asio::use_awaitable, a callback, asio::use_future, ...).");
-    return initiate(std::nullopt,
+    return initiate(detail::no_given_key{},
                     std::forward_as_tuple(std::forward<ArgsAndToken>(args_and_token)...),
                     std::make_index_sequence<sizeof...(ArgsAndToken) - 1>{});
   }
@@ -230,21 +234,47 @@ class async_retrying {
   template <class Result>
   using stored = std::conditional_t<std::is_void_v<Result>, detail::no_value, Result>;
 
-  // Starts the operation's coroutine on the handler's executor, wrapped in the next layer.
+  template <class Result>
+  using outcome_box = detail::recycled<retry_outcome<Result>>;
+
+  // Starts the operation: makes its outcome (and key), then its coroutine on the handler's
+  // executor, wrapped in the next layer.
   struct starter {
     async_retrying* self;
 
-    template <class Handler, class... Args>
-    void operator()(Handler&& handler, std::optional<key_buffer> given, Args&&... args) const {
-      const asio::any_io_executor executor = where_to_run(handler, self->executor_);
-      const int depth = detail::layer_of(executor);
+    template <class Handler, class Given, class... Args>
+    void operator()(Handler&& handler, const Given& given, Args&&... args) const {
       using result_type = detail::async_call_result_t<Call, std::decay_t<Args>...>;
-      asio::co_spawn(detail::with_layer(executor, depth + 1),
-                     self->template operation<result_type>(depth > 0, std::move(given),
+      const asio::any_io_executor executor = where_to_run(handler, self->executor_);
+      const detail::layer next = detail::next_layer(executor);
+      auto outcome = outcome_box<result_type>::made_by(
+          [&] { return self->core_.template make_outcome<result_type>(given_key(given)); });
+      auto slot = asio::get_associated_cancellation_slot(handler);
+      auto handler_executor = asio::get_associated_executor(handler, next.executor);
+      asio::co_spawn(next.executor,
+                     self->template operation<result_type>(next.depth > 1, std::move(outcome),
                                                            std::forward<Args>(args)...),
-                     std::forward<Handler>(handler));
+                     asio::bind_cancellation_slot(
+                         slot, asio::bind_executor(handler_executor,
+                                                   unboxing<result_type, std::decay_t<Handler>>{
+                                                       std::forward<Handler>(handler)})));
     }
   };
+
+  // co_spawn's completion handler: hands the user's handler the outcome out of its box.
+  template <class Result, class Handler>
+  struct unboxing {
+    Handler handler;
+    void operator()(std::exception_ptr error, outcome_box<Result> box) {
+      retry_outcome<Result> outcome;
+      if (box) outcome = std::move(*box);
+      box = {};  // its block is recycled now, before the handler starts the next operation
+      std::move(handler)(std::move(error), std::move(outcome));
+    }
+  };
+
+  static const key_buffer* given_key(const key_buffer& given) noexcept { return &given; }
+  static const key_buffer* given_key(detail::no_given_key) noexcept { return nullptr; }
 
   // The handler's associated executor, else the wrapper's: also where the associated one is
   // not an I/O executor (standalone Asio's use_future associates a promise executor).
@@ -258,8 +288,10 @@ class async_retrying {
     }
   }
 
-  template <class Tuple, std::size_t... I>
-  auto initiate(std::optional<key_buffer> given, Tuple all, std::index_sequence<I...>) {
+  // `given` is a key_buffer, or no_given_key: nothing to store while a deferred operation (or
+  // use_awaitable's own frame) holds the arguments until the start.
+  template <class Given, class Tuple, std::size_t... I>
+  auto initiate(Given given, Tuple all, std::index_sequence<I...>) {
     using result_type =
         detail::async_call_result_t<Call, std::decay_t<std::tuple_element_t<I, Tuple>>...>;
     static_assert(detail::async_form_of<Call, std::decay_t<std::tuple_element_t<I, Tuple>>...>() !=
@@ -275,13 +307,12 @@ class async_retrying {
             std::forward<std::tuple_element_t<I, Tuple>>(std::get<I>(all)))...);
   }
 
-  // One operation, from its key to its last attempt; the rules are core_'s.
+  // One operation, from its first attempt to its last; the rules are core_'s.
   template <class Result, class... Args>
-  asio::awaitable<retry_outcome<Result>> operation(bool nested, std::optional<key_buffer> given,
-                                                   Args... args) {
-    retry_outcome<Result> outcome = core_.template make_outcome<Result>(given ? &*given : nullptr);
+  asio::awaitable<outcome_box<Result>> operation(bool nested, outcome_box<Result> box,
+                                                 Args... args) {
+    retry_outcome<Result>& outcome = *box;
     auto run = core_.begin(nested);
-    std::optional<clock_timer<clock_type>> timer;  // made at the first wait
     for (;;) {
       const std::optional<attempt_context> context = core_.start_attempt(run, outcome);
       if (!context) break;
@@ -315,22 +346,35 @@ class async_retrying {
       const detail::retry_decision decision = core_.judge(run, outcome, verdict, threw);
       if (decision.stop) break;
 
-      if (!timer) timer.emplace(co_await asio::this_coro::executor, core_.clock());
-      asio_error_code waited;
-      co_await timer->async_wait_for(decision.delay,
-                                     asio::redirect_error(asio::use_awaitable, waited));
-      if (waited) {
-        core_type::end(outcome, retry_verdict::cancelled);
-        break;
-      }
-      if (decision.resolve_first &&
-          co_await effect_landed(outcome, core_.resolve_context(run, outcome), args...)) {
-        core_type::end(outcome, retry_verdict::resolved);
+      const std::optional<retry_verdict> ended =
+          co_await between_attempts(outcome, run, decision, args...);
+      if (ended) {
+        core_type::end(outcome, *ended);
         break;
       }
     }
     core_.finish(run, outcome);
-    co_return std::move(outcome);
+    co_return std::move(box);
+  }
+
+  // After a failed attempt: the wait, then the resolve hook's question if the attempt was
+  // ambiguous. Answers the verdict that ends the operation there (cancelled during the wait,
+  // resolved), or nothing to go on. A coroutine of its own, so that the success path's frame
+  // stays small enough for Asio to recycle.
+  template <class Result, class... Args>
+  asio::awaitable<std::optional<retry_verdict>> between_attempts(
+      retry_outcome<Result>& outcome, const typename core_type::run_type& run,
+      detail::retry_decision decision, Args&... args) {
+    clock_timer<clock_type> timer{co_await asio::this_coro::executor, core_.clock()};
+    asio_error_code waited;
+    co_await timer.async_wait_for(decision.delay,
+                                  asio::redirect_error(asio::use_awaitable, waited));
+    if (waited) co_return retry_verdict::cancelled;
+    if (decision.resolve_first &&
+        co_await effect_landed(outcome, core_.resolve_context(run, outcome), args...)) {
+      co_return retry_verdict::resolved;
+    }
+    co_return std::nullopt;
   }
 
   // The attempt as an awaitable of its result: the call's own, or for an initiating function

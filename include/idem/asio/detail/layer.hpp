@@ -72,6 +72,12 @@ using io_executor = asio::io_context::executor_type;
 using tracked_io_executor = std::decay_t<decltype(asio::prefer(
     std::declval<const io_executor&>(), asio::execution::outstanding_work.tracked))>;
 
+// The checks compare types, the plain io_context executor first: an outermost operation on an
+// io_context, the common case, costs one comparison that succeeds at once (a type_info compared
+// with another type is a string comparison in libstdc++). Kept out of line (once per operation,
+// a call is nothing): inlined where the executor is a local, GCC 12 reads the type-checked
+// target<> of a larger executor as an access past the local's end (-Warray-bounds).
+
 /// The executor of type T that `executor` holds, or null. (Asio 1.22's target<T>() does not
 /// check the type itself.)
 template <class T>
@@ -80,12 +86,38 @@ const T* held(const asio::any_io_executor& executor) noexcept {
   return executor.target<T>();
 }
 
-// layer_of and with_layer are kept out of line (once per operation, a call is nothing): inlined
-// where the executor is a local, GCC 12 reads the type-checked target<> of a larger executor as
-// an access past the local's end (-Warray-bounds), though the type check rules it out.
+/// The layer an operation started on `executor` runs in: its depth (1 for an outermost one) and
+/// its executor, `executor` wrapped with that depth.
+struct layer {
+  int depth;
+  asio::any_io_executor executor;
+};
 
-/// The layer `executor` carries: 0 outside any async_retrying operation.
+[[gnu::noinline]] inline layer next_layer(const asio::any_io_executor& executor) {
+  if (const auto* io = held<io_executor>(executor)) {
+    return {1, layered_executor<io_executor>{*io, 1}};
+  }
+  if (const auto* layered = held<layered_executor<io_executor>>(executor)) {
+    return {layered->depth() + 1,
+            layered_executor<io_executor>{layered->inner(), layered->depth() + 1}};
+  }
+  if (const auto* layered = held<layered_executor<tracked_io_executor>>(executor)) {
+    return {layered->depth() + 1,
+            layered_executor<tracked_io_executor>{layered->inner(), layered->depth() + 1}};
+  }
+  if (const auto* io = held<tracked_io_executor>(executor)) {
+    return {1, layered_executor<tracked_io_executor>{*io, 1}};
+  }
+  if (const auto* layered = held<layered_executor<asio::any_io_executor>>(executor)) {
+    return {layered->depth() + 1,
+            layered_executor<asio::any_io_executor>{layered->inner(), layered->depth() + 1}};
+  }
+  return {1, layered_executor<asio::any_io_executor>{executor, 1}};
+}
+
+/// The depth of the operation whose executor is `executor`: 0 outside any.
 [[gnu::noinline]] inline int layer_of(const asio::any_io_executor& executor) noexcept {
+  if (held<io_executor>(executor) != nullptr) return 0;
   if (const auto* layered = held<layered_executor<io_executor>>(executor)) {
     return layered->depth();
   }
@@ -96,27 +128,6 @@ const T* held(const asio::any_io_executor& executor) noexcept {
     return layered->depth();
   }
   return 0;
-}
-
-/// `executor`, without any layer it carried, wrapped in layer `depth`.
-[[gnu::noinline]] inline asio::any_io_executor with_layer(const asio::any_io_executor& executor,
-                                                          int depth) {
-  if (const auto* layered = held<layered_executor<io_executor>>(executor)) {
-    return layered_executor<io_executor>{layered->inner(), depth};
-  }
-  if (const auto* layered = held<layered_executor<tracked_io_executor>>(executor)) {
-    return layered_executor<tracked_io_executor>{layered->inner(), depth};
-  }
-  if (const auto* layered = held<layered_executor<asio::any_io_executor>>(executor)) {
-    return layered_executor<asio::any_io_executor>{layered->inner(), depth};
-  }
-  if (const auto* io = held<io_executor>(executor)) {
-    return layered_executor<io_executor>{*io, depth};
-  }
-  if (const auto* io = held<tracked_io_executor>(executor)) {
-    return layered_executor<tracked_io_executor>{*io, depth};
-  }
-  return layered_executor<asio::any_io_executor>{executor, depth};
 }
 
 }  // namespace idem::detail
