@@ -365,9 +365,9 @@ class retry_core {
   }
   /// The attempt's exception, in the outcome in place of a value.
   template <class Result>
-  static void set_error(retry_outcome<Result>& outcome, std::exception_ptr error) noexcept {
+  static void set_error(retry_outcome<Result>& outcome, const std::exception_ptr& error) noexcept {
     outcome.value_.reset();
-    outcome.error_ = std::move(error);
+    outcome.error_ = error;
   }
   /// The resolve hook's answer: true when it found the effect, whose value (for a Result that
   /// is not void) it then supplies, replacing the ambiguous attempt's error.
