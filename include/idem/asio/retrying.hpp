@@ -152,6 +152,22 @@ template <class Element>
 using token_type = std::conditional_t<std::is_lvalue_reference_v<Element>, Element,
                                       std::remove_reference_t<Element>>;
 
+/// co_spawn's completion handler for an async_retrying operation: hands the user's handler the
+/// outcome out of its recycled block (idem/asio/detail/recycled.hpp). It has the user's
+/// handler's associated executor, cancellation slot and allocator (the associator below), so
+/// co_spawn respects them as if it had been given that handler.
+template <class Box, class Handler>
+struct unboxing {
+  Handler handler;
+  void operator()(std::exception_ptr error, Box box) {
+    if (box) {
+      std::move(handler)(std::move(error), std::move(*box));
+    } else {
+      std::move(handler)(std::move(error), std::remove_cvref_t<decltype(*box)>{});
+    }
+  }
+};
+
 /// What async_call passes where async_with_key passes the key.
 struct no_given_key {};
 
@@ -249,27 +265,11 @@ class async_retrying {
       const detail::layer next = detail::next_layer(executor);
       auto outcome = outcome_box<result_type>::made_by(
           [&] { return self->core_.template make_outcome<result_type>(given_key(given)); });
-      auto slot = asio::get_associated_cancellation_slot(handler);
-      auto handler_executor = asio::get_associated_executor(handler, next.executor);
       asio::co_spawn(next.executor,
                      self->template operation<result_type>(next.depth > 1, std::move(outcome),
                                                            std::forward<Args>(args)...),
-                     asio::bind_cancellation_slot(
-                         slot, asio::bind_executor(handler_executor,
-                                                   unboxing<result_type, std::decay_t<Handler>>{
-                                                       std::forward<Handler>(handler)})));
-    }
-  };
-
-  // co_spawn's completion handler: hands the user's handler the outcome out of its box.
-  template <class Result, class Handler>
-  struct unboxing {
-    Handler handler;
-    void operator()(std::exception_ptr error, outcome_box<Result> box) {
-      retry_outcome<Result> outcome;
-      if (box) outcome = std::move(*box);
-      box = {};  // its block is recycled now, before the handler starts the next operation
-      std::move(handler)(std::move(error), std::move(outcome));
+                     detail::unboxing<outcome_box<result_type>, std::decay_t<Handler>>{
+                         std::forward<Handler>(handler)});
     }
   };
 
@@ -524,6 +524,29 @@ template <class Executor, class Call>
 async_retrying(Executor, Call) -> async_retrying<Call, default_policies>;
 
 }  // namespace idem
+
+// unboxing's associated executor, cancellation slot and allocator are its handler's.
+#if defined(IDEM_ASIO_STANDALONE)
+namespace asio {
+#else
+namespace boost::asio {
+#endif
+template <template <class, class> class Associator, class Box, class Handler, class Default>
+struct associator<Associator, idem::detail::unboxing<Box, Handler>, Default> {
+  using type = typename Associator<Handler, Default>::type;
+  static type get(const idem::detail::unboxing<Box, Handler>& unboxing) noexcept {
+    return Associator<Handler, Default>::get(unboxing.handler);
+  }
+  static type get(const idem::detail::unboxing<Box, Handler>& unboxing,
+                  const Default& fallback) noexcept {
+    return Associator<Handler, Default>::get(unboxing.handler, fallback);
+  }
+};
+#if defined(IDEM_ASIO_STANDALONE)
+}  // namespace asio
+#else
+}  // namespace boost::asio
+#endif
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
