@@ -3208,6 +3208,21 @@ template <class Call>
 concept resolvable = requires(Call& call, const attempt_context& context) {
   call.resolve(context);
 };
+template <class Call, class... Args>
+concept has_resolve_hook = resolvable_with_arguments<Call, Args...> || resolvable<Call>;
+
+/// The call's resolve hook's answer for `context`, given the call's arguments where it takes
+/// them: what either driver hands take_resolution (the asynchronous one after co_await, when
+/// the hook answers with an awaitable).
+template <class Call, class... Args>
+requires has_resolve_hook<Call, Args...>
+decltype(auto) ask_resolve_hook(Call& call, const attempt_context& context, Args&... args) {
+  if constexpr (resolvable_with_arguments<Call, Args...>) {
+    return call.resolve(context, args...);
+  } else {
+    return call.resolve(context);
+  }
+}
 
 // The engine each thread draws from for one wrapper. A thread seeds it when it starts using the
 // wrapper, or comes back to it after using another: from the wrapper's 256-bit seed with a
@@ -3767,10 +3782,8 @@ class retrying {
   template <class Result, class... Args>
   bool effect_landed(retry_outcome<Result>& outcome, const attempt_context& context,
                      Args&... args) {
-    if constexpr (detail::resolvable_with_arguments<Call, Args...>) {
-      return core_type::take_resolution(outcome, call_.resolve(context, args...));
-    } else if constexpr (detail::resolvable<Call>) {
-      return core_type::take_resolution(outcome, call_.resolve(context));
+    if constexpr (detail::has_resolve_hook<Call, Args...>) {
+      return core_type::take_resolution(outcome, detail::ask_resolve_hook(call_, context, args...));
     } else {
       return false;
     }

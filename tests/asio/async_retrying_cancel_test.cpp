@@ -10,16 +10,11 @@
 
 using namespace std::chrono_literals;
 namespace asio = test_net::asio;
+using test_net::response;
 
 namespace {
 
-struct response {
-  int status;
-};
-
-struct manual_policies : idem::default_policies {
-  using clock = idem::manual_clock;
-  using budget = idem::unlimited_budget;
+struct manual_policies : test_net::manual_policies {
   using backoff = idem::constant_backoff;
 };
 
@@ -44,8 +39,7 @@ struct slow_call {
 template <class Call>
 typename idem::async_retrying<Call, manual_policies>::options manual(
     idem::manual_clock clock, std::chrono::nanoseconds attempt_timeout = {}) {
-  typename idem::async_retrying<Call, manual_policies>::options o;
-  o.clock = clock;
+  auto o = test_net::manual_options<Call, manual_policies>(clock);
   o.backoff = idem::constant_backoff{1s};
   o.attempt_timeout = attempt_timeout;
   return o;

@@ -10,12 +10,9 @@
 
 using namespace std::chrono_literals;
 namespace asio = test_net::asio;
+using test_net::response;
 
 namespace {
-
-struct response {
-  int status;
-};
 
 struct counted_policies : idem::default_policies {
   using backoff = idem::constant_backoff;

@@ -8,17 +8,10 @@
 
 using namespace std::chrono_literals;
 namespace asio = test_net::asio;
+using test_net::manual_policies;
+using test_net::response;
 
 namespace {
-
-struct response {
-  int status;
-};
-
-struct manual_policies : idem::default_policies {
-  using clock = idem::manual_clock;
-  using budget = idem::unlimited_budget;
-};
 
 // Always 503, counting its calls.
 struct failing {
@@ -31,8 +24,7 @@ struct failing {
 
 template <class Call>
 typename idem::async_retrying<Call, manual_policies>::options manual(idem::manual_clock clock) {
-  typename idem::async_retrying<Call, manual_policies>::options o;
-  o.clock = clock;
+  auto o = test_net::manual_options<Call>(clock);
   o.limits = {3, 1000s};
   return o;
 }

@@ -11,17 +11,10 @@
 
 using namespace std::chrono_literals;
 namespace asio = test_net::asio;
+using test_net::manual_policies;
+using test_net::response;
 
 namespace {
-
-struct response {
-  int status;
-};
-
-struct manual_policies : idem::default_policies {
-  using clock = idem::manual_clock;
-  using budget = idem::unlimited_budget;
-};
 
 // A dependency that answers 503 until its third call.
 struct flaky {
@@ -32,14 +25,6 @@ struct flaky {
   }
 };
 
-template <class Call, class Policies = manual_policies>
-typename idem::async_retrying<Call, Policies>::options manual(idem::manual_clock clock) {
-  typename idem::async_retrying<Call, Policies>::options o;
-  o.clock = clock;
-  o.seed = 7;
-  return o;
-}
-
 }  // namespace
 
 TEST_CASE("use_awaitable completes a coroutine with the retry_outcome") {
@@ -47,7 +32,7 @@ TEST_CASE("use_awaitable completes a coroutine with the retry_outcome") {
   idem::manual_clock clock;
   flaky dependency;
   idem::async_retrying<flaky, manual_policies> retry{io.get_executor(), dependency,
-                                                     manual<flaky>(clock)};
+                                                     test_net::manual_options<flaky>(clock)};
   std::optional<idem::retry_outcome<response>> seen;
   asio::co_spawn(
       io, [&]() -> asio::awaitable<void> { seen = co_await retry.async_call(asio::use_awaitable); },
@@ -85,7 +70,7 @@ TEST_CASE("a deferred operation starts only when it is launched") {
   idem::manual_clock clock;
   flaky dependency;
   idem::async_retrying<flaky, manual_policies> retry{io.get_executor(), dependency,
-                                                     manual<flaky>(clock)};
+                                                     test_net::manual_options<flaky>(clock)};
   auto operation = retry.async_call(test_net::deferred);
   io.poll();
   CHECK(dependency.keys->empty());
@@ -102,7 +87,7 @@ TEST_CASE("a wait is a timer: the event loop runs other work while an operation 
   idem::manual_clock clock;
   flaky dependency;
   idem::async_retrying<flaky, manual_policies> retry{io.get_executor(), dependency,
-                                                     manual<flaky>(clock)};
+                                                     test_net::manual_options<flaky>(clock)};
   bool done = false;
   retry.async_call([&](std::exception_ptr, idem::retry_outcome<response>) { done = true; });
   io.restart();
@@ -129,8 +114,8 @@ TEST_CASE("the arguments are copied into the operation and given to every attemp
     seen.push_back(text + std::to_string(*number));
     co_return response{seen.size() < 2 ? 503 : 200};
   };
-  idem::async_retrying<decltype(call), manual_policies> retry{io.get_executor(), call,
-                                                              manual<decltype(call)>(clock)};
+  idem::async_retrying<decltype(call), manual_policies> retry{
+      io.get_executor(), call, test_net::manual_options<decltype(call)>(clock)};
   bool done = false;
   {
     std::string text = "order-";
@@ -180,7 +165,7 @@ TEST_CASE("an initiating function's error code is an attempt that threw its syst
   int calls = 0;
   idem::async_retrying<initiating_dependency, exception_policies> retry{
       io.get_executor(), initiating_dependency{&calls},
-      manual<initiating_dependency, exception_policies>(clock)};
+      test_net::manual_options<initiating_dependency, exception_policies>(clock)};
   std::optional<idem::retry_outcome<int>> seen;
   retry.async_call([&](std::exception_ptr, idem::retry_outcome<int> outcome) {
     seen.emplace(std::move(outcome));
@@ -207,7 +192,7 @@ TEST_CASE("an Asio operation's own exception is judged by its error code") {
     co_return 7;
   };
   idem::async_retrying<decltype(call), exception_policies> retry{
-      io.get_executor(), call, manual<decltype(call), exception_policies>(clock)};
+      io.get_executor(), call, test_net::manual_options<decltype(call), exception_policies>(clock)};
   std::optional<idem::retry_outcome<int>> seen;
   retry.async_call([&](std::exception_ptr, idem::retry_outcome<int> outcome) {
     seen.emplace(std::move(outcome));
@@ -234,8 +219,8 @@ TEST_CASE("a resolve hook may answer with an awaitable") {
     co_return response{200};
   };
   auto both = idem::with_resolver(charge, ask);
-  idem::async_retrying<decltype(both), manual_policies> retry{io.get_executor(), both,
-                                                              manual<decltype(both)>(clock)};
+  idem::async_retrying<decltype(both), manual_policies> retry{
+      io.get_executor(), both, test_net::manual_options<decltype(both)>(clock)};
   std::optional<idem::retry_outcome<response>> seen;
   retry.async_call([&](std::exception_ptr, idem::retry_outcome<response> outcome) {
     seen.emplace(std::move(outcome));
@@ -256,8 +241,8 @@ TEST_CASE("the operation runs on the handler's associated executor") {
     on_strand = strand.running_in_this_thread();
     co_return response{200};
   };
-  idem::async_retrying<decltype(call), manual_policies> retry{io.get_executor(), call,
-                                                              manual<decltype(call)>(clock)};
+  idem::async_retrying<decltype(call), manual_policies> retry{
+      io.get_executor(), call, test_net::manual_options<decltype(call)>(clock)};
   bool done = false;
   retry.async_call(asio::bind_executor(
       strand, [&](std::exception_ptr, idem::retry_outcome<response>) { done = true; }));
@@ -270,7 +255,7 @@ TEST_CASE("async_with_key refuses an invalid key before anything starts") {
   idem::manual_clock clock;
   flaky dependency;
   idem::async_retrying<flaky, manual_policies> retry{io.get_executor(), dependency,
-                                                     manual<flaky>(clock)};
+                                                     test_net::manual_options<flaky>(clock)};
   auto ignore = [](std::exception_ptr, idem::retry_outcome<response>) {};
   CHECK_THROWS_AS(retry.async_with_key("", ignore), std::invalid_argument);
   CHECK_THROWS_AS(retry.async_with_key("has space", ignore), std::invalid_argument);

@@ -25,6 +25,26 @@
 
 namespace test_net {
 
+/// What the asynchronous drivers' own tests' calls answer.
+struct response {
+  int status;
+};
+
+/// A manual clock and no budget: each test adds what it is about.
+struct manual_policies : idem::default_policies {
+  using clock = idem::manual_clock;
+  using budget = idem::unlimited_budget;
+};
+
+/// async_retrying's parts on `clock`, with a fixed seed.
+template <class Call, class Policies = manual_policies>
+typename idem::async_retrying<Call, Policies>::options manual_options(idem::manual_clock clock) {
+  typename idem::async_retrying<Call, Policies>::options o;
+  o.clock = clock;
+  o.seed = 7;
+  return o;
+}
+
 /// Runs `io` until `done()`: what is ready first, then (under a manual clock) the next wake.
 /// Fails the test if nothing is left to run and `done()` is still false.
 template <class Clock, class Done>

@@ -496,18 +496,14 @@ class async_retrying {
   template <class Result, class... Args>
   asio::awaitable<bool> effect_landed(retry_outcome<Result>& outcome,
                                       const attempt_context& context, Args&... args) {
-    if constexpr (detail::resolvable_with_arguments<Call, Args...> || detail::resolvable<Call>) {
-      auto ask = [&] {
-        if constexpr (detail::resolvable_with_arguments<Call, Args...>) {
-          return call_.resolve(context, args...);
-        } else {
-          return call_.resolve(context);
-        }
-      };
-      if constexpr (detail::an_awaitable<decltype(ask())>) {
-        co_return core_type::take_resolution(outcome, co_await ask());
+    if constexpr (detail::has_resolve_hook<Call, Args...>) {
+      using answer = decltype(detail::ask_resolve_hook(call_, context, args...));
+      if constexpr (detail::an_awaitable<answer>) {
+        co_return core_type::take_resolution(
+            outcome, co_await detail::ask_resolve_hook(call_, context, args...));
       } else {
-        co_return core_type::take_resolution(outcome, ask());
+        co_return core_type::take_resolution(outcome,
+                                             detail::ask_resolve_hook(call_, context, args...));
       }
     } else {
       co_return false;
