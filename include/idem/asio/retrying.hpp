@@ -370,10 +370,12 @@ class async_retrying {
     co_await timer.async_wait_for(decision.delay,
                                   asio::redirect_error(asio::use_awaitable, waited));
     if (waited) co_return retry_verdict::cancelled;
-    if (decision.resolve_first &&
-        co_await effect_landed(outcome, core_.resolve_context(run, outcome), args...)) {
-      co_return retry_verdict::resolved;
-    }
+    if (!decision.resolve_first) co_return std::nullopt;
+    // Awaited on a statement of its own: GCC 12 miscompiles a co_await inside a condition with
+    // && or || (the program dies of SIGILL).
+    const bool landed =
+        co_await effect_landed(outcome, core_.resolve_context(run, outcome), args...);
+    if (landed) co_return retry_verdict::resolved;
     co_return std::nullopt;
   }
 
