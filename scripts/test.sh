@@ -127,8 +127,10 @@ fi
 # --- 1: g++, all targets ---------------------------------------------------------------------
 # RelWithDebInfo for the optimiser's warnings, with its -DNDEBUG dropped so asserts stay on.
 # --quick leaves out what is slow to build or run and rarely what an edit breaks: the benchmarks,
-# the examples (the payments demo and its end-to-end tests), the single-header build, and the
-# compile-fail and consumer tests (each a compiler or CMake run). The full run has them all.
+# the examples (the payments demo and its end-to-end tests), the single-header build, the
+# asynchronous tests' second build on standalone Asio, and the compile-fail and consumer tests
+# (each a compiler or CMake run). The full run has them all; the sanitizer builds below build the
+# asynchronous tests on Boost.Asio only.
 full=ON
 gcc_ctest_args=()
 if ((quick)); then
@@ -139,7 +141,8 @@ configure_and_build gcc build/gcc "" \
   -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g" \
   -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=$full -DIDEM_BUILD_BENCH=$full \
-  -DIDEM_TEST_SINGLE_HEADER=$full -DIDEM_SANITIZE= -DIDEM_REQUIRE_ADAPTERS=ON ||
+  -DIDEM_TEST_SINGLE_HEADER=$full -DIDEM_TEST_ASIO_STANDALONE=$full -DIDEM_SANITIZE= \
+  -DIDEM_REQUIRE_ADAPTERS=ON ||
   exit 1
 run_ctest gcc build/gcc "${gcc_ctest_args[@]}"
 
@@ -150,7 +153,8 @@ if ((!quick)); then
   configure_and_build clang-asan build/clang-asan "" \
     -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" \
     -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=ON -DIDEM_BUILD_BENCH=OFF \
-    -DIDEM_SANITIZE=address,undefined -DIDEM_CLANG_TIDY=ON -DIDEM_REQUIRE_ADAPTERS=ON || exit 1
+    -DIDEM_SANITIZE=address,undefined -DIDEM_CLANG_TIDY=ON -DIDEM_REQUIRE_ADAPTERS=ON \
+    -DIDEM_TEST_ASIO_STANDALONE=OFF || exit 1
   run_ctest clang-asan build/clang-asan
 
   # --- 3: clang++, ThreadSanitizer, the [concurrency] test cases -----------------------------
@@ -166,7 +170,7 @@ if ((!quick)); then
   configure_and_build tsan build/tsan idem_concurrency_tests \
     -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" \
     -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=OFF -DIDEM_BUILD_BENCH=OFF \
-    -DIDEM_SANITIZE=thread -DIDEM_REQUIRE_ADAPTERS=ON || exit 1
+    -DIDEM_SANITIZE=thread -DIDEM_REQUIRE_ADAPTERS=ON -DIDEM_TEST_ASIO_STANDALONE=OFF || exit 1
   run_ctest tsan build/tsan -L concurrency --no-tests=error
 
   # --- 4: fuzz targets: libFuzzer with ASan + UBSan, each for a short bounded time -----------

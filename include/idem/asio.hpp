@@ -3,11 +3,13 @@
 // idem/asio/config.hpp). Not part of <idem/idem.hpp> nor of the single header: link idem::asio
 // (or idem::asio_standalone) and include this header.
 //
-//   clock_timer<Clock>      waits on the executor by the policies' clock (idem/asio/timer.hpp)
-//   async_idempotent<H, P>  guarded coroutine handlers (idem/asio/idempotent.hpp,
-//                           docs/async_server.md), given an async_handler_context
-//                           (idem/asio/handler_context.hpp)
-//   async_inbox<P>          consumers that act once per event (idem/asio/inbox.hpp)
+//   async_retrying<Call, Policies>   retries with co_await, waits on timers (idem/asio/retrying.hpp)
+//   async_idempotent<H, P>           guarded coroutine handlers (idem/asio/idempotent.hpp,
+//                                    docs/async_server.md), given an async_handler_context
+//                                    (idem/asio/handler_context.hpp)
+//   async_inbox<P>                   consumers that act once per event (idem/asio/inbox.hpp)
+//   clock_timer<Clock>               waits on the executor by the policies' clock
+//                                    (idem/asio/timer.hpp)
 #ifndef IDEM_ASIO_HPP
 #define IDEM_ASIO_HPP
 
@@ -15,6 +17,7 @@
 #include <idem/asio/handler_context.hpp>
 #include <idem/asio/idempotent.hpp>
 #include <idem/asio/inbox.hpp>
+#include <idem/asio/retrying.hpp>
 #include <idem/asio/timer.hpp>
 #include <idem/idem.hpp>
 

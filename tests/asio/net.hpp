@@ -7,7 +7,6 @@
 #if defined(IDEM_ASIO_STANDALONE)
 #include <asio.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
-#include <asio/experimental/deferred.hpp>
 #else
 #include <boost/asio.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -17,10 +16,11 @@
 
 namespace test_net {
 namespace asio = idem::asio;
-#if defined(IDEM_ASIO_STANDALONE)
 inline constexpr auto& deferred = asio::experimental::deferred;
+#if defined(IDEM_ASIO_STANDALONE)
+using system_error = asio::system_error;
 #else
-inline constexpr auto& deferred = asio::deferred;
+using system_error = boost::system::system_error;
 #endif
 }  // namespace test_net
 

@@ -2,7 +2,9 @@
 // (>= 1.22) when IDEM_ASIO_STANDALONE is defined (the CMake target idem::asio_standalone
 // defines it; idem::asio links Boost). Either way the library is reached as idem::asio, and its
 // error code type as idem::asio_error_code (and the exception that carries one as
-// idem::asio_system_error).
+// idem::asio_system_error; detail::portable_error turns a code into the std::error_code the
+// classifiers compare with std::errc). The experimental parts used (deferred, parallel groups)
+// are under asio::experimental in both.
 #ifndef IDEM_ASIO_CONFIG_HPP
 #define IDEM_ASIO_CONFIG_HPP
 
@@ -17,6 +19,7 @@
 #include <asio/async_result.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/bind_cancellation_slot.hpp>
+#include <asio/bind_executor.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/cancellation_type.hpp>
 #include <asio/co_spawn.hpp>
@@ -24,8 +27,11 @@
 #include <asio/dispatch.hpp>
 #include <asio/error.hpp>
 #include <asio/executor_work_guard.hpp>
+#include <asio/experimental/deferred.hpp>
+#include <asio/experimental/parallel_group.hpp>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
+#include <asio/recycling_allocator.hpp>
 #include <asio/redirect_error.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/strand.hpp>
@@ -49,6 +55,7 @@ using asio_system_error = std::system_error;
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/bind_cancellation_slot.hpp>
+#include <boost/asio/bind_executor.hpp>
 #include <boost/asio/cancellation_signal.hpp>
 #include <boost/asio/cancellation_type.hpp>
 #include <boost/asio/co_spawn.hpp>
@@ -56,8 +63,11 @@ using asio_system_error = std::system_error;
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/error.hpp>
 #include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/experimental/deferred.hpp>
+#include <boost/asio/experimental/parallel_group.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/recycling_allocator.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
@@ -71,5 +81,25 @@ using asio_error_code = ::boost::system::error_code;
 using asio_system_error = ::boost::system::system_error;
 }  // namespace idem
 #endif
+
+#include <system_error>
+
+namespace idem::detail {
+
+/// An Asio error code as the std::error_code the classifiers know: an error of the operating
+/// system in std::system_category, so that it compares equal to its std::errc. (Standalone Asio
+/// keeps them in a category of its own; Boost's codes convert.)
+inline std::error_code portable_error(const asio_error_code& code) noexcept {
+#if defined(IDEM_ASIO_STANDALONE)
+  if (code.category() == asio::system_category()) {
+    return std::error_code{code.value(), std::system_category()};
+  }
+  return code;
+#else
+  return static_cast<std::error_code>(code);
+#endif
+}
+
+}  // namespace idem::detail
 
 #endif  // IDEM_ASIO_CONFIG_HPP

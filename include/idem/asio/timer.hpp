@@ -47,7 +47,7 @@ class clock_timer {
   using executor_type = asio::any_io_executor;
   using time_point = typename Clock::time_point;
 
-  clock_timer(executor_type executor, Clock& clock) : clock_(&clock), timer_(std::move(executor)) {}
+  clock_timer(const executor_type& executor, Clock& clock) : clock_(&clock), timer_(executor) {}
 
   executor_type get_executor() noexcept { return timer_.get_executor(); }
 

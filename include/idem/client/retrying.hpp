@@ -198,10 +198,8 @@ class retrying {
   template <class Result, class... Args>
   bool effect_landed(retry_outcome<Result>& outcome, const attempt_context& context,
                      Args&... args) {
-    if constexpr (detail::resolvable_with_arguments<Call, Args...>) {
-      return core_type::take_resolution(outcome, call_.resolve(context, args...));
-    } else if constexpr (detail::resolvable<Call>) {
-      return core_type::take_resolution(outcome, call_.resolve(context));
+    if constexpr (detail::has_resolve_hook<Call, Args...>) {
+      return core_type::take_resolution(outcome, detail::ask_resolve_hook(call_, context, args...));
     } else {
       return false;
     }

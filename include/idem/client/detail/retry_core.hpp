@@ -73,6 +73,21 @@ template <class Call>
 concept resolvable = requires(Call& call, const attempt_context& context) {
   call.resolve(context);
 };
+template <class Call, class... Args>
+concept has_resolve_hook = resolvable_with_arguments<Call, Args...> || resolvable<Call>;
+
+/// The call's resolve hook's answer for `context`, given the call's arguments where it takes
+/// them: what either driver hands take_resolution (the asynchronous one after co_await, when
+/// the hook answers with an awaitable).
+template <class Call, class... Args>
+requires has_resolve_hook<Call, Args...>
+decltype(auto) ask_resolve_hook(Call& call, const attempt_context& context, Args&... args) {
+  if constexpr (resolvable_with_arguments<Call, Args...>) {
+    return call.resolve(context, args...);
+  } else {
+    return call.resolve(context);
+  }
+}
 
 // The engine each thread draws from for one wrapper. A thread seeds it when it starts using the
 // wrapper, or comes back to it after using another: from the wrapper's 256-bit seed with a
@@ -215,6 +230,14 @@ class retry_core {
     return true;
   }
 
+// GCC 12 reports the key made in place here, once inlined into a coroutine's frame (the
+// asynchronous driver's), as 256 bytes written into the 255 of key_buffer's text: a false
+// positive of -Wstringop-overflow on coroutine frames (the generators write at most 36 bytes;
+// key_buffer is 255 bytes and its length). Silenced for this function alone.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#endif
   /// A new operation's outcome, with its key made in place: `given` (already checked) or a
   /// fresh one. (Returned as a prvalue, it initialises the driver's variable directly.)
   template <class Result>
@@ -224,6 +247,9 @@ class retry_core {
       return key_generator_.generate(engine(), clock_);
     }};
   }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
   /// Starts an operation: its start time, and the budget counts a request. A nested layer
   /// (`nested`) or an unsafe call does not repeat failures.
@@ -259,6 +285,23 @@ class retry_core {
     } else {
       return classifier_.classify(*outcome.value_);
     }
+  }
+
+  /// What the classifier makes of an exception (a driver that translates one first).
+  classification classify_exception(const std::exception_ptr& error) const {
+    return classifier_.classify_exception(error);
+  }
+
+  /// The attempt was cut short by the caller's cancellation: it is recorded as ambiguous (it
+  /// may have been sent), the observer hears of it, and the operation ends cancelled. Neither
+  /// the breaker nor the budget counts it: the dependency did nothing wrong.
+  template <class Result>
+  retry_decision judge_cancelled(run_type& run, retry_outcome<Result>& outcome, bool threw) {
+    const attempt_record& record =
+        outcome.history_.emplace(run.attempt, disposition::ambiguous, 0, threw,
+                                 run.attempt_start - run.start, std::chrono::nanoseconds{}, false);
+    observer_.on_attempt(attempt_event{redacted_key{outcome.key()}, record});
+    return end(outcome, retry_verdict::cancelled);
   }
 
   /// The attempt ended with `verdict`: records it, tells the observer, the breaker and the
@@ -330,11 +373,16 @@ class retry_core {
       outcome.value_.emplace(std::forward<Make>(make)());
     }
   }
+  /// The attempt's value, already made (a driver that co_awaited it), in the outcome.
+  template <class Result, class... Value>
+  static void emplace_value(retry_outcome<Result>& outcome, Value&&... value) {
+    outcome.value_.emplace(std::forward<Value>(value)...);
+  }
   /// The attempt's exception, in the outcome in place of a value.
   template <class Result>
-  static void set_error(retry_outcome<Result>& outcome, std::exception_ptr error) noexcept {
+  static void set_error(retry_outcome<Result>& outcome, const std::exception_ptr& error) noexcept {
     outcome.value_.reset();
-    outcome.error_ = std::move(error);
+    outcome.error_ = error;
   }
   /// The resolve hook's answer: true when it found the effect, whose value (for a Result that
   /// is not void) it then supplies, replacing the ambiguous attempt's error.
@@ -358,11 +406,21 @@ class retry_core {
     return true;
   }
 
-  clock_type& clock() noexcept { return clock_; }
-  budget_type& budget() noexcept { return budget_; }
-  breaker_type& breaker() noexcept { return breaker_; }
-  observer_type& observer() noexcept { return observer_; }
-  const retry_limits& limits() const noexcept { return limits_; }
+  clock_type& clock() noexcept {
+    return clock_;
+  }
+  budget_type& budget() noexcept {
+    return budget_;
+  }
+  breaker_type& breaker() noexcept {
+    return breaker_;
+  }
+  observer_type& observer() noexcept {
+    return observer_;
+  }
+  const retry_limits& limits() const noexcept {
+    return limits_;
+  }
 
  private:
   std::chrono::nanoseconds time_left(std::chrono::nanoseconds elapsed) const noexcept {

@@ -1,0 +1,553 @@
+// idem::async_retrying<Call, Policies>: retrying on an event loop. The waits are timers on the
+// executor, never a sleeping thread.
+//
+//   idem::async_retrying charge{executor, [&](const idem::attempt_context& attempt)
+//                                             -> asio::awaitable<response> {
+//     co_return co_await http.async_post("/charges", body, attempt.key(), asio::use_awaitable);
+//   }};
+//   idem::retry_outcome<response> outcome = co_await charge.async_call(asio::use_awaitable);
+//
+// The rules are the blocking retrying's, from the same decider (detail::retry_core): one key per
+// operation, classification, backoff, Retry-After, the attempt cap, the deadline, the budget, the
+// breaker, the resolve hook, the observer. What this driver adds:
+//
+//   * The call is `(const attempt_context&, Args&...) -> asio::awaitable<R>` (the context may be
+//     left out), or an Asio initiating function taking a completion token last, which is given
+//     `asio::redirect_error(asio::use_awaitable, error)`: a completion with an error code is an
+//     attempt that threw std::system_error of it. A resolve hook may return its answer or an
+//     awaitable of it.
+//   * `async_call(args..., token)` takes any completion token (use_awaitable, a callback,
+//     use_future, deferred) and completes with (std::exception_ptr, retry_outcome<R>), as co_spawn
+//     does: the exception is null unless something other than an attempt threw (an attempt's
+//     exception is the outcome's error()). The arguments are copied into the operation, which
+//     keeps them for every attempt. The operation runs on the handler's associated executor, else
+//     the wrapper's.
+//   * Cancellation: the handler's cancellation slot (terminal cancellation) ends the wait or the
+//     attempt in flight, and the operation with the verdict `cancelled`; an attempt it cut short
+//     is recorded as ambiguous. The key is never used for another operation.
+//   * options::attempt_timeout: an attempt still running after it is cancelled and judged a
+//     timeout (ambiguous: std::errc::timed_out), so it is resolved or retried under the same key.
+//   * Nesting is per operation, not per thread (idem/asio/detail/layer.hpp): an async_retrying
+//     started inside an attempt makes one attempt; an unrelated operation interleaved on the
+//     same thread still retries.
+//   * Under a clock with wakes (manual_clock) the waits are the clock's wakes: a test completes
+//     them by moving the clock (idem/asio/timer.hpp).
+//
+// The wrapper must outlive its operations. Like retrying, one wrapper serves many operations at
+// once, from any thread.
+#ifndef IDEM_ASIO_RETRYING_HPP
+#define IDEM_ASIO_RETRYING_HPP
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string_view>
+#include <system_error>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include <idem/asio/config.hpp>
+#include <idem/asio/detail/layer.hpp>
+#include <idem/asio/detail/recycled.hpp>
+#include <idem/asio/timer.hpp>
+#include <idem/client/attempt.hpp>
+#include <idem/client/detail/retry_core.hpp>
+#include <idem/client/retry_outcome.hpp>
+#include <idem/key.hpp>
+#include <idem/policies.hpp>
+
+// GCC 12 inlines the destruction of a coroutine frame that Asio allocates with its own operator
+// new, and then reports the frame's operator delete as mismatched with it (-Wmismatched-new-
+// delete, a false positive on coroutine frames). Silenced for the coroutines of this file only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
+namespace idem {
+
+namespace detail {
+
+template <class T>
+struct awaited {
+  static constexpr bool awaitable = false;
+};
+template <class T, class Executor>
+struct awaited<asio::awaitable<T, Executor>> {
+  static constexpr bool awaitable = true;
+  using type = T;
+};
+template <>
+struct awaited<void> {  // what none of the four forms produces
+  static constexpr bool awaitable = false;
+  using type = void;
+};
+template <class T>
+concept an_awaitable = awaited<std::remove_cvref_t<T>>::awaitable;
+
+// What an initiating function is given as its completion token.
+using error_to =
+    decltype(asio::redirect_error(asio::use_awaitable, std::declval<asio_error_code&>()));
+
+// The four forms of an asynchronous call, in the order they are tried.
+enum class async_form { none, awaits_with_context, awaits, initiates_with_context, initiates };
+
+template <class Call, class... Args>
+constexpr async_form async_form_of() {
+  if constexpr (requires(Call & call, const attempt_context& context, Args&... args) {
+                  { std::invoke(call, context, args...) } -> an_awaitable;
+                }) {
+    return async_form::awaits_with_context;
+  } else if constexpr (requires(Call & call, Args & ... args) {
+                         { std::invoke(call, args...) } -> an_awaitable;
+                       }) {
+    return async_form::awaits;
+  } else if constexpr (requires(Call & call, const attempt_context& context, Args&... args,
+                                error_to token) {
+                         { std::invoke(call, context, args..., token) } -> an_awaitable;
+                       }) {
+    return async_form::initiates_with_context;
+  } else if constexpr (requires(Call & call, Args & ... args, error_to token) {
+                         { std::invoke(call, args..., token) } -> an_awaitable;
+                       }) {
+    return async_form::initiates;
+  } else {
+    return async_form::none;
+  }
+}
+
+template <async_form Form, class Call, class... Args>
+struct async_call_awaitable {
+  using type = void;
+};
+template <class Call, class... Args>
+struct async_call_awaitable<async_form::awaits_with_context, Call, Args...> {
+  using type = std::invoke_result_t<Call&, const attempt_context&, Args&...>;
+};
+template <class Call, class... Args>
+struct async_call_awaitable<async_form::awaits, Call, Args...> {
+  using type = std::invoke_result_t<Call&, Args&...>;
+};
+template <class Call, class... Args>
+struct async_call_awaitable<async_form::initiates_with_context, Call, Args...> {
+  using type = std::invoke_result_t<Call&, const attempt_context&, Args&..., error_to>;
+};
+template <class Call, class... Args>
+struct async_call_awaitable<async_form::initiates, Call, Args...> {
+  using type = std::invoke_result_t<Call&, Args&..., error_to>;
+};
+
+/// What an attempt of `Call` with `Args` produces (void for none of the four forms).
+template <class Call, class... Args>
+using async_call_result_t = typename awaited<
+    typename async_call_awaitable<async_form_of<Call, Args...>(), Call, Args...>::type>::type;
+
+// A completion token's type as async_initiate wants it, from a forward_as_tuple element.
+template <class Element>
+using token_type = std::conditional_t<std::is_lvalue_reference_v<Element>, Element,
+                                      std::remove_reference_t<Element>>;
+
+/// co_spawn's completion handler for an async_retrying operation: hands the user's handler the
+/// outcome out of its recycled block (idem/asio/detail/recycled.hpp). It has the user's
+/// handler's associated executor, cancellation slot and allocator (the associator below), so
+/// co_spawn respects them as if it had been given that handler.
+template <class Box, class Handler>
+struct unboxing {
+  Handler handler;
+  void operator()(std::exception_ptr error, Box box) {
+    if (box) {
+      std::move(handler)(std::move(error), std::move(*box));
+    } else {
+      std::move(handler)(std::move(error), std::remove_cvref_t<decltype(*box)>{});
+    }
+  }
+};
+
+/// What async_call passes where async_with_key passes the key.
+struct no_given_key {};
+
+inline bool is_cancelled(const asio::cancellation_state& state) noexcept {
+  return state.cancelled() != asio::cancellation_type::none;
+}
+
+}  // namespace detail
+
+template <class Call, class Policies = default_policies>
+class async_retrying {
+  using core_type = detail::retry_core<Policies>;
+
+ public:
+  using executor_type = asio::any_io_executor;
+  using clock_type = typename core_type::clock_type;
+  using budget_type = typename core_type::budget_type;
+  using breaker_type = typename core_type::breaker_type;
+  using observer_type = typename core_type::observer_type;
+
+  /// The blocking retrying's parts (idem/client/detail/retry_core.hpp), and:
+  struct options : core_type::options {
+    /// An attempt still running after this long is cancelled and judged a timeout (ambiguous).
+    /// Zero: attempts are not timed (the deadline still bounds the waits).
+    std::chrono::nanoseconds attempt_timeout{0};
+  };
+
+  async_retrying(executor_type executor, Call call)
+      : async_retrying(std::move(executor), std::move(call), options{}) {}
+
+  /// Throws std::invalid_argument for limits that can never work.
+  async_retrying(executor_type executor, Call call, options parts)
+      : executor_(std::move(executor)),
+        call_(std::move(call)),
+        attempt_timeout_(parts.attempt_timeout),
+        core_(std::move(static_cast<typename core_type::options&>(parts)), "idem::async_retrying") {
+    if (attempt_timeout_ < std::chrono::nanoseconds::zero()) {
+      throw std::invalid_argument("idem::async_retrying: attempt_timeout cannot be negative");
+    }
+  }
+
+  async_retrying(const async_retrying&) = delete;
+  async_retrying& operator=(const async_retrying&) = delete;
+
+  /// Starts one operation: `args...` (copied into it) then the completion token, which gets
+  /// (std::exception_ptr, retry_outcome<R>).
+  template <class... ArgsAndToken>
+  auto async_call(ArgsAndToken&&... args_and_token) {
+    static_assert(sizeof...(ArgsAndToken) >= 1,
+                  "idem::async_retrying::async_call takes the call's arguments and then a "
+                  "completion token (asio::use_awaitable, a callback, asio::use_future, ...).");
+    return initiate(detail::no_given_key{},
+                    std::forward_as_tuple(std::forward<ArgsAndToken>(args_and_token)...),
+                    std::make_index_sequence<sizeof...(ArgsAndToken) - 1>{});
+  }
+
+  /// The same, under a key that already exists (see retrying::with_key). Throws
+  /// std::invalid_argument, before anything starts, unless `key` is 1 to 255 bytes of visible
+  /// ASCII.
+  template <class... ArgsAndToken>
+  auto async_with_key(std::string_view key, ArgsAndToken&&... args_and_token) {
+    static_assert(sizeof...(ArgsAndToken) >= 1,
+                  "idem::async_retrying::async_with_key takes the key, the call's arguments and "
+                  "then a completion token.");
+    return initiate(key_buffer{key},
+                    std::forward_as_tuple(std::forward<ArgsAndToken>(args_and_token)...),
+                    std::make_index_sequence<sizeof...(ArgsAndToken) - 1>{});
+  }
+
+  executor_type get_executor() const noexcept { return executor_; }
+  Call& call() noexcept { return call_; }
+  clock_type& clock() noexcept { return core_.clock(); }
+  budget_type& budget() noexcept { return core_.budget(); }
+  breaker_type& breaker() noexcept { return core_.breaker(); }
+  observer_type& observer() noexcept { return core_.observer(); }
+  const retry_limits& limits() const noexcept { return core_.limits(); }
+  std::chrono::nanoseconds attempt_timeout() const noexcept { return attempt_timeout_; }
+
+ private:
+  template <class Result>
+  using stored = std::conditional_t<std::is_void_v<Result>, detail::no_value, Result>;
+
+  template <class Result>
+  using outcome_box = detail::recycled<retry_outcome<Result>>;
+
+  // Starts the operation: makes its outcome (and key), then its coroutine on the handler's
+  // executor, wrapped in the next layer.
+  struct starter {
+    async_retrying* self;
+
+    template <class Handler, class Given, class... Args>
+    void operator()(Handler&& handler, const Given& given, Args&&... args) const {
+      using result_type = detail::async_call_result_t<Call, std::decay_t<Args>...>;
+      const asio::any_io_executor executor = where_to_run(handler, self->executor_);
+      const detail::layer next = detail::next_layer(executor);
+      auto outcome = outcome_box<result_type>::made_by(
+          [&] { return self->core_.template make_outcome<result_type>(given_key(given)); });
+      asio::co_spawn(next.executor,
+                     self->template operation<result_type>(next.depth > 1, std::move(outcome),
+                                                           std::forward<Args>(args)...),
+                     detail::unboxing<outcome_box<result_type>, std::decay_t<Handler>>{
+                         std::forward<Handler>(handler)});
+    }
+  };
+
+  static const key_buffer* given_key(const key_buffer& given) noexcept { return &given; }
+  static const key_buffer* given_key(detail::no_given_key) noexcept { return nullptr; }
+
+  // The handler's associated executor, else the wrapper's: also where the associated one is
+  // not an I/O executor (standalone Asio's use_future associates a promise executor).
+  template <class Handler>
+  static asio::any_io_executor where_to_run(const Handler& handler, const executor_type& fallback) {
+    auto associated = asio::get_associated_executor(handler, fallback);
+    if constexpr (std::is_convertible_v<decltype(associated), asio::any_io_executor>) {
+      return associated;
+    } else {
+      return fallback;
+    }
+  }
+
+  // `given` is a key_buffer, or no_given_key: nothing to store while a deferred operation (or
+  // use_awaitable's own frame) holds the arguments until the start.
+  template <class Given, class Tuple, std::size_t... I>
+  auto initiate(Given given, Tuple all, std::index_sequence<I...>) {
+    using result_type =
+        detail::async_call_result_t<Call, std::decay_t<std::tuple_element_t<I, Tuple>>...>;
+    static_assert(detail::async_form_of<Call, std::decay_t<std::tuple_element_t<I, Tuple>>...>() !=
+                      detail::async_form::none,
+                  "idem::async_retrying: the call must return an asio::awaitable when called with "
+                  "(const idem::attempt_context&, args...) or (args...), or be an Asio initiating "
+                  "function that takes a completion token after those arguments.");
+    static_assert(core_type::template check_result<result_type>());
+    using token = detail::token_type<std::tuple_element_t<sizeof...(I), Tuple>>;
+    return asio::async_initiate<token, void(std::exception_ptr, retry_outcome<result_type>)>(
+        starter{this}, std::get<sizeof...(I)>(all), std::move(given),
+        std::decay_t<std::tuple_element_t<I, Tuple>>(
+            std::forward<std::tuple_element_t<I, Tuple>>(std::get<I>(all)))...);
+  }
+
+  // One operation, from its first attempt to its last; the rules are core_'s.
+  template <class Result, class... Args>
+  asio::awaitable<outcome_box<Result>> operation(bool nested, outcome_box<Result> box,
+                                                 Args... args) {
+    retry_outcome<Result>& outcome = *box;
+    auto run = core_.begin(nested);
+    for (;;) {
+      const std::optional<attempt_context> context = core_.start_attempt(run, outcome);
+      if (!context) break;
+
+      bool threw = false;
+      bool timed_out = false;
+      if (attempt_timeout_ > std::chrono::nanoseconds::zero()) {
+        timed_out = co_await timed_attempt(outcome, *context, threw, args...);
+      } else {
+        try {
+          if constexpr (std::is_void_v<Result>) {
+            co_await attempt(*context, args...);
+            core_type::emplace_value(outcome);
+          } else {
+            core_type::emplace_value(outcome, co_await attempt(*context, args...));
+          }
+        } catch (...) {
+          core_type::set_error(outcome, std::current_exception());
+          threw = true;
+        }
+      }
+
+      const classification verdict = timed_out ? timeout_verdict()
+                                     : threw   ? classify_thrown(outcome.error())
+                                               : core_.classify(outcome, false);
+      if (verdict.kind != disposition::success &&
+          detail::is_cancelled(co_await asio::this_coro::cancellation_state)) {
+        core_.judge_cancelled(run, outcome, threw);
+        break;
+      }
+      const detail::retry_decision decision = core_.judge(run, outcome, verdict, threw);
+      if (decision.stop) break;
+
+      const std::optional<retry_verdict> ended =
+          co_await between_attempts(outcome, run, decision, args...);
+      if (ended) {
+        core_type::end(outcome, *ended);
+        break;
+      }
+    }
+    core_.finish(run, outcome);
+    co_return std::move(box);
+  }
+
+  // After a failed attempt: the wait, then the resolve hook's question if the attempt was
+  // ambiguous. Answers the verdict that ends the operation there (cancelled during the wait,
+  // resolved), or nothing to go on. A coroutine of its own, so that the success path's frame
+  // stays small enough for Asio to recycle.
+  template <class Result, class... Args>
+  asio::awaitable<std::optional<retry_verdict>> between_attempts(
+      retry_outcome<Result>& outcome, const typename core_type::run_type& run,
+      detail::retry_decision decision, Args&... args) {
+    clock_timer<clock_type> timer{co_await asio::this_coro::executor, core_.clock()};
+    asio_error_code waited;
+    co_await timer.async_wait_for(decision.delay,
+                                  asio::redirect_error(asio::use_awaitable, waited));
+    if (waited) co_return retry_verdict::cancelled;
+    if (!decision.resolve_first) co_return std::nullopt;
+    // Awaited on a statement of its own: GCC 12 miscompiles a co_await inside a condition with
+    // && or || (the program dies of SIGILL).
+    const bool landed =
+        co_await effect_landed(outcome, core_.resolve_context(run, outcome), args...);
+    if (landed) co_return retry_verdict::resolved;
+    co_return std::nullopt;
+  }
+
+  // The attempt as an awaitable of its result: the call's own, or for an initiating function
+  // one that turns its error code into a std::system_error.
+  template <class... Args>
+  decltype(auto) attempt(const attempt_context& context, Args&... args) {
+    constexpr detail::async_form form = detail::async_form_of<Call, Args...>();
+    if constexpr (form == detail::async_form::awaits_with_context) {
+      return std::invoke(call_, context, args...);
+    } else if constexpr (form == detail::async_form::awaits) {
+      return std::invoke(call_, args...);
+    } else {
+      return initiated(context, args...);
+    }
+  }
+
+  template <class... Args>
+  asio::awaitable<detail::async_call_result_t<Call, Args...>> initiated(
+      const attempt_context& context, Args&... args) {
+    constexpr bool with_context =
+        detail::async_form_of<Call, Args...>() == detail::async_form::initiates_with_context;
+    asio_error_code error;
+    auto token = [&error] { return asio::redirect_error(asio::use_awaitable, error); };
+    if constexpr (std::is_void_v<detail::async_call_result_t<Call, Args...>>) {
+      if constexpr (with_context) {
+        co_await std::invoke(call_, context, args..., token());
+      } else {
+        co_await std::invoke(call_, args..., token());
+      }
+      if (error) throw std::system_error(detail::portable_error(error));
+    } else {
+      std::optional<detail::async_call_result_t<Call, Args...>> result;
+      if constexpr (with_context) {
+        result.emplace(co_await std::invoke(call_, context, args..., token()));
+      } else {
+        result.emplace(co_await std::invoke(call_, args..., token()));
+      }
+      if (error) throw std::system_error(detail::portable_error(error));
+      co_return std::move(*result);
+    }
+  }
+
+  // The attempt raced against attempt_timeout: answers whether the timeout won (the attempt
+  // then ended without a value, cancelled); the value or exception is in the outcome.
+  template <class Result, class... Args>
+  asio::awaitable<bool> timed_attempt(retry_outcome<Result>& outcome,
+                                      const attempt_context& context, bool& threw, Args&... args) {
+    const auto executor = co_await asio::this_coro::executor;
+    clock_timer<clock_type> deadline{executor, core_.clock()};
+    std::optional<stored<Result>> value;
+    auto [order, error, waited] =
+        co_await asio::experimental::make_parallel_group(
+            asio::co_spawn(
+                executor,
+                [&]() -> asio::awaitable<void> {
+                  if constexpr (std::is_void_v<Result>) {
+                    co_await attempt(context, args...);
+                    value.emplace();
+                  } else {
+                    value.emplace(co_await attempt(context, args...));
+                  }
+                },
+                asio::experimental::deferred),
+            deadline.async_wait_until(core_.clock().now() + attempt_timeout_,
+                                      asio::experimental::deferred))
+            .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
+    if (value) {
+      if constexpr (std::is_void_v<Result>) {
+        core_type::emplace_value(outcome);
+      } else {
+        core_type::emplace_value(outcome, std::move(*value));
+      }
+      co_return false;
+    }
+    threw = true;
+    const bool timed_out = order[0] == 1 && !waited;
+    if (timed_out) {
+      core_type::set_error(outcome, std::make_exception_ptr(std::system_error(
+                                        std::make_error_code(std::errc::timed_out),
+                                        "idem::async_retrying: the attempt outlived "
+                                        "attempt_timeout")));
+    } else {
+      core_type::set_error(outcome, error);
+    }
+    co_return timed_out;
+  }
+
+  // A timed-out attempt: it may have taken effect, and the dependency was slow.
+  static classification timeout_verdict() noexcept {
+    return {disposition::ambiguous, static_cast<int>(std::errc::timed_out), true, {}};
+  }
+
+  // An attempt's exception, judged by the classifier. What Asio operations throw (Boost's
+  // system_error under Boost.Asio; under standalone Asio a std::system_error in Asio's own
+  // category) is judged as the std::system_error of the portable code, which the classifiers
+  // know. The outcome keeps the exception as it was thrown.
+  classification classify_thrown(const std::exception_ptr& error) const {
+    try {
+      std::rethrow_exception(error);
+#if defined(IDEM_ASIO_STANDALONE)
+    } catch (const std::system_error& thrown) {
+      if (thrown.code().category() == asio::system_category()) {
+        return judged_as(detail::portable_error(thrown.code()), thrown.what());
+      }
+#else
+    } catch (const boost::system::system_error& thrown) {
+      return judged_as(detail::portable_error(thrown.code()), thrown.what());
+#endif
+    } catch (...) {
+    }
+    return core_.classify_exception(error);
+  }
+  classification judged_as(std::error_code code, const char* what) const {
+    return core_.classify_exception(std::make_exception_ptr(std::system_error(code, what)));
+  }
+
+  // Asks the resolve hook, if the call has one, whether the ambiguous attempt took effect. The
+  // hook may answer at once or with an awaitable.
+  template <class Result, class... Args>
+  asio::awaitable<bool> effect_landed(retry_outcome<Result>& outcome,
+                                      const attempt_context& context, Args&... args) {
+    if constexpr (detail::has_resolve_hook<Call, Args...>) {
+      using answer = decltype(detail::ask_resolve_hook(call_, context, args...));
+      if constexpr (detail::an_awaitable<answer>) {
+        co_return core_type::take_resolution(
+            outcome, co_await detail::ask_resolve_hook(call_, context, args...));
+      } else {
+        co_return core_type::take_resolution(outcome,
+                                             detail::ask_resolve_hook(call_, context, args...));
+      }
+    } else {
+      co_return false;
+    }
+  }
+
+  executor_type executor_;
+  Call call_;
+  std::chrono::nanoseconds attempt_timeout_;
+  core_type core_;
+};
+
+template <class Executor, class Call>
+async_retrying(Executor, Call) -> async_retrying<Call, default_policies>;
+
+}  // namespace idem
+
+// unboxing's associated executor, cancellation slot and allocator are its handler's.
+#if defined(IDEM_ASIO_STANDALONE)
+namespace asio {
+#else
+namespace boost::asio {
+#endif
+template <template <class, class> class Associator, class Box, class Handler, class Default>
+struct associator<Associator, idem::detail::unboxing<Box, Handler>, Default> {
+  using type = typename Associator<Handler, Default>::type;
+  static type get(const idem::detail::unboxing<Box, Handler>& unboxing) noexcept {
+    return Associator<Handler, Default>::get(unboxing.handler);
+  }
+  static type get(const idem::detail::unboxing<Box, Handler>& unboxing,
+                  const Default& fallback) noexcept {
+    return Associator<Handler, Default>::get(unboxing.handler, fallback);
+  }
+};
+#if defined(IDEM_ASIO_STANDALONE)
+}  // namespace asio
+#else
+}  // namespace boost::asio
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#endif  // IDEM_ASIO_RETRYING_HPP
