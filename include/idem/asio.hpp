@@ -3,8 +3,9 @@
 // idem/asio/config.hpp). Not part of <idem/idem.hpp> nor of the single header: link idem::asio
 // (or idem::asio_standalone) and include this header.
 //
-//   async_retrying<Call, Policies>   retries with co_await, waits on timers (idem/asio/retrying.hpp)
-//   async_idempotent<H, P>           guarded coroutine handlers (idem/asio/idempotent.hpp,
+//   async_retrying<Call, Policies>   retries with co_await, waits on timers
+//   (idem/asio/retrying.hpp) async_idempotent<H, P>           guarded coroutine handlers
+//   (idem/asio/idempotent.hpp,
 //                                    docs/async_server.md), given an async_handler_context
 //                                    (idem/asio/handler_context.hpp)
 //   async_inbox<P>                   consumers that act once per event (idem/asio/inbox.hpp)
