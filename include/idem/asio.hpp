@@ -3,8 +3,9 @@
 // idem/asio/config.hpp). Not part of <idem/idem.hpp> nor of the single header: link idem::asio
 // (or idem::asio_standalone) and include this header.
 //
-//   async_retrying<Call, Policies>   retries with co_await, waits on timers (idem/asio/retrying.hpp)
-//   clock_timer<Clock>               waits on the executor by the policies' clock
+//   async_retrying<Call, Policies>   retries with co_await, waits on timers
+//   (idem/asio/retrying.hpp) clock_timer<Clock>               waits on the executor by the
+//   policies' clock
 //                                    (idem/asio/timer.hpp)
 #ifndef IDEM_ASIO_HPP
 #define IDEM_ASIO_HPP
