@@ -3,14 +3,12 @@
 // idem/asio/config.hpp). Not part of <idem/idem.hpp> nor of the single header: link idem::asio
 // (or idem::asio_standalone) and include this header.
 //
-//   async_retrying<Call, Policies>   retries with co_await, waits on timers
-//   (idem/asio/retrying.hpp) async_idempotent<H, P>           guarded coroutine handlers
-//   (idem/asio/idempotent.hpp,
-//                                    docs/async_server.md), given an async_handler_context
-//                                    (idem/asio/handler_context.hpp)
-//   async_inbox<P>                   consumers that act once per event (idem/asio/inbox.hpp)
-//   clock_timer<Clock>               waits on the executor by the policies' clock
-//                                    (idem/asio/timer.hpp)
+// What it holds, one header each under idem/asio/:
+// - async_retrying<Call, Policies>: retries with co_await, waits on timers (retrying.hpp).
+// - async_idempotent<Handler, Policies>: guarded coroutine handlers (idempotent.hpp), given an
+//   async_handler_context (handler_context.hpp); see docs/async_server.md.
+// - async_inbox<Policies>: consumers that act once per event (inbox.hpp).
+// - clock_timer<Clock>: waits on the executor by the policies' clock (timer.hpp).
 #ifndef IDEM_ASIO_HPP
 #define IDEM_ASIO_HPP
 
