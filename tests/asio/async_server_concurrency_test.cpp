@@ -22,7 +22,7 @@ using idem::verdict;
 
 }  // namespace
 
-TEST_CASE("64 coroutines on two threads racing one key have one effect; the rest wait or replay",
+TEST_CASE("64 coroutines on two threads racing one key have one effect and the rest wait or replay",
           "[concurrency]") {
   constexpr int racers = 64;
   asio::io_context io{2};

@@ -83,8 +83,31 @@ using asio_system_error = ::boost::system::system_error;
 #endif
 
 #include <system_error>
+#include <type_traits>
 
 namespace idem::detail {
+
+/// What an asio::awaitable<T, Executor> gives when awaited: `type` is T, and `awaitable` says
+/// whether A is one. Anything else has no `type` (void's is void: what a call that is neither
+/// returns), so a signature naming it drops out of overload resolution.
+template <class A>
+struct awaited {
+  static constexpr bool awaitable = false;
+};
+template <class T, class Executor>
+struct awaited<asio::awaitable<T, Executor>> {
+  static constexpr bool awaitable = true;
+  using type = T;
+};
+template <>
+struct awaited<void> {
+  static constexpr bool awaitable = false;
+  using type = void;
+};
+template <class A>
+inline constexpr bool is_awaitable = awaited<A>::awaitable;
+template <class T>
+concept an_awaitable = awaited<std::remove_cvref_t<T>>::awaitable;
 
 /// An Asio error code as the std::error_code the classifiers know: an error of the operating
 /// system in std::system_category, so that it compares equal to its std::errc. (Standalone Asio

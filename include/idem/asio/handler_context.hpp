@@ -41,19 +41,6 @@ namespace idem {
 
 namespace detail {
 
-// The T of an asio::awaitable<T, Executor>; no type for anything else.
-template <class A>
-struct awaited {};
-template <class T, class Executor>
-struct awaited<asio::awaitable<T, Executor>> {
-  using type = T;
-};
-
-template <class A>
-inline constexpr bool is_awaitable = false;
-template <class T, class Executor>
-inline constexpr bool is_awaitable<asio::awaitable<T, Executor>> = true;
-
 // Where an asynchronous context writes its recovery points: the recovery_writer that a blocking
 // step() uses, the same write awaited where the store's calls run, and whether a heartbeat found
 // the claim taken over.

@@ -73,23 +73,6 @@ namespace idem {
 
 namespace detail {
 
-template <class T>
-struct awaited {
-  static constexpr bool awaitable = false;
-};
-template <class T, class Executor>
-struct awaited<asio::awaitable<T, Executor>> {
-  static constexpr bool awaitable = true;
-  using type = T;
-};
-template <>
-struct awaited<void> {  // what none of the four forms produces
-  static constexpr bool awaitable = false;
-  using type = void;
-};
-template <class T>
-concept an_awaitable = awaited<std::remove_cvref_t<T>>::awaitable;
-
 // What an initiating function is given as its completion token.
 using error_to =
     decltype(asio::redirect_error(asio::use_awaitable, std::declval<asio_error_code&>()));
