@@ -85,6 +85,24 @@ using asio_system_error = ::boost::system::system_error;
 #include <system_error>
 #include <type_traits>
 
+// Two false positives of GCC 12 on the coroutines of idem's Asio headers, silenced between
+// IDEM_ASIO_CODE_BEGIN and IDEM_ASIO_CODE_END (each header's own code, never a user's):
+//  * it inlines the destruction of a coroutine frame that Asio allocates with its own operator
+//    new, and then reports the frame's operator delete as mismatched with it
+//    (-Wmismatched-new-delete);
+//  * it takes the frame of a coroutine template for a class defined in a header, and warns when
+//    an argument's type has no linkage (a handler in an anonymous namespace), though the frame
+//    is private to its instantiation (-Wsubobject-linkage).
+#if defined(__GNUC__) && !defined(__clang__)
+#define IDEM_ASIO_CODE_BEGIN                                                                   \
+  _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wmismatched-new-delete\"") \
+      _Pragma("GCC diagnostic ignored \"-Wsubobject-linkage\"")
+#define IDEM_ASIO_CODE_END _Pragma("GCC diagnostic pop")
+#else
+#define IDEM_ASIO_CODE_BEGIN
+#define IDEM_ASIO_CODE_END
+#endif
+
 namespace idem::detail {
 
 /// What an asio::awaitable<T, Executor> gives when awaited: `type` is T, and `awaitable` says

@@ -37,6 +37,8 @@
 #include <idem/server/codec.hpp>
 #include <idem/server/handler_context.hpp>
 
+IDEM_ASIO_CODE_BEGIN
+
 namespace idem {
 
 namespace detail {
@@ -137,5 +139,7 @@ class async_handler_context : public handler_context {
 };
 
 }  // namespace idem
+
+IDEM_ASIO_CODE_END
 
 #endif  // IDEM_ASIO_HANDLER_CONTEXT_HPP

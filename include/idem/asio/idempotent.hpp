@@ -49,6 +49,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <idem/asio/config.hpp>
@@ -63,6 +64,8 @@
 #include <idem/server/request.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/memory.hpp>
+
+IDEM_ASIO_CODE_BEGIN
 
 namespace idem {
 
@@ -176,7 +179,6 @@ class async_idempotent {
   asio::awaitable<idempotent_outcome<Response>> handle(std::string_view scope,
                                                        std::optional<std::string_view> key,
                                                        const Request& request) {
-    const options& settings = engine_.options();
     // Not a coroutine: the handler's own awaitable is awaited, with no frame between.
     auto run = [this, &request](async_handler_context& context) {
       if constexpr (detail::takes_async_context<Handler, Request>) {
@@ -185,15 +187,40 @@ class async_idempotent {
         return std::invoke(handler_, request);
       }
     };
+    detail::call_start<Response> started = start<Response>(scope, key, request);
+    if (started.answer) co_return std::move(*started.answer);
+    // One co_await of an outcome (see call_start): GCC gives each its own slot in the frame.
+    asio::awaitable<idempotent_outcome<Response>> rest;
     if (!key) {
-      if (settings.require_key) co_return detail::missing_key<Response>();
-      co_return co_await engine_type::template run_unguarded<Response>(scope, run);
+      rest = engine_type::template run_unguarded<Response>(scope, run);
+    } else if (started.claim) {
+      rest = engine_.template run_held<Response>(std::move(*started.claim), started.print, run,
+                                                 engine_.options().failure);
+    } else {
+      rest = engine_.template run<Response>(scope, *key, started.print, run,
+                                            engine_.options().failure);
     }
-    digest print;
-    if (auto refused = detail::admit<Response>(settings, *key, view_of(request), print)) {
-      co_return std::move(*refused);
+    co_return co_await std::move(rest);
+  }
+
+  // What a call does before its first suspension, in a plain function (see call_start): the
+  // checks and the fingerprint, and with a store that never blocks and no coalescing, the claim,
+  // so that a replay answers from the caller's frame.
+  template <class Response, class Request>
+  detail::call_start<Response> start(std::string_view scope, std::optional<std::string_view> key,
+                                     const Request& request) {
+    const options& settings = engine_.options();
+    detail::call_start<Response> started;
+    if (!key) {
+      if (settings.require_key) started.answer.emplace(detail::missing_key<Response>());
+      return started;
     }
-    co_return co_await engine_.template run<Response>(scope, *key, print, run, settings.failure);
+    if (auto refused = detail::admit<Response>(settings, *key, view_of(request), started.print)) {
+      started.answer.emplace(std::move(*refused));
+    } else if (engine_.claims_at_once()) {
+      engine_.claim_at_once(started, scope, *key);
+    }
+    return started;
   }
 
   executor_type executor_;
@@ -205,5 +232,7 @@ template <class Handler>
 async_idempotent(asio::any_io_executor, Handler) -> async_idempotent<Handler, default_policies>;
 
 }  // namespace idem
+
+IDEM_ASIO_CODE_END
 
 #endif  // IDEM_ASIO_IDEMPOTENT_HPP

@@ -42,6 +42,8 @@
 #include <idem/store/contract.hpp>
 #include <idem/store/memory.hpp>
 
+IDEM_ASIO_CODE_BEGIN
+
 namespace idem {
 
 template <class Policies = default_policies>
@@ -143,5 +145,7 @@ class async_inbox {
 };
 
 }  // namespace idem
+
+IDEM_ASIO_CODE_END
 
 #endif  // IDEM_ASIO_INBOX_HPP

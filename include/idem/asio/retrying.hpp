@@ -61,13 +61,7 @@
 #include <idem/key.hpp>
 #include <idem/policies.hpp>
 
-// GCC 12 inlines the destruction of a coroutine frame that Asio allocates with its own operator
-// new, and then reports the frame's operator delete as mismatched with it (-Wmismatched-new-
-// delete, a false positive on coroutine frames). Silenced for the coroutines of this file only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
+IDEM_ASIO_CODE_BEGIN
 
 namespace idem {
 
@@ -529,8 +523,6 @@ struct associator<Associator, idem::detail::unboxing<Box, Handler>, Default> {
 }  // namespace boost::asio
 #endif
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+IDEM_ASIO_CODE_END
 
 #endif  // IDEM_ASIO_RETRYING_HPP

@@ -2,12 +2,14 @@
 // under the fence, record or release, with every rule taken from the engine's steps, and only
 // the waiting done differently.
 //
-//   claim_waiting   engine::claim, and with coalescing engine's coalescing_wait pauses waited on
-//                   a clock_timer instead of a sleeping thread;
-//   run_claimed     the handler (an asio::awaitable) under the claim, with a heartbeat that
-//                   renews the lease every third of it while the handler is suspended, and
-//                   cancels the handler (terminal cancellation) when a renewal finds the fence
-//                   lost; then engine::record_directly, settle_failure or answer_lost.
+//   claim_at_once      engine::claim, inline and with no coroutine frame, for a store that never
+//                      blocks and no coalescing (a replay answers without suspending);
+//   claim_after_waits  the claim where the store's calls run, with coalescing's pauses waited
+//                      on a clock_timer instead of a sleeping thread;
+//   run_held           the handler (an asio::awaitable) under the claim, with a heartbeat that
+//                      renews the lease every third of it while the handler is suspended, and
+//                      cancels the handler (terminal cancellation) when a renewal finds the
+//                      fence lost; then engine::record_directly, settle_failure or answer_lost.
 //
 // Every store call goes through store_calls: inline for a store that never blocks, else on the
 // store's executor. Cancellation (the completion handler's slot, any type) is answered, never
@@ -29,6 +31,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <variant>
 
 #include <idem/asio/config.hpp>
 #include <idem/asio/detail/claim_writer.hpp>
@@ -39,6 +42,8 @@
 #include <idem/server/detail/engine.hpp>
 #include <idem/server/detail/held_claim.hpp>
 #include <idem/server/outcome.hpp>
+
+IDEM_ASIO_CODE_BEGIN
 
 namespace idem::detail {
 
@@ -57,12 +62,6 @@ template <class T>
 asio::awaitable<T> hearing_every_cancellation(asio::awaitable<T> call) {
   co_await asio::this_coro::reset_cancellation_state(asio::enable_total_cancellation());
   co_return co_await std::move(call);
-}
-
-/// Whether the operation's caller asked to cancel it (any cancellation type).
-inline asio::awaitable<bool> cancellation_requested() {
-  const asio::cancellation_state state = co_await asio::this_coro::cancellation_state;
-  co_return state.cancelled() != asio::cancellation_type::none;
 }
 
 // The executors a call may run on: an event loop's, any_io_executor (use_awaitable's), and
@@ -95,6 +94,16 @@ idempotent_outcome<Response> cancelled_outcome(std::string_view when) {
                                       "the call was cancelled " + std::string(when)};
 }
 
+/// What a call knows before its first suspension, made by plain functions so that a
+/// coroutine's frame keeps only this: Asio recycles frames of up to 1020 bytes, and a larger one
+/// costs a malloc and a free per call.
+template <class Response>
+struct call_start {
+  std::optional<idempotent_outcome<Response>> answer;  // the call is answered
+  std::optional<held_claim> claim;                     // else the claim held, made at once
+  digest print{};                                      // the request's fingerprint
+};
+
 // Options: async_idempotent::options or async_inbox::options; the engine's fields, and
 // store_executor and heartbeat.
 template <class Options>
@@ -119,117 +128,80 @@ class async_engine {
                                                        "no idempotency key: not guarded");
   }
 
+  /// Whether a claim is made at once, inline, with no coroutine frame: a store that never
+  /// blocks, and no coalescing to wait through.
+  bool claims_at_once() const noexcept {
+    return inline_store && options().coalesce <= std::chrono::nanoseconds::zero();
+  }
+
+  /// The claim of (scope, key) for a request with fingerprint `started.print`, made at once
+  /// (claims_at_once()): sets `started.answer` when this caller may not run (a replay, a
+  /// mismatch, a request in progress, a full store, a store's refusal), else `started.claim`,
+  /// for run_held.
+  template <class Response>
+  void claim_at_once(call_start<Response>& started, std::string_view scope, std::string_view key) {
+    store_time claimed_at{};
+    // Made in place: a replay's record (its response) is moved nowhere before it is answered.
+    made_later<claim_result> claimed;
+    try {
+      claimed.make([&] { return core_.claim(scope, key, started.print, claimed_at); });
+    } catch (const store_error& error) {
+      started.answer.emplace(core_type::template refused<Response>(error));
+      return;
+    }
+    std::variant<idempotent_outcome<Response>, held_claim> first =
+        first_answer<Response>(scope, key, started.print, claimed.get(), claimed_at);
+    if (auto* answer = std::get_if<idempotent_outcome<Response>>(&first)) {
+      started.answer.emplace(std::move(*answer));
+    } else {
+      started.claim.emplace(std::get<held_claim>(std::move(first)));
+    }
+  }
+
   /// engine::run, awaited: claims (scope, key) for a request with fingerprint `print` and, when
   /// the claim is this caller's, runs `run(async_handler_context&)` (an awaitable<Response>)
   /// under it. A handler's own exception passes through after `failure` settled the key.
-  /// With use_awaitable it runs in the caller's coroutine, so the caller's cancellation
-  /// setting is put back as it was, however the call ends.
   template <class Response, class Run, class Failure>
   asio::awaitable<idempotent_outcome<Response>> run(std::string_view scope, std::string_view key,
                                                     digest print, Run run, const Failure& failure) {
+    if (claims_at_once()) {
+      call_start<Response> started;
+      started.print = print;
+      claim_at_once(started, scope, key);
+      if (started.answer) co_return std::move(*started.answer);
+      co_return co_await run_held<Response>(std::move(*started.claim), print, run, failure);
+    }
+    std::variant<idempotent_outcome<Response>, held_claim> first =
+        co_await claim_after_waits<Response>(scope, key, print);
+    if (auto* answer = std::get_if<idempotent_outcome<Response>>(&first)) {
+      co_return std::move(*answer);
+    }
+    co_return co_await run_held<Response>(std::get<held_claim>(std::move(first)), print, run,
+                                          failure);
+  }
+
+  /// The rest of run, once this caller holds the claim: the handler under it, then its response
+  /// recorded or the failure settled. With use_awaitable it runs in the caller's coroutine, so
+  /// the caller's cancellation setting is put back as it was, however the call ends.
+  template <class Response, class Run, class Failure>
+  asio::awaitable<idempotent_outcome<Response>> run_held(held_claim claim, const digest& print,
+                                                         Run& run, const Failure& failure) {
     // A cancellation throws nowhere in here: each ending is a verdict.
     const bool throwing = co_await asio::this_coro::throw_if_cancelled();
     co_await asio::this_coro::throw_if_cancelled(false);
+    // GCC gives each co_await's result a slot of its own in the frame, and Asio recycles frames
+    // only up to 1020 bytes: few co_awaits of an outcome here, and none on the common path.
     std::optional<idempotent_outcome<Response>> answer;
     std::exception_ptr thrown;
-    try {
-      answer.emplace(co_await claim_and_run<Response>(scope, key, print, run, failure));
-    } catch (...) {
-      thrown = std::current_exception();
-    }
-    co_await asio::this_coro::throw_if_cancelled(throwing);
-    if (thrown) std::rethrow_exception(thrown);
-    co_return std::move(*answer);
-  }
-
- private:
-  using writer_type = claim_writer<core_type>;
-  static constexpr bool inline_store = store_calls<store_type>::inline_calls;
-
-  template <class Response, class Run, class Failure>
-  asio::awaitable<idempotent_outcome<Response>> claim_and_run(std::string_view scope,
-                                                              std::string_view key,
-                                                              const digest& print, Run& run,
-                                                              const Failure& failure) {
-    store_time claimed_at{};
-    std::optional<claim_result> claimed;
-    try {
-      if (inline_store && options().coalesce <= std::chrono::nanoseconds::zero()) {
-        claimed = core_.claim(scope, key, print, claimed_at);  // no frame for the common case
-      } else {
-        claimed = co_await claim_waiting(scope, key, print, claimed_at);
-      }
-    } catch (const store_error& error) {
-      co_return core_type::template refused<Response>(error);
-    }
-    if (!claimed) {
-      co_return cancelled_outcome<Response>(
-          "while it waited for a duplicate in progress to settle; nothing was claimed");
-    }
-    switch (claimed->status) {
-      case claim_status::full:
-        co_return core_type::template no_room<Response>();
-      case claim_status::existing:
-        co_return core_.template answer_existing<Response>(claimed->existing, print);
-      case claim_status::claimed:
-      case claim_status::taken_over:
-        break;
-    }
-    held_claim claim = core_.hold(scope, key, *claimed, claimed_at);
-    const bool cancelled_early = co_await cancellation_requested();
-    if (cancelled_early) {
-      // Nothing ran: the claim is settled as the failure policy settles a handler that
-      // threw before any recovery point (released, by every policy idem provides).
-      co_await settle<Response>(claim.held, 0, failure, aborted());
-      co_return cancelled_outcome<Response>("before its handler ran; the key was settled");
-    }
-    co_return co_await run_claimed<Response>(std::move(claim), print, run, failure);
-  }
-
-  template <class Response>
-  struct handler_run {
-    std::optional<Response> response;
-    std::exception_ptr thrown;
-    bool returned = false;  // the handler's awaitable ended; its coroutine may still unwind
-    bool finished = false;  // its coroutine has unwound
-  };
-
-  // engine::claim_waiting, with the pauses waited on a timer. No claim when the caller
-  // cancelled the wait.
-  asio::awaitable<std::optional<claim_result>> claim_waiting(std::string_view scope,
-                                                             std::string_view key,
-                                                             const digest& print,
-                                                             store_time& claimed_at) {
-    auto claim = [&] { return core_.claim(scope, key, print, claimed_at); };
-    claim_result claimed = co_await calls_(claim);
-    if (options().coalesce <= std::chrono::nanoseconds::zero()) co_return std::move(claimed);
-    coalescing_wait wait{options().coalesce};
-    clock_timer<clock_type> timer{co_await asio::this_coro::executor, core_.clock()};
-    const auto start = core_.clock().now();
-    while (coalescing_wait::waits_on(claimed, print)) {
-      const std::optional<std::chrono::nanoseconds> pause =
-          wait.next_pause(core_.clock().now() - start);
-      if (!pause) break;
-      const bool cancelled = co_await cancellation_requested();
-      if (cancelled) co_return std::nullopt;
-      asio_error_code error;
-      co_await timer.async_wait_for(*pause, asio::redirect_error(asio::use_awaitable, error));
-      if (error) co_return std::nullopt;
-      claimed = co_await calls_(claim);
-    }
-    co_return std::move(claimed);
-  }
-
-  // engine::run_claimed, awaited.
-  template <class Response, class Run, class Failure>
-  asio::awaitable<idempotent_outcome<Response>> run_claimed(held_claim claim, const digest& print,
-                                                            Run& run, const Failure& failure) {
     writer_type writer{core_, claim.held, calls_, claim.recovery};
     async_handler_context context{claim.held.scope,          claim.held.key,
                                   claim.held.fence,          claim.resumed,
                                   std::move(claim.recovery), &writer};
     handler_run<Response> ran;
-    if (options().heartbeat) {
+    if (cancelled(co_await asio::this_coro::cancellation_state)) {
+      ran.thrown = aborted();  // settled below as a handler that threw before any step
+      ran.never_ran = true;
+    } else if (options().heartbeat) {
       co_await run_with_heartbeat(context, run, writer, ran);
     } else {
       // The handler awaits in this coroutine: its operations see the caller's cancellation,
@@ -242,32 +214,139 @@ class async_engine {
       }
       co_await asio::this_coro::throw_if_cancelled(false);
     }
-    const bool cancelled = co_await cancellation_requested();
+    try {
+      if (!ran.thrown && inline_store) {
+        // The common ending, with no frame: the response recorded inline.
+        answer.emplace(
+            core_.template record_directly<Response>(claim, print, std::move(*ran.response)));
+      } else {
+        co_await after_run<Response>(answer, claim, print, failure, writer,
+                                     context.steps_recorded(), ran);
+      }
+    } catch (...) {
+      thrown = std::current_exception();
+    }
+    co_await asio::this_coro::throw_if_cancelled(throwing);
+    if (thrown) std::rethrow_exception(thrown);
+    co_return std::move(*answer);
+  }
+
+ private:
+  using writer_type = claim_writer<core_type>;
+  static constexpr bool inline_store = store_calls<store_type>::inline_calls;
+
+  template <class Response>
+  struct handler_run {
+    std::optional<Response> response;
+    std::exception_ptr thrown;
+    bool returned = false;   // the handler's awaitable ended; its coroutine may still unwind
+    bool finished = false;   // its coroutine has unwound
+    bool never_ran = false;  // the caller cancelled before the handler started
+  };
+
+  static bool cancelled(const asio::cancellation_state& state) noexcept {
+    return state.cancelled() != asio::cancellation_type::none;
+  }
+
+  // The answer for what a claim found: the outcome when this caller may not run, else the claim
+  // it holds.
+  template <class Response>
+  std::variant<idempotent_outcome<Response>, held_claim> first_answer(std::string_view scope,
+                                                                      std::string_view key,
+                                                                      const digest& print,
+                                                                      claim_result& claimed,
+                                                                      store_time claimed_at) {
+    switch (claimed.status) {
+      case claim_status::full:
+        return core_type::template no_room<Response>();
+      case claim_status::existing:
+        return core_.template answer_existing<Response>(claimed.existing, print);
+      case claim_status::claimed:
+      case claim_status::taken_over:
+        break;
+    }
+    return core_.hold(scope, key, claimed, claimed_at);
+  }
+
+  // The claim made where the store's calls run, and with coalescing engine's coalescing_wait
+  // pauses waited on a timer instead of a sleeping thread. A caller that cancels the wait gets
+  // verdict::cancelled, with nothing claimed.
+  template <class Response>
+  asio::awaitable<std::variant<idempotent_outcome<Response>, held_claim>> claim_after_waits(
+      std::string_view scope, std::string_view key, const digest& print) {
+    store_time claimed_at{};
+    auto claim = [&] { return core_.claim(scope, key, print, claimed_at); };
+    std::optional<claim_result> claimed;
+    try {
+      claimed.emplace(co_await calls_(claim));
+      coalescing_wait wait{options().coalesce};
+      std::optional<clock_timer<clock_type>> timer;
+      const auto start = core_.clock().now();
+      while (options().coalesce > std::chrono::nanoseconds::zero() &&
+             coalescing_wait::waits_on(*claimed, print)) {
+        const std::optional<std::chrono::nanoseconds> pause =
+            wait.next_pause(core_.clock().now() - start);
+        if (!pause) break;
+        if (cancelled(co_await asio::this_coro::cancellation_state)) {
+          claimed.reset();
+          break;
+        }
+        if (!timer) timer.emplace(co_await asio::this_coro::executor, core_.clock());
+        asio_error_code error;
+        co_await timer->async_wait_for(*pause, asio::redirect_error(asio::use_awaitable, error));
+        if (error) {
+          claimed.reset();
+          break;
+        }
+        claimed.emplace(co_await calls_(claim));
+      }
+    } catch (const store_error& error) {
+      co_return core_type::template refused<Response>(error);
+    }
+    if (!claimed) {
+      co_return cancelled_outcome<Response>(
+          "while it waited for a duplicate in progress to settle; nothing was claimed");
+    }
+    co_return first_answer<Response>(scope, key, print, *claimed, claimed_at);
+  }
+
+  // What a run leaves, into `answer`, but for a response recorded inline: the response
+  // recorded where the store's calls run; or for a throw, a lost fence answered as the blocking
+  // driver answers it, else the failure policy's settling, and the throw passed on (or, after
+  // the caller cancelled, verdict::cancelled).
+  template <class Response, class Failure>
+  asio::awaitable<void> after_run(std::optional<idempotent_outcome<Response>>& answer,
+                                  held_claim& claim, const digest& print, const Failure& failure,
+                                  const writer_type& writer, std::size_t steps,
+                                  handler_run<Response>& ran) {
     const fenced_key& held = claim.held;
-    if (ran.thrown) {
-      if (writer.lost() || is_lease_lost(ran.thrown)) {
-        co_return co_await calls_(
-            [&] { return core_.template answer_lost<Response>(held.scope, held.key, print); });
-      }
-      // A recovery point's store failed: its effect may not be recorded, so the claim stays
-      // for a takeover after the lease, as the blocking driver keeps it.
-      if (writer.failed() && !cancelled) std::rethrow_exception(ran.thrown);
-      if (!writer.failed())
-        co_await settle<Response>(held, context.steps_recorded(), failure, ran.thrown);
-      if (cancelled) {
-        co_return cancelled_outcome<Response>(
-            "while its handler ran; nothing was recorded, and the key was settled as for a "
-            "handler that threw");
-      }
-      std::rethrow_exception(ran.thrown);
-    }
-    if constexpr (inline_store) {
-      co_return core_.template record_directly<Response>(claim, print, std::move(*ran.response));
-    } else {
-      co_return co_await calls_([&] {
+    if (!ran.thrown) {
+      answer.emplace(co_await calls_([&] {
         return core_.template record_directly<Response>(claim, print, std::move(*ran.response));
-      });
+      }));
+      co_return;
     }
+    if (ran.never_ran) {
+      // The claim is settled as the failure policy settles a handler that threw before any
+      // recovery point (released, by every policy idem provides).
+      co_await settle<Response>(held, 0, failure, ran.thrown);
+      answer.emplace(cancelled_outcome<Response>("before its handler ran; the key was settled"));
+      co_return;
+    }
+    if (writer.lost() || is_lease_lost(ran.thrown)) {
+      answer.emplace(co_await calls_(
+          [&] { return core_.template answer_lost<Response>(held.scope, held.key, print); }));
+      co_return;
+    }
+    const bool cancelled_now = cancelled(co_await asio::this_coro::cancellation_state);
+    // A recovery point's store failed: its effect may not be recorded, so the claim stays for a
+    // takeover after the lease, as the blocking driver keeps it.
+    if (writer.failed() && !cancelled_now) std::rethrow_exception(ran.thrown);
+    if (!writer.failed()) co_await settle<Response>(held, steps, failure, ran.thrown);
+    if (!cancelled_now) std::rethrow_exception(ran.thrown);
+    answer.emplace(cancelled_outcome<Response>(
+        "while its handler ran; nothing was recorded, and the key was settled as for a handler "
+        "that threw"));
   }
 
   // The handler on a coroutine of its own, and meanwhile a heartbeat in this one: every third
@@ -311,8 +390,7 @@ class async_engine {
         co_await asio::post(asio::use_awaitable);
         continue;
       }
-      const bool cancelled = co_await cancellation_requested();
-      if (cancelled) stop();
+      if (cancelled(co_await asio::this_coro::cancellation_state)) stop();
       asio_error_code error;
       if (!beat) beat.emplace(executor, core_.clock());
       co_await beat->async_wait_for(period, asio::redirect_error(asio::use_awaitable, error));
@@ -355,5 +433,7 @@ class async_engine {
 };
 
 }  // namespace idem::detail
+
+IDEM_ASIO_CODE_END
 
 #endif  // IDEM_ASIO_DETAIL_ASYNC_ENGINE_HPP

@@ -20,6 +20,8 @@
 #include <idem/asio/handler_context.hpp>
 #include <idem/store/contract.hpp>
 
+IDEM_ASIO_CODE_BEGIN
+
 namespace idem::detail {
 
 template <class Engine>
@@ -78,5 +80,7 @@ class claim_writer final : public async_recovery_writer {
 };
 
 }  // namespace idem::detail
+
+IDEM_ASIO_CODE_END
 
 #endif  // IDEM_ASIO_DETAIL_CLAIM_WRITER_HPP

@@ -19,16 +19,9 @@
 #include <idem/asio/config.hpp>
 #include <idem/store/contract.hpp>
 
-namespace idem::detail {
+IDEM_ASIO_CODE_BEGIN
 
-// GCC takes the frame of a coroutine template for a class defined in this header, and warns when
-// a call given to it is a lambda whose type has no linkage (a handler in an anonymous namespace
-// gives one). The frame is private to its instantiation, so no definition can differ between
-// translation units: the warning has nothing to report here.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wsubobject-linkage"
-#endif
+namespace idem::detail {
 
 template <class Store>
 class store_calls {
@@ -86,10 +79,8 @@ class store_calls {
   asio::any_io_executor executor_;
 };
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
 }  // namespace idem::detail
+
+IDEM_ASIO_CODE_END
 
 #endif  // IDEM_ASIO_DETAIL_STORE_CALLS_HPP
