@@ -15,14 +15,15 @@
 # the patched copy into one test binary, and runs only those tests. A mutant is killed when the
 # tests fail and survives when they pass. First, unless --no-baseline, each set of sources is
 # compiled against the unpatched headers and its tests must pass, so a kill means the mutation
-# was caught rather than that the tests fail anyway.
+# was caught rather than that the tests fail anyway. Compiles and runs go IDEM_MUTANT_JOBS at a
+# time (default: the number of CPUs), each mutant in a tree of its own.
 #
 # The last line is "mutants: K killed, S survived, B broken" (broken: a stale patch, a mutant
 # that does not compile, a test spec that matches nothing, a failing baseline); the exit status
 # is non-zero unless every mutant was killed.
 set -euo pipefail
 
-usage() { sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 chosen=()
 list=0
@@ -107,96 +108,164 @@ matched() {  # matched BINARY SPEC: how many test cases the spec selects
   "$1" --list-test-names-only "$2" 2>/dev/null | grep -c . || true
 }
 
-killed=0
-survived=0
-broken=0
-results=()
-declare -A baseline_ok=()
+# Two phases, each running up to $jobs at once (IDEM_MUTANT_JOBS, default: the CPUs): first
+# every set of sources is compiled and its tests run unpatched (once per set, however many
+# mutants share it), then every mutant. Each job writes its result line to a file of its own and
+# patches a tree of its own, so jobs never share anything they write.
+jobs="${IDEM_MUTANT_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+results_dir="$work/results"
+rm -rf "$results_dir" "$work"/tree-*
+mkdir -p "$results_dir"
 
-for patch in "${patches[@]}"; do
+limit_jobs() {  # waits until fewer than $jobs background jobs run
+  while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
+}
+
+baseline_binary() {  # baseline_binary SOURCES: the unpatched test binary of that set
+  echo "$work/bin/baseline-$(echo "$1" | tr -c 'A-Za-z0-9_\n' '_')"
+}
+
+# compile_baseline SOURCES STATUS LOG: compiles the set unpatched (unless up to date); writes
+# "ok" or the reason to STATUS.
+compile_baseline() {
+  local sources="$1" status="$2" log="$3" source
+  local binary
+  binary="$(baseline_binary "$sources")"
+  local -a source_list
+  read -r -a source_list <<<"$sources"
+  local inputs=("$root/include" "$root/tests/support" "$catch_main")
+  for source in "${source_list[@]}"; do inputs+=("$root/$source"); done
+  if ! up_to_date "$binary" "${inputs[@]}"; then
+    echo "   baseline: compiling $sources against the unpatched headers"
+    if ! compile "$binary" "$root/include" "${source_list[@]}" >"$log" 2>&1; then
+      echo "the unpatched sources do not compile ($log)" >"$status"
+      return
+    fi
+  fi
+  echo ok >"$status"
+}
+
+# run_mutant PATCH: writes "<outcome> <line>" to $results_dir/NAME, outcome killed, survived or
+# broken.
+run_mutant() {
+  local patch="$1" name sources spec mutant_started=$SECONDS
   name="$(basename "$patch" .patch)"
   sources="$(field "$patch" Sources)"
   spec="$(field "$patch" Tests)"
-  mutant_started=$SECONDS
-  echo
-  echo "== $name: $(field "$patch" Mutant)"
-  if [[ -z "$sources" || -z "$spec" ]]; then
-    results+=("$(printf '%-28s BROKEN   no Sources:/Tests: lines in %s' "$name" "$patch")")
-    broken=$((broken + 1))
-    continue
-  fi
-  read -r -a source_list <<<"$sources"
-
-  if ((baseline)) && [[ -z "${baseline_ok[$sources]:-}" ]]; then
-    binary="$work/bin/baseline-$(echo "$sources" | tr -c 'A-Za-z0-9_\n' '_')"
-    inputs=("$root/include" "$root/tests/support" "$catch_main")
-    for source in "${source_list[@]}"; do inputs+=("$root/$source"); done
-    if up_to_date "$binary" "${inputs[@]}"; then
-      baseline_ok[$sources]=yes
-    elif echo "   baseline: compiling $sources against the unpatched headers" &&
-      compile "$binary" "$root/include" "${source_list[@]}" >"$work/$name.baseline.log" 2>&1; then
-      baseline_ok[$sources]=yes
-    else
-      baseline_ok[$sources]=no
-    fi
-  fi
-  if ((baseline)) && [[ "${baseline_ok[$sources]}" == no ]]; then
-    results+=("$(printf '%-28s BROKEN   the unpatched sources do not compile (%s)' "$name" "$work/$name.baseline.log")")
-    broken=$((broken + 1))
-    continue
-  fi
+  local result="$results_dir/$name"
+  broken_because() { printf 'broken %-28s BROKEN   %s\n' "$name" "$1" >"$result"; }
   if ((baseline)); then
-    binary="$work/bin/baseline-$(echo "$sources" | tr -c 'A-Za-z0-9_\n' '_')"
-    if ((!$(matched "$binary" "$spec"))); then
-      results+=("$(printf '%-28s BROKEN   the test spec matches no test: %s' "$name" "$spec")")
-      broken=$((broken + 1))
-      continue
+    local status
+    status="$(cat "$work/baseline-$(echo "$sources" | tr -c 'A-Za-z0-9_\n' '_').status")"
+    if [[ "$status" != ok ]]; then
+      broken_because "$status"
+      return
     fi
-    if ! run_tests "$binary" "$spec" "$work/$name.baseline.log"; then
-      results+=("$(printf '%-28s BROKEN   the tests fail without the mutation (%s)' "$name" "$work/$name.baseline.log")")
-      broken=$((broken + 1))
-      continue
+    # Each mutant's own tests must pass unpatched, so that a kill means the mutation was caught.
+    local unpatched
+    unpatched="$(baseline_binary "$sources")"
+    if ((!$(matched "$unpatched" "$spec"))); then
+      broken_because "the test spec matches no test: $spec"
+      return
+    fi
+    if ! run_tests "$unpatched" "$spec" "$work/$name.baseline.log"; then
+      broken_because "the tests fail without the mutation ($work/$name.baseline.log)"
+      return
     fi
   fi
-
-  tree="$work/tree"
+  local -a source_list
+  read -r -a source_list <<<"$sources"
+  local tree="$work/tree-$name"
   rm -rf "$tree"
   mkdir -p "$tree"
   cp -R "$root/include" "$tree/include"
   if ! patch -p1 -F0 --no-backup-if-mismatch --quiet -d "$tree" <"$patch" >"$work/$name.patch.log" 2>&1; then
-    results+=("$(printf '%-28s BROKEN   the patch no longer applies (%s)' "$name" "$work/$name.patch.log")")
-    broken=$((broken + 1))
-    continue
+    broken_because "the patch no longer applies ($work/$name.patch.log)"
+    rm -rf "$tree"
+    return
   fi
-  binary="$work/bin/$name"
-  inputs=("$root/include" "$root/tests/support" "$catch_main" "$root/$patch")
+  local binary="$work/bin/$name" source
+  local inputs=("$root/include" "$root/tests/support" "$catch_main" "$root/$patch")
   for source in "${source_list[@]}"; do inputs+=("$root/$source"); done
   if up_to_date "$binary" "${inputs[@]}"; then
-    echo "   up to date: $binary"
-  elif ! echo "   compiling $sources against the mutant" ||
-    ! compile "$binary" "$tree/include" "${source_list[@]}" >"$work/$name.build.log" 2>&1; then
-    rm -f "$binary"
-    results+=("$(printf '%-28s BROKEN   the mutant does not compile (%s)' "$name" "$work/$name.build.log")")
-    broken=$((broken + 1))
-    continue
+    echo "   $name: up to date: $binary"
+  else
+    echo "   $name: compiling $sources against the mutant"
+    if ! compile "$binary" "$tree/include" "${source_list[@]}" >"$work/$name.build.log" 2>&1; then
+      rm -f "$binary" && rm -rf "$tree"
+      broken_because "the mutant does not compile ($work/$name.build.log)"
+      return
+    fi
   fi
+  rm -rf "$tree"
+  local count
   count="$(matched "$binary" "$spec")"
   if ((count == 0)); then
-    results+=("$(printf '%-28s BROKEN   the test spec matches no test: %s' "$name" "$spec")")
-    broken=$((broken + 1))
-    continue
+    broken_because "the test spec matches no test: $spec"
+    return
   fi
-  echo "   running $count test case(s): $spec"
+  echo "   $name: running $count test case(s): $spec"
   if run_tests "$binary" "$spec" "$work/$name.log"; then
-    results+=("$(printf '%-28s SURVIVED %d test case(s) still pass (%d s)' "$name" "$count" $((SECONDS - mutant_started)))")
-    survived=$((survived + 1))
+    printf 'survived %-28s SURVIVED %d test case(s) still pass (%d s)\n' "$name" "$count" \
+      $((SECONDS - mutant_started)) >"$result"
   else
+    local failed_line
     failed_line="$(grep -E '^test cases:' "$work/$name.log" | tail -n 1 || true)"
-    results+=("$(printf '%-28s killed   %s (%d s)' "$name" "${failed_line:-the tests crashed}" $((SECONDS - mutant_started)))")
-    killed=$((killed + 1))
+    printf 'killed %-28s killed   %s (%d s)\n' "$name" "${failed_line:-the tests crashed}" \
+      $((SECONDS - mutant_started)) >"$result"
+  fi
+}
+
+echo "== $jobs at a time"
+for patch in "${patches[@]}"; do
+  name="$(basename "$patch" .patch)"
+  echo "== $name: $(field "$patch" Mutant)"
+  if [[ -z "$(field "$patch" Sources)" || -z "$(field "$patch" Tests)" ]]; then
+    printf 'broken %-28s BROKEN   no Sources:/Tests: lines in %s\n' "$name" "$patch" \
+      >"$results_dir/$name"
   fi
 done
-rm -rf "$work/tree"
+
+if ((baseline)); then
+  declare -A baseline_started=()
+  for patch in "${patches[@]}"; do
+    name="$(basename "$patch" .patch)"
+    [[ -f "$results_dir/$name" ]] && continue
+    sources="$(field "$patch" Sources)"
+    [[ -n "${baseline_started[$sources]:-}" ]] && continue
+    baseline_started[$sources]=yes
+    id="$(echo "$sources" | tr -c 'A-Za-z0-9_\n' '_')"
+    limit_jobs
+    compile_baseline "$sources" "$work/baseline-$id.status" "$work/baseline-$id.log" &
+  done
+  wait
+fi
+
+for patch in "${patches[@]}"; do
+  name="$(basename "$patch" .patch)"
+  [[ -f "$results_dir/$name" ]] && continue
+  limit_jobs
+  run_mutant "$patch" &
+done
+wait
+
+killed=0
+survived=0
+broken=0
+results=()
+for patch in "${patches[@]}"; do
+  name="$(basename "$patch" .patch)"
+  if [[ ! -f "$results_dir/$name" ]]; then
+    printf 'broken %-28s BROKEN   the job left no result\n' "$name" >"$results_dir/$name"
+  fi
+  read -r outcome line <"$results_dir/$name"
+  case "$outcome" in
+    killed) killed=$((killed + 1)) ;;
+    survived) survived=$((survived + 1)) ;;
+    *) broken=$((broken + 1)) ;;
+  esac
+  results+=("$line")
+done
 
 echo
 echo "== mutants (logs in $work)"
