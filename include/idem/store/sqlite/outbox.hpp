@@ -49,14 +49,18 @@ inline bool sqlite_write_outbox(sqlite3* db, sqlite3_stmt* insert, std::string_v
   sqlite_bind_handler_value(insert, 4, sqlite_blob{message.payload}, sql);
   sqlite_bind_handler_value(insert, 5, sqlite_blob{headers}, sql);
   sqlite_bind_handler_value(insert, 6, created_at, sql);
-  const int rc = sqlite3_step(insert);
-  // Reset at once: the bound payload may be large, and the statement is kept for the next one.
-  sqlite3_reset(insert);
-  if (rc != SQLITE_DONE) {
-    throw sqlite_error(sqlite3_extended_errcode(db),
-                       "idem: publishing to the outbox: " + std::string(sqlite3_errmsg(db)));
+  if (sqlite3_step(insert) != SQLITE_DONE) {
+    // Read before the reset, which may put another message in its place.
+    const int code = sqlite3_extended_errcode(db);
+    std::string message = "idem: publishing to the outbox: " + std::string(sqlite3_errmsg(db));
+    sqlite3_reset(insert);
+    throw sqlite_error(code, message);
   }
-  return sqlite3_changes64(db) == 1;
+  const bool added = sqlite3_changes64(db) == 1;
+  // Reset at once: the statement is kept for the next message and would otherwise hold on to
+  // this one's payload.
+  sqlite3_reset(insert);
+  return added;
 }
 
 }  // namespace idem::detail
