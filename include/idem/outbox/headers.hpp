@@ -23,8 +23,8 @@ namespace idem {
 /// One header of an outbox message: what the relay hands the sink beside the payload (a
 /// message type, a trace id, a content type).
 struct outbox_header {
-  std::string name;
-  std::string value;
+  std::string name{};
+  std::string value{};
 
   friend bool operator==(const outbox_header&, const outbox_header&) = default;
 };

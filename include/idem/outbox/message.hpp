@@ -32,17 +32,18 @@
 
 namespace idem {
 
-/// One message for the outbox.
+/// One message for the outbox. Every field has a default, so designated initializers may leave
+/// out what a message does not need ({.topic = "t", .payload = p}).
 struct outbox_message {
   /// Where the relay sends it (a Redis stream's name, a Kafka topic). Not empty.
-  std::string topic;
+  std::string topic{};
   /// Messages of one partition key are delivered in the order they were written; messages of
   /// different keys are not ordered with each other. The aggregate the message is about
   /// (an account, an order) is the usual choice. Any bytes, empty allowed.
-  std::string partition_key;
+  std::string partition_key{};
   /// The message itself: any bytes, up to the store's max_outbox_payload_bytes.
-  std::string payload;
-  std::vector<outbox_header> headers;
+  std::string payload{};
+  std::vector<outbox_header> headers{};
 };
 
 /// The payload limit the stores use unless configured otherwise: 1 MiB, the default largest

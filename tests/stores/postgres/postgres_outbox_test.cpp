@@ -240,6 +240,7 @@ TEST_CASE("postgres_outbox::publish refuses bad input, no transaction, and a mis
                     Contains("max_outbox_payload_bytes (4)"));
   CHECK_THROWS_AS(idem::postgres_outbox::publish(app.get(), "", charged(), where),
                   std::invalid_argument);
+  where = f.store.outbox_target();
   where.table = "no_store_here";
   try {
     idem::postgres_outbox::publish(app.get(), "id", charged(), where);
