@@ -15,18 +15,21 @@
 //   `now` the store is given is then ignored. time_source::caller uses the given `now` instead
 //   (tests with a manual clock). Times are stored as int8 nanoseconds since the Unix epoch.
 // * complete_within runs the handler's own SQL in the transaction that completes the record:
-//   both commit or neither does. Serialization failures and deadlocks (SQLSTATE 40001, 40P01)
-//   roll back and run the handler again, a bounded number of times.
+//   both commit or neither does, and so do the messages it publishes (transaction::publish)
+//   into <table>_outbox (docs/outbox.md). Serialization failures and deadlocks (SQLSTATE 40001,
+//   40P01) roll back and run the handler again, a bounded number of times.
 // * Copies share one connection pool; the store may be used from many threads. A connection
 //   found broken is dropped and a fresh one opened by the next call, so the store recovers by
 //   itself after a server restart. A call the server cannot answer (down, restarting, statement
 //   timeout) throws store_error(unavailable) carrying libpq's message.
 // * The schema is created and migrated by the store itself, versioned in <table>_meta, under an
-//   advisory lock so that replicas starting together do not race.
+//   advisory lock so that replicas starting together do not race; a table from a newer idem is
+//   refused. Needs PostgreSQL 13 or newer (the outbox keeps each row's xid8).
 // Every option and its default: docs/stores/postgres.md. Its parts, in store/postgres/: the
 // binary wire format and record decoding (wire.hpp), the statements' SQL (statements.hpp), the
 // table's versions and their migration (schema.hpp), a borrowed connection (connection.hpp),
-// how a failure is told apart (failure.hpp), and what the handler's own SQL gets (error.hpp).
+// how a failure is told apart (failure.hpp), what the handler's own SQL gets (error.hpp), and
+// the outbox's writer (outbox.hpp).
 #ifndef IDEM_STORE_POSTGRES_HPP
 #define IDEM_STORE_POSTGRES_HPP
 
@@ -49,12 +52,14 @@
 #include <vector>
 
 #include <idem/client/policy/backoff.hpp>
+#include <idem/outbox/message.hpp>
 #include <idem/server/fingerprint/digest.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/detail/connection_pool.hpp>
 #include <idem/store/postgres/connection.hpp>
 #include <idem/store/postgres/error.hpp>
 #include <idem/store/postgres/failure.hpp>
+#include <idem/store/postgres/outbox.hpp>
 #include <idem/store/postgres/schema.hpp>
 #include <idem/store/postgres/statements.hpp>
 #include <idem/store/postgres/wire.hpp>
@@ -114,6 +119,10 @@ class postgres_store {
     /// Connect and migrate in the constructor, which then throws store_error(unavailable) when
     /// the server cannot be reached. false: the first call does it (and throws instead).
     bool connect_at_start = true;
+    /// The largest payload transaction::publish accepts; a larger one throws
+    /// std::invalid_argument at publish, and the handler's transaction rolls back. 1 MiB by
+    /// default (idem::default_max_outbox_payload_bytes).
+    std::size_t max_outbox_payload_bytes = default_max_outbox_payload_bytes;
   };
 
   class transaction;
@@ -298,6 +307,13 @@ class postgres_store {
   /// The options the store was made with (its table, isolation, time source).
   const options& configuration() const { return state_checked().config; }
 
+  /// This store's outbox, for idem::postgres_outbox::publish in an application's own
+  /// transaction: its schema and table, and its payload limit.
+  postgres_outbox::target outbox_target() const {
+    const options& config = state_checked().config;
+    return {config.schema, config.table, config.max_outbox_payload_bytes};
+  }
+
  private:
   class pool;
   using connection_pool = detail::connection_pool<detail::postgres::connection_ptr>;
@@ -325,6 +341,7 @@ class postgres_store {
       PQconninfoFree(parsed);
       names = pg::quote_names(config.schema, config.table);
       sql = pg::statement_sql(names.table);
+      outbox_insert = pg::outbox_insert_sql(names.outbox);
     }
     pool(const pool&) = delete;
     pool& operator=(const pool&) = delete;
@@ -335,6 +352,7 @@ class postgres_store {
     options config;
     detail::postgres::quoted_names names;
     std::array<std::string, detail::postgres::statement::count> sql;
+    std::string outbox_insert;
     connection_pool connections{config.pool_size, pool_hooks()};
 
    private:
@@ -511,6 +529,33 @@ class postgres_store::transaction {
     throw error;
   }
 
+  /// Adds `message` to the outbox in this transaction, so that it commits with the handler's
+  /// writes and the completed record, or not at all; answers its id,
+  /// outbox_message_id(scope, key, name) of the record this transaction completes.
+  ///
+  /// The handler names the message rather than choosing its id, so that every run for one
+  /// (scope, key) (a run after a takeover, or after a serialization failure) writes the same
+  /// id: a name already published for this record adds nothing. Use one name per message of a
+  /// handler. Throws std::invalid_argument for an empty name, a message without a topic, or a
+  /// payload past options::max_outbox_payload_bytes; postgres_error when the server refuses the
+  /// row (40001/40P01 mark the transaction for a retry, as exec does). Either passes through
+  /// the handler and rolls the whole transaction back.
+  std::string publish(std::string_view name, const outbox_message& message) {
+    constexpr const char* who = "idem::postgres_store::transaction::publish";
+    if (name.empty()) throw std::invalid_argument(std::string(who) + ": the message name is empty");
+    std::string id = outbox_message_id(held_.scope, held_.key, name);
+    const pool& shared = store_->state_checked();
+    detail::check_outbox_message(id, message, shared.config.max_outbox_payload_bytes, who);
+    try {
+      (void)detail::postgres::write_outbox(connection(), shared.outbox_insert, id, message, now_,
+                                           who);
+    } catch (const postgres_error& error) {
+      if (error.retryable()) retry_ = true;
+      throw;
+    }
+    return id;
+  }
+
   /// A recovery point recorded in this transaction (Store::checkpoint's semantics, on this
   /// connection: another one would wait on the lock this transaction holds). It commits or
   /// rolls back with the transaction.
@@ -520,17 +565,21 @@ class postgres_store::transaction {
 
  private:
   friend class postgres_store;
-  transaction(postgres_store* store, borrowed* connection) noexcept
-      : store_(store), connection_(connection) {}
+  transaction(postgres_store* store, borrowed* connection, const fenced_key& held,
+              std::optional<std::int64_t> now) noexcept
+      : store_(store), connection_(connection), held_(held), now_(now) {}
 
   postgres_store* store_;
   borrowed* connection_;
+  // The claim this transaction completes: its scope and key name the messages published.
+  fenced_key held_;
+  // When the messages were written: the caller's time, or nothing for the server's clock.
+  std::optional<std::int64_t> now_;
   bool retry_ = false;
 };
 
 template <class Produce>
-bool postgres_store::complete_within(const fenced_key& held, store_time /*now*/,
-                                     Produce&& produce) {
+bool postgres_store::complete_within(const fenced_key& held, store_time now, Produce&& produce) {
   namespace pg = detail::postgres;
   pool& shared = state_checked();
   const char* begin = "BEGIN ISOLATION LEVEL READ COMMITTED";
@@ -545,7 +594,10 @@ bool postgres_store::complete_within(const fenced_key& held, store_time /*now*/,
     // A retry waits with its connection back in the pool.
     if (attempt > 0) pg::wait_before_retry(shared.config.serialization_backoff, attempt - 1);
     borrowed connection = shared.acquire();
-    transaction txn(this, &connection);
+    transaction txn(this, &connection, held,
+                    shared.config.clock == time_source::caller
+                        ? std::optional<std::int64_t>{pg::to_nanoseconds(now)}
+                        : std::nullopt);
     try {
       connection.run_text(begin, "complete_within: begin");
       // The record is locked for the whole transaction: a takeover waits for it to end.

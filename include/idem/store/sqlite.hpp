@@ -20,12 +20,15 @@
 //     not carry a store across fork()). A writer that finds the file locked retries with short
 //     pauses up to the busy timeout, then throws store_error(unavailable).
 //   * Transactional completion. complete_within runs a handler's own SQL in the very transaction
-//     that completes the record: the handler's writes and the stored response commit together
-//     or not at all. Keep those tables in the same database file.
+//     that completes the record: the handler's writes, the messages it publishes
+//     (transaction::publish) and the stored response commit together or not at all. Keep those
+//     tables in the same database file.
 //   * Schema. Created on first open and versioned in the table idem_meta (PRAGMA user_version is
 //     left to the application, whose tables may share the file): idem_records, keyed by
-//     (scope, key) as BLOBs, with an index on expires_at for sweep. Times are INTEGER
-//     nanoseconds since the Unix epoch, so they round-trip exactly.
+//     (scope, key) as BLOBs, with an index on expires_at for sweep, and idem_outbox, the
+//     messages transactional handlers publish (docs/outbox.md). Times are INTEGER nanoseconds
+//     since the Unix epoch, so they round-trip exactly. An older file is migrated on open; a
+//     file from a newer idem is refused.
 //   * Bounds. With max_records or max_bytes set, the store keeps a usage row (maintained by
 //     triggers, so every writer of the file keeps it exact) and checks it inside the claim,
 //     complete and checkpoint transactions: a claim past a bound answers `full` after removing
@@ -39,8 +42,8 @@
 //     nothing is half-written.
 // Every option, its default and the durability trade-offs: docs/stores/sqlite.md. The parts, in
 // store/sqlite/: the SQL text (statements.hpp), the connection and its write transaction
-// (connection.hpp), a record in and out of the statements (record.hpp), the bounds (bounds.hpp)
-// and the handler's own SQL (handler_sql.hpp).
+// (connection.hpp), a record in and out of the statements (record.hpp), the bounds (bounds.hpp),
+// the handler's own SQL (handler_sql.hpp) and the outbox's writer (outbox.hpp).
 #ifndef IDEM_STORE_SQLITE_HPP
 #define IDEM_STORE_SQLITE_HPP
 
@@ -61,6 +64,7 @@
 #include <utility>
 #include <vector>
 
+#include <idem/outbox/message.hpp>
 #include <idem/server/fingerprint/digest.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/detail/connection_pool.hpp>
@@ -68,6 +72,7 @@
 #include <idem/store/sqlite/connection.hpp>
 #include <idem/store/sqlite/error.hpp>
 #include <idem/store/sqlite/handler_sql.hpp>
+#include <idem/store/sqlite/outbox.hpp>
 #include <idem/store/sqlite/record.hpp>
 #include <idem/store/sqlite/statements.hpp>
 
@@ -108,6 +113,10 @@ class sqlite_store {
     /// A hard cap on the database's size (PRAGMA max_page_count); a write past it throws
     /// store_error(full). 0: none.
     std::uint64_t max_database_bytes = 0;
+    /// The largest payload transaction::publish accepts; a larger one throws
+    /// std::invalid_argument at publish, and the handler's transaction rolls back. 1 MiB by
+    /// default (idem::default_max_outbox_payload_bytes).
+    std::size_t max_outbox_payload_bytes = default_max_outbox_payload_bytes;
   };
 
   /// A value of the handler's own SQL that is bound as a BLOB (strings are bound as TEXT).
@@ -425,8 +434,8 @@ class sqlite_store {
     return connection;
   }
 
-  // Creates or checks the schema. Inside BEGIN IMMEDIATE, so processes that open a new file at
-  // once take turns: the first creates, the others find it made.
+  // Creates, migrates or checks the schema. Inside BEGIN IMMEDIATE, so processes that open a
+  // file at once take turns: the first creates or migrates, the others find it done.
   void migrate(detail::sqlite_connection& c) {
     detail::sqlite_write_transaction writing(c);
     c.execute_script(
@@ -434,19 +443,27 @@ class sqlite_store {
         "create the schema");
     const std::string found =
         c.text_of("SELECT value FROM idem_meta WHERE name = 'schema_version'", "read the schema");
-    if (found.empty()) {
-      c.execute_script(detail::sqlite_schema_v1, "create the schema");
-      c.execute_script(("INSERT INTO idem_meta (name, value) VALUES ('schema_version', " +
-                        std::to_string(detail::sqlite_schema_version) + ")")
-                           .c_str(),
-                       "create the schema");
-    } else if (std::stoi(found) > detail::sqlite_schema_version) {
+    const int version = found.empty() ? 0 : std::stoi(found);
+    if (version > detail::sqlite_schema_version) {
       throw store_error(store_failure::unavailable,
                         "idem::sqlite_store: '" + state_->settings.path +
                             "' holds idem schema version " + found + ", newer than this idem's " +
-                            std::to_string(detail::sqlite_schema_version) + "; upgrade idem");
+                            std::to_string(detail::sqlite_schema_version) +
+                            " (its tables, idem_outbox among them, may have changed in ways "
+                            "this idem would write wrongly); upgrade idem");
     }
-    // Later versions migrate here, one version at a time, in this same transaction.
+    // One version at a time, all in this transaction: a file is at one version or the next.
+    for (int next = version; next < detail::sqlite_schema_version; ++next) {
+      c.execute_script(detail::sqlite_schema_versions[static_cast<std::size_t>(next)],
+                       "migrate the schema");
+    }
+    if (version < detail::sqlite_schema_version) {
+      c.execute_script(("INSERT INTO idem_meta (name, value) VALUES ('schema_version', " +
+                        std::to_string(detail::sqlite_schema_version) +
+                        ") ON CONFLICT (name) DO UPDATE SET value = excluded.value")
+                           .c_str(),
+                       "migrate the schema");
+    }
     if (state_->bounded) c.execute_script(detail::sqlite_usage_schema, "create the usage row");
     writing.commit();
   }
@@ -490,6 +507,28 @@ class sqlite_store::transaction {
     return rows;
   }
 
+  /// Adds `message` to the outbox in this transaction, so that it commits with the handler's
+  /// writes and the completed record, or not at all; answers its id,
+  /// outbox_message_id(scope, key, name) of the record this transaction completes.
+  ///
+  /// The handler names the message rather than choosing its id, so that every run for one
+  /// (scope, key) (a run after a takeover included) writes the same id: a name already
+  /// published for this record adds nothing. Use one name per message of a handler.
+  /// Throws std::invalid_argument for an empty name, a message without a topic, or a payload
+  /// past options::max_outbox_payload_bytes; sqlite_error when SQLite refuses the row. Either
+  /// passes through the handler and rolls the whole transaction back.
+  std::string publish(std::string_view name, const outbox_message& message) {
+    constexpr const char* who = "idem::sqlite_store::transaction::publish";
+    if (name.empty()) throw std::invalid_argument(std::string(who) + ": the message name is empty");
+    std::string id = outbox_message_id(held_.scope, held_.key, name);
+    detail::check_outbox_message(id, message, owner_->settings.max_outbox_payload_bytes, who);
+    sqlite3_stmt* insert =
+        detail::sqlite_handler_statement(*connection_, detail::sqlite_outbox_insert);
+    (void)detail::sqlite_write_outbox(connection_->db(), insert, id, message,
+                                      detail::sqlite_nanoseconds(now_));
+    return id;
+  }
+
   /// A recovery point recorded inside this transaction (a step of a transactional handler):
   /// the same as sqlite_store::checkpoint, on this transaction's connection; it commits or
   /// rolls back with the transaction.
@@ -504,16 +543,21 @@ class sqlite_store::transaction {
 
  private:
   friend class sqlite_store;
-  transaction(detail::sqlite_connection& connection, state& owner) noexcept
-      : connection_(&connection), owner_(&owner) {}
+  transaction(detail::sqlite_connection& connection, state& owner, const fenced_key& held,
+              store_time now) noexcept
+      : connection_(&connection), owner_(&owner), held_(held), now_(now) {}
 
   detail::sqlite_connection* connection_;
   state* owner_;
+  // The claim this transaction completes: its scope and key name the messages published.
+  fenced_key held_;
+  // When the messages were written: the completion's time (the guard's clock).
+  store_time now_;
 };
 
 // Defined here, where transaction is a complete type.
 template <class Produce>
-bool sqlite_store::complete_within(const fenced_key& held, store_time /*now*/, Produce&& produce) {
+bool sqlite_store::complete_within(const fenced_key& held, store_time now, Produce&& produce) {
   static_assert(std::is_invocable_r_v<std::string, Produce&, transaction&>,
                 "complete_within's argument must be callable as "
                 "std::string(idem::sqlite_store::transaction&): it returns the encoded response.");
@@ -522,7 +566,7 @@ bool sqlite_store::complete_within(const fenced_key& held, store_time /*now*/, P
   detail::sqlite_write_transaction writing(c);
   std::optional<detail::sqlite_held_size> sizes = detail::sqlite_held_sizes(c, held);
   if (!sizes || sizes->state != detail::sqlite_in_progress) return false;
-  transaction open(c, *state_);
+  transaction open(c, *state_, held, now);
   const std::string response = produce(open);
   if (sqlite3_get_autocommit(c.db()) != 0) {
     throw std::logic_error(

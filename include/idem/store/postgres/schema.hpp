@@ -47,16 +47,43 @@ inline std::vector<std::string> migrations(const quoted_names& names,
           // there are page-sized). With a partial index on state, a 64-thread storm of
           // completions met ~6,000 serialization failures on idem's own statements; now none.
           "CREATE TABLE " + names.table +
-          " ("
-          "scope bytea NOT NULL, key bytea NOT NULL, fingerprint bytea NOT NULL, "
-          "state int2 NOT NULL, fence int8 NOT NULL, taken_over bool NOT NULL, "
-          "created_at int8 NOT NULL, lease_until int8 NOT NULL, expires_at int8 NOT NULL, "
-          "response bytea, recovery bytea, PRIMARY KEY (scope, key)) WITH (fillfactor = 80); "
-          "CREATE INDEX " +
-          index_prefix + " ON " + names.table +
-          " (scope, expires_at); "
-          "CREATE INDEX " +
-          stuck_index + " ON " + names.table + " (scope, lease_until)"};
+              " ("
+              "scope bytea NOT NULL, key bytea NOT NULL, fingerprint bytea NOT NULL, "
+              "state int2 NOT NULL, fence int8 NOT NULL, taken_over bool NOT NULL, "
+              "created_at int8 NOT NULL, lease_until int8 NOT NULL, expires_at int8 NOT NULL, "
+              "response bytea, recovery bytea, PRIMARY KEY (scope, key)) WITH (fillfactor = 80); "
+              "CREATE INDEX " +
+              index_prefix + " ON " + names.table +
+              " (scope, expires_at); "
+              "CREATE INDEX " +
+              stuck_index + " ON " + names.table + " (scope, lease_until)",
+          // 2: the outbox, <table>_outbox beside the records (docs/outbox.md): messages written
+          // in the transaction that completes a record, which a relay sends on. The columns
+          // past headers are the relay's, set when it comes:
+          //   sequence        the order rows were written in. Under concurrent writers that is
+          //                   not quite their commit order (a sequence is drawn at the insert):
+          //                   transaction_id is kept so that a relay can leave alone the rows
+          //                   of transactions still open (pg_snapshot_xmin) and never read past
+          //                   a gap that is about to fill.
+          //   id              outbox_message_id(scope, key, name), or the application's own;
+          //                   unique, so writing a message again adds nothing.
+          //   headers         netstrings (idem/outbox/headers.hpp).
+          //   created_at      int8 nanoseconds since the Unix epoch, as the records' times.
+          //   attempts, next_attempt_at, last_error
+          //                   the relay's retries with backoff, and why the last one failed.
+          //   published_at    NULL until the sink acknowledged the message.
+          // The partial index holds only what waits to be sent, in order. Its name is left to
+          // PostgreSQL: one derived from a 50-byte table name would pass 63 bytes.
+          "CREATE TABLE " + names.outbox +
+              " ("
+              "sequence int8 GENERATED ALWAYS AS IDENTITY PRIMARY KEY, id text NOT NULL UNIQUE, "
+              "topic text NOT NULL, partition_key bytea NOT NULL, "
+              "transaction_id xid8 NOT NULL DEFAULT pg_current_xact_id(), "
+              "created_at int8 NOT NULL, attempts int4 NOT NULL DEFAULT 0, "
+              "next_attempt_at int8 NOT NULL, published_at int8, last_error text, "
+              "headers bytea NOT NULL, payload bytea NOT NULL); "
+              "CREATE INDEX ON " +
+              names.outbox + " (sequence) WHERE published_at IS NULL"};
 }
 
 // The key of the advisory lock a migration holds: FNV-1a of the qualified, quoted table name.
@@ -104,7 +131,10 @@ inline void migrate(PGconn* connection, const quoted_names& names, std::string_v
       throw store_error(store_failure::unavailable,
                         "idem::postgres_store: the table " + names.table +
                             " is at schema version " + std::to_string(version) +
-                            ", newer than this idem (" + std::to_string(versions.size()) + ")");
+                            ", newer than this idem (" + std::to_string(versions.size()) +
+                            "): its tables, " + names.outbox +
+                            " among them, may have changed in ways this idem would write "
+                            "wrongly; upgrade idem");
     }
     for (; version < versions.size(); ++version) {
       exec_or_throw(connection, versions[version].c_str(), "migrating");

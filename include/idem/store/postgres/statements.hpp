@@ -37,8 +37,8 @@ inline constexpr std::array<const char*, statement::count> statement_names{
     "idem_sweep", "idem_stuck",    "idem_lock",    "idem_scope_turn", "idem_scope_room"};
 
 // Identifiers are validated, then quoted: a configured name can never inject SQL, and stays
-// short enough that the derived names (<table>_meta, <table>_by_expiry, <table>_by_lease) fit in
-// 63 bytes.
+// short enough that the derived names (<table>_meta, <table>_outbox, <table>_by_expiry,
+// <table>_by_lease) fit in 63 bytes.
 inline std::string quoted_identifier(std::string_view name, const char* what,
                                      std::size_t max_length = 50) {
   const bool valid = !name.empty() && name.size() <= max_length &&
@@ -63,6 +63,7 @@ struct quoted_names {
   std::string schema;  // "schema"
   std::string table;   // "schema"."table"
   std::string meta;    // "schema"."table_meta": the schema version
+  std::string outbox;  // "schema"."table_outbox": the messages (docs/outbox.md)
 };
 
 inline quoted_names quote_names(std::string_view schema, std::string_view table) {
@@ -70,6 +71,8 @@ inline quoted_names quote_names(std::string_view schema, std::string_view table)
   names.schema = quoted_identifier(schema, "schema");
   names.table = names.schema + "." + quoted_identifier(table, "table");
   names.meta = names.schema + "." + quoted_identifier(std::string(table) + "_meta", "table", 63);
+  names.outbox =
+      names.schema + "." + quoted_identifier(std::string(table) + "_outbox", "table", 63);
   return names;
 }
 

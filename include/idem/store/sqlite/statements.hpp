@@ -1,9 +1,10 @@
-// The SQL sqlite_store runs: its statements, the schema of its file (idem_records, idem_meta) and
-// the usage row a bounded store keeps, and how times and states are stored. Text only: the
-// statements are prepared by store/sqlite/connection.hpp.
+// The SQL sqlite_store runs: its statements, the schema of its file (idem_records, idem_meta,
+// idem_outbox) and the usage row a bounded store keeps, and how times and states are stored. Text
+// only: the statements are prepared by store/sqlite/connection.hpp.
 #ifndef IDEM_STORE_SQLITE_STATEMENTS_HPP
 #define IDEM_STORE_SQLITE_STATEMENTS_HPP
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 
@@ -108,7 +109,6 @@ inline const char* sqlite_sql(sqlite_statement statement) noexcept {
 
 // Version 1 of the schema. Column order puts the small fixed fields first, so they stay on the
 // B-tree page while a large response spills to overflow pages.
-inline constexpr int sqlite_schema_version = 1;
 inline constexpr const char* sqlite_schema_v1 =
     "CREATE TABLE idem_records ("
     "  scope BLOB NOT NULL,"
@@ -124,6 +124,43 @@ inline constexpr const char* sqlite_schema_v1 =
     "  PRIMARY KEY (scope, key)"
     ") WITHOUT ROWID;"
     "CREATE INDEX idem_records_by_expiry ON idem_records (expires_at);";
+
+// Version 2: the outbox (docs/outbox.md), messages written in the transaction that completes a
+// record; a relay sends them on. The columns past headers are the relay's, set when it comes:
+//   sequence        the order rows were written in, which under SQLite's one writer is the
+//                   order they committed in. AUTOINCREMENT so that a sequence is never used
+//                   twice, even after the newest rows were deleted: a relay may remember where
+//                   it stopped.
+//   id              outbox_message_id(scope, key, name), or the application's own; unique, so
+//                   writing a message again (a run after a takeover) adds nothing.
+//   headers         netstrings (idem/outbox/headers.hpp).
+//   created_at      nanoseconds since the Unix epoch, as every time in the file.
+//   attempts, next_attempt_at, last_error
+//                   the relay's retries with backoff, and why the last one failed.
+//   published_at    NULL until the sink acknowledged the message.
+// The partial index holds only what waits to be sent, in order, so the relay's scan costs what
+// waits, not what the table keeps until retention removes it.
+inline constexpr const char* sqlite_schema_v2 =
+    "CREATE TABLE idem_outbox ("
+    "  sequence INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  id TEXT NOT NULL UNIQUE,"
+    "  topic TEXT NOT NULL,"
+    "  partition_key BLOB NOT NULL,"
+    "  created_at INTEGER NOT NULL,"
+    "  attempts INTEGER NOT NULL DEFAULT 0,"
+    "  next_attempt_at INTEGER NOT NULL,"
+    "  published_at INTEGER,"
+    "  last_error TEXT,"
+    "  headers BLOB NOT NULL,"
+    "  payload BLOB NOT NULL"
+    ");"
+    "CREATE INDEX idem_outbox_unpublished ON idem_outbox (sequence) WHERE published_at IS NULL;";
+
+// The schema versions in order: entry i takes the file from version i to i + 1. A newer idem
+// adds an entry; an older one refuses a file whose version is past its last.
+inline constexpr std::array<const char*, 2> sqlite_schema_versions{sqlite_schema_v1,
+                                                                   sqlite_schema_v2};
+inline constexpr int sqlite_schema_version = static_cast<int>(sqlite_schema_versions.size());
 
 // The usage row bounded stores check. Triggers keep it exact whichever connection, process or
 // version of the application writes idem_records. Bytes count as locked_store counts them:

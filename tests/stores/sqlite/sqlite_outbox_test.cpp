@@ -1,0 +1,356 @@
+// The outbox in an SQLite file: its table in the store's schema (migrated, and refused when a
+// newer idem wrote it), messages published in a transactional handler's and an inbox
+// consumer's transaction (committed with the record, rolled back with it, written once across
+// a takeover), the payload limit, and the same writer in an application's own transaction.
+#include <catch2/catch.hpp>
+
+#include <idem/idem.hpp>
+#include <idem/outbox/message.hpp>
+#include <idem/store/sqlite.hpp>
+#include <idem/store/sqlite/outbox.hpp>
+
+#include <sqlite3.h>
+
+#include <chrono>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "support/records.hpp"
+#include "support/temporary_directory.hpp"
+
+using namespace std::chrono_literals;
+using Catch::Matchers::Contains;
+using idem::sqlite_store;
+
+using idem::testing::print;
+using idem::testing::start;
+
+namespace {
+
+// A plain connection, as the application sharing the file has.
+class app_connection {
+ public:
+  explicit app_connection(const std::string& path) {
+    REQUIRE(sqlite3_open(path.c_str(), &db_) == SQLITE_OK);
+    sqlite3_busy_timeout(db_, 5000);
+  }
+  app_connection(const app_connection&) = delete;
+  app_connection& operator=(const app_connection&) = delete;
+  ~app_connection() { sqlite3_close(db_); }
+
+  sqlite3* get() const noexcept { return db_; }
+  void exec(const std::string& sql) {
+    char* error = nullptr;
+    const int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error);
+    const std::string message = error != nullptr ? error : "";
+    sqlite3_free(error);
+    INFO(sql << ": " << message);
+    REQUIRE(rc == SQLITE_OK);
+  }
+  // The rows' values of one column, one line each.
+  std::string text(const std::string& sql) {
+    sqlite3_stmt* statement = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db_, sql.c_str(), -1, &statement, nullptr) == SQLITE_OK);
+    std::string out;
+    while (sqlite3_step(statement) == SQLITE_ROW) {
+      if (!out.empty()) out += "\n";
+      const auto* value = sqlite3_column_blob(statement, 0);
+      out += value != nullptr
+                 ? std::string(static_cast<const char*>(value),
+                               static_cast<std::size_t>(sqlite3_column_bytes(statement, 0)))
+                 : "NULL";
+    }
+    sqlite3_finalize(statement);
+    return out;
+  }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+sqlite_store::options quick(const std::string& path) {
+  sqlite_store::options options;
+  options.path = path;
+  options.synchronous = sqlite_store::synchronous_mode::normal;
+  return options;
+}
+
+// A store on a fresh file, with a table of effects the handlers write beside their messages.
+struct outbox_fixture {
+  idem::testing::temporary_directory directory;
+  std::string path = directory.file("idem.sqlite3");
+  sqlite_store store;
+  app_connection app{path};
+
+  explicit outbox_fixture(std::size_t max_payload = idem::default_max_outbox_payload_bytes) {
+    sqlite_store::options options = quick(path);
+    options.max_outbox_payload_bytes = max_payload;
+    store = sqlite_store{options};
+    app.exec("CREATE TABLE charges (key TEXT NOT NULL, amount INTEGER NOT NULL)");
+  }
+  std::string outbox(const std::string& column = "id") {
+    return app.text("SELECT " + column + " FROM idem_outbox ORDER BY sequence");
+  }
+  std::string charges() { return app.text("SELECT key || ':' || amount FROM charges"); }
+};
+
+idem::outbox_message charged(std::string payload = "{\"amount\":250}") {
+  return {.topic = "payments",
+          .partition_key = "acct-7",
+          .payload = std::move(payload),
+          .headers = {{"type", "charged"}}};
+}
+
+struct policies : idem::default_policies {
+  using store = sqlite_store;
+  using clock = idem::manual_clock;
+};
+
+struct simulated_crash : std::runtime_error {
+  simulated_crash() : std::runtime_error("the process died here") {}
+};
+
+}  // namespace
+
+// ---- the table ---------------------------------------------------------------------------
+
+TEST_CASE("the store's schema holds the outbox, and a version 1 file is migrated to it",
+          "[sqlite][outbox]") {
+  outbox_fixture f;
+  CHECK(f.app.text("SELECT value FROM idem_meta WHERE name = 'schema_version'") == "2");
+  CHECK(f.app.text("SELECT name FROM sqlite_schema WHERE tbl_name = 'idem_outbox' AND type = "
+                   "'index' AND sql IS NOT NULL") == "idem_outbox_unpublished");
+  // A file an idem of schema version 1 made: no outbox yet.
+  f.app.exec("DROP TABLE idem_outbox; UPDATE idem_meta SET value = 1");
+  { sqlite_store reopened{quick(f.path)}; }
+  CHECK(f.app.text("SELECT value FROM idem_meta WHERE name = 'schema_version'") == "2");
+  CHECK(f.app.text("SELECT count(*) FROM idem_outbox") == "0");
+  CHECK(f.app.text("SELECT count(*) FROM idem_meta") == "1");
+}
+
+TEST_CASE("a file whose outbox a newer idem wrote is refused at construction, saying so",
+          "[sqlite][outbox]") {
+  outbox_fixture f;
+  f.app.exec("UPDATE idem_meta SET value = 3");
+  try {
+    sqlite_store newer{quick(f.path)};
+    FAIL("a file from a newer schema was opened");
+  } catch (const idem::store_error& error) {
+    CHECK(error.failure() == idem::store_failure::unavailable);
+    CHECK_THAT(error.what(), Contains(f.path) && Contains("schema version 3") &&
+                                 Contains("idem_outbox") && Contains("upgrade idem"));
+  }
+  CHECK(f.app.text("SELECT value FROM idem_meta") == "3");  // never downgraded
+}
+
+// ---- a transactional handler's messages ---------------------------------------------------
+
+TEST_CASE("a transactional handler's message commits with its effect and its record",
+          "[sqlite][outbox]") {
+  outbox_fixture f;
+  std::string published;
+  auto charge = [&](idem::handler_context& ctx, const std::string& amount,
+                    sqlite_store::transaction& txn) {
+    txn.exec("INSERT INTO charges (key, amount) VALUES (?, ?)", ctx.key(), std::stoi(amount));
+    published = txn.publish("charged", charged());
+    return "charged " + amount;
+  };
+  idem::idempotent<decltype(charge), policies> payments{
+      charge, {.store = f.store, .clock = idem::manual_clock{start}}};
+
+  REQUIRE(payments("tenant", "order-1", std::string("250")).verdict() == idem::verdict::executed);
+  CHECK(published == idem::outbox_message_id("tenant", "order-1", "charged"));
+  CHECK(f.outbox() == published);
+  CHECK(f.outbox("topic") == "payments");
+  CHECK(f.outbox("partition_key") == "acct-7");
+  CHECK(f.outbox("payload") == "{\"amount\":250}");
+  CHECK(idem::decode_outbox_headers(f.outbox("headers")) ==
+        std::vector<idem::outbox_header>{{"type", "charged"}});
+  CHECK(
+      f.outbox("created_at") ==
+      std::to_string(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count()));
+  CHECK(f.outbox("published_at IS NULL AND attempts = 0 AND next_attempt_at = created_at") == "1");
+  // A replay runs nothing and publishes nothing.
+  CHECK(payments("tenant", "order-1", std::string("250")).verdict() == idem::verdict::replayed);
+  CHECK(f.app.text("SELECT count(*) FROM idem_outbox") == "1");
+  CHECK(f.charges() == "order-1:250");
+}
+
+TEST_CASE("a payload past max_outbox_payload_bytes throws at publish and rolls everything back",
+          "[sqlite][outbox]") {
+  outbox_fixture f{16};
+  auto charge = [&](idem::handler_context& ctx, const std::string& payload,
+                    sqlite_store::transaction& txn) {
+    txn.exec("INSERT INTO charges (key, amount) VALUES (?, 1)", ctx.key());
+    txn.publish("charged", charged(payload));
+    return std::string("charged");
+  };
+  idem::idempotent<decltype(charge), policies> payments{
+      charge, {.store = f.store, .clock = idem::manual_clock{start}}};
+
+  CHECK_THROWS_WITH(payments("tenant", "big", std::string(17, 'p')),
+                    Contains("idem::sqlite_store::transaction::publish") && Contains("17 bytes") &&
+                        Contains("max_outbox_payload_bytes (16)"));
+  // No effect, no message, no completed record: the key was released, a retry runs afresh.
+  CHECK(f.charges().empty());
+  CHECK(f.app.text("SELECT count(*) FROM idem_outbox") == "0");
+  CHECK_FALSE(f.store.find("tenant", "big", start));
+  // At the limit it fits.
+  CHECK(payments("tenant", "big", std::string(16, 'p')).verdict() == idem::verdict::executed);
+  CHECK(f.app.text("SELECT count(*) FROM idem_outbox") == "1");
+}
+
+TEST_CASE("publish refuses an empty name and a message without a topic, rolling back",
+          "[sqlite][outbox]") {
+  outbox_fixture f;
+  const auto claimed = f.store.claim({"tenant", "k", print(1), start, 30s, 24h});
+  const idem::fenced_key held{"tenant", "k", claimed.fence};
+  CHECK_THROWS_WITH(f.store.complete_within(held, start,
+                                            [](sqlite_store::transaction& txn) {
+                                              txn.publish("ok", charged());
+                                              return txn.publish("", charged());
+                                            }),
+                    Contains("the message name is empty"));
+  CHECK_THROWS_WITH(f.store.complete_within(held, start,
+                                            [](sqlite_store::transaction& txn) {
+                                              return txn.publish("no topic", {.payload = "x"});
+                                            }),
+                    Contains("no topic"));
+  CHECK(f.app.text("SELECT count(*) FROM idem_outbox") == "0");
+}
+
+TEST_CASE("a run after a takeover publishes under the id the crashed run used, once",
+          "[sqlite][outbox]") {
+  outbox_fixture f;
+  const auto first = f.store.claim({"tenant", "order-1", print(1), start, 30s, 24h});
+  std::string crashed_id;
+  // The first holder publishes, then dies before its transaction commits.
+  CHECK_THROWS_AS(f.store.complete_within({"tenant", "order-1", first.fence}, start,
+                                          [&](sqlite_store::transaction& txn) -> std::string {
+                                            crashed_id = txn.publish("charged", charged());
+                                            throw simulated_crash{};
+                                          }),
+                  simulated_crash);
+  CHECK(f.app.text("SELECT count(*) FROM idem_outbox") == "0");
+  // Its lease passes; the next holder takes over and runs the handler again.
+  const auto second = f.store.claim({"tenant", "order-1", print(1), start + 31s, 30s, 24h});
+  REQUIRE(second.status == idem::claim_status::taken_over);
+  std::vector<std::string> ids;
+  CHECK(f.store.complete_within({"tenant", "order-1", second.fence}, start + 31s,
+                                [&](sqlite_store::transaction& txn) {
+                                  ids.push_back(txn.publish("charged", charged()));
+                                  // Publishing one name twice in a run adds nothing either.
+                                  ids.push_back(txn.publish("charged", charged("other")));
+                                  return std::string("charged");
+                                }));
+  CHECK(ids == std::vector<std::string>{crashed_id, crashed_id});
+  CHECK(f.outbox() == crashed_id);
+  CHECK(f.outbox("payload") == "{\"amount\":250}");
+}
+
+TEST_CASE("a transactional inbox consumer's message commits with its event's record",
+          "[sqlite][outbox]") {
+  outbox_fixture f;
+  idem::inbox<policies> consumed{{.store = f.store, .clock = idem::manual_clock{start}}};
+  auto ship = [](idem::handler_context& ctx, sqlite_store::transaction& txn) {
+    txn.exec("INSERT INTO charges (key, amount) VALUES (?, 1)", ctx.key());
+    txn.publish("shipped", {.topic = "shipping", .partition_key = "order-9", .payload = "go"});
+  };
+  for (int delivery = 0; delivery < 3; ++delivery) {
+    CHECK(consumed.deduplicate("orders", "evt-1", ship).verdict() ==
+          (delivery == 0 ? idem::verdict::executed : idem::verdict::replayed));
+  }
+  CHECK(f.outbox() == idem::outbox_message_id("orders", "evt-1", "shipped"));
+  CHECK(f.charges() == "evt-1:1");
+  // A consumer that throws leaves neither its row nor its message, and the event may come again.
+  auto failing = [](sqlite_store::transaction& txn) {
+    txn.publish("shipped", {.topic = "shipping", .payload = "go"});
+    throw std::runtime_error("the warehouse is closed");
+  };
+  CHECK_THROWS_AS(consumed.deduplicate("orders", "evt-2", failing), std::runtime_error);
+  CHECK(f.app.text("SELECT count(*) FROM idem_outbox") == "1");
+}
+
+// ---- an application's own transaction ------------------------------------------------------
+
+TEST_CASE(
+    "sqlite_outbox::publish writes in the application's transaction: commit keeps it, "
+    "rollback drops it",
+    "[sqlite][outbox]") {
+  outbox_fixture f;
+  f.app.exec("BEGIN IMMEDIATE");
+  f.app.exec("INSERT INTO charges (key, amount) VALUES ('order-1', 5)");
+  CHECK(idem::sqlite_outbox::publish(f.app.get(), "order-1/charged", charged()));
+  CHECK_FALSE(idem::sqlite_outbox::publish(f.app.get(), "order-1/charged", charged("again")));
+  f.app.exec("COMMIT");
+  CHECK(f.outbox() == "order-1/charged");
+  CHECK(f.outbox("payload") == "{\"amount\":250}");
+
+  f.app.exec("BEGIN IMMEDIATE");
+  f.app.exec("INSERT INTO charges (key, amount) VALUES ('order-2', 5)");
+  CHECK(idem::sqlite_outbox::publish(f.app.get(), "order-2/charged", charged()));
+  f.app.exec("ROLLBACK");
+  CHECK(f.outbox() == "order-1/charged");
+  CHECK(f.charges() == "order-1:5");
+}
+
+TEST_CASE("sqlite_outbox::publish refuses bad input, no transaction, and a file without outbox",
+          "[sqlite][outbox]") {
+  outbox_fixture f;
+  CHECK_THROWS_WITH(idem::sqlite_outbox::publish(f.app.get(), "order-1/charged", charged()),
+                    Contains("not inside a transaction"));
+  f.app.exec("BEGIN IMMEDIATE");
+  CHECK_THROWS_WITH(idem::sqlite_outbox::publish(f.app.get(), "id", charged("12345"), 4),
+                    Contains("max_outbox_payload_bytes (4)"));
+  CHECK_THROWS_AS(idem::sqlite_outbox::publish(f.app.get(), "", charged()), std::invalid_argument);
+  f.app.exec("ROLLBACK");
+  CHECK(f.app.text("SELECT count(*) FROM idem_outbox") == "0");
+
+  app_connection elsewhere{f.directory.file("no-idem.sqlite3")};
+  elsewhere.exec("BEGIN");
+  CHECK_THROWS_WITH(idem::sqlite_outbox::publish(elsewhere.get(), "id", charged()),
+                    Contains("no such table: idem_outbox") && Contains("idem::sqlite_store"));
+  elsewhere.exec("ROLLBACK");
+}
+
+TEST_CASE(
+    "a handler that publishes in its own transaction and dies is taken over without a "
+    "second message",
+    "[sqlite][outbox]") {
+  // The id is what makes this hold: the dead run's message committed with the application's
+  // transaction, its record did not complete, and the takeover runs the handler again. A
+  // message id that were random, or taken from the clock, would leave two rows.
+  outbox_fixture f;
+  idem::manual_clock clock{start};
+  int runs = 0;
+  std::function<idem::idempotent_outcome<std::string>()> take_over;
+  auto handler = [&](idem::handler_context& ctx, const std::string& amount) {
+    ++runs;
+    f.app.exec("BEGIN IMMEDIATE");
+    idem::sqlite_outbox::publish(
+        f.app.get(), idem::outbox_message_id(ctx.scope(), ctx.key(), "charged"), charged(amount));
+    f.app.exec("COMMIT");
+    if (ctx.fence() == 1) {
+      // This holder stalls past its lease; meanwhile another replica takes the key over.
+      clock.advance(31s);
+      const auto other = take_over();
+      CHECK(other.verdict() == idem::verdict::executed);
+      CHECK(other.resumed());
+    }
+    return "charged " + amount;
+  };
+  using guarded = idem::idempotent<decltype(handler), policies>;
+  guarded::options parts{.store = f.store, .clock = clock};
+  parts.lease = 30s;
+  guarded payments{handler, parts};
+  guarded replica{handler, parts};
+  take_over = [&] { return replica("tenant", "order-1", std::string("250")); };
+
+  (void)payments("tenant", "order-1", std::string("250"));
+  CHECK(runs == 2);
+  CHECK(f.app.text("SELECT count(*) FROM idem_outbox") == "1");
+  CHECK(f.outbox() == idem::outbox_message_id("tenant", "order-1", "charged"));
+}
