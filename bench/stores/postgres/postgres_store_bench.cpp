@@ -59,8 +59,9 @@ void drop(const std::string& table) {
   PGconn* admin = PQconnectdb(conninfo());
   PQsetNoticeProcessor(
       admin, [](void*, const char*) {}, nullptr);
-  PQclear(
-      PQexec(admin, ("DROP TABLE IF EXISTS \"" + table + "\", \"" + table + "_meta\"").c_str()));
+  PQclear(PQexec(admin, ("DROP TABLE IF EXISTS \"" + table + "\", \"" + table + "_meta\", \"" +
+                         table + "_outbox\"")
+                            .c_str()));
   PQfinish(admin);
 }
 
