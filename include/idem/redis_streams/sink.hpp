@@ -117,7 +117,8 @@ inline refusal_kind classify_error(std::string_view text) noexcept {
 }  // namespace detail
 
 /// Publishes outbox entries to Redis Streams: a stream per topic, one XADD per entry, one round
-/// trip per batch. A handle: copies share one pool of connections; safe from many threads.
+/// trip per batch. A handle: copies share one pool of `pool_size` connections (the Redis
+/// store's pool), and each publish borrows one connection for its whole batch.
 class sink {
  public:
   /// WAIT numreplicas timeout after each batch's XADDs: an entry is acknowledged only once that

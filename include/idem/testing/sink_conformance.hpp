@@ -150,13 +150,12 @@ template <class Factory>
 void an_acknowledged_message_is_read_back_byte_for_byte() {
   Factory factory;
   auto sink = factory.make();
+  using namespace std::string_literals;  // "..."s keeps the NULs inside
   std::vector<outbox_entry> batch;
-  outbox_entry binary = entry("bytes", std::string("key\0with\xff nul", 13), 1);
+  outbox_entry binary = entry("bytes", "key\0with\xff nul"s, 1);
   binary.message.payload = every_byte();
-  binary.message.headers = {{"type", "binary"},
-                            {std::string("n\0ame", 5), std::string("v,a:l\0ue\xfe", 10)},
-                            {"empty-value", ""},
-                            {"", "empty name"}};
+  binary.message.headers = {
+      {"type", "binary"}, {"n\0ame"s, "v,a:l\0ue\xfe"s}, {"empty-value", ""}, {"", "empty name"}};
   batch.push_back(binary);
   outbox_entry empty = entry("bytes", "", 2);
   empty.message.payload.clear();

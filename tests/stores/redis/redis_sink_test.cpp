@@ -237,7 +237,7 @@ TEST_CASE("a batch whose results are not one per entry is refused before anythin
 
 TEST_CASE("Redis sink options no connection could use are refused at construction",
           "[redis][sink]") {
-  const auto refused = [](sink::options given, const std::string& reason) {
+  const auto refused = [](const sink::options& given, const std::string& reason) {
     INFO(reason);
     CHECK_THROWS_AS(sink(given), std::invalid_argument);
     CHECK_THROWS_WITH(sink(given), Contains("idem::redis_streams::sink: " + reason));
