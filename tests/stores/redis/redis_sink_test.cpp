@@ -282,6 +282,38 @@ TEST_CASE("a Redis sink whose server is unreachable throws, and works once the s
   CHECK(integer_of(context.get(), {"XLEN", "outbox:orders"}) == 6);
 }
 
+TEST_CASE("a Redis sink reaches its server through a unix socket, AUTH and SELECT",
+          "[redis][sink]") {
+  idem_redis_test::private_redis server;
+  {
+    const auto context = server.connect();
+    const auto acl = idem_redis_test::command(
+        context.get(), {"ACL", "SETUSER", "relay", "on", ">relay-secret", "~*", "+@all"});
+    REQUIRE(acl->type == REDIS_REPLY_STATUS);
+  }
+  sink::options given;
+  given.unix_socket = server.socket_path();
+  given.username = "relay";
+  given.password = "relay-secret";
+  given.database = 3;
+  given.prefix = "outbox:";
+  sink publisher(given);
+  idem::testing::sink_conformance::require_all_acknowledged(
+      publish(publisher, numbered("orders", 2)));
+  const auto context = server.connect();
+  CHECK(integer_of(context.get(), {"EXISTS", "outbox:orders"}) == 0);  // not in database 0
+  (void)idem_redis_test::command(context.get(), {"SELECT", "3"});
+  CHECK(integer_of(context.get(), {"XLEN", "outbox:orders"}) == 2);
+
+  given.password = "wrong";
+  sink refused(given);
+  const idem::store_error error =
+      store_error_of([&] { (void)publish(refused, numbered("orders", 1)); });
+  CHECK(error.failure() == idem::store_failure::unavailable);
+  CHECK_THAT(std::string(error.what()),
+             Contains("idem::redis_streams::sink: the server at") && Contains("refused AUTH"));
+}
+
 TEST_CASE("a Redis server that takes no writes makes publish throw instead of failing entries",
           "[redis][sink]") {
   idem_redis_test::private_redis server;
