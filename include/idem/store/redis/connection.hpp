@@ -1,8 +1,9 @@
-// redis_client: how redis_store talks to its server. Connecting (TCP or a unix socket, AUTH,
-// SELECT, timeouts), the checks at start (Redis 7.0 or newer; a maxmemory-policy that cannot
-// evict records), loading the scripts, and the exchanges every operation makes on a pooled
-// connection: script calls pipelined with EVALSHA, sent again with EVAL when the server lost its
-// scripts, and once more on a fresh connection when the server had closed a reused one. The
+// redis_client: how redis_store, and the outbox's Redis Streams sink, talk to their server.
+// Connecting (TCP or a unix socket, AUTH, SELECT, timeouts), the store's checks at start (Redis
+// 7.0 or newer; a maxmemory-policy that cannot evict records), loading the scripts, and the
+// exchanges every operation makes on a pooled connection: script calls pipelined with EVALSHA,
+// sent again with EVAL when the server lost its scripts, plain commands pipelined (the sink's
+// XADDs), and once more on a fresh connection when the server had closed a reused one. The
 // checks are free functions of what the server answered, so that they are tested without a
 // server (tests/stores/redis/redis_connection_test.cpp).
 #ifndef IDEM_STORE_REDIS_CONNECTION_HPP
@@ -40,7 +41,8 @@ struct redis_context_free {
 using redis_connection = std::unique_ptr<redisContext, redis_context_free>;
 
 // What redis_client needs of redis_store::options, whose comments say what each field is;
-// redis_store fills every one.
+// redis_store fills every one. The Redis Streams sink (redis_streams/sink.hpp) fills them from
+// its own options and names itself in `who`.
 struct redis_settings {
   std::string host;
   int port = 0;
@@ -52,6 +54,8 @@ struct redis_settings {
   std::chrono::milliseconds connect_timeout{};
   std::chrono::milliseconds command_timeout{};
   bool verify_eviction_policy = true;
+  // What the messages of connecting and exchanging begin with: the type the user made.
+  std::string who = "idem::redis_store";
 };
 
 // The major version named in the text of INFO server ("redis_version:7.2.4" is 7); 0 when it
@@ -196,11 +200,11 @@ class redis_client {
             : redisConnectUnixWithTimeout(settings_.unix_socket.c_str(), limit));
     if (!made) {
       throw store_error(store_failure::unavailable,
-                        "idem::redis_store: cannot connect to " + where_ + ": out of memory");
+                        settings_.who + ": cannot connect to " + where_ + ": out of memory");
     }
     if (made->err != 0) {
       throw store_error(store_failure::unavailable,
-                        "idem::redis_store: cannot connect to " + where_ + ": " + made->errstr);
+                        settings_.who + ": cannot connect to " + where_ + ": " + made->errstr);
     }
     timeval each{};
     each.tv_sec = static_cast<time_t>(settings_.command_timeout.count() / 1000);
@@ -214,7 +218,7 @@ class redis_client {
               : ask(made.get(), {"AUTH", settings_.username.c_str(), settings_.password.c_str()});
       if (reply->type == REDIS_REPLY_ERROR) {
         throw store_error(store_failure::unavailable,
-                          "idem::redis_store: the server at " + where_ +
+                          settings_.who + ": the server at " + where_ +
                               " refused AUTH: " + std::string(reply_text(reply.get())));
       }
     }
@@ -222,7 +226,7 @@ class redis_client {
       const std::string number = std::to_string(settings_.database);
       const redis_reply reply = ask(made.get(), {"SELECT", number.c_str()});
       if (reply->type == REDIS_REPLY_ERROR) {
-        throw store_error(store_failure::unavailable, "idem::redis_store: the server at " + where_ +
+        throw store_error(store_failure::unavailable, settings_.who + ": the server at " + where_ +
                                                           " refused SELECT " + number + ": " +
                                                           std::string(reply_text(reply.get())));
       }
@@ -271,15 +275,15 @@ class redis_client {
   // Checked before the connection pool is made from them, in the order users meet them.
   static redis_settings checked(redis_settings given) {
     if (given.pool_size == 0) {
-      throw std::invalid_argument("idem::redis_store: pool_size must be at least 1");
+      throw std::invalid_argument(given.who + ": pool_size must be at least 1");
     }
     if (given.unix_socket.empty() && (given.port <= 0 || given.port > 65535)) {
-      throw std::invalid_argument("idem::redis_store: port " + std::to_string(given.port) +
+      throw std::invalid_argument(given.who + ": port " + std::to_string(given.port) +
                                   " is not a TCP port");
     }
     if (given.connect_timeout <= std::chrono::milliseconds::zero() ||
         given.command_timeout <= std::chrono::milliseconds::zero()) {
-      throw std::invalid_argument("idem::redis_store: timeouts must be positive");
+      throw std::invalid_argument(given.who + ": timeouts must be positive");
     }
     return given;
   }
@@ -303,7 +307,7 @@ class redis_client {
   }
 
   store_error lost(const redisContext* context, const std::string& doing) const {
-    return store_error(store_failure::unavailable, "idem::redis_store: the server at " + where_ +
+    return store_error(store_failure::unavailable, settings_.who + ": the server at " + where_ +
                                                        " did not answer " + doing + ": " +
                                                        std::string(context->errstr));
   }
@@ -349,9 +353,9 @@ class redis_client {
         connection.discard();
       }
       if (!retry) {
-        throw store_error(store_failure::unavailable, std::string("idem::redis_store: ") +
-                                                          operation + " failed: the server at " +
-                                                          where_ + " is unreachable: " + reason);
+        throw store_error(store_failure::unavailable, settings_.who + ": " + operation +
+                                                          " failed: the server at " + where_ +
+                                                          " is unreachable: " + reason);
       }
     }
   }
