@@ -52,6 +52,9 @@ struct redis_settings {
   std::chrono::milliseconds connect_timeout{};
   std::chrono::milliseconds command_timeout{};
   bool verify_eviction_policy = true;
+  // Who the client works for, as its error messages begin: another user of the client (the
+  // stream consumer) names itself.
+  std::string who = "idem::redis_store";
 };
 
 // The major version named in the text of INFO server ("redis_version:7.2.4" is 7); 0 when it
@@ -168,7 +171,7 @@ class redis_client {
     for (std::size_t i = 0; i < redis_script_count; ++i) {
       const redisReply* reply = loaded[i].get();
       if (reply->type != REDIS_REPLY_STRING) {
-        throw std::invalid_argument("idem::redis_store: the server at " + where_ +
+        throw std::invalid_argument(settings_.who + ": the server at " + where_ +
                                     " refused a script: " + std::string(reply_text(reply)));
       }
       digests_[i] = reply_text(reply);
@@ -196,11 +199,11 @@ class redis_client {
             : redisConnectUnixWithTimeout(settings_.unix_socket.c_str(), limit));
     if (!made) {
       throw store_error(store_failure::unavailable,
-                        "idem::redis_store: cannot connect to " + where_ + ": out of memory");
+                        settings_.who + ": cannot connect to " + where_ + ": out of memory");
     }
     if (made->err != 0) {
       throw store_error(store_failure::unavailable,
-                        "idem::redis_store: cannot connect to " + where_ + ": " + made->errstr);
+                        settings_.who + ": cannot connect to " + where_ + ": " + made->errstr);
     }
     timeval each{};
     each.tv_sec = static_cast<time_t>(settings_.command_timeout.count() / 1000);
@@ -214,7 +217,7 @@ class redis_client {
               : ask(made.get(), {"AUTH", settings_.username.c_str(), settings_.password.c_str()});
       if (reply->type == REDIS_REPLY_ERROR) {
         throw store_error(store_failure::unavailable,
-                          "idem::redis_store: the server at " + where_ +
+                          settings_.who + ": the server at " + where_ +
                               " refused AUTH: " + std::string(reply_text(reply.get())));
       }
     }
@@ -222,7 +225,7 @@ class redis_client {
       const std::string number = std::to_string(settings_.database);
       const redis_reply reply = ask(made.get(), {"SELECT", number.c_str()});
       if (reply->type == REDIS_REPLY_ERROR) {
-        throw store_error(store_failure::unavailable, "idem::redis_store: the server at " + where_ +
+        throw store_error(store_failure::unavailable, settings_.who + ": the server at " + where_ +
                                                           " refused SELECT " + number + ": " +
                                                           std::string(reply_text(reply.get())));
       }
@@ -271,15 +274,15 @@ class redis_client {
   // Checked before the connection pool is made from them, in the order users meet them.
   static redis_settings checked(redis_settings given) {
     if (given.pool_size == 0) {
-      throw std::invalid_argument("idem::redis_store: pool_size must be at least 1");
+      throw std::invalid_argument(given.who + ": pool_size must be at least 1");
     }
     if (given.unix_socket.empty() && (given.port <= 0 || given.port > 65535)) {
-      throw std::invalid_argument("idem::redis_store: port " + std::to_string(given.port) +
+      throw std::invalid_argument(given.who + ": port " + std::to_string(given.port) +
                                   " is not a TCP port");
     }
     if (given.connect_timeout <= std::chrono::milliseconds::zero() ||
         given.command_timeout <= std::chrono::milliseconds::zero()) {
-      throw std::invalid_argument("idem::redis_store: timeouts must be positive");
+      throw std::invalid_argument(given.who + ": timeouts must be positive");
     }
     return given;
   }
@@ -303,7 +306,7 @@ class redis_client {
   }
 
   store_error lost(const redisContext* context, const std::string& doing) const {
-    return store_error(store_failure::unavailable, "idem::redis_store: the server at " + where_ +
+    return store_error(store_failure::unavailable, settings_.who + ": the server at " + where_ +
                                                        " did not answer " + doing + ": " +
                                                        std::string(context->errstr));
   }
@@ -349,9 +352,9 @@ class redis_client {
         connection.discard();
       }
       if (!retry) {
-        throw store_error(store_failure::unavailable, std::string("idem::redis_store: ") +
-                                                          operation + " failed: the server at " +
-                                                          where_ + " is unreachable: " + reason);
+        throw store_error(store_failure::unavailable, settings_.who + ": " + operation +
+                                                          " failed: the server at " + where_ +
+                                                          " is unreachable: " + reason);
       }
     }
   }
