@@ -95,7 +95,7 @@ std::map<std::string, int> effects_in(const std::string& path) {
 
 TEST_CASE(
     "a consumer killed after its effect or after the inbox commit loses nothing and "
-    "duplicates no effect; a fresh consumer suppresses the redeliveries",
+    "duplicates no effect, and a fresh consumer suppresses the redeliveries",
     "[redis][stream_consumer][process]") {
   const std::string point = GENERATE(as<std::string>{}, "after_effect", "after_commit");
   long long suppressed = 0;
