@@ -219,7 +219,7 @@ class stream_consumer {
 
   /// Polls until `stop` is requested, waiting up to `block` for new entries each time, so a
   /// stop takes effect within `block`. Exceptions of poll_once pass through and end the run.
-  void run(std::stop_token stop) {
+  void run(const std::stop_token& stop) {
     while (!stop.stop_requested())
       poll(options_.block);
   }
