@@ -288,24 +288,57 @@ class stream_consumer {
     }
   }
 
+  // One delivery of a poll: the entry, its delivery count, and the consumer it was claimed
+  // from (empty when new, or this consumer's own).
+  struct delivery {
+    entry_type entry;
+    std::uint64_t deliveries = 0;
+    std::string previous_owner;
+  };
+
+  // What a poll tells Redis at its end, in one pipeline: the entries the inbox recorded (XACK),
+  // and the deliveries that must not count against max_deliveries (XCLAIM ... RETRYCOUNT n-1
+  // JUSTID to itself): an entry deferred because another consumer holds its message, and every
+  // entry a failing inbox store kept from a verdict. An outage then dead-letters nothing.
+  struct settlement {
+    std::vector<std::string> acknowledged;
+    std::vector<std::pair<std::string, std::uint64_t>> given_back;
+  };
+
   stream_poll poll(std::chrono::milliseconds block) {
     stream_poll counts;
-    std::vector<std::string> acknowledged;
+    settlement settled;
     try {
-      claim_stale(counts, acknowledged);
-      read_new(counts, acknowledged,
-               counts.delivered == 0 ? block : std::chrono::milliseconds::zero());
+      handle_all(claim_stale(), counts, settled);
+      handle_all(read_new(counts.delivered == 0 ? block : std::chrono::milliseconds::zero()),
+                 counts, settled);
     } catch (...) {
-      // Recorded entries acknowledged now are not delivered again; if Redis is gone this fails
-      // too, and they are suppressed as duplicates when they come back.
+      // What was recorded is acknowledged now, so not delivered again; if Redis is gone this
+      // fails too, and those entries come back and are suppressed as duplicates.
       try {
-        acknowledge(acknowledged);
+        settle(settled);
       } catch (...) {  // NOLINT(bugprone-empty-catch): the first failure is the one to report
       }
       throw;
     }
-    acknowledge(acknowledged);
+    settle(settled);
     return counts;
+  }
+
+  void handle_all(const std::vector<delivery>& deliveries, stream_poll& counts,
+                  settlement& settled) {
+    for (std::size_t i = 0; i < deliveries.size(); ++i) {
+      try {
+        handle(deliveries[i], counts, settled);
+      } catch (...) {
+        // The poll stops here: this delivery and those after it reached no verdict.
+        for (std::size_t rest = i; rest < deliveries.size(); ++rest) {
+          settled.given_back.emplace_back(deliveries[rest].entry.id,
+                                          deliveries[rest].deliveries - 1);
+        }
+        throw;
+      }
+    }
   }
 
   // XPENDING with IDLE rather than XAUTOCLAIM: it answers each entry's owner (to tell a claim
@@ -313,30 +346,29 @@ class stream_consumer {
   // max_deliveries), neither of which XAUTOCLAIM answers. XCLAIM with the same min-idle-time
   // then takes only what is still idle, so of two consumers claiming at once, one gets each
   // entry.
-  void claim_stale(stream_poll& counts, std::vector<std::string>& acknowledged) {
+  std::vector<delivery> claim_stale() {
     const auto pending_reply =
         ask({"XPENDING", stream_, options_.group, "IDLE", claim_idle_ms_, "-", "+", batch_text_},
             "XPENDING");
     const auto pending = redis_streams::detail::pending_entries_of(pending_reply.get());
-    if (pending.empty()) return;
+    std::vector<delivery> claimed;
+    if (pending.empty()) return claimed;
     words claim{"XCLAIM", stream_, options_.group, options_.consumer, claim_idle_ms_};
     for (const auto& each : pending)
       claim.push_back(each.id);
     const auto claimed_reply = ask(std::move(claim), "XCLAIM");
-    for (const entry_type& entry :
-         redis_streams::detail::entries_of("XCLAIM", claimed_reply.get())) {
+    for (entry_type& entry : redis_streams::detail::entries_of("XCLAIM", claimed_reply.get())) {
       const auto from = std::find_if(pending.begin(), pending.end(),
                                      [&](const auto& each) { return each.id == entry.id; });
       if (from == pending.end()) continue;  // not one asked for: Redis answers only those
       // XCLAIM counted this delivery.
-      handle(entry, from->deliveries + 1,
-             from->owner == options_.consumer ? std::string_view{} : from->owner, counts,
-             acknowledged);
+      claimed.push_back({std::move(entry), from->deliveries + 1,
+                         from->owner == options_.consumer ? std::string{} : from->owner});
     }
+    return claimed;
   }
 
-  void read_new(stream_poll& counts, std::vector<std::string>& acknowledged,
-                std::chrono::milliseconds block) {
+  std::vector<delivery> read_new(std::chrono::milliseconds block) {
     const std::string block_ms = std::to_string(block.count());
     words read{"XREADGROUP", "GROUP", options_.group, options_.consumer, "COUNT", batch_text_};
     if (block > std::chrono::milliseconds::zero()) {
@@ -347,12 +379,16 @@ class stream_consumer {
     read.push_back(stream_);
     read.push_back(">");
     const auto reply = ask(std::move(read), "XREADGROUP");
-    for (const entry_type& entry : redis_streams::detail::read_entries_of(reply.get()))
-      handle(entry, 1, {}, counts, acknowledged);
+    std::vector<delivery> fresh;
+    for (entry_type& entry : redis_streams::detail::read_entries_of(reply.get()))
+      fresh.push_back({std::move(entry), 1, {}});
+    return fresh;
   }
 
-  void handle(const entry_type& raw, std::uint64_t deliveries, std::string_view previous_owner,
-              stream_poll& counts, std::vector<std::string>& acknowledged) {
+  void handle(const delivery& given, stream_poll& counts, settlement& settled) {
+    const entry_type& raw = given.entry;
+    const std::uint64_t deliveries = given.deliveries;
+    std::vector<std::string>& acknowledged = settled.acknowledged;
     if (raw.deleted) {
       // Trimmed or deleted after it was delivered: nothing is left to handle.
       acknowledged.push_back(raw.id);
@@ -364,10 +400,10 @@ class stream_consumer {
                        .deliveries = deliveries};
     ++counts.delivered;
     observer_.on_stream_event(event);
-    if (!previous_owner.empty()) {
+    if (!given.previous_owner.empty()) {
       ++counts.claimed;
       event.kind = stream_event_kind::claimed;
-      event.previous_owner = previous_owner;
+      event.previous_owner = given.previous_owner;
       observer_.on_stream_event(event);
       event.previous_owner = {};
     }
@@ -440,6 +476,7 @@ class stream_consumer {
         event.kind = stream_event_kind::deferred;
         event.reason = why;
         observer_.on_stream_event(event);
+        settled.given_back.emplace_back(raw.id, deliveries - 1);  // not this message's failure
         return;
       }
       case verdict::invalid_key:
@@ -495,16 +532,34 @@ class stream_consumer {
     observer_.on_stream_event(event);
   }
 
-  void acknowledge(std::vector<std::string>& ids) {
-    if (ids.empty()) return;
-    words command{"XACK", stream_, options_.group};
-    for (const std::string& id : ids)
-      command.push_back(id);
-    const auto reply = ask(std::move(command), "XACK");
-    if (reply->type != REDIS_REPLY_INTEGER) {
-      redis_streams::detail::unexpected_reply("XACK", reply.get());
+  void settle(settlement& settled) {
+    std::vector<words> commands;
+    if (!settled.acknowledged.empty()) {
+      words acknowledge{"XACK", stream_, options_.group};
+      for (const std::string& id : settled.acknowledged)
+        acknowledge.push_back(id);
+      commands.push_back(std::move(acknowledge));
     }
-    ids.clear();
+    std::vector<std::string> retry_counts;
+    retry_counts.reserve(settled.given_back.size());  // the views below point into it
+    for (const auto& [id, count] : settled.given_back) {
+      retry_counts.push_back(std::to_string(count));
+      // JUSTID: this XCLAIM does not count a delivery itself; min-idle-time 0: the entry is
+      // this consumer's already. Its idle time starts again, so it comes back after claim_idle.
+      commands.push_back({"XCLAIM", stream_, options_.group, options_.consumer, "0", id,
+                          "RETRYCOUNT", retry_counts.back(), "JUSTID"});
+    }
+    if (commands.empty()) return;
+    const auto replies = client_->plain(commands, "XACK");
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      const bool acknowledging = i == 0 && !settled.acknowledged.empty();
+      const int expected = acknowledging ? REDIS_REPLY_INTEGER : REDIS_REPLY_ARRAY;
+      if (replies[i]->type != expected) {
+        redis_streams::detail::unexpected_reply(acknowledging ? "XACK" : "XCLAIM RETRYCOUNT",
+                                                replies[i].get());
+      }
+    }
+    settled = {};
   }
 
   options options_;

@@ -18,6 +18,7 @@
 
 #include <idem/redis_streams/consumer.hpp>
 #include <idem/store/sqlite.hpp>
+#include <idem/testing/faulty_store.hpp>
 
 #include "stores/redis/stream_test_support.hpp"
 #include "support/temporary_directory.hpp"
@@ -33,6 +34,11 @@ struct counted_policies : idem::stream_consumer_policies {
 };
 
 struct watched_policies : idem::stream_consumer_policies {
+  using stream_observer = idem::callback_stream_observer;
+};
+
+struct faulty_policies : idem::stream_consumer_policies {
+  using store = idem::testing::faulty_store<idem::memory_store>;
   using stream_observer = idem::callback_stream_observer;
 };
 
@@ -385,6 +391,89 @@ TEST_CASE("with a SQLite inbox the handler's row and the message's record commit
   CHECK(record->state == idem::record_state::completed);
   CHECK_FALSE(store.find("shipping", "msg-2", std::chrono::system_clock::now()));
   CHECK(fixture.pending("shipping") == 1);  // msg-2, for its retry
+}
+
+TEST_CASE(
+    "an inbox store that fails stops the poll with store_error: what was recorded is "
+    "acknowledged, the rest stays pending and nothing is dead-lettered",
+    "[redis][stream_consumer]") {
+  stream_fixture fixture;
+  effects done;
+  auto handler = [&](const idem::outbox_entry& entry) { done.add(entry.id); };
+  auto options = options_for<decltype(handler), faulty_policies>(fixture, "c1");
+  options.max_deliveries = 1;  // an outage must not count as the message's failure
+  idem::testing::faulty_store<idem::memory_store> store;
+  options.inbox.store = store;
+  options.observer.on_event = [&](const idem::stream_event& event) {
+    if (event.kind == idem::stream_event_kind::processed && event.message_id == "msg-1") {
+      store.fail(idem::testing::faulty_store<idem::memory_store>::mode::unavailable);
+    }
+  };
+  idem::stream_consumer<decltype(handler), faulty_policies> consumer(handler, std::move(options));
+  fixture.add(message("msg-1"));
+  fixture.add(message("msg-2"));
+
+  CHECK_THROWS_AS(consumer.poll_once(), idem::store_error);
+  CHECK(fixture.pending("shipping") == 1);  // msg-2; msg-1 was acknowledged
+  CHECK(done.of("msg-2") == 0);
+
+  store.heal();
+  std::this_thread::sleep_for(quick_claim + 10ms);
+  CHECK(consumer.poll_once() == idem::stream_poll{.delivered = 1, .processed = 1});
+  CHECK(done.of("msg-1") == 1);
+  CHECK(done.of("msg-2") == 1);
+  CHECK(fixture.entries(consumer.dead_letter_stream()).empty());
+}
+
+TEST_CASE(
+    "a message another consumer holds in the inbox is deferred, not failed, and its "
+    "deliveries do not count toward the dead letters",
+    "[redis][stream_consumer]") {
+  stream_fixture fixture;
+  effects done;
+  auto handler = [&](const idem::outbox_entry& entry) { done.add(entry.id); };
+  auto options = options_for<decltype(handler), idem::stream_consumer_policies>(fixture, "c1");
+  options.max_deliveries = 1;
+  idem::memory_store store;
+  options.inbox.store = store;
+  idem::stream_consumer<decltype(handler), idem::stream_consumer_policies> consumer(
+      handler, std::move(options));
+  // Another consumer is running msg-1's handler (the sink added it twice, say).
+  const auto held =
+      store.claim({"shipping", "msg-1", idem::digest{}, std::chrono::system_clock::now(), 1h, 24h});
+  REQUIRE(held.status == idem::claim_status::claimed);
+  fixture.add(message("msg-1"));
+
+  CHECK(consumer.poll_once() == idem::stream_poll{.delivered = 1, .deferred = 1});
+  std::this_thread::sleep_for(quick_claim + 10ms);
+  CHECK(consumer.poll_once() == idem::stream_poll{.delivered = 1, .deferred = 1});
+  CHECK(fixture.pending("shipping") == 1);
+
+  REQUIRE(store.release({"shipping", "msg-1", held.fence}));  // it failed and let go
+  std::this_thread::sleep_for(quick_claim + 10ms);
+  CHECK(consumer.poll_once() == idem::stream_poll{.delivered = 1, .processed = 1});
+  CHECK(done.of("msg-1") == 1);
+  CHECK(fixture.entries(consumer.dead_letter_stream()).empty());
+}
+
+TEST_CASE("run polls until its stop token asks it to stop", "[redis][stream_consumer]") {
+  stream_fixture fixture;
+  effects done;
+  auto handler = [&](const idem::outbox_entry& entry) { done.add(entry.id); };
+  auto options = options_for<decltype(handler), idem::stream_consumer_policies>(fixture, "c1");
+  options.block = 20ms;
+  idem::stream_consumer<decltype(handler), idem::stream_consumer_policies> consumer(
+      handler, std::move(options));
+  {
+    std::jthread worker([&](const std::stop_token& stop) { consumer.run(stop); });
+    fixture.add(message("msg-1"));
+    fixture.add(message("msg-2"));
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (done.all().size() < 2 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(5ms);
+  }  // the jthread asks it to stop and joins it
+  CHECK(done.of("msg-1") == 1);
+  CHECK(done.of("msg-2") == 1);
 }
 
 TEST_CASE("options that cannot work are refused at construction, saying which",
