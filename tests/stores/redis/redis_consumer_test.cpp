@@ -508,6 +508,23 @@ TEST_CASE("options that cannot work are refused at construction, saying which",
   CHECK_THAT(refused([](options_type& o) { o.port = 0; }), Catch::Contains("not a TCP port"));
 }
 
+TEST_CASE("a consumer whose Redis cannot be reached says so with store_error(unavailable)",
+          "[redis][stream_consumer]") {
+  stream_fixture fixture;
+  auto handler = [](const idem::outbox_entry&) {};
+  auto options = options_for<decltype(handler), idem::stream_consumer_policies>(fixture, "c1");
+  options.host = "127.0.0.1";
+  options.port = idem_redis_test::free_port();  // nothing listens there
+  try {
+    idem::stream_consumer<decltype(handler), idem::stream_consumer_policies> consumer(
+        handler, std::move(options));
+    FAIL("it was constructed");
+  } catch (const idem::store_error& error) {
+    CHECK(error.failure() == idem::store_failure::unavailable);
+    CHECK_THAT(error.what(), Catch::StartsWith("idem::stream_consumer: cannot connect to"));
+  }
+}
+
 TEST_CASE("a consumer whose group does not exist, told not to create it, says so when it polls",
           "[redis][stream_consumer]") {
   stream_fixture fixture;
