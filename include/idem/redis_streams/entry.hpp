@@ -37,6 +37,10 @@
 
 namespace idem::redis_streams {
 
+/// The prefix of a topic's stream unless configured otherwise: the sink's and the consumer's
+/// stream_prefix, which must agree.
+inline constexpr std::string_view default_stream_prefix = "idem:outbox:";
+
 /// The field names, in the order the sink writes them.
 inline constexpr std::array<std::string_view, 6> entry_fields{
     "id", "sequence", "partition_key", "created_at", "headers", "payload"};

@@ -2,7 +2,7 @@
 // hiredis and the Redis store's connections (store/redis/connection.hpp: pooled, AUTH, SELECT,
 // timeouts, SIGPIPE kept away, a reused connection the server closed tried once more).
 //
-//   idem::redis_streams::sink sink({.host = "redis", .prefix = "outbox:"});
+//   idem::redis_streams::sink sink({.host = "redis", .stream_prefix = "outbox:"});
 //   sink.publish(batch, results);   // what idem::outbox_relay calls
 //
 // Layout (idem/redis_streams/entry.hpp, which the consumer reads with): a stream per topic,
@@ -139,8 +139,9 @@ class sink {
     std::string username{};
     std::string password{};
     int database = 0;
-    /// A message of topic T goes to the stream `prefix + T`. Consumers read with the same prefix.
-    std::string prefix = "idem:outbox:";
+    /// A message of topic T goes to the stream `stream_prefix + T`. Consumers read with the same
+    /// prefix.
+    std::string stream_prefix{default_stream_prefix};
     /// When set, every XADD trims its stream to about this many entries (`MAXLEN ~ n`; Redis
     /// trims whole nodes, so a stream may hold somewhat more). Off by default: trimming drops
     /// the oldest entries whether or not every consumer group has read them.
@@ -180,7 +181,7 @@ class sink {
     std::vector<std::size_t> sent;  // the index in `batch` of each XADD sent
     sent.reserve(batch.size());
     for (std::size_t i = 0; i < batch.size(); ++i) {
-      streams.push_back(stream_name(given.prefix, batch[i].message.topic));
+      streams.push_back(stream_name(given.stream_prefix, batch[i].message.topic));
       encoded.push_back(encode_entry(batch[i]));
       std::string why = detail::refusal(batch[i], streams.back(), encoded.back());
       if (why.empty()) {

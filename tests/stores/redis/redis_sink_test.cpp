@@ -76,7 +76,7 @@ struct redis_sink_factory {
     sink::options given;
     given.host = server.first;
     given.port = server.second;
-    given.prefix = prefix;
+    given.stream_prefix = prefix;
     return given;
   }
   sink make() const { return sink(options()); }
@@ -102,7 +102,7 @@ sink::options private_options(const idem_redis_test::private_redis& server) {
   sink::options given;
   given.host = "127.0.0.1";
   given.port = server.port();
-  given.prefix = "outbox:";
+  given.stream_prefix = "outbox:";
   return given;
 }
 
@@ -296,7 +296,7 @@ TEST_CASE("a Redis sink reaches its server through a unix socket, AUTH and SELEC
   given.username = "relay";
   given.password = "relay-secret";
   given.database = 3;
-  given.prefix = "outbox:";
+  given.stream_prefix = "outbox:";
   sink publisher(given);
   idem::testing::sink_conformance::require_all_acknowledged(
       publish(publisher, numbered("orders", 2)));

@@ -54,7 +54,8 @@ struct redis_settings {
   std::chrono::milliseconds connect_timeout{};
   std::chrono::milliseconds command_timeout{};
   bool verify_eviction_policy = true;
-  // What the messages of connecting and exchanging begin with: the type the user made.
+  // Who the client works for, as its error messages begin: the store, or another user of the
+  // client (the Redis Streams sink, the stream consumer) naming itself.
   std::string who = "idem::redis_store";
 };
 
@@ -172,7 +173,7 @@ class redis_client {
     for (std::size_t i = 0; i < redis_script_count; ++i) {
       const redisReply* reply = loaded[i].get();
       if (reply->type != REDIS_REPLY_STRING) {
-        throw std::invalid_argument("idem::redis_store: the server at " + where_ +
+        throw std::invalid_argument(settings_.who + ": the server at " + where_ +
                                     " refused a script: " + std::string(reply_text(reply)));
       }
       digests_[i] = reply_text(reply);
