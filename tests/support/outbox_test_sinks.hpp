@@ -32,7 +32,8 @@ struct recording_sink {
   /// The ids delivered, in order.
   std::vector<std::string> ids() const {
     std::vector<std::string> out;
-    for (const outbox_entry& entry : delivered) out.push_back(entry.id);
+    for (const outbox_entry& entry : delivered)
+      out.push_back(entry.id);
     return out;
   }
   /// The payloads delivered for one partition key, in order.

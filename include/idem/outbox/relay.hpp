@@ -213,8 +213,8 @@ class outbox_relay {
   /// many.
   std::size_t purge() {
     const auto before =
-        clock_.wall_now() - std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                                options_.retention);
+        clock_.wall_now() -
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(options_.retention);
     std::size_t deleted = 0;
     for (;;) {
       const std::size_t some = outbox_.purge(before, options_.purge_batch);
@@ -324,9 +324,9 @@ class outbox_relay {
         observer_.on_retry(relay_retry_event{entries[i], attempts, settlement.error,
                                              settlement.next_attempt_at, budget_spent_[i]});
       } else if (settlement.what == outbox_settlement::kind::dead) {
-        observer_.on_dead_letter(relay_dead_letter_event{
-            entries[i], attempts, settlement.error,
-            verdicts_[i] == detail::relay_verdict::dead_rejected});
+        observer_.on_dead_letter(
+            relay_dead_letter_event{entries[i], attempts, settlement.error,
+                                    verdicts_[i] == detail::relay_verdict::dead_rejected});
       }
     }
   }

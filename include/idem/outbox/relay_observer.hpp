@@ -111,20 +111,19 @@ struct relay_purge_event {
 /// What a relay observer policy must provide. Copies are taken, so an observer that keeps
 /// totals shares them between its copies (as counting_relay_observer does).
 template <class O>
-concept RelayObserver =
-    std::copy_constructible<O> &&
+concept RelayObserver = std::copy_constructible<O> &&
     requires(O& observer, const relay_pass& pass, const relay_retry_event& retry,
              const relay_dead_letter_event& dead, const relay_sink_unavailable_event& unavailable,
              const relay_backlog_event& backlog, const relay_claim_lost_event& lost,
              const relay_purge_event& purge) {
-      observer.on_pass(pass);
-      observer.on_retry(retry);
-      observer.on_dead_letter(dead);
-      observer.on_sink_unavailable(unavailable);
-      observer.on_backlog(backlog);
-      observer.on_claim_lost(lost);
-      observer.on_purge(purge);
-    };
+  observer.on_pass(pass);
+  observer.on_retry(retry);
+  observer.on_dead_letter(dead);
+  observer.on_sink_unavailable(unavailable);
+  observer.on_backlog(backlog);
+  observer.on_claim_lost(lost);
+  observer.on_purge(purge);
+};
 
 /// Watches nothing, costs nothing.
 struct no_relay_observer {
