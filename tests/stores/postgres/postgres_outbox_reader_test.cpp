@@ -402,9 +402,11 @@ TEST_CASE("the backlog counts what waits, due or not, and says when the oldest w
             .count() == f.check.scalar("SELECT created_at FROM " + f.outbox + " WHERE id = 'm2'"));
 }
 
-TEST_CASE("wait_for_rows returns on a writer's commit, and at its timeout without one",
+TEST_CASE("with the hint turned on, wait_for_rows returns on a writer's commit, and at its "
+          "timeout without one",
           "[postgres][outbox][relay]") {
   reader_fixture f;
+  f.check.exec("ALTER TABLE " + f.outbox + " ENABLE TRIGGER idem_outbox_notify");
   reader outbox = f.make_reader();
   outbox.wait_for_rows(0ms);
   outbox.wait_for_rows(10ms);  // nothing written: the timeout

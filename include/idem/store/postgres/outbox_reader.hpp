@@ -20,8 +20,11 @@
 //   when that key's writers do not overlap (they lock the aggregate's row, or idem's claim of
 //   one key serialises them). Overlapping writers of one key may commit a lower sequence after
 //   a higher one was sent. docs/outbox.md says it all.
-// * wait_for_rows is a hint: the schema's trigger NOTIFYs on every insert and the reader
-//   LISTENs; it returns on a notification or at the timeout, never reads a row itself.
+// * wait_for_rows is a hint: the reader LISTENs, and returns on a notification or at the
+//   timeout, never reading a row itself. The schema's trigger that NOTIFYs on every insert is
+//   off by default (a notifying commit takes a database-wide lock: a quarter to a third of the
+//   commit rate under concurrent writers); without it relays poll at their idle wait. Turn it on
+//   with ALTER TABLE <table>_outbox ENABLE TRIGGER idem_outbox_notify (docs/outbox.md).
 // * Not thread-safe: one reader per relay thread. A batch must not outlive its reader's
 //   connection state, which it shares (destroying the reader first is safe: the batch then
 //   does nothing).

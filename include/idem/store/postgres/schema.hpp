@@ -97,12 +97,16 @@ inline std::vector<std::string> migrations(const quoted_names& names,
           //                   order through retries and several relays.
           //   (published_at) WHERE published_at IS NOT NULL
           //                   retention: purge costs what it removes, not what the table keeps.
-          //   <table>_notify, a statement-level trigger
+          //   <table>_notify, a statement-level trigger idem_outbox_notify, made DISABLED
           //                   NOTIFY on the channel '<table>_outbox' after every INSERT, from
           //                   any writer (the store, postgres_outbox::publish, an operator's
           //                   SQL): the relays' wake-up hint. Once per statement, and
           //                   PostgreSQL folds a transaction's equal notifications into one.
-          //                   Its cost at commit, and how to turn it off: docs/outbox.md.
+          //                   Off unless an operator enables it, because a transaction that
+          //                   notified takes a database-wide lock at commit that serialises it
+          //                   with every other such commit (no group commit): 8 concurrent
+          //                   writers committed 666/s with it, 2,118/s without (pgbench, one
+          //                   insert each, fsync on). Without it relays poll. docs/outbox.md.
           "CREATE TABLE " + names.outbox_dead +
               " ("
               "sequence int8 PRIMARY KEY, id text NOT NULL UNIQUE, topic text NOT NULL, "
@@ -122,7 +126,7 @@ inline std::vector<std::string> migrations(const quoted_names& names,
               ", ''); RETURN NULL; END $idem$; "
               "CREATE TRIGGER idem_outbox_notify AFTER INSERT ON " +
               names.outbox + " FOR EACH STATEMENT EXECUTE FUNCTION " + names.outbox_notify +
-              "()"};
+              "(); ALTER TABLE " + names.outbox + " DISABLE TRIGGER idem_outbox_notify"};
 }
 
 // The key of the advisory lock a migration holds: FNV-1a of the qualified, quoted table name.
