@@ -96,9 +96,11 @@ std::vector<outbox_settlement> all(std::size_t n, kind what, std::string error =
 }
 
 // The relay's policies for these tests: the system's clock (rows are stamped with the server's)
-// and a short backoff without jitter, so a retried message is due again within 100 ms.
+// and a short backoff without jitter, so a retried message is due again within 100 ms; no retry
+// budget, whose spent bucket would park a message for minutes.
 struct quick_relay_policies : idem::default_relay_policies {
   using backoff = idem::exponential_backoff;
+  using budget = idem::unlimited_budget;
   using observer = idem::counting_relay_observer;
 };
 template <class Sink>
@@ -678,4 +680,23 @@ TEST_CASE("under concurrent writers that lock their key's aggregate, two relays 
   }
   CHECK(total == static_cast<std::size_t>(writers * per_writer));
   CHECK(sink.offered.size() > total);  // failures happened, and were retried
+}
+
+TEST_CASE("settlements travel as arrays in PostgreSQL's binary format", "[postgres][outbox]") {
+  namespace pg = idem::detail::postgres;
+  pg::binary_array numbers(pg::int8_oid);
+  numbers.add(std::int64_t{1}).add(std::int64_t{-2});
+  const std::string expected_numbers{
+      "\0\0\0\1" "\0\0\0\0" "\0\0\0\x14" "\0\0\0\2" "\0\0\0\1"  // 1 dimension, int8, 2 from 1
+      "\0\0\0\x08" "\0\0\0\0\0\0\0\1"                           // 1
+      "\0\0\0\x08" "\xff\xff\xff\xff\xff\xff\xff\xfe",          // -2
+      44};
+  CHECK(numbers.bytes() == expected_numbers);
+  pg::binary_array texts(pg::text_oid);
+  texts.add(std::string_view{"ab"}).add(std::string_view{});
+  CHECK(texts.bytes() == std::string("\0\0\0\1\0\0\0\0\0\0\0\x19\0\0\0\2\0\0\0\1"
+                                     "\0\0\0\2ab\0\0\0\0",
+                                     30));
+  // No elements: no dimensions, as PostgreSQL writes an empty array.
+  CHECK(pg::binary_array(pg::int8_oid).bytes() == std::string("\0\0\0\0\0\0\0\0\0\0\0\x14", 12));
 }

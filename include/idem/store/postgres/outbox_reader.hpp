@@ -252,6 +252,12 @@ class reader {
         session_(std::make_shared<detail::postgres::outbox_session>()) {
     if (config_.connect_at_start) connected();
   }
+  // One connection, one reader: a copy would share the batch's transaction.
+  reader(const reader&) = delete;
+  reader& operator=(const reader&) = delete;
+  reader(reader&&) noexcept = default;
+  reader& operator=(reader&&) noexcept = default;
+  ~reader() = default;
 
   /// Claims at most `limit` due rows in sequence order, leaving out those an earlier
   /// unpublished row of their key holds back. A batch still open on this reader is rolled
