@@ -17,10 +17,10 @@
 #include <chrono>
 #include <map>
 #include <mutex>
-#include <span>
 #include <numeric>
 #include <random>
 #include <set>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -77,9 +77,10 @@ struct reader_fixture {
   }
   // Ends the reader's session from the server's side: what a lost connection looks like.
   void cut_connection() {
-    (void)check.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
-                     "application_name = '" +
-                     application + "'");
+    (void)check.exec(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+        "application_name = '" +
+        application + "'");
   }
 };
 
@@ -144,9 +145,9 @@ TEST_CASE("a batch holds the due unpublished rows in sequence order, with every 
   const auto at = later();
   outbox.settle(batch, all(3, kind::published), at);
   CHECK(f.count("published_at = " +
-                std::to_string(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   at.time_since_epoch())
-                                   .count())) == 3);
+                std::to_string(
+                    std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch())
+                        .count())) == 3);
   CHECK(outbox.fetch(10, later()).entries().empty());
 }
 
@@ -179,9 +180,10 @@ TEST_CASE("a batch dropped without settle changes nothing, and its rows are fetc
   CHECK(ids(again) == std::vector<std::string>{"m1", "m2"});
 }
 
-TEST_CASE("a settle that cannot be written writes nothing: a wrong count, a second settle, a "
-          "batch whose transaction a later fetch ended",
-          "[postgres][outbox][relay]") {
+TEST_CASE(
+    "a settle that cannot be written writes nothing: a wrong count, a second settle, a "
+    "batch whose transaction a later fetch ended",
+    "[postgres][outbox][relay]") {
   reader_fixture f;
   f.write("m1", "k");
   reader outbox = f.make_reader();
@@ -218,9 +220,9 @@ TEST_CASE("a failed row holds back the later rows of its key, not other keys",
   REQUIRE(ids(batch) == std::vector<std::string>{"a1", "b1", "a2", "b2"});
   // The sink failed a1, so the relay did not hand it a2 (left untouched).
   const std::vector<outbox_settlement> settled{{kind::retry, "timeout", later(60min)},
-                                              {kind::published},
-                                              {kind::untouched},
-                                              {kind::published}};
+                                               {kind::published},
+                                               {kind::untouched},
+                                               {kind::published}};
   outbox.settle(batch, settled, later());
   f.write("b3", "b");
   f.write("c1", "c");
@@ -253,9 +255,10 @@ TEST_CASE("a row another reader holds back the later rows of its key, not other 
   CHECK(ids(after) == std::vector<std::string>{"a2"});
 }
 
-TEST_CASE("a row past the batch's end holds back nothing before it, and a later row of its "
-          "key is left out until it is sent",
-          "[postgres][outbox][relay]") {
+TEST_CASE(
+    "a row past the batch's end holds back nothing before it, and a later row of its "
+    "key is left out until it is sent",
+    "[postgres][outbox][relay]") {
   reader_fixture f;
   f.write("a1", "a");
   f.write("a2", "a");
@@ -267,9 +270,10 @@ TEST_CASE("a row past the batch's end holds back nothing before it, and a later 
   CHECK(ids(next) == std::vector<std::string>{"a2"});
 }
 
-TEST_CASE("a dead row moves to the dead letters with its reason and stops holding back its key; "
-          "requeued, it is sent again under its id",
-          "[postgres][outbox][relay]") {
+TEST_CASE(
+    "a dead row moves to the dead letters with its reason and stops holding back its key, and "
+    "once requeued it is sent again under its id",
+    "[postgres][outbox][relay]") {
   reader_fixture f;
   const std::int64_t buried = f.write("a1", "a", "first");
   f.write("a2", "a", "second");
@@ -277,8 +281,7 @@ TEST_CASE("a dead row moves to the dead letters with its reason and stops holdin
   {
     reader::batch batch = outbox.fetch(10, later());
     REQUIRE(batch.entries().size() == 2);
-    const std::vector<outbox_settlement> settled{
-        {kind::retry, "once", later()}, {kind::untouched}};
+    const std::vector<outbox_settlement> settled{{kind::retry, "once", later()}, {kind::untouched}};
     outbox.settle(batch, settled, later());
   }
   const auto dead_at = later(2min);
@@ -333,9 +336,10 @@ TEST_CASE("a sink's error is stored as text any database takes: other bytes esca
   CHECK(outbox.dead_letters(1)[0].reason == std::string(4096, 'x') + "...");
 }
 
-TEST_CASE("a row whose headers are not netstrings is buried with the decoder's message, and "
-          "holds back nothing",
-          "[postgres][outbox][relay]") {
+TEST_CASE(
+    "a row whose headers are not netstrings is buried with the decoder's message, and "
+    "holds back nothing",
+    "[postgres][outbox][relay]") {
   reader_fixture f;
   f.write("a1", "a");
   f.write("a2", "a");
@@ -404,9 +408,10 @@ TEST_CASE("the backlog counts what waits, due or not, and says when the oldest w
             .count() == f.check.scalar("SELECT created_at FROM " + f.outbox + " WHERE id = 'm2'"));
 }
 
-TEST_CASE("with the hint turned on, wait_for_rows returns on a writer's commit, and at its "
-          "timeout without one",
-          "[postgres][outbox][relay]") {
+TEST_CASE(
+    "with the hint turned on, wait_for_rows returns on a writer's commit, and at its "
+    "timeout without one",
+    "[postgres][outbox][relay]") {
   reader_fixture f;
   f.check.exec("ALTER TABLE " + f.outbox + " ENABLE TRIGGER idem_outbox_notify");
   reader outbox = f.make_reader();
@@ -421,9 +426,10 @@ TEST_CASE("with the hint turned on, wait_for_rows returns on a writer's commit, 
   CHECK(outbox.fetch(10, later()).entries().size() == 1);
 }
 
-TEST_CASE("a lost connection throws store_error(unavailable), releases the batch, and the next "
-          "fetch reconnects",
-          "[postgres][outbox][relay]") {
+TEST_CASE(
+    "a lost connection throws store_error(unavailable), releases the batch, and the next "
+    "fetch reconnects",
+    "[postgres][outbox][relay]") {
   reader_fixture f;
   f.write("m1", "a");
   reader outbox = f.make_reader();
@@ -474,9 +480,10 @@ TEST_CASE("a reader's names are checked as the store's", "[postgres][outbox][rel
 
 // ---- several relays ------------------------------------------------------------------------
 
-TEST_CASE("two readers fetching at once never get the same row, and together publish every row "
-          "exactly once",
-          "[postgres][outbox][relay][concurrency]") {
+TEST_CASE(
+    "two readers fetching at once never get the same row, and together publish every row "
+    "exactly once",
+    "[postgres][outbox][relay][concurrency]") {
   reader_fixture f;
   constexpr int rows = 600;
   f.check.exec("INSERT INTO " + f.outbox +
@@ -522,9 +529,10 @@ TEST_CASE("two readers fetching at once never get the same row, and together pub
   CHECK(f.count("published_at IS NULL") == 0);
 }
 
-TEST_CASE("the relay drives the PostgreSQL reader: a failed message is retried in its key's "
-          "order, a rejected one is dead-lettered, published rows are purged after retention",
-          "[postgres][outbox][relay]") {
+TEST_CASE(
+    "the relay drives the PostgreSQL reader: a failed message is retried in its key's "
+    "order, a rejected one is dead-lettered, published rows are purged after retention",
+    "[postgres][outbox][relay]") {
   reader_fixture f;
   f.write("a1", "a", "1");
   f.write("b1", "b", "1");
@@ -537,8 +545,8 @@ TEST_CASE("the relay drives the PostgreSQL reader: a failed message is retried i
     using clock = idem::manual_clock;
   };
   idem::manual_clock clock{later()};
-  idem::outbox_relay<reader, idem::testing::scripted_sink, manual_policies> relay(
-      outbox, sink, {}, {.clock = clock});
+  idem::outbox_relay<reader, idem::testing::scripted_sink, manual_policies> relay(outbox, sink, {},
+                                                                                  {.clock = clock});
   const idem::relay_pass first = relay.drain();
   CHECK(first.retried == 1);
   CHECK(first.held_back == 1);
@@ -599,9 +607,10 @@ TEST_CASE("two relays on PostgreSQL: no row reaches both sinks, and none is skip
   CHECK(f.count("published_at IS NULL") == 0);
 }
 
-TEST_CASE("under concurrent writers that lock their key's aggregate, two relays deliver each "
-          "key's messages in write order, through failures and retries",
-          "[postgres][outbox][relay][concurrency]") {
+TEST_CASE(
+    "under concurrent writers that lock their key's aggregate, two relays deliver each "
+    "key's messages in write order, through failures and retries",
+    "[postgres][outbox][relay][concurrency]") {
   reader_fixture f;
   const std::string aggregates = "\"" + f.table.name + "_effects\"";
   constexpr int keys = 4;
@@ -687,9 +696,15 @@ TEST_CASE("settlements travel as arrays in PostgreSQL's binary format", "[postgr
   pg::binary_array numbers(pg::int8_oid);
   numbers.add(std::int64_t{1}).add(std::int64_t{-2});
   const std::string expected_numbers{
-      "\0\0\0\1" "\0\0\0\0" "\0\0\0\x14" "\0\0\0\2" "\0\0\0\1"  // 1 dimension, int8, 2 from 1
-      "\0\0\0\x08" "\0\0\0\0\0\0\0\1"                           // 1
-      "\0\0\0\x08" "\xff\xff\xff\xff\xff\xff\xff\xfe",          // -2
+      "\0\0\0\1"
+      "\0\0\0\0"
+      "\0\0\0\x14"
+      "\0\0\0\2"
+      "\0\0\0\1"  // 1 dimension, int8, 2 from 1
+      "\0\0\0\x08"
+      "\0\0\0\0\0\0\0\1"  // 1
+      "\0\0\0\x08"
+      "\xff\xff\xff\xff\xff\xff\xff\xfe",  // -2
       44};
   CHECK(numbers.bytes() == expected_numbers);
   pg::binary_array texts(pg::text_oid);

@@ -82,9 +82,9 @@ TEST_CASE(
   const std::string meta = "\"" + f.table.name + "_meta\"";
   const std::string dead = "\"" + f.table.name + "_outbox_dead\"";
   const std::string relay_parts = "DROP TABLE " + dead + "; DROP FUNCTION \"" + f.table.name +
-                                  "_notify\"() CASCADE; DROP INDEX " +
-                                  "\"" + f.table.name + "_outbox_partition_key_sequence_idx\", " +
-                                  "\"" + f.table.name + "_outbox_published_at_idx\"; ";
+                                  "_notify\"() CASCADE; DROP INDEX " + "\"" + f.table.name +
+                                  "_outbox_partition_key_sequence_idx\", " + "\"" + f.table.name +
+                                  "_outbox_published_at_idx\"; ";
   CHECK(f.check.scalar("SELECT version FROM " + meta) == 3);
   CHECK(f.rows() == 0);
   CHECK(f.check.scalar("SELECT count(*) FROM " + dead) == 0);
@@ -100,8 +100,7 @@ TEST_CASE(
     CHECK(f.check.scalar("SELECT count(*) FROM " + dead) == 0);
     // The wake-up hint's trigger, off until an operator turns it on (docs/outbox.md).
     CHECK(f.check.scalar("SELECT count(*) FROM pg_trigger WHERE tgrelid = '" + f.outbox_table +
-                         "'::regclass AND tgname = 'idem_outbox_notify' AND tgenabled = 'D'") ==
-          1);
+                         "'::regclass AND tgname = 'idem_outbox_notify' AND tgenabled = 'D'") == 1);
   }
   // A table an idem of schema version 1 made: no outbox yet.
   f.check.exec(relay_parts + "DROP TABLE " + f.outbox_table + "; UPDATE " + meta +

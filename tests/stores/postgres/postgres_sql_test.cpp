@@ -125,7 +125,8 @@ TEST_CASE("the migration's lock key is fixed for a table name and differs betwee
 // ---- the migration, on the server --------------------------------------------------------
 
 TEST_CASE(
-    "migrating a fresh table makes version 3 (records, outbox, dead letters), keyed by (scope, key), "
+    "migrating a fresh table makes version 3 (records, outbox, dead letters), keyed by (scope, "
+    "key), "
     "scope "
     "leading every index",
     "[postgres]") {

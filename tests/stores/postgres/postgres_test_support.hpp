@@ -91,8 +91,8 @@ inline void drop_table(const std::string& info, const std::string& table) {
   }
 }
 
-/// Drops its table (with its _meta, _outbox, _outbox_dead and trigger function, and the _effects table a test may keep beside it)
-/// when the test case ends.
+/// Drops its table (with its _meta, _outbox, _outbox_dead and trigger function, and the _effects
+/// table a test may keep beside it) when the test case ends.
 struct table_guard {
   std::string name;
   explicit table_guard(std::string table) : name(std::move(table)) {}

@@ -102,8 +102,9 @@ inline std::int64_t outbox_nanoseconds(std::chrono::system_clock::time_point tim
   return std::chrono::duration_cast<std::chrono::nanoseconds>(time.time_since_epoch()).count();
 }
 inline std::chrono::system_clock::time_point outbox_time(std::int64_t nanoseconds) noexcept {
-  return std::chrono::system_clock::time_point{std::chrono::duration_cast<
-      std::chrono::system_clock::duration>(std::chrono::nanoseconds{nanoseconds})};
+  return std::chrono::system_clock::time_point{
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::nanoseconds{nanoseconds})};
 }
 
 // Decodes the columns outbox_entry_columns names, from column 0. Headers that are not
@@ -318,10 +319,10 @@ class reader {
           "idem::postgres_outbox::reader::settle: the batch was not fetched by this reader");
     }
     if (settlements.size() != claimed.entries_.size()) {
-      throw std::invalid_argument("idem::postgres_outbox::reader::settle: " +
-                                  std::to_string(settlements.size()) + " settlements for " +
-                                  std::to_string(claimed.entries_.size()) +
-                                  " entries; there must be one per entry");
+      throw std::invalid_argument(
+          "idem::postgres_outbox::reader::settle: " + std::to_string(settlements.size()) +
+          " settlements for " + std::to_string(claimed.entries_.size()) +
+          " entries; there must be one per entry");
     }
     if (!claimed.open_) {
       if (claimed.entries_.empty()) return;  // an empty batch was settled at fetch
@@ -391,12 +392,13 @@ class reader {
         notified = true;
       }
       if (notified) return;
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return;
       pollfd socket{PQsocket(connection), POLLIN, 0};
-      const int ready = ::poll(&socket, 1, static_cast<int>(std::min<std::int64_t>(
-                                                 left.count(), std::numeric_limits<int>::max())));
+      const int ready = ::poll(
+          &socket, 1,
+          static_cast<int>(std::min<std::int64_t>(left.count(), std::numeric_limits<int>::max())));
       if (ready < 0 && errno != EINTR) {
         std::this_thread::sleep_until(deadline);
         return;
@@ -506,25 +508,23 @@ class reader {
     namespace pg = detail::postgres;
     PGconn* connection = session_->connection.get();
     const pg::failure_kind kind = pg::classify(connection, result);
-    const std::string message =
-        std::string("idem::postgres_outbox::reader: ") + what + ": " +
-        pg::describe(connection, result);
+    const std::string message = std::string("idem::postgres_outbox::reader: ") + what + ": " +
+                                pg::describe(connection, result);
     if (kind == pg::failure_kind::connection) {
       session_->drop_connection();
     } else {
       session_->release_batch();
     }
-    throw store_error(kind == pg::failure_kind::full ? store_failure::full
-                                                     : store_failure::unavailable,
-                      message);
+    throw store_error(
+        kind == pg::failure_kind::full ? store_failure::full : store_failure::unavailable, message);
   }
 
-  detail::postgres::result_ptr run(const std::string& sql, const detail::postgres::parameters& values,
-                                   const Oid* types, const char* what) {
-    detail::postgres::result_ptr result{PQexecParams(session_->connection.get(), sql.c_str(),
-                                                     values.count(), types, values.values(),
-                                                     values.lengths(),
-                                                     detail::postgres::parameters::formats(), 1)};
+  detail::postgres::result_ptr run(const std::string& sql,
+                                   const detail::postgres::parameters& values, const Oid* types,
+                                   const char* what) {
+    detail::postgres::result_ptr result{PQexecParams(
+        session_->connection.get(), sql.c_str(), values.count(), types, values.values(),
+        values.lengths(), detail::postgres::parameters::formats(), 1)};
     const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
     if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) fail(result.get(), what);
     return result;
@@ -573,8 +573,11 @@ class reader {
       }
     }
     for (const batch::broken_row& broken : claimed.broken_) {
-      add(broken.sequence, 2, "idem::postgres_outbox::reader: the headers column is not "
-                               "netstrings: " + broken.reason, {});
+      add(broken.sequence, 2,
+          "idem::postgres_outbox::reader: the headers column is not "
+          "netstrings: " +
+              broken.reason,
+          {});
     }
     if (sequences.size() > 0) {
       const std::array<std::string, 4> arrays{sequences.bytes(), kinds.bytes(), errors.bytes(),

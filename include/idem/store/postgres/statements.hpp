@@ -60,10 +60,10 @@ inline std::string quoted_identifier(std::string_view name, const char* what,
 // The configured names as the SQL text uses them: validated, quoted, the tables qualified by
 // their schema.
 struct quoted_names {
-  std::string schema;  // "schema"
-  std::string table;   // "schema"."table"
-  std::string meta;    // "schema"."table_meta": the schema version
-  std::string outbox;  // "schema"."table_outbox": the messages (docs/outbox.md)
+  std::string schema;          // "schema"
+  std::string table;           // "schema"."table"
+  std::string meta;            // "schema"."table_meta": the schema version
+  std::string outbox;          // "schema"."table_outbox": the messages (docs/outbox.md)
   std::string outbox_dead;     // "schema"."table_outbox_dead": messages no sink would take
   std::string outbox_notify;   // "schema"."table_notify": the trigger function of the hint
   std::string outbox_channel;  // 'table_outbox': the LISTEN/NOTIFY channel, a string literal
