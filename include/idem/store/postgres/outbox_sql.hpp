@@ -141,11 +141,14 @@ inline std::string outbox_settle_sql(const quoted_names& names) {
 }
 
 // purge: $1 published before (int8 ns), $2 limit; the oldest first, through the index on
-// published_at, so a purge costs what it removes.
+// published_at, so a purge costs what it removes. `= ANY (ARRAY(...))` rather than `IN (...)`:
+// with IN the planner joined the chosen rows to a sequential scan of the whole table (a hash
+// semi-join, 200,000 rows for 1,000 removed); with an array it probes the primary key.
 inline std::string outbox_purge_sql(const quoted_names& names) {
-  return "DELETE FROM " + names.outbox + " WHERE sequence IN (SELECT sequence FROM " +
+  return "DELETE FROM " + names.outbox + " WHERE sequence = ANY (ARRAY(SELECT sequence FROM " +
          names.outbox +
-         " WHERE published_at IS NOT NULL AND published_at < $1 ORDER BY published_at LIMIT $2)";
+         " WHERE published_at IS NOT NULL AND published_at < $1 ORDER BY published_at LIMIT "
+         "$2))";
 }
 
 // backlog: what waits, through the partial index of unpublished rows.
