@@ -60,7 +60,8 @@ void drop(const std::string& table) {
   PQsetNoticeProcessor(
       admin, [](void*, const char*) {}, nullptr);
   PQclear(PQexec(admin, ("DROP TABLE IF EXISTS \"" + table + "\", \"" + table + "_meta\", \"" +
-                         table + "_outbox\"")
+                         table + "_outbox\", \"" + table +
+                         "_outbox_dead\"; DROP FUNCTION IF EXISTS \"" + table + "_notify\"()")
                             .c_str()));
   PQfinish(admin);
 }

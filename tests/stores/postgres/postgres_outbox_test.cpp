@@ -74,32 +74,56 @@ struct simulated_crash : std::runtime_error {
 
 }  // namespace
 
-TEST_CASE("the store's migration makes <table>_outbox, and a version 1 table is migrated",
-          "[postgres][outbox]") {
+TEST_CASE(
+    "the store's migration makes <table>_outbox and what the relay needs, and a version 1 or 2 "
+    "table is migrated",
+    "[postgres][outbox]") {
   outbox_fixture f;
-  CHECK(f.check.scalar("SELECT version FROM \"" + f.table.name + "_meta\"") == 2);
+  const std::string meta = "\"" + f.table.name + "_meta\"";
+  const std::string dead = "\"" + f.table.name + "_outbox_dead\"";
+  const std::string relay_parts = "DROP TABLE " + dead + "; DROP FUNCTION \"" + f.table.name +
+                                  "_notify\"() CASCADE; DROP INDEX " + "\"" + f.table.name +
+                                  "_outbox_partition_key_sequence_idx\", " + "\"" + f.table.name +
+                                  "_outbox_published_at_idx\"; ";
+  CHECK(f.check.scalar("SELECT version FROM " + meta) == 3);
   CHECK(f.rows() == 0);
+  CHECK(f.check.scalar("SELECT count(*) FROM " + dead) == 0);
+  // A table an idem of schema version 2 made: the outbox, without the relay's parts.
+  f.check.exec(relay_parts + "UPDATE " + meta + " SET version = 2");
+  f.check.exec("INSERT INTO " + f.outbox_table +
+               " (id, topic, partition_key, created_at, next_attempt_at, headers, payload) "
+               "VALUES ('kept', 't', '\\x6b', 1, 1, '', '\\x70')");
+  {
+    postgres_store reopened{pgtest::caller_time_options(f.table.name)};
+    CHECK(f.check.scalar("SELECT version FROM " + meta) == 3);
+    CHECK(f.column("id") == "kept");
+    CHECK(f.check.scalar("SELECT count(*) FROM " + dead) == 0);
+    // The wake-up hint's trigger, off until an operator turns it on (docs/outbox.md).
+    CHECK(f.check.scalar("SELECT count(*) FROM pg_trigger WHERE tgrelid = '" + f.outbox_table +
+                         "'::regclass AND tgname = 'idem_outbox_notify' AND tgenabled = 'D'") == 1);
+  }
   // A table an idem of schema version 1 made: no outbox yet.
-  f.check.exec("DROP TABLE " + f.outbox_table + "; UPDATE \"" + f.table.name +
-               "_meta\" SET version = 1");
+  f.check.exec(relay_parts + "DROP TABLE " + f.outbox_table + "; UPDATE " + meta +
+               " SET version = 1");
   postgres_store reopened{pgtest::caller_time_options(f.table.name)};
-  CHECK(f.check.scalar("SELECT version FROM \"" + f.table.name + "_meta\"") == 2);
+  CHECK(f.check.scalar("SELECT version FROM " + meta) == 3);
   CHECK(f.rows() == 0);
+  CHECK(f.check.scalar("SELECT count(*) FROM " + dead) == 0);
 }
 
 TEST_CASE("a table whose outbox a newer idem wrote is refused at construction, saying so",
           "[postgres][outbox]") {
   outbox_fixture f;
-  f.check.exec("UPDATE \"" + f.table.name + "_meta\" SET version = 3");
+  f.check.exec("UPDATE \"" + f.table.name + "_meta\" SET version = 4");
   try {
     postgres_store newer{pgtest::caller_time_options(f.table.name)};
     FAIL("a table from a newer schema was accepted");
   } catch (const idem::store_error& error) {
     CHECK(error.failure() == idem::store_failure::unavailable);
-    CHECK_THAT(error.what(), Contains("schema version 3") && Contains(f.table.name + "_outbox") &&
+    CHECK_THAT(error.what(), Contains("schema version 4") && Contains(f.table.name + "_outbox") &&
                                  Contains("upgrade idem"));
   }
-  CHECK(f.check.scalar("SELECT version FROM \"" + f.table.name + "_meta\"") == 3);
+  CHECK(f.check.scalar("SELECT version FROM \"" + f.table.name + "_meta\"") == 4);
 }
 
 TEST_CASE("a transactional handler's message commits with its effect and its record",

@@ -125,7 +125,9 @@ TEST_CASE("the migration's lock key is fixed for a table name and differs betwee
 // ---- the migration, on the server --------------------------------------------------------
 
 TEST_CASE(
-    "migrating a fresh table makes version 2 (records and outbox), keyed by (scope, key), scope "
+    "migrating a fresh table makes version 3 (records, outbox, dead letters), keyed by (scope, "
+    "key), "
+    "scope "
     "leading every index",
     "[postgres]") {
   pgtest::table_guard table(pgtest::unique_table("schema"));
@@ -143,7 +145,7 @@ TEST_CASE(
   }
   CHECK(check.scalar("SELECT count(*) FROM pg_constraint WHERE contype = 'p' AND conrelid = '\"" +
                      table.name + "\"'::regclass") == 1);
-  CHECK(check.scalar("SELECT version FROM \"" + table.name + "_meta\"") == 2);
+  CHECK(check.scalar("SELECT version FROM \"" + table.name + "_meta\"") == 3);
 }
 
 TEST_CASE("migrating a table already at the newest version changes nothing", "[postgres]") {
@@ -158,7 +160,7 @@ TEST_CASE("migrating a table already at the newest version changes nothing", "[p
   CHECK(PQtransactionStatus(other.get()) == PQTRANS_IDLE);
   CHECK(check.scalar("SELECT count(*) FROM \"" + table.name + "\" WHERE fence = 7") == 1);
   CHECK(check.scalar("SELECT count(*) FROM \"" + table.name + "_meta\"") == 1);
-  CHECK(check.scalar("SELECT version FROM \"" + table.name + "_meta\"") == 2);
+  CHECK(check.scalar("SELECT version FROM \"" + table.name + "_meta\"") == 3);
   CHECK(check.scalar("SELECT count(*) FROM pg_indexes WHERE tablename = '" + table.name + "'") ==
         3);
 }

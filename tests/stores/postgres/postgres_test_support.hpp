@@ -84,14 +84,15 @@ inline void drop_table(const std::string& info, const std::string& table) {
   try {
     connection admin(info);
     admin.exec("DROP TABLE IF EXISTS \"" + table + "\", \"" + table + "_meta\", \"" + table +
-               "_outbox\"");
+               "_outbox\", \"" + table + "_outbox_dead\"");
+    admin.exec("DROP FUNCTION IF EXISTS \"" + table + "_notify\"()");
   } catch (const std::exception&) {
     // Cleanup only: a server already gone takes its tables with it.
   }
 }
 
-/// Drops its table (with its _meta and _outbox, and the _effects table a test may keep beside it)
-/// when the test case ends.
+/// Drops its table (with its _meta, _outbox, _outbox_dead and trigger function, and the _effects
+/// table a test may keep beside it) when the test case ends.
 struct table_guard {
   std::string name;
   explicit table_guard(std::string table) : name(std::move(table)) {}

@@ -119,13 +119,16 @@ struct simulated_crash : std::runtime_error {
 TEST_CASE("the store's schema holds the outbox, and a version 1 file is migrated to it",
           "[sqlite][outbox]") {
   outbox_fixture f;
-  CHECK(f.app.text("SELECT value FROM idem_meta WHERE name = 'schema_version'") == "2");
+  CHECK(f.app.text("SELECT value FROM idem_meta WHERE name = 'schema_version'") == "3");
   CHECK(f.app.text("SELECT name FROM sqlite_schema WHERE tbl_name = 'idem_outbox' AND type = "
-                   "'index' AND sql IS NOT NULL") == "idem_outbox_unpublished");
-  // A file an idem of schema version 1 made: no outbox yet.
-  f.app.exec("DROP TABLE idem_outbox; UPDATE idem_meta SET value = 1");
+                   "'index' AND sql IS NOT NULL ORDER BY name") ==
+        "idem_outbox_by_key\nidem_outbox_published\nidem_outbox_unpublished");
+  // A file an idem of schema version 1 made: no outbox yet, nor the relay's tables.
+  f.app.exec(
+      "DROP TABLE idem_outbox_dead; DROP TABLE idem_outbox_relay; DROP TABLE idem_outbox; "
+      "UPDATE idem_meta SET value = 1");
   { sqlite_store reopened{quick(f.path)}; }
-  CHECK(f.app.text("SELECT value FROM idem_meta WHERE name = 'schema_version'") == "2");
+  CHECK(f.app.text("SELECT value FROM idem_meta WHERE name = 'schema_version'") == "3");
   CHECK(f.app.text("SELECT count(*) FROM idem_outbox") == "0");
   CHECK(f.app.text("SELECT count(*) FROM idem_meta") == "1");
 }
@@ -133,16 +136,16 @@ TEST_CASE("the store's schema holds the outbox, and a version 1 file is migrated
 TEST_CASE("a file whose outbox a newer idem wrote is refused at construction, saying so",
           "[sqlite][outbox]") {
   outbox_fixture f;
-  f.app.exec("UPDATE idem_meta SET value = 3");
+  f.app.exec("UPDATE idem_meta SET value = 4");
   try {
     sqlite_store newer{quick(f.path)};
     FAIL("a file from a newer schema was opened");
   } catch (const idem::store_error& error) {
     CHECK(error.failure() == idem::store_failure::unavailable);
-    CHECK_THAT(error.what(), Contains(f.path) && Contains("schema version 3") &&
+    CHECK_THAT(error.what(), Contains(f.path) && Contains("schema version 4") &&
                                  Contains("idem_outbox") && Contains("upgrade idem"));
   }
-  CHECK(f.app.text("SELECT value FROM idem_meta") == "3");  // never downgraded
+  CHECK(f.app.text("SELECT value FROM idem_meta") == "4");  // never downgraded
 }
 
 // ---- a transactional handler's messages ---------------------------------------------------

@@ -118,7 +118,7 @@ TEST_CASE("sqlite_store creates a versioned schema and leaves user_version to th
   raw_connection check(path);
   CHECK(check.text("PRAGMA journal_mode") == "wal");
   CHECK(check.text("PRAGMA user_version") == "42");
-  CHECK(check.text("SELECT value FROM idem_meta WHERE name = 'schema_version'") == "2");
+  CHECK(check.text("SELECT value FROM idem_meta WHERE name = 'schema_version'") == "3");
   CHECK(check.text("SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = "
                    "'idem_records' AND sql IS NOT NULL") == "idem_records_by_expiry");
   // Sweep goes through the expiry index, not a scan of every record.

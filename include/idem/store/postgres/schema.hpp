@@ -61,10 +61,12 @@ inline std::vector<std::string> migrations(const quoted_names& names,
           // in the transaction that completes a record, which a relay sends on. The columns
           // past headers are the relay's, set when it comes:
           //   sequence        the order rows were written in. Under concurrent writers that is
-          //                   not quite their commit order (a sequence is drawn at the insert):
-          //                   transaction_id is kept so that a relay can leave alone the rows
-          //                   of transactions still open (pg_snapshot_xmin) and never read past
-          //                   a gap that is about to fill.
+          //                   not quite their commit order (a sequence is drawn at the insert);
+          //                   docs/outbox.md says what order the relay promises.
+          //   transaction_id  the writing transaction, for an operator tracing a message to
+          //                   what wrote it. The relay does not use it: neither xid order nor
+          //                   the snapshot's xmin tells whether an open transaction holds a
+          //                   lower sequence than a committed row (docs/outbox.md).
           //   id              outbox_message_id(scope, key, name), or the application's own;
           //                   unique, so writing a message again adds nothing.
           //   headers         netstrings (idem/outbox/headers.hpp).
@@ -83,7 +85,48 @@ inline std::vector<std::string> migrations(const quoted_names& names,
               "next_attempt_at int8 NOT NULL, published_at int8, last_error text, "
               "headers bytea NOT NULL, payload bytea NOT NULL); "
               "CREATE INDEX ON " +
-              names.outbox + " (sequence) WHERE published_at IS NULL"};
+              names.outbox + " (sequence) WHERE published_at IS NULL",
+          // 3: what the relay needs (store/postgres/outbox_reader.hpp, docs/outbox.md).
+          //   <table>_outbox_dead  messages no sink would take, or that failed their last
+          //                   attempt: the row's fields, attempts, dead_at and the reason. The
+          //                   sequence is the one the row had; id stays unique so a requeue
+          //                   finds one row.
+          //   (partition_key, sequence) WHERE published_at IS NULL
+          //                   answers "the previous unpublished row of this key" with one index
+          //                   probe per fetched row: the hold-back rule that keeps a key's
+          //                   order through retries and several relays.
+          //   (published_at) WHERE published_at IS NOT NULL
+          //                   retention: purge costs what it removes, not what the table keeps.
+          //   <table>_notify, a statement-level trigger idem_outbox_notify, made DISABLED
+          //                   NOTIFY on the channel '<table>_outbox' after every INSERT, from
+          //                   any writer (the store, postgres_outbox::publish, an operator's
+          //                   SQL): the relays' wake-up hint. Once per statement, and
+          //                   PostgreSQL folds a transaction's equal notifications into one.
+          //                   Off unless an operator enables it, because a transaction that
+          //                   notified takes a database-wide lock at commit that serialises it
+          //                   with every other such commit (no group commit): 8 concurrent
+          //                   writers committed 666/s with it, 2,118/s without (pgbench, one
+          //                   insert each, fsync on). Without it relays poll. docs/outbox.md.
+          "CREATE TABLE " + names.outbox_dead +
+              " ("
+              "sequence int8 PRIMARY KEY, id text NOT NULL UNIQUE, topic text NOT NULL, "
+              "partition_key bytea NOT NULL, transaction_id xid8 NOT NULL, "
+              "created_at int8 NOT NULL, attempts int4 NOT NULL, dead_at int8 NOT NULL, "
+              "reason text NOT NULL, headers bytea NOT NULL, payload bytea NOT NULL); "
+              "CREATE INDEX ON " +
+              names.outbox +
+              " (partition_key, sequence) WHERE published_at IS NULL; "
+              "CREATE INDEX ON " +
+              names.outbox +
+              " (published_at) WHERE published_at IS NOT NULL; "
+              "CREATE FUNCTION " +
+              names.outbox_notify +
+              "() RETURNS trigger LANGUAGE plpgsql AS $idem$ BEGIN PERFORM pg_notify(" +
+              names.outbox_channel +
+              ", ''); RETURN NULL; END $idem$; "
+              "CREATE TRIGGER idem_outbox_notify AFTER INSERT ON " +
+              names.outbox + " FOR EACH STATEMENT EXECUTE FUNCTION " + names.outbox_notify +
+              "(); ALTER TABLE " + names.outbox + " DISABLE TRIGGER idem_outbox_notify"};
 }
 
 // The key of the advisory lock a migration holds: FNV-1a of the qualified, quoted table name.

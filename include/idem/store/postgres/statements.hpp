@@ -60,10 +60,13 @@ inline std::string quoted_identifier(std::string_view name, const char* what,
 // The configured names as the SQL text uses them: validated, quoted, the tables qualified by
 // their schema.
 struct quoted_names {
-  std::string schema;  // "schema"
-  std::string table;   // "schema"."table"
-  std::string meta;    // "schema"."table_meta": the schema version
-  std::string outbox;  // "schema"."table_outbox": the messages (docs/outbox.md)
+  std::string schema;          // "schema"
+  std::string table;           // "schema"."table"
+  std::string meta;            // "schema"."table_meta": the schema version
+  std::string outbox;          // "schema"."table_outbox": the messages (docs/outbox.md)
+  std::string outbox_dead;     // "schema"."table_outbox_dead": messages no sink would take
+  std::string outbox_notify;   // "schema"."table_notify": the trigger function of the hint
+  std::string outbox_channel;  // 'table_outbox': the LISTEN/NOTIFY channel, a string literal
 };
 
 inline quoted_names quote_names(std::string_view schema, std::string_view table) {
@@ -73,6 +76,14 @@ inline quoted_names quote_names(std::string_view schema, std::string_view table)
   names.meta = names.schema + "." + quoted_identifier(std::string(table) + "_meta", "table", 63);
   names.outbox =
       names.schema + "." + quoted_identifier(std::string(table) + "_outbox", "table", 63);
+  names.outbox_dead =
+      names.schema + "." + quoted_identifier(std::string(table) + "_outbox_dead", "table", 63);
+  names.outbox_notify =
+      names.schema + "." + quoted_identifier(std::string(table) + "_notify", "table", 63);
+  // The channel is the outbox's unqualified name: validated above, so it needs no escaping as a
+  // literal. Two schemas with the same table name share it; a relay then wakes for the other's
+  // rows too, which a hint allows.
+  names.outbox_channel = "'" + std::string(table) + "_outbox'";
   return names;
 }
 

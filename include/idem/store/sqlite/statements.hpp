@@ -1,6 +1,6 @@
 // The SQL sqlite_store runs: its statements, the schema of its file (idem_records, idem_meta,
-// idem_outbox) and the usage row a bounded store keeps, and how times and states are stored. Text
-// only: the statements are prepared by store/sqlite/connection.hpp.
+// idem_outbox and the relay's tables) and the usage row a bounded store keeps, and how times and
+// states are stored. Text only: the statements are prepared by store/sqlite/connection.hpp.
 #ifndef IDEM_STORE_SQLITE_STATEMENTS_HPP
 #define IDEM_STORE_SQLITE_STATEMENTS_HPP
 
@@ -156,10 +156,46 @@ inline constexpr const char* sqlite_schema_v2 =
     ");"
     "CREATE INDEX idem_outbox_unpublished ON idem_outbox (sequence) WHERE published_at IS NULL;";
 
+// Version 3: the relay's tables (docs/outbox.md, "SQLite specifics").
+//   idem_outbox_dead   a message the relay gave up on (the sink rejected it, or failed it
+//                      max_attempts times): the row's fields, the attempts made, when, and why.
+//                      Keyed by the row's sequence, which AUTOINCREMENT never hands out twice.
+//                      Its id is not unique here: a message requeued and dead again, or written
+//                      again after it died, is another dead letter.
+//   idem_outbox_relay  the one relay lease of the file: who holds it, its fence (bumped by
+//                      every takeover, so a relay that lost it cannot settle), and until when.
+// idem_outbox_by_key serves the hold-back rule (a row waits while an earlier unpublished row of
+// its key is not due), idem_outbox_published the purge of published rows past retention; both
+// are partial, so each costs only the rows it is for.
+inline constexpr const char* sqlite_schema_v3 =
+    "CREATE TABLE idem_outbox_dead ("
+    "  sequence INTEGER PRIMARY KEY,"
+    "  id TEXT NOT NULL,"
+    "  topic TEXT NOT NULL,"
+    "  partition_key BLOB NOT NULL,"
+    "  created_at INTEGER NOT NULL,"
+    "  attempts INTEGER NOT NULL,"
+    "  dead_at INTEGER NOT NULL,"
+    "  reason TEXT NOT NULL,"
+    "  headers BLOB NOT NULL,"
+    "  payload BLOB NOT NULL"
+    ");"
+    "CREATE TABLE idem_outbox_relay ("
+    "  id INTEGER PRIMARY KEY CHECK (id = 1),"
+    "  holder TEXT NOT NULL,"
+    "  fence INTEGER NOT NULL,"
+    "  lease_until INTEGER NOT NULL"
+    ");"
+    "INSERT INTO idem_outbox_relay (id, holder, fence, lease_until) VALUES (1, '', 0, 0);"
+    "CREATE INDEX idem_outbox_by_key ON idem_outbox (partition_key, sequence) "
+    "WHERE published_at IS NULL;"
+    "CREATE INDEX idem_outbox_published ON idem_outbox (published_at) "
+    "WHERE published_at IS NOT NULL;";
+
 // The schema versions in order: entry i takes the file from version i to i + 1. A newer idem
 // adds an entry; an older one refuses a file whose version is past its last.
-inline constexpr std::array<const char*, 2> sqlite_schema_versions{sqlite_schema_v1,
-                                                                   sqlite_schema_v2};
+inline constexpr std::array<const char*, 3> sqlite_schema_versions{
+    sqlite_schema_v1, sqlite_schema_v2, sqlite_schema_v3};
 inline constexpr int sqlite_schema_version = static_cast<int>(sqlite_schema_versions.size());
 
 // The usage row bounded stores check. Triggers keep it exact whichever connection, process or
