@@ -145,9 +145,6 @@ class outbox_relay {
       observer_.on_pass(pass);
       return pass;
     }
-    for (const outbox_entry& entry : entries) {
-      if (entry.attempts == 0) budget_.on_request();
-    }
     results_.assign(entries.size(), sink_result{});
     try {
       sink_.publish(entries, std::span<sink_result>(results_));
@@ -157,6 +154,11 @@ class outbox_relay {
       return unavailable(pass, "the sink threw something that is not a std::exception");
     }
     outages_ = 0;
+    // First sends deposit into the budget once the sink answered: a batch offered again and
+    // again during an outage would otherwise fill the bucket with sends that never happened.
+    for (const outbox_entry& entry : entries) {
+      if (entry.attempts == 0) budget_.on_request();
+    }
     const auto settled_at = clock_.wall_now();
     detail::relay_verdicts(entries, results_, options_.max_attempts, verdicts_);
     decide(entries, settled_at, pass);
