@@ -137,46 +137,17 @@ class outbox_relay {
   /// (claim_lost, nothing settled). The outbox's own errors (the database unreachable) are
   /// thrown: nothing of the batch was settled, and its rows are sent again by a later pass.
   relay_pass run_once() {
-    relay_pass pass;
-    auto batch = outbox_.fetch(options_.batch_size, clock_.wall_now());
-    const std::span<const outbox_entry> entries = batch.entries();
-    pass.fetched = entries.size();
-    if (entries.empty()) {
-      observer_.on_pass(pass);
-      return pass;
-    }
-    results_.assign(entries.size(), sink_result{});
+    fetched_ = 0;
     try {
-      sink_.publish(entries, std::span<sink_result>(results_));
-    } catch (const std::exception& error) {
-      return unavailable(pass, error.what());
-    } catch (...) {
-      return unavailable(pass, "the sink threw something that is not a std::exception");
-    }
-    outages_ = 0;
-    // First sends deposit into the budget once the sink answered: a batch offered again and
-    // again during an outage would otherwise fill the bucket with sends that never happened.
-    for (const outbox_entry& entry : entries) {
-      if (entry.attempts == 0) budget_.on_request();
-    }
-    const auto settled_at = clock_.wall_now();
-    detail::relay_verdicts(entries, results_, options_.max_attempts, verdicts_);
-    decide(entries, settled_at, pass);
-    try {
-      outbox_.settle(batch, settlements_, settled_at);
+      return pass_once();
     } catch (const outbox_claim_lost& lost) {
       relay_pass nothing;
-      nothing.fetched = pass.fetched;
+      nothing.fetched = fetched_;
       nothing.claim_lost = true;
-      observer_.on_claim_lost(relay_claim_lost_event{lost.what(), entries.size()});
+      observer_.on_claim_lost(relay_claim_lost_event{lost.what(), fetched_});
       observer_.on_pass(nothing);
       return nothing;
     }
-    // Reported once written, so an observer never counts a retry or dead letter that a failed
-    // settle did not keep.
-    report(entries);
-    observer_.on_pass(pass);
-    return pass;
   }
 
   /// Passes until nothing is due: a pass that fetched nothing, found the sink unavailable, or
@@ -257,6 +228,41 @@ class outbox_relay {
       refuse("retention and the waits must not be negative");
     }
     return options;
+  }
+
+  // run_once without the lost claim, which the outbox may throw from fetch or settle.
+  relay_pass pass_once() {
+    relay_pass pass;
+    auto batch = outbox_.fetch(options_.batch_size, clock_.wall_now());
+    const std::span<const outbox_entry> entries = batch.entries();
+    pass.fetched = fetched_ = entries.size();
+    if (entries.empty()) {
+      observer_.on_pass(pass);
+      return pass;
+    }
+    results_.assign(entries.size(), sink_result{});
+    try {
+      sink_.publish(entries, std::span<sink_result>(results_));
+    } catch (const std::exception& error) {
+      return unavailable(pass, error.what());
+    } catch (...) {
+      return unavailable(pass, "the sink threw something that is not a std::exception");
+    }
+    outages_ = 0;
+    // First sends deposit into the budget once the sink answered: a batch offered again and
+    // again during an outage would otherwise fill the bucket with sends that never happened.
+    for (const outbox_entry& entry : entries) {
+      if (entry.attempts == 0) budget_.on_request();
+    }
+    const auto settled_at = clock_.wall_now();
+    detail::relay_verdicts(entries, results_, options_.max_attempts, verdicts_);
+    decide(entries, settled_at, pass);
+    outbox_.settle(batch, settlements_, settled_at);
+    // Reported once written, so an observer never counts a retry or dead letter that a failed
+    // settle did not keep.
+    report(entries);
+    observer_.on_pass(pass);
+    return pass;
   }
 
   relay_pass unavailable(relay_pass pass, std::string_view reason) {
@@ -353,6 +359,7 @@ class outbox_relay {
   observer_type observer_;
   random_type random_;
   std::uint32_t outages_ = 0;
+  std::size_t fetched_ = 0;  // the current pass's batch, for a claim lost in its settle
   // Reused from pass to pass, so a steady relay allocates only what the entries need.
   std::vector<sink_result> results_;
   std::vector<outbox_settlement> settlements_;

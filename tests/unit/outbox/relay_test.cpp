@@ -45,7 +45,8 @@ struct memory_outbox {
   std::vector<outbox_entry> dead;
   std::vector<std::string> dead_reasons;
   std::int64_t next_sequence = 1;
-  bool claim_lost = false;
+  bool claim_lost = false;           // settle throws outbox_claim_lost
+  bool claim_lost_at_fetch = false;  // fetch does
 
   void write(const std::string& key, const std::string& payload, time_point at) {
     row added;
@@ -63,6 +64,7 @@ struct memory_outbox {
   }
 
   batch fetch(std::size_t limit, time_point now) {
+    if (claim_lost_at_fetch) throw idem::outbox_claim_lost("another relay holds the claim");
     batch out;
     std::vector<std::string> held;
     for (const row& r : rows) {
@@ -269,6 +271,13 @@ TEST_CASE("a lost claim is an answer: nothing settled, reported, and drain stops
   CHECK(pass.published == 0);
   CHECK(f.observer.claims_lost() == 1);
   CHECK_FALSE(f.outbox.find("a/1").published_at);
+
+  f.outbox.claim_lost = false;
+  f.outbox.claim_lost_at_fetch = true;  // the outbox may say so at fetch too
+  const idem::relay_pass at_fetch = relay.run_once();
+  CHECK(at_fetch.claim_lost);
+  CHECK(at_fetch.fetched == 0);
+  CHECK(f.observer.claims_lost() == 2);
 }
 
 TEST_CASE("the counting observer sees passes, publications, retries, dead letters and the lag",
