@@ -574,6 +574,23 @@ TEST_CASE("the reader's queries go through the outbox's partial indexes",
 
 // ---- dead letters --------------------------------------------------------------------------
 
+TEST_CASE(
+    "a row whose headers cannot be read is dead-lettered with the reason instead of "
+    "stopping the relay",
+    "[sqlite][outbox][relay]") {
+  relay_fixture f;
+  const std::string damaged = f.write("acct-1", "a1");
+  f.write("acct-1", "a2");
+  f.app.exec("UPDATE idem_outbox SET headers = x'393a' WHERE id = '" + damaged + "'");
+  auto relay = f.relay();
+  CHECK(relay.drain().published == 1);
+  CHECK(f.sink.payloads_of("acct-1") == std::vector<std::string>{"a2"});
+  const auto dead = f.outbox.dead_letters();
+  REQUIRE(dead.size() == 1);
+  CHECK(dead[0].entry.id == damaged);
+  CHECK_THAT(dead[0].reason, Contains("cannot be read") && Contains("outbox headers"));
+}
+
 TEST_CASE("an operator lists the dead letters and requeues one, which is then sent",
           "[sqlite][outbox][relay]") {
   relay_fixture f;
