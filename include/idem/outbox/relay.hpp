@@ -62,7 +62,8 @@ struct relay_options {
   std::chrono::seconds purge_every = std::chrono::minutes{1};
   /// Rows deleted per purge statement, so a purge never holds the database's write lock long.
   std::size_t purge_batch = 1000;
-  /// How long run() waits for new rows when nothing is due (the outbox's wait_for_rows).
+  /// How long run() waits for new rows when nothing is due (the outbox's wait_for_rows); also
+  /// how often it reports the backlog.
   std::chrono::milliseconds idle_wait = std::chrono::seconds{1};
   /// The wait after a sink outage: equal jitter from this base, doubling per outage in a row...
   std::chrono::milliseconds unavailable_base = std::chrono::milliseconds{100};
@@ -161,22 +162,28 @@ class outbox_relay {
     }
   }
 
-  /// The relay's loop until `stop` is requested: drain, purge every purge_every, report the
-  /// backlog, then wait for rows (idle_wait) or, after a sink outage, back off. The outbox's
-  /// errors are thrown out of it (the caller decides whether to restart).
+  /// The relay's loop until `stop` is requested: pass after pass while rows are due; purge every
+  /// purge_every and report the backlog every idle_wait (both at the start, and on time even
+  /// while a long backlog drains, which is when the lag matters); when nothing is due, wait for
+  /// rows (idle_wait); after a sink outage, back off. The outbox's errors are thrown out of it
+  /// (the caller decides whether to restart).
   void run(std::stop_token stop) {
     auto next_purge = clock_.now();
+    auto next_report = clock_.now();
     while (!stop.stop_requested()) {
-      const relay_pass pass = drain();
+      const relay_pass pass = run_once();
       if (clock_.now() >= next_purge) {
         purge();
         next_purge = clock_.now() + options_.purge_every;
       }
-      (void)backlog();
+      if (clock_.now() >= next_report || pass.sink_unavailable) {
+        (void)backlog();
+        next_report = clock_.now() + options_.idle_wait;
+      }
       if (stop.stop_requested()) return;
       if (pass.sink_unavailable) {
         pause(pass.back_off, stop);
-      } else {
+      } else if (pass.fetched == 0 || pass.claim_lost) {
         outbox_.wait_for_rows(options_.idle_wait);
       }
     }

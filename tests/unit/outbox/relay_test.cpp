@@ -13,6 +13,7 @@
 #include <optional>
 #include <span>
 #include <stdexcept>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -335,4 +336,36 @@ TEST_CASE("relay options that cannot work are refused, saying which", "[outbox][
   CHECK_THAT(refused({.purge_batch = 0}), Contains("purge_batch"));
   CHECK_THAT(refused({.idle_wait = -1ms}), Contains("negative"));
   CHECK(refused({}) == "accepted");
+}
+
+TEST_CASE("run reports the backlog on time while a long backlog drains, and stops when asked",
+          "[outbox][relay]") {
+  fixture f;
+  for (int i = 0; i < 100; ++i)
+    f.write("k" + std::to_string(i % 7), std::to_string(i));
+  // A slow sink: each batch takes 100 ms of the manual clock; it asks the loop to stop once it
+  // has everything.
+  struct slow_sink {
+    idem::manual_clock clock;
+    std::stop_source* stop;
+    std::size_t delivered = 0;
+    void publish(std::span<const outbox_entry> batch, std::span<sink_result> results) {
+      clock.advance(100ms);
+      for (sink_result& result : results)
+        result.status = sink_status::acknowledged;
+      delivered += batch.size();
+      if (delivered == 100) stop->request_stop();
+    }
+  };
+  std::stop_source stop;
+  slow_sink sink{f.clock, &stop};
+  idem::outbox_relay<memory_outbox, slow_sink, test_policies> relay(
+      f.outbox, sink, {.batch_size = 1, .idle_wait = 1s},
+      {.clock = f.clock, .observer = f.observer, .seed = idem::seed_from(3)});
+  relay.run(stop.get_token());
+  CHECK(sink.delivered == 100);
+  CHECK(f.observer.published() == 100);
+  // 10 s of draining: a report at the start and one a second after, not one at the end only.
+  CHECK(f.observer.backlog_reports() >= 10);
+  CHECK(f.observer.max_lag() >= 9s);
 }
