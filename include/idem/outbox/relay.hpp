@@ -62,7 +62,8 @@ struct relay_options {
   std::chrono::seconds purge_every = std::chrono::minutes{1};
   /// Rows deleted per purge statement, so a purge never holds the database's write lock long.
   std::size_t purge_batch = 1000;
-  /// How long run() waits for new rows when nothing is due (the outbox's wait_for_rows).
+  /// How long run() waits for new rows when nothing is due (the outbox's wait_for_rows); also
+  /// how often it reports the backlog.
   std::chrono::milliseconds idle_wait = std::chrono::seconds{1};
   /// The wait after a sink outage: equal jitter from this base, doubling per outage in a row...
   std::chrono::milliseconds unavailable_base = std::chrono::milliseconds{100};
@@ -137,44 +138,17 @@ class outbox_relay {
   /// (claim_lost, nothing settled). The outbox's own errors (the database unreachable) are
   /// thrown: nothing of the batch was settled, and its rows are sent again by a later pass.
   relay_pass run_once() {
-    relay_pass pass;
-    auto batch = outbox_.fetch(options_.batch_size, clock_.wall_now());
-    const std::span<const outbox_entry> entries = batch.entries();
-    pass.fetched = entries.size();
-    if (entries.empty()) {
-      observer_.on_pass(pass);
-      return pass;
-    }
-    for (const outbox_entry& entry : entries) {
-      if (entry.attempts == 0) budget_.on_request();
-    }
-    results_.assign(entries.size(), sink_result{});
+    fetched_ = 0;
     try {
-      sink_.publish(entries, std::span<sink_result>(results_));
-    } catch (const std::exception& error) {
-      return unavailable(pass, error.what());
-    } catch (...) {
-      return unavailable(pass, "the sink threw something that is not a std::exception");
-    }
-    outages_ = 0;
-    const auto settled_at = clock_.wall_now();
-    detail::relay_verdicts(entries, results_, options_.max_attempts, verdicts_);
-    decide(entries, settled_at, pass);
-    try {
-      outbox_.settle(batch, settlements_, settled_at);
+      return pass_once();
     } catch (const outbox_claim_lost& lost) {
       relay_pass nothing;
-      nothing.fetched = pass.fetched;
+      nothing.fetched = fetched_;
       nothing.claim_lost = true;
-      observer_.on_claim_lost(relay_claim_lost_event{lost.what(), entries.size()});
+      observer_.on_claim_lost(relay_claim_lost_event{lost.what(), fetched_});
       observer_.on_pass(nothing);
       return nothing;
     }
-    // Reported once written, so an observer never counts a retry or dead letter that a failed
-    // settle did not keep.
-    report(entries);
-    observer_.on_pass(pass);
-    return pass;
   }
 
   /// Passes until nothing is due: a pass that fetched nothing, found the sink unavailable, or
@@ -188,22 +162,28 @@ class outbox_relay {
     }
   }
 
-  /// The relay's loop until `stop` is requested: drain, purge every purge_every, report the
-  /// backlog, then wait for rows (idle_wait) or, after a sink outage, back off. The outbox's
-  /// errors are thrown out of it (the caller decides whether to restart).
+  /// The relay's loop until `stop` is requested: pass after pass while rows are due; purge every
+  /// purge_every and report the backlog every idle_wait (both at the start, and on time even
+  /// while a long backlog drains, which is when the lag matters); when nothing is due, wait for
+  /// rows (idle_wait); after a sink outage, back off. The outbox's errors are thrown out of it
+  /// (the caller decides whether to restart).
   void run(std::stop_token stop) {
     auto next_purge = clock_.now();
+    auto next_report = clock_.now();
     while (!stop.stop_requested()) {
-      const relay_pass pass = drain();
+      const relay_pass pass = run_once();
       if (clock_.now() >= next_purge) {
         purge();
         next_purge = clock_.now() + options_.purge_every;
       }
-      (void)backlog();
+      if (clock_.now() >= next_report || pass.sink_unavailable) {
+        (void)backlog();
+        next_report = clock_.now() + options_.idle_wait;
+      }
       if (stop.stop_requested()) return;
       if (pass.sink_unavailable) {
         pause(pass.back_off, stop);
-      } else {
+      } else if (pass.fetched == 0 || pass.claim_lost) {
         outbox_.wait_for_rows(options_.idle_wait);
       }
     }
@@ -255,6 +235,41 @@ class outbox_relay {
       refuse("retention and the waits must not be negative");
     }
     return options;
+  }
+
+  // run_once without the lost claim, which the outbox may throw from fetch or settle.
+  relay_pass pass_once() {
+    relay_pass pass;
+    auto batch = outbox_.fetch(options_.batch_size, clock_.wall_now());
+    const std::span<const outbox_entry> entries = batch.entries();
+    pass.fetched = fetched_ = entries.size();
+    if (entries.empty()) {
+      observer_.on_pass(pass);
+      return pass;
+    }
+    results_.assign(entries.size(), sink_result{});
+    try {
+      sink_.publish(entries, std::span<sink_result>(results_));
+    } catch (const std::exception& error) {
+      return unavailable(pass, error.what());
+    } catch (...) {
+      return unavailable(pass, "the sink threw something that is not a std::exception");
+    }
+    outages_ = 0;
+    // First sends deposit into the budget once the sink answered: a batch offered again and
+    // again during an outage would otherwise fill the bucket with sends that never happened.
+    for (const outbox_entry& entry : entries) {
+      if (entry.attempts == 0) budget_.on_request();
+    }
+    const auto settled_at = clock_.wall_now();
+    detail::relay_verdicts(entries, results_, options_.max_attempts, verdicts_);
+    decide(entries, settled_at, pass);
+    outbox_.settle(batch, settlements_, settled_at);
+    // Reported once written, so an observer never counts a retry or dead letter that a failed
+    // settle did not keep.
+    report(entries);
+    observer_.on_pass(pass);
+    return pass;
   }
 
   relay_pass unavailable(relay_pass pass, std::string_view reason) {
@@ -351,6 +366,7 @@ class outbox_relay {
   observer_type observer_;
   random_type random_;
   std::uint32_t outages_ = 0;
+  std::size_t fetched_ = 0;  // the current pass's batch, for a claim lost in its settle
   // Reused from pass to pass, so a steady relay allocates only what the entries need.
   std::vector<sink_result> results_;
   std::vector<outbox_settlement> settlements_;

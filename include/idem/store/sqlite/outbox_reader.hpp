@@ -114,7 +114,8 @@ namespace idem::sqlite_outbox {
 
 /// A message the relay gave up on, as idem_outbox_dead keeps it.
 struct dead_letter {
-  /// The row as it was; `attempts` is the number of sends tried, the last one included.
+  /// The row as it was; `attempts` is the number of sends tried, the last one included (one for
+  /// a row the reader could not read). Headers that cannot be decoded are left empty.
   outbox_entry entry{};
   std::chrono::system_clock::time_point dead_at{};
   /// The sink's last error (failed max_attempts times) or its rejection.
@@ -220,6 +221,7 @@ class reader {
     const detail::sqlite_use use(due);
     detail::sqlite_bind(due, 1, detail::sqlite_nanoseconds(now));
     detail::sqlite_bind(due, 2, static_cast<std::int64_t>(limit));
+    std::vector<std::pair<std::int64_t, std::string>> damaged;
     while (connection_->step(due, "fetch outbox rows") == SQLITE_ROW) {
       outbox_entry entry;
       entry.sequence = sqlite3_column_int64(due, 0);
@@ -228,11 +230,24 @@ class reader {
       entry.message.partition_key = detail::sqlite_column_bytes(due, 3);
       entry.created_at = detail::sqlite_time(sqlite3_column_int64(due, 4));
       entry.attempts = static_cast<std::uint32_t>(sqlite3_column_int64(due, 5));
-      entry.message.headers = decode_outbox_headers(detail::sqlite_column_bytes(due, 6));
+      try {
+        entry.message.headers = decode_outbox_headers(detail::sqlite_column_bytes(due, 6));
+      } catch (const std::invalid_argument& error) {
+        damaged.emplace_back(entry.sequence, error.what());
+        continue;
+      }
       entry.message.payload = detail::sqlite_column_bytes(due, 7);
       fetched.entries_.push_back(std::move(entry));
     }
     sqlite3_reset(due);
+    // A row no sink could be handed (its headers column written by hand, or damaged) would
+    // fail every fetch and stop the relay for good; it goes to the dead letters with the
+    // reason instead, and the rows behind it flow.
+    for (const auto& [sequence, why] : damaged) {
+      run(detail::sqlite_outbox_sql::bury, sequence, detail::sqlite_nanoseconds(now),
+          "idem::sqlite_outbox::reader: the row cannot be read: " + why, "dead-letter a row");
+      run(detail::sqlite_outbox_sql::remove, sequence, std::nullopt, {}, "dead-letter a row");
+    }
     transaction.commit();
     return fetched;
   }
@@ -346,7 +361,11 @@ class reader {
       letter.entry.message.partition_key = detail::sqlite_column_bytes(query, 3);
       letter.entry.created_at = detail::sqlite_time(sqlite3_column_int64(query, 4));
       letter.entry.attempts = static_cast<std::uint32_t>(sqlite3_column_int64(query, 5));
-      letter.entry.message.headers = decode_outbox_headers(detail::sqlite_column_bytes(query, 6));
+      try {
+        letter.entry.message.headers = decode_outbox_headers(detail::sqlite_column_bytes(query, 6));
+      } catch (const std::invalid_argument&) {
+        // Dead because its headers could not be read (the reason says so): listed without them.
+      }
       letter.entry.message.payload = detail::sqlite_column_bytes(query, 7);
       letter.dead_at = detail::sqlite_time(sqlite3_column_int64(query, 8));
       letter.reason = detail::sqlite_column_bytes(query, 9);
