@@ -8,7 +8,7 @@
 //                                    letters (redis_streams/consumer.hpp)
 //   redis_streams/entry.hpp          the stream entry format both share
 //
-// docs/outbox.md tells the whole story.
+// docs/outbox_sinks.md and docs/outbox_consumer.md tell the whole story.
 #ifndef IDEM_REDIS_STREAMS_HPP
 #define IDEM_REDIS_STREAMS_HPP
 

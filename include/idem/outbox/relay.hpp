@@ -6,7 +6,7 @@
 //   idem::outbox_relay<idem::sqlite_outbox::reader, my_sink> relay(outbox, sink);
 //   std::jthread worker([&](std::stop_token stop) { relay.run(stop); });
 //
-// What it promises (docs/outbox.md, "The relay", says it in full):
+// What it promises (docs/outbox_relay.md says it in full):
 // * At least once, never lost: a row is marked published in a transaction that runs only after
 //   the sink acknowledged it. A crash between the two sends it again; nothing else removes an
 //   unpublished row but dead-lettering, which keeps it in the dead-letter table.
@@ -48,7 +48,7 @@
 
 namespace idem {
 
-/// How a relay paces itself. Every field has a default (docs/outbox.md has the table).
+/// How a relay paces itself. Every field has a default (docs/outbox_relay.md has the table).
 struct relay_options {
   /// Rows fetched and handed to the sink at a time.
   std::size_t batch_size = 64;

@@ -2,7 +2,8 @@
 // what it answers for each message (sink_result).
 //
 //   struct my_sink {
-//     void publish(std::span<const idem::outbox_entry> batch, std::span<idem::sink_result> results);
+//     void publish(std::span<const idem::outbox_entry> batch,
+//                  std::span<idem::sink_result> results);
 //   };
 //
 // A relay (idem::outbox_relay) reads committed rows of the outbox in order, hands them to the

@@ -23,8 +23,8 @@
 // an outbox message (idem/redis_streams/entry.hpp) goes there at once.
 //
 // Threads: one consumer object is used by one thread at a time; run several objects (threads,
-// processes) with different consumer names in one group to share a stream. docs/outbox.md,
-// "Consuming", has the whole story and every option.
+// processes) with different consumer names in one group to share a stream.
+// docs/outbox_consumer.md has the whole story and every option.
 #ifndef IDEM_REDIS_STREAMS_CONSUMER_HPP
 #define IDEM_REDIS_STREAMS_CONSUMER_HPP
 
@@ -128,7 +128,7 @@ class stream_consumer {
   using store_type = typename Policies::store;
   using observer_type = typename Policies::stream_observer;
 
-  /// Everything a consumer is configured with; docs/outbox.md has the table.
+  /// Everything a consumer is configured with; docs/outbox_consumer.md has the table.
   struct options {
     /// Where Redis listens, and how to log in: as in redis_store::options.
     std::string host = "127.0.0.1";

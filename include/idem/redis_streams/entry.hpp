@@ -63,9 +63,9 @@ struct encoded_entry {
 };
 
 inline encoded_entry encode_entry(const outbox_entry& entry) {
-  const auto nanoseconds = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                               entry.created_at.time_since_epoch())
-                               .count();
+  const auto nanoseconds =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(entry.created_at.time_since_epoch())
+          .count();
   return {std::to_string(entry.sequence), std::to_string(nanoseconds),
           encode_outbox_headers(entry.message.headers)};
 }
@@ -74,7 +74,7 @@ inline encoded_entry encode_entry(const outbox_entry& entry) {
 /// encode_entry(entry).
 inline std::array<std::string_view, 6> entry_values(const outbox_entry& entry,
                                                     const encoded_entry& encoded) {
-  return {entry.id,         encoded.sequence, entry.message.partition_key,
+  return {entry.id,           encoded.sequence, entry.message.partition_key,
           encoded.created_at, encoded.headers,  entry.message.payload};
 }
 
@@ -93,8 +93,8 @@ inline std::int64_t decimal_field(std::string_view name, std::string_view text) 
 /// The outbox entry a stream entry holds; `topic` is the topic the stream is for (streams do not
 /// repeat it in every entry) and `fields` the entry's field/value pairs as Redis answered them.
 /// Throws std::invalid_argument naming what is missing or unreadable (a malformed entry).
-inline outbox_entry decode_entry(std::string_view topic,
-                                 std::span<const std::pair<std::string_view, std::string_view>> fields) {
+inline outbox_entry decode_entry(
+    std::string_view topic, std::span<const std::pair<std::string_view, std::string_view>> fields) {
   std::array<const std::string_view*, entry_fields.size()> found{};
   for (const auto& [name, value] : fields) {
     for (std::size_t i = 0; i < entry_fields.size(); ++i) {

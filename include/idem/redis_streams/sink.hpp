@@ -36,8 +36,8 @@
 // so every entry of it in the batch gets the same answer. A key's messages in different topics
 // are in different streams, which no reader sees in one order anyway.
 //
-// Every option and its default, what acknowledged means, trimming and WAIT: docs/outbox.md,
-// "Redis Streams sink".
+// Every option and its default, what acknowledged means, trimming and WAIT:
+// docs/outbox_sinks.md, "Redis Streams sink".
 #ifndef IDEM_REDIS_STREAMS_SINK_HPP
 #define IDEM_REDIS_STREAMS_SINK_HPP
 

@@ -98,7 +98,7 @@ TEST_CASE(
     CHECK(f.check.scalar("SELECT version FROM " + meta) == 3);
     CHECK(f.column("id") == "kept");
     CHECK(f.check.scalar("SELECT count(*) FROM " + dead) == 0);
-    // The wake-up hint's trigger, off until an operator turns it on (docs/outbox.md).
+    // The wake-up hint's trigger, off until an operator turns it on (docs/outbox_relay.md).
     CHECK(f.check.scalar("SELECT count(*) FROM pg_trigger WHERE tgrelid = '" + f.outbox_table +
                          "'::regclass AND tgname = 'idem_outbox_notify' AND tgenabled = 'D'") == 1);
   }

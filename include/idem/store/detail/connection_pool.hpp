@@ -21,6 +21,7 @@
 #define IDEM_STORE_DETAIL_CONNECTION_POOL_HPP
 
 #include <chrono>
+#include <concepts>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -33,9 +34,15 @@
 
 namespace idem::detail {
 
-/// A pool of `Connection`s: a movable handle that closes its connection when destroyed (a
-/// std::unique_ptr with the client library's close function, typically).
+/// A pool of `Connection`s: a movable, nullable handle that closes its connection when destroyed
+/// (a std::unique_ptr with the client library's close function). Null is "no connection": a
+/// lease holds its connection as such a handle, not in a std::optional, because GCC 12 at -O2
+/// warns falsely (-Wmaybe-uninitialized) about a moved-from std::optional<std::unique_ptr>.
 template <class Connection>
+requires requires(Connection connection) {
+  { connection == nullptr } -> std::convertible_to<bool>;
+  connection.reset();
+}
 class connection_pool {
  public:
   /// How the adapter opens and checks its connections. Called without the pool's lock held.
@@ -83,12 +90,12 @@ class connection_pool {
         return lease(*this);
       }
       if (idle_.empty()) break;
-      std::optional<Connection> connection{std::move(idle_.back())};
+      Connection connection{std::move(idle_.back())};
       idle_.pop_back();
       const std::uint64_t generation = generation_;
-      if (!hooks_.alive) return lease(*this, std::move(*connection), generation, true);
+      if (!hooks_.alive) return lease(*this, std::move(connection), generation, true);
       lock.unlock();
-      if (hooks_.alive(*connection)) return lease(*this, std::move(*connection), generation, true);
+      if (hooks_.alive(connection)) return lease(*this, std::move(connection), generation, true);
       connection.reset();  // closed before its place is freed
       lock.lock();
       --open_;  // this thread takes the place itself: no one to wake
@@ -107,9 +114,8 @@ class connection_pool {
     }
   }
 
-  void put_back(std::optional<Connection>& connection, std::uint64_t generation,
-                disposal how) noexcept {
-    const bool keep = how == disposal::keep && (!hooks_.reusable || hooks_.reusable(*connection));
+  void put_back(Connection& connection, std::uint64_t generation, disposal how) noexcept {
+    const bool keep = how == disposal::keep && (!hooks_.reusable || hooks_.reusable(connection));
     std::vector<Connection> closing;
     {
       const std::lock_guard lock(mutex_);
@@ -120,11 +126,11 @@ class connection_pool {
         closing.swap(idle_);
       }
       if (keep && generation == generation_) {
-        idle_.push_back(std::move(*connection));
-        connection.reset();
+        idle_.push_back(std::move(connection));
+        connection = nullptr;
       }
     }
-    if (!connection) {
+    if (connection == nullptr) {
       returned_.notify_one();
       return;
     }
@@ -159,7 +165,7 @@ class connection_pool<Connection>::lease {
  public:
   lease(lease&& other) noexcept
       : owner_(other.owner_),
-        connection_(std::exchange(other.connection_, std::nullopt)),
+        connection_(std::exchange(other.connection_, nullptr)),
         generation_(other.generation_),
         reused_(other.reused_) {}
   lease& operator=(lease&&) = delete;
@@ -168,9 +174,9 @@ class connection_pool<Connection>::lease {
   ~lease() { give_back(); }
 
   /// Whether it still holds its connection (not given back or discarded yet).
-  bool held() const noexcept { return connection_.has_value(); }
-  Connection& get() noexcept { return *connection_; }
-  const Connection& get() const noexcept { return *connection_; }
+  bool held() const noexcept { return connection_ != nullptr; }
+  Connection& get() noexcept { return connection_; }
+  const Connection& get() const noexcept { return connection_; }
   /// Whether the connection served an earlier call: a failure on it may be the server having
   /// closed it meanwhile, which a fresh connection would not meet.
   bool reused() const noexcept { return reused_; }
@@ -186,7 +192,7 @@ class connection_pool<Connection>::lease {
  private:
   friend class connection_pool;
   explicit lease(connection_pool& owner) noexcept
-      : owner_(&owner), generation_(0), reused_(false) {}
+      : owner_(&owner), connection_(nullptr), generation_(0), reused_(false) {}
   lease(connection_pool& owner, Connection connection, std::uint64_t generation,
         bool reused) noexcept
       : owner_(&owner),
@@ -195,12 +201,12 @@ class connection_pool<Connection>::lease {
         reused_(reused) {}
 
   void finish(disposal how) noexcept {
-    if (connection_) owner_->put_back(connection_, generation_, how);
+    if (connection_ != nullptr) owner_->put_back(connection_, generation_, how);
     connection_.reset();
   }
 
   connection_pool* owner_;
-  std::optional<Connection> connection_;
+  Connection connection_;  // null once given back or discarded
   std::uint64_t generation_;
   bool reused_;
 };

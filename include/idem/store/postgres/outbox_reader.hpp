@@ -19,12 +19,12 @@
 //   sequence is drawn at the insert, not the commit: sequence order is commit order for one key
 //   when that key's writers do not overlap (they lock the aggregate's row, or idem's claim of
 //   one key serialises them). Overlapping writers of one key may commit a lower sequence after
-//   a higher one was sent. docs/outbox.md says it all.
+//   a higher one was sent. docs/outbox_relay.md says it all.
 // * wait_for_rows is a hint: the reader LISTENs, and returns on a notification or at the
 //   timeout, never reading a row itself. The schema's trigger that NOTIFYs on every insert is
 //   off by default (a notifying commit takes a database-wide lock: a quarter to a third of the
 //   commit rate under concurrent writers); without it relays poll at their idle wait. Turn it on
-//   with ALTER TABLE <table>_outbox ENABLE TRIGGER idem_outbox_notify (docs/outbox.md).
+//   with ALTER TABLE <table>_outbox ENABLE TRIGGER idem_outbox_notify (docs/outbox_relay.md).
 // * Not thread-safe: one reader per relay thread. A batch must not outlive its reader's
 //   connection state, which it shares (destroying the reader first is safe: the batch then
 //   does nothing).
@@ -166,7 +166,7 @@ struct dead_letter {
 /// idem::Outbox.
 class reader {
  public:
-  /// Every option and its default: docs/outbox.md#the-postgresql-relay.
+  /// Every option and its default: docs/outbox_relay.md#the-postgresql-relay.
   struct options {
     /// A libpq connection string or URI (as postgres_store::options::conninfo).
     std::string conninfo{};

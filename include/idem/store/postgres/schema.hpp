@@ -62,11 +62,11 @@ inline std::vector<std::string> migrations(const quoted_names& names,
           // past headers are the relay's, set when it comes:
           //   sequence        the order rows were written in. Under concurrent writers that is
           //                   not quite their commit order (a sequence is drawn at the insert);
-          //                   docs/outbox.md says what order the relay promises.
+          //                   docs/outbox_relay.md says what order the relay promises.
           //   transaction_id  the writing transaction, for an operator tracing a message to
           //                   what wrote it. The relay does not use it: neither xid order nor
           //                   the snapshot's xmin tells whether an open transaction holds a
-          //                   lower sequence than a committed row (docs/outbox.md).
+          //                   lower sequence than a committed row (docs/outbox_relay.md).
           //   id              outbox_message_id(scope, key, name), or the application's own;
           //                   unique, so writing a message again adds nothing.
           //   headers         netstrings (idem/outbox/headers.hpp).
@@ -86,7 +86,7 @@ inline std::vector<std::string> migrations(const quoted_names& names,
               "headers bytea NOT NULL, payload bytea NOT NULL); "
               "CREATE INDEX ON " +
               names.outbox + " (sequence) WHERE published_at IS NULL",
-          // 3: what the relay needs (store/postgres/outbox_reader.hpp, docs/outbox.md).
+          // 3: what the relay needs (store/postgres/outbox_reader.hpp, docs/outbox_relay.md).
           //   <table>_outbox_dead  messages no sink would take, or that failed their last
           //                   attempt: the row's fields, attempts, dead_at and the reason. The
           //                   sequence is the one the row had; id stays unique so a requeue
@@ -106,7 +106,7 @@ inline std::vector<std::string> migrations(const quoted_names& names,
           //                   notified takes a database-wide lock at commit that serialises it
           //                   with every other such commit (no group commit): 8 concurrent
           //                   writers committed 666/s with it, 2,118/s without (pgbench, one
-          //                   insert each, fsync on). Without it relays poll. docs/outbox.md.
+          //                   insert each, fsync on). Without it relays poll. docs/outbox_relay.md.
           "CREATE TABLE " + names.outbox_dead +
               " ("
               "sequence int8 PRIMARY KEY, id text NOT NULL UNIQUE, topic text NOT NULL, "

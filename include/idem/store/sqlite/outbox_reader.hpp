@@ -142,7 +142,7 @@ struct lease_state {
   bool mine = false;
 };
 
-/// How a reader connects and holds the lease (docs/outbox.md has the table).
+/// How a reader connects and holds the lease (docs/outbox_relay.md has the table).
 struct reader_options {
   /// How long a statement waits for the database's write lock before failing with
   /// store_error (unavailable).

@@ -156,7 +156,7 @@ inline constexpr const char* sqlite_schema_v2 =
     ");"
     "CREATE INDEX idem_outbox_unpublished ON idem_outbox (sequence) WHERE published_at IS NULL;";
 
-// Version 3: the relay's tables (docs/outbox.md, "SQLite specifics").
+// Version 3: the relay's tables (docs/outbox_relay.md, "SQLite specifics").
 //   idem_outbox_dead   a message the relay gave up on (the sink rejected it, or failed it
 //                      max_attempts times): the row's fields, the attempts made, when, and why.
 //                      Keyed by the row's sequence, which AUTOINCREMENT never hands out twice.
