@@ -34,16 +34,23 @@
 
 namespace idem::detail {
 
+// What a pool needs of its connection handle: movable, and null when it holds nothing.
+template <class Connection>
+concept nullable_connection = std::movable<Connection> && requires(Connection connection) {
+  { connection == nullptr } -> std::convertible_to<bool>;
+  connection.reset();
+};
+
 /// A pool of `Connection`s: a movable, nullable handle that closes its connection when destroyed
 /// (a std::unique_ptr with the client library's close function). Null is "no connection": a
 /// lease holds its connection as such a handle, not in a std::optional, because GCC 12 at -O2
 /// warns falsely (-Wmaybe-uninitialized) about a moved-from std::optional<std::unique_ptr>.
 template <class Connection>
-requires requires(Connection connection) {
-  { connection == nullptr } -> std::convertible_to<bool>;
-  connection.reset();
-}
 class connection_pool {
+  static_assert(nullable_connection<Connection>,
+                "A pool's Connection must be a movable handle that is null when it holds no "
+                "connection, such as a std::unique_ptr with the client library's close function.");
+
  public:
   /// How the adapter opens and checks its connections. Called without the pool's lock held.
   struct hooks {
