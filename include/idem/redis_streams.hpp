@@ -7,6 +7,7 @@
 //                                    id, XACK after the record, stale entries claimed, dead
 //                                    letters (redis_streams/consumer.hpp)
 //   redis_streams/entry.hpp          the stream entry format both share
+//   redis_streams/server.hpp         where their Redis listens (idem::redis_streams::server)
 //
 // docs/outbox_sinks.md and docs/outbox_consumer.md tell the whole story.
 #ifndef IDEM_REDIS_STREAMS_HPP
@@ -14,6 +15,7 @@
 
 #include <idem/redis_streams/consumer.hpp>
 #include <idem/redis_streams/entry.hpp>
+#include <idem/redis_streams/server.hpp>
 #include <idem/redis_streams/sink.hpp>
 
 #endif  // IDEM_REDIS_STREAMS_HPP

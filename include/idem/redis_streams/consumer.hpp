@@ -50,6 +50,7 @@
 #include <idem/redis_streams/consumer_observer.hpp>
 #include <idem/redis_streams/detail/consumer_replies.hpp>
 #include <idem/redis_streams/entry.hpp>
+#include <idem/redis_streams/server.hpp>
 #include <idem/redis_streams/stream_error.hpp>
 #include <idem/server/inbox.hpp>
 #include <idem/store/contract.hpp>
@@ -130,16 +131,8 @@ class stream_consumer {
 
   /// Everything a consumer is configured with; docs/outbox_consumer.md has the table.
   struct options {
-    /// Where Redis listens, and how to log in: as in redis_store::options.
-    std::string host = "127.0.0.1";
-    int port = 6379;
-    std::string unix_socket{};
-    std::string username{};
-    std::string password{};
-    int database = 0;
-    std::chrono::milliseconds connect_timeout{2000};
-    /// How long one exchange may wait for the server; longer than `block`.
-    std::chrono::milliseconds command_timeout{5000};
+    /// Where Redis listens, how to log in, the timeouts (command_timeout longer than `block`).
+    redis_streams::server server{};
 
     /// The stream is stream_prefix + topic (idem/redis_streams/entry.hpp), as the sink names it.
     std::string stream_prefix{redis_streams::default_stream_prefix};
@@ -190,19 +183,9 @@ class stream_consumer {
         handler_(std::move(handler)),
         inbox_(options_.inbox),
         observer_(options_.observer),
-        client_(std::make_unique<idem::detail::redis_client>(idem::detail::redis_settings{
-            .host = options_.host,
-            .port = options_.port,
-            .unix_socket = options_.unix_socket,
-            .username = options_.username,
-            .password = options_.password,
-            .database = options_.database,
-            // One thread uses a consumer at a time: one connection is all it ever holds.
-            .pool_size = 1,
-            .connect_timeout = options_.connect_timeout,
-            .command_timeout = options_.command_timeout,
-            .verify_eviction_policy = false,
-            .who = "idem::stream_consumer"})) {
+        // One thread uses a consumer at a time: one connection is all it ever holds.
+        client_(std::make_unique<idem::detail::redis_client>(
+            redis_streams::detail::client_settings(options_.server, 1, "idem::stream_consumer"))) {
     if (dead_letter_stream_ == stream_) {
       throw std::invalid_argument(
           "idem::stream_consumer: the dead-letter stream is the stream it reads");
@@ -247,10 +230,10 @@ class stream_consumer {
     if (given.batch == 0) refuse("options::batch must be at least 1");
     if (given.max_deliveries == 0) refuse("options::max_deliveries must be at least 1");
     if (given.block < std::chrono::milliseconds::zero()) refuse("options::block is negative");
-    if (given.block >= given.command_timeout) {
+    if (given.block >= given.server.command_timeout) {
       refuse("options::block (" + std::to_string(given.block.count()) +
              " ms) must be shorter than command_timeout (" +
-             std::to_string(given.command_timeout.count()) +
+             std::to_string(given.server.command_timeout.count()) +
              " ms), or every wait for new entries would time out");
     }
     if (given.claim_idle <= std::chrono::milliseconds::zero()) {

@@ -2,7 +2,7 @@
 // hiredis and the Redis store's connections (store/redis/connection.hpp: pooled, AUTH, SELECT,
 // timeouts, SIGPIPE kept away, a reused connection the server closed tried once more).
 //
-//   idem::redis_streams::sink sink({.host = "redis", .stream_prefix = "outbox:"});
+//   idem::redis_streams::sink sink({.server = {.host = "redis"}, .stream_prefix = "outbox:"});
 //   sink.publish(batch, results);   // what idem::outbox_relay calls
 //
 // Layout (idem/redis_streams/entry.hpp, which the consumer reads with): a stream per topic,
@@ -60,6 +60,7 @@
 #include <idem/outbox/message.hpp>
 #include <idem/outbox/sink.hpp>
 #include <idem/redis_streams/entry.hpp>
+#include <idem/redis_streams/server.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/redis/connection.hpp>
 #include <idem/store/redis/reply.hpp>
@@ -131,14 +132,8 @@ class sink {
   };
 
   struct options {
-    /// Where the server listens. When `unix_socket` is set, host and port are not used.
-    std::string host = "127.0.0.1";
-    int port = 6379;
-    std::string unix_socket{};
-    /// AUTH, when set (username empty: the default user); SELECT database, when not 0.
-    std::string username{};
-    std::string password{};
-    int database = 0;
+    /// Where Redis listens, how to log in, the timeouts.
+    redis_streams::server server{};
     /// A message of topic T goes to the stream `stream_prefix + T`. Consumers read with the same
     /// prefix.
     std::string stream_prefix{default_stream_prefix};
@@ -152,9 +147,6 @@ class sink {
     std::optional<replication> wait_for_replicas{};
     /// Connections the sink may open; publishers beyond that wait for one.
     std::size_t pool_size = 1;
-    std::chrono::milliseconds connect_timeout{2000};
-    /// How long one batch's exchange may wait for the server before store_error(unavailable).
-    std::chrono::milliseconds command_timeout{5000};
   };
 
   /// Checks the options; connects on the first publish. Throws std::invalid_argument for
@@ -286,17 +278,7 @@ class sink {
   };
 
   static idem::detail::redis_settings client_settings(const options& given) {
-    return {.host = given.host,
-            .port = given.port,
-            .unix_socket = given.unix_socket,
-            .username = given.username,
-            .password = given.password,
-            .database = given.database,
-            .pool_size = given.pool_size,
-            .connect_timeout = given.connect_timeout,
-            .command_timeout = given.command_timeout,
-            .verify_eviction_policy = false,  // no start(): the sink checks no eviction policy
-            .who = "idem::redis_streams::sink"};
+    return detail::client_settings(given.server, given.pool_size, "idem::redis_streams::sink");
   }
 
   // What redis_client does not check itself (it checks the port, the pool and the timeouts).
@@ -311,9 +293,9 @@ class sink {
       if (wait->replicas < 0) refuse("wait_for_replicas.replicas must not be negative");
       // WAIT with timeout 0 blocks for ever; one past command_timeout outlives the connection.
       if (wait->timeout <= std::chrono::milliseconds::zero() ||
-          wait->timeout >= given.command_timeout) {
+          wait->timeout >= given.server.command_timeout) {
         refuse("wait_for_replicas.timeout must be positive and shorter than command_timeout (" +
-               std::to_string(given.command_timeout.count()) + " ms)");
+               std::to_string(given.server.command_timeout.count()) + " ms)");
       }
     }
     return given;

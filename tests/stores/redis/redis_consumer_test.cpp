@@ -76,8 +76,8 @@ template <class Handler, class Policies>
 typename idem::stream_consumer<Handler, Policies>::options options_for(
     const stream_fixture& fixture, const std::string& consumer, std::string group = "shipping") {
   typename idem::stream_consumer<Handler, Policies>::options options;
-  options.host = fixture.host();
-  options.port = fixture.port();
+  options.server.host = fixture.host();
+  options.server.port = fixture.port();
   options.stream_prefix = fixture.prefix();
   options.topic = fixture.topic();
   options.group = std::move(group);
@@ -501,11 +501,12 @@ TEST_CASE("options that cannot work are refused at construction, saying which",
              Catch::Contains("max_deliveries"));
   CHECK_THAT(refused([](options_type& o) { o.claim_idle = 10ms; }),
              Catch::Contains("shorter than the inbox's lease"));
-  CHECK_THAT(refused([](options_type& o) { o.block = o.command_timeout; }),
+  CHECK_THAT(refused([](options_type& o) { o.block = o.server.command_timeout; }),
              Catch::Contains("shorter than command_timeout"));
   CHECK_THAT(refused([&](options_type& o) { o.dead_letter_stream = fixture.stream(); }),
              Catch::Contains("the dead-letter stream is the stream it reads"));
-  CHECK_THAT(refused([](options_type& o) { o.port = 0; }), Catch::Contains("not a TCP port"));
+  CHECK_THAT(refused([](options_type& o) { o.server.port = 0; }),
+             Catch::Contains("not a TCP port"));
 }
 
 TEST_CASE("a consumer whose Redis cannot be reached says so with store_error(unavailable)",
@@ -513,8 +514,8 @@ TEST_CASE("a consumer whose Redis cannot be reached says so with store_error(una
   stream_fixture fixture;
   auto handler = [](const idem::outbox_entry&) {};
   auto options = options_for<decltype(handler), idem::stream_consumer_policies>(fixture, "c1");
-  options.host = "127.0.0.1";
-  options.port = idem_redis_test::free_port();  // nothing listens there
+  options.server.host = "127.0.0.1";
+  options.server.port = idem_redis_test::free_port();  // nothing listens there
   try {
     idem::stream_consumer<decltype(handler), idem::stream_consumer_policies> consumer(
         handler, std::move(options));

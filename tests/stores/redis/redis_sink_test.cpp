@@ -74,15 +74,15 @@ struct redis_sink_factory {
 
   sink::options options() const {
     sink::options given;
-    given.host = server.first;
-    given.port = server.second;
+    given.server.host = server.first;
+    given.server.port = server.second;
     given.stream_prefix = prefix;
     return given;
   }
   sink make() const { return sink(options()); }
   sink make_unavailable() const {
     sink::options given = options();
-    given.port = idem_redis_test::free_port();
+    given.server.port = idem_redis_test::free_port();
     return sink(given);
   }
   std::vector<idem::outbox_entry> read(std::string_view topic) const {
@@ -100,8 +100,8 @@ struct redis_sink_factory {
 
 sink::options private_options(const idem_redis_test::private_redis& server) {
   sink::options given;
-  given.host = "127.0.0.1";
-  given.port = server.port();
+  given.server.host = "127.0.0.1";
+  given.server.port = server.port();
   given.stream_prefix = "outbox:";
   return given;
 }
@@ -250,16 +250,17 @@ TEST_CASE("Redis sink options no connection could use are refused at constructio
   refused(given, "wait_for_replicas.replicas must not be negative");
   given.wait_for_replicas = sink::replication{.replicas = 1, .timeout = 0ms};
   refused(given, "wait_for_replicas.timeout must be positive and shorter than command_timeout");
-  given.wait_for_replicas = sink::replication{.replicas = 1, .timeout = given.command_timeout};
+  given.wait_for_replicas =
+      sink::replication{.replicas = 1, .timeout = given.server.command_timeout};
   refused(given, "wait_for_replicas.timeout must be positive and shorter than command_timeout");
   given = {};
-  given.port = 0;
+  given.server.port = 0;
   refused(given, "port 0 is not a TCP port");
   given = {};
   given.pool_size = 0;
   refused(given, "pool_size must be at least 1");
   given = {};
-  given.command_timeout = 0ms;
+  given.server.command_timeout = 0ms;
   refused(given, "timeouts must be positive");
 }
 
@@ -292,10 +293,10 @@ TEST_CASE("a Redis sink reaches its server through a unix socket, AUTH and SELEC
     REQUIRE(acl->type == REDIS_REPLY_STATUS);
   }
   sink::options given;
-  given.unix_socket = server.socket_path();
-  given.username = "relay";
-  given.password = "relay-secret";
-  given.database = 3;
+  given.server.unix_socket = server.socket_path();
+  given.server.username = "relay";
+  given.server.password = "relay-secret";
+  given.server.database = 3;
   given.stream_prefix = "outbox:";
   sink publisher(given);
   idem::testing::sink_conformance::require_all_acknowledged(
@@ -305,7 +306,7 @@ TEST_CASE("a Redis sink reaches its server through a unix socket, AUTH and SELEC
   (void)idem_redis_test::command(context.get(), {"SELECT", "3"});
   CHECK(integer_of(context.get(), {"XLEN", "outbox:orders"}) == 2);
 
-  given.password = "wrong";
+  given.server.password = "wrong";
   sink refused(given);
   const idem::store_error error =
       store_error_of([&] { (void)publish(refused, numbered("orders", 1)); });

@@ -112,8 +112,8 @@ int consume(char** argv) {
   };
   using consumer_type = idem::stream_consumer<decltype(handler), worker_policies>;
   consumer_type::options options;
-  options.host = host;
-  options.port = port;
+  options.server.host = host;
+  options.server.port = port;
   options.stream_prefix = argv[3];
   options.topic = argv[4];
   options.group = argv[5];

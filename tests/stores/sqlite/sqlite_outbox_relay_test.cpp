@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "support/outbox_test_sinks.hpp"
+#include "stores/sqlite/file_connection.hpp"
 #include "support/temporary_directory.hpp"
 
 using namespace std::chrono_literals;
@@ -30,58 +31,9 @@ using idem::outbox_settlement;
 using idem::sqlite_store;
 using idem::sqlite_outbox::reader;
 
+using idem_sqlite_test::file_connection;
+
 namespace {
-
-// A plain connection to the file, as the application writing messages has.
-class file_connection {
- public:
-  explicit file_connection(const std::string& path) {
-    REQUIRE(sqlite3_open(path.c_str(), &db_) == SQLITE_OK);
-    sqlite3_busy_timeout(db_, 5000);
-  }
-  file_connection(const file_connection&) = delete;
-  file_connection& operator=(const file_connection&) = delete;
-  ~file_connection() { sqlite3_close(db_); }
-
-  sqlite3* get() const noexcept { return db_; }
-  void exec(const std::string& sql) {
-    char* error = nullptr;
-    const int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error);
-    const std::string message = error != nullptr ? error : "";
-    sqlite3_free(error);
-    INFO(sql << ": " << message);
-    REQUIRE(rc == SQLITE_OK);
-  }
-  // The rows' values of one column, one line each.
-  std::string text(const std::string& sql) {
-    sqlite3_stmt* statement = nullptr;
-    REQUIRE(sqlite3_prepare_v2(db_, sql.c_str(), -1, &statement, nullptr) == SQLITE_OK);
-    std::string out;
-    while (sqlite3_step(statement) == SQLITE_ROW) {
-      if (!out.empty()) out += "\n";
-      const auto* value = sqlite3_column_text(statement, 0);
-      out += value != nullptr ? reinterpret_cast<const char*>(value) : "NULL";
-    }
-    sqlite3_finalize(statement);
-    return out;
-  }
-  // What EXPLAIN QUERY PLAN says of `sql`: its detail column, one line a step.
-  std::string plan(const std::string& sql) {
-    sqlite3_stmt* statement = nullptr;
-    REQUIRE(sqlite3_prepare_v2(db_, ("EXPLAIN QUERY PLAN " + sql).c_str(), -1, &statement,
-                               nullptr) == SQLITE_OK);
-    std::string out;
-    while (sqlite3_step(statement) == SQLITE_ROW) {
-      out += reinterpret_cast<const char*>(sqlite3_column_text(statement, 3));
-      out += "\n";
-    }
-    sqlite3_finalize(statement);
-    return out;
-  }
-
- private:
-  sqlite3* db_ = nullptr;
-};
 
 struct relay_policies : idem::default_relay_policies {
   using clock = idem::manual_clock;

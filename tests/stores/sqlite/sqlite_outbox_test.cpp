@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "support/records.hpp"
+#include "stores/sqlite/file_connection.hpp"
 #include "support/temporary_directory.hpp"
 
 using namespace std::chrono_literals;
@@ -27,48 +28,9 @@ using idem::sqlite_store;
 using idem::testing::print;
 using idem::testing::start;
 
+using idem_sqlite_test::file_connection;
+
 namespace {
-
-// A plain connection, as the application sharing the file has.
-class app_connection {
- public:
-  explicit app_connection(const std::string& path) {
-    REQUIRE(sqlite3_open(path.c_str(), &db_) == SQLITE_OK);
-    sqlite3_busy_timeout(db_, 5000);
-  }
-  app_connection(const app_connection&) = delete;
-  app_connection& operator=(const app_connection&) = delete;
-  ~app_connection() { sqlite3_close(db_); }
-
-  sqlite3* get() const noexcept { return db_; }
-  void exec(const std::string& sql) {
-    char* error = nullptr;
-    const int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error);
-    const std::string message = error != nullptr ? error : "";
-    sqlite3_free(error);
-    INFO(sql << ": " << message);
-    REQUIRE(rc == SQLITE_OK);
-  }
-  // The rows' values of one column, one line each.
-  std::string text(const std::string& sql) {
-    sqlite3_stmt* statement = nullptr;
-    REQUIRE(sqlite3_prepare_v2(db_, sql.c_str(), -1, &statement, nullptr) == SQLITE_OK);
-    std::string out;
-    while (sqlite3_step(statement) == SQLITE_ROW) {
-      if (!out.empty()) out += "\n";
-      const auto* value = sqlite3_column_blob(statement, 0);
-      out += value != nullptr
-                 ? std::string(static_cast<const char*>(value),
-                               static_cast<std::size_t>(sqlite3_column_bytes(statement, 0)))
-                 : "NULL";
-    }
-    sqlite3_finalize(statement);
-    return out;
-  }
-
- private:
-  sqlite3* db_ = nullptr;
-};
 
 sqlite_store::options quick(const std::string& path) {
   sqlite_store::options options;
@@ -82,7 +44,7 @@ struct outbox_fixture {
   idem::testing::temporary_directory directory;
   std::string path = directory.file("idem.sqlite3");
   sqlite_store store;
-  app_connection app{path};
+  file_connection app{path};
 
   explicit outbox_fixture(std::size_t max_payload = idem::default_max_outbox_payload_bytes) {
     sqlite_store::options options = quick(path);
@@ -312,7 +274,7 @@ TEST_CASE("sqlite_outbox::publish refuses bad input, no transaction, and a file 
   f.app.exec("ROLLBACK");
   CHECK(f.app.text("SELECT count(*) FROM idem_outbox") == "0");
 
-  app_connection elsewhere{f.directory.file("no-idem.sqlite3")};
+  file_connection elsewhere{f.directory.file("no-idem.sqlite3")};
   elsewhere.exec("BEGIN");
   CHECK_THROWS_WITH(idem::sqlite_outbox::publish(elsewhere.get(), "id", charged()),
                     Contains("no such table: idem_outbox") && Contains("idem::sqlite_store"));

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "support/records.hpp"
+#include "stores/sqlite/file_connection.hpp"
 #include "support/temporary_directory.hpp"
 
 using namespace std::chrono_literals;
@@ -36,6 +37,8 @@ using idem::store_failure;
 using idem::testing::print;
 using idem::testing::start;
 
+using idem_sqlite_test::file_connection;
+
 namespace {
 
 idem::claim_request ask(std::string_view scope, std::string_view key, idem::store_time now) {
@@ -48,43 +51,6 @@ sqlite_store::options quick(const std::string& path) {
   options.synchronous = sqlite_store::synchronous_mode::normal;
   return options;
 }
-
-// A plain connection of the test's own, as another program sharing the file would have.
-class raw_connection {
- public:
-  explicit raw_connection(const std::string& path) {
-    REQUIRE(sqlite3_open(path.c_str(), &db_) == SQLITE_OK);
-    sqlite3_busy_timeout(db_, 5000);
-  }
-  raw_connection(const raw_connection&) = delete;
-  raw_connection& operator=(const raw_connection&) = delete;
-  ~raw_connection() { sqlite3_close(db_); }
-
-  void exec(const std::string& sql) {
-    char* error = nullptr;
-    const int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error);
-    const std::string message = error != nullptr ? error : "";
-    sqlite3_free(error);
-    INFO(sql << ": " << message);
-    REQUIRE(rc == SQLITE_OK);
-  }
-  // The rows' values of one column, one line each.
-  std::string text(const std::string& sql, int column = 0) {
-    sqlite3_stmt* statement = nullptr;
-    REQUIRE(sqlite3_prepare_v2(db_, sql.c_str(), -1, &statement, nullptr) == SQLITE_OK);
-    std::string out;
-    while (sqlite3_step(statement) == SQLITE_ROW) {
-      if (!out.empty()) out += "\n";
-      const auto* value = sqlite3_column_text(statement, column);
-      out += value != nullptr ? reinterpret_cast<const char*>(value) : "NULL";
-    }
-    sqlite3_finalize(statement);
-    return out;
-  }
-
- private:
-  sqlite3* db_ = nullptr;
-};
 
 template <class F>
 store_error failure_of(F&& f) {
@@ -111,11 +77,11 @@ TEST_CASE("sqlite_store creates a versioned schema and leaves user_version to th
   idem::testing::temporary_directory directory;
   const std::string path = directory.file("idem.sqlite3");
   {
-    raw_connection app(path);
+    file_connection app(path);
     app.exec("PRAGMA user_version = 42; CREATE TABLE orders (id INTEGER PRIMARY KEY)");
   }
   sqlite_store store{path};
-  raw_connection check(path);
+  file_connection check(path);
   CHECK(check.text("PRAGMA journal_mode") == "wal");
   CHECK(check.text("PRAGMA user_version") == "42");
   CHECK(check.text("SELECT value FROM idem_meta WHERE name = 'schema_version'") == "3");
@@ -327,7 +293,7 @@ TEST_CASE("a database locked past the busy timeout fails the write and half-writ
   REQUIRE(store.complete({"tenant", "done", done.fence}, "stored", start));
   const auto held = store.claim(ask("tenant", "held", start));
 
-  raw_connection other(path);
+  file_connection other(path);
   other.exec("BEGIN IMMEDIATE; DELETE FROM idem_meta WHERE name = 'nothing'");
   // Writers wait out the busy timeout, then fail with the path and the reason.
   const store_error error = failure_of([&] { (void)store.claim(ask("tenant", "new", start)); });
@@ -379,7 +345,7 @@ TEST_CASE("a database written by a newer idem is refused, not downgraded", "[sql
   const std::string path = directory.file("idem.sqlite3");
   { sqlite_store store{quick(path)}; }
   {
-    raw_connection other(path);
+    file_connection other(path);
     other.exec("UPDATE idem_meta SET value = 99 WHERE name = 'schema_version'");
   }
   const store_error error = failure_of([&] { sqlite_store store{quick(path)}; });
@@ -398,7 +364,7 @@ TEST_CASE("a bounded store counts the usage of records every writer of the file 
   options.max_records = 3;
   options.max_bytes = 40;
   sqlite_store bounded{options};
-  raw_connection check(path);
+  file_connection check(path);
   CHECK(check.text("SELECT records || ' ' || bytes FROM idem_usage") == "2 4");
   // An unbounded handle on the same file now keeps the usage row up to date as well.
   const auto c = unbounded.claim(ask("t", "c", start));
@@ -427,11 +393,11 @@ struct transactional_fixture {
   sqlite_store store{quick(path)};
 
   transactional_fixture() {
-    raw_connection app(path);
+    file_connection app(path);
     app.exec("CREATE TABLE charges (key TEXT NOT NULL, amount INTEGER NOT NULL, note BLOB)");
   }
   std::string charges() {
-    raw_connection check(path);
+    file_connection check(path);
     return check.text("SELECT key || ':' || amount FROM charges ORDER BY rowid");
   }
 };
@@ -579,7 +545,7 @@ TEST_CASE("a response past max_bytes fails complete_within with full and rolls b
   options.max_bytes = 100;
   sqlite_store store{options};
   {
-    raw_connection app(options.path);
+    file_connection app(options.path);
     app.exec("CREATE TABLE effects (key TEXT)");
   }
   const auto claimed = store.claim(ask("tenant", "k", start));
@@ -591,7 +557,7 @@ TEST_CASE("a response past max_bytes fails complete_within with full and rolls b
     });
   });
   CHECK(error.failure() == store_failure::full);
-  raw_connection check(options.path);
+  file_connection check(options.path);
   CHECK(check.text("SELECT count(*) FROM effects") == "0");
   CHECK(store.find("tenant", "k", start)->state == record_state::in_progress);
 }

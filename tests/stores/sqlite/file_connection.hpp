@@ -1,0 +1,76 @@
+// A plain SQLite connection of a test's own on the store's file, as another program sharing the
+// file has (the application writing messages, an operator looking at the tables): runs SQL and
+// reads results back as text, failing the test case when SQLite refuses.
+#ifndef IDEM_TESTS_STORES_SQLITE_FILE_CONNECTION_HPP
+#define IDEM_TESTS_STORES_SQLITE_FILE_CONNECTION_HPP
+
+#include <catch2/catch.hpp>
+#include <sqlite3.h>
+
+#include <cstddef>
+#include <string>
+
+namespace idem_sqlite_test {
+
+class file_connection {
+ public:
+  explicit file_connection(const std::string& path) {
+    REQUIRE(sqlite3_open(path.c_str(), &db_) == SQLITE_OK);
+    sqlite3_busy_timeout(db_, 5000);
+  }
+  file_connection(const file_connection&) = delete;
+  file_connection& operator=(const file_connection&) = delete;
+  ~file_connection() { sqlite3_close(db_); }
+
+  sqlite3* get() const noexcept { return db_; }
+
+  void exec(const std::string& sql) {
+    char* error = nullptr;
+    const int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error);
+    const std::string message = error != nullptr ? error : "";
+    sqlite3_free(error);
+    INFO(sql << ": " << message);
+    REQUIRE(rc == SQLITE_OK);
+  }
+
+  // The rows' values of one column, one line each; any bytes (BLOBs as they are), NULL as
+  // "NULL".
+  std::string text(const std::string& sql, int column = 0) {
+    sqlite3_stmt* statement = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db_, sql.c_str(), -1, &statement, nullptr) == SQLITE_OK);
+    std::string out;
+    while (sqlite3_step(statement) == SQLITE_ROW) {
+      if (!out.empty()) out += "\n";
+      if (sqlite3_column_type(statement, column) == SQLITE_NULL) {
+        out += "NULL";
+        continue;
+      }
+      const auto* value = static_cast<const char*>(sqlite3_column_blob(statement, column));
+      const auto size = static_cast<std::size_t>(sqlite3_column_bytes(statement, column));
+      if (value != nullptr) out.append(value, size);  // an empty value comes back as nullptr
+    }
+    sqlite3_finalize(statement);
+    return out;
+  }
+
+  // What EXPLAIN QUERY PLAN says of `sql`: its detail column, one line a step.
+  std::string plan(const std::string& sql) {
+    sqlite3_stmt* statement = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db_, ("EXPLAIN QUERY PLAN " + sql).c_str(), -1, &statement,
+                               nullptr) == SQLITE_OK);
+    std::string out;
+    while (sqlite3_step(statement) == SQLITE_ROW) {
+      out += reinterpret_cast<const char*>(sqlite3_column_text(statement, 3));
+      out += "\n";
+    }
+    sqlite3_finalize(statement);
+    return out;
+  }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+}  // namespace idem_sqlite_test
+
+#endif  // IDEM_TESTS_STORES_SQLITE_FILE_CONNECTION_HPP
