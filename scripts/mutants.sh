@@ -44,7 +44,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root="$PWD"
 work="$root/build/mutants"
 source "$root/scripts/lib/packages.sh"
-idem_ensure_packages scripts/mutants.sh g++ catch2 patch
+idem_ensure_packages scripts/mutants.sh g++ catch2 patch libsqlite3-dev
 cxx="${CXX:-g++}"
 # -O1: fast to compile, still optimised enough for the concurrency tests to race. Warnings are
 # off: a mutant may leave a variable unused, and that is not what is being tested.
@@ -86,8 +86,10 @@ compile() {
   shift 2
   local sources=() source
   for source in "$@"; do sources+=("$root/$source"); done
+  # SQLite is linked into every binary: the SQLite outbox reader's guards are mutants too, and
+  # the library is small and embedded (no server).
   "$cxx" "${flags[@]}" -I "$include" -I "$root/tests" -I "$root/tests/support" "${sources[@]}" \
-    "$catch_main" -o "$output"
+    "$catch_main" -o "$output" -lsqlite3
 }
 
 # up_to_date BINARY INPUTS...: the binary exists and no input (file or folder, searched whole) is
