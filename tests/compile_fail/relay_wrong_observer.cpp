@@ -1,4 +1,5 @@
-// expect-first: Policies::observer must be copyable and provide on_pass, on_retry, on_dead_letter, on_sink_unavailable, on_backlog, on_claim_lost and on_purge
+// expect-first: Policies::observer must be copyable and provide on_pass, on_retry,
+// expect-first: on_dead_letter, on_sink_unavailable, on_backlog, on_claim_lost and on_purge
 // The client side's observer given to a relay: it hears attempts, not passes. The control uses
 // the relay's counting observer.
 #include <idem/client/policy/observer.hpp>

@@ -1,4 +1,5 @@
-// expect-first: outbox_relay's second parameter must satisfy idem::Sink: publish\(std::span<const outbox_entry>, std::span<sink_result>\) returning void
+// expect-first: outbox_relay's second parameter must satisfy idem::Sink:
+// expect-first: publish\(std::span<const outbox_entry>, std::span<sink_result>\) returning void
 // A sink that answers one bool for the whole batch: the relay needs an answer per message. The
 // sentence must come first, not the errors of the relay's body. The control publishes per entry.
 #include <idem/outbox/relay.hpp>
@@ -23,7 +24,9 @@ struct sink {
 #ifdef IDEM_COMPILE_FAIL_CONTROL
   void publish(std::span<const idem::outbox_entry>, std::span<idem::sink_result>) {}
 #else
-  bool publish(std::span<const idem::outbox_entry>) { return true; }
+  bool publish(std::span<const idem::outbox_entry>) {
+    return true;
+  }
 #endif
 };
 

@@ -4,8 +4,8 @@
 #ifndef IDEM_TESTS_STORES_SQLITE_FILE_CONNECTION_HPP
 #define IDEM_TESTS_STORES_SQLITE_FILE_CONNECTION_HPP
 
-#include <catch2/catch.hpp>
 #include <sqlite3.h>
+#include <catch2/catch.hpp>
 
 #include <cstddef>
 #include <string>

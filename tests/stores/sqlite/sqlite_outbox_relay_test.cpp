@@ -21,8 +21,8 @@
 #include <thread>
 #include <vector>
 
-#include "support/outbox_test_sinks.hpp"
 #include "stores/sqlite/file_connection.hpp"
+#include "support/outbox_test_sinks.hpp"
 #include "support/temporary_directory.hpp"
 
 using namespace std::chrono_literals;

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "support/records.hpp"
 #include "stores/sqlite/file_connection.hpp"
+#include "support/records.hpp"
 #include "support/temporary_directory.hpp"
 
 using namespace std::chrono_literals;

@@ -22,8 +22,8 @@
 #include <thread>
 #include <vector>
 
-#include "support/records.hpp"
 #include "stores/sqlite/file_connection.hpp"
+#include "support/records.hpp"
 #include "support/temporary_directory.hpp"
 
 using namespace std::chrono_literals;
