@@ -24,83 +24,13 @@
 #include <idem/store/sqlite/outbox.hpp>
 #include <idem/store/sqlite/outbox_reader.hpp>
 
+#include "support/child_process.hpp"
 #include "support/outbox_test_sinks.hpp"
 #include "support/temporary_directory.hpp"
 
 using namespace std::chrono_literals;
 
 namespace {
-
-// The relay worker with pipes to its stdin and stdout.
-class relay_process {
- public:
-  relay_process(const std::string& path, int batch_size) {
-    int to_child[2];
-    int from_child[2];
-    REQUIRE(::pipe2(to_child, O_CLOEXEC) == 0);
-    REQUIRE(::pipe2(from_child, O_CLOEXEC) == 0);
-    std::string program = IDEM_SQLITE_RELAY_WORKER;
-    std::string mode = "relay";
-    std::string db = path;
-    std::string batch = std::to_string(batch_size);
-    char* argv[] = {program.data(), mode.data(), db.data(), batch.data(), nullptr};
-    pid_ = ::fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      // Only async-signal-safe calls between fork and exec.
-      ::dup2(to_child[0], STDIN_FILENO);
-      ::dup2(from_child[1], STDOUT_FILENO);
-      ::execv(argv[0], argv);
-      ::_exit(127);
-    }
-    ::close(to_child[0]);
-    ::close(from_child[1]);
-    input_ = to_child[1];
-    output_ = from_child[0];
-  }
-  relay_process(const relay_process&) = delete;
-  relay_process& operator=(const relay_process&) = delete;
-  ~relay_process() {
-    kill_and_wait();
-    ::close(input_);
-    ::close(output_);
-  }
-
-  // The next line printed; nothing at the end. Silence for two minutes fails the test.
-  std::optional<std::string> line() {
-    for (;;) {
-      const auto end = buffered_.find('\n');
-      if (end != std::string::npos) {
-        std::string out = buffered_.substr(0, end);
-        buffered_.erase(0, end + 1);
-        return out;
-      }
-      pollfd readable{output_, POLLIN, 0};
-      if (::poll(&readable, 1, 120000) == 0) FAIL("the relay worker printed nothing for 2 min");
-      char chunk[4096];
-      const ssize_t got = ::read(output_, chunk, sizeof chunk);
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) return std::nullopt;
-      buffered_.append(chunk, static_cast<std::size_t>(got));
-    }
-  }
-  void send(char byte) { REQUIRE(::write(input_, &byte, 1) == 1); }
-  // SIGKILL, and its wait status.
-  int kill_and_wait() {
-    if (pid_ <= 0) return 0;
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return status;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int input_ = -1;
-  int output_ = -1;
-  std::string buffered_;
-};
 
 struct takeover_policies : idem::default_relay_policies {
   using clock = idem::manual_clock;
@@ -133,7 +63,7 @@ TEST_CASE(
   std::vector<std::string> seen_by_consumer;
   std::vector<std::string> killed_batch;
   {
-    relay_process worker(path, 4);
+    idem::testing::child_process worker(IDEM_SQLITE_RELAY_WORKER, {"relay", path, "4"});
     for (int batch = 0; batch < 2; ++batch) {
       for (;;) {
         const std::optional<std::string> line = worker.line();

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "stores/sqlite/scenario.hpp"
+#include "support/child_process.hpp"
 #include "support/temporary_directory.hpp"
 
 using namespace std::chrono_literals;
@@ -40,84 +41,10 @@ using scenario::point;
 
 namespace {
 
-// A worker process with pipes to its stdin and stdout.
-class worker {
- public:
-  explicit worker(std::vector<std::string> arguments) {
-    int to_child[2];
-    int from_child[2];
-    REQUIRE(::pipe2(to_child, O_CLOEXEC) == 0);
-    REQUIRE(::pipe2(from_child, O_CLOEXEC) == 0);
-    std::vector<char*> argv;
-    argv.reserve(arguments.size() + 2);
-    static std::string program = IDEM_SQLITE_WORKER;
-    argv.push_back(program.data());
-    for (std::string& argument : arguments)
-      argv.push_back(argument.data());
-    argv.push_back(nullptr);
-    pid_ = ::fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      // Only async-signal-safe calls between fork and exec.
-      ::dup2(to_child[0], STDIN_FILENO);
-      ::dup2(from_child[1], STDOUT_FILENO);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(to_child[0]);
-    ::close(from_child[1]);
-    input_ = to_child[1];
-    output_ = from_child[0];
-  }
-  worker(const worker&) = delete;
-  worker& operator=(const worker&) = delete;
-  ~worker() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-    }
-    ::close(input_);
-    ::close(output_);
-  }
-
-  /// The next line the worker printed; nothing at end of file. A worker silent for two minutes
-  /// fails the test rather than hanging it.
-  std::optional<std::string> line() {
-    for (;;) {
-      const auto end = buffered_.find('\n');
-      if (end != std::string::npos) {
-        std::string out = buffered_.substr(0, end);
-        buffered_.erase(0, end + 1);
-        return out;
-      }
-      pollfd readable{output_, POLLIN, 0};
-      const int ready = ::poll(&readable, 1, 120000);
-      if (ready == 0) FAIL("the worker printed nothing for two minutes");
-      char chunk[4096];
-      const ssize_t got = ::read(output_, chunk, sizeof chunk);
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) return std::nullopt;
-      buffered_.append(chunk, static_cast<std::size_t>(got));
-    }
-  }
-
-  void send(char byte) { REQUIRE(::write(input_, &byte, 1) == 1); }
-  void kill() { ::kill(pid_, SIGKILL); }
-
-  /// Waits for the worker to end; its wait status.
-  int wait() {
-    int status = 0;
-    REQUIRE(::waitpid(pid_, &status, 0) == pid_);
-    pid_ = -1;
-    return status;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int input_ = -1;
-  int output_ = -1;
-  std::string buffered_;
+// idem_sqlite_worker with pipes to its stdin and stdout.
+struct worker : idem::testing::child_process {
+  explicit worker(std::vector<std::string> arguments)
+      : child_process(IDEM_SQLITE_WORKER, std::move(arguments)) {}
 };
 
 bool killed(int status) {
