@@ -9,11 +9,9 @@
 //     would prove nothing).
 #include <catch2/catch.hpp>
 
-#include <poll.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <map>
 #include <sstream>
@@ -22,6 +20,7 @@
 #include <vector>
 
 #include "stores/redis/stream_test_support.hpp"
+#include "support/child_process.hpp"
 #include "support/temporary_directory.hpp"
 
 using idem_stream_test::message;
@@ -42,36 +41,11 @@ struct finished {
 
 // Runs the worker to its end (it exits or kills itself); what it printed and its wait status.
 finished run_worker(std::vector<std::string> arguments) {
-  int out[2];
-  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
-  static std::string program = IDEM_STREAM_CONSUMER_WORKER;
-  std::vector<char*> argv{program.data()};
-  for (std::string& argument : arguments)
-    argv.push_back(argument.data());
-  argv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::dup2(out[1], STDOUT_FILENO);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  ::close(out[1]);
+  idem::testing::child_process worker(IDEM_STREAM_CONSUMER_WORKER, std::move(arguments));
   finished result;
-  for (;;) {
-    pollfd readable{out[0], POLLIN, 0};
-    if (::poll(&readable, 1, 120000) == 0) {
-      ::kill(pid, SIGKILL);
-      FAIL("the worker printed nothing for two minutes");
-    }
-    char chunk[4096];
-    const ssize_t got = ::read(out[0], chunk, sizeof chunk);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) break;
-    result.output.append(chunk, static_cast<std::size_t>(got));
-  }
-  ::close(out[0]);
-  REQUIRE(::waitpid(pid, &result.status, 0) == pid);
+  while (const auto line = worker.line())
+    result.output += *line + "\n";
+  result.status = worker.wait();
   return result;
 }
 
