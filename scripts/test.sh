@@ -126,6 +126,9 @@ fi
 
 # --- 1: g++, all targets ---------------------------------------------------------------------
 # RelWithDebInfo for the optimiser's warnings, with its -DNDEBUG dropped so asserts stay on.
+# Every build here uses -g1, line tables only: backtraces and sanitizer reports still name the
+# file and line, and compiling takes a third less time than with -g under g++ and a sixth less
+# under clang++ (measured on one store test: 12.3 s against 8.2 s, 15.1 s against 12.6 s).
 # --quick leaves out what is slow to build or run and rarely what an edit breaks: the benchmarks,
 # the examples (the payments demo and its end-to-end tests), the single-header build, the
 # asynchronous tests' second build on standalone Asio, and the compile-fail and consumer tests
@@ -139,7 +142,7 @@ if ((quick)); then
 fi
 configure_and_build gcc build/gcc "" \
   -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g" \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1" \
   -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=$full -DIDEM_BUILD_BENCH=$full \
   -DIDEM_TEST_SINGLE_HEADER=$full -DIDEM_TEST_ASIO_STANDALONE=$full -DIDEM_SANITIZE= \
   -DIDEM_REQUIRE_ADAPTERS=ON ||
@@ -148,13 +151,15 @@ run_ctest gcc build/gcc "${gcc_ctest_args[@]}"
 
 if ((!quick)); then
   # --- 2: clang++, AddressSanitizer + UndefinedBehaviorSanitizer -----------------------------
+  # Everything but the single-header build, which compiles the unit tests again against the
+  # amalgamation: the g++ build has it, and it finds nothing a sanitizer would.
   export ASAN_OPTIONS="${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1}"
   export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
   configure_and_build clang-asan build/clang-asan "" \
-    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" \
+    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" \
     -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=ON -DIDEM_BUILD_BENCH=OFF \
     -DIDEM_SANITIZE=address,undefined -DIDEM_CLANG_TIDY=ON -DIDEM_REQUIRE_ADAPTERS=ON \
-    -DIDEM_TEST_ASIO_STANDALONE=OFF || exit 1
+    -DIDEM_TEST_ASIO_STANDALONE=OFF -DIDEM_TEST_SINGLE_HEADER=OFF || exit 1
   run_ctest clang-asan build/clang-asan
 
   # --- 3: clang++, ThreadSanitizer, the [concurrency] test cases -----------------------------
@@ -168,7 +173,7 @@ if ((!quick)); then
     ctest_prefix=(setarch "$(uname -m)" -R)
   fi
   configure_and_build tsan build/tsan idem_concurrency_tests \
-    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" \
+    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" \
     -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=OFF -DIDEM_BUILD_BENCH=OFF \
     -DIDEM_SANITIZE=thread -DIDEM_REQUIRE_ADAPTERS=ON -DIDEM_TEST_ASIO_STANDALONE=OFF || exit 1
   run_ctest tsan build/tsan -L concurrency --no-tests=error
@@ -179,7 +184,7 @@ if ((!quick)); then
   # them longer. (Every build above already replayed the seeds as fuzz_corpus.<target>.)
   ctest_prefix=()
   configure_and_build fuzz build/fuzz idem_fuzz_targets \
-    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" \
+    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" \
     -DIDEM_BUILD_FUZZ=ON -DIDEM_FUZZ_SECONDS=10 -DIDEM_BUILD_TESTS=OFF -DIDEM_BUILD_EXAMPLES=OFF \
     -DIDEM_BUILD_BENCH=OFF -DIDEM_SANITIZE= -DIDEM_REQUIRE_ADAPTERS=ON || exit 1
   run_ctest fuzz build/fuzz -L fuzz --no-tests=error
