@@ -442,7 +442,9 @@ class reader {
   /// Moves the dead letters with these sequences back into the outbox, due at `now`, with
   /// attempts 0 and a new sequence (after everything their key wrote so far); their id, and so
   /// consumers' deduplication, stays. Answers how many dead letters it took; sequences that
-  /// are no dead letter are ignored. One statement, one transaction.
+  /// are no dead letter are ignored, and a dead letter whose id the outbox holds again (written
+  /// since) stays where it is, as consumers would deduplicate the second copy anyway. One
+  /// statement, one transaction.
   std::size_t requeue(std::span<const std::int64_t> sequences,
                       std::chrono::system_clock::time_point now) {
     namespace pg = detail::postgres;

@@ -165,11 +165,15 @@ inline std::string outbox_dead_letters_sql(const quoted_names& names) {
 // requeue: $1 sequences (int8[]), $2 now. Moves dead letters back into the outbox as new rows
 // (a new sequence, attempts 0, due at $2), keeping id, created_at, topic, key, headers and
 // payload: the message goes after whatever its key wrote before the requeue. One whose id is
-// in the outbox again already is only removed from the dead letters: the outbox holds it.
-// Answers how many dead letters it removed. The insert fires the wake-up trigger.
+// in the outbox again (written since) stays a dead letter: its payload may differ from the new
+// row's, and the operator decides. (A writer adding the id between the two is answered by ON
+// CONFLICT, and the dead letter is then dropped for the row the outbox holds.) Answers how many
+// dead letters it moved. The insert fires the wake-up trigger.
 inline std::string outbox_requeue_sql(const quoted_names& names) {
   return "WITH moved AS (DELETE FROM " + names.outbox_dead +
-         " WHERE sequence = ANY($1::int8[]) RETURNING sequence, id, topic, partition_key, "
+         " AS dead WHERE dead.sequence = ANY($1::int8[]) AND NOT EXISTS (SELECT 1 FROM " +
+         names.outbox +
+         " AS written WHERE written.id = dead.id) RETURNING sequence, id, topic, partition_key, "
          "created_at, headers, payload), added AS (INSERT INTO " +
          names.outbox +
          " (id, topic, partition_key, created_at, next_attempt_at, headers, payload) SELECT id, "
