@@ -1,15 +1,17 @@
-// The relay on an SQLite file: idem::outbox_relay driving idem::sqlite_outbox::reader into the
-// test sinks. Published only after the sink acknowledged; failed messages retried after their
-// backoff and dead-lettered after max_attempts with the last error; rejected ones at once; a
-// sink down for 10 s of manual time changes nothing and shows as lag; one key's order kept
-// through a failure while other keys flow; retention; one relay at a time under the fenced
-// lease; an abandoned batch changes nothing; the dead letters listed and requeued; schema 3.
+// The relay on an SQLite file: the outbox conformance check (idem/testing/outbox_conformance.hpp)
+// on idem::sqlite_outbox::reader, then idem::outbox_relay driving that reader into the test
+// sinks: published only after the sink acknowledged; failed messages retried after their backoff
+// and dead-lettered after max_attempts with the last error; rejected ones at once; a sink down
+// for 10 s of manual time changes nothing and shows as lag; one key's order kept through a
+// failure while other keys flow; retention; one relay at a time under the fenced lease; bad
+// settles; schema 3 and its indexes; run() against live writers.
 #include <catch2/catch.hpp>
 
 #include <idem/outbox/relay.hpp>
 #include <idem/store/sqlite.hpp>
 #include <idem/store/sqlite/outbox.hpp>
 #include <idem/store/sqlite/outbox_reader.hpp>
+#include <idem/testing/outbox_conformance.hpp>
 
 #include <sqlite3.h>
 
@@ -77,13 +79,16 @@ struct relay_fixture {
         on, to, options, {.clock = clock, .observer = observer, .seed = idem::seed_from(7)});
   }
 
-  // Writes a message of `key` in its own transaction; its id is key/payload.
+  // Writes a message in its own transaction.
+  void publish(const std::string& id, const idem::outbox_message& message) {
+    app.exec("BEGIN IMMEDIATE");
+    idem::sqlite_outbox::publish(app.get(), id, message);
+    app.exec("COMMIT");
+  }
+  // Writes a message of `key`; its id is key/payload.
   std::string write(const std::string& key, const std::string& payload) {
     const std::string id = key + "/" + payload;
-    app.exec("BEGIN IMMEDIATE");
-    idem::sqlite_outbox::publish(app.get(), id,
-                                 {.topic = "events", .partition_key = key, .payload = payload});
-    app.exec("COMMIT");
+    publish(id, {.topic = "events", .partition_key = key, .payload = payload});
     return id;
   }
   std::string column(const std::string& column, const std::string& id) {
@@ -130,6 +135,36 @@ std::string message_of(F f) {
 
 }  // namespace
 
+namespace {
+
+// The outbox conformance check (idem/testing/outbox_conformance.hpp) on a file of its own; each
+// reader it makes is a lease holder of its own.
+struct sqlite_outbox_factory {
+  sqlite_outbox_factory() {}  // not an aggregate: T{} then default-initializes the fixture
+  relay_fixture fixture;
+  int readers = 0;
+  reader make() {
+    return reader{fixture.path, quick_reader("reader-" + std::to_string(++readers))};
+  }
+  void write(const std::string& id, const std::string& key, const std::string& payload) {
+    fixture.publish(id, {.topic = "orders",
+                         .partition_key = key,
+                         .payload = payload,
+                         .headers = {{"type", "placed"}}});
+  }
+  void corrupt_headers(const std::string& id) {
+    // A netstring's length with no payload behind it.
+    fixture.app.exec("UPDATE idem_outbox SET headers = x'393a' WHERE id = '" + id + "'");
+  }
+  bool requeue(reader& outbox, std::int64_t sequence, std::chrono::system_clock::time_point now) {
+    return outbox.requeue(sequence, now) == idem::sqlite_outbox::requeue_result::requeued;
+  }
+};
+
+}  // namespace
+
+IDEM_OUTBOX_CONFORMANCE_TESTS(sqlite_outbox_factory)
+
 // ---- publishing ----------------------------------------------------------------------------
 
 TEST_CASE("a message is marked published only after the sink acknowledged it",
@@ -145,32 +180,6 @@ TEST_CASE("a message is marked published only after the sink acknowledged it",
   CHECK(f.column("published_at IS NOT NULL", id) == "1");
   CHECK(relay.run_once().fetched == 0);  // never sent again
 }
-
-TEST_CASE("a message comes to the sink with its id, topic, key, payload and headers",
-          "[sqlite][outbox][relay]") {
-  relay_fixture f;
-  f.app.exec("BEGIN IMMEDIATE");
-  idem::sqlite_outbox::publish(f.app.get(), "order-9/shipped",
-                               {.topic = "orders",
-                                .partition_key = std::string("k\0y", 3),
-                                .payload = std::string("p\0,:", 4),
-                                .headers = {{"type", "shipped"}, {"trace", ""}}});
-  f.app.exec("COMMIT");
-  auto relay = f.relay();
-  relay.drain();
-  REQUIRE(f.sink.delivered.size() == 1);
-  const idem::outbox_entry& entry = f.sink.delivered[0];
-  CHECK(entry.id == "order-9/shipped");
-  CHECK(entry.message.topic == "orders");
-  CHECK(entry.message.partition_key == std::string("k\0y", 3));
-  CHECK(entry.message.payload == std::string("p\0,:", 4));
-  CHECK(entry.message.headers ==
-        std::vector<idem::outbox_header>{{"type", "shipped"}, {"trace", ""}});
-  CHECK(entry.attempts == 0);
-  CHECK(entry.sequence > 0);
-}
-
-// ---- failures, rejections, outages ---------------------------------------------------------
 
 TEST_CASE(
     "a failed message is sent again after its backoff and dead-lettered after "
@@ -313,23 +322,6 @@ TEST_CASE(
   CHECK(f.app.text("SELECT count(*) FROM idem_outbox WHERE published_at IS NULL") == "0");
 }
 
-TEST_CASE(
-    "the reader hands out a key's row only behind every earlier unpublished row of that "
-    "key, even across a small batch",
-    "[sqlite][outbox][relay]") {
-  relay_fixture f;
-  for (const char* payload : {"a1", "b1", "a2", "b2", "a3"}) {
-    f.write(std::string("acct-") + payload[0], payload);
-  }
-  auto relay = f.relay({.batch_size = 2});
-  relay.drain();
-  CHECK(f.sink.payloads_of("acct-a") == std::vector<std::string>{"a1", "a2", "a3"});
-  CHECK(f.sink.payloads_of("acct-b") == std::vector<std::string>{"b1", "b2"});
-  CHECK(f.sink.calls == 3);
-}
-
-// ---- retention -----------------------------------------------------------------------------
-
 TEST_CASE("published rows are purged after the retention window, unpublished ones never",
           "[sqlite][outbox][relay]") {
   relay_fixture f;
@@ -432,29 +424,6 @@ TEST_CASE(
   CHECK(f.app.text("SELECT count(*) FROM idem_outbox WHERE published_at IS NULL") == "1");
 }
 
-TEST_CASE("a batch dropped without settling changes nothing, and its rows are fetched again",
-          "[sqlite][outbox][relay]") {
-  relay_fixture f;
-  f.write("acct-1", "a1");
-  f.write("acct-2", "b1");
-  const std::string before = f.rows();
-  std::vector<std::int64_t> first_sequences;
-  {
-    auto first = f.outbox.fetch(10, f.clock.wall_now());
-    for (const auto& entry : first.entries())
-      first_sequences.push_back(entry.sequence);
-  }  // dropped unsettled: what a relay that dies or throws mid-pass leaves
-  CHECK(f.rows() == before);
-  auto again = f.outbox.fetch(10, f.clock.wall_now());
-  std::vector<std::int64_t> second_sequences;
-  for (const auto& entry : again.entries())
-    second_sequences.push_back(entry.sequence);
-  CHECK(first_sequences.size() == 2);
-  CHECK(second_sequences == first_sequences);
-}
-
-// ---- bad input -----------------------------------------------------------------------------
-
 TEST_CASE(
     "settling a batch twice, with the wrong count, or through another reader is refused "
     "and writes nothing",
@@ -525,63 +494,6 @@ TEST_CASE("the reader's queries go through the outbox's partial indexes",
 }
 
 // ---- dead letters --------------------------------------------------------------------------
-
-TEST_CASE(
-    "a row whose headers cannot be read is dead-lettered with the reason instead of "
-    "stopping the relay",
-    "[sqlite][outbox][relay]") {
-  relay_fixture f;
-  const std::string damaged = f.write("acct-1", "a1");
-  f.write("acct-1", "a2");
-  f.app.exec("UPDATE idem_outbox SET headers = x'393a' WHERE id = '" + damaged + "'");
-  auto relay = f.relay();
-  CHECK(relay.drain().published == 1);
-  CHECK(f.sink.payloads_of("acct-1") == std::vector<std::string>{"a2"});
-  const auto dead = f.outbox.dead_letters();
-  REQUIRE(dead.size() == 1);
-  CHECK(dead[0].entry.id == damaged);
-  CHECK_THAT(dead[0].reason, Contains("cannot be read") && Contains("outbox headers"));
-}
-
-TEST_CASE("an operator lists the dead letters and requeues one, which is then sent",
-          "[sqlite][outbox][relay]") {
-  relay_fixture f;
-  const std::string id = f.write("acct-1", "a1");
-  f.sink.reject(id);
-  auto relay = f.relay();
-  relay.drain();
-  auto dead = f.outbox.dead_letters();
-  REQUIRE(dead.size() == 1);
-  CHECK(f.outbox.dead_letters(10, dead[0].entry.sequence).empty());
-
-  f.sink.rejections.clear();
-  CHECK(f.outbox.requeue(dead[0].entry.sequence, f.clock.wall_now()) ==
-        idem::sqlite_outbox::requeue_result::requeued);
-  CHECK(f.outbox.dead_letters().empty());
-  CHECK(relay.drain().published == 1);
-  CHECK(f.sink.payloads_of("acct-1") == std::vector<std::string>{"a1"});
-  CHECK(f.column("sequence > " + std::to_string(dead[0].entry.sequence), id) == "1");
-  CHECK(f.outbox.requeue(dead[0].entry.sequence, f.clock.wall_now()) ==
-        idem::sqlite_outbox::requeue_result::no_such_dead_letter);
-}
-
-TEST_CASE("a dead letter whose id was written again is not requeued beside it",
-          "[sqlite][outbox][relay]") {
-  relay_fixture f;
-  const std::string id = f.write("acct-1", "a1");
-  f.sink.reject(id);
-  auto relay = f.relay();
-  relay.drain();
-  f.write("acct-1", "a1");  // the same id, written again after it died
-  const auto dead = f.outbox.dead_letters();
-  REQUIRE(dead.size() == 1);
-  CHECK(f.outbox.requeue(dead[0].entry.sequence, f.clock.wall_now()) ==
-        idem::sqlite_outbox::requeue_result::id_already_in_outbox);
-  CHECK(f.outbox.dead_letters().size() == 1);
-  CHECK(f.app.text("SELECT count(*) FROM idem_outbox") == "1");
-}
-
-// ---- the loop ------------------------------------------------------------------------------
 
 TEST_CASE("run publishes what writers commit while it runs, and stops when asked",
           "[sqlite][outbox][relay][concurrency]") {
