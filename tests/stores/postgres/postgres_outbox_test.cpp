@@ -16,22 +16,25 @@
 
 #include "postgres_test_support.hpp"
 
+#include "support/outbox_writer_cases.hpp"
 #include "support/records.hpp"
 
 namespace pgtest = idem::testing::postgres;
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 using idem::postgres_store;
-
-using idem::testing::print;
-using idem::testing::start;
+using idem::testing::outbox_writer_cases::charged;
 
 namespace {
 
+// A store on a table of its own, with a table of effects the handlers write beside their
+// messages (the fixture of tests/support/outbox_writer_cases.hpp).
 struct outbox_fixture {
+  using store_type = postgres_store;
+  static constexpr const char* publish_who = "idem::postgres_store::transaction::publish";
   pgtest::table_guard table{pgtest::unique_table("outbox")};
   std::string outbox_table = "\"" + table.name + "_outbox\"";
-  std::string effects = "\"" + table.name + "_effects\"";
+  std::string effects_table = "\"" + table.name + "_effects\"";
   postgres_store store;
   pgtest::connection check;
 
@@ -39,10 +42,9 @@ struct outbox_fixture {
     postgres_store::options config = pgtest::caller_time_options(table.name);
     config.max_outbox_payload_bytes = max_payload;
     store = postgres_store{config};
-    check.exec("CREATE TABLE " + effects + " (key text NOT NULL)");
+    check.exec("CREATE TABLE " + effects_table + " (n serial, key text NOT NULL)");
   }
   long long rows() { return check.scalar("SELECT count(*) FROM " + outbox_table); }
-  long long effects_count() { return check.scalar("SELECT count(*) FROM " + effects); }
   // One column of the rows, in order, as text (bytea columns decoded).
   std::string column(const std::string& expression) {
     const idem::postgres_result result =
@@ -54,25 +56,41 @@ struct outbox_fixture {
     }
     return out;
   }
-};
 
-idem::outbox_message charged(std::string payload = "{\"amount\":250}") {
-  return {.topic = "payments",
-          .partition_key = "acct-7",
-          .payload = std::move(payload),
-          .headers = {{"type", "charged"}}};
-}
-
-struct policies : idem::default_policies {
-  using store = postgres_store;
-  using clock = idem::manual_clock;
-};
-
-struct simulated_crash : std::runtime_error {
-  simulated_crash() : std::runtime_error("the process died here") {}
+  void effect(postgres_store::transaction& txn, const std::string& key) {
+    txn.exec("INSERT INTO " + effects_table + " (key) VALUES ($1)", {key});
+  }
+  std::vector<std::string> effects() {
+    const idem::postgres_result result =
+        check.exec("SELECT key FROM " + effects_table + " ORDER BY n");
+    std::vector<std::string> keys;
+    for (int row = 0; row < result.rows(); ++row)
+      keys.emplace_back(result.value(row, 0));
+    return keys;
+  }
+  std::vector<idem::testing::stored_message> outbox() {
+    const idem::postgres_result result = check.exec(
+        "SELECT id, topic, convert_from(partition_key, 'UTF8'), convert_from(payload, 'UTF8'), "
+        "convert_from(headers, 'UTF8'), created_at, published_at IS NULL AND attempts = 0 AND "
+        "next_attempt_at = created_at FROM " +
+        outbox_table + " ORDER BY sequence");
+    std::vector<idem::testing::stored_message> messages;
+    for (int row = 0; row < result.rows(); ++row) {
+      messages.push_back({.id = std::string(result.value(row, 0)),
+                          .message = {.topic = std::string(result.value(row, 1)),
+                                      .partition_key = std::string(result.value(row, 2)),
+                                      .payload = std::string(result.value(row, 3)),
+                                      .headers = idem::decode_outbox_headers(result.value(row, 4))},
+                          .created_at_ns = std::stoll(std::string(result.value(row, 5))),
+                          .fresh = result.value(row, 6) == "t"});
+    }
+    return messages;
+  }
 };
 
 }  // namespace
+
+IDEM_OUTBOX_WRITER_CASES(outbox_fixture, "[postgres][outbox]")
 
 TEST_CASE(
     "the store's migration makes <table>_outbox and what the relay needs, and a version 1 or 2 "
@@ -126,104 +144,6 @@ TEST_CASE("a table whose outbox a newer idem wrote is refused at construction, s
   CHECK(f.check.scalar("SELECT version FROM \"" + f.table.name + "_meta\"") == 4);
 }
 
-TEST_CASE("a transactional handler's message commits with its effect and its record",
-          "[postgres][outbox]") {
-  outbox_fixture f;
-  std::string published;
-  auto charge = [&](idem::handler_context& ctx, const std::string& amount,
-                    postgres_store::transaction& txn) {
-    txn.exec("INSERT INTO " + f.effects + " VALUES ($1)", {ctx.key()});
-    published = txn.publish("charged", charged());
-    return "charged " + amount;
-  };
-  idem::idempotent<decltype(charge), policies> payments{
-      charge, {.store = f.store, .clock = idem::manual_clock{start}}};
-  REQUIRE(payments("tenant", "order-1", std::string("250")).verdict() == idem::verdict::executed);
-  CHECK(published == idem::outbox_message_id("tenant", "order-1", "charged"));
-  CHECK(f.column("id") == published);
-  CHECK(f.column("topic") == "payments");
-  CHECK(f.column("convert_from(partition_key, 'UTF8')") == "acct-7");
-  CHECK(f.column("convert_from(payload, 'UTF8')") == "{\"amount\":250}");
-  CHECK(f.column("convert_from(headers, 'UTF8')") == "4:type,7:charged,");
-  CHECK(
-      f.column("created_at") ==
-      std::to_string(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count()));
-  CHECK(f.column("published_at IS NULL AND attempts = 0 AND next_attempt_at = created_at") == "t");
-  CHECK(payments("tenant", "order-1", std::string("250")).verdict() == idem::verdict::replayed);
-  CHECK(f.rows() == 1);
-  CHECK(f.effects_count() == 1);
-}
-
-TEST_CASE("a payload past max_outbox_payload_bytes throws at publish and rolls everything back",
-          "[postgres][outbox]") {
-  outbox_fixture f{16};
-  auto charge = [&](idem::handler_context& ctx, const std::string& payload,
-                    postgres_store::transaction& txn) {
-    txn.exec("INSERT INTO " + f.effects + " VALUES ($1)", {ctx.key()});
-    txn.publish("charged", charged(payload));
-    return std::string("charged");
-  };
-  idem::idempotent<decltype(charge), policies> payments{
-      charge, {.store = f.store, .clock = idem::manual_clock{start}}};
-  CHECK_THROWS_WITH(payments("tenant", "big", std::string(17, 'p')),
-                    Contains("idem::postgres_store::transaction::publish") &&
-                        Contains("max_outbox_payload_bytes (16)"));
-  CHECK(f.effects_count() == 0);
-  CHECK(f.rows() == 0);
-  CHECK_FALSE(f.store.find("tenant", "big", start));
-  CHECK(payments("tenant", "big", std::string(16, 'p')).verdict() == idem::verdict::executed);
-  CHECK(f.rows() == 1);
-}
-
-TEST_CASE("a run after a takeover publishes under the id the crashed run used, once",
-          "[postgres][outbox]") {
-  outbox_fixture f;
-  const auto first = f.store.claim({"tenant", "order-1", print(1), start, 30s, 24h});
-  std::string crashed_id;
-  CHECK_THROWS_AS(f.store.complete_within({"tenant", "order-1", first.fence}, start,
-                                          [&](postgres_store::transaction& txn) -> std::string {
-                                            crashed_id = txn.publish("charged", charged());
-                                            throw simulated_crash{};
-                                          }),
-                  simulated_crash);
-  CHECK(f.rows() == 0);
-  const auto second = f.store.claim({"tenant", "order-1", print(1), start + 31s, 30s, 24h});
-  REQUIRE(second.status == idem::claim_status::taken_over);
-  std::vector<std::string> ids;
-  CHECK(f.store.complete_within({"tenant", "order-1", second.fence}, start + 31s,
-                                [&](postgres_store::transaction& txn) {
-                                  ids.push_back(txn.publish("charged", charged()));
-                                  ids.push_back(txn.publish("charged", charged("other")));
-                                  return std::string("charged");
-                                }));
-  CHECK(ids == std::vector<std::string>{crashed_id, crashed_id});
-  CHECK(f.column("id") == crashed_id);
-  CHECK(f.column("convert_from(payload, 'UTF8')") == "{\"amount\":250}");
-}
-
-TEST_CASE("a transactional inbox consumer's message commits with its event's record",
-          "[postgres][outbox]") {
-  outbox_fixture f;
-  idem::inbox<policies> consumed{{.store = f.store, .clock = idem::manual_clock{start}}};
-  auto ship = [&](idem::handler_context& ctx, postgres_store::transaction& txn) {
-    txn.exec("INSERT INTO " + f.effects + " VALUES ($1)", {ctx.key()});
-    txn.publish("shipped", {.topic = "shipping", .partition_key = "order-9", .payload = "go"});
-  };
-  for (int delivery = 0; delivery < 3; ++delivery) {
-    CHECK(consumed.deduplicate("orders", "evt-1", ship).verdict() ==
-          (delivery == 0 ? idem::verdict::executed : idem::verdict::replayed));
-  }
-  CHECK(f.column("id") == idem::outbox_message_id("orders", "evt-1", "shipped"));
-  CHECK(f.effects_count() == 1);
-  auto failing = [](postgres_store::transaction& txn) {
-    txn.publish("shipped", {.topic = "shipping", .payload = "go"});
-    throw std::runtime_error("the warehouse is closed");
-  };
-  CHECK_THROWS_AS(consumed.deduplicate("orders", "evt-2", failing), std::runtime_error);
-  CHECK(f.rows() == 1);
-}
-
 TEST_CASE(
     "postgres_outbox::publish writes in the application's transaction: commit keeps it, "
     "rollback drops it",
@@ -232,7 +152,7 @@ TEST_CASE(
   const idem::postgres_outbox::target where = f.store.outbox_target();
   pgtest::connection app;
   app.exec("BEGIN");
-  app.exec("INSERT INTO " + f.effects + " VALUES ('order-1')");
+  app.exec("INSERT INTO " + f.effects_table + " (key) VALUES ('order-1')");
   CHECK(idem::postgres_outbox::publish(app.get(), "order-1/charged", charged(), where));
   CHECK_FALSE(idem::postgres_outbox::publish(app.get(), "order-1/charged", charged("x"), where));
   app.exec("COMMIT");
@@ -244,11 +164,11 @@ TEST_CASE(
                        "60e9") == 1);
 
   app.exec("BEGIN");
-  app.exec("INSERT INTO " + f.effects + " VALUES ('order-2')");
+  app.exec("INSERT INTO " + f.effects_table + " (key) VALUES ('order-2')");
   CHECK(idem::postgres_outbox::publish(app.get(), "order-2/charged", charged(), where));
   app.exec("ROLLBACK");
   CHECK(f.column("id") == "order-1/charged");
-  CHECK(f.effects_count() == 1);
+  CHECK(f.effects().size() == 1);
 }
 
 TEST_CASE("postgres_outbox::publish refuses bad input, no transaction, and a missing outbox",

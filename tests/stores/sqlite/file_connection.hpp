@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace idem_sqlite_test {
 
@@ -33,23 +34,37 @@ class file_connection {
     REQUIRE(rc == SQLITE_OK);
   }
 
-  // The rows' values of one column, one line each; any bytes (BLOBs as they are), NULL as
-  // "NULL".
-  std::string text(const std::string& sql, int column = 0) {
+  // The rows, each its columns' values; any bytes (BLOBs as they are), NULL as "NULL".
+  std::vector<std::vector<std::string>> rows(const std::string& sql) {
     sqlite3_stmt* statement = nullptr;
     REQUIRE(sqlite3_prepare_v2(db_, sql.c_str(), -1, &statement, nullptr) == SQLITE_OK);
-    std::string out;
+    std::vector<std::vector<std::string>> out;
     while (sqlite3_step(statement) == SQLITE_ROW) {
-      if (!out.empty()) out += "\n";
-      if (sqlite3_column_type(statement, column) == SQLITE_NULL) {
-        out += "NULL";
-        continue;
+      std::vector<std::string>& row = out.emplace_back();
+      for (int column = 0; column < sqlite3_column_count(statement); ++column) {
+        if (sqlite3_column_type(statement, column) == SQLITE_NULL) {
+          row.emplace_back("NULL");
+          continue;
+        }
+        const auto* value = static_cast<const char*>(sqlite3_column_blob(statement, column));
+        const auto size = static_cast<std::size_t>(sqlite3_column_bytes(statement, column));
+        // An empty value comes back as nullptr.
+        row.emplace_back(value != nullptr ? std::string(value, size) : std::string());
       }
-      const auto* value = static_cast<const char*>(sqlite3_column_blob(statement, column));
-      const auto size = static_cast<std::size_t>(sqlite3_column_bytes(statement, column));
-      if (value != nullptr) out.append(value, size);  // an empty value comes back as nullptr
     }
     sqlite3_finalize(statement);
+    return out;
+  }
+
+  // The rows' values of one column, one line each.
+  std::string text(const std::string& sql, int column = 0) {
+    std::string out;
+    bool first = true;
+    for (const std::vector<std::string>& row : rows(sql)) {
+      if (!first) out += "\n";
+      first = false;
+      out += row.at(static_cast<std::size_t>(column));
+    }
     return out;
   }
 

@@ -18,12 +18,14 @@
 #include <vector>
 
 #include "stores/sqlite/file_connection.hpp"
+#include "support/outbox_writer_cases.hpp"
 #include "support/records.hpp"
 #include "support/temporary_directory.hpp"
 
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 using idem::sqlite_store;
+using idem::testing::outbox_writer_cases::charged;
 
 using idem::testing::print;
 using idem::testing::start;
@@ -39,8 +41,11 @@ sqlite_store::options quick(const std::string& path) {
   return options;
 }
 
-// A store on a fresh file, with a table of effects the handlers write beside their messages.
+// A store on a fresh file, with a table of effects the handlers write beside their messages
+// (the fixture of tests/support/outbox_writer_cases.hpp).
 struct outbox_fixture {
+  using store_type = sqlite_store;
+  static constexpr const char* publish_who = "idem::sqlite_store::transaction::publish";
   idem::testing::temporary_directory directory;
   std::string path = directory.file("idem.sqlite3");
   sqlite_store store;
@@ -52,31 +57,48 @@ struct outbox_fixture {
     store = sqlite_store{options};
     app.exec("CREATE TABLE charges (key TEXT NOT NULL, amount INTEGER NOT NULL)");
   }
-  std::string outbox(const std::string& column = "id") {
+  std::string column(const std::string& column = "id") {
     return app.text("SELECT " + column + " FROM idem_outbox ORDER BY sequence");
   }
   std::string charges() { return app.text("SELECT key || ':' || amount FROM charges"); }
-};
 
-idem::outbox_message charged(std::string payload = "{\"amount\":250}") {
-  return {.topic = "payments",
-          .partition_key = "acct-7",
-          .payload = std::move(payload),
-          .headers = {{"type", "charged"}}};
-}
+  void effect(sqlite_store::transaction& txn, const std::string& key) {
+    txn.exec("INSERT INTO charges (key, amount) VALUES (?, 1)", key);
+  }
+  std::vector<std::string> effects() {
+    std::vector<std::string> keys;
+    for (const auto& row : app.rows("SELECT key FROM charges ORDER BY rowid"))
+      keys.push_back(row[0]);
+    return keys;
+  }
+  std::vector<idem::testing::stored_message> outbox() {
+    std::vector<idem::testing::stored_message> messages;
+    for (const auto& row : app.rows(
+             "SELECT id, topic, partition_key, payload, headers, created_at, published_at IS NULL "
+             "AND attempts = 0 AND next_attempt_at = created_at FROM idem_outbox ORDER BY "
+             "sequence")) {
+      messages.push_back({.id = row[0],
+                          .message = {.topic = row[1],
+                                      .partition_key = row[2],
+                                      .payload = row[3],
+                                      .headers = idem::decode_outbox_headers(row[4])},
+                          .created_at_ns = std::stoll(row[5]),
+                          .fresh = row[6] == "1"});
+    }
+    return messages;
+  }
+};
 
 struct policies : idem::default_policies {
   using store = sqlite_store;
   using clock = idem::manual_clock;
 };
 
-struct simulated_crash : std::runtime_error {
-  simulated_crash() : std::runtime_error("the process died here") {}
-};
-
 }  // namespace
 
 // ---- the table ---------------------------------------------------------------------------
+
+IDEM_OUTBOX_WRITER_CASES(outbox_fixture, "[sqlite][outbox]")
 
 TEST_CASE("the store's schema holds the outbox, and a version 1 file is migrated to it",
           "[sqlite][outbox]") {
@@ -112,62 +134,6 @@ TEST_CASE("a file whose outbox a newer idem wrote is refused at construction, sa
 
 // ---- a transactional handler's messages ---------------------------------------------------
 
-TEST_CASE("a transactional handler's message commits with its effect and its record",
-          "[sqlite][outbox]") {
-  outbox_fixture f;
-  std::string published;
-  auto charge = [&](idem::handler_context& ctx, const std::string& amount,
-                    sqlite_store::transaction& txn) {
-    txn.exec("INSERT INTO charges (key, amount) VALUES (?, ?)", ctx.key(), std::stoi(amount));
-    published = txn.publish("charged", charged());
-    return "charged " + amount;
-  };
-  idem::idempotent<decltype(charge), policies> payments{
-      charge, {.store = f.store, .clock = idem::manual_clock{start}}};
-
-  REQUIRE(payments("tenant", "order-1", std::string("250")).verdict() == idem::verdict::executed);
-  CHECK(published == idem::outbox_message_id("tenant", "order-1", "charged"));
-  CHECK(f.outbox() == published);
-  CHECK(f.outbox("topic") == "payments");
-  CHECK(f.outbox("partition_key") == "acct-7");
-  CHECK(f.outbox("payload") == "{\"amount\":250}");
-  CHECK(idem::decode_outbox_headers(f.outbox("headers")) ==
-        std::vector<idem::outbox_header>{{"type", "charged"}});
-  CHECK(
-      f.outbox("created_at") ==
-      std::to_string(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(start.time_since_epoch()).count()));
-  CHECK(f.outbox("published_at IS NULL AND attempts = 0 AND next_attempt_at = created_at") == "1");
-  // A replay runs nothing and publishes nothing.
-  CHECK(payments("tenant", "order-1", std::string("250")).verdict() == idem::verdict::replayed);
-  CHECK(f.app.text("SELECT count(*) FROM idem_outbox") == "1");
-  CHECK(f.charges() == "order-1:250");
-}
-
-TEST_CASE("a payload past max_outbox_payload_bytes throws at publish and rolls everything back",
-          "[sqlite][outbox]") {
-  outbox_fixture f{16};
-  auto charge = [&](idem::handler_context& ctx, const std::string& payload,
-                    sqlite_store::transaction& txn) {
-    txn.exec("INSERT INTO charges (key, amount) VALUES (?, 1)", ctx.key());
-    txn.publish("charged", charged(payload));
-    return std::string("charged");
-  };
-  idem::idempotent<decltype(charge), policies> payments{
-      charge, {.store = f.store, .clock = idem::manual_clock{start}}};
-
-  CHECK_THROWS_WITH(payments("tenant", "big", std::string(17, 'p')),
-                    Contains("idem::sqlite_store::transaction::publish") && Contains("17 bytes") &&
-                        Contains("max_outbox_payload_bytes (16)"));
-  // No effect, no message, no completed record: the key was released, a retry runs afresh.
-  CHECK(f.charges().empty());
-  CHECK(f.app.text("SELECT count(*) FROM idem_outbox") == "0");
-  CHECK_FALSE(f.store.find("tenant", "big", start));
-  // At the limit it fits.
-  CHECK(payments("tenant", "big", std::string(16, 'p')).verdict() == idem::verdict::executed);
-  CHECK(f.app.text("SELECT count(*) FROM idem_outbox") == "1");
-}
-
 TEST_CASE("publish refuses an empty name and a message without a topic, rolling back",
           "[sqlite][outbox]") {
   outbox_fixture f;
@@ -187,60 +153,6 @@ TEST_CASE("publish refuses an empty name and a message without a topic, rolling 
   CHECK(f.app.text("SELECT count(*) FROM idem_outbox") == "0");
 }
 
-TEST_CASE("a run after a takeover publishes under the id the crashed run used, once",
-          "[sqlite][outbox]") {
-  outbox_fixture f;
-  const auto first = f.store.claim({"tenant", "order-1", print(1), start, 30s, 24h});
-  std::string crashed_id;
-  // The first holder publishes, then dies before its transaction commits.
-  CHECK_THROWS_AS(f.store.complete_within({"tenant", "order-1", first.fence}, start,
-                                          [&](sqlite_store::transaction& txn) -> std::string {
-                                            crashed_id = txn.publish("charged", charged());
-                                            throw simulated_crash{};
-                                          }),
-                  simulated_crash);
-  CHECK(f.app.text("SELECT count(*) FROM idem_outbox") == "0");
-  // Its lease passes; the next holder takes over and runs the handler again.
-  const auto second = f.store.claim({"tenant", "order-1", print(1), start + 31s, 30s, 24h});
-  REQUIRE(second.status == idem::claim_status::taken_over);
-  std::vector<std::string> ids;
-  CHECK(f.store.complete_within({"tenant", "order-1", second.fence}, start + 31s,
-                                [&](sqlite_store::transaction& txn) {
-                                  ids.push_back(txn.publish("charged", charged()));
-                                  // Publishing one name twice in a run adds nothing either.
-                                  ids.push_back(txn.publish("charged", charged("other")));
-                                  return std::string("charged");
-                                }));
-  CHECK(ids == std::vector<std::string>{crashed_id, crashed_id});
-  CHECK(f.outbox() == crashed_id);
-  CHECK(f.outbox("payload") == "{\"amount\":250}");
-}
-
-TEST_CASE("a transactional inbox consumer's message commits with its event's record",
-          "[sqlite][outbox]") {
-  outbox_fixture f;
-  idem::inbox<policies> consumed{{.store = f.store, .clock = idem::manual_clock{start}}};
-  auto ship = [](idem::handler_context& ctx, sqlite_store::transaction& txn) {
-    txn.exec("INSERT INTO charges (key, amount) VALUES (?, 1)", ctx.key());
-    txn.publish("shipped", {.topic = "shipping", .partition_key = "order-9", .payload = "go"});
-  };
-  for (int delivery = 0; delivery < 3; ++delivery) {
-    CHECK(consumed.deduplicate("orders", "evt-1", ship).verdict() ==
-          (delivery == 0 ? idem::verdict::executed : idem::verdict::replayed));
-  }
-  CHECK(f.outbox() == idem::outbox_message_id("orders", "evt-1", "shipped"));
-  CHECK(f.charges() == "evt-1:1");
-  // A consumer that throws leaves neither its row nor its message, and the event may come again.
-  auto failing = [](sqlite_store::transaction& txn) {
-    txn.publish("shipped", {.topic = "shipping", .payload = "go"});
-    throw std::runtime_error("the warehouse is closed");
-  };
-  CHECK_THROWS_AS(consumed.deduplicate("orders", "evt-2", failing), std::runtime_error);
-  CHECK(f.app.text("SELECT count(*) FROM idem_outbox") == "1");
-}
-
-// ---- an application's own transaction ------------------------------------------------------
-
 TEST_CASE(
     "sqlite_outbox::publish writes in the application's transaction: commit keeps it, "
     "rollback drops it",
@@ -251,14 +163,14 @@ TEST_CASE(
   CHECK(idem::sqlite_outbox::publish(f.app.get(), "order-1/charged", charged()));
   CHECK_FALSE(idem::sqlite_outbox::publish(f.app.get(), "order-1/charged", charged("again")));
   f.app.exec("COMMIT");
-  CHECK(f.outbox() == "order-1/charged");
-  CHECK(f.outbox("payload") == "{\"amount\":250}");
+  CHECK(f.column() == "order-1/charged");
+  CHECK(f.column("payload") == "{\"amount\":250}");
 
   f.app.exec("BEGIN IMMEDIATE");
   f.app.exec("INSERT INTO charges (key, amount) VALUES ('order-2', 5)");
   CHECK(idem::sqlite_outbox::publish(f.app.get(), "order-2/charged", charged()));
   f.app.exec("ROLLBACK");
-  CHECK(f.outbox() == "order-1/charged");
+  CHECK(f.column() == "order-1/charged");
   CHECK(f.charges() == "order-1:5");
 }
 
@@ -317,5 +229,5 @@ TEST_CASE(
   (void)payments("tenant", "order-1", std::string("250"));
   CHECK(runs == 2);
   CHECK(f.app.text("SELECT count(*) FROM idem_outbox") == "1");
-  CHECK(f.outbox() == idem::outbox_message_id("tenant", "order-1", "charged"));
+  CHECK(f.column() == idem::outbox_message_id("tenant", "order-1", "charged"));
 }
