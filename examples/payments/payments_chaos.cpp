@@ -273,7 +273,7 @@ int main(int argc, char** argv) {
   std::printf("latency p50 / p99    %.1f / %.1f ms\n", percentile(latencies_ms, 0.50),
               percentile(latencies_ms, 0.99));
   const bool exact = duplicates == 0 && missing == 0 && unanswered == 0 && mismatched == 0;
-  std::printf("verdict              %s\n",
+  std::printf("charges verdict      %s\n",
               exact ? "EXACTLY ONCE: every intent charged once, as its client was told" : "FAILED");
   return exact ? 0 : 1;
 }
