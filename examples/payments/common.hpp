@@ -10,6 +10,7 @@
 
 #include <idem/outbox/message.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
@@ -23,6 +24,7 @@
 #include <string_view>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 namespace payments {
 
@@ -171,7 +173,8 @@ struct receipt_event {
 
   /// The message, partitioned by account: one account's payments reach the stream in order.
   idem::outbox_message message() const {
-    return {std::string(payments_topic), account,
+    return {std::string(payments_topic),
+            account,
             nlohmann::ordered_json{{"payment_id", payment_id},
                                    {"account", account},
                                    {"amount", amount},
@@ -222,6 +225,14 @@ inline std::string error_body(std::string_view message) {
       break;
   }
   throw std::system_error(std::make_error_code(code), "HTTP: " + httplib::to_string(error));
+}
+
+/// The value at rank p (0 to 1) of `values`, nearest rank; 0 for none.
+inline double percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const auto rank = static_cast<std::size_t>(p * static_cast<double>(values.size() - 1) + 0.5);
+  return values[std::min(rank, values.size() - 1)];
 }
 
 /// True with probability `p`, from a per-thread engine.

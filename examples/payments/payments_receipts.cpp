@@ -19,9 +19,9 @@
 #include "common.hpp"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <unistd.h>
 
@@ -127,7 +127,8 @@ void create_receipts_table(const database& db) {
   if (db.postgres) {
     // Consumers starting together create it once: the advisory lock serialises them.
     query(db,
-          "SET client_min_messages = warning; SELECT pg_advisory_lock(7260316); CREATE TABLE IF NOT EXISTS payments_receipts "
+          "SET client_min_messages = warning; SELECT pg_advisory_lock(7260316); CREATE TABLE IF "
+          "NOT EXISTS payments_receipts "
           "(number bigserial PRIMARY KEY, payment_id text NOT NULL, message_id text NOT NULL, "
           "account text NOT NULL, amount int8 NOT NULL, lag_ns int8 NOT NULL); "
           "SELECT pg_advisory_unlock(7260316)");
@@ -237,7 +238,7 @@ template <class Store>
       std::printf("payments_receipts: %s consuming %s\n", config.consumer.c_str(),
                   consumer->stream().c_str());
       std::fflush(stdout);
-          consumer->run(std::stop_token{});  // a token without a source: runs until killed
+      consumer->run(std::stop_token{});  // a token without a source: runs until killed
     } catch (const std::exception& e) {
       // Redis or the inbox's database unreachable: what was not recorded stays pending.
       std::fprintf(stderr, "payments_receipts: %s (trying again)\n", e.what());
@@ -313,7 +314,8 @@ tally count(const report_settings& config) {
   }
   tally t;
   t.payments = receipts_of.size();
-  for (const auto& row : query(config.receipts, "SELECT payment_id, lag_ns FROM payments_receipts")) {
+  for (const auto& row :
+       query(config.receipts, "SELECT payment_id, lag_ns FROM payments_receipts")) {
     ++t.sent;
     t.lag_ms.push_back(std::stod(row.at(1)) / 1e6);
     const auto it = receipts_of.find(row.at(0));
@@ -329,10 +331,10 @@ tally count(const report_settings& config) {
 }
 
 /// Why the run has not drained yet (empty: it has): messages still in the outbox, entries the
-/// group has not read or not acknowledged, payments without a receipt.
-std::string not_drained(const report_settings& config, const tally& t) {
-  const std::string outbox = config.payments.postgres ? "payments_idempotency_outbox"
-                                                      : "idem_outbox";
+/// group has not read or not acknowledged.
+std::string not_drained(const report_settings& config) {
+  const std::string outbox =
+      config.payments.postgres ? "payments_idempotency_outbox" : "idem_outbox";
   const auto waiting =
       query(config.payments, "SELECT count(*) FROM " + outbox + " WHERE published_at IS NULL")
           .at(0)
@@ -351,36 +353,27 @@ std::string not_drained(const report_settings& config, const tally& t) {
     if (field_of(group, "last-delivered-id") != field_of(last.get(), "last-generated-id")) {
       return "entries the group has not read yet";
     }
-    if (t.missing > 0) return std::to_string(t.missing) + " payments without a receipt";
-    return {};
+    return {};  // a payment still without a receipt now never gets one: it is missing
   }
   return "no group " + config.group + " yet";
 }
 
-double percentile(std::vector<double> values, double p) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const auto rank = static_cast<std::size_t>(p * static_cast<double>(values.size() - 1) + 0.5);
-  return values[std::min(rank, values.size() - 1)];
-}
-
 int report(const report_settings& config) {
-  tally t = count(config);
   if (config.wait_s > 0) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{config.wait_s};
     std::string why;
     for (;;) {
       try {
-        why = not_drained(config, t);
+        why = not_drained(config);
       } catch (const std::exception& e) {
         why = e.what();
       }
       if (why.empty() || std::chrono::steady_clock::now() >= deadline) break;
       std::this_thread::sleep_for(std::chrono::milliseconds{100});
-      t = count(config);
     }
     if (!why.empty()) std::printf("not drained after %d s: %s\n", config.wait_s, why.c_str());
   }
+  const tally t = count(config);
   std::size_t suppressed = 0;
   if (!config.suppressed_log.empty()) {
     std::ifstream log(config.suppressed_log);
@@ -394,7 +387,7 @@ int report(const report_settings& config) {
   std::printf("deliveries suppressed %zu (duplicate deliveries the inbox recognised)\n",
               suppressed);
   std::printf("relay lag p50 / p99  %.1f / %.1f ms (payment commit to receipt)\n",
-              percentile(t.lag_ms, 0.50), percentile(t.lag_ms, 0.99));
+              payments::percentile(t.lag_ms, 0.50), payments::percentile(t.lag_ms, 0.99));
   const bool exact = t.duplicates == 0 && t.missing == 0 && t.unknown == 0;
   std::printf("receipts verdict     %s\n",
               exact ? "EXACTLY ONCE: every payment receipted once" : "FAILED");
@@ -429,8 +422,9 @@ int main(int argc, char** argv) {
 
   try {
     if (mode == "report") {
-      report_settings config{receipts, {}, redis, group, log_path,
-                             static_cast<int>(args.integer("wait-s", 0, 0, 3600))};
+      report_settings config{receipts, {},
+                             redis,    group,
+                             log_path, static_cast<int>(args.integer("wait-s", 0, 0, 3600))};
       try {
         config.payments = database::parse(args.text("payments", ""));
       } catch (const std::exception& e) {
@@ -439,10 +433,13 @@ int main(int argc, char** argv) {
       create_receipts_table(receipts);  // a run that receipted nothing reports zero
       return report(config);
     }
-    consume_settings config{redis, group, args.text("consumer", "receipts-1"),
-                            std::chrono::milliseconds{args.integer("claim-idle-ms", 1000, 10,
-                                                                   3'600'000)},
-                            -1, args.probability("crash-after-commit")};
+    consume_settings config{
+        redis,
+        group,
+        args.text("consumer", "receipts-1"),
+        std::chrono::milliseconds{args.integer("claim-idle-ms", 1000, 10, 3'600'000)},
+        -1,
+        args.probability("crash-after-commit")};
     if (!log_path.empty()) {
       config.suppressed_fd = ::open(log_path.c_str(), O_WRONLY | O_APPEND | O_CREAT, 0644);
       if (config.suppressed_fd < 0) args.fail("--suppressed-log: cannot open " + log_path);

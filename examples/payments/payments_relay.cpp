@@ -83,8 +83,8 @@ template <class Outbox>
 }  // namespace
 
 int main(int argc, char** argv) {
-  const payments::command_line args(argc, argv,
-                                    {"store", "table", "redis", "lease-ms", "idle-ms", "crash-after-publish"}, usage);
+  const payments::command_line args(
+      argc, argv, {"store", "table", "redis", "lease-ms", "idle-ms", "crash-after-publish"}, usage);
   const std::string spec = args.text("store", "");
   const auto lease = std::chrono::milliseconds{args.integer("lease-ms", 1000, 100, 3'600'000)};
   const auto idle = std::chrono::milliseconds{args.integer("idle-ms", 100, 1, 60'000)};

@@ -428,9 +428,8 @@ struct payment_charge {
          charge.at("charge_id")}}.dump();
     payments::receipt_event event{id, account, payment.amount, payment.currency,
                                   charge.at("charge_id").get<std::string>()};
-    return {{id, account, body},
-            event.message(),
-            {201, {{"Content-Type", "application/json"}}, body}};
+    return {
+        {id, account, body}, event.message(), {201, {{"Content-Type", "application/json"}}, body}};
   }
 
   [[noreturn]] static void crash(const char* where) {
@@ -448,9 +447,9 @@ struct payment_handler {
   idem::http_response operator()(idem::handler_context& ctx,
                                  const idem::http_request& request) const {
     auto done = charge(ctx, request);
-    book->insert(done.row, {idem::outbox_message_id(ctx.scope(), ctx.key(),
-                                                    payments::payment_succeeded),
-                            std::move(done.message)});
+    book->insert(done.row,
+                 {idem::outbox_message_id(ctx.scope(), ctx.key(), payments::payment_succeeded),
+                  std::move(done.message)});
     return std::move(done.response);
   }
 };
