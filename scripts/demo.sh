@@ -160,6 +160,7 @@ keep_alive() {
     [[ ! -e "$work/stopping" ]] || break
     restarts=$((restarts + 1))
     echo "$restarts" >"$work/$name.restarts"
+    sleep 0.05  # a program failing at start does not spin
   done
 }
 
