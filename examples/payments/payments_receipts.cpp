@@ -383,8 +383,8 @@ int report(const report_settings& config) {
   std::printf("receipts sent        %zu for %zu payments\n", t.sent, t.payments);
   std::printf("duplicate receipts   %zu\n", t.duplicates);
   std::printf("missing receipts     %zu\n", t.missing);
-  if (t.unknown > 0) std::printf("receipts of no payment %zu\n", t.unknown);
-  std::printf("deliveries suppressed %zu (duplicate deliveries the inbox recognised)\n",
+  if (t.unknown > 0) std::printf("unknown receipts     %zu (of no committed payment)\n", t.unknown);
+  std::printf("suppressed           %zu duplicate deliveries (recognised by the inbox)\n",
               suppressed);
   std::printf("relay lag p50 / p99  %.1f / %.1f ms (payment commit to receipt)\n",
               payments::percentile(t.lag_ms, 0.50), payments::percentile(t.lag_ms, 0.99));
