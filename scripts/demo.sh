@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
 # The payments demo: a payment is charged exactly once however often its request is repeated or
-# its server dies. Real processes, real HTTP, real crashes (examples/payments/).
+# its server dies, and receipted exactly once however often its message is relayed or its
+# consumer dies. Real processes, real HTTP, real Redis, real crashes (examples/payments/).
 #
 #   scripts/demo.sh                      processor + two servers sharing one SQLite file, faults
-#                                        on, ~1,000 intents from the chaos client, its report
-#   scripts/demo.sh --store postgres     the same, both servers sharing one PostgreSQL (started
-#                                        here, as the test script starts it)
+#                                        on, ~1,000 intents from the chaos client; a relay and two
+#                                        receipt consumers on a private Redis, killed with -9 at
+#                                        random; the report on charges and receipts
+#   scripts/demo.sh --store postgres     the same, on one PostgreSQL (started here, as the test
+#                                        script starts it)
 #   scripts/demo.sh --intents N --concurrency C --seed S
 #                                        a bigger or smaller run, or a reproducible one
 #   scripts/demo.sh server ARGS...       build if needed and run one program with ARGS
 #   scripts/demo.sh processor ARGS...    (--help lists each program's options)
-#   scripts/demo.sh chaos ARGS...
+#   scripts/demo.sh chaos|relay|receipts ARGS...
 #
 # Installs what is missing (Debian packages), builds in build/demo (Release), and stops every
 # process it started however it exits. --bin DIR uses programs already built in DIR instead
-# (the test suite runs the scenario this way). Exits with the chaos client's status: 0 when
-# every intent was charged exactly once.
+# (the test suite runs the scenario this way). Exits 0 when every intent was charged exactly
+# once and every payment receipted exactly once; 1 otherwise.
 set -euo pipefail
 
-usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 user_dir="$PWD"
@@ -31,7 +34,7 @@ concurrency=8
 seed=""
 bin=""
 case "${1:-}" in
-  server | processor | chaos) program="$1"; shift ;;
+  server | processor | chaos | relay | receipts) program="$1"; shift ;;
 esac
 if [[ -z "$program" ]]; then
   while (($#)); do
@@ -57,7 +60,7 @@ source "$root/scripts/lib/packages.sh"
 
 if [[ -z "$bin" ]]; then
   packages=(g++ cmake ninja-build pkg-config python3 libsqlite3-dev libpq-dev libhiredis-dev
-    libcpp-httplib-dev nlohmann-json3-dev)
+    libcpp-httplib-dev nlohmann-json3-dev redis-server)
   [[ "$store" != postgres ]] || packages+=(postgresql)
   idem_ensure_packages scripts/demo.sh "${packages[@]}"
   echo "== building the demo in build/demo" >&2
@@ -66,7 +69,7 @@ if [[ -z "$bin" ]]; then
     -DIDEM_BUILD_EXAMPLES=ON -DIDEM_BUILD_TESTS=OFF -DIDEM_BUILD_BENCH=OFF -DIDEM_SANITIZE= \
     -DIDEM_REQUIRE_ADAPTERS=ON >/dev/null
   cmake --build "$root/build/demo" --target payments_processor payments_server payments_chaos \
-    >&2
+    payments_relay payments_receipts >&2
   bin="$root/build/demo/examples/payments"
 fi
 bin="$(cd "$bin" && pwd)"
@@ -82,6 +85,7 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/idem-demo.$(printf 'X%.0s' 1 2 3 4 5 6)")"
 chmod 755 "$work"  # PostgreSQL, started as its own user, keeps its data in here
 pids=()
 postgres_started=0
+redis_started=0
 
 stop_all() {
   touch "$work/stopping"
@@ -97,6 +101,9 @@ stop_all() {
   done
   if ((postgres_started)); then
     bash "$root/scripts/servers/postgres.sh" stop "$work" >/dev/null 2>&1 || true
+  fi
+  if ((redis_started)); then
+    bash "$root/scripts/servers/redis.sh" stop "$work" >/dev/null 2>&1 || true
   fi
   if [[ -n "${keep_logs:-}" ]]; then
     echo "logs kept in $work"
@@ -141,8 +148,43 @@ supervise() {
   done
 }
 
+# keep_alive NAME PROGRAM ARGS...: runs payments_PROGRAM with ARGS, restarting it whenever it
+# dies (the kill -9s: the nemesis's and its own --crash-after-...), until the scenario ends.
+keep_alive() {
+  local name="$1" program="$2" restarts=0
+  shift 2
+  while [[ ! -e "$work/stopping" ]]; do
+    "$bin/payments_$program" "$@" >>"$work/$name.log" 2>&1 &
+    echo $! >"$work/$name.pid"
+    wait $! 2>/dev/null || true
+    [[ ! -e "$work/stopping" ]] || break
+    restarts=$((restarts + 1))
+    echo "$restarts" >"$work/$name.restarts"
+    sleep 0.05  # a program failing at start does not spin
+  done
+}
+
+# nemesis: until the chaos client is done, every 0.2 to 1.1 s, kill -9 the relay or a receipt
+# consumer, at random; counts the kills in $work/kills.relay and $work/kills.receipts.
+nemesis() {
+  local victim kind tenths
+  while [[ ! -e "$work/chaos-done" ]]; do
+    tenths=$((RANDOM % 10 + 2))
+    sleep "$((tenths / 10)).$((tenths % 10))"
+    [[ ! -e "$work/chaos-done" ]] || break
+    victim="$(printf '%s\n' relay receipts-a receipts-b | shuf -n 1)"
+    kind="${victim%%-*}"
+    if kill -9 "$(cat "$work/$victim.pid")" 2>/dev/null; then
+      echo "$victim" >>"$work/kills.$kind"
+    fi
+  done
+}
+
 case "$store" in
-  sqlite) store_spec="sqlite:$work/payments.sqlite3" ;;
+  sqlite)
+    store_spec="sqlite:$work/payments.sqlite3"
+    receipts_spec="sqlite:$work/receipts.sqlite3"
+    ;;
   postgres)
     postgres_started=1
     echo "== starting PostgreSQL"
@@ -150,13 +192,22 @@ case "$store" in
     # shellcheck disable=SC1091
     source "$work/postgres.env"
     store_spec="postgres:$IDEM_TEST_PG_CONNINFO"
+    receipts_spec="$store_spec"
     ;;
 esac
+redis_started=1
+echo "== starting Redis"
+bash "$root/scripts/servers/redis.sh" start "$work" >/dev/null
+# shellcheck disable=SC1091
+source "$work/redis.env"
+redis="$IDEM_TEST_REDIS_HOST:$IDEM_TEST_REDIS_PORT"
 
 fail_rate=0.1
 crash_rate=0.02
 drop_rate=0.05
 lease_ms=1000
+relay_crash_rate=0.03
+receipts_crash_rate=0.01
 
 "$bin/payments_processor" --port 0 --db "$work/processor.sqlite3" --fail-rate "$fail_rate" \
   --latency-ms 2 >"$work/processor.log" 2>&1 &
@@ -174,8 +225,20 @@ for name in server-a server-b; do
   servers+=("http://127.0.0.1:$(wait_listening "$work/$name.log")")
 done
 
+keep_alive relay relay --store "$store_spec" --redis "$redis" \
+  --crash-after-publish "$relay_crash_rate" &
+pids+=($!)
+for name in receipts-a receipts-b; do
+  keep_alive "$name" receipts --store "$receipts_spec" --redis "$redis" --consumer "$name" \
+    --suppressed-log "$work/suppressed.log" --crash-after-commit "$receipts_crash_rate" &
+  pids+=($!)
+done
+nemesis &
+pids+=($!)
+
 echo "== processor $processor (503 before charging: $fail_rate)"
 echo "== servers ${servers[*]} on $store (crash after charging: $crash_rate, lease ${lease_ms} ms)"
+echo "== relay and receipt consumers (two) on Redis $redis, each killed with -9 every few seconds"
 echo "== chaos client: $intents intents, concurrency $concurrency, dropped connections: $drop_rate"
 # In the background, waited for: a signal to this script then stops everything at once.
 "$bin/payments_chaos" --servers "$(
@@ -184,12 +247,33 @@ echo "== chaos client: $intents intents, concurrency $concurrency, dropped conne
 )" --processor "$processor" --intents "$intents" --concurrency "$concurrency" \
   --drop-rate "$drop_rate" ${seed:+--seed "$seed"} &
 pids+=($!)
-status=0
-wait $! || status=$?
-restarts=0
-for name in server-a server-b; do
-  [[ ! -e "$work/$name.restarts" ]] || restarts=$((restarts + $(cat "$work/$name.restarts")))
-done
-echo "server crashes       $restarts (each restarted by the supervisor on its port)"
-((status == 0)) || keep_logs=1
-exit "$status"
+charges=0
+wait $! || charges=$?
+touch "$work/chaos-done"
+echo
+echo "== receipts report (after the outbox drained; waited at most 30 s)"
+receipts=0
+"$bin/payments_receipts" --mode report --store "$receipts_spec" --payments "$store_spec" \
+  --redis "$redis" --suppressed-log "$work/suppressed.log" --wait-s 30 || receipts=$?
+# restarts NAME...: how often these programs died and were restarted, together.
+restarts() {
+  local total=0 name
+  for name in "$@"; do
+    [[ ! -e "$work/$name.restarts" ]] || total=$((total + $(cat "$work/$name.restarts")))
+  done
+  echo "$total"
+}
+# random_kills KIND: how many kill -9s the nemesis landed on the relay or the consumers.
+random_kills() { if [[ -e "$work/kills.$1" ]]; then wc -l <"$work/kills.$1"; else echo 0; fi; }
+echo "server crashes       $(restarts server-a server-b) (each restarted by the supervisor on its port)"
+echo "relay kills          $(restarts relay) (kill -9, restarted: $(random_kills relay) at random" \
+  "moments, the rest right after Redis took a batch)"
+echo "consumer kills       $(restarts receipts-a receipts-b) (kill -9, restarted:" \
+  "$(random_kills receipts) at random moments, the rest after a commit, before XACK)"
+if ((charges == 0 && receipts == 0)); then
+  echo "verdict              EXACTLY ONCE: every intent charged once, every payment receipted once"
+  exit 0
+fi
+echo "verdict              FAILED"
+keep_logs=1
+exit 1

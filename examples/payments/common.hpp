@@ -1,5 +1,6 @@
-// What the three payments programs share: their command lines, URLs, the payment intent's JSON,
-// and the HTTP client errors turned into the exceptions idem's classifier understands.
+// What the payments programs share: their command lines, URLs, the payment intent's JSON, the
+// payment.succeeded message, and the HTTP client errors turned into the exceptions idem's
+// classifier understands.
 //
 // The demo uses cpp-httplib and nlohmann-json; the library itself never does.
 #pragma once
@@ -7,6 +8,9 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <idem/outbox/message.hpp>
+
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
@@ -20,6 +24,7 @@
 #include <string_view>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 namespace payments {
 
@@ -152,6 +157,47 @@ struct intent {
   }
 };
 
+/// The name payments_server publishes a payment's message under (its id is
+/// idem::outbox_message_id(account, idempotency key, this name)), and its `type` header.
+inline constexpr std::string_view payment_succeeded = "payment.succeeded";
+/// The outbox topic, and so the Redis stream (idem:outbox:payments) the relay writes.
+inline constexpr std::string_view payments_topic = "payments";
+
+/// payment.succeeded's payload: {"payment_id","account","amount","currency","charge_id"}.
+struct receipt_event {
+  std::string payment_id;
+  std::string account;
+  long long amount = 0;
+  std::string currency;
+  std::string charge_id;
+
+  /// The message, partitioned by account: one account's payments reach the stream in order.
+  idem::outbox_message message() const {
+    return {std::string(payments_topic),
+            account,
+            nlohmann::ordered_json{{"payment_id", payment_id},
+                                   {"account", account},
+                                   {"amount", amount},
+                                   {"currency", currency},
+                                   {"charge_id", charge_id}}
+                .dump(),
+            {{"type", std::string(payment_succeeded)}}};
+  }
+
+  /// The event in `payload`; throws std::invalid_argument saying what is wrong.
+  static receipt_event parse(const std::string& payload) {
+    const auto json = nlohmann::json::parse(payload, nullptr, /*allow_exceptions=*/false);
+    if (!json.is_object()) throw std::invalid_argument("the payload is not a JSON object");
+    try {
+      return {json.at("payment_id").get<std::string>(), json.at("account").get<std::string>(),
+              json.at("amount").get<long long>(), json.at("currency").get<std::string>(),
+              json.at("charge_id").get<std::string>()};
+    } catch (const nlohmann::json::exception& e) {
+      throw std::invalid_argument(std::string("the payload is not a payment: ") + e.what());
+    }
+  }
+};
+
 /// {"error": message}, the body of every refusal.
 inline std::string error_body(std::string_view message) {
   return nlohmann::json{{"error", message}}.dump();
@@ -179,6 +225,14 @@ inline std::string error_body(std::string_view message) {
       break;
   }
   throw std::system_error(std::make_error_code(code), "HTTP: " + httplib::to_string(error));
+}
+
+/// The value at rank p (0 to 1) of `values`, nearest rank; 0 for none.
+inline double percentile(std::vector<double> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const auto rank = static_cast<std::size_t>(p * static_cast<double>(values.size() - 1) + 0.5);
+  return values[std::min(rank, values.size() - 1)];
 }
 
 /// True with probability `p`, from a per-thread engine.

@@ -121,13 +121,6 @@ struct result {
   std::chrono::nanoseconds latency{};
 };
 
-double percentile(std::vector<double> values, double p) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const auto rank = static_cast<std::size_t>(p * static_cast<double>(values.size() - 1) + 0.5);
-  return values[std::min(rank, values.size() - 1)];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -270,10 +263,10 @@ int main(int argc, char** argv) {
   std::printf("503 unavailable      %ld\n", count.unavailable.load());
   std::printf("connections refused  %ld (a server down or restarting)\n", count.transport.load());
   std::printf("connections dropped  %ld (by this client, on purpose)\n", count.dropped.load());
-  std::printf("latency p50 / p99    %.1f / %.1f ms\n", percentile(latencies_ms, 0.50),
-              percentile(latencies_ms, 0.99));
+  std::printf("latency p50 / p99    %.1f / %.1f ms\n", payments::percentile(latencies_ms, 0.50),
+              payments::percentile(latencies_ms, 0.99));
   const bool exact = duplicates == 0 && missing == 0 && unanswered == 0 && mismatched == 0;
-  std::printf("verdict              %s\n",
+  std::printf("charges verdict      %s\n",
               exact ? "EXACTLY ONCE: every intent charged once, as its client was told" : "FAILED");
   return exact ? 0 : 1;
 }

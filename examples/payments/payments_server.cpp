@@ -16,13 +16,19 @@
 //     same key on every attempt and after every takeover, so a charge whose answer was lost is
 //     answered from the processor's own record instead of being made twice;
 //   * the payment row is written with an insert that ignores an existing row, so writing it
-//     again after a crash changes nothing.
+//     again after a crash changes nothing;
+//   * with SQLite or PostgreSQL, the row commits with a `payment.succeeded` message in the
+//     outbox (payments_relay sends it on, payments_receipts mails its receipt): on PostgreSQL
+//     through tx.publish in the transaction that completes the record, on SQLite in the row's
+//     own transaction under the id tx.publish would give (docs/demo.md says why).
 #include "common.hpp"
 
 #include <idem/idem.hpp>
+#include <idem/outbox/message.hpp>
 #include <idem/store/postgres.hpp>
 #include <idem/store/redis.hpp>
 #include <idem/store/sqlite.hpp>
+#include <idem/store/sqlite/outbox.hpp>
 
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
@@ -54,26 +60,44 @@ constexpr const char* usage = R"(payments_server: payments charged exactly once 
 
 // --- where payments are kept, beside the idempotency records ------------------------------------
 
+/// A payment as its row keeps it.
+struct payment_row {
+  std::string id;
+  std::string account;
+  std::string body;  // the 201's body
+};
+
+/// The message a payment commits with: its id (outbox_message_id of the record's scope, key and
+/// payments::payment_succeeded) and the message.
+struct payment_event {
+  std::string id;
+  idem::outbox_message message;
+};
+
 /// The payments table of the service. Every write is an insert that keeps an existing row, so a
-/// replica that takes over a crashed request and writes the row again changes nothing.
+/// replica that takes over a crashed request and writes the row again changes nothing. Each book
+/// also has `insert(const payment_row&, const payment_event&)` (memory, SQLite, Redis) or a
+/// static `insert_within(transaction&, const payment_row&)` (PostgreSQL), called through the
+/// handler's template.
 class payment_book {
  public:
   virtual ~payment_book() = default;
-  virtual void insert(const std::string& id, const std::string& account,
-                      const std::string& body) = 0;
   /// The payment's body, when it exists and belongs to `account`.
   virtual std::optional<std::string> find(const std::string& id, const std::string& account) = 0;
+  /// Makes the table when it is missing; called before every payment (a no-op once done).
+  virtual void prepare() {}
 };
 
 struct book_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// No outbox: memory and Redis have no transaction a message could commit in with the row.
 class memory_book final : public payment_book {
  public:
-  void insert(const std::string& id, const std::string& account, const std::string& body) override {
+  void insert(const payment_row& row, const payment_event&) {
     const std::lock_guard lock(mutex_);
-    rows_.try_emplace(id, account, body);
+    rows_.try_emplace(row.id, row.account, row.body);
   }
   std::optional<std::string> find(const std::string& id, const std::string& account) override {
     const std::lock_guard lock(mutex_);
@@ -87,7 +111,9 @@ class memory_book final : public payment_book {
   std::unordered_map<std::string, std::pair<std::string, std::string>> rows_;
 };
 
-/// In the store's own SQLite file, through a connection of its own.
+/// In the store's own SQLite file, through a connection of its own. The row and its message
+/// commit in one transaction of that connection; the message's id is the record's, so a
+/// takeover writing both again adds neither.
 class sqlite_book final : public payment_book {
  public:
   explicit sqlite_book(const std::string& path) {
@@ -100,13 +126,21 @@ class sqlite_book final : public payment_book {
   sqlite_book(const sqlite_book&) = delete;
   sqlite_book& operator=(const sqlite_book&) = delete;
 
-  void insert(const std::string& id, const std::string& account, const std::string& body) override {
+  void insert(const payment_row& row, const payment_event& event) {
     const std::lock_guard lock(mutex_);
-    statement s(db_,
-                "INSERT INTO payments (id, account, body) VALUES (?, ?, ?) "
-                "ON CONFLICT (id) DO NOTHING");
-    s.bind(1, id).bind(2, account).bind(3, body);
-    if (sqlite3_step(s.get()) != SQLITE_DONE) fail("cannot write the payment");
+    run("BEGIN IMMEDIATE");
+    try {
+      statement s(db_,
+                  "INSERT INTO payments (id, account, body) VALUES (?, ?, ?) "
+                  "ON CONFLICT (id) DO NOTHING");
+      s.bind(1, row.id).bind(2, row.account).bind(3, row.body);
+      if (sqlite3_step(s.get()) != SQLITE_DONE) fail("cannot write the payment");
+      (void)idem::sqlite_outbox::publish(db_, event.id, event.message);
+      run("COMMIT");
+    } catch (...) {
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+      throw;
+    }
   }
   std::optional<std::string> find(const std::string& id, const std::string& account) override {
     const std::lock_guard lock(mutex_);
@@ -151,7 +185,8 @@ class sqlite_book final : public payment_book {
   std::mutex mutex_;
 };
 
-/// In the store's PostgreSQL database, through a connection of its own (reopened when lost).
+/// In the store's PostgreSQL database. The row is written in the record's transaction, with its
+/// message (insert_within); reads go through a connection of its own (reopened when lost).
 class postgres_book final : public payment_book {
  public:
   explicit postgres_book(std::string conninfo) : conninfo_(std::move(conninfo)) {}
@@ -161,12 +196,15 @@ class postgres_book final : public payment_book {
   postgres_book(const postgres_book&) = delete;
   postgres_book& operator=(const postgres_book&) = delete;
 
-  void insert(const std::string& id, const std::string& account, const std::string& body) override {
-    const std::lock_guard lock(mutex_);
-    query(
+  static void insert_within(idem::postgres_store::transaction& tx, const payment_row& row) {
+    tx.exec(
         "INSERT INTO idem_demo_payments (id, account, body) VALUES ($1, $2, $3) "
         "ON CONFLICT (id) DO NOTHING",
-        {id, account, body});
+        {row.id, row.account, row.body});
+  }
+  void prepare() override {
+    const std::lock_guard lock(mutex_);
+    connect();
   }
   std::optional<std::string> find(const std::string& id, const std::string& account) override {
     const std::lock_guard lock(mutex_);
@@ -239,10 +277,10 @@ class redis_book final : public payment_book {
   redis_book(const redis_book&) = delete;
   redis_book& operator=(const redis_book&) = delete;
 
-  void insert(const std::string& id, const std::string& account, const std::string& body) override {
+  void insert(const payment_row& row, const payment_event&) {
     const std::lock_guard lock(mutex_);
-    const std::string key = "idem-demo:payment:" + id;
-    const std::string value = account + "\n" + body;
+    const std::string key = "idem-demo:payment:" + row.id;
+    const std::string value = row.account + "\n" + row.body;
     command("SET %b %b NX", key.data(), key.size(), value.data(), value.size());
   }
   std::optional<std::string> find(const std::string& id, const std::string& account) override {
@@ -349,45 +387,85 @@ class processor_client {
 
 // --- the handler -------------------------------------------------------------------------------
 
-struct payment_handler {
+/// What every store's handler does: charge once, then describe the payment and its message.
+struct payment_charge {
   processor_client* processor;
-  payment_book* book;
   double crash_after_charge;
 
-  idem::http_response operator()(idem::handler_context& ctx,
-                                 const idem::http_request& request) const {
+  struct charged {
+    payment_row row;
+    idem::outbox_message message;
+    idem::http_response response;
+  };
+
+  charged operator()(idem::handler_context& ctx, const idem::http_request& request) const {
     const auto [parsed, reason] = payments::intent::parse(request.body);
     const payments::intent& payment = parsed.value();  // validated before the call
 
     // --crash-after-charge: whether this run dies once the money moved, and where. Before the
     // charge is recorded, the takeover calls the processor again under the same key and gets
-    // this very charge back; after, it resumes from the recorded charge without calling.
+    // this very charge back; after, it resumes from the recorded charge without calling (on
+    // PostgreSQL the step commits with the record, so there both crash points are "before").
     const bool crashes = payments::chance(crash_after_charge);
     const bool before_recorded = payments::chance(0.5);
 
     // The effect, as a recovery point: never made twice for one key.
-    const std::string charged = ctx.step("charge", [&] {
+    const std::string charged_json = ctx.step("charge", [&] {
       std::string answer = processor->charge(ctx.downstream_key("charge"), payment);
       if (crashes && before_recorded) crash("before the charge was recorded");
       return answer;
     });
     if (crashes && !before_recorded) crash("after the charge was recorded");
 
-    const auto charge = nlohmann::json::parse(charged);
+    const auto charge = nlohmann::json::parse(charged_json);
     const std::string id = "pay_" + std::string(ctx.downstream_key("payment").view().substr(0, 24));
+    const std::string account(ctx.scope());
     const std::string body = nlohmann::ordered_json{
         {"id", id},
         {"amount", payment.amount},
         {"currency", payment.currency},
         {"charge_id",
          charge.at("charge_id")}}.dump();
-    book->insert(id, std::string(ctx.scope()), body);
-    return {201, {{"Content-Type", "application/json"}}, body};
+    payments::receipt_event event{id, account, payment.amount, payment.currency,
+                                  charge.at("charge_id").get<std::string>()};
+    return {
+        {id, account, body}, event.message(), {201, {{"Content-Type", "application/json"}}, body}};
   }
 
   [[noreturn]] static void crash(const char* where) {
     std::fprintf(stderr, "payments_server: crashing (--crash-after-charge) %s\n", where);
     std::abort();
+  }
+};
+
+/// The handler for a book written outside the record's transaction (memory, SQLite, Redis).
+template <class Book>
+struct payment_handler {
+  payment_charge charge;
+  Book* book;
+
+  idem::http_response operator()(idem::handler_context& ctx,
+                                 const idem::http_request& request) const {
+    auto done = charge(ctx, request);
+    book->insert(done.row,
+                 {idem::outbox_message_id(ctx.scope(), ctx.key(), payments::payment_succeeded),
+                  std::move(done.message)});
+    return std::move(done.response);
+  }
+};
+
+/// PostgreSQL's: the row and its message in the transaction that completes the record.
+template <>
+struct payment_handler<postgres_book> {
+  payment_charge charge;
+  postgres_book* book;
+
+  idem::http_response operator()(idem::handler_context& ctx, const idem::http_request& request,
+                                 idem::postgres_store::transaction& tx) const {
+    auto done = charge(ctx, request);
+    postgres_book::insert_within(tx, done.row);
+    tx.publish(payments::payment_succeeded, done.message);
+    return std::move(done.response);
   }
 };
 
@@ -410,15 +488,16 @@ void reply_json(httplib::Response& res, int status, std::string_view message) {
   res.set_content(payments::error_body(message), "application/json");
 }
 
-template <class Store>
-int serve(const settings& config, Store store, payment_book& book) {
+template <class Store, class Book>
+int serve(const settings& config, Store store, Book& book) {
   processor_client processor(config.processor, config.lease / 2);
-  using guarded = idem::idempotent<payment_handler, server_policies<Store>>;
+  using guarded = idem::idempotent<payment_handler<Book>, server_policies<Store>>;
   typename guarded::options options;
   options.store = std::move(store);
   options.lease = config.lease;
-  guarded payments_endpoint(payment_handler{&processor, &book, config.crash_after_charge},
-                            std::move(options));
+  guarded payments_endpoint(
+      payment_handler<Book>{payment_charge{&processor, config.crash_after_charge}, &book},
+      std::move(options));
 
   httplib::Server server;
   server.new_task_queue = [] { return new httplib::ThreadPool(32); };
@@ -430,6 +509,7 @@ int serve(const settings& config, Store store, payment_book& book) {
     if (const auto [parsed, reason] = payments::intent::parse(req.body); !parsed) {
       return reply_json(res, 400, reason);
     }
+    book.prepare();  // book_error: 503, before the key is claimed
     idem::http_request request{"POST", "/v1/payments", {}, req.body};
     if (req.has_header("Idempotency-Key")) {
       request.headers.emplace_back("Idempotency-Key", req.get_header_value("Idempotency-Key"));

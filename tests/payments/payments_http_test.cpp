@@ -424,4 +424,10 @@ TEST_CASE("the programs refuse options they do not know or cannot use", "[paymen
   CHECK(run_to_exit("payments_processor", "--fail-rate x") == 2);
   CHECK(run_to_exit("payments_chaos", "--intents 0") == 2);
   CHECK(run_to_exit("payments_chaos", "--servers http://127.0.0.1") == 2);
+  CHECK(run_to_exit("payments_relay", "--store memory") == 2);
+  CHECK(run_to_exit("payments_relay", "--store sqlite:x --crash-after-publish 2") == 2);
+  CHECK(run_to_exit("payments_relay", "--store sqlite:x --redis localhost") == 2);
+  CHECK(run_to_exit("payments_receipts", "--mode watch --store sqlite:x") == 2);
+  CHECK(run_to_exit("payments_receipts", "--store redis:x") == 2);
+  CHECK(run_to_exit("payments_receipts", "--mode report --store sqlite:x --payments y") == 2);
 }
