@@ -9,6 +9,7 @@
 // Counters: p50_ms and p99_ms over every message of the run, and msgs/s, the rate the writer
 // reached (what it committed over the time it took: below R when the machine could not keep up).
 //
+// The relay's session does not wait for the WAL flush (idem_bench::relay_conninfo says why).
 // The writer is one connection with synchronous commits (fsync on): each transaction holds the
 // messages that came due since its last commit, as the commits of concurrent requests would
 // share a WAL flush; the payload (the message's number) is 8 bytes or so. The relay wakes at a
@@ -140,7 +141,8 @@ lag_run run_once(const idem_bench::outbox_servers& servers, const idem_bench::ou
   idem::stream_consumer<decltype(effect), lag_consumer_policies> consumer(
       effect, std::move(consumer_options));
 
-  idem::postgres_outbox::reader reader{{.conninfo = servers.conninfo, .table = table.name()}};
+  idem::postgres_outbox::reader reader{
+      {.conninfo = idem_bench::relay_conninfo(servers.conninfo), .table = table.name()}};
   idem::redis_streams::sink sink{{.server = servers.redis, .stream_prefix = prefix}};
   idem::outbox_relay relay(reader, sink);
 

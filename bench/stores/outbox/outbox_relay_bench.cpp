@@ -236,10 +236,8 @@ void outbox_relay(benchmark::State& state) {
     return;
   }
   const auto batch = static_cast<std::size_t>(state.range(0));
-  // A relay's commit only marks rows published: one lost in a crash sends them again, which the
-  // consumers' deduplication absorbs, so the relays' sessions need not wait for the WAL flush.
-  // Without this both sides wait for the disk at every batch, and the ratio says little.
-  const std::string conninfo = servers.conninfo + " options='-c synchronous_commit=off'";
+  // Without it both sides wait for the disk at every batch, and the ratio says little.
+  const std::string conninfo = idem_bench::relay_conninfo(servers.conninfo);
   try {
     idem_bench::outbox_table table(conninfo, "bench_relay");
     const std::string prefix = "bench:relay:" + table.name() + ":";
