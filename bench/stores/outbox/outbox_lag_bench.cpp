@@ -115,7 +115,7 @@ struct lag_consumer_policies : idem::stream_consumer_policies {};
 lag_run run_once(const idem_bench::outbox_servers& servers, const idem_bench::outbox_table& table,
                  const std::string& prefix, std::size_t run, std::int64_t rate) {
   constexpr auto writing = std::chrono::seconds{3};
-  constexpr auto drain_limit = std::chrono::seconds{60};
+  constexpr auto drain_limit = std::chrono::seconds{180};
   const std::string topic = "payments";
   const auto messages = static_cast<std::size_t>(rate * writing.count());
   {
