@@ -17,7 +17,9 @@
 // The hand-written relay keeps no per-key order across retries (the reader's hold-back probe),
 // passes the stored headers through without decoding them, and checks nothing but the count of
 // rows it marked: what idem does beyond it is what the ratio shows. PostgreSQL rather than SQLite
-// because it is where several relays share one outbox (SKIP LOCKED), the production case.
+// because it is where several relays share one outbox (SKIP LOCKED), the production case. Both
+// relays' sessions commit without waiting for the WAL flush (idem_bench::relay_conninfo says
+// why). docs/performance.md, "The outbox", has the figures and where idem's time goes.
 #include <benchmark/benchmark.h>
 
 #include <endian.h>
