@@ -277,8 +277,7 @@ class reader {
     pg::parameters values;
     values.int8(pg::outbox_nanoseconds(now));
     values.int8(static_cast<std::int64_t>(std::min<std::size_t>(limit, max_limit)));
-    static constexpr std::array<Oid, 2> types{pg::int8_oid, pg::int8_oid};
-    const pg::result_ptr rows = run(fetch_sql_, values, types.data(), "fetch");
+    const pg::result_ptr rows = run_prepared(fetch_statement, values, "fetch");
     // Kept: the rows in the batch, broken ones included (they leave the outbox with it), by
     // sequence; a row is kept when its key's previous unpublished row is none or kept.
     std::vector<std::int64_t> kept;
@@ -498,8 +497,34 @@ class reader {
       pg::exec_or_throw(connection.get(), pg::outbox_listen_sql(config_.table).c_str(),
                         "listening for the outbox's writers");
     }
+    prepare(connection.get(), fetch_statement, fetch_sql_, fetch_types);
+    prepare(connection.get(), settle_statement, settle_sql_, settle_types);
     session_->connection = std::move(connection);
     return session_->connection.get();
+  }
+
+  // fetch and settle run at every batch: prepared once a connection, so that the server plans
+  // them once rather than at every batch (unprepared, the settle's plan alone took about 0.4 ms,
+  // an eighth of a relay's batch of 64: docs/performance.md, "The outbox").
+  static constexpr const char* fetch_statement = "idem_outbox_fetch";
+  static constexpr const char* settle_statement = "idem_outbox_settle";
+  static constexpr std::array<Oid, 2> fetch_types{detail::postgres::int8_oid,
+                                                  detail::postgres::int8_oid};
+  static constexpr std::array<Oid, 5> settle_types{
+      detail::postgres::int8_array_oid, detail::postgres::int8_array_oid,
+      detail::postgres::text_array_oid, detail::postgres::int8_array_oid,
+      detail::postgres::int8_oid};
+
+  static void prepare(PGconn* connection, const char* name, const std::string& sql,
+                      std::span<const Oid> types) {
+    namespace pg = detail::postgres;
+    const pg::result_ptr result{
+        PQprepare(connection, name, sql.c_str(), static_cast<int>(types.size()), types.data())};
+    if (!result || PQresultStatus(result.get()) != PGRES_COMMAND_OK) {
+      throw store_error(store_failure::unavailable,
+                        std::string("idem::postgres_outbox::reader: preparing ") + name + ": " +
+                            pg::describe(connection, result.get()));
+    }
   }
 
   std::string purge_sql() const { return detail::postgres::outbox_purge_sql(names_); }
@@ -527,6 +552,17 @@ class reader {
     detail::postgres::result_ptr result{PQexecParams(
         session_->connection.get(), sql.c_str(), values.count(), types, values.values(),
         values.lengths(), detail::postgres::parameters::formats(), 1)};
+    const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
+    if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) fail(result.get(), what);
+    return result;
+  }
+
+  detail::postgres::result_ptr run_prepared(const char* statement,
+                                            const detail::postgres::parameters& values,
+                                            const char* what) {
+    detail::postgres::result_ptr result{
+        PQexecPrepared(session_->connection.get(), statement, values.count(), values.values(),
+                       values.lengths(), detail::postgres::parameters::formats(), 1)};
     const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
     if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) fail(result.get(), what);
     return result;
@@ -588,10 +624,7 @@ class reader {
       for (const std::string& array : arrays)
         values.bytes(array);
       values.int8(pg::outbox_nanoseconds(now));
-      static constexpr std::array<Oid, 5> types{pg::int8_array_oid, pg::int8_array_oid,
-                                                pg::text_array_oid, pg::int8_array_oid,
-                                                pg::int8_oid};
-      const pg::result_ptr result = run(settle_sql_, values, types.data(), "settle");
+      const pg::result_ptr result = run_prepared(settle_statement, values, "settle");
       for (int column = 0; column < 3; ++column) {
         if (static_cast<std::size_t>(pg::get_int(result.get(), 0, column)) !=
             asked[static_cast<std::size_t>(column)]) {
