@@ -21,7 +21,6 @@
 // Each line is one write(2) (support/worker_io.hpp), so the test sees it even when the next
 // instant is the SIGKILL.
 #include <hiredis/hiredis.h>
-#include <libpq-fe.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <unistd.h>
@@ -38,6 +37,7 @@
 #include <idem/store/postgres.hpp>
 #include <idem/store/sqlite.hpp>
 
+#include "crash/worker_postgres.hpp"
 #include "support/worker_io.hpp"
 
 namespace {
@@ -162,21 +162,9 @@ int consume_with_postgres(const worker_arguments& arguments) {
   store_options.pool_size = 2;
   idem::postgres_store store(store_options);
   const std::string effects = "\"" + table + "_effects\"";
-  {
-    const std::unique_ptr<PGconn, decltype(&PQfinish)> connection(
-        PQconnectdb(store_options.conninfo.c_str()), &PQfinish);
-    PQsetNoticeProcessor(
-        connection.get(), [](void*, const char*) {}, nullptr);  // "already exists, skipping"
-    const std::unique_ptr<PGresult, decltype(&PQclear)> made(
-        PQexec(connection.get(), ("CREATE TABLE IF NOT EXISTS " + effects +
-                                  " (message_id text NOT NULL, consumer text NOT NULL)")
-                                     .c_str()),
-        &PQclear);
-    if (PQresultStatus(made.get()) != PGRES_COMMAND_OK) {
-      throw std::runtime_error("cannot create " + effects + ": " +
-                               PQerrorMessage(connection.get()));
-    }
-  }
+  idem_crash::worker_postgres(store_options.conninfo)
+      .exec("CREATE TABLE IF NOT EXISTS " + effects +
+            " (message_id text NOT NULL, consumer text NOT NULL)");
   auto handler = [insert = "INSERT INTO " + effects + " (message_id, consumer) VALUES ($1, $2)",
                   consumer = arguments.option("consumer")](const idem::outbox_entry& entry,
                                                            idem::postgres_store::transaction& txn) {

@@ -11,12 +11,10 @@
 
 #include <catch2/catch.hpp>
 
-#include <libpq-fe.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
 
-#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <memory>

@@ -37,12 +37,11 @@
 //
 // Each line is one write(2) (support/worker_io.hpp), so the test sees it even when the next
 // instant is the SIGKILL.
-#include <libpq-fe.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <unistd.h>
 
-#include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -53,13 +52,13 @@
 #include <string>
 #include <string_view>
 #include <thread>
-#include <vector>
 
 #include <idem/outbox/relay.hpp>
 #include <idem/redis_streams/sink.hpp>
 #include <idem/store/postgres/outbox_reader.hpp>
 #include <idem/store/sqlite/outbox_reader.hpp>
 
+#include "crash/worker_postgres.hpp"
 #include "support/worker_io.hpp"
 
 namespace {
@@ -127,24 +126,6 @@ int install_update_hook(sqlite3* db, char** /*error*/, const sqlite3_api_routine
 
 // --- PostgreSQL: the lock holder ---------------------------------------------------------------
 
-struct pg_closer {
-  void operator()(PGconn* connection) const noexcept { PQfinish(connection); }
-};
-using pg_connection = std::unique_ptr<PGconn, pg_closer>;
-
-std::string pg_exec(PGconn* connection, const std::string& sql) {
-  const std::unique_ptr<PGresult, decltype(&PQclear)> result(PQexec(connection, sql.c_str()),
-                                                             &PQclear);
-  const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
-  if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
-    throw std::runtime_error("PostgreSQL refused " + sql + ": " + PQerrorMessage(connection));
-  }
-  if (status == PGRES_TUPLES_OK && PQntuples(result.get()) > 0) {
-    return PQgetvalue(result.get(), 0, 0);
-  }
-  return {};
-}
-
 // A connection of its own that holds the advisory lock the trigger waits for, and replaces the
 // trigger's function when the doomed batch is published. The trigger and its function stay in
 // the database (the test drops them with the table): a successor's settle finds the lock free
@@ -152,26 +133,19 @@ std::string pg_exec(PGconn* connection, const std::string& sql) {
 class pg_lock_holder {
  public:
   pg_lock_holder(const std::string& conninfo, const std::string& table)
-      : connection_(PQconnectdb(conninfo.c_str())), table_(table) {
-    if (PQstatus(connection_.get()) != CONNECTION_OK) {
-      throw std::runtime_error(std::string("cannot connect to PostgreSQL: ") +
-                               PQerrorMessage(connection_.get()));
-    }
-    PQsetNoticeProcessor(
-        connection_.get(), [](void*, const char*) {}, nullptr);
-    pg_exec(connection_.get(), "SELECT pg_advisory_lock(" + lock_key() + ")");
-    pg_exec(connection_.get(), function_sql("RETURN NEW;"));
-    pg_exec(connection_.get(), "CREATE TRIGGER \"" + table_ + "_crash\" BEFORE UPDATE ON \"" +
-                                   table_ + "_outbox\" FOR EACH ROW EXECUTE FUNCTION \"" + table_ +
-                                   "_crash\"()");
+      : connection_(conninfo), table_(table) {
+    connection_.exec("SELECT pg_advisory_lock(" + lock_key() + ")");
+    connection_.exec(function_sql("RETURN NEW;"));
+    connection_.exec("CREATE TRIGGER \"" + table_ + "_crash\" BEFORE UPDATE ON \"" + table_ +
+                     "_outbox\" FOR EACH ROW EXECUTE FUNCTION \"" + table_ + "_crash\"()");
   }
 
   // From now on, the settle that marks `sequence` waits for the lock; a thread dies once the
   // relay's backend is seen waiting there, inside the settle statement.
   void arm(std::int64_t sequence, std::string ids) {
-    pg_exec(connection_.get(), function_sql("IF NEW.sequence = " + std::to_string(sequence) +
-                                            " THEN PERFORM pg_advisory_xact_lock(" + lock_key() +
-                                            "); END IF; RETURN NEW;"));
+    connection_.exec(function_sql("IF NEW.sequence = " + std::to_string(sequence) +
+                                  " THEN PERFORM pg_advisory_xact_lock(" + lock_key() +
+                                  "); END IF; RETURN NEW;"));
     watcher_ = std::jthread([this, sequence, doomed = std::move(ids)](std::stop_token stop) {
       // Blocked by this connection's backend (the only lock it holds is the advisory one) and
       // running the settle statement (outbox_settle_sql starts so).
@@ -179,7 +153,7 @@ class pg_lock_holder {
           "SELECT count(*) FROM pg_stat_activity WHERE pg_backend_pid() = "
           "ANY(pg_blocking_pids(pid)) AND state = 'active' AND query LIKE 'WITH s AS (%'";
       while (!stop.stop_requested()) {
-        if (pg_exec(connection_.get(), blocked) != "0") {
+        if (connection_.exec(blocked) != "0") {
           say("marking " + std::to_string(sequence) + " in the open settle transaction");
           die("during_marking", doomed);
         }
@@ -195,7 +169,7 @@ class pg_lock_holder {
            "_crash\"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN " + body + " END $$";
   }
 
-  pg_connection connection_;
+  idem_crash::worker_postgres connection_;
   std::string table_;
   // Declared last, so stopped and joined (a worker that survived) before the connection goes.
   std::jthread watcher_;

@@ -24,8 +24,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <map>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
