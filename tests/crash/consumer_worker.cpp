@@ -175,6 +175,7 @@ int consume_with_postgres(const worker_arguments& arguments) {
 }
 
 int run(const worker_arguments& arguments) {
+  arguments.expect_no_words();
   const std::string point = arguments.option_or("die", "");
   if (!point.empty()) {
     if (point != "after_effect" && point != "after_commit") {

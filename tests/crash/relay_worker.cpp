@@ -271,6 +271,7 @@ int relay(Reader& outbox, const worker_arguments& arguments, const crash_plan& p
 }
 
 int run(const worker_arguments& arguments) {
+  arguments.expect_no_words();
   crash_plan plan;
   plan.where = point_named(arguments.option_or("die", "none"));
   if (plan.where != point::none) {

@@ -79,6 +79,10 @@ class worker_arguments {
   }
 
   std::size_t words() const noexcept { return words_.size(); }
+  /// For a worker that takes options only: a worker_usage_error naming the first word.
+  void expect_no_words() const {
+    if (!words_.empty()) throw worker_usage_error("unexpected argument '" + words_.front() + "'");
+  }
 
   /// The word at `index` (0 is the first after the program's name).
   const std::string& word(std::size_t index) const {
