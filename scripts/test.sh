@@ -155,9 +155,9 @@ run_ctest gcc build/gcc "${gcc_ctest_args[@]}"
 
 if ((!quick)); then
   # --- 2: clang++, AddressSanitizer + UndefinedBehaviorSanitizer -----------------------------
-  few_crash_runs  # here and in the TSan build
   export ASAN_OPTIONS="${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1}"
   export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
+  few_crash_runs  # here and in the TSan build
   configure_and_build clang-asan build/clang-asan "" \
     -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" \
     -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=ON -DIDEM_BUILD_BENCH=OFF \
