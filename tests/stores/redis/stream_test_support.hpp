@@ -1,7 +1,7 @@
-// What the stream consumer's tests share: a stream of their own on the shared Redis server (a
-// unique prefix, its keys deleted when the test ends), entries added with XADD in the outbox
-// format (idem/redis_streams/entry.hpp) or by hand, and looks at what the consumer left: the
-// group's pending entries and the dead letters.
+// What the stream consumer's tests (and the crash matrix's, tests/crash) share: a stream of
+// their own on the shared Redis server (a unique prefix, its keys deleted when the test ends),
+// entries added with XADD in the outbox format (idem/redis_streams/entry.hpp) or by hand, and
+// looks at what the consumer left: the group's pending entries and the dead letters.
 #pragma once
 
 #include <catch2/catch.hpp>

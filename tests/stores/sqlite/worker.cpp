@@ -24,20 +24,13 @@
 #include <vector>
 
 #include "stores/sqlite/scenario.hpp"
+#include "support/worker_io.hpp"
 
 namespace scenario = idem::testing::scenario;
+using idem::testing::say;
+using idem::testing::worker_arguments;
 
 namespace {
-
-void say(const std::string& line) {
-  const std::string text = line + "\n";
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t written = ::write(STDOUT_FILENO, text.data() + done, text.size() - done);
-    if (written <= 0) std::_Exit(3);
-    done += static_cast<std::size_t>(written);
-  }
-}
 
 std::string hex(std::string_view bytes) {
   static constexpr char digits[] = "0123456789abcdef";
@@ -129,14 +122,14 @@ int serve(const std::string& path, Handler handler, const std::vector<std::strin
   return 0;
 }
 
-int requests(int argc, char** argv) {
-  const std::string path = argv[2];
-  const std::string directory = argv[3];
-  const std::string handler = argv[4];
-  plan.where = static_cast<scenario::point>(std::stoi(argv[5]));
-  plan.key = argv[6];
-  plan.block = std::string(argv[7]) == "1";
-  const std::vector<std::string> keys(argv + 8, argv + argc);
+int requests(const worker_arguments& arguments) {
+  const std::string& path = arguments.word(1);
+  const std::string& directory = arguments.word(2);
+  const std::string& handler = arguments.word(3);
+  plan.where = static_cast<scenario::point>(arguments.word_number(4));
+  plan.key = arguments.word(5);
+  plan.block = arguments.word(6) == "1";
+  const std::vector<std::string> keys = arguments.words_from(7);
   scenario::on_point = &at_point;
   if (handler == "external") {
     static scenario::provider downstream(directory);
@@ -159,19 +152,22 @@ int sweep(const std::string& path, std::int64_t now, std::size_t batch) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    const std::string command = argc > 1 ? argv[1] : "";
-    if (command == "storm" && argc == 5) {
-      return storm(argv[2], std::stoi(argv[3]), std::stoi(argv[4]));
-    }
-    if (command == "requests" && argc >= 9) return requests(argc, argv);
-    if (command == "sweep" && argc == 5) {
-      return sweep(argv[2], std::stoll(argv[3]), std::stoul(argv[4]));
-    }
-    std::fprintf(stderr, "idem_sqlite_worker: bad arguments (see worker.cpp)\n");
-    return 2;
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "idem_sqlite_worker: %s\n", error.what());
-    return 1;
-  }
+  return idem::testing::worker_main(
+      "idem_sqlite_worker",
+      "idem_sqlite_worker storm DB WORKER KEYS | requests DB DIR HANDLER POINT CRASH_KEY BLOCK "
+      "KEY... | sweep DB NOW_NS BATCH (see worker.cpp)",
+      [&] {
+        const worker_arguments arguments(argc, argv);
+        const std::string& command = arguments.word(0);
+        if (command == "storm" && arguments.words() == 4) {
+          return storm(arguments.word(1), static_cast<int>(arguments.word_number(2)),
+                       static_cast<int>(arguments.word_number(3)));
+        }
+        if (command == "requests" && arguments.words() >= 8) return requests(arguments);
+        if (command == "sweep" && arguments.words() == 4) {
+          return sweep(arguments.word(1), arguments.word_number(2),
+                       static_cast<std::size_t>(arguments.word_number(3)));
+        }
+        throw idem::testing::worker_usage_error("no such command, or not its arguments");
+      });
 }
