@@ -31,6 +31,7 @@
 #include <idem/store/sqlite/outbox.hpp>
 
 #include "stores/postgres/postgres_test_support.hpp"
+#include "stores/sqlite/file_connection.hpp"
 #include "support/child_process.hpp"
 #include "support/temporary_directory.hpp"
 
@@ -126,11 +127,11 @@ class on_sqlite {
 
   /// Writes the messages in one transaction of the application's own.
   void write(const std::vector<written>& messages) {
-    const database db(path_);
-    exec(db.get(), "BEGIN IMMEDIATE");
+    idem_sqlite_test::file_connection db(path_, busy_timeout_ms);
+    db.exec("BEGIN IMMEDIATE");
     for (const written& each : messages)
       REQUIRE(idem::sqlite_outbox::publish(db.get(), each.id, each.message));
-    exec(db.get(), "COMMIT");
+    db.exec("COMMIT");
   }
 
   /// Outbox rows not marked published (what a relay still has to send).
@@ -141,48 +142,19 @@ class on_sqlite {
 
   /// The consumer's effects: how many rows each message id has.
   std::map<std::string, int> effects() const {
-    const database db(path_);
+    idem_sqlite_test::file_connection db(path_, busy_timeout_ms);
     std::map<std::string, int> counts;
-    sqlite3_stmt* statement = nullptr;
-    REQUIRE(sqlite3_prepare_v2(db.get(),
-                               "SELECT message_id, count(*) FROM effects GROUP BY message_id", -1,
-                               &statement, nullptr) == SQLITE_OK);
-    while (sqlite3_step(statement) == SQLITE_ROW) {
-      counts[reinterpret_cast<const char*>(sqlite3_column_text(statement, 0))] =
-          sqlite3_column_int(statement, 1);
-    }
-    sqlite3_finalize(statement);
+    for (const auto& row : db.rows("SELECT message_id, count(*) FROM effects GROUP BY message_id"))
+      counts[row[0]] = std::stoi(row[1]);
     return counts;
   }
 
  private:
-  class database {
-   public:
-    explicit database(const std::string& path) {
-      REQUIRE(sqlite3_open(path.c_str(), &db_) == SQLITE_OK);
-      sqlite3_busy_timeout(db_, 30000);
-    }
-    database(const database&) = delete;
-    database& operator=(const database&) = delete;
-    ~database() { sqlite3_close(db_); }
-    sqlite3* get() const noexcept { return db_; }
+  static constexpr int busy_timeout_ms = 30000;
 
-   private:
-    sqlite3* db_ = nullptr;
-  };
-
-  static void exec(sqlite3* db, const char* sql) {
-    INFO(sql << ": " << sqlite3_errmsg(db));
-    REQUIRE(sqlite3_exec(db, sql, nullptr, nullptr, nullptr) == SQLITE_OK);
-  }
-  long long count(const char* sql) const {
-    const database db(path_);
-    sqlite3_stmt* statement = nullptr;
-    REQUIRE(sqlite3_prepare_v2(db.get(), sql, -1, &statement, nullptr) == SQLITE_OK);
-    REQUIRE(sqlite3_step(statement) == SQLITE_ROW);
-    const long long counted = sqlite3_column_int64(statement, 0);
-    sqlite3_finalize(statement);
-    return counted;
+  long long count(const std::string& sql) const {
+    idem_sqlite_test::file_connection db(path_, busy_timeout_ms);
+    return std::stoll(db.text(sql));
   }
 
   idem::testing::temporary_directory directory_{"idem-crash"};

@@ -113,19 +113,10 @@ TEST_CASE(
   // What a consumer of the stream sees: every message, each key's in the order written (a
   // batch in flight when the server died may come twice: at least once, then deduplicated).
   const auto context = redis.connect();
-  const auto range = idem_redis_test::command(
-      context.get(), {"XRANGE", sink_options.stream_prefix + "payments", "-", "+"});
-  REQUIRE(range->type == REDIS_REPLY_ARRAY);
   std::set<std::string> ids;
   std::map<std::string, std::vector<int>> by_key;
-  for (std::size_t i = 0; i < range->elements; ++i) {
-    const redisReply* pairs = range->element[i]->element[1];
-    std::vector<std::pair<std::string_view, std::string_view>> fields;
-    for (std::size_t f = 0; f + 1 < pairs->elements; f += 2) {
-      fields.emplace_back(std::string_view{pairs->element[f]->str, pairs->element[f]->len},
-                          std::string_view{pairs->element[f + 1]->str, pairs->element[f + 1]->len});
-    }
-    const idem::outbox_entry entry = idem::redis_streams::decode_entry("payments", fields);
+  for (const idem::outbox_entry& entry : idem_redis_test::read_stream(
+           context.get(), sink_options.stream_prefix + "payments", "payments")) {
     if (!ids.insert(entry.id).second) continue;  // a redelivery
     by_key[entry.message.partition_key].push_back(std::stoi(entry.message.payload));
   }

@@ -28,26 +28,9 @@ using idem::sink_status;
 using idem::redis_streams::sink;
 using idem::testing::sink_conformance::entry;
 using idem::testing::sink_conformance::publish;
+using idem_redis_test::read_stream;
 
 namespace {
-
-// The entries of one stream, decoded as a consumer decodes them.
-std::vector<idem::outbox_entry> read_stream(redisContext* context, const std::string& stream,
-                                            std::string_view topic) {
-  const auto range = idem_redis_test::command(context, {"XRANGE", stream, "-", "+"});
-  REQUIRE(range->type == REDIS_REPLY_ARRAY);
-  std::vector<idem::outbox_entry> entries;
-  for (std::size_t i = 0; i < range->elements; ++i) {
-    const redisReply* pairs = range->element[i]->element[1];
-    std::vector<std::pair<std::string_view, std::string_view>> fields;
-    for (std::size_t f = 0; f + 1 < pairs->elements; f += 2) {
-      fields.emplace_back(std::string_view{pairs->element[f]->str, pairs->element[f]->len},
-                          std::string_view{pairs->element[f + 1]->str, pairs->element[f + 1]->len});
-    }
-    entries.push_back(idem::redis_streams::decode_entry(topic, fields));
-  }
-  return entries;
-}
 
 long long integer_of(redisContext* context, const std::vector<std::string>& words) {
   const auto reply = idem_redis_test::command(context, words);

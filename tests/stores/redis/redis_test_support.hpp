@@ -30,6 +30,8 @@
 #include <utility>
 #include <vector>
 
+#include <idem/outbox/sink.hpp>
+#include <idem/redis_streams/entry.hpp>
 #include <idem/store/redis.hpp>
 
 #include "support/temporary_directory.hpp"
@@ -91,6 +93,24 @@ inline reply_ptr command(redisContext* context, const std::vector<std::string>& 
       redisCommandArgv(context, static_cast<int>(argv.size()), argv.data(), lengths.data()));
   if (raw == nullptr) throw std::runtime_error(std::string("redis: ") + context->errstr);
   return reply_ptr(raw, &freeReplyObject);
+}
+
+/// The entries of one stream, decoded as a consumer decodes them (XRANGE, oldest first).
+inline std::vector<idem::outbox_entry> read_stream(redisContext* context, const std::string& stream,
+                                                   std::string_view topic) {
+  const auto range = command(context, {"XRANGE", stream, "-", "+"});
+  REQUIRE(range->type == REDIS_REPLY_ARRAY);
+  std::vector<idem::outbox_entry> entries;
+  for (std::size_t i = 0; i < range->elements; ++i) {
+    const redisReply* pairs = range->element[i]->element[1];
+    std::vector<std::pair<std::string_view, std::string_view>> fields;
+    for (std::size_t f = 0; f + 1 < pairs->elements; f += 2) {
+      fields.emplace_back(std::string_view{pairs->element[f]->str, pairs->element[f]->len},
+                          std::string_view{pairs->element[f + 1]->str, pairs->element[f + 1]->len});
+    }
+    entries.push_back(idem::redis_streams::decode_entry(topic, fields));
+  }
+  return entries;
 }
 
 /// Every key whose name starts with `prefix`.

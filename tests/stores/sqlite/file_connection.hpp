@@ -15,9 +15,9 @@ namespace idem_sqlite_test {
 
 class file_connection {
  public:
-  explicit file_connection(const std::string& path) {
+  explicit file_connection(const std::string& path, int busy_timeout_ms = 5000) {
     REQUIRE(sqlite3_open(path.c_str(), &db_) == SQLITE_OK);
-    sqlite3_busy_timeout(db_, 5000);
+    sqlite3_busy_timeout(db_, busy_timeout_ms);
   }
   file_connection(const file_connection&) = delete;
   file_connection& operator=(const file_connection&) = delete;
