@@ -159,12 +159,15 @@ run_ctest gcc build/gcc "${gcc_ctest_args[@]}"
 if ((!quick)); then
   # --- 2: clang++, AddressSanitizer + UndefinedBehaviorSanitizer -----------------------------
   # Everything but the single-header build, which compiles the unit tests again against the
-  # amalgamation: the g++ build has it, and it finds nothing a sanitizer would.
+  # amalgamation: the g++ build has it, and it finds nothing a sanitizer would. At -O0: clang
+  # compiles instrumented code twice as fast as at -O1 (6.6 s against 15.2 s for one store test),
+  # which saves more (about 5 minutes) than the slower tests cost (the unit tests take 73 s
+  # instead of 20 s in one process; the store tests, waiting on servers, no longer).
   export ASAN_OPTIONS="${ASAN_OPTIONS:-halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1}"
   export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
   few_crash_runs  # here and in the TSan build
   configure_and_build clang-asan build/clang-asan "" \
-    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" \
+    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O0 -g1" \
     -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=ON -DIDEM_BUILD_BENCH=OFF \
     -DIDEM_SANITIZE=address,undefined -DIDEM_CLANG_TIDY=ON -DIDEM_REQUIRE_ADAPTERS=ON \
     -DIDEM_TEST_ASIO_STANDALONE=OFF -DIDEM_TEST_SINGLE_HEADER=OFF || exit 1
