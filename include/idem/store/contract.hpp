@@ -17,8 +17,10 @@
 // claim(request) — the one atomic step that decides who runs. Never read-then-insert.
 //   * no live record, or a released one: create it in progress, with
 //       fence       = 1, or one more than the fence of the expired/released record it replaces,
-//       lease_until = now + lease, expires_at = now + retention, created_at = now;
-//     answer {claimed, fence}.
+//       lease_until = now + lease, expires_at = now + retention, created_at = now,
+//       recovery    = request.recovery (what a resumable wrapper keeps from the start: the
+//                     request itself, so a reconciler can finish the work without its client);
+//     answer {claimed, fence}. Recovery bytes that do not fit a bounded store answer {full}.
 //   * a live in-progress record with the same fingerprint whose lease_until <= now: take it
 //     over in the same atomic step: fence + 1, lease_until = now + lease; recovery bytes kept;
 //     answer {taken_over, new fence, snapshot (with the recovery bytes)}.
@@ -119,6 +121,7 @@ struct claim_request {
   store_time now;
   std::chrono::nanoseconds lease;      // positive
   std::chrono::nanoseconds retention;  // longer than the lease
+  std::string_view recovery{};         // the recovery bytes a new record starts with
 };
 
 enum class claim_status : std::uint8_t {

@@ -74,7 +74,8 @@ class locked_store {
     } else if (scope_at_cap(request.scope, id, request.now)) {
       return {claim_status::full, 0, {}};
     }
-    const std::size_t new_bytes = request.scope.size() + request.key.size();
+    const std::size_t new_bytes =
+        request.scope.size() + request.key.size() + request.recovery.size();
     if (!has_room(1, new_bytes)) {
       // Expired records are not live: make room from them before saying full.
       remove_expired(request.now);
@@ -92,6 +93,7 @@ class locked_store {
     created.created_at = request.now;
     created.lease_until = request.now + request.lease;
     created.expires_at = request.now + request.retention;
+    created.recovery = request.recovery;
     const std::uint64_t fence = created.fence;
     state_->bytes += fresh.bytes();
     state_->records.insert(found, std::move(fresh));

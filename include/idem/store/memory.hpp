@@ -175,10 +175,15 @@ class basic_memory_store {
         if (!s.caps.reserve(request.scope, now, found->expires_at > now ? 1 : 0, expires_at)) {
           return answer(claim_status::full);
         }
+        if (!request.recovery.empty() && !s.counts.reserve_bytes(request.recovery.size())) {
+          s.caps.give_back(request.scope, expires_at);
+          return answer(claim_status::full);
+        }
         node* next = node::make_claim(request, hint, found->fence + 1);
         if (!detail::memory::replace(at, next, guard)) {
           node::destroy(next);
           s.caps.give_back(request.scope, expires_at);
+          if (!request.recovery.empty()) s.counts.give_back_bytes(request.recovery.size());
           continue;
         }
         home.tickets.push_again_if_swept(expires_at, bucket);
@@ -191,7 +196,8 @@ class basic_memory_store {
         if (!s.caps.reserve(request.scope, now, 0, expires_at)) {
           return answer(claim_status::full);
         }
-        if (!s.counts.reserve(request.scope.size() + request.key.size())) {
+        if (!s.counts.reserve(request.scope.size() + request.key.size() +
+                              request.recovery.size())) {
           s.caps.give_back(request.scope, expires_at);
           if (swept) return answer(claim_status::full);
           // Expired records are not live: make room from them, once, before saying full.
@@ -362,7 +368,7 @@ class basic_memory_store {
   // Gives up a node made for a claim that another claim beat: it was never linked, so no
   // thread can have seen it.
   void drop_unlinked(node* fresh) {
-    state_->counts.forget_record(fresh->id_size());
+    state_->counts.forget_record(fresh->id_size() + fresh->payload_size());
     state_->caps.give_back(fresh->scope(), fresh->expires_at);
     node::destroy(fresh);
   }

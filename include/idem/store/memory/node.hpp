@@ -89,7 +89,8 @@ struct node {
   /// A claim of (scope, key) under `fence`: in progress, times from the request.
   template <class Lazy = void>
   static node* make_claim(const claim_request& request, std::uint16_t hint, std::uint64_t fence) {
-    node* n = allocate<Lazy>(request.scope, request.key, request.fingerprint.size(), 0);
+    node* n = allocate<Lazy>(request.scope, request.key, request.fingerprint.size(),
+                             request.recovery.size());
     const std::int64_t now = to_ns(request.now);
     n->created_at = now;
     n->lease_until = now + request.lease.count();
@@ -97,7 +98,13 @@ struct node {
     n->fence = fence;
     n->hint = hint;
     n->state = node_state::in_progress;
-    std::memcpy(n->tail() + n->id_size(), request.fingerprint.data(), request.fingerprint.size());
+    char* bytes = n->tail() + n->id_size();
+    std::memcpy(bytes, request.fingerprint.data(), request.fingerprint.size());
+    if (!request.recovery.empty()) {
+      n->recovery_size = static_cast<std::uint32_t>(request.recovery.size());
+      std::memcpy(bytes + request.fingerprint.size(), request.recovery.data(),
+                  request.recovery.size());
+    }
     return n;
   }
   /// A copy of `from` with other response and recovery bytes.

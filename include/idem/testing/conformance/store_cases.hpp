@@ -348,6 +348,71 @@ void a_response_larger_than_the_store_accepts_is_refused_and_writes_nothing() {
   }
 }
 
+template <class Factory>
+void a_new_record_starts_with_the_recovery_bytes_its_claim_gives() {
+  Factory factory;
+  auto store = fresh(factory);
+  const auto now = start();
+  const std::string kept = every_byte();
+  claim_request first = ask("tenant", "key", print(1), now);
+  first.recovery = kept;
+  REQUIRE(store.claim(first).status == claim_status::claimed);
+  std::optional<record> found = store.find("tenant", "key", now);
+  REQUIRE(found);
+  CHECK(found->recovery == kept);
+  // Another claim, live or taking over, never replaces them: they are the first holder's.
+  claim_request other = ask("tenant", "key", print(1), now + 1s);
+  other.recovery = "another request";
+  const claim_result live = store.claim(other);
+  REQUIRE(live.status == claim_status::existing);
+  CHECK(live.existing.recovery == kept);
+  other.now = now + lease;
+  const claim_result taken = store.claim(other);
+  REQUIRE(taken.status == claim_status::taken_over);
+  CHECK(taken.existing.recovery == kept);
+  found = store.find("tenant", "key", now + lease);
+  REQUIRE(found);
+  CHECK(found->recovery == kept);
+  const std::vector<record> stuck = store.stuck(now + 2 * lease, 10);
+  REQUIRE(stuck.size() == 1);
+  CHECK(stuck[0].recovery == kept);
+  // A record that replaces a released one starts with its own claim's bytes, not the old ones.
+  REQUIRE(store.release({"tenant", "key", taken.fence}));
+  claim_request again = ask("tenant", "key", print(2), now + 2 * lease);
+  again.recovery = "the next request";
+  const claim_result next = store.claim(again);
+  REQUIRE(next.status == claim_status::claimed);
+  found = store.find("tenant", "key", now + 2 * lease);
+  REQUIRE(found);
+  CHECK(found->recovery == "the next request");
+  // And one that replaces an expired record, too; none given, none kept.
+  const claim_result fresh_one = store.claim(ask("tenant", "key", print(3), now + retention * 2));
+  REQUIRE(fresh_one.status == claim_status::claimed);
+  found = store.find("tenant", "key", now + retention * 2);
+  REQUIRE(found);
+  CHECK(found->recovery.empty());
+}
+
+template <class Factory>
+void recovery_bytes_a_bounded_store_cannot_hold_answer_full_and_store_nothing() {
+  if constexpr (!Factory::bounded) {
+    SUCCEED("this store has no capacity bound to test");
+  } else {
+    Factory factory;
+    store_limits limits;
+    limits.max_bytes = 4096;
+    auto store = fresh(factory, limits);
+    const auto now = start();
+    const std::string huge(8192, 'x');
+    claim_request request = ask("tenant", "key", print(1), now);
+    request.recovery = huge;
+    CHECK(store.claim(request).status == claim_status::full);
+    CHECK_FALSE(store.find("tenant", "key", now));
+    request.recovery = "fits";
+    CHECK(store.claim(request).status == claim_status::claimed);
+  }
+}
+
 }  // namespace conformance
 }  // namespace idem::testing
 
