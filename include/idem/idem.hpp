@@ -2,8 +2,8 @@
 //
 // This header includes the whole core: the server side (idem::idempotent, idem::inbox, the
 // store contract, the lock-free memory store and the locked reference store, fingerprints and
-// codecs) and the client side (idem::retrying), with their policies. Store adapters that need a
-// client library are included by name, never from here.
+// codecs, the reconciler) and the client side (idem::retrying), with their policies. Store adapters
+// that need a client library are included by name, never from here.
 #ifndef IDEM_IDEM_HPP
 #define IDEM_IDEM_HPP
 
@@ -32,9 +32,14 @@
 #include <idem/server/handler_context.hpp>
 #include <idem/server/idempotent.hpp>
 #include <idem/server/inbox.hpp>
+#include <idem/server/lookup.hpp>
 #include <idem/server/outcome.hpp>
 #include <idem/server/request.hpp>
 #include <idem/server/response_codec.hpp>
+#include <idem/server/resumption.hpp>
+
+// The reconciler: finishes abandoned work, reports what it cannot.
+#include <idem/reconciler.hpp>
 
 // Stores: the contract, the memory store and the locked reference model.
 #include <idem/store/contract.hpp>

@@ -12,8 +12,8 @@
 //
 // This header includes the whole core: the server side (idem::idempotent, idem::inbox, the
 // store contract, the lock-free memory store and the locked reference store, fingerprints and
-// codecs) and the client side (idem::retrying), with their policies. Store adapters that need a
-// client library are included by name, never from here.
+// codecs, the reconciler) and the client side (idem::retrying), with their policies. Store adapters
+// that need a client library are included by name, never from here.
 #ifndef IDEM_IDEM_HPP
 #define IDEM_IDEM_HPP
 
@@ -4148,6 +4148,51 @@ struct codec<T> {
   }
 };
 
+/// Layout: 'Q', format version 1, method and target (varint length, bytes), header count
+/// (varint), each header's name and value (varint length, bytes), then the body to the end. What
+/// a resumable wrapper keeps of an http_request (idempotent::options::max_kept_request_bytes).
+template <std::same_as<http_request> T>
+struct codec<T> {
+  static void encode(const T& request, std::string& out) {
+    out.push_back('Q');
+    out.push_back('\x01');
+    detail::put_varint(out, request.method.size());
+    out += request.method;
+    detail::put_varint(out, request.target.size());
+    out += request.target;
+    detail::put_varint(out, request.headers.size());
+    for (const auto& [name, value] : request.headers) {
+      detail::put_varint(out, name.size());
+      out += name;
+      detail::put_varint(out, value.size());
+      out += value;
+    }
+    out += request.body;
+  }
+
+  static T decode(std::string_view bytes) {
+    if (bytes.size() < 2 || bytes[0] != 'Q' || bytes[1] != '\x01') {
+      throw codec_error("idem::codec<http_request>: the stored bytes are not an http_request");
+    }
+    bytes.remove_prefix(2);
+    T request;
+    request.method.assign(detail::take_bytes(bytes, "http_request method"));
+    request.target.assign(detail::take_bytes(bytes, "http_request target"));
+    const std::uint64_t count = detail::take_varint(bytes, "http_request header count");
+    if (count > bytes.size() / 2) {
+      throw codec_error("idem::codec<http_request>: stored header count out of range");
+    }
+    request.headers.reserve(static_cast<std::size_t>(count));
+    for (std::uint64_t i = 0; i < count; ++i) {
+      std::string_view name = detail::take_bytes(bytes, "http_request header name");
+      std::string_view value = detail::take_bytes(bytes, "http_request header value");
+      request.headers.emplace_back(std::string(name), std::string(value));
+    }
+    request.body.assign(bytes);
+    return request;
+  }
+};
+
 /// Encodes `value` into a fresh string.
 template <Encodable T>
 std::string encode(const T& value) {
@@ -6527,11 +6572,236 @@ struct canonical_json {
 //
 // A step whose effect happened but whose recording did not (the process died in between) runs
 // again after a takeover; that is why the step should pass ctx.downstream_key(name) to the
-// system it calls, which then deduplicates the repeat. A downstream without idempotency of its
-// own can do the effect twice in that window: exactly-once cannot be stronger than the weakest
-// link, and idem says so rather than pretend.
+// system it calls, which then deduplicates the repeat. For a downstream without idempotency of
+// its own, give the step a lookup by that reference (idem/server/lookup.hpp):
+//
+//     auto id = ctx.step("charge", [&] { return bank.transfer(amount,
+//     ctx.downstream_key("charge")); },
+//                        [&](std::string_view reference) { return bank.find_transfer(reference);
+//                        });
+//
+// Before a step calls its function it records that it started, with its reference, in the same
+// fenced write that renews the lease. After a takeover, a lookup step not yet recorded asks its
+// lookup first: landed records the found result and goes on without calling; not_landed calls;
+// unknown (or a lookup that throws) throws effect_unknown without calling, and the claim is kept
+// for the reconciler. A lookup step whose function throws keeps the claim too (the effect may
+// have landed before the answer was lost): its exception passes through, a retry after the lease
+// asks the lookup. Return definite refusals (a declined card) as values, not exceptions.
 #ifndef IDEM_SERVER_HANDLER_CONTEXT_HPP
 #define IDEM_SERVER_HANDLER_CONTEXT_HPP
+
+// begin idem/server/detail/recovery_bytes.hpp
+// The recovery bytes of a record in progress: what its handler recorded so far, as one string the
+// store keeps whole (opaque to it) and a takeover hands back.
+//
+// A sequence of entries, each a name and a value (a varint length and its bytes). A step's result
+// is the entry named for the step. idem's own entries have names that begin with a zero byte,
+// which no step name may (handler_context refuses one), so they never collide:
+//
+//   "\0request"          the kept request of a resumable wrapper: the wrapper's name and the
+//                        request's encoded bytes, each length-prefixed; written by the claim, so
+//                        the record holds it from its first instant
+//   "\0started" + name   step `name` is about to call its function; written in the same fenced
+//                        write that renews the lease before the function runs. Its value is the
+//                        reference the downstream call is made under, empty for the step's
+//                        downstream key (handler_context::downstream_key(name)), which the
+//                        reader derives from scope, key and name rather than store 64 bytes
+//
+// A step with a started entry and no result entry was started and never finished: its effect
+// may or may not have happened, which the step's lookup, or the reconciler's report, finds out.
+// Records written before these entries existed hold result entries alone, and read the same.
+#ifndef IDEM_SERVER_DETAIL_RECOVERY_BYTES_HPP
+#define IDEM_SERVER_DETAIL_RECOVERY_BYTES_HPP
+
+namespace idem::detail {
+
+inline constexpr std::string_view kept_request_entry{"\0request", 8};
+inline constexpr std::string_view started_entry_prefix{"\0started", 8};
+
+/// Whether `name` is one of idem's own entries rather than a step's result.
+constexpr bool reserved_entry(std::string_view name) noexcept {
+  return !name.empty() && name.front() == '\0';
+}
+
+inline void put_entry(std::string& out, std::string_view name, std::string_view value) {
+  put_varint(out, name.size());
+  out.append(name);
+  put_varint(out, value.size());
+  out.append(value);
+}
+
+/// The started entry of step `name`.
+inline void put_started(std::string& out, std::string_view name, std::string_view reference) {
+  put_varint(out, started_entry_prefix.size() + name.size());
+  out.append(started_entry_prefix);
+  out.append(name);
+  put_varint(out, reference.size());
+  out.append(reference);
+}
+
+/// The kept request: the recovery bytes a resumable wrapper's claim gives the store.
+inline std::string kept_request(std::string_view handler_name, std::string_view request) {
+  std::string value;
+  put_varint(value, handler_name.size());
+  value.append(handler_name);
+  value.append(request);
+  std::string out;
+  put_entry(out, kept_request_entry, value);
+  return out;
+}
+
+/// Calls visit(name, value) for each entry in order; throws codec_error for bytes that are not
+/// entries.
+template <class Visit>
+void for_each_entry(std::string_view recovery, Visit&& visit) {
+  while (!recovery.empty()) {
+    const std::string_view name = take_bytes(recovery, "recovery point name");
+    const std::string_view value = take_bytes(recovery, "recovery point value");
+    visit(name, value);
+  }
+}
+
+/// The recorded result of step `name` (the first, should there be two).
+inline bool find_step(std::string_view recovery, std::string_view name, std::string_view& value) {
+  while (!recovery.empty()) {
+    const std::string_view entry_name = take_bytes(recovery, "recovery point name");
+    const std::string_view entry_value = take_bytes(recovery, "recovery point value");
+    if (entry_name == name && !reserved_entry(entry_name)) {
+      value = entry_value;
+      return true;
+    }
+  }
+  return false;
+}
+
+/// Whether step `name` has a started entry.
+inline bool find_started(std::string_view recovery, std::string_view name) {
+  bool found = false;
+  for_each_entry(recovery, [&](std::string_view entry, std::string_view) {
+    if (entry.size() == started_entry_prefix.size() + name.size() &&
+        entry.starts_with(started_entry_prefix) &&
+        entry.substr(started_entry_prefix.size()) == name) {
+      found = true;
+    }
+  });
+  return found;
+}
+
+/// The steps whose results are recorded.
+inline std::size_t count_steps(std::string_view recovery) {
+  std::size_t count = 0;
+  for_each_entry(recovery, [&](std::string_view name, std::string_view) {
+    if (!reserved_entry(name)) ++count;
+  });
+  return count;
+}
+
+}  // namespace idem::detail
+
+#endif  // IDEM_SERVER_DETAIL_RECOVERY_BYTES_HPP
+// end idem/server/detail/recovery_bytes.hpp
+// begin idem/server/lookup.hpp
+// What a lookup against a downstream system of record answers: did the effect of a call land?
+//
+// For a downstream that takes no idempotency key, repeating a call whose answer was lost can make
+// its effect twice. What such a downstream usually offers instead is a search by a reference the
+// caller chose (a payment's description or metadata, a transfer's end-to-end id). A step given a
+// lookup (handler_context::step(name, fn, lookup)) asks it before it calls again, and the
+// reconciler (idem/reconciler.hpp) asks one for every step a record shows as started and never
+// finished. Three answers, and only the second lets a call be made again:
+//
+//   landed      the effect exists (for a step, with its result, which is then recorded)
+//   not_landed  the downstream has no effect under the reference: calling again is safe
+//   unknown     no definite answer (the lookup failed, or the downstream cannot tell yet)
+#ifndef IDEM_SERVER_LOOKUP_HPP
+#define IDEM_SERVER_LOOKUP_HPP
+
+namespace idem {
+
+enum class landing : std::uint8_t { landed, not_landed, unknown };
+
+constexpr std::string_view to_string(landing value) noexcept {
+  switch (value) {
+    case landing::landed:
+      return "landed";
+    case landing::not_landed:
+      return "not_landed";
+    case landing::unknown:
+      return "unknown";
+  }
+  return "unknown";
+}
+
+/// A step's lookup answer: landed with the step's result R (nothing for void), not_landed, or
+/// unknown with why.
+template <class R>
+class lookup_answer {
+ public:
+  static lookup_answer landed(R result) {
+    lookup_answer answer{landing::landed, {}};
+    answer.result_.emplace(std::move(result));
+    return answer;
+  }
+  static lookup_answer not_landed() { return lookup_answer{landing::not_landed, {}}; }
+  static lookup_answer unknown(std::string why) {
+    return lookup_answer{landing::unknown, std::move(why)};
+  }
+
+  landing status() const noexcept { return status_; }
+  /// The result of the call that landed; only for landed.
+  R& result() { return *result_; }
+  const std::string& reason() const noexcept { return reason_; }
+
+ private:
+  lookup_answer(landing status, std::string reason) : status_(status), reason_(std::move(reason)) {}
+
+  landing status_;
+  std::string reason_;
+  std::optional<R> result_;
+};
+
+template <>
+class lookup_answer<void> {
+ public:
+  static lookup_answer landed() { return lookup_answer{landing::landed, {}}; }
+  static lookup_answer not_landed() { return lookup_answer{landing::not_landed, {}}; }
+  static lookup_answer unknown(std::string why) {
+    return lookup_answer{landing::unknown, std::move(why)};
+  }
+
+  landing status() const noexcept { return status_; }
+  const std::string& reason() const noexcept { return reason_; }
+
+ private:
+  lookup_answer(landing status, std::string reason) : status_(status), reason_(std::move(reason)) {}
+
+  landing status_;
+  std::string reason_;
+};
+
+/// Thrown by a step with a lookup when it cannot tell whether its effect landed: the lookup
+/// answered unknown or threw. The step did not call its function. The claim is kept (not
+/// released, whatever the failure policy says), so the record stays in progress, appears among
+/// the stuck records once its lease ends, and the reconciler's report lists it; a retry after
+/// the lease asks the lookup again.
+class effect_unknown : public std::runtime_error {
+ public:
+  effect_unknown(std::string_view step, const std::string& why)
+      : std::runtime_error("idem: whether step '" + std::string(step) +
+                           "' took effect is unknown (" + why +
+                           "); it was not called again, and the claim is kept for the "
+                           "reconciler"),
+        step_(step) {}
+  const std::string& step() const noexcept { return step_; }
+
+ private:
+  std::string step_;
+};
+
+}  // namespace idem
+
+#endif  // IDEM_SERVER_LOOKUP_HPP
+// end idem/server/lookup.hpp
 
 namespace idem {
 
@@ -6560,30 +6830,26 @@ class recovery_writer {
   ~recovery_writer() = default;  // never owned through this interface
 };
 
-// The recovery bytes are a sequence of (name, value), each a varint length and its bytes.
-inline bool find_step(std::string_view recovery, std::string_view name, std::string_view& value) {
-  while (!recovery.empty()) {
-    const std::string_view entry_name = take_bytes(recovery, "recovery point name");
-    const std::string_view entry_value = take_bytes(recovery, "recovery point value");
-    if (entry_name == name) {
-      value = entry_value;
-      return true;
-    }
-  }
-  return false;
-}
-
-inline std::size_t count_steps(std::string_view recovery) {
-  std::size_t count = 0;
-  while (!recovery.empty()) {
-    take_bytes(recovery, "recovery point name");
-    take_bytes(recovery, "recovery point value");
-    ++count;
-  }
-  return count;
-}
-
 }  // namespace detail
+
+/// The downstream key of step `name` of (scope, key): handler_context::downstream_key, for code
+/// that has no context (a lookup, a report).
+inline key_buffer downstream_key(std::string_view scope, std::string_view key,
+                                 std::string_view name) {
+  sha256::state hash;
+  hash.update(std::string_view{"idem downstream key v1"});
+  for (const std::string_view part : {scope, key, name}) {
+    std::string length;
+    detail::put_varint(length, part.size());
+    hash.update(std::string_view{length});
+    hash.update(part);
+  }
+  const std::string hex = hash.finish().hex();
+  key_buffer out;
+  std::memcpy(out.data(), hex.data(), hex.size());
+  out.set_length(hex.size());
+  return out;
+}
 
 class handler_context {
  public:
@@ -6618,19 +6884,7 @@ class handler_context {
   /// three, length-prefixed: collision-resistant, so no client can craft a key that lands on
   /// another's downstream key.
   key_buffer downstream_key(std::string_view name) const {
-    sha256::state hash;
-    hash.update(std::string_view{"idem downstream key v1"});
-    for (const std::string_view part : {scope_, key_, name}) {
-      std::string length;
-      detail::put_varint(length, part.size());
-      hash.update(std::string_view{length});
-      hash.update(part);
-    }
-    const std::string hex = hash.finish().hex();
-    key_buffer out;
-    std::memcpy(out.data(), hex.data(), hex.size());
-    out.set_length(hex.size());
-    return out;
+    return idem::downstream_key(scope_, key_, name);
   }
 
   /// Runs `fn` once for this (scope, key): returns its recorded result if an earlier attempt
@@ -6645,26 +6899,63 @@ class handler_context {
     static_assert(std::is_void_v<result_type> || Encodable<result_type>,
                   "A step's result must be storable: specialise idem::codec<R> for it (see "
                   "idem/server/codec.hpp), or return void.");
+    check_step_name(name);
     std::string_view recorded;
-    if (find_recorded(name, recorded)) {
-      if constexpr (std::is_void_v<result_type>) {
-        return;
-      } else {
-        return codec<result_type>::decode(recorded);
+    if (find_recorded(name, recorded)) return recorded_result<result_type>(recorded);
+    start_step(name);
+    return call_and_record<result_type>(name, fn);
+  }
+
+  /// step(name, fn) for a downstream without idempotency keys: `lookup(reference)` answers
+  /// lookup_answer<R> for the reference downstream_key(name), which `fn` must pass to the
+  /// downstream so the lookup can find its effect. After a takeover the lookup is asked before
+  /// `fn` may run again (see the top of this header); it is never asked on a first attempt.
+  template <class F, class Lookup>
+  std::invoke_result_t<F&> step(std::string_view name, F&& fn, Lookup&& lookup) {
+    using result_type = std::invoke_result_t<F&>;
+    static_assert(std::is_void_v<result_type> || Encodable<result_type>,
+                  "A step's result must be storable: specialise idem::codec<R> for it (see "
+                  "idem/server/codec.hpp), or return void.");
+    static_assert(std::is_invocable_r_v<lookup_answer<result_type>, Lookup&, std::string_view>,
+                  "A step's lookup must be callable as lookup(std::string_view reference) and "
+                  "return idem::lookup_answer<R>, R being the step's result type.");
+    check_step_name(name);
+    std::string_view recorded;
+    if (find_recorded(name, recorded)) return recorded_result<result_type>(recorded);
+    if (resumed_ || detail::find_started(recovery_, name)) {
+      lookup_answer<result_type> answer = ask_lookup<result_type>(name, lookup);
+      if (answer.status() == landing::landed) {
+        if constexpr (std::is_void_v<result_type>) {
+          record_step(name, {});
+          return;
+        } else {
+          std::string bytes;
+          codec<result_type>::encode(answer.result(), bytes);
+          record_step(name, bytes);
+          return std::move(answer.result());
+        }
+      }
+      if (answer.status() == landing::unknown) {
+        in_doubt_ = true;
+        throw effect_unknown(name, answer.reason());
       }
     }
-    renew_lease();
-    if constexpr (std::is_void_v<result_type>) {
-      fn();
-      record_step(name, {});
-    } else {
-      result_type result = fn();
-      std::string bytes;
-      codec<result_type>::encode(result, bytes);
-      record_step(name, bytes);
-      return result;
+    start_step(name);
+    try {
+      return call_and_record<result_type>(name, fn);
+    } catch (const lease_lost&) {
+      throw;
+    } catch (...) {
+      // The call may have landed before its answer was lost: only the lookup can tell.
+      in_doubt_ = true;
+      throw;
     }
   }
+
+  /// A step with a lookup could not tell whether its effect landed (effect_unknown), or its
+  /// function threw: the claim must be kept, whatever the failure policy says, so that the
+  /// record stays for the lookup or the reconciler.
+  bool in_doubt() const noexcept { return in_doubt_; }
 
   /// Renews the lease (a heartbeat for a long handler) after checking that the claim is still
   /// this attempt's; throws lease_lost if it is not.
@@ -6679,6 +6970,23 @@ class handler_context {
   /// The recorded value of step `name`, if an attempt recorded one.
   bool find_recorded(std::string_view name, std::string_view& value) const {
     return detail::find_step(recovery_, name, value);
+  }
+  /// A step name must not begin with a zero byte: those name idem's own entries.
+  static void check_step_name(std::string_view name) {
+    if (detail::reserved_entry(name)) {
+      throw std::invalid_argument(
+          "idem::handler_context: a step name must not begin with a zero byte (those name idem's "
+          "own entries in the recovery bytes)");
+    }
+  }
+  /// Appends step `name`'s started entry, unless an attempt recorded it already; answers the
+  /// size before, for take_back.
+  std::size_t append_started(std::string_view name) {
+    const std::size_t before = recovery_.size();
+    if (!detail::find_started(recovery_, name)) {
+      detail::put_started(recovery_, name, {});
+    }
+    return before;
   }
   /// The recovery bytes as they stand, and where they are written.
   const std::string& recovery() const noexcept { return recovery_; }
@@ -6698,6 +7006,53 @@ class handler_context {
   void count_step() noexcept { ++recorded_steps_; }
 
  private:
+  template <class R>
+  static R recorded_result(std::string_view recorded) {
+    if constexpr (!std::is_void_v<R>) return codec<R>::decode(recorded);
+  }
+
+  // The fenced write before a step's function runs: the started entry, and a renewed lease.
+  void start_step(std::string_view name) {
+    const std::size_t before = append_started(name);
+    bool applied = true;
+    try {
+      applied = writer_ == nullptr || writer_->write(recovery_);
+    } catch (...) {
+      take_back(before);
+      throw;
+    }
+    if (!applied) {
+      take_back(before);
+      throw lease_lost{};
+    }
+  }
+
+  template <class R, class F>
+  R call_and_record(std::string_view name, F& fn) {
+    if constexpr (std::is_void_v<R>) {
+      fn();
+      record_step(name, {});
+    } else {
+      R result = fn();
+      std::string bytes;
+      codec<R>::encode(result, bytes);
+      record_step(name, bytes);
+      return result;
+    }
+  }
+
+  template <class R, class Lookup>
+  lookup_answer<R> ask_lookup(std::string_view name, Lookup& lookup) {
+    const key_buffer reference = downstream_key(name);
+    try {
+      return std::invoke(lookup, reference.view());
+    } catch (const std::exception& error) {
+      return lookup_answer<R>::unknown(std::string("the lookup threw: ") + error.what());
+    } catch (...) {
+      return lookup_answer<R>::unknown("the lookup threw");
+    }
+  }
+
   void record_step(std::string_view name, std::string_view value) {
     const std::size_t before = append_step(name, value);
     bool applied = true;
@@ -6721,6 +7076,7 @@ class handler_context {
   std::string recovery_;
   std::size_t recorded_steps_ = 0;
   detail::recovery_writer* writer_ = nullptr;
+  bool in_doubt_ = false;
 };
 
 }  // namespace idem
@@ -6949,8 +7305,10 @@ struct plain_response_codec {
 // claim(request) — the one atomic step that decides who runs. Never read-then-insert.
 //   * no live record, or a released one: create it in progress, with
 //       fence       = 1, or one more than the fence of the expired/released record it replaces,
-//       lease_until = now + lease, expires_at = now + retention, created_at = now;
-//     answer {claimed, fence}.
+//       lease_until = now + lease, expires_at = now + retention, created_at = now,
+//       recovery    = request.recovery (what a resumable wrapper keeps from the start: the
+//                     request itself, so a reconciler can finish the work without its client);
+//     answer {claimed, fence}. Recovery bytes that do not fit a bounded store answer {full}.
 //   * a live in-progress record with the same fingerprint whose lease_until <= now: take it
 //     over in the same atomic step: fence + 1, lease_until = now + lease; recovery bytes kept;
 //     answer {taken_over, new fence, snapshot (with the recovery bytes)}.
@@ -7039,6 +7397,7 @@ struct claim_request {
   store_time now;
   std::chrono::nanoseconds lease;      // positive
   std::chrono::nanoseconds retention;  // longer than the lease
+  std::string_view recovery{};         // the recovery bytes a new record starts with
 };
 
 enum class claim_status : std::uint8_t {
@@ -7629,8 +7988,73 @@ class idempotent_outcome {
 
 #endif  // IDEM_SERVER_OUTCOME_HPP
 // end idem/server/outcome.hpp
+// begin idem/server/resumption.hpp
+// What resuming a stuck record answers: idempotent::resume, which idem::reconciler calls for each
+// stuck record that kept its request (idem/reconciler.hpp).
+//
+// Resuming is a claim like a retry's: the record is taken over under fence + 1, fenced exactly as
+// a client's retry would take it, and the handler runs from its recovery points. Whoever wins the
+// claim runs; a loser changes nothing.
+#ifndef IDEM_SERVER_RESUMPTION_HPP
+#define IDEM_SERVER_RESUMPTION_HPP
+
+namespace idem {
+
+enum class resumption : std::uint8_t {
+  resumed,       // taken over; the handler ran to its end and its response is recorded
+  settled,       // nothing left to do: completed, released or gone since it was listed
+  lost,          // another attempt (a client's retry, another reconciler) holds or took it
+  failed,        // taken over, but the handler threw or could not tell whether a step landed:
+                 // the claim is kept (never released), so the record stays for the report
+  unreadable,    // the kept request does not decode, or is not the request the record was
+                 // claimed for: never run
+  store_failed,  // the store could not answer; nothing changed that the next pass cannot redo
+};
+
+constexpr std::string_view to_string(resumption value) noexcept {
+  switch (value) {
+    case resumption::resumed:
+      return "resumed";
+    case resumption::settled:
+      return "settled";
+    case resumption::lost:
+      return "lost";
+    case resumption::failed:
+      return "failed";
+    case resumption::unreadable:
+      return "unreadable";
+    case resumption::store_failed:
+      return "store_failed";
+  }
+  return "unknown";
+}
+
+struct resume_result {
+  resumption what = resumption::settled;
+  std::string message;      // why, in words, for every answer but resumed
+  std::uint64_t fence = 0;  // resumed, failed: the fence the run held
+  std::string recovery;     // failed: the recovery bytes as the run left them (opened)
+};
+
+}  // namespace idem
+
+#endif  // IDEM_SERVER_RESUMPTION_HPP
+// end idem/server/resumption.hpp
 
 namespace idem::detail {
+
+// A resumable wrapper's kept request: the plain recovery bytes a new record's handler starts
+// with, and the form the store keeps (sealed by the response codec, or the plain bytes).
+struct kept_bytes {
+  std::string plain;
+  std::string sealed;
+  std::string_view stored;
+};
+
+// The failure "policy" of a resumption by the reconciler: a handler that fails again leaves its
+// claim as it is (the record stays stuck, and is reported), never released, which would drop the
+// recovery points and the kept request.
+struct keep_claim_on_failure {};
 
 // Options: idempotent::options or inbox::options. The engine keeps them as they are given, so a
 // setting has no copy beside its options field, and its owner reads its own settings from them.
@@ -7692,14 +8116,17 @@ class engine {
   /// caller's, runs `run(handler_context&)` under it, or with completion::in_transaction
   /// `run(handler_context&, transaction&)` inside the transaction that completes the record.
   /// `failure` decides what a throw of the handler leaves.
+  /// `kept`: the recovery bytes a new record starts with (a resumable wrapper's kept request:
+  /// kept_request), or none.
   template <class Response, completion How, class Run, class Failure>
   idempotent_outcome<Response> run(std::string_view scope, std::string_view key,
-                                   const digest& print, Run& run, const Failure& failure) {
+                                   const digest& print, Run& run, const Failure& failure,
+                                   const kept_bytes& kept = {}) {
     store_time claimed_at{};
     // Made in place: a replay's record (its response) is moved nowhere before it is answered.
     made_later<claim_result> result;
     try {
-      result.make([&] { return claim_waiting(scope, key, print, claimed_at); });
+      result.make([&] { return claim_waiting(scope, key, print, claimed_at, kept.stored); });
     } catch (const store_error& error) {
       return refused<Response>(error);
     }
@@ -7713,6 +8140,7 @@ class engine {
       case claim_status::taken_over:
         break;
     }
+    if (claimed.status == claim_status::claimed) claimed.existing.recovery = kept.plain;
     return run_claimed<Response, How>(hold(scope, key, claimed, claimed_at), print, run, failure);
   }
 
@@ -7720,8 +8148,8 @@ class engine {
   /// holds a live claim, until it settles (completed, released, abandoned) or the wait is over.
   /// `claimed_at` is set to the time the last claim was made with.
   claim_result claim_waiting(std::string_view scope, std::string_view key, const digest& print,
-                             store_time& claimed_at) {
-    claim_result claimed = claim(scope, key, print, claimed_at);
+                             store_time& claimed_at, std::string_view kept = {}) {
+    claim_result claimed = claim(scope, key, print, claimed_at, kept);
     if (options_.coalesce <= std::chrono::nanoseconds::zero()) return claimed;
     coalescing_wait wait{options_.coalesce};
     const auto start = clock().now();
@@ -7729,17 +8157,77 @@ class engine {
       const std::optional<std::chrono::nanoseconds> pause = wait.next_pause(clock().now() - start);
       if (!pause) break;
       clock().sleep_for(*pause);
-      claimed = claim(scope, key, print, claimed_at);
+      claimed = claim(scope, key, print, claimed_at, kept);
     }
     return claimed;
   }
 
   /// One claim of (scope, key), at the clock's time, which `claimed_at` is set to.
   claim_result claim(std::string_view scope, std::string_view key, const digest& print,
-                     store_time& claimed_at) {
+                     store_time& claimed_at, std::string_view kept = {}) {
     claimed_at = clock().wall_now();
     return store().claim(
-        claim_request{scope, key, print, claimed_at, options_.lease, options_.retention});
+        claim_request{scope, key, print, claimed_at, options_.lease, options_.retention, kept});
+  }
+
+  /// Resumes the stuck record (scope, key), claimed for a request with fingerprint `print`: takes
+  /// it over, as a retry would, and runs `run` under the claim from its recovery points. Never
+  /// starts work anew: a record released or expired since it was listed is claimed back and
+  /// released at once. A handler that fails again keeps the claim (keep_claim_on_failure).
+  template <class Response, completion How, class Run>
+  resume_result resume(std::string_view scope, std::string_view key, const digest& print,
+                       Run& run) {
+    store_time claimed_at{};
+    claim_result claimed;
+    try {
+      claimed = claim(scope, key, print, claimed_at);
+    } catch (const store_error& error) {
+      return {resumption::store_failed, error.what(), 0, {}};
+    }
+    switch (claimed.status) {
+      case claim_status::full:
+        return {resumption::settled, "the record is gone (its key has no record now)", 0, {}};
+      case claim_status::existing:
+        if (claimed.existing.state == record_state::completed) {
+          return {resumption::settled, "completed by another attempt", 0, {}};
+        }
+        if (claimed.existing.fingerprint != print) {
+          return {resumption::settled, "the key now holds another request", 0, {}};
+        }
+        return {resumption::lost, "another attempt holds the claim", 0, {}};
+      case claim_status::claimed: {
+        // The record was released or expired after it was listed: there is nothing to finish,
+        // and a new run is the client's to ask for, not the reconciler's.
+        try {
+          (void)store().release(fenced_key{scope, key, claimed.fence});
+        } catch (const store_error&) {
+          // The claim ends with its lease; a client's retry then claims the key as usual.
+        }
+        return {resumption::settled, "released or expired since it was listed", 0, {}};
+      }
+      case claim_status::taken_over:
+        break;
+    }
+    const std::uint64_t fence = claimed.fence;
+    idempotent_outcome<Response> outcome;
+    try {
+      outcome = run_claimed<Response, How>(hold(scope, key, claimed, claimed_at), print, run,
+                                           keep_claim_on_failure{});
+    } catch (const std::exception& error) {
+      return {resumption::failed, error.what(), fence, recovery_left(scope, key, fence)};
+    } catch (...) {
+      return {resumption::failed, "the handler threw", fence, recovery_left(scope, key, fence)};
+    }
+    switch (outcome.verdict()) {
+      case verdict::executed:
+      case verdict::response_too_large:
+        return {resumption::resumed, std::string(outcome.message()), fence, {}};
+      case verdict::store_unavailable:
+      case verdict::store_full:
+        return {resumption::store_failed, std::string(outcome.message()), fence, {}};
+      default:  // answer_lost: a takeover took the fence from this run
+        return {resumption::lost, std::string(outcome.message()), fence, {}};
+    }
   }
 
   /// The claim this caller holds after claim_waiting answered claimed or taken_over.
@@ -7786,7 +8274,9 @@ class engine {
       try {
         return run(context, transaction...);
       } catch (...) {
-        handler_threw = !target.failed;
+        // A recovery point the store failed to write, or a step that cannot tell whether its
+        // effect landed, keeps the claim: settling it could run the effect twice.
+        handler_threw = !target.failed && !context.in_doubt();
         throw;
       }
     };
@@ -7816,20 +8306,22 @@ class engine {
   template <class Response, class Failure>
   void settle_failure(const fenced_key& held, std::size_t steps, const Failure& failure,
                       std::exception_ptr error) {
-    const failure_info info{std::move(error), held.scope, held.key, held.fence, steps};
-    try {
-      std::optional<Response> stored = failure.template stored_response<Response>(info);
-      if (stored) {
-        std::string bytes;
-        codec<Response>::encode(*stored, bytes);
-        (void)stored_form(bytes);
-        (void)store().complete(held, bytes, clock().wall_now());
-      } else {
-        (void)store().release(held);
+    if constexpr (!std::is_same_v<Failure, keep_claim_on_failure>) {
+      const failure_info info{std::move(error), held.scope, held.key, held.fence, steps};
+      try {
+        std::optional<Response> stored = failure.template stored_response<Response>(info);
+        if (stored) {
+          std::string bytes;
+          codec<Response>::encode(*stored, bytes);
+          (void)stored_form(bytes);
+          (void)store().complete(held, bytes, clock().wall_now());
+        } else {
+          (void)store().release(held);
+        }
+      } catch (const store_error&) {
+        // The handler's exception is what the caller must see. The claim stays in progress
+        // until its lease ends; stuck() reports it.
       }
-    } catch (const store_error&) {
-      // The handler's exception is what the caller must see. The claim stays in progress
-      // until its lease ends; stuck() reports it.
     }
   }
 
@@ -7854,6 +8346,27 @@ class engine {
 
   // Whether responses and recovery points go through the codec: the default one costs no call.
   static constexpr bool seals = !std::is_same_v<codec_type, plain_response_codec>;
+
+  /// Recovery bytes as the store keeps them: sealed by the response codec.
+  std::string sealed_recovery(std::string_view plain) const {
+    std::string sealed;
+    options_.response_codec.seal(plain, sealed);
+    return sealed;
+  }
+
+  /// The recovery bytes a resumable wrapper's claim gives the store for `request` (encoded);
+  /// false when their stored form passes `max_bytes`.
+  bool kept_request(std::string_view handler_name, std::string_view request, std::size_t max_bytes,
+                    kept_bytes& kept) const {
+    kept.plain = detail::kept_request(handler_name, request);
+    if constexpr (seals) {
+      kept.sealed = sealed_recovery(kept.plain);
+      kept.stored = kept.sealed;
+    } else {
+      kept.stored = kept.plain;
+    }
+    return kept.stored.size() <= max_bytes;
+  }
 
   /// Where a handler_context records recovery points: a fenced checkpoint that also renews the
   /// lease, through the store, or for a transactional handler through its transaction
@@ -8020,11 +8533,6 @@ class engine {
   }
 
   // A recovery point as the store keeps it, and back.
-  std::string sealed_recovery(std::string_view plain) const {
-    std::string sealed;
-    options_.response_codec.seal(plain, sealed);
-    return sealed;
-  }
   std::string opened_recovery(std::string recovery) const {
     if constexpr (seals) {
       if (recovery.empty()) return recovery;
@@ -8033,6 +8541,18 @@ class engine {
       return plain;
     } else {
       return recovery;
+    }
+  }
+
+  // The recovery bytes a failed resumption left in the record it still holds under `fence`,
+  // opened; empty when the store cannot say.
+  std::string recovery_left(std::string_view scope, std::string_view key, std::uint64_t fence) {
+    try {
+      std::optional<record> found = store().find(scope, key, clock().wall_now());
+      if (!found || found->fence != fence || found->state != record_state::in_progress) return {};
+      return opened_recovery(std::move(found->recovery));
+    } catch (const std::exception&) {
+      return {};
     }
   }
 
@@ -8988,7 +9508,8 @@ struct node {
   /// A claim of (scope, key) under `fence`: in progress, times from the request.
   template <class Lazy = void>
   static node* make_claim(const claim_request& request, std::uint16_t hint, std::uint64_t fence) {
-    node* n = allocate<Lazy>(request.scope, request.key, request.fingerprint.size(), 0);
+    node* n = allocate<Lazy>(request.scope, request.key, request.fingerprint.size(),
+                             request.recovery.size());
     const std::int64_t now = to_ns(request.now);
     n->created_at = now;
     n->lease_until = now + request.lease.count();
@@ -8996,7 +9517,13 @@ struct node {
     n->fence = fence;
     n->hint = hint;
     n->state = node_state::in_progress;
-    std::memcpy(n->tail() + n->id_size(), request.fingerprint.data(), request.fingerprint.size());
+    char* bytes = n->tail() + n->id_size();
+    std::memcpy(bytes, request.fingerprint.data(), request.fingerprint.size());
+    if (!request.recovery.empty()) {
+      n->recovery_size = static_cast<std::uint32_t>(request.recovery.size());
+      std::memcpy(bytes + request.fingerprint.size(), request.recovery.data(),
+                  request.recovery.size());
+    }
     return n;
   }
   /// A copy of `from` with other response and recovery bytes.
@@ -9661,10 +10188,15 @@ class basic_memory_store {
         if (!s.caps.reserve(request.scope, now, found->expires_at > now ? 1 : 0, expires_at)) {
           return answer(claim_status::full);
         }
+        if (!request.recovery.empty() && !s.counts.reserve_bytes(request.recovery.size())) {
+          s.caps.give_back(request.scope, expires_at);
+          return answer(claim_status::full);
+        }
         node* next = node::make_claim(request, hint, found->fence + 1);
         if (!detail::memory::replace(at, next, guard)) {
           node::destroy(next);
           s.caps.give_back(request.scope, expires_at);
+          if (!request.recovery.empty()) s.counts.give_back_bytes(request.recovery.size());
           continue;
         }
         home.tickets.push_again_if_swept(expires_at, bucket);
@@ -9677,7 +10209,8 @@ class basic_memory_store {
         if (!s.caps.reserve(request.scope, now, 0, expires_at)) {
           return answer(claim_status::full);
         }
-        if (!s.counts.reserve(request.scope.size() + request.key.size())) {
+        if (!s.counts.reserve(request.scope.size() + request.key.size() +
+                              request.recovery.size())) {
           s.caps.give_back(request.scope, expires_at);
           if (swept) return answer(claim_status::full);
           // Expired records are not live: make room from them, once, before saying full.
@@ -9848,7 +10381,7 @@ class basic_memory_store {
   // Gives up a node made for a claim that another claim beat: it was never linked, so no
   // thread can have seen it.
   void drop_unlinked(node* fresh) {
-    state_->counts.forget_record(fresh->id_size());
+    state_->counts.forget_record(fresh->id_size() + fresh->payload_size());
     state_->caps.give_back(fresh->scope(), fresh->expires_at);
     node::destroy(fresh);
   }
@@ -9985,6 +10518,15 @@ class idempotent {
     response_codec_type response_codec{};
     /// Where operator()(scope, request) finds the key.
     std::string key_header = std::string(Policies::key_header);
+    /// Resumable records: each request is kept in its record (encoded by idem::codec<Request>,
+    /// sealed by the response codec) until the record completes, so that idem::reconciler can
+    /// finish the work of a client that gave up (docs/reconciler.md). The largest kept request,
+    /// in bytes as stored; a larger one answers body_too_large (413) before anything is claimed.
+    /// 0 keeps none: the records are not resumable.
+    std::size_t max_kept_request_bytes = 0;
+    /// The name a reconciler finds this wrapper by, kept with each request (resumable records
+    /// only): give each wrapper that shares a store its own.
+    std::string name{};
   };
 
   explicit idempotent(Handler handler) : idempotent(std::move(handler), options{}) {}
@@ -10028,6 +10570,52 @@ class idempotent {
     return (*this)(scope, view_of(request).find_header(engine_.options().key_header), request);
   }
 
+  /// Resumes a stuck record of this wrapper (what idem::reconciler calls): `request` is the
+  /// request the record kept, encoded. The request is decoded and fingerprinted, and a request
+  /// that does not decode or is not the one the record was claimed for is `unreadable` and never
+  /// run; else the record is taken over (fenced, as a retry would take it) and the handler runs
+  /// from its recovery points. A handler that throws again keeps the claim (`failed`).
+  template <Fingerprintable Request>
+  resume_result resume(const record& stuck, std::string_view request) {
+    static_assert(Encodable<Request>,
+                  "A resumable wrapper keeps its requests: specialise idem::codec<Request> for "
+                  "the request type (idem/server/codec.hpp).");
+    static_assert(detail::check_handler<Handler, Request, store_type>());
+    using response_type = typename detail::handler_result<Handler, Request, store_type>::type;
+    std::optional<Request> kept;
+    try {
+      kept.emplace(codec<Request>::decode(request));
+    } catch (const std::exception& error) {
+      return {resumption::unreadable,
+              std::string("the kept request does not decode: ") + error.what(),
+              0,
+              {}};
+    }
+    digest print;
+    try {
+      print = engine_.options().fingerprint(view_of(*kept));
+    } catch (const std::invalid_argument& error) {
+      return {resumption::unreadable,
+              std::string("the kept request cannot be fingerprinted: ") + error.what(),
+              0,
+              {}};
+    }
+    if (print != stuck.fingerprint) {
+      return {resumption::unreadable,
+              "the kept request is not the request the record was claimed for (its fingerprint "
+              "differs)",
+              0,
+              {}};
+    }
+    auto run = runner<response_type>(*kept);
+    constexpr detail::completion how = detail::takes_transaction<Handler, Request, store_type>
+                                           ? detail::completion::in_transaction
+                                           : detail::completion::direct;
+    return engine_.template resume<response_type, how>(stuck.scope, stuck.key, print, run);
+  }
+
+  const options& settings() const noexcept { return engine_.options(); }
+
   /// Removes expired records; answers how many.
   std::size_t sweep() { return engine_.sweep(); }
   /// Claims in progress past their lease: what a reconciliation pass compares with the
@@ -10049,17 +10637,7 @@ class idempotent {
     using outcome_type = idempotent_outcome<Response>;
     const options& settings = engine_.options();
 
-    // A transactional handler is also given the transaction (completion::in_transaction
-    // passes it).
-    auto run = [&](handler_context& context, auto&... transaction) -> Response {
-      if constexpr (transactional) {
-        return std::invoke(handler_, context, request, transaction...);
-      } else if constexpr (detail::takes_handler_context<Handler, Request>) {
-        return std::invoke(handler_, context, request);
-      } else {
-        return std::invoke(handler_, request);
-      }
-    };
+    auto run = runner<Response>(request);
     if (!key) {
       if (settings.require_key) return detail::missing_key<Response>();
       if constexpr (transactional) {
@@ -10077,7 +10655,41 @@ class idempotent {
     }
     constexpr detail::completion how =
         transactional ? detail::completion::in_transaction : detail::completion::direct;
-    return engine_.template run<Response, how>(scope, *key, print, run, settings.failure);
+    if (settings.max_kept_request_bytes == 0) {
+      return engine_.template run<Response, how>(scope, *key, print, run, settings.failure);
+    }
+    detail::kept_bytes kept;
+    if constexpr (Encodable<Request>) {
+      std::string encoded;
+      codec<Request>::encode(request, encoded);
+      if (!engine_.kept_request(settings.name, encoded, settings.max_kept_request_bytes, kept)) {
+        return outcome_type{
+            verdict::body_too_large,
+            "the request takes " + std::to_string(kept.stored.size()) +
+                " bytes to keep for resumption, more than max_kept_request_bytes (" +
+                std::to_string(settings.max_kept_request_bytes) + "); nothing was claimed"};
+      }
+    } else {
+      throw std::logic_error(
+          "idem::idempotent: max_kept_request_bytes is set, but this request type cannot be "
+          "kept: specialise idem::codec<Request> for it (idem/server/codec.hpp)");
+    }
+    return engine_.template run<Response, how>(scope, *key, print, run, settings.failure, kept);
+  }
+
+  // What the engine runs for `request`: the handler, given the context, and for a transactional
+  // handler the transaction too (completion::in_transaction passes it).
+  template <class Response, class Request>
+  auto runner(const Request& request) {
+    return [this, &request](handler_context& context, auto&... transaction) -> Response {
+      if constexpr (detail::takes_transaction<Handler, Request, store_type>) {
+        return std::invoke(handler_, context, request, transaction...);
+      } else if constexpr (detail::takes_handler_context<Handler, Request>) {
+        return std::invoke(handler_, context, request);
+      } else {
+        return std::invoke(handler_, request);
+      }
+    };
   }
 
   Handler handler_;
@@ -10203,6 +10815,767 @@ class inbox {
 #endif  // IDEM_SERVER_INBOX_HPP
 // end idem/server/inbox.hpp
 
+// The reconciler: finishes abandoned work, reports what it cannot.
+// begin idem/reconciler.hpp
+// idem::reconciler: finishes the work clients abandoned, and reports what it cannot finish.
+//
+//   idem::reconciler<my_reconciler_policies> reconciler(store);
+//   reconciler.resume_with<idem::http_request>(payments);       // a resumable wrapper, by name
+//   reconciler.lookup_with([&](const idem::lookup_query& q) {   // the downstream system of record
+//     return ledger.has(q.reference) ? idem::landing::landed : idem::landing::not_landed;
+//   });
+//   idem::reconcile_report report = reconciler.run_once();
+//   std::fputs(idem::json_lines(report.rows).c_str(), report_file);
+//   return report.summary.exit_status();                       // 1: a person is needed
+//
+// A pass walks the store's stuck records (in progress past their lease: stuck()) in batches. For
+// each one:
+//   * a record that kept its request (a wrapper with options::max_kept_request_bytes) and whose
+//     wrapper is registered: the wrapper resumes it (idempotent::resume). It is taken over under
+//     fence + 1, exactly as a client's retry would take it, and the handler runs from its
+//     recovery points with the same downstream keys, so each step's effect happens once; a
+//     client that retries later gets the replay. Whoever wins the claim runs: a client's retry,
+//     another reconciler or this one; the losers change nothing. Fencing decides, never a read
+//     followed by a write.
+//   * any other record (kept no request, an unreadable one, one no registered wrapper takes), or
+//     one whose handler fails again: taken over too, so that it is reported once per pass and
+//     nothing runs its steps while the lookup is asked, then reported. The claim is kept, never
+//     released, and ends with its lease (options.lease), after which a client's retry may take
+//     it; the next pass reports it again if it is still stuck.
+// The report has one row per step of such a record: landed for a step it recorded; for a step it
+// started and never recorded, what the downstream lookup answers (by the step's reference: its
+// downstream key); one not_landed row for a record that never started a step. Nothing is ever
+// written downstream: corrections are for a person (idem/reconcile/report.hpp).
+//
+// Taking over each record it looks at is also what moves a pass forward: a record taken over is
+// no longer stuck, so the next batch lists the next records. A pass stops when a batch brings
+// nothing it could move (the store failing on every record of it), after max_records_per_pass,
+// or when no stuck record is left. Its cost follows the stuck records, not the store's size: the
+// stores list stuck records from an index by lease.
+//
+// One reconciler object is driven by one thread. Standard library only.
+#ifndef IDEM_RECONCILER_HPP
+#define IDEM_RECONCILER_HPP
+
+#include <stop_token>
+
+// begin idem/reconcile/observer.hpp
+// Telemetry of a reconciler: the events idem::reconciler reports, the ReconcilerObserver concept an
+// observer policy satisfies, and two observers: no_reconciler_observer (the default, at no cost)
+// and counting_reconciler_observer (totals in atomics, shared by copies, for tests and
+// dashboards: stuck records by age bucket, resumed, reported, rows by classification).
+// Standard library only.
+#ifndef IDEM_RECONCILE_OBSERVER_HPP
+#define IDEM_RECONCILE_OBSERVER_HPP
+
+// begin idem/reconcile/report.hpp
+// What a reconciler pass reports: one row per discrepancy between a record that did not finish and
+// the downstream system of record, a summary of the pass, and the two forms a person or a cron
+// job reads them in (JSON Lines, a summary table, an exit status).
+//
+// A row says what is known about one step of one stuck record that the reconciler could not
+// finish: landed (the effect exists, though the request never completed: the record says so for
+// a step it recorded, the lookup for a step it started), not_landed (the lookup found nothing
+// under the step's reference, or no step ever started), unknown (the lookup failed, threw, or
+// there is none). The reconciler never corrects anything downstream: refunding, re-sending or
+// cancelling is for the person who reads the report.
+//
+// Keys are never written as they are (a key is a bearer token of sorts): a row carries the key's
+// redacted form (idem/client/redacted_key.hpp), which correlates with observers' and logs' lines
+// of the same key. Standard library only.
+#ifndef IDEM_RECONCILE_REPORT_HPP
+#define IDEM_RECONCILE_REPORT_HPP
+
+#include <cstdio>
+
+namespace idem {
+
+/// Where a row's classification comes from.
+enum class evidence : std::uint8_t {
+  record,  // the record itself: a step it recorded (landed), or no step started (not_landed)
+  lookup,  // the downstream lookup, for a step started and not recorded
+};
+
+constexpr std::string_view to_string(evidence value) noexcept {
+  return value == evidence::record ? "record" : "lookup";
+}
+
+/// One row of the report.
+struct discrepancy {
+  std::string scope;
+  std::string redacted_key;        // redacted_key(key).str(): never the key itself
+  std::chrono::nanoseconds age{};  // since the record was claimed
+  std::string handler;             // the wrapper's name the record kept, empty when it kept none
+  std::string step;                // empty: the record as a whole (no step started)
+  std::string downstream_key;      // the reference the step's downstream call was made under
+  landing classification = landing::unknown;
+  evidence source = evidence::record;
+  std::string reason;  // why the reconciler did not finish the record, and what the lookup said
+
+  friend bool operator==(const discrepancy&, const discrepancy&) = default;
+};
+
+/// The age buckets of stuck records: under 1 minute, 10 minutes, 1 hour, 1 day, and older.
+inline constexpr std::array<std::chrono::seconds, 4> stuck_age_limits{
+    std::chrono::minutes{1}, std::chrono::minutes{10}, std::chrono::hours{1},
+    std::chrono::hours{24}};
+inline constexpr std::array<std::string_view, 5> stuck_age_labels{"<1m", "<10m", "<1h", "<1d",
+                                                                  ">=1d"};
+
+constexpr std::size_t stuck_age_bucket(std::chrono::nanoseconds age) noexcept {
+  std::size_t bucket = 0;
+  while (bucket < stuck_age_limits.size() && age >= stuck_age_limits[bucket])
+    ++bucket;
+  return bucket;
+}
+
+/// What a pass did, in counts.
+struct reconcile_summary {
+  std::size_t examined = 0;        // stuck records looked at
+  std::size_t resumed = 0;         // finished by the reconciler: taken over, handler ran to its end
+  std::size_t settled = 0;         // nothing left to do (completed, released or gone meanwhile)
+  std::size_t lost = 0;            // a client's retry or another reconciler held or took it
+  std::size_t failed = 0;          // resumed, but the handler failed again: reported
+  std::size_t not_resumable = 0;   // kept no request, an unreadable one, or no wrapper for it:
+                                   // reported
+  std::size_t store_failures = 0;  // the store could not answer: the pass did not finish these
+  std::size_t landed = 0;          // rows by classification
+  std::size_t not_landed = 0;
+  std::size_t unknown = 0;
+  std::array<std::size_t, stuck_age_labels.size()> stuck_by_age{};
+
+  std::size_t reported() const noexcept { return failed + not_resumable; }
+  /// Whether a person is needed: an effect landed for a request that never finished, or
+  /// nobody can tell whether one did. not_landed rows alone need nobody (nothing happened; the
+  /// client may retry, or the record expires).
+  bool needs_person() const noexcept { return landed != 0 || unknown != 0; }
+  /// For a cron job: 0 nothing to do, 1 a person is needed, 2 the pass did not finish (the store
+  /// failed), whatever else it found.
+  int exit_status() const noexcept {
+    if (store_failures != 0) return 2;
+    return needs_person() ? 1 : 0;
+  }
+
+  reconcile_summary& operator+=(const reconcile_summary& other) noexcept {
+    examined += other.examined;
+    resumed += other.resumed;
+    settled += other.settled;
+    lost += other.lost;
+    failed += other.failed;
+    not_resumable += other.not_resumable;
+    store_failures += other.store_failures;
+    landed += other.landed;
+    not_landed += other.not_landed;
+    unknown += other.unknown;
+    for (std::size_t i = 0; i < stuck_by_age.size(); ++i)
+      stuck_by_age[i] += other.stuck_by_age[i];
+    return *this;
+  }
+};
+
+/// A pass's (or several passes') summary and rows.
+struct reconcile_report {
+  reconcile_summary summary;
+  std::vector<discrepancy> rows;
+
+  reconcile_report& operator+=(reconcile_report&& other) {
+    summary += other.summary;
+    for (discrepancy& row : other.rows)
+      rows.push_back(std::move(row));
+    return *this;
+  }
+};
+
+namespace detail {
+
+// A JSON string of `text`: the escapes JSON requires, and U+FFFD for each byte that is not part
+// of well-formed UTF-8 (a scope or a reason may hold any bytes; the report must stay JSON).
+inline void append_report_string(std::string& out, std::string_view text) {
+  out.push_back('"');
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(static_cast<char>(c));
+      ++i;
+    } else if (c < 0x20) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
+      out.append(escaped);
+      ++i;
+    } else {
+      const std::size_t length = utf8_sequence_length(text, i);
+      if (length == 0) {
+        out.append("\xef\xbf\xbd");
+        ++i;
+      } else {
+        out.append(text.substr(i, length));
+        i += length;
+      }
+    }
+  }
+  out.push_back('"');
+}
+
+}  // namespace detail
+
+/// One row as a line of JSON (no newline): scope, key (redacted), age_seconds, handler, step,
+/// downstream_key, classification, evidence, reason.
+inline std::string json_line(const discrepancy& row) {
+  std::string out = "{\"scope\":";
+  detail::append_report_string(out, row.scope);
+  out += ",\"key\":";
+  detail::append_report_string(out, row.redacted_key);
+  out += ",\"age_seconds\":";
+  out += std::to_string(std::chrono::duration_cast<std::chrono::seconds>(row.age).count());
+  out += ",\"handler\":";
+  detail::append_report_string(out, row.handler);
+  out += ",\"step\":";
+  detail::append_report_string(out, row.step);
+  out += ",\"downstream_key\":";
+  detail::append_report_string(out, row.downstream_key);
+  out += ",\"classification\":";
+  detail::append_report_string(out, to_string(row.classification));
+  out += ",\"evidence\":";
+  detail::append_report_string(out, to_string(row.source));
+  out += ",\"reason\":";
+  detail::append_report_string(out, row.reason);
+  out += '}';
+  return out;
+}
+
+/// Every row, a line each.
+inline std::string json_lines(const std::vector<discrepancy>& rows) {
+  std::string out;
+  for (const discrepancy& row : rows) {
+    out += json_line(row);
+    out += '\n';
+  }
+  return out;
+}
+
+/// The summary as a small table for a person (and a cron mail).
+inline std::string summary_table(const reconcile_summary& summary) {
+  std::string out;
+  const auto line = [&](std::string_view label, std::size_t value) {
+    char text[96];
+    std::snprintf(text, sizeof text, "  %-26.*s %10zu\n", static_cast<int>(label.size()),
+                  label.data(), value);
+    out += text;
+  };
+  out += "reconciler pass\n";
+  line("stuck records examined", summary.examined);
+  for (std::size_t i = 0; i < stuck_age_labels.size(); ++i) {
+    line("  aged " + std::string(stuck_age_labels[i]), summary.stuck_by_age[i]);
+  }
+  line("resumed (finished)", summary.resumed);
+  line("settled meanwhile", summary.settled);
+  line("held by another attempt", summary.lost);
+  line("failed again (reported)", summary.failed);
+  line("not resumable (reported)", summary.not_resumable);
+  line("store failures", summary.store_failures);
+  out += "report rows\n";
+  line("landed", summary.landed);
+  line("not_landed", summary.not_landed);
+  line("unknown", summary.unknown);
+  out += summary.store_failures != 0 ? "verdict: the pass did not finish (the store failed)\n"
+         : summary.needs_person()    ? "verdict: a person is needed (landed or unknown rows)\n"
+                                     : "verdict: nothing needs a person\n";
+  return out;
+}
+
+}  // namespace idem
+
+#endif  // IDEM_RECONCILE_REPORT_HPP
+// end idem/reconcile/report.hpp
+
+namespace idem {
+
+/// A stuck record the pass looked at.
+struct reconcile_stuck_event {
+  std::string_view scope;
+  std::chrono::nanoseconds age;
+  std::size_t age_bucket;  // index into stuck_age_labels
+};
+
+/// What became of one stuck record: resumption's answer (resumed, settled, lost, failed,
+/// unreadable, store_failed), or settled/lost for a record the reconciler could not resume
+/// and only reported.
+struct reconcile_record_event {
+  std::string_view scope;
+  resumption what;
+  bool reported;  // its rows went into the report
+};
+
+template <class O>
+concept ReconcilerObserver = std::copy_constructible<O> &&
+    requires(O& observer, const reconcile_stuck_event& stuck, const reconcile_record_event& done,
+             const discrepancy& row, const reconcile_summary& pass) {
+  observer.on_stuck(stuck);
+  observer.on_record(done);
+  observer.on_discrepancy(row);
+  observer.on_pass(pass);
+};
+
+struct no_reconciler_observer {
+  constexpr void on_stuck(const reconcile_stuck_event&) const noexcept {}
+  constexpr void on_record(const reconcile_record_event&) const noexcept {}
+  constexpr void on_discrepancy(const discrepancy&) const noexcept {}
+  constexpr void on_pass(const reconcile_summary&) const noexcept {}
+};
+
+/// Totals, shared by copies, safe to read from any thread.
+class counting_reconciler_observer {
+ public:
+  counting_reconciler_observer() : counts_(std::make_shared<counters>()) {}
+
+  void on_stuck(const reconcile_stuck_event& stuck) noexcept {
+    add(counts_->by_age[stuck.age_bucket]);
+  }
+  void on_record(const reconcile_record_event& done) noexcept {
+    if (done.what == resumption::resumed) add(counts_->resumed);
+    if (done.reported) add(counts_->reported);
+  }
+  void on_discrepancy(const discrepancy& row) noexcept {
+    add(counts_->by_class[static_cast<std::size_t>(row.classification)]);
+  }
+  void on_pass(const reconcile_summary&) noexcept { add(counts_->passes); }
+
+  long long passes() const noexcept { return get(counts_->passes); }
+  long long resumed() const noexcept { return get(counts_->resumed); }
+  long long reported() const noexcept { return get(counts_->reported); }
+  /// Stuck records seen aged within stuck_age_labels[bucket].
+  long long stuck(std::size_t bucket) const noexcept { return get(counts_->by_age.at(bucket)); }
+  long long rows(landing classification) const noexcept {
+    return get(counts_->by_class.at(static_cast<std::size_t>(classification)));
+  }
+
+ private:
+  struct counters {
+    std::atomic<long long> passes{0}, resumed{0}, reported{0};
+    std::array<std::atomic<long long>, stuck_age_labels.size()> by_age{};
+    std::array<std::atomic<long long>, 3> by_class{};
+  };
+  static void add(std::atomic<long long>& counter) noexcept {
+    counter.fetch_add(1, std::memory_order_relaxed);
+  }
+  static long long get(const std::atomic<long long>& counter) noexcept {
+    return counter.load(std::memory_order_relaxed);
+  }
+  std::shared_ptr<counters> counts_;
+};
+
+}  // namespace idem
+
+#endif  // IDEM_RECONCILE_OBSERVER_HPP
+// end idem/reconcile/observer.hpp
+
+namespace idem {
+
+/// How a reconciler paces itself. Every field has a default (docs/reconciler.md has the table).
+struct reconciler_options {
+  /// Stuck records listed at a time.
+  std::size_t batch_size = 256;
+  /// The most stuck records one pass looks at.
+  std::size_t max_records_per_pass = 100'000;
+  /// How long the reconciler holds a record it reports (its takeover's lease): a client's retry
+  /// may take it over after that. Resumed records take their wrapper's lease.
+  std::chrono::nanoseconds lease = std::chrono::seconds{30};
+  /// A claim needs one; a record the reconciler claims anew (released meanwhile) is released at
+  /// once, so it never lasts.
+  std::chrono::nanoseconds retention = std::chrono::hours{24};
+  /// run_for: the pause between passes.
+  std::chrono::milliseconds idle_wait = std::chrono::seconds{1};
+};
+
+/// What the report's lookup is asked, for a step a record started and never recorded.
+struct lookup_query {
+  std::string_view scope;
+  std::string_view handler;  // the wrapper's name the record kept (may be empty)
+  std::string_view step;
+  std::string_view reference;  // the step's downstream key: what its call was made under
+};
+
+/// The report's lookup against the downstream system of record. A throw counts as unknown.
+using downstream_lookup = std::function<landing(const lookup_query&)>;
+
+struct default_reconciler_policies {
+  /// The store whose stuck records the reconciler walks: the one its wrappers use.
+  using store = idem::memory_store;
+  /// Where it reads the time, and how run_for waits: the wrappers' clock (manual_clock in tests).
+  using clock = idem::coarse_clock;
+  /// Opens recovery bytes to read them: the response codec the wrappers use.
+  using response_codec = idem::plain_response_codec;
+  /// Telemetry: none; counting_reconciler_observer keeps totals.
+  using observer = idem::no_reconciler_observer;
+};
+
+namespace detail {
+
+// A record's recovery bytes, read: its kept request, the steps it recorded, the steps it started.
+struct recovery_contents {
+  bool kept = false;
+  std::string handler;
+  std::string request;
+  std::vector<std::string> recorded;
+  std::vector<std::pair<std::string, std::string>> started;  // name, reference (empty: default)
+
+  bool recorded_step(std::string_view name) const {
+    for (const std::string& each : recorded)
+      if (each == name) return true;
+    return false;
+  }
+};
+
+// Throws codec_error for bytes that are not recovery entries.
+inline recovery_contents read_recovery(std::string_view plain) {
+  recovery_contents out;
+  for_each_entry(plain, [&](std::string_view name, std::string_view value) {
+    if (name == kept_request_entry) {
+      std::string_view rest = value;
+      out.handler = std::string(take_bytes(rest, "kept request's handler name"));
+      out.request = std::string(rest);
+      out.kept = true;
+    } else if (name.starts_with(started_entry_prefix)) {
+      out.started.emplace_back(std::string(name.substr(started_entry_prefix.size())),
+                               std::string(value));
+    } else if (!reserved_entry(name)) {
+      out.recorded.emplace_back(name);
+    }
+  });
+  return out;
+}
+
+}  // namespace detail
+
+template <class Policies = default_reconciler_policies>
+class reconciler {
+ public:
+  using store_type = typename Policies::store;
+  using clock_type = typename Policies::clock;
+  using response_codec_type = typename Policies::response_codec;
+  using observer_type = typename Policies::observer;
+  static_assert(Store<store_type>,
+                "A reconciler's store must satisfy idem::Store (idem/store/contract.hpp).");
+  static_assert(Clock<clock_type>,
+                "A reconciler's clock must satisfy idem::Clock (idem/clock.hpp).");
+  static_assert(ResponseCodec<response_codec_type>,
+                "A reconciler's response_codec must satisfy idem::ResponseCodec "
+                "(idem/server/response_codec.hpp).");
+  static_assert(ReconcilerObserver<observer_type>,
+                "A reconciler's observer must provide on_stuck, on_record, on_discrepancy and "
+                "on_pass (idem/reconcile/observer.hpp).");
+
+  explicit reconciler(store_type store, reconciler_options options = {}, clock_type clock = {},
+                      response_codec_type codec = {}, observer_type observer = {})
+      : store_(std::move(store)),
+        options_(options),
+        clock_(std::move(clock)),
+        codec_(std::move(codec)),
+        observer_(std::move(observer)) {
+    if (options_.batch_size == 0 || options_.max_records_per_pass == 0) {
+      throw std::invalid_argument(
+          "idem::reconciler: batch_size and max_records_per_pass must be positive");
+    }
+    if (options_.lease <= std::chrono::nanoseconds::zero() ||
+        options_.retention <= options_.lease) {
+      throw std::invalid_argument(
+          "idem::reconciler: the lease must be positive and the retention longer than it");
+    }
+  }
+
+  /// Resumes the records `wrapper` kept (its options' max_kept_request_bytes), found by its
+  /// options' name, their requests decoded as `Request`. The wrapper must outlive the
+  /// reconciler, use its store, and seal with its response codec.
+  template <class Request, class Wrapper>
+  reconciler& resume_with(Wrapper& wrapper) {
+    const std::string& name = wrapper.settings().name;
+    if (wrapper.settings().max_kept_request_bytes == 0) {
+      throw std::invalid_argument("idem::reconciler: the wrapper '" + name +
+                                  "' keeps no requests (max_kept_request_bytes is 0), so it has "
+                                  "nothing to resume");
+    }
+    const bool added = targets_
+                           .emplace(name,
+                                    [&wrapper](const record& stuck, std::string_view request) {
+                                      return wrapper.template resume<Request>(stuck, request);
+                                    })
+                           .second;
+    if (!added) {
+      throw std::invalid_argument("idem::reconciler: two wrappers named '" + name +
+                                  "'; give each wrapper that shares a store its own name");
+    }
+    return *this;
+  }
+
+  /// The report's lookup against the downstream system of record. Without one, every step a
+  /// record started and never recorded is reported unknown.
+  reconciler& lookup_with(downstream_lookup lookup) {
+    lookup_ = std::move(lookup);
+    return *this;
+  }
+
+  /// One pass over the stuck records (see the top of this header).
+  reconcile_report run_once() {
+    reconcile_report report;
+    const store_time listed_at = clock_.wall_now();
+    std::size_t seen = 0;
+    while (seen < options_.max_records_per_pass) {
+      std::vector<record> batch;
+      try {
+        batch = store_.stuck(listed_at,
+                             std::min(options_.batch_size, options_.max_records_per_pass - seen));
+      } catch (const store_error&) {
+        ++report.summary.store_failures;
+        break;
+      }
+      if (batch.empty()) break;
+      bool moved = false;
+      for (record& stuck : batch) {
+        ++seen;
+        moved = examine(stuck, report) || moved;
+      }
+      if (!moved) break;
+    }
+    observer_.on_pass(report.summary);
+    return report;
+  }
+
+  /// Passes until `how_long` has passed or `stop` is requested, idle_wait apart; their reports
+  /// summed.
+  reconcile_report run_for(std::chrono::nanoseconds how_long, std::stop_token stop = {}) {
+    reconcile_report total;
+    const auto end = clock_.now() + how_long;
+    while (!stop.stop_requested()) {
+      total += run_once();
+      const auto now = clock_.now();
+      if (now >= end) break;
+      clock_.sleep_for(std::min<std::chrono::nanoseconds>(options_.idle_wait, end - now));
+    }
+    return total;
+  }
+
+  store_type& store() noexcept { return store_; }
+  clock_type& clock() noexcept { return clock_; }
+  observer_type& observer() noexcept { return observer_; }
+  const reconciler_options& options() const noexcept { return options_; }
+
+ private:
+  // One stuck record: resumed, or reported. Answers whether the record moved (no longer stuck
+  // for this pass), which a store failure does not do.
+  bool examine(record& stuck, reconcile_report& report) {
+    reconcile_summary& summary = report.summary;
+    ++summary.examined;
+    const std::chrono::nanoseconds age = clock_.wall_now() - stuck.created_at;
+    const std::size_t bucket = stuck_age_bucket(age);
+    ++summary.stuck_by_age[bucket];
+    observer_.on_stuck(reconcile_stuck_event{stuck.scope, age, bucket});
+
+    std::optional<detail::recovery_contents> contents;
+    std::string unreadable;
+    try {
+      contents = detail::read_recovery(opened(stuck.recovery));
+    } catch (const std::exception& error) {
+      unreadable = std::string("the recovery bytes do not open or read: ") + error.what();
+    }
+    if (contents && contents->kept) {
+      const auto target = targets_.find(contents->handler);
+      if (target == targets_.end()) {
+        return report_record(
+            stuck, age, *contents,
+            "no wrapper named '" + contents->handler + "' is registered with this reconciler",
+            report);
+      }
+      resume_result resumed = target->second(stuck, contents->request);
+      switch (resumed.what) {
+        case resumption::resumed:
+          ++summary.resumed;
+          break;
+        case resumption::settled:
+          ++summary.settled;
+          break;
+        case resumption::lost:
+          ++summary.lost;
+          break;
+        case resumption::store_failed:
+          ++summary.store_failures;
+          break;
+        case resumption::unreadable:
+          return report_record(stuck, age, *contents, resumed.message, report);
+        case resumption::failed: {
+          ++summary.failed;
+          detail::recovery_contents left = *contents;
+          try {
+            if (!resumed.recovery.empty()) left = detail::read_recovery(resumed.recovery);
+          } catch (const std::exception&) {
+            // The run's bytes do not read: the listed ones are the best account there is.
+          }
+          add_rows(stuck, age, left, "resumed, but the handler failed again: " + resumed.message,
+                   report);
+          observer_.on_record(reconcile_record_event{stuck.scope, resumption::failed, true});
+          return true;
+        }
+      }
+      observer_.on_record(reconcile_record_event{stuck.scope, resumed.what, false});
+      return resumed.what != resumption::store_failed;
+    }
+    if (!contents) {
+      return report_record(stuck, age, detail::recovery_contents{}, unreadable, report);
+    }
+    return report_record(stuck, age, *contents,
+                         "not resumable: the record keeps no request (its wrapper's "
+                         "max_kept_request_bytes is 0, or it was claimed before it was set)",
+                         report);
+  }
+
+  // A record the reconciler cannot resume: taken over (so this pass moves on, and nothing runs
+  // its steps while the lookup is asked), then reported from the bytes the takeover answered.
+  bool report_record(const record& stuck, std::chrono::nanoseconds age,
+                     const detail::recovery_contents& listed, const std::string& why,
+                     reconcile_report& report) {
+    reconcile_summary& summary = report.summary;
+    claim_result claimed;
+    try {
+      claimed = store_.claim(claim_request{stuck.scope, stuck.key, stuck.fingerprint,
+                                           clock_.wall_now(), options_.lease, options_.retention});
+    } catch (const store_error&) {
+      ++summary.store_failures;
+      observer_.on_record(reconcile_record_event{stuck.scope, resumption::store_failed, false});
+      return false;
+    }
+    resumption what = resumption::failed;
+    switch (claimed.status) {
+      case claim_status::taken_over:
+        break;
+      case claim_status::claimed:
+        try {
+          (void)store_.release(fenced_key{stuck.scope, stuck.key, claimed.fence});
+        } catch (const store_error&) {
+          // The claim ends with its lease.
+        }
+        what = resumption::settled;
+        break;
+      case claim_status::full:
+        what = resumption::settled;
+        break;
+      case claim_status::existing:
+        what = claimed.existing.state == record_state::in_progress &&
+                       claimed.existing.fingerprint == stuck.fingerprint
+                   ? resumption::lost
+                   : resumption::settled;
+        break;
+    }
+    if (what != resumption::failed) {
+      ++(what == resumption::lost ? summary.lost : summary.settled);
+      observer_.on_record(reconcile_record_event{stuck.scope, what, false});
+      return true;
+    }
+    ++summary.not_resumable;
+    detail::recovery_contents current = listed;
+    try {
+      current = detail::read_recovery(opened(claimed.existing.recovery));
+    } catch (const std::exception&) {
+      // The takeover's bytes are the listed ones, which did not read either.
+    }
+    add_rows(stuck, age, current, why, report);
+    observer_.on_record(reconcile_record_event{stuck.scope, resumption::unreadable, true});
+    return true;
+  }
+
+  // The rows of one record the reconciler did not finish.
+  void add_rows(const record& stuck, std::chrono::nanoseconds age,
+                const detail::recovery_contents& contents, const std::string& why,
+                reconcile_report& report) {
+    const auto row = [&](std::string_view step, std::string reference, landing classification,
+                         evidence source, std::string reason) {
+      discrepancy out;
+      out.scope = stuck.scope;
+      out.redacted_key = redacted_key(stuck.key).str();
+      out.age = age;
+      out.handler = contents.handler;
+      out.step = std::string(step);
+      out.downstream_key = std::move(reference);
+      out.classification = classification;
+      out.source = source;
+      out.reason = std::move(reason);
+      switch (classification) {
+        case landing::landed:
+          ++report.summary.landed;
+          break;
+        case landing::not_landed:
+          ++report.summary.not_landed;
+          break;
+        case landing::unknown:
+          ++report.summary.unknown;
+          break;
+      }
+      observer_.on_discrepancy(out);
+      report.rows.push_back(std::move(out));
+    };
+    const auto reference_of = [&](std::string_view step, const std::string& given) {
+      return given.empty() ? std::string(downstream_key(stuck.scope, stuck.key, step).view())
+                           : given;
+    };
+    for (const std::string& step : contents.recorded) {
+      row(step, std::string(downstream_key(stuck.scope, stuck.key, step).view()), landing::landed,
+          evidence::record, why + "; the step's result is recorded");
+    }
+    for (const auto& [step, given] : contents.started) {
+      if (contents.recorded_step(step)) continue;
+      std::string reference = reference_of(step, given);
+      std::string said;
+      const landing found = ask(stuck, contents.handler, step, reference, said);
+      row(step, std::move(reference), found, evidence::lookup, why + "; " + said);
+    }
+    if (contents.recorded.empty() && contents.started.empty()) {
+      row({}, {}, landing::not_landed, evidence::record, why + "; no step was started");
+    }
+  }
+
+  landing ask(const record& stuck, std::string_view handler, std::string_view step,
+              std::string_view reference, std::string& said) {
+    if (!lookup_) {
+      said = "started and not recorded; no lookup was given to ask the downstream";
+      return landing::unknown;
+    }
+    try {
+      const landing found = lookup_(lookup_query{stuck.scope, handler, step, reference});
+      said = "started and not recorded; the lookup answered " + std::string(to_string(found));
+      return found;
+    } catch (const std::exception& error) {
+      said = std::string("started and not recorded; the lookup threw: ") + error.what();
+    } catch (...) {
+      said = "started and not recorded; the lookup threw";
+    }
+    return landing::unknown;
+  }
+
+  std::string opened(const std::string& sealed) const {
+    if constexpr (std::is_same_v<response_codec_type, plain_response_codec>) {
+      return sealed;
+    } else {
+      if (sealed.empty()) return {};
+      std::string plain;
+      codec_.open(sealed, plain);
+      return plain;
+    }
+  }
+
+  store_type store_;
+  reconciler_options options_;
+  clock_type clock_;
+  response_codec_type codec_;
+  observer_type observer_;
+  downstream_lookup lookup_;
+  std::map<std::string, std::function<resume_result(const record&, std::string_view)>, std::less<>>
+      targets_;
+};
+
+}  // namespace idem
+
+#endif  // IDEM_RECONCILER_HPP
+// end idem/reconciler.hpp
+
 // Stores: the contract, the memory store and the locked reference model.
 // begin idem/store/locked.hpp
 // locked_store: one mutex around one sorted list. The reference model of the store contract.
@@ -10267,7 +11640,8 @@ class locked_store {
     } else if (scope_at_cap(request.scope, id, request.now)) {
       return {claim_status::full, 0, {}};
     }
-    const std::size_t new_bytes = request.scope.size() + request.key.size();
+    const std::size_t new_bytes =
+        request.scope.size() + request.key.size() + request.recovery.size();
     if (!has_room(1, new_bytes)) {
       // Expired records are not live: make room from them before saying full.
       remove_expired(request.now);
@@ -10285,6 +11659,7 @@ class locked_store {
     created.created_at = request.now;
     created.lease_until = request.now + request.lease;
     created.expires_at = request.now + request.retention;
+    created.recovery = request.recovery;
     const std::uint64_t fence = created.fence;
     state_->bytes += fresh.bytes();
     state_->records.insert(found, std::move(fresh));

@@ -84,6 +84,7 @@ class async_handler_context : public handler_context {
     static_assert(std::is_void_v<result_type> || Encodable<result_type>,
                   "A step's result must be storable: specialise idem::codec<R> for it (see "
                   "idem/server/codec.hpp), or return void.");
+    check_step_name(name);
     std::string_view recorded;
     if (find_recorded(name, recorded)) {
       if constexpr (std::is_void_v<result_type>) {
@@ -92,7 +93,7 @@ class async_handler_context : public handler_context {
         co_return codec<result_type>::decode(recorded);
       }
     }
-    co_await async_renew_lease();
+    co_await async_start(name);
     if constexpr (std::is_void_v<result_type>) {
       co_await std::invoke(fn);
       co_await async_record(name, {});
@@ -116,6 +117,25 @@ class async_handler_context : public handler_context {
   }
 
  private:
+  // The fenced write before a step's function runs: its started entry, and a renewed lease.
+  asio::awaitable<void> async_start(std::string_view name) {
+    const std::size_t before = append_started(name);
+    bool applied = true;
+    try {
+      if (async_writer_ != nullptr) {
+        applied = !async_writer_->lost();
+        if (applied) applied = co_await async_writer_->async_write(recovery());
+      }
+    } catch (...) {
+      take_back(before);
+      throw;
+    }
+    if (!applied) {
+      take_back(before);
+      throw lease_lost{};
+    }
+  }
+
   asio::awaitable<void> async_record(std::string_view name, std::string_view value) {
     const std::size_t before = append_step(name, value);
     bool applied = true;

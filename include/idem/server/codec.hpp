@@ -216,6 +216,51 @@ struct codec<T> {
   }
 };
 
+/// Layout: 'Q', format version 1, method and target (varint length, bytes), header count
+/// (varint), each header's name and value (varint length, bytes), then the body to the end. What
+/// a resumable wrapper keeps of an http_request (idempotent::options::max_kept_request_bytes).
+template <std::same_as<http_request> T>
+struct codec<T> {
+  static void encode(const T& request, std::string& out) {
+    out.push_back('Q');
+    out.push_back('\x01');
+    detail::put_varint(out, request.method.size());
+    out += request.method;
+    detail::put_varint(out, request.target.size());
+    out += request.target;
+    detail::put_varint(out, request.headers.size());
+    for (const auto& [name, value] : request.headers) {
+      detail::put_varint(out, name.size());
+      out += name;
+      detail::put_varint(out, value.size());
+      out += value;
+    }
+    out += request.body;
+  }
+
+  static T decode(std::string_view bytes) {
+    if (bytes.size() < 2 || bytes[0] != 'Q' || bytes[1] != '\x01') {
+      throw codec_error("idem::codec<http_request>: the stored bytes are not an http_request");
+    }
+    bytes.remove_prefix(2);
+    T request;
+    request.method.assign(detail::take_bytes(bytes, "http_request method"));
+    request.target.assign(detail::take_bytes(bytes, "http_request target"));
+    const std::uint64_t count = detail::take_varint(bytes, "http_request header count");
+    if (count > bytes.size() / 2) {
+      throw codec_error("idem::codec<http_request>: stored header count out of range");
+    }
+    request.headers.reserve(static_cast<std::size_t>(count));
+    for (std::uint64_t i = 0; i < count; ++i) {
+      std::string_view name = detail::take_bytes(bytes, "http_request header name");
+      std::string_view value = detail::take_bytes(bytes, "http_request header value");
+      request.headers.emplace_back(std::string(name), std::string(value));
+    }
+    request.body.assign(bytes);
+    return request;
+  }
+};
+
 /// Encodes `value` into a fresh string.
 template <Encodable T>
 std::string encode(const T& value) {

@@ -16,15 +16,29 @@
 //
 // A step whose effect happened but whose recording did not (the process died in between) runs
 // again after a takeover; that is why the step should pass ctx.downstream_key(name) to the
-// system it calls, which then deduplicates the repeat. A downstream without idempotency of its
-// own can do the effect twice in that window: exactly-once cannot be stronger than the weakest
-// link, and idem says so rather than pretend.
+// system it calls, which then deduplicates the repeat. For a downstream without idempotency of
+// its own, give the step a lookup by that reference (idem/server/lookup.hpp):
+//
+//     auto id = ctx.step("charge", [&] { return bank.transfer(amount,
+//     ctx.downstream_key("charge")); },
+//                        [&](std::string_view reference) { return bank.find_transfer(reference);
+//                        });
+//
+// Before a step calls its function it records that it started, with its reference, in the same
+// fenced write that renews the lease. After a takeover, a lookup step not yet recorded asks its
+// lookup first: landed records the found result and goes on without calling; not_landed calls;
+// unknown (or a lookup that throws) throws effect_unknown without calling, and the claim is kept
+// for the reconciler. A lookup step whose function throws keeps the claim too (the effect may
+// have landed before the answer was lost): its exception passes through, a retry after the lease
+// asks the lookup. Return definite refusals (a declined card) as values, not exceptions.
 #ifndef IDEM_SERVER_HANDLER_CONTEXT_HPP
 #define IDEM_SERVER_HANDLER_CONTEXT_HPP
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <exception>
+#include <functional>
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
@@ -34,7 +48,9 @@
 
 #include <idem/key.hpp>
 #include <idem/server/codec.hpp>
+#include <idem/server/detail/recovery_bytes.hpp>
 #include <idem/server/fingerprint/sha256.hpp>
+#include <idem/server/lookup.hpp>
 
 namespace idem {
 
@@ -63,30 +79,26 @@ class recovery_writer {
   ~recovery_writer() = default;  // never owned through this interface
 };
 
-// The recovery bytes are a sequence of (name, value), each a varint length and its bytes.
-inline bool find_step(std::string_view recovery, std::string_view name, std::string_view& value) {
-  while (!recovery.empty()) {
-    const std::string_view entry_name = take_bytes(recovery, "recovery point name");
-    const std::string_view entry_value = take_bytes(recovery, "recovery point value");
-    if (entry_name == name) {
-      value = entry_value;
-      return true;
-    }
-  }
-  return false;
-}
-
-inline std::size_t count_steps(std::string_view recovery) {
-  std::size_t count = 0;
-  while (!recovery.empty()) {
-    take_bytes(recovery, "recovery point name");
-    take_bytes(recovery, "recovery point value");
-    ++count;
-  }
-  return count;
-}
-
 }  // namespace detail
+
+/// The downstream key of step `name` of (scope, key): handler_context::downstream_key, for code
+/// that has no context (a lookup, a report).
+inline key_buffer downstream_key(std::string_view scope, std::string_view key,
+                                 std::string_view name) {
+  sha256::state hash;
+  hash.update(std::string_view{"idem downstream key v1"});
+  for (const std::string_view part : {scope, key, name}) {
+    std::string length;
+    detail::put_varint(length, part.size());
+    hash.update(std::string_view{length});
+    hash.update(part);
+  }
+  const std::string hex = hash.finish().hex();
+  key_buffer out;
+  std::memcpy(out.data(), hex.data(), hex.size());
+  out.set_length(hex.size());
+  return out;
+}
 
 class handler_context {
  public:
@@ -121,19 +133,7 @@ class handler_context {
   /// three, length-prefixed: collision-resistant, so no client can craft a key that lands on
   /// another's downstream key.
   key_buffer downstream_key(std::string_view name) const {
-    sha256::state hash;
-    hash.update(std::string_view{"idem downstream key v1"});
-    for (const std::string_view part : {scope_, key_, name}) {
-      std::string length;
-      detail::put_varint(length, part.size());
-      hash.update(std::string_view{length});
-      hash.update(part);
-    }
-    const std::string hex = hash.finish().hex();
-    key_buffer out;
-    std::memcpy(out.data(), hex.data(), hex.size());
-    out.set_length(hex.size());
-    return out;
+    return idem::downstream_key(scope_, key_, name);
   }
 
   /// Runs `fn` once for this (scope, key): returns its recorded result if an earlier attempt
@@ -148,26 +148,63 @@ class handler_context {
     static_assert(std::is_void_v<result_type> || Encodable<result_type>,
                   "A step's result must be storable: specialise idem::codec<R> for it (see "
                   "idem/server/codec.hpp), or return void.");
+    check_step_name(name);
     std::string_view recorded;
-    if (find_recorded(name, recorded)) {
-      if constexpr (std::is_void_v<result_type>) {
-        return;
-      } else {
-        return codec<result_type>::decode(recorded);
+    if (find_recorded(name, recorded)) return recorded_result<result_type>(recorded);
+    start_step(name);
+    return call_and_record<result_type>(name, fn);
+  }
+
+  /// step(name, fn) for a downstream without idempotency keys: `lookup(reference)` answers
+  /// lookup_answer<R> for the reference downstream_key(name), which `fn` must pass to the
+  /// downstream so the lookup can find its effect. After a takeover the lookup is asked before
+  /// `fn` may run again (see the top of this header); it is never asked on a first attempt.
+  template <class F, class Lookup>
+  std::invoke_result_t<F&> step(std::string_view name, F&& fn, Lookup&& lookup) {
+    using result_type = std::invoke_result_t<F&>;
+    static_assert(std::is_void_v<result_type> || Encodable<result_type>,
+                  "A step's result must be storable: specialise idem::codec<R> for it (see "
+                  "idem/server/codec.hpp), or return void.");
+    static_assert(std::is_invocable_r_v<lookup_answer<result_type>, Lookup&, std::string_view>,
+                  "A step's lookup must be callable as lookup(std::string_view reference) and "
+                  "return idem::lookup_answer<R>, R being the step's result type.");
+    check_step_name(name);
+    std::string_view recorded;
+    if (find_recorded(name, recorded)) return recorded_result<result_type>(recorded);
+    if (resumed_ || detail::find_started(recovery_, name)) {
+      lookup_answer<result_type> answer = ask_lookup<result_type>(name, lookup);
+      if (answer.status() == landing::landed) {
+        if constexpr (std::is_void_v<result_type>) {
+          record_step(name, {});
+          return;
+        } else {
+          std::string bytes;
+          codec<result_type>::encode(answer.result(), bytes);
+          record_step(name, bytes);
+          return std::move(answer.result());
+        }
+      }
+      if (answer.status() == landing::unknown) {
+        in_doubt_ = true;
+        throw effect_unknown(name, answer.reason());
       }
     }
-    renew_lease();
-    if constexpr (std::is_void_v<result_type>) {
-      fn();
-      record_step(name, {});
-    } else {
-      result_type result = fn();
-      std::string bytes;
-      codec<result_type>::encode(result, bytes);
-      record_step(name, bytes);
-      return result;
+    start_step(name);
+    try {
+      return call_and_record<result_type>(name, fn);
+    } catch (const lease_lost&) {
+      throw;
+    } catch (...) {
+      // The call may have landed before its answer was lost: only the lookup can tell.
+      in_doubt_ = true;
+      throw;
     }
   }
+
+  /// A step with a lookup could not tell whether its effect landed (effect_unknown), or its
+  /// function threw: the claim must be kept, whatever the failure policy says, so that the
+  /// record stays for the lookup or the reconciler.
+  bool in_doubt() const noexcept { return in_doubt_; }
 
   /// Renews the lease (a heartbeat for a long handler) after checking that the claim is still
   /// this attempt's; throws lease_lost if it is not.
@@ -182,6 +219,23 @@ class handler_context {
   /// The recorded value of step `name`, if an attempt recorded one.
   bool find_recorded(std::string_view name, std::string_view& value) const {
     return detail::find_step(recovery_, name, value);
+  }
+  /// A step name must not begin with a zero byte: those name idem's own entries.
+  static void check_step_name(std::string_view name) {
+    if (detail::reserved_entry(name)) {
+      throw std::invalid_argument(
+          "idem::handler_context: a step name must not begin with a zero byte (those name idem's "
+          "own entries in the recovery bytes)");
+    }
+  }
+  /// Appends step `name`'s started entry, unless an attempt recorded it already; answers the
+  /// size before, for take_back.
+  std::size_t append_started(std::string_view name) {
+    const std::size_t before = recovery_.size();
+    if (!detail::find_started(recovery_, name)) {
+      detail::put_started(recovery_, name, {});
+    }
+    return before;
   }
   /// The recovery bytes as they stand, and where they are written.
   const std::string& recovery() const noexcept { return recovery_; }
@@ -201,6 +255,53 @@ class handler_context {
   void count_step() noexcept { ++recorded_steps_; }
 
  private:
+  template <class R>
+  static R recorded_result(std::string_view recorded) {
+    if constexpr (!std::is_void_v<R>) return codec<R>::decode(recorded);
+  }
+
+  // The fenced write before a step's function runs: the started entry, and a renewed lease.
+  void start_step(std::string_view name) {
+    const std::size_t before = append_started(name);
+    bool applied = true;
+    try {
+      applied = writer_ == nullptr || writer_->write(recovery_);
+    } catch (...) {
+      take_back(before);
+      throw;
+    }
+    if (!applied) {
+      take_back(before);
+      throw lease_lost{};
+    }
+  }
+
+  template <class R, class F>
+  R call_and_record(std::string_view name, F& fn) {
+    if constexpr (std::is_void_v<R>) {
+      fn();
+      record_step(name, {});
+    } else {
+      R result = fn();
+      std::string bytes;
+      codec<R>::encode(result, bytes);
+      record_step(name, bytes);
+      return result;
+    }
+  }
+
+  template <class R, class Lookup>
+  lookup_answer<R> ask_lookup(std::string_view name, Lookup& lookup) {
+    const key_buffer reference = downstream_key(name);
+    try {
+      return std::invoke(lookup, reference.view());
+    } catch (const std::exception& error) {
+      return lookup_answer<R>::unknown(std::string("the lookup threw: ") + error.what());
+    } catch (...) {
+      return lookup_answer<R>::unknown("the lookup threw");
+    }
+  }
+
   void record_step(std::string_view name, std::string_view value) {
     const std::size_t before = append_step(name, value);
     bool applied = true;
@@ -224,6 +325,7 @@ class handler_context {
   std::string recovery_;
   std::size_t recorded_steps_ = 0;
   detail::recovery_writer* writer_ = nullptr;
+  bool in_doubt_ = false;
 };
 
 }  // namespace idem

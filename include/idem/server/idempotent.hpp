@@ -55,6 +55,7 @@
 #include <idem/server/outcome.hpp>
 #include <idem/server/request.hpp>
 #include <idem/server/response_codec.hpp>
+#include <idem/server/resumption.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/memory.hpp>
 
@@ -104,6 +105,15 @@ class idempotent {
     response_codec_type response_codec{};
     /// Where operator()(scope, request) finds the key.
     std::string key_header = std::string(Policies::key_header);
+    /// Resumable records: each request is kept in its record (encoded by idem::codec<Request>,
+    /// sealed by the response codec) until the record completes, so that idem::reconciler can
+    /// finish the work of a client that gave up (docs/reconciler.md). The largest kept request,
+    /// in bytes as stored; a larger one answers body_too_large (413) before anything is claimed.
+    /// 0 keeps none: the records are not resumable.
+    std::size_t max_kept_request_bytes = 0;
+    /// The name a reconciler finds this wrapper by, kept with each request (resumable records
+    /// only): give each wrapper that shares a store its own.
+    std::string name{};
   };
 
   explicit idempotent(Handler handler) : idempotent(std::move(handler), options{}) {}
@@ -147,6 +157,52 @@ class idempotent {
     return (*this)(scope, view_of(request).find_header(engine_.options().key_header), request);
   }
 
+  /// Resumes a stuck record of this wrapper (what idem::reconciler calls): `request` is the
+  /// request the record kept, encoded. The request is decoded and fingerprinted, and a request
+  /// that does not decode or is not the one the record was claimed for is `unreadable` and never
+  /// run; else the record is taken over (fenced, as a retry would take it) and the handler runs
+  /// from its recovery points. A handler that throws again keeps the claim (`failed`).
+  template <Fingerprintable Request>
+  resume_result resume(const record& stuck, std::string_view request) {
+    static_assert(Encodable<Request>,
+                  "A resumable wrapper keeps its requests: specialise idem::codec<Request> for "
+                  "the request type (idem/server/codec.hpp).");
+    static_assert(detail::check_handler<Handler, Request, store_type>());
+    using response_type = typename detail::handler_result<Handler, Request, store_type>::type;
+    std::optional<Request> kept;
+    try {
+      kept.emplace(codec<Request>::decode(request));
+    } catch (const std::exception& error) {
+      return {resumption::unreadable,
+              std::string("the kept request does not decode: ") + error.what(),
+              0,
+              {}};
+    }
+    digest print;
+    try {
+      print = engine_.options().fingerprint(view_of(*kept));
+    } catch (const std::invalid_argument& error) {
+      return {resumption::unreadable,
+              std::string("the kept request cannot be fingerprinted: ") + error.what(),
+              0,
+              {}};
+    }
+    if (print != stuck.fingerprint) {
+      return {resumption::unreadable,
+              "the kept request is not the request the record was claimed for (its fingerprint "
+              "differs)",
+              0,
+              {}};
+    }
+    auto run = runner<response_type>(*kept);
+    constexpr detail::completion how = detail::takes_transaction<Handler, Request, store_type>
+                                           ? detail::completion::in_transaction
+                                           : detail::completion::direct;
+    return engine_.template resume<response_type, how>(stuck.scope, stuck.key, print, run);
+  }
+
+  const options& settings() const noexcept { return engine_.options(); }
+
   /// Removes expired records; answers how many.
   std::size_t sweep() { return engine_.sweep(); }
   /// Claims in progress past their lease: what a reconciliation pass compares with the
@@ -168,17 +224,7 @@ class idempotent {
     using outcome_type = idempotent_outcome<Response>;
     const options& settings = engine_.options();
 
-    // A transactional handler is also given the transaction (completion::in_transaction
-    // passes it).
-    auto run = [&](handler_context& context, auto&... transaction) -> Response {
-      if constexpr (transactional) {
-        return std::invoke(handler_, context, request, transaction...);
-      } else if constexpr (detail::takes_handler_context<Handler, Request>) {
-        return std::invoke(handler_, context, request);
-      } else {
-        return std::invoke(handler_, request);
-      }
-    };
+    auto run = runner<Response>(request);
     if (!key) {
       if (settings.require_key) return detail::missing_key<Response>();
       if constexpr (transactional) {
@@ -196,7 +242,41 @@ class idempotent {
     }
     constexpr detail::completion how =
         transactional ? detail::completion::in_transaction : detail::completion::direct;
-    return engine_.template run<Response, how>(scope, *key, print, run, settings.failure);
+    if (settings.max_kept_request_bytes == 0) {
+      return engine_.template run<Response, how>(scope, *key, print, run, settings.failure);
+    }
+    detail::kept_bytes kept;
+    if constexpr (Encodable<Request>) {
+      std::string encoded;
+      codec<Request>::encode(request, encoded);
+      if (!engine_.kept_request(settings.name, encoded, settings.max_kept_request_bytes, kept)) {
+        return outcome_type{
+            verdict::body_too_large,
+            "the request takes " + std::to_string(kept.stored.size()) +
+                " bytes to keep for resumption, more than max_kept_request_bytes (" +
+                std::to_string(settings.max_kept_request_bytes) + "); nothing was claimed"};
+      }
+    } else {
+      throw std::logic_error(
+          "idem::idempotent: max_kept_request_bytes is set, but this request type cannot be "
+          "kept: specialise idem::codec<Request> for it (idem/server/codec.hpp)");
+    }
+    return engine_.template run<Response, how>(scope, *key, print, run, settings.failure, kept);
+  }
+
+  // What the engine runs for `request`: the handler, given the context, and for a transactional
+  // handler the transaction too (completion::in_transaction passes it).
+  template <class Response, class Request>
+  auto runner(const Request& request) {
+    return [this, &request](handler_context& context, auto&... transaction) -> Response {
+      if constexpr (detail::takes_transaction<Handler, Request, store_type>) {
+        return std::invoke(handler_, context, request, transaction...);
+      } else if constexpr (detail::takes_handler_context<Handler, Request>) {
+        return std::invoke(handler_, context, request);
+      } else {
+        return std::invoke(handler_, request);
+      }
+    };
   }
 
   Handler handler_;

@@ -134,9 +134,9 @@
                         awkward_bytes_round_trip)                                                 \
   IDEM_CONFORMANCE_CASE(Factory, "records expire after retention and sweep removes them",         \
                         "[conformance]", records_expire_after_retention_and_sweep_removes_them)   \
-  IDEM_CONFORMANCE_CASE(Factory,                                                                  \
-                        "a new record starts with the recovery bytes its claim gives",            \
-                        "[conformance]", a_new_record_starts_with_the_recovery_bytes_its_claim_gives) \
+  IDEM_CONFORMANCE_CASE(Factory, "a new record starts with the recovery bytes its claim gives",   \
+                        "[conformance]",                                                          \
+                        a_new_record_starts_with_the_recovery_bytes_its_claim_gives)              \
   IDEM_CONFORMANCE_CASE(                                                                          \
       Factory, "recovery bytes a bounded store cannot hold answer full and store nothing",        \
       "[conformance]", recovery_bytes_a_bounded_store_cannot_hold_answer_full_and_store_nothing)  \

@@ -221,7 +221,7 @@ class async_engine {
             core_.template record_directly<Response>(claim, print, std::move(*ran.response)));
       } else {
         co_await after_run<Response>(answer, claim, print, failure, writer,
-                                     context.steps_recorded(), ran);
+                                     context.steps_recorded(), context.in_doubt(), ran);
       }
     } catch (...) {
       thrown = std::current_exception();
@@ -317,7 +317,7 @@ class async_engine {
   template <class Response, class Failure>
   asio::awaitable<void> after_run(std::optional<idempotent_outcome<Response>>& answer,
                                   held_claim& claim, const digest& print, const Failure& failure,
-                                  const writer_type& writer, std::size_t steps,
+                                  const writer_type& writer, std::size_t steps, bool in_doubt,
                                   handler_run<Response>& ran) {
     const fenced_key& held = claim.held;
     if (!ran.thrown) {
@@ -339,10 +339,12 @@ class async_engine {
       co_return;
     }
     const bool cancelled_now = cancelled(co_await asio::this_coro::cancellation_state);
-    // A recovery point's store failed: its effect may not be recorded, so the claim stays for a
-    // takeover after the lease, as the blocking driver keeps it.
-    if (writer.failed() && !cancelled_now) std::rethrow_exception(ran.thrown);
-    if (!writer.failed()) co_await settle<Response>(held, steps, failure, ran.thrown);
+    // A recovery point's store failed (its effect may not be recorded), or a step with a lookup
+    // cannot tell whether its effect landed: the claim stays for a takeover after the lease, as
+    // the blocking driver keeps it.
+    const bool keep = writer.failed() || in_doubt;
+    if (keep && !cancelled_now) std::rethrow_exception(ran.thrown);
+    if (!keep) co_await settle<Response>(held, steps, failure, ran.thrown);
     if (!cancelled_now) std::rethrow_exception(ran.thrown);
     answer.emplace(cancelled_outcome<Response>(
         "while its handler ran; nothing was recorded, and the key was settled as for a handler "

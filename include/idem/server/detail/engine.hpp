@@ -34,14 +34,29 @@
 #include <idem/server/detail/checks.hpp>
 #include <idem/server/detail/coalescing.hpp>
 #include <idem/server/detail/held_claim.hpp>
+#include <idem/server/detail/recovery_bytes.hpp>
 #include <idem/server/failure.hpp>
 #include <idem/server/fingerprint/digest.hpp>
 #include <idem/server/handler_context.hpp>
 #include <idem/server/outcome.hpp>
 #include <idem/server/response_codec.hpp>
+#include <idem/server/resumption.hpp>
 #include <idem/store/contract.hpp>
 
 namespace idem::detail {
+
+// A resumable wrapper's kept request: the plain recovery bytes a new record's handler starts
+// with, and the form the store keeps (sealed by the response codec, or the plain bytes).
+struct kept_bytes {
+  std::string plain;
+  std::string sealed;
+  std::string_view stored;
+};
+
+// The failure "policy" of a resumption by the reconciler: a handler that fails again leaves its
+// claim as it is (the record stays stuck, and is reported), never released, which would drop the
+// recovery points and the kept request.
+struct keep_claim_on_failure {};
 
 // Options: idempotent::options or inbox::options. The engine keeps them as they are given, so a
 // setting has no copy beside its options field, and its owner reads its own settings from them.
@@ -103,14 +118,17 @@ class engine {
   /// caller's, runs `run(handler_context&)` under it, or with completion::in_transaction
   /// `run(handler_context&, transaction&)` inside the transaction that completes the record.
   /// `failure` decides what a throw of the handler leaves.
+  /// `kept`: the recovery bytes a new record starts with (a resumable wrapper's kept request:
+  /// kept_request), or none.
   template <class Response, completion How, class Run, class Failure>
   idempotent_outcome<Response> run(std::string_view scope, std::string_view key,
-                                   const digest& print, Run& run, const Failure& failure) {
+                                   const digest& print, Run& run, const Failure& failure,
+                                   const kept_bytes& kept = {}) {
     store_time claimed_at{};
     // Made in place: a replay's record (its response) is moved nowhere before it is answered.
     made_later<claim_result> result;
     try {
-      result.make([&] { return claim_waiting(scope, key, print, claimed_at); });
+      result.make([&] { return claim_waiting(scope, key, print, claimed_at, kept.stored); });
     } catch (const store_error& error) {
       return refused<Response>(error);
     }
@@ -124,6 +142,7 @@ class engine {
       case claim_status::taken_over:
         break;
     }
+    if (claimed.status == claim_status::claimed) claimed.existing.recovery = kept.plain;
     return run_claimed<Response, How>(hold(scope, key, claimed, claimed_at), print, run, failure);
   }
 
@@ -131,8 +150,8 @@ class engine {
   /// holds a live claim, until it settles (completed, released, abandoned) or the wait is over.
   /// `claimed_at` is set to the time the last claim was made with.
   claim_result claim_waiting(std::string_view scope, std::string_view key, const digest& print,
-                             store_time& claimed_at) {
-    claim_result claimed = claim(scope, key, print, claimed_at);
+                             store_time& claimed_at, std::string_view kept = {}) {
+    claim_result claimed = claim(scope, key, print, claimed_at, kept);
     if (options_.coalesce <= std::chrono::nanoseconds::zero()) return claimed;
     coalescing_wait wait{options_.coalesce};
     const auto start = clock().now();
@@ -140,17 +159,77 @@ class engine {
       const std::optional<std::chrono::nanoseconds> pause = wait.next_pause(clock().now() - start);
       if (!pause) break;
       clock().sleep_for(*pause);
-      claimed = claim(scope, key, print, claimed_at);
+      claimed = claim(scope, key, print, claimed_at, kept);
     }
     return claimed;
   }
 
   /// One claim of (scope, key), at the clock's time, which `claimed_at` is set to.
   claim_result claim(std::string_view scope, std::string_view key, const digest& print,
-                     store_time& claimed_at) {
+                     store_time& claimed_at, std::string_view kept = {}) {
     claimed_at = clock().wall_now();
     return store().claim(
-        claim_request{scope, key, print, claimed_at, options_.lease, options_.retention});
+        claim_request{scope, key, print, claimed_at, options_.lease, options_.retention, kept});
+  }
+
+  /// Resumes the stuck record (scope, key), claimed for a request with fingerprint `print`: takes
+  /// it over, as a retry would, and runs `run` under the claim from its recovery points. Never
+  /// starts work anew: a record released or expired since it was listed is claimed back and
+  /// released at once. A handler that fails again keeps the claim (keep_claim_on_failure).
+  template <class Response, completion How, class Run>
+  resume_result resume(std::string_view scope, std::string_view key, const digest& print,
+                       Run& run) {
+    store_time claimed_at{};
+    claim_result claimed;
+    try {
+      claimed = claim(scope, key, print, claimed_at);
+    } catch (const store_error& error) {
+      return {resumption::store_failed, error.what(), 0, {}};
+    }
+    switch (claimed.status) {
+      case claim_status::full:
+        return {resumption::settled, "the record is gone (its key has no record now)", 0, {}};
+      case claim_status::existing:
+        if (claimed.existing.state == record_state::completed) {
+          return {resumption::settled, "completed by another attempt", 0, {}};
+        }
+        if (claimed.existing.fingerprint != print) {
+          return {resumption::settled, "the key now holds another request", 0, {}};
+        }
+        return {resumption::lost, "another attempt holds the claim", 0, {}};
+      case claim_status::claimed: {
+        // The record was released or expired after it was listed: there is nothing to finish,
+        // and a new run is the client's to ask for, not the reconciler's.
+        try {
+          (void)store().release(fenced_key{scope, key, claimed.fence});
+        } catch (const store_error&) {
+          // The claim ends with its lease; a client's retry then claims the key as usual.
+        }
+        return {resumption::settled, "released or expired since it was listed", 0, {}};
+      }
+      case claim_status::taken_over:
+        break;
+    }
+    const std::uint64_t fence = claimed.fence;
+    idempotent_outcome<Response> outcome;
+    try {
+      outcome = run_claimed<Response, How>(hold(scope, key, claimed, claimed_at), print, run,
+                                           keep_claim_on_failure{});
+    } catch (const std::exception& error) {
+      return {resumption::failed, error.what(), fence, recovery_left(scope, key, fence)};
+    } catch (...) {
+      return {resumption::failed, "the handler threw", fence, recovery_left(scope, key, fence)};
+    }
+    switch (outcome.verdict()) {
+      case verdict::executed:
+      case verdict::response_too_large:
+        return {resumption::resumed, std::string(outcome.message()), fence, {}};
+      case verdict::store_unavailable:
+      case verdict::store_full:
+        return {resumption::store_failed, std::string(outcome.message()), fence, {}};
+      default:  // answer_lost: a takeover took the fence from this run
+        return {resumption::lost, std::string(outcome.message()), fence, {}};
+    }
   }
 
   /// The claim this caller holds after claim_waiting answered claimed or taken_over.
@@ -197,7 +276,9 @@ class engine {
       try {
         return run(context, transaction...);
       } catch (...) {
-        handler_threw = !target.failed;
+        // A recovery point the store failed to write, or a step that cannot tell whether its
+        // effect landed, keeps the claim: settling it could run the effect twice.
+        handler_threw = !target.failed && !context.in_doubt();
         throw;
       }
     };
@@ -227,20 +308,22 @@ class engine {
   template <class Response, class Failure>
   void settle_failure(const fenced_key& held, std::size_t steps, const Failure& failure,
                       std::exception_ptr error) {
-    const failure_info info{std::move(error), held.scope, held.key, held.fence, steps};
-    try {
-      std::optional<Response> stored = failure.template stored_response<Response>(info);
-      if (stored) {
-        std::string bytes;
-        codec<Response>::encode(*stored, bytes);
-        (void)stored_form(bytes);
-        (void)store().complete(held, bytes, clock().wall_now());
-      } else {
-        (void)store().release(held);
+    if constexpr (!std::is_same_v<Failure, keep_claim_on_failure>) {
+      const failure_info info{std::move(error), held.scope, held.key, held.fence, steps};
+      try {
+        std::optional<Response> stored = failure.template stored_response<Response>(info);
+        if (stored) {
+          std::string bytes;
+          codec<Response>::encode(*stored, bytes);
+          (void)stored_form(bytes);
+          (void)store().complete(held, bytes, clock().wall_now());
+        } else {
+          (void)store().release(held);
+        }
+      } catch (const store_error&) {
+        // The handler's exception is what the caller must see. The claim stays in progress
+        // until its lease ends; stuck() reports it.
       }
-    } catch (const store_error&) {
-      // The handler's exception is what the caller must see. The claim stays in progress
-      // until its lease ends; stuck() reports it.
     }
   }
 
@@ -265,6 +348,27 @@ class engine {
 
   // Whether responses and recovery points go through the codec: the default one costs no call.
   static constexpr bool seals = !std::is_same_v<codec_type, plain_response_codec>;
+
+  /// Recovery bytes as the store keeps them: sealed by the response codec.
+  std::string sealed_recovery(std::string_view plain) const {
+    std::string sealed;
+    options_.response_codec.seal(plain, sealed);
+    return sealed;
+  }
+
+  /// The recovery bytes a resumable wrapper's claim gives the store for `request` (encoded);
+  /// false when their stored form passes `max_bytes`.
+  bool kept_request(std::string_view handler_name, std::string_view request, std::size_t max_bytes,
+                    kept_bytes& kept) const {
+    kept.plain = detail::kept_request(handler_name, request);
+    if constexpr (seals) {
+      kept.sealed = sealed_recovery(kept.plain);
+      kept.stored = kept.sealed;
+    } else {
+      kept.stored = kept.plain;
+    }
+    return kept.stored.size() <= max_bytes;
+  }
 
   /// Where a handler_context records recovery points: a fenced checkpoint that also renews the
   /// lease, through the store, or for a transactional handler through its transaction
@@ -431,11 +535,6 @@ class engine {
   }
 
   // A recovery point as the store keeps it, and back.
-  std::string sealed_recovery(std::string_view plain) const {
-    std::string sealed;
-    options_.response_codec.seal(plain, sealed);
-    return sealed;
-  }
   std::string opened_recovery(std::string recovery) const {
     if constexpr (seals) {
       if (recovery.empty()) return recovery;
@@ -444,6 +543,18 @@ class engine {
       return plain;
     } else {
       return recovery;
+    }
+  }
+
+  // The recovery bytes a failed resumption left in the record it still holds under `fence`,
+  // opened; empty when the store cannot say.
+  std::string recovery_left(std::string_view scope, std::string_view key, std::uint64_t fence) {
+    try {
+      std::optional<record> found = store().find(scope, key, clock().wall_now());
+      if (!found || found->fence != fence || found->state != record_state::in_progress) return {};
+      return opened_recovery(std::move(found->recovery));
+    } catch (const std::exception&) {
+      return {};
     }
   }
 
