@@ -8,8 +8,10 @@
 // What a user must know:
 // * Claims are one atomic statement (INSERT ... ON CONFLICT (scope, key) DO UPDATE ... WHERE the
 //   record may be claimed), so two replicas racing for one key are decided by the primary key,
-//   never by a read followed by an insert. complete, release and checkpoint are UPDATEs
-//   conditional on the fence (WHERE fence = $n); zero rows means the holder lost the key.
+//   never by a read followed by an insert. A record the claim creates or replaces starts with
+//   the claim's recovery bytes; one it takes over keeps its own. complete, release and checkpoint
+//   are UPDATEs conditional on the fence (WHERE fence = $n); zero rows means the holder lost the
+//   key.
 // * Time: by default (time_source::server) leases and expiry are read from the database
 //   server's clock, so replicas whose clocks disagree still agree on when a lease ends; the
 //   `now` the store is given is then ignored. time_source::caller uses the given `now` instead
@@ -156,6 +158,13 @@ class postgres_store {
           .int8(request.lease.count())
           .int8(request.retention.count());
       caller_now(values, request.now);
+      // The recovery bytes a new record starts with; none is NULL, as a fresh record always
+      // stored it, so a claim without them sends and stores nothing more.
+      if (request.recovery.empty()) {
+        values.null();
+      } else {
+        values.bytes(request.recovery);
+      }
       auto connection = state_checked().acquire();
       if (capped) {
         std::optional<claim_result> answer;

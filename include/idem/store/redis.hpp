@@ -2,8 +2,9 @@
 //
 // For services whose shared state already lives in Redis. Every operation is one Lua script run
 // atomically by the server, so the store is exactly as atomic per record as the contract asks:
-//   claim       one script: reads the record, then creates it, takes it over (fence + 1), or
-//               answers its snapshot; the whole record is written in that one step;
+//   claim       one script: reads the record, then creates it (with the claim's recovery
+//               bytes), takes it over (fence + 1, its recovery bytes kept), or answers its
+//               snapshot; the whole record is written in that one step;
 //   complete,   compare-and-set on the fence, in a script each; release keeps the fence as a
 //   release,    tombstone until the record expires;
 //   checkpoint
@@ -151,7 +152,7 @@ class redis_store {
     const command commands[] = {
         command{script::claim,
                 {names.record, names.expiry, names.lease},
-                {now, lease, retention, fingerprint, request.key, extra, cap}},
+                {now, lease, retention, fingerprint, request.key, extra, cap, request.recovery}},
         command{script::enroll, {state().registry}, {names.tag}},
     };
     const auto replies = state().client.exchange(commands, "claim");

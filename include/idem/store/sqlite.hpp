@@ -31,9 +31,10 @@
 //     file from a newer idem is refused.
 //   * Bounds. With max_records or max_bytes set, the store keeps a usage row (maintained by
 //     triggers, so every writer of the file keeps it exact) and checks it inside the claim,
-//     complete and checkpoint transactions: a claim past a bound answers `full` after removing
-//     expired records; a response or recovery that would pass max_bytes throws
-//     store_error(full). Without bounds there is no usage row and no trigger.
+//     complete and checkpoint transactions: a claim past a bound (the recovery bytes it gives
+//     count) answers `full` after removing expired records; a response or checkpoint's recovery
+//     that would pass max_bytes throws store_error(full). Without bounds there is no usage row
+//     and no trigger.
 //   * Errors. Options that can never work (an empty path, ":memory:", a zero pool) throw
 //     std::invalid_argument. Everything SQLite refuses (a path that cannot be opened, a file that
 //     is not a database, a read-only file, a database locked past the busy timeout, a schema from
@@ -159,9 +160,9 @@ class sqlite_store {
     const bool capped =
         state_->settings.max_records_per_scope != std::numeric_limits<std::size_t>::max();
     if (absent && !state_->bounded && !capped) {
-      // The key was absent a moment ago and most likely still is: insert it unless it is there
-      // now (the unique key decides, under the write lock). Only if it appeared in between do
-      // we read it again and decide below.
+      // The key was absent a moment ago and most likely still is: insert it, with the claim's
+      // recovery bytes, unless it is there now (the unique key decides, under the write lock).
+      // Only if it appeared in between do we read it again and decide below.
       detail::sqlite_use insert(c.statement(detail::sqlite_statement::create_if_absent));
       detail::sqlite_bind_new_record(c, insert.get(), request, 1);
       c.step(insert.get(), "claim a record");
@@ -187,6 +188,7 @@ class sqlite_store {
       return result;  // rolled back: nothing was written
     }
     if (decided == detail::sqlite_decision::take_over) {
+      // The record keeps its recovery bytes: the new holder resumes from them.
       record taken = detail::sqlite_snapshot(read.get(), 0, *found);
       sqlite3_reset(read.get());
       taken.fence = found->fence + 1;
@@ -203,7 +205,7 @@ class sqlite_store {
     }
     sqlite3_reset(read.get());
     // detail::sqlite_decision::create: a new key, or an expired or released record replaced under a
-    // higher fence than it ever had.
+    // higher fence than it ever had, starting with this claim's recovery bytes.
     const std::uint64_t fence = found ? found->fence + 1 : 1;
     if (capped) {
       detail::sqlite_use count(c.statement(detail::sqlite_statement::count_live_in_scope));

@@ -319,10 +319,12 @@ TEST_CASE("scripts the server lost are sent again with EVAL, the batch in its or
   const std::string key = "k";
   const std::string no_extra_ttl = "0";
   const std::string no_cap;
+  const std::string no_recovery;
   const redis_command batch[] = {
-      redis_command{redis_script::claim,
-                    {names.record, names.expiry, names.lease},
-                    {server_time, lease, retention, fingerprint, key, no_extra_ttl, no_cap}},
+      redis_command{
+          redis_script::claim,
+          {names.record, names.expiry, names.lease},
+          {server_time, lease, retention, fingerprint, key, no_extra_ttl, no_cap, no_recovery}},
       redis_command{redis_script::find, {names.record}, {server_time}},
   };
   const auto replies = client.exchange(batch, "claim and find");

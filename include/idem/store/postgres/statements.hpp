@@ -98,15 +98,18 @@ inline std::array<std::string, statement::count> statement_sql(const std::string
   };
   const std::string columns =
       "fence, fingerprint, state, created_at, lease_until, expires_at, response, recovery";
-  // A live in-progress record is taken over (same fingerprint, lease passed: the WHERE);
-  // an expired or released one is replaced by a new claim under the next fence.
+  // A live in-progress record is taken over (same fingerprint, lease passed: the WHERE) and
+  // keeps its recovery bytes; an expired or released one is replaced by a new claim under the
+  // next fence, which starts, like a new key's record, with the claim's recovery bytes ($7,
+  // NULL for none).
   const std::string takeover = "(r.state = 0 AND r.expires_at > excluded.created_at)";
   sql[claim] = "WITH clock AS (SELECT " + now(6) +
                " AS n), "
                "decided AS (INSERT INTO " +
                table +
                " AS r (scope, key, fingerprint, state, fence, taken_over, created_at, lease_until, "
-               "expires_at) SELECT $1, $2, $3, 0, 1, false, n, n + $4, n + $5 FROM clock "
+               "expires_at, recovery) SELECT $1, $2, $3, 0, 1, false, n, n + $4, n + $5, $7 FROM "
+               "clock "
                "ON CONFLICT (scope, key) DO UPDATE SET fence = r.fence + 1, taken_over = " +
                takeover +
                ", fingerprint = excluded.fingerprint, state = 0, created_at = CASE WHEN " +
@@ -117,7 +120,7 @@ inline std::array<std::string, statement::count> statement_sql(const std::string
                " THEN r.expires_at ELSE excluded.expires_at END, response = NULL, recovery = CASE "
                "WHEN " +
                takeover +
-               " THEN r.recovery END "
+               " THEN r.recovery ELSE excluded.recovery END "
                "WHERE r.state = 2 OR r.expires_at <= excluded.created_at OR (r.state = 0 AND "
                "r.fingerprint = excluded.fingerprint AND r.lease_until <= excluded.created_at) "
                "RETURNING taken_over, " +
@@ -172,7 +175,7 @@ inline std::array<std::string, statement::count> statement_sql(const std::string
 inline std::array<Oid, 8> parameter_types(statement which) {
   switch (which) {
     case claim:
-      return {bytea_oid, bytea_oid, bytea_oid, int8_oid, int8_oid, int8_oid};
+      return {bytea_oid, bytea_oid, bytea_oid, int8_oid, int8_oid, int8_oid, bytea_oid};
     case complete:
       return {bytea_oid, bytea_oid, int8_oid, bytea_oid};
     case release:
@@ -199,7 +202,7 @@ inline std::array<Oid, 8> parameter_types(statement which) {
 
 // How many parameters a statement takes ($1 to $n in its SQL).
 inline int parameter_count(statement which) {
-  constexpr std::array<int, statement::count> counts{6, 4, 3, 6, 3, 1, 2, 2, 1, 3};
+  constexpr std::array<int, statement::count> counts{7, 4, 3, 6, 3, 1, 2, 2, 1, 3};
   return counts[which];
 }
 

@@ -113,7 +113,7 @@ inline void redis_check_eviction_policy(const redisReply* policy, const std::str
 // The views point into strings that outlive the exchange.
 struct redis_command {
   static constexpr std::size_t max_keys = 3;
-  static constexpr std::size_t max_args = 7;
+  static constexpr std::size_t max_args = 8;  // claim's
   redis_command(redis_script which, std::initializer_list<std::string_view> key_list,
                 std::initializer_list<std::string_view> arg_list)
       : name(which) {

@@ -50,10 +50,13 @@ namespace idem::detail {
 
 struct redis_scripts {
   // KEYS: record, expiry index, lease index. ARGV: now, lease ns, retention ns, fingerprint,
-  // key, extra TTL ms, the scope's record cap ('' for none). Answers {0, fence} claimed,
-  // {1, fence, f, c, l, e, r} taken over, {2, n, s, f, c, l, e, v, r} existing, {3, 0} the scope
-  // is at its cap. The cap counts the scope's expiry index past now's microsecond (a record that
-  // expires within that microsecond is not counted).
+  // key, extra TTL ms, the scope's record cap ('' for none), recovery bytes. Answers {0, fence}
+  // claimed, {1, fence, f, c, l, e, r} taken over, {2, n, s, f, c, l, e, v, r} existing, {3, 0}
+  // the scope is at its cap. The cap counts the scope's expiry index past now's microsecond (a
+  // record that expires within that microsecond is not counted). A record the claim creates
+  // (new, or replacing an expired or released one) starts with the given recovery bytes, in the
+  // one HSET that is the script's first write, so a server out of memory refuses them with the
+  // record; none given, the record has no 'r' field, as it never had. A takeover keeps 'r'.
   static constexpr const char* claim = IDEM_REDIS_LUA_PRELUDE
       "local s, ns = clock(ARGV[1])\n"
       "local held = redis.call('HMGET', KEYS[1], 'n', 's', 'f', 'c', 'l', 'e', 'v', 'r')\n"
@@ -89,9 +92,12 @@ struct redis_scripts {
       "local ls, lns = later(s, ns, split(ARGV[2]))\n"
       "local rs, rns = split(ARGV[3])\n"
       "local es, ens = later(s, ns, rs, rns)\n"
-      "redis.call('HSET', KEYS[1], 'n', fence, 's', 'p', 'f', ARGV[4], 'c', join(s, ns),\n"
-      "           'l', join(ls, lns), 'e', join(es, ens))\n"
-      "if held[7] or held[8] then redis.call('HDEL', KEYS[1], 'v', 'r') end\n"
+      "local fields = {'n', fence, 's', 'p', 'f', ARGV[4], 'c', join(s, ns), 'l', join(ls, lns),\n"
+      "                'e', join(es, ens)}\n"
+      "if ARGV[8] ~= '' then fields[13], fields[14] = 'r', ARGV[8] end\n"
+      "redis.call('HSET', KEYS[1], unpack(fields))\n"
+      "if held[7] then redis.call('HDEL', KEYS[1], 'v') end\n"
+      "if held[8] and ARGV[8] == '' then redis.call('HDEL', KEYS[1], 'r') end\n"
       "local ms = ttl(rs, rns, tonumber(ARGV[6]))\n"
       "redis.call('PEXPIRE', KEYS[1], ms)\n"
       "redis.call('ZADD', KEYS[2], micros(es, ens), ARGV[5])\n"

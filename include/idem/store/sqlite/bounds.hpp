@@ -38,15 +38,16 @@ inline std::pair<std::int64_t, std::int64_t> sqlite_usage(sqlite_connection& c) 
   return {sqlite3_column_int64(read.get(), 0), sqlite3_column_int64(read.get(), 1)};
 }
 
-// Inside the claim's transaction: would one more record of scope + key bytes fit, once the
-// record found (if any, of found_bytes) is replaced?
+// Inside the claim's transaction: would one more record of scope + key + recovery bytes fit,
+// once the record found (if any, of found_bytes) is replaced? Recovery bytes past the bound
+// make the claim answer full like a record past it, never throw: nothing was written yet.
 inline bool sqlite_has_room(sqlite_connection& c, const sqlite_bounds& bounds,
                             const claim_request& request, bool replacing,
                             std::int64_t found_bytes) {
   const auto [records, bytes] = sqlite_usage(c);
   const std::int64_t records_after = records - (replacing ? 1 : 0) + 1;
   const std::int64_t others = bytes - (replacing ? found_bytes : 0);
-  const std::size_t adding = request.scope.size() + request.key.size();
+  const std::size_t adding = request.scope.size() + request.key.size() + request.recovery.size();
   return static_cast<std::uint64_t>(records_after) <= bounds.max_records &&
          static_cast<std::uint64_t>(others) <= bounds.max_bytes &&
          adding <= bounds.max_bytes - static_cast<std::size_t>(others);

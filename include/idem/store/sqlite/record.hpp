@@ -62,7 +62,7 @@ inline void sqlite_bind_key(sqlite_connection& c, sqlite3_stmt* statement, std::
   sqlite_bind_bytes(c, statement, 2, key);
 }
 
-// ?1 .. ?7 of create_record and create_if_absent.
+// ?1 .. ?8 of create_record and create_if_absent.
 inline void sqlite_bind_new_record(sqlite_connection& c, sqlite3_stmt* statement,
                                    const claim_request& request, std::uint64_t fence) {
   sqlite_bind_key(c, statement, request.scope, request.key);
@@ -73,6 +73,7 @@ inline void sqlite_bind_new_record(sqlite_connection& c, sqlite3_stmt* statement
   const std::span<const std::uint8_t> print = request.fingerprint.bytes();
   sqlite_bind_bytes(c, statement, 7,
                     std::string_view(reinterpret_cast<const char*>(print.data()), print.size()));
+  sqlite_bind_bytes(c, statement, 8, request.recovery);
 }
 
 // A BLOB (or NULL, as empty) column's bytes.

@@ -63,18 +63,20 @@ inline const char* sqlite_sql(sqlite_statement statement) noexcept {
       return "SELECT state, fence, length(response), length(recovery) FROM idem_records "
              "WHERE scope = ?1 AND key = ?2";
     case sqlite_statement::create_record:
-      // One statement for a new key and for replacing an expired or released record.
+      // One statement for a new key and for replacing an expired or released record: either
+      // way the record starts with the claim's recovery bytes (?8), never the old record's.
       return "INSERT INTO idem_records (scope, key, state, fence, created_at, lease_until, "
              "expires_at, fingerprint, response, recovery) VALUES (?1, ?2, 0, ?3, ?4, ?5, ?6, ?7, "
-             "x'', x'') ON CONFLICT (scope, key) DO UPDATE SET state = 0, fence = excluded.fence, "
+             "x'', ?8) ON CONFLICT (scope, key) DO UPDATE SET state = 0, fence = excluded.fence, "
              "created_at = excluded.created_at, lease_until = excluded.lease_until, expires_at = "
              "excluded.expires_at, fingerprint = excluded.fingerprint, response = x'', "
-             "recovery = x''";
+             "recovery = excluded.recovery";
     case sqlite_statement::create_if_absent:
       return "INSERT INTO idem_records (scope, key, state, fence, created_at, lease_until, "
              "expires_at, fingerprint, response, recovery) VALUES (?1, ?2, 0, ?3, ?4, ?5, ?6, ?7, "
-             "x'', x'') ON CONFLICT (scope, key) DO NOTHING";
+             "x'', ?8) ON CONFLICT (scope, key) DO NOTHING";
     case sqlite_statement::take_over:
+      // Recovery is left as it is: a takeover continues the first holder's work.
       return "UPDATE idem_records SET fence = ?3, lease_until = ?4 WHERE scope = ?1 AND key = ?2";
     case sqlite_statement::complete:
       return "UPDATE idem_records SET state = 1, response = ?4, recovery = x'' "
