@@ -11188,7 +11188,8 @@ struct reconciler_options {
   std::chrono::milliseconds idle_wait = std::chrono::seconds{1};
 };
 
-/// What the report's lookup is asked, for a step a record started and never recorded.
+/// What the report's lookup is asked, for a step a record started and never recorded. Views,
+/// valid for the call.
 struct lookup_query {
   std::string_view scope;
   std::string_view handler;  // the wrapper's name the record kept (may be empty)
@@ -11343,7 +11344,7 @@ class reconciler {
 
   /// Passes until `how_long` has passed or `stop` is requested, idle_wait apart; their reports
   /// summed.
-  reconcile_report run_for(std::chrono::nanoseconds how_long, std::stop_token stop = {}) {
+  reconcile_report run_for(std::chrono::nanoseconds how_long, const std::stop_token& stop = {}) {
     reconcile_report total;
     const auto end = clock_.now() + how_long;
     while (!stop.stop_requested()) {
@@ -11525,7 +11526,10 @@ class reconciler {
       std::string reference = reference_of(step, given);
       std::string said;
       const landing found = ask(stuck, contents.handler, step, reference, said);
-      row(step, std::move(reference), found, evidence::lookup, why + "; " + said);
+      std::string reason = why;
+      reason += "; ";
+      reason += said;
+      row(step, std::move(reference), found, evidence::lookup, std::move(reason));
     }
     if (contents.recorded.empty() && contents.started.empty()) {
       row({}, {}, landing::not_landed, evidence::record, why + "; no step was started");

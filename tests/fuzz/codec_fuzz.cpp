@@ -9,9 +9,13 @@
 //  * numbers: exactly sizeof(T) bytes decode (a bool: one byte, 0 or 1), and encode back to
 //    the same bytes; anything else is a codec_error;
 //  * std::monostate: only empty bytes decode;
-//  * recovery points: count_steps and find_step throw codec_error and nothing else; when the
-//    bytes decode, every step found by name is the first step of that name, and writing the
+//  * http_request (what a resumable wrapper keeps): decoding throws codec_error and nothing
+//    else, or gives a request that encodes and decodes back to itself;
+//  * recovery points: count_steps, find_step and the reconciler's read_recovery throw
+//    codec_error and nothing else; when the bytes decode, every step result found by name is the
+//    first step of that name, idem's own entries are never found as steps, and writing the
 //    steps out again gives the same bytes.
+#include <idem/reconciler.hpp>
 #include <idem/server/codec.hpp>
 #include <idem/server/handler_context.hpp>
 
@@ -46,6 +50,19 @@ void check_http_response(std::string_view bytes) {
                "a decoded http_response encodes and decodes back to itself");
   fuzz_require(encoded.size() <= bytes.size(),
                "re-encoding never grows (idem writes the shortest lengths)");
+}
+
+void check_http_request(std::string_view bytes) {
+  idem::http_request decoded;
+  try {
+    decoded = idem::decode<idem::http_request>(bytes);
+  } catch (const idem::codec_error&) {
+    return;
+  }
+  const idem::http_request again = idem::decode<idem::http_request>(idem::encode(decoded));
+  fuzz_require(again.method == decoded.method && again.target == decoded.target &&
+                   again.headers == decoded.headers && again.body == decoded.body,
+               "a decoded http_request encodes and decodes back to itself");
 }
 
 // A response made from the bytes, encoded by idem: it must decode to what was encoded.
@@ -94,6 +111,12 @@ void check_recovery(std::string_view bytes) {
   } catch (const idem::codec_error&) {
     return;
   }
+  try {
+    const idem::detail::recovery_contents contents = idem::detail::read_recovery(bytes);
+    fuzz_require(contents.recorded.size() == steps, "the reconciler reads every step result");
+  } catch (const idem::codec_error&) {
+    // a kept request entry whose name length does not read
+  }
   // Walk the steps as the format says, and write them out again.
   std::vector<std::pair<std::string_view, std::string_view>> seen;
   std::string rewritten;
@@ -107,9 +130,17 @@ void check_recovery(std::string_view bytes) {
     idem::detail::put_varint(rewritten, value.size());
     rewritten.append(value);
   }
-  fuzz_require(seen.size() == steps, "count_steps counts every step");
+  std::size_t results = 0;  // entries that are step results, not idem's own (a zero byte first)
+  for (const auto& [name, value] : seen)
+    results += idem::detail::reserved_entry(name) ? 0 : 1;
+  fuzz_require(results == steps, "count_steps counts every step result");
   for (const auto& [name, value] : seen) {
     std::string_view found;
+    if (idem::detail::reserved_entry(name)) {
+      fuzz_require(!idem::detail::find_step(bytes, name, found),
+                   "idem's own entries are never found as a step");
+      continue;
+    }
     fuzz_require(idem::detail::find_step(bytes, name, found), "every recorded step is found");
     std::string_view first;
     for (const auto& [other_name, other_value] : seen) {
@@ -149,6 +180,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       break;
     case 5:
       check_monostate(in.rest());
+      break;
+    case 6:
+      check_http_request(in.rest());
       break;
     default:
       check_recovery(in.rest());

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <idem/store/postgres.hpp>
+#include <idem/testing/reconciler_conformance.hpp>
 #include <idem/testing/store_conformance.hpp>
 
 #include <algorithm>
@@ -55,6 +56,7 @@ idem::claim_request ask(std::string_view key, idem::store_time now,
 }  // namespace
 
 IDEM_STORE_CONFORMANCE_TESTS(postgres_factory)
+IDEM_RECONCILER_CONFORMANCE_TESTS(postgres_factory)
 
 // ---- schema ------------------------------------------------------------------------------
 

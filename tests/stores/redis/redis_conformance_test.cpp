@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <idem/store/redis.hpp>
+#include <idem/testing/reconciler_conformance.hpp>
 #include <idem/testing/store_conformance.hpp>
 
 #include "redis_test_support.hpp"
@@ -24,3 +25,4 @@ struct redis_store_factory {
 }  // namespace
 
 IDEM_STORE_CONFORMANCE_TESTS(redis_store_factory)
+IDEM_RECONCILER_CONFORMANCE_TESTS(redis_store_factory)

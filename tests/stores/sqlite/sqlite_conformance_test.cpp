@@ -1,8 +1,9 @@
-// sqlite_store against the store conformance suite, bounded and unbounded, each case on a new
-// database file in a directory of its own.
+// sqlite_store against the store and reconciler conformance suites, bounded and unbounded, each
+// case on a new database file in a directory of its own.
 #include <catch2/catch.hpp>
 
 #include <idem/store/sqlite.hpp>
+#include <idem/testing/reconciler_conformance.hpp>
 #include <idem/testing/store_conformance.hpp>
 
 #include <memory>
@@ -46,4 +47,5 @@ struct unbounded_sqlite_store_factory {
 }  // namespace
 
 IDEM_STORE_CONFORMANCE_TESTS(sqlite_store_factory)
+IDEM_RECONCILER_CONFORMANCE_TESTS(sqlite_store_factory)
 IDEM_STORE_CONFORMANCE_TESTS(unbounded_sqlite_store_factory)
