@@ -198,6 +198,10 @@ struct receipt_event {
   }
 };
 
+/// The header payments_chaos sends, as "X-Chaos-Crash: after-charge", on the intents whose
+/// server it asks to crash (payments_server --crash-when-asked).
+inline constexpr std::string_view chaos_crash_header = "X-Chaos-Crash";
+
 /// {"error": message}, the body of every refusal.
 inline std::string error_body(std::string_view message) {
   return nlohmann::json{{"error", message}}.dump();

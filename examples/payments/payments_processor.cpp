@@ -6,6 +6,8 @@
 //        201 {"charge_id": str, "amount": int, "currency": str, "source": str}; a repeat of K
 //        gets the same answer byte for byte (Idempotent-Replayed: true)
 //   GET  /v1/charges   every charge with its key, as a JSON array
+//   GET  /v1/charges/{key}   200 the charge made under Idempotency-Key `key`, 404 none: what
+//        payments_reconcile asks the ledger for a charge a server started and never recorded
 //
 // Faults on demand: --fail-rate P answers 503 before charging, --latency-ms N delays every
 // charge (so that callers' timeouts and in-flight duplicates happen).
@@ -19,6 +21,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -62,8 +65,8 @@ struct charge_handler {
   }
 };
 
-// The ledger's reader for GET /v1/charges: its own read-only connection (WAL readers never wait
-// for the writer).
+// The ledger's reader for GET /v1/charges and GET /v1/charges/{key}: its own read-only connection
+// (WAL readers never wait for the writer).
 class ledger {
  public:
   explicit ledger(const std::string& path) {
@@ -77,13 +80,32 @@ class ledger {
   ledger& operator=(const ledger&) = delete;
 
   std::string all_charges() {
+    return select(
+        "SELECT charge_id, idempotency_key, amount, currency, source FROM charges ORDER BY "
+        "created_ns",
+        {});
+  }
+
+  /// The charge made under `key`, when there is one.
+  std::optional<std::string> charge(const std::string& key) {
+    auto rows = nlohmann::json::parse(
+        select("SELECT charge_id, idempotency_key, amount, currency, source FROM charges WHERE "
+               "idempotency_key = ?",
+               key));
+    if (rows.empty()) return std::nullopt;
+    return rows.front().dump();
+  }
+
+ private:
+  // The rows `sql` selects (its one parameter bound to `key` when given), as a JSON array.
+  std::string select(const char* sql, std::optional<std::string> key) {
     const std::lock_guard lock(mutex_);
     sqlite3_stmt* statement = nullptr;
-    if (sqlite3_prepare_v2(db_,
-                           "SELECT charge_id, idempotency_key, amount, currency, source FROM "
-                           "charges ORDER BY created_ns",
-                           -1, &statement, nullptr) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(db_, sql, -1, &statement, nullptr) != SQLITE_OK) {
       throw std::runtime_error(std::string("cannot read the ledger: ") + sqlite3_errmsg(db_));
+    }
+    if (key) {
+      sqlite3_bind_text(statement, 1, key->data(), static_cast<int>(key->size()), SQLITE_TRANSIENT);
     }
     auto text = [&](int column) {
       const auto* bytes = sqlite3_column_text(statement, column);
@@ -105,7 +127,6 @@ class ledger {
     return rows.dump();
   }
 
- private:
   sqlite3* db_ = nullptr;
   std::mutex mutex_;
 };
@@ -188,6 +209,16 @@ int main(int argc, char** argv) {
 
   server.Get("/v1/charges", [&](const httplib::Request&, httplib::Response& res) {
     res.set_content(book->all_charges(), "application/json");
+  });
+
+  server.Get(R"(/v1/charges/([!-~]+))", [&](const httplib::Request& req, httplib::Response& res) {
+    const auto found = book->charge(req.matches[1]);
+    if (!found) {
+      res.status = 404;
+      res.set_content(payments::error_body("no charge under this key"), "application/json");
+      return;
+    }
+    res.set_content(*found, "application/json");
   });
 
   server.set_exception_handler(

@@ -1,0 +1,519 @@
+// The payments service's core, shared by payments_server (which serves it over HTTP) and
+// payments_reconcile (which finishes, without their clients, the payments the servers left
+// unfinished): where payments are kept, the processor's client, the handler, and the idempotent
+// wrapper's settings. Both programs build the same wrapper from these, so a payment resumed by
+// the reconciler runs the very handler a server ran, with the same downstream keys.
+#pragma once
+
+#include "common.hpp"
+
+#include <idem/idem.hpp>
+#include <idem/outbox/message.hpp>
+#include <idem/store/postgres.hpp>
+#include <idem/store/redis.hpp>
+#include <idem/store/sqlite.hpp>
+#include <idem/store/sqlite/outbox.hpp>
+
+#include <hiredis/hiredis.h>
+#include <libpq-fe.h>
+#include <sqlite3.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace payments {
+
+// --- where payments are kept, beside the idempotency records ------------------------------------
+
+/// A payment as its row keeps it.
+struct payment_row {
+  std::string id;
+  std::string account;
+  std::string body;  // the 201's body
+};
+
+/// The message a payment commits with: its id (outbox_message_id of the record's scope, key and
+/// payment_succeeded) and the message.
+struct payment_event {
+  std::string id;
+  idem::outbox_message message;
+};
+
+/// The payments table of the service. Every write is an insert that keeps an existing row, so a
+/// replica that takes over a crashed request and writes the row again changes nothing. Each book
+/// also has `insert(const payment_row&, const payment_event&)` (memory, SQLite, Redis) or a
+/// static `insert_within(transaction&, const payment_row&)` (PostgreSQL), called through the
+/// handler's template.
+class payment_book {
+ public:
+  virtual ~payment_book() = default;
+  /// The payment's body, when it exists and belongs to `account`.
+  virtual std::optional<std::string> find(const std::string& id, const std::string& account) = 0;
+  /// Makes the table when it is missing; called before every payment (a no-op once done).
+  virtual void prepare() {}
+};
+
+struct book_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// No outbox: memory and Redis have no transaction a message could commit in with the row.
+class memory_book final : public payment_book {
+ public:
+  void insert(const payment_row& row, const payment_event&) {
+    const std::lock_guard lock(mutex_);
+    rows_.try_emplace(row.id, row.account, row.body);
+  }
+  std::optional<std::string> find(const std::string& id, const std::string& account) override {
+    const std::lock_guard lock(mutex_);
+    const auto it = rows_.find(id);
+    if (it == rows_.end() || it->second.first != account) return std::nullopt;
+    return it->second.second;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::pair<std::string, std::string>> rows_;
+};
+
+/// In the store's own SQLite file, through a connection of its own. The row and its message
+/// commit in one transaction of that connection; the message's id is the record's, so a
+/// takeover writing both again adds neither.
+class sqlite_book final : public payment_book {
+ public:
+  explicit sqlite_book(const std::string& path) {
+    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) fail("cannot open " + path);
+    sqlite3_busy_timeout(db_, 5000);
+    run("CREATE TABLE IF NOT EXISTS payments (id TEXT PRIMARY KEY, account TEXT NOT NULL, "
+        "body TEXT NOT NULL)");
+  }
+  ~sqlite_book() override { sqlite3_close(db_); }
+  sqlite_book(const sqlite_book&) = delete;
+  sqlite_book& operator=(const sqlite_book&) = delete;
+
+  void insert(const payment_row& row, const payment_event& event) {
+    const std::lock_guard lock(mutex_);
+    run("BEGIN IMMEDIATE");
+    try {
+      statement s(db_,
+                  "INSERT INTO payments (id, account, body) VALUES (?, ?, ?) "
+                  "ON CONFLICT (id) DO NOTHING");
+      s.bind(1, row.id).bind(2, row.account).bind(3, row.body);
+      if (sqlite3_step(s.get()) != SQLITE_DONE) fail("cannot write the payment");
+      (void)idem::sqlite_outbox::publish(db_, event.id, event.message);
+      run("COMMIT");
+    } catch (...) {
+      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+      throw;
+    }
+  }
+  std::optional<std::string> find(const std::string& id, const std::string& account) override {
+    const std::lock_guard lock(mutex_);
+    statement s(db_, "SELECT body FROM payments WHERE id = ? AND account = ?");
+    s.bind(1, id).bind(2, account);
+    const int rc = sqlite3_step(s.get());
+    if (rc == SQLITE_DONE) return std::nullopt;
+    if (rc != SQLITE_ROW) fail("cannot read the payment");
+    return std::string(reinterpret_cast<const char*>(sqlite3_column_text(s.get(), 0)));
+  }
+
+ private:
+  class statement {
+   public:
+    statement(sqlite3* db, const char* sql) {
+      if (sqlite3_prepare_v2(db, sql, -1, &handle_, nullptr) != SQLITE_OK) {
+        throw book_error(std::string("payments table: ") + sqlite3_errmsg(db));
+      }
+    }
+    ~statement() { sqlite3_finalize(handle_); }
+    statement(const statement&) = delete;
+    statement& operator=(const statement&) = delete;
+    statement& bind(int index, const std::string& text) {
+      sqlite3_bind_text(handle_, index, text.data(), static_cast<int>(text.size()),
+                        SQLITE_TRANSIENT);
+      return *this;
+    }
+    sqlite3_stmt* get() const { return handle_; }
+
+   private:
+    sqlite3_stmt* handle_ = nullptr;
+  };
+
+  void run(const char* sql) {
+    if (sqlite3_exec(db_, sql, nullptr, nullptr, nullptr) != SQLITE_OK) fail("payments table");
+  }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw book_error(what + ": " + (db_ != nullptr ? sqlite3_errmsg(db_) : "out of memory"));
+  }
+
+  sqlite3* db_ = nullptr;
+  std::mutex mutex_;
+};
+
+/// In the store's PostgreSQL database. The row is written in the record's transaction, with its
+/// message (insert_within); reads go through a connection of its own (reopened when lost).
+class postgres_book final : public payment_book {
+ public:
+  explicit postgres_book(std::string conninfo) : conninfo_(std::move(conninfo)) {}
+  ~postgres_book() override {
+    if (conn_ != nullptr) PQfinish(conn_);
+  }
+  postgres_book(const postgres_book&) = delete;
+  postgres_book& operator=(const postgres_book&) = delete;
+
+  static void insert_within(idem::postgres_store::transaction& tx, const payment_row& row) {
+    tx.exec(
+        "INSERT INTO idem_demo_payments (id, account, body) VALUES ($1, $2, $3) "
+        "ON CONFLICT (id) DO NOTHING",
+        {row.id, row.account, row.body});
+  }
+  void prepare() override {
+    const std::lock_guard lock(mutex_);
+    connect();
+  }
+  std::optional<std::string> find(const std::string& id, const std::string& account) override {
+    const std::lock_guard lock(mutex_);
+    auto rows =
+        query("SELECT body FROM idem_demo_payments WHERE id = $1 AND account = $2", {id, account});
+    if (rows.empty()) return std::nullopt;
+    return rows.front();
+  }
+
+ private:
+  std::vector<std::string> query(const char* sql, const std::vector<std::string>& params) {
+    connect();
+    std::vector<const char*> values;
+    for (const auto& p : params)
+      values.push_back(p.c_str());
+    PGresult* result = PQexecParams(conn_, sql, static_cast<int>(values.size()), nullptr,
+                                    values.data(), nullptr, nullptr, 0);
+    const auto status = PQresultStatus(result);
+    std::vector<std::string> rows;
+    if (status == PGRES_TUPLES_OK) {
+      for (int r = 0; r < PQntuples(result); ++r)
+        rows.emplace_back(PQgetvalue(result, r, 0));
+    }
+    const std::string error = PQresultErrorMessage(result);
+    PQclear(result);
+    if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) {
+      if (PQstatus(conn_) != CONNECTION_OK) {
+        PQfinish(conn_);
+        conn_ = nullptr;
+      }
+      throw book_error("payments table: " + error);
+    }
+    return rows;
+  }
+
+  void connect() {
+    if (conn_ != nullptr) return;
+    conn_ = PQconnectdb(conninfo_.c_str());
+    // "relation ... already exists, skipping" and the like are for nobody.
+    PQsetNoticeProcessor(
+        conn_, [](void*, const char*) {}, nullptr);
+    if (PQstatus(conn_) != CONNECTION_OK) {
+      const std::string error = PQerrorMessage(conn_);
+      PQfinish(conn_);
+      conn_ = nullptr;
+      throw book_error("payments database: " + error);
+    }
+    // Replicas starting together create the table once: the advisory lock serialises them.
+    PQclear(PQexec(conn_, "SELECT pg_advisory_lock(7260315)"));
+    PGresult* created = PQexec(conn_,
+                               "CREATE TABLE IF NOT EXISTS idem_demo_payments (id text PRIMARY "
+                               "KEY, account text NOT NULL, body text NOT NULL)");
+    const bool ok = PQresultStatus(created) == PGRES_COMMAND_OK;
+    const std::string error = PQresultErrorMessage(created);
+    PQclear(created);
+    PQclear(PQexec(conn_, "SELECT pg_advisory_unlock(7260315)"));
+    if (!ok) throw book_error("payments table: " + error);
+  }
+
+  std::string conninfo_;
+  PGconn* conn_ = nullptr;
+  std::mutex mutex_;
+};
+
+/// In the store's Redis, as "idem-demo:payment:<id>" holding "<account>\n<body>", set only if
+/// absent.
+class redis_book final : public payment_book {
+ public:
+  redis_book(std::string host, int port) : host_(std::move(host)), port_(port) {}
+  ~redis_book() override {
+    if (conn_ != nullptr) redisFree(conn_);
+  }
+  redis_book(const redis_book&) = delete;
+  redis_book& operator=(const redis_book&) = delete;
+
+  void insert(const payment_row& row, const payment_event&) {
+    const std::lock_guard lock(mutex_);
+    const std::string key = "idem-demo:payment:" + row.id;
+    const std::string value = row.account + "\n" + row.body;
+    command("SET %b %b NX", key.data(), key.size(), value.data(), value.size());
+  }
+  std::optional<std::string> find(const std::string& id, const std::string& account) override {
+    const std::lock_guard lock(mutex_);
+    const std::string key = "idem-demo:payment:" + id;
+    auto value = command("GET %b", key.data(), key.size());
+    if (!value || !value->starts_with(account + "\n")) return std::nullopt;
+    return value->substr(account.size() + 1);
+  }
+
+ private:
+  template <class... Args>
+  std::optional<std::string> command(const char* format, Args... args) {
+    if (conn_ == nullptr) {
+      conn_ = redisConnect(host_.c_str(), port_);
+      if (conn_ == nullptr || conn_->err != 0) {
+        const std::string error = conn_ != nullptr ? conn_->errstr : "out of memory";
+        if (conn_ != nullptr) redisFree(conn_);
+        conn_ = nullptr;
+        throw book_error("payments in Redis: " + error);
+      }
+    }
+    auto* reply = static_cast<redisReply*>(redisCommand(conn_, format, args...));
+    if (reply == nullptr) {
+      const std::string error = conn_->errstr;
+      redisFree(conn_);
+      conn_ = nullptr;
+      throw book_error("payments in Redis: " + error);
+    }
+    std::optional<std::string> value;
+    const bool failed = reply->type == REDIS_REPLY_ERROR;
+    if (reply->type == REDIS_REPLY_STRING) value.emplace(reply->str, reply->len);
+    const std::string error = failed ? std::string(reply->str, reply->len) : std::string{};
+    freeReplyObject(reply);
+    if (failed) throw book_error("payments in Redis: " + error);
+    return value;
+  }
+
+  std::string host_;
+  int port_;
+  redisContext* conn_ = nullptr;
+  std::mutex mutex_;
+};
+
+// --- the processor, called through idem::retrying ---------------------------------------------
+
+struct processor_answer {
+  int status = 0;
+  std::string body;
+  std::string retry_after;  // read by idem's HTTP classifier
+};
+
+struct processor_failed : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct processor_policies : idem::default_policies {};
+
+class processor_client {
+ public:
+  processor_client(endpoint where, std::chrono::milliseconds deadline)
+      : retrying_(call{std::move(where)}, options_for(deadline)) {}
+
+  /// The processor's JSON for the charge made under `key`, made now or earlier.
+  std::string charge(std::string_view key, const intent& charge) {
+    auto outcome = retrying_.with_key(key, charge);
+    if (outcome && (outcome.value().status == 201 || outcome.value().status == 200)) {
+      return outcome.value().body;
+    }
+    std::string why = std::string(idem::to_string(outcome.verdict())) + " after " +
+                      std::to_string(outcome.attempts()) + " attempts";
+    if (outcome.has_value()) why += ", last status " + std::to_string(outcome.value().status);
+    throw processor_failed("the processor did not charge: " + why);
+  }
+
+ private:
+  struct call {
+    endpoint where;
+    processor_answer operator()(const idem::attempt_context& attempt, const intent& charge) const {
+      httplib::Client client(where.host, where.port);
+      client.set_connection_timeout(std::chrono::milliseconds{500});
+      const auto left =
+          std::max<std::chrono::nanoseconds>(attempt.time_left(), std::chrono::milliseconds{1});
+      client.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(left));
+      const httplib::Headers headers{{"Idempotency-Key", std::string(attempt.key())}};
+      auto res = client.Post("/v1/charges", headers, charge.json(), "application/json");
+      if (!res) throw_transport_error(res.error());
+      return {res->status, res->body, res->get_header_value("Retry-After")};
+    }
+  };
+  using retrying_type = idem::retrying<call, processor_policies>;
+
+  static retrying_type::options options_for(std::chrono::milliseconds deadline) {
+    retrying_type::options options;
+    options.backoff =
+        idem::full_jitter{std::chrono::milliseconds{20}, std::chrono::milliseconds{400}};
+    options.limits = {6, deadline};
+    return options;
+  }
+
+  retrying_type retrying_;
+};
+
+// --- the handler -------------------------------------------------------------------------------
+
+/// What every store's handler does: charge once, then describe the payment and its message.
+struct payment_charge {
+  processor_client* processor;
+  double crash_after_charge = 0;
+  // --crash-when-asked: the probability of the same crash for a request carrying
+  // "X-Chaos-Crash: after-charge". payments_reconcile runs this handler with both at 0.
+  double crash_when_asked = 0;
+
+  struct charged {
+    payment_row row;
+    idem::outbox_message message;
+    idem::http_response response;
+  };
+
+  charged operator()(idem::handler_context& ctx, const idem::http_request& request) const {
+    const auto [parsed, reason] = intent::parse(request.body);
+    const intent& payment = parsed.value();  // validated before the call
+
+    // --crash-after-charge: whether this run dies once the money moved, and where. Before the
+    // charge is recorded, the takeover calls the processor again under the same key and gets
+    // this very charge back; after, it resumes from the recorded charge without calling (on
+    // PostgreSQL the step commits with the record, so there both crash points are "before").
+    const bool asked = request.header(chaos_crash_header) == "after-charge";
+    const bool crashes = chance(crash_after_charge) || (asked && chance(crash_when_asked));
+    const bool before_recorded = chance(0.5);
+
+    // The effect, as a recovery point: never made twice for one key.
+    const std::string charged_json = ctx.step("charge", [&] {
+      std::string answer = processor->charge(ctx.downstream_key("charge"), payment);
+      if (crashes && before_recorded) crash("before the charge was recorded");
+      return answer;
+    });
+    if (crashes && !before_recorded) crash("after the charge was recorded");
+
+    const auto charge = nlohmann::json::parse(charged_json);
+    const std::string id = "pay_" + std::string(ctx.downstream_key("payment").view().substr(0, 24));
+    const std::string account(ctx.scope());
+    const std::string body = nlohmann::ordered_json{
+        {"id", id},
+        {"amount", payment.amount},
+        {"currency", payment.currency},
+        {"charge_id",
+         charge.at("charge_id")}}.dump();
+    receipt_event event{id, account, payment.amount, payment.currency,
+                        charge.at("charge_id").get<std::string>()};
+    return {
+        {id, account, body}, event.message(), {201, {{"Content-Type", "application/json"}}, body}};
+  }
+
+  [[noreturn]] static void crash(const char* where) {
+    std::fprintf(stderr, "payments_server: crashing (--crash-after-charge or asked) %s\n", where);
+    std::abort();
+  }
+};
+
+/// The handler for a book written outside the record's transaction (memory, SQLite, Redis).
+template <class Book>
+struct payment_handler {
+  payment_charge charge;
+  Book* book;
+
+  idem::http_response operator()(idem::handler_context& ctx,
+                                 const idem::http_request& request) const {
+    auto done = charge(ctx, request);
+    book->insert(done.row, {idem::outbox_message_id(ctx.scope(), ctx.key(), payment_succeeded),
+                            std::move(done.message)});
+    return std::move(done.response);
+  }
+};
+
+/// PostgreSQL's: the row and its message in the transaction that completes the record.
+template <>
+struct payment_handler<postgres_book> {
+  payment_charge charge;
+  postgres_book* book;
+
+  idem::http_response operator()(idem::handler_context& ctx, const idem::http_request& request,
+                                 idem::postgres_store::transaction& tx) const {
+    auto done = charge(ctx, request);
+    postgres_book::insert_within(tx, done.row);
+    tx.publish(payment_succeeded, done.message);
+    return std::move(done.response);
+  }
+};
+
+template <class Store>
+struct server_policies : idem::default_policies {
+  using store = Store;
+  // {"amount":100} and { "amount": 100 } are the same request.
+  using fingerprint = idem::canonical_json<>;
+};
+
+/// Resumable records: each payment's record keeps its request until it completes, so that
+/// payments_reconcile can finish a payment whose client gave up. A payment's request is a small
+/// JSON body and two headers; anything larger is refused (413) before it is claimed.
+inline constexpr std::size_t max_kept_request_bytes = 16 * 1024;
+/// The name the reconciler finds the payments wrapper by (the records keep it).
+inline constexpr std::string_view endpoint_name = "payments";
+
+/// The idempotent payments endpoint on `Store`, its payments in `Book`.
+template <class Store, class Book>
+using payments_endpoint = idem::idempotent<payment_handler<Book>, server_policies<Store>>;
+
+/// The endpoint's settings, the same in every program that builds it.
+template <class Store, class Book>
+typename payments_endpoint<Store, Book>::options endpoint_options(Store store,
+                                                                  std::chrono::milliseconds lease) {
+  typename payments_endpoint<Store, Book>::options options;
+  options.store = std::move(store);
+  options.lease = lease;
+  options.max_kept_request_bytes = max_kept_request_bytes;
+  options.name = std::string(endpoint_name);
+  return options;
+}
+
+/// Opens the store and the payments table that `spec` names (memory | sqlite:PATH |
+/// postgres:CONNINFO | redis:HOST:PORT) and answers run(store, book); std::nullopt when `spec`
+/// names none of them. Every program opening the servers' store opens it this way.
+template <class Run>
+std::optional<int> with_store(const std::string& spec, Run&& run) {
+  if (spec == "memory") {
+    memory_book book;
+    return run(idem::memory_store{}, book);
+  }
+  if (spec.starts_with("sqlite:") && spec.size() > 7) {
+    const std::string path = spec.substr(7);
+    idem::sqlite_store store{path};  // creates the file and idem's tables
+    sqlite_book book(path);
+    return run(std::move(store), book);
+  }
+  if (spec.starts_with("postgres:")) {
+    idem::postgres_store::options options;
+    options.conninfo = spec.substr(9);
+    options.pool_size = 16;
+    // A replica may start before its database: requests answer 503 until it is reachable.
+    options.connect_at_start = false;
+    options.table = "payments_idempotency";  // beside the service's own tables
+    postgres_book book(options.conninfo);
+    return run(idem::postgres_store{options}, book);
+  }
+  if (spec.starts_with("redis:")) {
+    const auto where = endpoint::parse("http://" + spec.substr(6));
+    idem::redis_store::options options;
+    options.host = where.host;
+    options.port = where.port;
+    options.pool_size = 16;
+    redis_book book(where.host, where.port);
+    return run(idem::redis_store{options}, book);
+  }
+  return std::nullopt;
+}
+
+}  // namespace payments
