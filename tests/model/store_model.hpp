@@ -77,7 +77,7 @@ struct op {
   std::size_t key = 0;
   std::uint8_t print = 0;  // which of two fingerprints a claim carries
   fence_pick fence = fence_pick::last;
-  std::string bytes;         // a response or recovery point
+  std::string bytes;         // a response, or recovery bytes (a checkpoint's, a new record's)
   std::size_t jump = 0;      // advance: index into jumps()
   bool short_lease = false;  // checkpoint: lease_until = now (already due) instead of now + lease
 };
@@ -125,7 +125,7 @@ inline void showValue(const op& o, std::ostream& out) {
   switch (o.kind) {
     case op_kind::claim:
       out << "(\"" << scopes()[o.scope] << "\", \"" << keys()[o.key] << "\", print " << int(o.print)
-          << ")";
+          << ") recovery " << printable(o.bytes);
       break;
     case op_kind::complete:
     case op_kind::release:
@@ -273,7 +273,9 @@ std::optional<std::string> first_difference(
 
     switch (o.kind) {
       case op_kind::claim: {
-        const claim_request request{scope, key, fingerprint(o.print), now, lease, retention};
+        // The op's bytes are the recovery bytes a new record starts with (a kept request).
+        const claim_request request{scope,     key,    fingerprint(o.print), now, lease,
+                                    retention, o.bytes};
         const claim_result want = reference.claim(request);
         const claim_result got = store.claim(request);
         if (got.status != want.status || got.fence != want.fence) {

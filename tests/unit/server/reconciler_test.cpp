@@ -8,6 +8,7 @@
 #include <idem/testing/reconciler_conformance.hpp>
 
 #include <stdexcept>
+#include <stop_token>
 #include <string>
 
 using namespace std::chrono_literals;
@@ -82,4 +83,26 @@ TEST_CASE("a reconciler refuses options and wrappers that cannot work", "[reconc
       idem::testing::reconciler_conformance::resumable_options<memory_factory>(store, clock)};
   reconciler.resume_with<idem::http_request>(one);
   CHECK_THROWS_AS(reconciler.resume_with<idem::http_request>(two), std::invalid_argument);
+}
+
+TEST_CASE("run_for makes passes idle_wait apart until its time is up, or it is stopped",
+          "[reconciler]") {
+  struct counting_policies : idem::default_reconciler_policies {
+    using clock = idem::manual_clock;
+    using observer = idem::counting_reconciler_observer;
+  };
+  idem::memory_store store;
+  idem::manual_clock clock;
+  idem::reconciler_options options;
+  options.idle_wait = 1s;
+  idem::reconciler<counting_policies> reconciler(store, options, clock);
+  const auto started = clock.now();
+  (void)reconciler.run_for(5s);
+  CHECK(reconciler.observer().passes() == 6);  // at 0, 1, 2, 3, 4 and 5 s
+  CHECK(clock.now() - started == 5s);
+
+  std::stop_source stop;
+  stop.request_stop();
+  (void)reconciler.run_for(5s, stop.get_token());
+  CHECK(reconciler.observer().passes() == 6);  // stopped before its first pass
 }
