@@ -106,7 +106,8 @@ class raw_client {
         print.data(),
         key.data(),
         "0",
-        ""};  // no per-scope cap, as redis_store passes it (max_records_per_scope unset)
+        "",   // no per-scope cap, as redis_store passes it (max_records_per_scope unset)
+        ""};  // no recovery bytes for the new record, as redis_store passes none
     const std::size_t claim_lengths[] = {7,
                                          claim_sha_.size(),
                                          1,
@@ -119,8 +120,9 @@ class raw_client {
                                          print.size(),
                                          key.size(),
                                          1,
+                                         0,
                                          0};
-    redisAppendCommandArgv(context_, 13, claim_argv, claim_lengths);
+    redisAppendCommandArgv(context_, 14, claim_argv, claim_lengths);
     const char* enroll_argv[] = {"EVALSHA", enroll_sha_.c_str(), "1", registry_.c_str(),
                                  keys.tag.c_str()};
     const std::size_t enroll_lengths[] = {7, enroll_sha_.size(), 1, registry_.size(),
