@@ -458,10 +458,10 @@ TEST_CASE(
   { sqlite_store store{path}; }
   {
     file_connection app(path);
-    app.exec("UPDATE idem_meta SET value = 4 WHERE name = 'schema_version'");
+    app.exec("UPDATE idem_meta SET value = 5 WHERE name = 'schema_version'");
   }
   CHECK_THAT(message_of<idem::store_error>([&] { (void)reader{path}; }),
-             Contains("schema version 4") && Contains("upgrade idem"));
+             Contains("schema version 5") && Contains("upgrade idem"));
   idem::sqlite_outbox::reader_options zero;
   zero.lease = 0ms;
   CHECK_THROWS_AS(reader(path, zero), std::invalid_argument);
@@ -476,7 +476,7 @@ TEST_CASE("a version 2 file is migrated to schema 3 on open, its outbox rows kep
       "DROP INDEX idem_outbox_published; UPDATE idem_meta SET value = 2 WHERE name = "
       "'schema_version'");
   { sqlite_store reopened{f.path}; }
-  CHECK(f.app.text("SELECT value FROM idem_meta WHERE name = 'schema_version'") == "3");
+  CHECK(f.app.text("SELECT value FROM idem_meta WHERE name = 'schema_version'") == "4");
   CHECK(f.app.text("SELECT count(*) FROM idem_outbox_dead") == "0");
   CHECK(f.app.text("SELECT holder || '/' || fence FROM idem_outbox_relay") == "/0");
   reader migrated{f.path, quick_reader()};

@@ -103,7 +103,7 @@ IDEM_OUTBOX_WRITER_CASES(outbox_fixture, "[sqlite][outbox]")
 TEST_CASE("the store's schema holds the outbox, and a version 1 file is migrated to it",
           "[sqlite][outbox]") {
   outbox_fixture f;
-  CHECK(f.app.text("SELECT value FROM idem_meta WHERE name = 'schema_version'") == "3");
+  CHECK(f.app.text("SELECT value FROM idem_meta WHERE name = 'schema_version'") == "4");
   CHECK(f.app.text("SELECT name FROM sqlite_schema WHERE tbl_name = 'idem_outbox' AND type = "
                    "'index' AND sql IS NOT NULL ORDER BY name") ==
         "idem_outbox_by_key\nidem_outbox_published\nidem_outbox_unpublished");
@@ -112,7 +112,7 @@ TEST_CASE("the store's schema holds the outbox, and a version 1 file is migrated
       "DROP TABLE idem_outbox_dead; DROP TABLE idem_outbox_relay; DROP TABLE idem_outbox; "
       "UPDATE idem_meta SET value = 1");
   { sqlite_store reopened{quick(f.path)}; }
-  CHECK(f.app.text("SELECT value FROM idem_meta WHERE name = 'schema_version'") == "3");
+  CHECK(f.app.text("SELECT value FROM idem_meta WHERE name = 'schema_version'") == "4");
   CHECK(f.app.text("SELECT count(*) FROM idem_outbox") == "0");
   CHECK(f.app.text("SELECT count(*) FROM idem_meta") == "1");
 }
@@ -120,16 +120,16 @@ TEST_CASE("the store's schema holds the outbox, and a version 1 file is migrated
 TEST_CASE("a file whose outbox a newer idem wrote is refused at construction, saying so",
           "[sqlite][outbox]") {
   outbox_fixture f;
-  f.app.exec("UPDATE idem_meta SET value = 4");
+  f.app.exec("UPDATE idem_meta SET value = 5");
   try {
     sqlite_store newer{quick(f.path)};
     FAIL("a file from a newer schema was opened");
   } catch (const idem::store_error& error) {
     CHECK(error.failure() == idem::store_failure::unavailable);
-    CHECK_THAT(error.what(), Contains(f.path) && Contains("schema version 4") &&
+    CHECK_THAT(error.what(), Contains(f.path) && Contains("schema version 5") &&
                                  Contains("idem_outbox") && Contains("upgrade idem"));
   }
-  CHECK(f.app.text("SELECT value FROM idem_meta") == "4");  // never downgraded
+  CHECK(f.app.text("SELECT value FROM idem_meta") == "5");  // never downgraded
 }
 
 // ---- a transactional handler's messages ---------------------------------------------------

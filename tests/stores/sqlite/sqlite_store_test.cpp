@@ -84,9 +84,16 @@ TEST_CASE("sqlite_store creates a versioned schema and leaves user_version to th
   file_connection check(path);
   CHECK(check.text("PRAGMA journal_mode") == "wal");
   CHECK(check.text("PRAGMA user_version") == "42");
-  CHECK(check.text("SELECT value FROM idem_meta WHERE name = 'schema_version'") == "3");
-  CHECK(check.text("SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = "
-                   "'idem_records' AND sql IS NOT NULL") == "idem_records_by_expiry");
+  CHECK(check.text("SELECT value FROM idem_meta WHERE name = 'schema_version'") == "4");
+  CHECK(check.text("SELECT group_concat(name, ' ') FROM (SELECT name FROM sqlite_schema WHERE "
+                   "type = 'index' AND tbl_name = 'idem_records' AND sql IS NOT NULL ORDER BY "
+                   "name)") == "idem_records_by_expiry idem_records_in_progress");
+  // stuck() goes through the partial index of records in progress, not a scan of every record.
+  CHECK_THAT(check.text("EXPLAIN QUERY PLAN SELECT scope FROM idem_records INDEXED BY "
+                        "idem_records_in_progress WHERE state = 0 AND lease_until <= 5 AND "
+                        "expires_at > 5 ORDER BY lease_until LIMIT 10",
+                        3),
+             Contains("USING INDEX idem_records_in_progress"));
   // Sweep goes through the expiry index, not a scan of every record.
   CHECK_THAT(check.text("EXPLAIN QUERY PLAN DELETE FROM idem_records WHERE (scope, key) IN "
                         "(SELECT scope, key FROM idem_records WHERE expires_at <= 5 LIMIT 10)",

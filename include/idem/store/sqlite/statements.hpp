@@ -94,9 +94,11 @@ inline const char* sqlite_sql(sqlite_statement statement) noexcept {
     case sqlite_statement::delete_expired:
       return "DELETE FROM idem_records WHERE expires_at <= ?1";
     case sqlite_statement::stuck:
+      // Through the partial index of records in progress (schema version 4), oldest lease
+      // first: the cost is what is stuck, not what the table holds.
       return "SELECT scope, key, state, fence, created_at, lease_until, expires_at, fingerprint, "
-             "response, recovery FROM idem_records WHERE state = 0 AND lease_until <= ?1 AND "
-             "expires_at > ?1 ORDER BY scope, key LIMIT ?2";
+             "response, recovery FROM idem_records INDEXED BY idem_records_in_progress WHERE "
+             "state = 0 AND lease_until <= ?1 AND expires_at > ?1 ORDER BY lease_until LIMIT ?2";
     case sqlite_statement::read_usage:
       return "SELECT records, bytes FROM idem_usage WHERE id = 1";
     case sqlite_statement::count_live_in_scope:
@@ -194,10 +196,18 @@ inline constexpr const char* sqlite_schema_v3 =
     "CREATE INDEX idem_outbox_published ON idem_outbox (published_at) "
     "WHERE published_at IS NOT NULL;";
 
+// Version 4: the records in progress by lease, for stuck() (the reconciler's listing). Partial,
+// so it holds only claims in progress: a pass costs what is stuck, not what the table keeps
+// until retention removes it. Its price is an index entry made by each claim, moved by each
+// recovery point and removed by each completion (docs/performance.md, "The reconciler").
+inline constexpr const char* sqlite_schema_v4 =
+    "CREATE INDEX IF NOT EXISTS idem_records_in_progress ON idem_records (lease_until) "
+    "WHERE state = 0;";
+
 // The schema versions in order: entry i takes the file from version i to i + 1. A newer idem
 // adds an entry; an older one refuses a file whose version is past its last.
-inline constexpr std::array<const char*, 3> sqlite_schema_versions{
-    sqlite_schema_v1, sqlite_schema_v2, sqlite_schema_v3};
+inline constexpr std::array<const char*, 4> sqlite_schema_versions{
+    sqlite_schema_v1, sqlite_schema_v2, sqlite_schema_v3, sqlite_schema_v4};
 inline constexpr int sqlite_schema_version = static_cast<int>(sqlite_schema_versions.size());
 
 // The usage row bounded stores check. Triggers keep it exact whichever connection, process or
