@@ -15,9 +15,10 @@
 //     ran under the worker's fence (1), the others under the reconciler's (2);
 //   * the record is completed, and a client retrying afterwards gets it replayed, identical to
 //     the response the test expects.
-// A second case lets the reconciler and a retrying client race (two threads, the client taking
-// the payments last first) for the records killed at every point: exactly one of them runs each,
-// the other changes nothing, still one effect a step; how often each side won is printed.
+// A second case lets the reconciler and a retrying client race (two threads, both taking the
+// payments in the order they were killed) for the records killed at every point: exactly one of
+// them runs each, the other changes nothing, still one effect a step; how often each side won,
+// and how often the reconciler found the client holding a record, is printed.
 //
 // Stores: SQLite, PostgreSQL and Redis, each with its default time source (the database's or the
 // Redis server's clock for the leases). The memory store dies with its process, so there is no
@@ -171,6 +172,19 @@ std::map<std::string, int> lines_of(const std::map<std::string, int>& ledger,
   return lines;
 }
 
+// Lines and their counts as text, so that a failed comparison shows them.
+std::string text_of(const std::map<std::string, int>& lines) {
+  std::string text;
+  for (const auto& [line, times] : lines)
+    text += line + " x" + std::to_string(times) + "\n";
+  return text;
+}
+
+// A response as text, for the same reason.
+std::string text_of(const idem::http_response& response) {
+  return std::to_string(response.status) + "\n" + response.body;
+}
+
 // The ledger after the payment finished: one effect a step, and one more call when the worker
 // died inside a step, after its effect.
 void check_one_effect_a_step(const std::map<std::string, int>& ledger, const std::string& key,
@@ -182,7 +196,7 @@ void check_one_effect_a_step(const std::map<std::string, int>& ledger, const std
     ++expected[idem_crash::ledger_line(
         key, idem_crash::payment_steps[static_cast<std::size_t>(point.recorded)])];
   }
-  CHECK(lines_of(ledger, key) == expected);
+  CHECK(text_of(lines_of(ledger, key)) == text_of(expected));
 }
 
 // The calls the ledger holds, all payments together.
@@ -306,6 +320,7 @@ TEMPLATE_TEST_CASE(
         payments(idem_crash::payments_scope, run.key, idem_crash::payment_request(run.key));
     REQUIRE(again.verdict() == idem::verdict::replayed);
     CHECK(again.value() == expected_response(run.key, point));
+    CHECK(text_of(again.value()) == text_of(expected_response(run.key, point)));
     ++replayed;
   }
   // Nothing else called the downstream; the replays called nothing.
@@ -341,7 +356,9 @@ TEMPLATE_TEST_CASE(
   idem::reconciler<reconciler_policies<store_type>> reconciler(store, options);
   reconciler.template resume_with<idem::http_request>(payments);
 
-  // The reconciler walks the records while a client retries every payment, last first.
+  // The reconciler walks the records while a client retries every payment, in the order they were
+  // killed (the order their leases ran out, which is the order the reconciler lists them in), so
+  // that the two meet on record after record.
   using outcome_type = decltype(payments(idem_crash::payments_scope, world.runs[0].key,
                                          idem_crash::payment_request(world.runs[0].key)));
   std::vector<std::optional<outcome_type>> client(world.runs.size());
@@ -355,7 +372,7 @@ TEMPLATE_TEST_CASE(
   std::thread retrying([&] {
     while (!go)
       std::this_thread::yield();
-    for (std::size_t i = world.runs.size(); i-- > 0;) {
+    for (std::size_t i = 0; i < world.runs.size(); ++i) {
       const std::string& key = world.runs[i].key;
       client[i].emplace(
           payments(idem_crash::payments_scope, key, idem_crash::payment_request(key)));
@@ -379,13 +396,14 @@ TEMPLATE_TEST_CASE(
     CHECK((verdict == idem::verdict::executed || verdict == idem::verdict::in_progress ||
            verdict == idem::verdict::replayed));
     if (verdict != idem::verdict::in_progress)
-      CHECK(client[i]->value() == expected_response(run.key, run.point));
+      CHECK(text_of(client[i]->value()) == text_of(expected_response(run.key, run.point)));
     check_one_effect_a_step(ledger, run.key, run.point);
     check_completed(store, run.key);
     const auto again =
         payments(idem_crash::payments_scope, run.key, idem_crash::payment_request(run.key));
     REQUIRE(again.verdict() == idem::verdict::replayed);
     CHECK(again.value() == expected_response(run.key, run.point));
+    CHECK(text_of(again.value()) == text_of(expected_response(run.key, run.point)));
   }
   CHECK(report.rows.empty());
   CHECK(report.summary.resumed + report.summary.lost + report.summary.settled ==
