@@ -36,4 +36,16 @@ TEST_CASE("a crash worker refuses arguments it cannot use with exit status 2",
     INFO(run.text());
     CHECK((WIFEXITED(run.status) && WEXITSTATUS(run.status) == 2));
   }
+  const std::vector<std::vector<std::string>> reconcile_mistakes{
+      {"--store=sqlite", "--sqlite=x", "--key=k", "--ledger=l"},  // no --die
+      {"--store=sqlite", "--sqlite=x", "--key=k", "--ledger=l", "--die=after_refund"},
+      {"--store=redis", "--redis-host=h", "--redis-port=p", "--prefix=p:", "--key=k", "--ledger=l",
+       "--die=in_charge"},  // a port that is not a number
+      {"--store=memory", "--key=k", "--ledger=l", "--die=in_charge"},  // no such store
+  };
+  for (const idem_crash::finished& run :
+       idem_crash::run_together(IDEM_CRASH_RECONCILE_WORKER, reconcile_mistakes)) {
+    INFO(run.text());
+    CHECK((WIFEXITED(run.status) && WEXITSTATUS(run.status) == 2));
+  }
 }
