@@ -10850,8 +10850,9 @@ class inbox {
 // Taking over each record it looks at is also what moves a pass forward: a record taken over is
 // no longer stuck, so the next batch lists the next records. A pass stops when a batch brings
 // nothing it could move (the store failing on every record of it), after max_records_per_pass,
-// or when no stuck record is left. Its cost follows the stuck records, not the store's size: the
-// stores list stuck records from an index by lease.
+// or when no stuck record is left. Its cost is the stuck records' and what the store's stuck()
+// reads to list them: an index by lease on SQLite and Redis, so the store's size does not count
+// there (docs/performance.md, "The reconciler", has the figures for every store).
 //
 // One reconciler object is driven by one thread. Standard library only.
 #ifndef IDEM_RECONCILER_HPP
@@ -11322,21 +11323,21 @@ class reconciler {
     const store_time listed_at = clock_.wall_now();
     std::size_t seen = 0;
     while (seen < options_.max_records_per_pass) {
+      const std::size_t asked = std::min(options_.batch_size, options_.max_records_per_pass - seen);
       std::vector<record> batch;
       try {
-        batch = store_.stuck(listed_at,
-                             std::min(options_.batch_size, options_.max_records_per_pass - seen));
+        batch = store_.stuck(listed_at, asked);
       } catch (const store_error&) {
         ++report.summary.store_failures;
         break;
       }
-      if (batch.empty()) break;
       bool moved = false;
       for (record& stuck : batch) {
         ++seen;
         moved = examine(stuck, report) || moved;
       }
-      if (!moved) break;
+      // A short batch was the last of what is stuck: asking again would only answer nothing.
+      if (!moved || batch.size() < asked) break;
     }
     observer_.on_pass(report.summary);
     return report;
