@@ -119,25 +119,16 @@ class async_handler_context : public handler_context {
  private:
   // The fenced write before a step's function runs: its started entry, and a renewed lease.
   asio::awaitable<void> async_start(std::string_view name) {
-    const std::size_t before = append_started(name);
-    bool applied = true;
-    try {
-      if (async_writer_ != nullptr) {
-        applied = !async_writer_->lost();
-        if (applied) applied = co_await async_writer_->async_write(recovery());
-      }
-    } catch (...) {
-      take_back(before);
-      throw;
-    }
-    if (!applied) {
-      take_back(before);
-      throw lease_lost{};
-    }
+    co_await async_write_appended(append_started(name));
   }
 
   asio::awaitable<void> async_record(std::string_view name, std::string_view value) {
-    const std::size_t before = append_step(name, value);
+    co_await async_write_appended(append_step(name, value));
+    count_step();
+  }
+
+  // handler_context::write_appended's rules, the write awaited where the store's calls run.
+  asio::awaitable<void> async_write_appended(std::size_t before) {
     bool applied = true;
     try {
       if (async_writer_ != nullptr) {
@@ -152,7 +143,6 @@ class async_handler_context : public handler_context {
       take_back(before);
       throw lease_lost{};
     }
-    count_step();
   }
 
   detail::async_recovery_writer* async_writer_ = nullptr;

@@ -261,20 +261,7 @@ class handler_context {
   }
 
   // The fenced write before a step's function runs: the started entry, and a renewed lease.
-  void start_step(std::string_view name) {
-    const std::size_t before = append_started(name);
-    bool applied = true;
-    try {
-      applied = writer_ == nullptr || writer_->write(recovery_);
-    } catch (...) {
-      take_back(before);
-      throw;
-    }
-    if (!applied) {
-      take_back(before);
-      throw lease_lost{};
-    }
-  }
+  void start_step(std::string_view name) { write_appended(append_started(name)); }
 
   template <class R, class F>
   R call_and_record(std::string_view name, F& fn) {
@@ -303,7 +290,13 @@ class handler_context {
   }
 
   void record_step(std::string_view name, std::string_view value) {
-    const std::size_t before = append_step(name, value);
+    write_appended(append_step(name, value));
+    count_step();
+  }
+
+  // Writes the recovery bytes as they stand (fenced); what was appended since `before` is taken
+  // back when the store fails (the exception passes on) or the fence was lost (lease_lost).
+  void write_appended(std::size_t before) {
     bool applied = true;
     try {
       applied = writer_ == nullptr || writer_->write(recovery_);
@@ -315,7 +308,6 @@ class handler_context {
       take_back(before);
       throw lease_lost{};
     }
-    count_step();
   }
 
   std::string_view scope_;

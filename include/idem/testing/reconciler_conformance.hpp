@@ -178,12 +178,22 @@ class keyless_bank {
 template <class Factory>
 using payments_of = ::idem::idempotent<three_steps, policies_of<Factory>>;
 
+/// A payments wrapper's options on `store` and `clock`, keeping no requests.
 template <class Factory>
-typename payments_of<Factory>::options resumable_options(conformance::store_of<Factory> store,
-                                                         ::idem::manual_clock clock) {
+typename payments_of<Factory>::options plain_options(conformance::store_of<Factory> store,
+                                                     ::idem::manual_clock clock) {
   typename payments_of<Factory>::options options;
   options.store = std::move(store);
   options.clock = std::move(clock);
+  return options;
+}
+
+/// The same, resumable: requests kept, under the name "payments".
+template <class Factory>
+typename payments_of<Factory>::options resumable_options(conformance::store_of<Factory> store,
+                                                         ::idem::manual_clock clock) {
+  typename payments_of<Factory>::options options =
+      plain_options<Factory>(std::move(store), std::move(clock));
   options.max_kept_request_bytes = 4096;
   options.name = "payments";
   return options;
@@ -244,10 +254,8 @@ void a_record_of_a_wrapper_that_keeps_no_requests_is_reported_step_by_step() {
   ::idem::manual_clock clock;
   ledger downstream;
   std::atomic<int> stops{1};
-  typename payments_of<Factory>::options options;
-  options.store = store;
-  options.clock = clock;
-  payments_of<Factory> payments{three_steps{&downstream, &stops}, options};
+  payments_of<Factory> payments{three_steps{&downstream, &stops},
+                                plain_options<Factory>(store, clock)};
   REQUIRE(payments("acct", "k2", post("stop-in:record")).verdict() == ::idem::verdict::in_progress);
   clock.advance(40s);
 
@@ -400,10 +408,8 @@ void a_lookup_that_throws_is_unknown_and_the_pass_goes_on() {
   ::idem::manual_clock clock;
   ledger downstream;
   std::atomic<int> stops{3};
-  typename payments_of<Factory>::options options;
-  options.store = store;
-  options.clock = clock;
-  payments_of<Factory> payments{three_steps{&downstream, &stops}, options};
+  payments_of<Factory> payments{three_steps{&downstream, &stops},
+                                plain_options<Factory>(store, clock)};
   for (const char* key : {"a", "b", "c"})
     REQUIRE(payments("acct", key, post("stop-in:charge")).verdict() ==
             ::idem::verdict::in_progress);
