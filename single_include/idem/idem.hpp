@@ -4099,6 +4099,38 @@ inline std::string_view take_bytes(std::string_view& in, const char* what) {
   return bytes;
 }
 
+// HTTP headers as a count (varint), then each name and value (varint length, bytes): the part
+// codec<http_response> and codec<http_request> share. `type` names the codec in errors.
+// Templates, as those codecs are, so that the vector operations compile only where an HTTP
+// message is stored.
+template <class Headers>
+void put_headers(std::string& out, const Headers& headers) {
+  put_varint(out, headers.size());
+  for (const auto& [name, value] : headers) {
+    put_varint(out, name.size());
+    out += name;
+    put_varint(out, value.size());
+    out += value;
+  }
+}
+
+template <class Headers>
+Headers take_headers(std::string_view& in, const char* type) {
+  const std::uint64_t count = take_varint(in, "header count");
+  // Each header takes at least two bytes, which bounds a damaged count before it allocates.
+  if (count > in.size() / 2) {
+    throw codec_error(std::string("idem::codec<") + type + ">: stored header count out of range");
+  }
+  Headers headers;
+  headers.reserve(static_cast<std::size_t>(count));
+  for (std::uint64_t i = 0; i < count; ++i) {
+    const std::string_view name = take_bytes(in, "header name");
+    const std::string_view value = take_bytes(in, "header value");
+    headers.emplace_back(std::string(name), std::string(value));
+  }
+  return headers;
+}
+
 }  // namespace detail
 
 /// Layout: 'H', format version 1, status (varint), header count (varint), each header's name and
@@ -4113,13 +4145,7 @@ struct codec<T> {
     out.push_back('\x01');
     detail::put_varint(out,
                        static_cast<std::uint64_t>(static_cast<std::uint32_t>(response.status)));
-    detail::put_varint(out, response.headers.size());
-    for (const auto& [name, value] : response.headers) {
-      detail::put_varint(out, name.size());
-      out += name;
-      detail::put_varint(out, value.size());
-      out += value;
-    }
+    detail::put_headers(out, response.headers);
     out += response.body;
   }
 
@@ -4132,17 +4158,7 @@ struct codec<T> {
     const std::uint64_t status = detail::take_varint(bytes, "http_response status");
     if (status > 999) throw codec_error("idem::codec<http_response>: stored status out of range");
     response.status = static_cast<int>(status);
-    const std::uint64_t count = detail::take_varint(bytes, "http_response header count");
-    // Each header takes at least two bytes, which bounds a damaged count before it allocates.
-    if (count > bytes.size() / 2) {
-      throw codec_error("idem::codec<http_response>: stored header count out of range");
-    }
-    response.headers.reserve(static_cast<std::size_t>(count));
-    for (std::uint64_t i = 0; i < count; ++i) {
-      std::string_view name = detail::take_bytes(bytes, "http_response header name");
-      std::string_view value = detail::take_bytes(bytes, "http_response header value");
-      response.headers.emplace_back(std::string(name), std::string(value));
-    }
+    response.headers = detail::take_headers<decltype(response.headers)>(bytes, "http_response");
     response.body.assign(bytes);
     return response;
   }
@@ -4160,13 +4176,7 @@ struct codec<T> {
     out += request.method;
     detail::put_varint(out, request.target.size());
     out += request.target;
-    detail::put_varint(out, request.headers.size());
-    for (const auto& [name, value] : request.headers) {
-      detail::put_varint(out, name.size());
-      out += name;
-      detail::put_varint(out, value.size());
-      out += value;
-    }
+    detail::put_headers(out, request.headers);
     out += request.body;
   }
 
@@ -4178,16 +4188,7 @@ struct codec<T> {
     T request;
     request.method.assign(detail::take_bytes(bytes, "http_request method"));
     request.target.assign(detail::take_bytes(bytes, "http_request target"));
-    const std::uint64_t count = detail::take_varint(bytes, "http_request header count");
-    if (count > bytes.size() / 2) {
-      throw codec_error("idem::codec<http_request>: stored header count out of range");
-    }
-    request.headers.reserve(static_cast<std::size_t>(count));
-    for (std::uint64_t i = 0; i < count; ++i) {
-      std::string_view name = detail::take_bytes(bytes, "http_request header name");
-      std::string_view value = detail::take_bytes(bytes, "http_request header value");
-      request.headers.emplace_back(std::string(name), std::string(value));
-    }
+    request.headers = detail::take_headers<decltype(request.headers)>(bytes, "http_request");
     request.body.assign(bytes);
     return request;
   }
