@@ -8613,7 +8613,8 @@ std::optional<idempotent_outcome<Response>> admit(const Options& settings, std::
 //     node, replaced as a whole by a compare-and-swap on its own link, so a reader sees a whole
 //     record or the one after it, never a mix; and fenced writes check the fence of the very
 //     node they replace.
-//   * sweep and stuck walk the store under per-shard sweep locks that the hot paths never take.
+//   * sweep and stuck read the store under per-shard locks of their own that the hot paths
+//     never take.
 //   * Unlinked memory is freed by epoch-based reclamation (memory/epoch.hpp): never while a
 //     thread may still read it, and never leaked.
 //
@@ -8645,6 +8646,12 @@ std::optional<idempotent_outcome<Response>> admit(const Options& settings, std::
 // each due ticket's bucket, so it costs what it removes (plus the tickets that arrived since
 // the last sweep, and those due within the current 2^30 ns), not what the store holds
 // (memory/sweep.hpp).
+//
+// Leases: stuck() finds the records in progress past their lease the same way, from lease
+// tickets that each write setting a lease appends to a second log of its shard, once stuck()
+// has first looked at that shard (that first look walks the shard once; until then a write
+// pays one load for this). A look costs the stuck records it finds plus the leases set since
+// the last one, not what the store holds (memory/leases.hpp).
 #ifndef IDEM_STORE_MEMORY_HPP
 #define IDEM_STORE_MEMORY_HPP
 
@@ -9320,6 +9327,306 @@ class epoch_guard {
 
 #endif  // IDEM_STORE_MEMORY_EPOCH_HPP
 // end idem/store/memory/epoch.hpp
+// begin idem/store/memory/leases.hpp
+// Leases for the memory store: each shard's lease tickets, so that stuck() costs what is stuck
+// (and the leases set since it last looked), not what the store holds.
+//
+// Nothing is kept until stuck() first looks at a shard: a store nobody asks for stuck records
+// pays one load a write for this. That first look walks the shard once, taking a ticket (its
+// lease_until, rounded up to 2^30 ns, and its bucket) for every record in progress. From then
+// on every write that sets a lease to another 2^30 ns unit (a claim, a takeover, a checkpoint
+// that moves the lease) appends one to the shard's lock-free log (memory/ticket_log.hpp), and a
+// look moves the log into a min-heap and pops only the due tickets. Each due ticket's bucket is
+// read for the records in progress whose lease ended in that ticket's unit: while there are
+// some, they are stuck and the ticket stays; when there are none (the record was completed,
+// released, renewed or taken over, and its new lease has a ticket of its own), it is dropped.
+// So a look costs the stuck records it finds, plus the tickets that arrived since the last look
+// and fell due. sweep() drops the tickets nobody needs too, so the
+// log does not grow between looks.
+#ifndef IDEM_STORE_MEMORY_LEASES_HPP
+#define IDEM_STORE_MEMORY_LEASES_HPP
+
+// begin idem/store/memory/ticket_log.hpp
+// Tickets for the memory store's schedules: 8-byte due dates for the records of one bucket, and
+// the lock-free log a shard's writers append them to, which one reader at a time (under the
+// schedule's mutex) drains into a heap of its own. The expiry schedule (memory/sweep.hpp) and the
+// lease schedule (memory/leases.hpp) each keep one log a shard.
+#ifndef IDEM_STORE_MEMORY_TICKET_LOG_HPP
+#define IDEM_STORE_MEMORY_TICKET_LOG_HPP
+
+namespace idem::detail::memory {
+
+inline constexpr int ticket_time_shift = 30;
+
+/// `ns` in whole 2^30 ns units, rounded up, within [1, 2^32 - 1].
+inline std::uint64_t ticket_time(std::int64_t ns) noexcept {
+  constexpr std::int64_t unit = std::int64_t{1} << ticket_time_shift;
+  constexpr std::int64_t last = std::numeric_limits<std::uint32_t>::max();
+  if (ns <= 0) return 1;
+  const std::int64_t units = ns / unit + (ns % unit != 0 ? 1 : 0);
+  return static_cast<std::uint64_t>(std::clamp<std::int64_t>(units, 1, last));
+}
+
+/// A due date for the records of one bucket: (a time rounded up to 2^30 ns) << 32 | bucket.
+/// Never 0, which marks a slot of the log not written yet.
+inline std::uint64_t ticket_of(std::int64_t due_at, std::size_t bucket) noexcept {
+  return ticket_time(due_at) << 32 | static_cast<std::uint32_t>(bucket);
+}
+
+/// A ticket's time unit and bucket.
+inline std::uint64_t ticket_unit(std::uint64_t ticket) noexcept {
+  return ticket >> 32;
+}
+inline std::size_t ticket_bucket(std::uint64_t ticket) noexcept {
+  return static_cast<std::size_t>(ticket & 0xffffffffU);
+}
+
+/// Tickets order by due time, so a min-heap of them has the next due on top.
+using ticket_order = std::greater<std::uint64_t>;
+
+/// The log: blocks of slots, newest first. A writer takes a slot with one fetch-and-add and
+/// writes it; one that finds the block full links a new one. Only the drain reads the slots, and
+/// only the drain changes `older` or `consumed` after a block is linked; a full block it has read
+/// whole is unlinked and retired, since a writer that loaded it just before may still be adding
+/// to `taken`. A template whose parameter means nothing, so that it compiles only where the
+/// memory store is used (idem/detail/lazy.hpp).
+template <class Lazy = void>
+class ticket_log {
+ public:
+  ticket_log() = default;
+  ticket_log(const ticket_log&) = delete;
+  ticket_log& operator=(const ticket_log&) = delete;
+  // No thread uses the log any more: blocks already unlinked were retired to epoch reclamation,
+  // the rest are freed here.
+  ~ticket_log() {
+    for (ticket_block* b = log_.load(std::memory_order_acquire); b != nullptr;) {
+      ticket_block* older = b->older;
+      delete b;
+      b = older;
+    }
+  }
+
+  /// Appends a ticket. The caller is pinned (an epoch_guard): a block it loads is not freed
+  /// under it.
+  void push(std::uint64_t ticket) {
+    ticket_block* newest = log_.load(std::memory_order_acquire);
+    for (;;) {
+      if (newest != nullptr) {
+        const std::uint32_t slot = newest->taken.fetch_add(1, std::memory_order_relaxed);
+        if (slot < ticket_block::capacity) {
+          newest->slots[slot].store(ticket, std::memory_order_release);
+          return;
+        }
+      }
+      auto* block = new ticket_block(newest, ticket);
+      if (log_.compare_exchange_strong(newest, block, std::memory_order_acq_rel)) return;
+      delete block;
+    }
+  }
+
+  /// Moves what writers appended since the last drain to the end of `into`, and unlinks the
+  /// full blocks read whole. One drain at a time (the caller holds its schedule's mutex). A slot
+  /// taken by a writer that has not written it yet is passed over, not waited for: the tickets
+  /// after it belong to records that may already be visible. A slot read is overwritten with
+  /// `read_slot`; `consumed` counts the leading slots read.
+  template <class Tickets>
+  void drain_into(Tickets& into) {
+    epoch_guard<Lazy> guard;
+    ticket_block* const newest = log_.load(std::memory_order_acquire);
+    ticket_block* newer = nullptr;
+    for (ticket_block* b = newest; b != nullptr;) {
+      const std::uint32_t taken =
+          std::min(b->taken.load(std::memory_order_acquire), ticket_block::capacity);
+      bool hole = false;
+      for (std::uint32_t i = b->consumed; i < taken; ++i) {
+        const std::uint64_t ticket = b->slots[i].load(std::memory_order_acquire);
+        if (ticket == 0) {  // taken by a writer that has not written it yet
+          hole = true;
+          continue;
+        }
+        if (ticket != read_slot) {
+          into.push_back(ticket);
+          b->slots[i].store(read_slot, std::memory_order_relaxed);
+        }
+        if (!hole) b->consumed = i + 1;
+      }
+      ticket_block* const older = b->older;
+      if (b != newest && b->consumed == ticket_block::capacity) {
+        newer->older = older;
+        guard.retire(b, &ticket_block::destroy_erased);
+      } else {
+        newer = b;
+      }
+      b = older;
+    }
+  }
+
+ private:
+  // What the drain leaves in a log slot it has read; no ticket has every bit set (a bucket
+  // index is below 2^30).
+  static constexpr std::uint64_t read_slot = ~std::uint64_t{0};
+
+  struct ticket_block {
+    static constexpr std::uint32_t capacity = 126;  // 1 KiB a block
+
+    ticket_block(ticket_block* next_older, std::uint64_t first) noexcept : older(next_older) {
+      slots[0].store(first, std::memory_order_relaxed);  // the others start at 0: unwritten
+    }
+
+    std::atomic<std::uint32_t> taken{1};
+    std::uint32_t consumed = 0;  // slots the drain has moved out
+    ticket_block* older;
+    std::array<std::atomic<std::uint64_t>, capacity> slots;
+
+    static void destroy_erased(void* b) noexcept { delete static_cast<ticket_block*>(b); }
+  };
+
+  std::atomic<ticket_block*> log_{nullptr};  // appended to by writers, read by the drain
+};
+
+/// Adds the tickets at `due[held..]` to the heap `due[0..held)`: one by one when few arrived, by
+/// one O(n) rebuild when many did.
+template <class Tickets>
+void heap_in_new_tickets(Tickets& due, std::size_t held) {
+  const ticket_order later;
+  if (due.size() - held > held / 4) {
+    std::make_heap(due.begin(), due.end(), later);
+  } else {
+    for (auto it = due.begin() + static_cast<std::ptrdiff_t>(held); it != due.end();) {
+      std::push_heap(due.begin(), ++it, later);
+    }
+  }
+}
+
+}  // namespace idem::detail::memory
+
+#endif  // IDEM_STORE_MEMORY_TICKET_LOG_HPP
+// end idem/store/memory/ticket_log.hpp
+
+namespace idem::detail::memory {
+
+/// One shard's lease tickets: appended by writers, lock-free, once a look has started them;
+/// looked at under a mutex of its own that the writers never take. A template whose parameter
+/// means nothing, so that it compiles only where the memory store is used
+/// (idem/detail/lazy.hpp).
+template <class Lazy = void>
+class lease_schedule {
+ public:
+  lease_schedule() = default;
+  lease_schedule(const lease_schedule&) = delete;
+  lease_schedule& operator=(const lease_schedule&) = delete;
+
+  /// Whether writers append tickets: from the shard's first look on.
+  bool tracking() const noexcept {
+    return looked_to_.load(std::memory_order_relaxed) != not_looked;
+  }
+
+  /// For a write that sets a lease, before its record is visible: appends its ticket when
+  /// tracking; answers whether it did. The caller is pinned (an epoch_guard).
+  bool push_if_tracking(std::int64_t lease_until, std::size_t bucket) {
+    if (!tracking()) return false;
+    log_.push(ticket_of(lease_until, bucket));
+    return true;
+  }
+
+  /// Whether a look has started the tickets, read as push_again_if_looked reads it: what a write
+  /// asks first, so that without a look it pays one load and no call.
+  bool looked() const noexcept { return looked_to_.load(std::memory_order_seq_cst) != not_looked; }
+
+  /// The same write, after its record is visible. A look may have started between the two (the
+  /// write appended nothing), or popped the ticket the write appended, found no such record in
+  /// its bucket yet, and dropped it (a write paused past its lease, or given a `now` that old):
+  /// either way the ticket is appended now. The record's link (a seq_cst compare-and-swap) and a
+  /// look's store of looked_to (seq_cst, then a fence, before it reads any bucket) order each
+  /// other: either that look's reading sees the record, or this load sees the look.
+  void push_again_if_looked(std::int64_t lease_until, std::size_t bucket, bool pushed) {
+    const std::int64_t looked = looked_to_.load(std::memory_order_seq_cst);
+    if (looked == not_looked) return;
+    if (!pushed || ticket_time(lease_until) <= ticket_time(looked)) {
+      log_.push(ticket_of(lease_until, bucket));
+    }
+  }
+
+  /// Visits the buckets of the tickets due by `now`, in due order, until enough() says so.
+  /// visit(bucket, unit) reads `bucket` for the records in progress whose lease is in ticket
+  /// unit `unit` (those past their lease by `now` are stuck: it takes them), and answers whether
+  /// there are any: the ticket then stays. The first look walks the shard instead of the log:
+  /// `each_in_progress(take)` calls take(lease_until, bucket) for every record in progress.
+  template <class EachInProgress, class Enough, class Visit>
+  void look(std::int64_t now, EachInProgress&& each_in_progress, Enough&& enough, Visit&& visit) {
+    const std::lock_guard lock(mutex_);
+    const std::size_t held = due_.size();
+    if (looked_to_.load(std::memory_order_relaxed) == not_looked) {
+      // Said before the walk reads any bucket (see push_again_if_looked).
+      looked_to_.store(now, std::memory_order_seq_cst);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      each_in_progress([this](std::int64_t lease_until, std::size_t bucket) {
+        due_.push_back(ticket_of(lease_until, bucket));
+      });
+    }
+    look_locked(now, held, enough, visit);
+  }
+
+  /// Visits every due ticket's bucket, so that those whose buckets hold nothing in their unit
+  /// are dropped: what sweep() does, so that the log and heap hold only what a look may still
+  /// need. Nothing when no look has started the shard.
+  template <class Visit>
+  void prune(std::int64_t now, Visit&& visit) {
+    if (!tracking()) return;
+    const std::lock_guard lock(mutex_);
+    const auto never = [] { return false; };
+    look_locked(now, due_.size(), never, visit);
+  }
+
+  /// Tickets held in the heap (for tests: what a look has not dropped).
+  std::size_t held() {
+    const std::lock_guard lock(mutex_);
+    return due_.size();
+  }
+
+ private:
+  static constexpr std::int64_t not_looked = std::numeric_limits<std::int64_t>::min();
+
+  template <class Enough, class Visit>
+  void look_locked(std::int64_t now, std::size_t held, Enough& enough, Visit& visit) {
+    const ticket_order later;
+    log_.drain_into(due_);
+    heap_in_new_tickets(due_, held);
+    looked_to_.store(std::max(looked_to_.load(std::memory_order_relaxed), now),
+                     std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    // A ticket stays while its bucket holds a record in progress whose lease is in its unit, due
+    // or not (one of the current 2^30 ns unit may end after `now`); one whose record is not
+    // visible yet is appended again by its writer (push_again_if_looked).
+    const std::uint64_t current_unit = ticket_time(now);
+    lazy_t<Lazy, std::vector<std::uint64_t>> kept;
+    std::uint64_t previous = 0;
+    while (!enough() && !due_.empty() && ticket_unit(due_.front()) <= current_unit) {
+      std::pop_heap(due_.begin(), due_.end(), later);
+      const std::uint64_t ticket = due_.back();
+      due_.pop_back();
+      if (ticket == previous) continue;  // equal tickets pop together: one stays
+      previous = ticket;
+      const bool held_some = visit(ticket_bucket(ticket), ticket_unit(ticket));
+      if (held_some) kept.push_back(ticket);
+    }
+    for (const std::uint64_t ticket : kept) {
+      due_.push_back(ticket);
+      std::push_heap(due_.begin(), due_.end(), later);
+    }
+  }
+
+  ticket_log<Lazy> log_;  // appended to by writers once tracking, drained by a look
+  // The latest `now` a look has popped tickets at; not_looked until the first look.
+  std::atomic<std::int64_t> looked_to_{not_looked};
+  std::mutex mutex_;
+  lazy_t<Lazy, std::vector<std::uint64_t>> due_;  // a min-heap of tickets, under mutex_
+};
+
+}  // namespace idem::detail::memory
+
+#endif  // IDEM_STORE_MEMORY_LEASES_HPP
+// end idem/store/memory/leases.hpp
 // begin idem/store/memory/list.hpp
 // A memory store bucket's chain: Harris and Michael's lock-free ordered list of nodes, ordered by
 // (hint, scope, key), with replacement of a node by its record's next node in one step.
@@ -9877,23 +10184,6 @@ class scope_caps {
 
 namespace idem::detail::memory {
 
-inline constexpr int ticket_time_shift = 30;
-
-/// `ns` in whole 2^30 ns units, rounded up, within [1, 2^32 - 1].
-inline std::uint64_t ticket_time(std::int64_t ns) noexcept {
-  constexpr std::int64_t unit = std::int64_t{1} << ticket_time_shift;
-  constexpr std::int64_t last = std::numeric_limits<std::uint32_t>::max();
-  if (ns <= 0) return 1;
-  const std::int64_t units = ns / unit + (ns % unit != 0 ? 1 : 0);
-  return static_cast<std::uint64_t>(std::clamp<std::int64_t>(units, 1, last));
-}
-
-/// A due date for the records of one bucket: (expiry rounded up to 2^30 ns) << 32 | bucket.
-/// Never 0, which marks a slot of the log not written yet.
-inline std::uint64_t ticket_of(std::int64_t expires_at, std::size_t bucket) noexcept {
-  return ticket_time(expires_at) << 32 | static_cast<std::uint32_t>(bucket);
-}
-
 /// One shard's tickets: appended by claims, lock-free; swept under a mutex of its own that the
 /// claims never wait for. A template whose parameter means nothing, so that it compiles only
 /// where the memory store is used (idem/detail/lazy.hpp): expiry_schedule<> is the schedule.
@@ -9903,33 +10193,8 @@ class expiry_schedule {
   expiry_schedule() = default;
   expiry_schedule(const expiry_schedule&) = delete;
   expiry_schedule& operator=(const expiry_schedule&) = delete;
-  // No thread uses the schedule any more: blocks already unlinked were retired to epoch
-  // reclamation, the rest are freed here.
-  ~expiry_schedule() {
-    for (ticket_block* b = log_.load(std::memory_order_acquire); b != nullptr;) {
-      ticket_block* older = b->older;
-      delete b;
-      b = older;
-    }
-  }
-
-  /// Appends a ticket. The caller is pinned (an epoch_guard): a block it loads is not freed
-  /// under it.
-  void push(std::uint64_t ticket) {
-    ticket_block* newest = log_.load(std::memory_order_acquire);
-    for (;;) {
-      if (newest != nullptr) {
-        const std::uint32_t slot = newest->taken.fetch_add(1, std::memory_order_relaxed);
-        if (slot < ticket_block::capacity) {
-          newest->slots[slot].store(ticket, std::memory_order_release);
-          return;
-        }
-      }
-      auto* block = new ticket_block(newest, ticket);
-      if (log_.compare_exchange_strong(newest, block, std::memory_order_acq_rel)) return;
-      delete block;
-    }
-  }
+  /// Appends a ticket. The caller is pinned (an epoch_guard).
+  void push(std::uint64_t ticket) { log_.push(ticket); }
 
   /// For a claim, after it linked its record: a claim's ticket goes into the log before its
   /// record is linked, but a claim can be paused in between for as long as its retention (or be
@@ -9963,79 +10228,12 @@ class expiry_schedule {
   }
 
  private:
-  // What sweep leaves in a log slot it has read; no ticket has every bit set (a bucket index is
-  // below 2^30).
-  static constexpr std::uint64_t read_slot = ~std::uint64_t{0};
-
-  // The log: blocks of slots, newest first. A claim takes a slot with one fetch-and-add and
-  // writes it; a claim that finds the block full links a new one. Only sweep reads the slots,
-  // and only sweep changes `older` or `consumed` after a block is linked; a full block it has
-  // read whole is unlinked and retired, since a claim that loaded it just before may still be
-  // adding to `taken`.
-  struct ticket_block {
-    static constexpr std::uint32_t capacity = 126;  // 1 KiB a block
-
-    ticket_block(ticket_block* next_older, std::uint64_t first) noexcept : older(next_older) {
-      slots[0].store(first, std::memory_order_relaxed);  // the others start at 0: unwritten
-    }
-
-    std::atomic<std::uint32_t> taken{1};
-    std::uint32_t consumed = 0;  // slots sweep has moved into the heap
-    ticket_block* older;
-    std::array<std::atomic<std::uint64_t>, capacity> slots;
-
-    static void destroy_erased(void* b) noexcept { delete static_cast<ticket_block*>(b); }
-  };
-
-  // Under sweep_mutex_: moves what claims appended to the log into the heap, and unlinks the
-  // full blocks read whole. A slot taken by a claim that has not written it yet is passed over,
-  // not waited for: the tickets after it belong to records that may already be visible. A slot
-  // read is overwritten with `read_slot`; `consumed` counts the leading slots read.
-  void collect_tickets() {
-    epoch_guard<Lazy> guard;
-    ticket_block* const newest = log_.load(std::memory_order_acquire);
-    ticket_block* newer = nullptr;
-    for (ticket_block* b = newest; b != nullptr;) {
-      const std::uint32_t taken =
-          std::min(b->taken.load(std::memory_order_acquire), ticket_block::capacity);
-      bool hole = false;
-      for (std::uint32_t i = b->consumed; i < taken; ++i) {
-        const std::uint64_t ticket = b->slots[i].load(std::memory_order_acquire);
-        if (ticket == 0) {  // taken by a claim that has not written it yet
-          hole = true;
-          continue;
-        }
-        if (ticket != read_slot) {
-          due_.push_back(ticket);
-          b->slots[i].store(read_slot, std::memory_order_relaxed);
-        }
-        if (!hole) b->consumed = i + 1;
-      }
-      ticket_block* const older = b->older;
-      if (b != newest && b->consumed == ticket_block::capacity) {
-        newer->older = older;
-        guard.retire(b, &ticket_block::destroy_erased);
-      } else {
-        newer = b;
-      }
-      b = older;
-    }
-  }
-
   template <class RemoveExpired>
   std::size_t sweep_locked(std::int64_t now, RemoveExpired& remove_expired) {
-    // Tickets order by due time, so a min-heap of them has the next due on top.
-    const std::greater<std::uint64_t> later;
-    // New tickets join the heap: one by one when few arrived, by one O(n) rebuild when many did.
+    const ticket_order later;
     const std::size_t held = due_.size();
-    collect_tickets();
-    if (due_.size() - held > held / 4) {
-      std::make_heap(due_.begin(), due_.end(), later);
-    } else {
-      for (auto it = due_.begin() + static_cast<std::ptrdiff_t>(held); it != due_.end();) {
-        std::push_heap(due_.begin(), ++it, later);
-      }
-    }
+    log_.drain_into(due_);
+    heap_in_new_tickets(due_, held);
     // A ticket due within the current 2^30 ns may name a record that expires after `now`: its
     // bucket is looked at, and the ticket kept for the next sweep.
     const std::uint64_t current_unit = ticket_time(now);
@@ -10045,12 +10243,12 @@ class expiry_schedule {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     lazy_t<Lazy, std::vector<std::uint64_t>> kept;
     std::size_t removed = 0;
-    while (!due_.empty() && (due_.front() >> 32) <= current_unit) {
+    while (!due_.empty() && ticket_unit(due_.front()) <= current_unit) {
       std::pop_heap(due_.begin(), due_.end(), later);
       const std::uint64_t ticket = due_.back();
       due_.pop_back();
-      removed += remove_expired(static_cast<std::size_t>(ticket & 0xffffffffU));
-      if ((ticket >> 32) == current_unit) kept.push_back(ticket);
+      removed += remove_expired(ticket_bucket(ticket));
+      if (ticket_unit(ticket) == current_unit) kept.push_back(ticket);
     }
     for (const std::uint64_t ticket : kept) {
       due_.push_back(ticket);
@@ -10059,7 +10257,7 @@ class expiry_schedule {
     return removed;
   }
 
-  std::atomic<ticket_block*> log_{nullptr};  // appended to by claims, read by sweep
+  ticket_log<Lazy> log_;  // appended to by claims, drained by sweep
   // The latest `now` a sweep has popped tickets at (none yet: the minimum).
   std::atomic<std::int64_t> swept_to_{std::numeric_limits<std::int64_t>::min()};
   std::mutex sweep_mutex_;
@@ -10113,6 +10311,8 @@ class basic_memory_store {
 
   /// The memory one record takes beyond its scope, key, fingerprint, response and recovery
   /// bytes: its node's header and its expiry ticket (in its shard's ticket log, then its heap).
+  /// Once stuck() has been called, each lease a write sets also takes a lease ticket of 8 bytes
+  /// until a look (stuck() or sweep()) after the lease ended drops it.
   /// Not included: the allocator's own overhead, and while a write is new, the node it replaced,
   /// which waits for epoch reclamation.
   static constexpr std::size_t record_overhead_bytes() {
@@ -10141,6 +10341,7 @@ class basic_memory_store {
     const std::uint16_t hint = detail::memory::hint_of(hash);
     const std::int64_t now = detail::memory::to_ns(request.now);
     const std::int64_t expires_at = now + request.retention.count();
+    const std::int64_t lease_until = now + request.lease.count();
     bool swept = false;
     // A claim's expiry ticket goes into the shard's log before its record becomes visible, so a
     // sweep that starts after a record is visible always has its ticket. Pushed at most once
@@ -10149,6 +10350,12 @@ class basic_memory_store {
     const auto push_ticket = [&] {
       if (!ticket_pushed) home.tickets.push(detail::memory::ticket_of(expires_at, bucket));
       ticket_pushed = true;
+    };
+    // Likewise its lease ticket, when stuck() has started the shard's lease tickets
+    // (memory/leases.hpp): the same lease for every record this call may write.
+    bool lease_pushed = false;
+    const auto push_lease = [&] {
+      if (!lease_pushed) lease_pushed = home.leases.push_if_tracking(lease_until, bucket);
     };
     node* fresh = nullptr;  // made and counted for an absent key, not yet linked
 
@@ -10166,17 +10373,21 @@ class basic_memory_store {
               found->matches(request.fingerprint)) {
             node* next = node::copy(*found, {}, found->payload_recovery());
             next->fence = found->fence + 1;
-            next->lease_until = now + request.lease.count();
+            next->lease_until = lease_until;
+            push_lease();
             if (!detail::memory::replace(at, next, guard)) {
               node::destroy(next);
               continue;
             }
+            if (home.leases.looked())
+              home.leases.push_again_if_looked(lease_until, bucket, lease_pushed);
             return answer(claim_status::taken_over, next->fence, *next);
           }
           return answer(claim_status::existing, 0, *found);
         }
         // Expired or released: a new claim of the same key, under a higher fence.
         push_ticket();
+        push_lease();
         // The scope's cap counts the records other than this one that have not expired.
         if (!s.caps.reserve(request.scope, now, found->expires_at > now ? 1 : 0, expires_at)) {
           return answer(claim_status::full);
@@ -10193,6 +10404,8 @@ class basic_memory_store {
           continue;
         }
         home.tickets.push_again_if_swept(expires_at, bucket);
+        if (home.leases.looked())
+          home.leases.push_again_if_looked(lease_until, bucket, lease_pushed);
         s.caps.give_back(request.scope, found->expires_at);
         s.counts.give_back_bytes(found->payload_size());
         return answer(claim_status::claimed, next->fence);
@@ -10216,6 +10429,7 @@ class basic_memory_store {
           continue;
         }
         push_ticket();
+        push_lease();
         fresh = node::make_claim(request, hint, 1);
       }
       fresh->next.store(at.link, std::memory_order_relaxed);
@@ -10223,6 +10437,8 @@ class basic_memory_store {
       if (at.previous->compare_exchange_strong(expected, detail::memory::link_to(fresh),
                                                std::memory_order_seq_cst)) {
         home.tickets.push_again_if_swept(expires_at, bucket);
+        if (home.leases.looked())
+          home.leases.push_again_if_looked(lease_until, bucket, lease_pushed);
         return answer(claim_status::claimed, 1);
       }
     }
@@ -10245,11 +10461,15 @@ class basic_memory_store {
   }
 
   bool checkpoint(const fenced_key& held, std::string_view recovery, store_time lease_until) {
-    return rewrite(held, [&](const node& seen) {
-      node* next = node::copy(seen, seen.payload_response(), recovery);
-      next->lease_until = detail::memory::to_ns(lease_until);
-      return next;
-    });
+    const std::int64_t lease = detail::memory::to_ns(lease_until);
+    return rewrite<true>(
+        held,
+        [&](const node& seen) {
+          node* next = node::copy(seen, seen.payload_response(), recovery);
+          next->lease_until = lease;
+          return next;
+        },
+        lease);
   }
 
   std::optional<record> find(std::string_view scope, std::string_view key, store_time now) const {
@@ -10271,28 +10491,35 @@ class basic_memory_store {
   std::size_t sweep(store_time now) {
     const std::int64_t at = detail::memory::to_ns(now);
     std::size_t removed = 0;
-    for (shard& each : state_->shards)
+    for (shard& each : state_->shards) {
       removed += each.tickets.sweep(at, [&](std::size_t b) { return remove_expired(each, b, at); });
+      each.leases.prune(at, [&](std::size_t b, std::uint64_t unit) {
+        return stuck_in(each, b, unit, at, nullptr, 0);
+      });
+    }
     return removed;
   }
 
   std::vector<record> stuck(store_time now, std::size_t limit) const {
     detail::lazy_t<Lazy, std::vector<record>> out;
     const std::int64_t at = detail::memory::to_ns(now);
-    detail::epoch_guard<Lazy> guard;
-    for (const shard& each : state_->shards) {
-      for (std::size_t b = 0; b <= each.mask; ++b) {
-        for (node* n = detail::memory::pointer(each.buckets[b].load(std::memory_order_acquire));
-             n != nullptr;) {
-          if (out.size() >= limit) return out;
-          const std::uintptr_t next = n->next.load(std::memory_order_acquire);
-          if (!detail::memory::marked(next) && n->state == node_state::in_progress &&
-              n->lease_until <= at && at < n->expires_at) {
-            out.push_back(snapshot(*n, true));
-          }
-          n = detail::memory::pointer(next);
-        }
-      }
+    const auto enough = [&] { return out.size() >= limit; };
+    for (shard& each : state_->shards) {
+      if (enough()) break;
+      each.leases.look(
+          at,
+          [&](const auto& take) {
+            detail::epoch_guard<Lazy> guard;
+            for (std::size_t b = 0; b <= each.mask; ++b) {
+              for_each_live(each.buckets[b], [&](const node& n) {
+                if (n.state == node_state::in_progress) take(n.lease_until, b);
+              });
+            }
+          },
+          enough,
+          [&](std::size_t b, std::uint64_t unit) {
+            return stuck_in(each, b, unit, at, &out, limit);
+          });
     }
     return out;
   }
@@ -10309,6 +10536,7 @@ class basic_memory_store {
     std::atomic<std::uintptr_t>* buckets = nullptr;  // this shard's part of state::links
     std::size_t mask = 0;
     detail::memory::expiry_schedule<Lazy> tickets;
+    detail::memory::lease_schedule<Lazy> leases;
   };
 
   static constexpr std::size_t shard_count = 64;
@@ -10360,6 +10588,35 @@ class basic_memory_store {
     std::vector<shard> shards;
     detail::memory::bucket_array links;
   };
+
+  // Calls visit(node) for each record of a chain, skipping those a write has replaced.
+  template <class Visit>
+  static void for_each_live(const std::atomic<std::uintptr_t>& head, Visit&& visit) {
+    for (node* n = detail::memory::pointer(head.load(std::memory_order_acquire)); n != nullptr;) {
+      const std::uintptr_t next = n->next.load(std::memory_order_acquire);
+      if (!detail::memory::marked(next)) visit(static_cast<const node&>(*n));
+      n = detail::memory::pointer(next);
+    }
+  }
+
+  // What a look at a due lease ticket does with its bucket: answers whether it holds records
+  // in progress whose lease is in ticket unit `unit`, and adds those that are stuck at `now`
+  // (past their lease, not expired) to `out` while it has fewer than `limit`. An expired record
+  // keeps its ticket until sweep removes it, so that a look at an earlier `now` still finds it.
+  bool stuck_in(shard& home, std::size_t bucket, std::uint64_t unit, std::int64_t now,
+                std::vector<record>* out, std::size_t limit) const {
+    detail::epoch_guard<Lazy> guard;
+    bool held = false;
+    for_each_live(home.buckets[bucket], [&](const node& n) {
+      if (n.state != node_state::in_progress || detail::memory::ticket_time(n.lease_until) != unit)
+        return;
+      held = true;
+      if (n.lease_until <= now && now < n.expires_at && out != nullptr && out->size() < limit) {
+        out->push_back(snapshot(n, true));
+      }
+    });
+    return held;
+  }
 
   // What a sweep does with each due bucket of `home`: removes its expired records, and gives
   // back what they counted.
@@ -10422,15 +10679,19 @@ class basic_memory_store {
 
   // A fenced write: replaces the record by make(record) if the caller's fence is still the
   // record's. The swap is on the very node whose fence was checked.
-  template <class Make>
-  bool rewrite(const fenced_key& held, Make&& make) {
+  // SetsLease: the new record has lease `lease` (checkpoint); a lease in another 2^30 ns unit
+  // than the record's had gets a lease ticket (memory/leases.hpp).
+  template <bool SetsLease = false, class Make>
+  bool rewrite(const fenced_key& held, Make&& make, std::int64_t lease = 0) {
     if (held.scope.size() > max_id_bytes || held.key.size() > max_id_bytes) return false;
     state& s = *state_;
     const std::uint64_t hash = s.hash_of(held.scope, held.key);
     shard& home = s.shard_for(hash);
-    std::atomic<std::uintptr_t>& head = home.buckets[hash & home.mask];
+    const std::size_t bucket = hash & home.mask;
+    std::atomic<std::uintptr_t>& head = home.buckets[bucket];
     const std::uint16_t hint = detail::memory::hint_of(hash);
     detail::epoch_guard<Lazy> guard;
+    bool lease_pushed = false;
     for (;;) {
       const position at = detail::memory::search(head, hint, held.scope, held.key, guard);
       if (!at.found) return false;
@@ -10446,7 +10707,16 @@ class basic_memory_store {
                               " bytes do not fit in the store's max_bytes of " +
                               std::to_string(s.counts.max_bytes()));
       }
+      // Whether the lease moves to another unit is asked only once tickets are kept; until then
+      // it is taken to, which costs nothing more unless a look starts meanwhile.
+      bool moves = SetsLease;
+      if (SetsLease && home.leases.tracking()) {
+        moves = detail::memory::ticket_time(lease) != detail::memory::ticket_time(seen.lease_until);
+        if (moves && !lease_pushed) lease_pushed = home.leases.push_if_tracking(lease, bucket);
+      }
       if (detail::memory::replace(at, next, guard)) {
+        if (moves && home.leases.looked())
+          home.leases.push_again_if_looked(lease, bucket, lease_pushed);
         if (new_size < old_size) s.counts.give_back_bytes(old_size - new_size);
         return true;
       }

@@ -8,7 +8,8 @@
 //     node, replaced as a whole by a compare-and-swap on its own link, so a reader sees a whole
 //     record or the one after it, never a mix; and fenced writes check the fence of the very
 //     node they replace.
-//   * sweep and stuck walk the store under per-shard sweep locks that the hot paths never take.
+//   * sweep and stuck read the store under per-shard locks of their own that the hot paths
+//     never take.
 //   * Unlinked memory is freed by epoch-based reclamation (memory/epoch.hpp): never while a
 //     thread may still read it, and never leaked.
 //
@@ -40,6 +41,12 @@
 // each due ticket's bucket, so it costs what it removes (plus the tickets that arrived since
 // the last sweep, and those due within the current 2^30 ns), not what the store holds
 // (memory/sweep.hpp).
+//
+// Leases: stuck() finds the records in progress past their lease the same way, from lease
+// tickets that each write setting a lease appends to a second log of its shard, once stuck()
+// has first looked at that shard (that first look walks the shard once; until then a write
+// pays one load for this). A look costs the stuck records it finds plus the leases set since
+// the last one, not what the store holds (memory/leases.hpp).
 #ifndef IDEM_STORE_MEMORY_HPP
 #define IDEM_STORE_MEMORY_HPP
 
@@ -59,6 +66,7 @@
 #include <idem/store/memory/bucket_hash.hpp>
 #include <idem/store/memory/counters.hpp>
 #include <idem/store/memory/epoch.hpp>
+#include <idem/store/memory/leases.hpp>
 #include <idem/store/memory/list.hpp>
 #include <idem/store/memory/node.hpp>
 #include <idem/store/memory/scope_caps.hpp>
@@ -107,6 +115,8 @@ class basic_memory_store {
 
   /// The memory one record takes beyond its scope, key, fingerprint, response and recovery
   /// bytes: its node's header and its expiry ticket (in its shard's ticket log, then its heap).
+  /// Once stuck() has been called, each lease a write sets also takes a lease ticket of 8 bytes
+  /// until a look (stuck() or sweep()) after the lease ended drops it.
   /// Not included: the allocator's own overhead, and while a write is new, the node it replaced,
   /// which waits for epoch reclamation.
   static constexpr std::size_t record_overhead_bytes() {
@@ -135,6 +145,7 @@ class basic_memory_store {
     const std::uint16_t hint = detail::memory::hint_of(hash);
     const std::int64_t now = detail::memory::to_ns(request.now);
     const std::int64_t expires_at = now + request.retention.count();
+    const std::int64_t lease_until = now + request.lease.count();
     bool swept = false;
     // A claim's expiry ticket goes into the shard's log before its record becomes visible, so a
     // sweep that starts after a record is visible always has its ticket. Pushed at most once
@@ -143,6 +154,12 @@ class basic_memory_store {
     const auto push_ticket = [&] {
       if (!ticket_pushed) home.tickets.push(detail::memory::ticket_of(expires_at, bucket));
       ticket_pushed = true;
+    };
+    // Likewise its lease ticket, when stuck() has started the shard's lease tickets
+    // (memory/leases.hpp): the same lease for every record this call may write.
+    bool lease_pushed = false;
+    const auto push_lease = [&] {
+      if (!lease_pushed) lease_pushed = home.leases.push_if_tracking(lease_until, bucket);
     };
     node* fresh = nullptr;  // made and counted for an absent key, not yet linked
 
@@ -160,17 +177,21 @@ class basic_memory_store {
               found->matches(request.fingerprint)) {
             node* next = node::copy(*found, {}, found->payload_recovery());
             next->fence = found->fence + 1;
-            next->lease_until = now + request.lease.count();
+            next->lease_until = lease_until;
+            push_lease();
             if (!detail::memory::replace(at, next, guard)) {
               node::destroy(next);
               continue;
             }
+            if (home.leases.looked())
+              home.leases.push_again_if_looked(lease_until, bucket, lease_pushed);
             return answer(claim_status::taken_over, next->fence, *next);
           }
           return answer(claim_status::existing, 0, *found);
         }
         // Expired or released: a new claim of the same key, under a higher fence.
         push_ticket();
+        push_lease();
         // The scope's cap counts the records other than this one that have not expired.
         if (!s.caps.reserve(request.scope, now, found->expires_at > now ? 1 : 0, expires_at)) {
           return answer(claim_status::full);
@@ -187,6 +208,8 @@ class basic_memory_store {
           continue;
         }
         home.tickets.push_again_if_swept(expires_at, bucket);
+        if (home.leases.looked())
+          home.leases.push_again_if_looked(lease_until, bucket, lease_pushed);
         s.caps.give_back(request.scope, found->expires_at);
         s.counts.give_back_bytes(found->payload_size());
         return answer(claim_status::claimed, next->fence);
@@ -210,6 +233,7 @@ class basic_memory_store {
           continue;
         }
         push_ticket();
+        push_lease();
         fresh = node::make_claim(request, hint, 1);
       }
       fresh->next.store(at.link, std::memory_order_relaxed);
@@ -217,6 +241,8 @@ class basic_memory_store {
       if (at.previous->compare_exchange_strong(expected, detail::memory::link_to(fresh),
                                                std::memory_order_seq_cst)) {
         home.tickets.push_again_if_swept(expires_at, bucket);
+        if (home.leases.looked())
+          home.leases.push_again_if_looked(lease_until, bucket, lease_pushed);
         return answer(claim_status::claimed, 1);
       }
     }
@@ -239,11 +265,15 @@ class basic_memory_store {
   }
 
   bool checkpoint(const fenced_key& held, std::string_view recovery, store_time lease_until) {
-    return rewrite(held, [&](const node& seen) {
-      node* next = node::copy(seen, seen.payload_response(), recovery);
-      next->lease_until = detail::memory::to_ns(lease_until);
-      return next;
-    });
+    const std::int64_t lease = detail::memory::to_ns(lease_until);
+    return rewrite<true>(
+        held,
+        [&](const node& seen) {
+          node* next = node::copy(seen, seen.payload_response(), recovery);
+          next->lease_until = lease;
+          return next;
+        },
+        lease);
   }
 
   std::optional<record> find(std::string_view scope, std::string_view key, store_time now) const {
@@ -265,28 +295,35 @@ class basic_memory_store {
   std::size_t sweep(store_time now) {
     const std::int64_t at = detail::memory::to_ns(now);
     std::size_t removed = 0;
-    for (shard& each : state_->shards)
+    for (shard& each : state_->shards) {
       removed += each.tickets.sweep(at, [&](std::size_t b) { return remove_expired(each, b, at); });
+      each.leases.prune(at, [&](std::size_t b, std::uint64_t unit) {
+        return stuck_in(each, b, unit, at, nullptr, 0);
+      });
+    }
     return removed;
   }
 
   std::vector<record> stuck(store_time now, std::size_t limit) const {
     detail::lazy_t<Lazy, std::vector<record>> out;
     const std::int64_t at = detail::memory::to_ns(now);
-    detail::epoch_guard<Lazy> guard;
-    for (const shard& each : state_->shards) {
-      for (std::size_t b = 0; b <= each.mask; ++b) {
-        for (node* n = detail::memory::pointer(each.buckets[b].load(std::memory_order_acquire));
-             n != nullptr;) {
-          if (out.size() >= limit) return out;
-          const std::uintptr_t next = n->next.load(std::memory_order_acquire);
-          if (!detail::memory::marked(next) && n->state == node_state::in_progress &&
-              n->lease_until <= at && at < n->expires_at) {
-            out.push_back(snapshot(*n, true));
-          }
-          n = detail::memory::pointer(next);
-        }
-      }
+    const auto enough = [&] { return out.size() >= limit; };
+    for (shard& each : state_->shards) {
+      if (enough()) break;
+      each.leases.look(
+          at,
+          [&](const auto& take) {
+            detail::epoch_guard<Lazy> guard;
+            for (std::size_t b = 0; b <= each.mask; ++b) {
+              for_each_live(each.buckets[b], [&](const node& n) {
+                if (n.state == node_state::in_progress) take(n.lease_until, b);
+              });
+            }
+          },
+          enough,
+          [&](std::size_t b, std::uint64_t unit) {
+            return stuck_in(each, b, unit, at, &out, limit);
+          });
     }
     return out;
   }
@@ -303,6 +340,7 @@ class basic_memory_store {
     std::atomic<std::uintptr_t>* buckets = nullptr;  // this shard's part of state::links
     std::size_t mask = 0;
     detail::memory::expiry_schedule<Lazy> tickets;
+    detail::memory::lease_schedule<Lazy> leases;
   };
 
   static constexpr std::size_t shard_count = 64;
@@ -354,6 +392,35 @@ class basic_memory_store {
     std::vector<shard> shards;
     detail::memory::bucket_array links;
   };
+
+  // Calls visit(node) for each record of a chain, skipping those a write has replaced.
+  template <class Visit>
+  static void for_each_live(const std::atomic<std::uintptr_t>& head, Visit&& visit) {
+    for (node* n = detail::memory::pointer(head.load(std::memory_order_acquire)); n != nullptr;) {
+      const std::uintptr_t next = n->next.load(std::memory_order_acquire);
+      if (!detail::memory::marked(next)) visit(static_cast<const node&>(*n));
+      n = detail::memory::pointer(next);
+    }
+  }
+
+  // What a look at a due lease ticket does with its bucket: answers whether it holds records
+  // in progress whose lease is in ticket unit `unit`, and adds those that are stuck at `now`
+  // (past their lease, not expired) to `out` while it has fewer than `limit`. An expired record
+  // keeps its ticket until sweep removes it, so that a look at an earlier `now` still finds it.
+  bool stuck_in(shard& home, std::size_t bucket, std::uint64_t unit, std::int64_t now,
+                std::vector<record>* out, std::size_t limit) const {
+    detail::epoch_guard<Lazy> guard;
+    bool held = false;
+    for_each_live(home.buckets[bucket], [&](const node& n) {
+      if (n.state != node_state::in_progress || detail::memory::ticket_time(n.lease_until) != unit)
+        return;
+      held = true;
+      if (n.lease_until <= now && now < n.expires_at && out != nullptr && out->size() < limit) {
+        out->push_back(snapshot(n, true));
+      }
+    });
+    return held;
+  }
 
   // What a sweep does with each due bucket of `home`: removes its expired records, and gives
   // back what they counted.
@@ -416,15 +483,19 @@ class basic_memory_store {
 
   // A fenced write: replaces the record by make(record) if the caller's fence is still the
   // record's. The swap is on the very node whose fence was checked.
-  template <class Make>
-  bool rewrite(const fenced_key& held, Make&& make) {
+  // SetsLease: the new record has lease `lease` (checkpoint); a lease in another 2^30 ns unit
+  // than the record's had gets a lease ticket (memory/leases.hpp).
+  template <bool SetsLease = false, class Make>
+  bool rewrite(const fenced_key& held, Make&& make, std::int64_t lease = 0) {
     if (held.scope.size() > max_id_bytes || held.key.size() > max_id_bytes) return false;
     state& s = *state_;
     const std::uint64_t hash = s.hash_of(held.scope, held.key);
     shard& home = s.shard_for(hash);
-    std::atomic<std::uintptr_t>& head = home.buckets[hash & home.mask];
+    const std::size_t bucket = hash & home.mask;
+    std::atomic<std::uintptr_t>& head = home.buckets[bucket];
     const std::uint16_t hint = detail::memory::hint_of(hash);
     detail::epoch_guard<Lazy> guard;
+    bool lease_pushed = false;
     for (;;) {
       const position at = detail::memory::search(head, hint, held.scope, held.key, guard);
       if (!at.found) return false;
@@ -440,7 +511,16 @@ class basic_memory_store {
                               " bytes do not fit in the store's max_bytes of " +
                               std::to_string(s.counts.max_bytes()));
       }
+      // Whether the lease moves to another unit is asked only once tickets are kept; until then
+      // it is taken to, which costs nothing more unless a look starts meanwhile.
+      bool moves = SetsLease;
+      if (SetsLease && home.leases.tracking()) {
+        moves = detail::memory::ticket_time(lease) != detail::memory::ticket_time(seen.lease_until);
+        if (moves && !lease_pushed) lease_pushed = home.leases.push_if_tracking(lease, bucket);
+      }
       if (detail::memory::replace(at, next, guard)) {
+        if (moves && home.leases.looked())
+          home.leases.push_again_if_looked(lease, bucket, lease_pushed);
         if (new_size < old_size) s.counts.give_back_bytes(old_size - new_size);
         return true;
       }
