@@ -6923,7 +6923,7 @@ class handler_context {
     check_step_name(name);
     std::string_view recorded;
     if (find_recorded(name, recorded)) return recorded_result<result_type>(recorded);
-    if (resumed_ || detail::find_started(recovery_, name)) {
+    if (asks_lookup(name)) {
       lookup_answer<result_type> answer = ask_lookup<result_type>(name, lookup);
       if (answer.status() == landing::landed) {
         if constexpr (std::is_void_v<result_type>) {
@@ -6937,7 +6937,7 @@ class handler_context {
         }
       }
       if (answer.status() == landing::unknown) {
-        in_doubt_ = true;
+        doubt();
         throw effect_unknown(name, answer.reason());
       }
     }
@@ -6948,7 +6948,7 @@ class handler_context {
       throw;
     } catch (...) {
       // The call may have landed before its answer was lost: only the lookup can tell.
-      in_doubt_ = true;
+      doubt();
       throw;
     }
   }
@@ -7005,6 +7005,26 @@ class handler_context {
   void take_back(std::size_t before) noexcept { recovery_.resize(before); }
   /// The appended step was written.
   void count_step() noexcept { ++recorded_steps_; }
+  /// Whether a lookup step `name` not yet recorded must ask its lookup before its function may
+  /// run: after a takeover always (a transactional handler's started entries roll back with its
+  /// transaction), and wherever an attempt left the step's started entry.
+  bool asks_lookup(std::string_view name) const {
+    return resumed_ || detail::find_started(recovery_, name);
+  }
+  /// A lookup step cannot tell whether its effect landed: the claim must be kept (in_doubt).
+  void doubt() noexcept { in_doubt_ = true; }
+  /// A lookup's answer for step `name`'s reference, unknown for a lookup that throws.
+  template <class R, class Lookup>
+  lookup_answer<R> ask_lookup(std::string_view name, Lookup& lookup) const {
+    const key_buffer reference = downstream_key(name);
+    try {
+      return std::invoke(lookup, reference.view());
+    } catch (const std::exception& error) {
+      return lookup_answer<R>::unknown(std::string("the lookup threw: ") + error.what());
+    } catch (...) {
+      return lookup_answer<R>::unknown("the lookup threw");
+    }
+  }
 
  private:
   template <class R>
@@ -7026,18 +7046,6 @@ class handler_context {
       codec<R>::encode(result, bytes);
       record_step(name, bytes);
       return result;
-    }
-  }
-
-  template <class R, class Lookup>
-  lookup_answer<R> ask_lookup(std::string_view name, Lookup& lookup) {
-    const key_buffer reference = downstream_key(name);
-    try {
-      return std::invoke(lookup, reference.view());
-    } catch (const std::exception& error) {
-      return lookup_answer<R>::unknown(std::string("the lookup threw: ") + error.what());
-    } catch (...) {
-      return lookup_answer<R>::unknown("the lookup threw");
     }
   }
 
@@ -8110,16 +8118,17 @@ class engine {
   /// `run(handler_context&, transaction&)` inside the transaction that completes the record.
   /// `failure` decides what a throw of the handler leaves.
   /// `kept`: the recovery bytes a new record starts with (a resumable wrapper's kept request:
-  /// kept_request), or none.
+  /// kept_request), or null for none. A pointer, so that a wrapper that keeps nothing (the
+  /// common case) builds no kept_bytes and copies nothing into a new claim.
   template <class Response, completion How, class Run, class Failure>
   idempotent_outcome<Response> run(std::string_view scope, std::string_view key,
                                    const digest& print, Run& run, const Failure& failure,
-                                   const kept_bytes& kept = {}) {
+                                   const kept_bytes* kept = nullptr) {
     store_time claimed_at{};
     // Made in place: a replay's record (its response) is moved nowhere before it is answered.
     made_later<claim_result> result;
     try {
-      result.make([&] { return claim_waiting(scope, key, print, claimed_at, kept.stored); });
+      result.make([&] { return claim_waiting(scope, key, print, claimed_at, kept_stored(kept)); });
     } catch (const store_error& error) {
       return refused<Response>(error);
     }
@@ -8133,8 +8142,8 @@ class engine {
       case claim_status::taken_over:
         break;
     }
-    if (claimed.status == claim_status::claimed) claimed.existing.recovery = kept.plain;
-    return run_claimed<Response, How>(hold(scope, key, claimed, claimed_at), print, run, failure);
+    return run_claimed<Response, How>(hold(scope, key, claimed, claimed_at, kept), print, run,
+                                      failure);
   }
 
   /// One claim, or with coalescing, claims repeated with growing pauses while another attempt
@@ -8223,11 +8232,18 @@ class engine {
     }
   }
 
-  /// The claim this caller holds after claim_waiting answered claimed or taken_over.
+  /// The claim this caller holds after claim_waiting answered claimed or taken_over. `kept`:
+  /// what the claim was made with (or null). A new claim made with it starts from the kept
+  /// request as the store now holds it, in plain bytes (never opened: they were never sealed),
+  /// so that the handler's recovery points are appended after it and a checkpoint, which writes
+  /// the recovery bytes whole, keeps the request in the record.
   held_claim hold(std::string_view scope, std::string_view key, claim_result& claimed,
-                  store_time claimed_at) const {
-    return held_claim{fenced_key{scope, key, claimed.fence},
-                      claimed.status == claim_status::taken_over,
+                  store_time claimed_at, const kept_bytes* kept = nullptr) const {
+    const bool taken_over = claimed.status == claim_status::taken_over;
+    if (kept != nullptr && !taken_over) {
+      return held_claim{fenced_key{scope, key, claimed.fence}, false, kept->plain, claimed_at};
+    }
+    return held_claim{fenced_key{scope, key, claimed.fence}, taken_over,
                       opened_recovery(std::move(claimed.existing.recovery)), claimed_at};
   }
 
@@ -8359,6 +8375,36 @@ class engine {
       kept.stored = kept.plain;
     }
     return kept.stored.size() <= max_bytes;
+  }
+
+  /// The stored form of `kept` that a claim hands the store; none for null.
+  static std::string_view kept_stored(const kept_bytes* kept) noexcept {
+    return kept != nullptr ? kept->stored : std::string_view{};
+  }
+
+  /// A resumable wrapper's `request`, kept into `kept` (encoded by codec<Request>, then
+  /// kept_request): the body_too_large answer when its stored form passes `max_bytes`, else
+  /// none. Throws std::logic_error, naming `who`, for a request type that cannot be encoded.
+  template <class Response, class Request>
+  std::optional<idempotent_outcome<Response>> keep_request(const Request& request,
+                                                           std::string_view handler_name,
+                                                           std::size_t max_bytes, kept_bytes& kept,
+                                                           const char* who) const {
+    if constexpr (Encodable<Request>) {
+      std::string encoded;
+      codec<Request>::encode(request, encoded);
+      if (kept_request(handler_name, encoded, max_bytes, kept)) return std::nullopt;
+      return idempotent_outcome<Response>{
+          verdict::body_too_large,
+          "the request takes " + std::to_string(kept.stored.size()) +
+              " bytes to keep for resumption, more than max_kept_request_bytes (" +
+              std::to_string(max_bytes) + "); nothing was claimed"};
+    } else {
+      throw std::logic_error(
+          std::string(who) +
+          ": max_kept_request_bytes is set, but this request type cannot be kept: specialise "
+          "idem::codec<Request> for it (idem/server/codec.hpp)");
+    }
   }
 
   /// Where a handler_context records recovery points: a fenced checkpoint that also renews the
@@ -8525,15 +8571,16 @@ class engine {
     return true;
   }
 
-  // A recovery point as the store keeps it, and back.
-  std::string opened_recovery(std::string recovery) const {
+  // A recovery point as the store keeps it, and back. Taken by reference: a parameter by value
+  // would cost a claim a second move of the bytes.
+  std::string opened_recovery(std::string&& recovery) const {
     if constexpr (seals) {
-      if (recovery.empty()) return recovery;
+      if (recovery.empty()) return std::move(recovery);
       std::string plain;
       options_.response_codec.open(recovery, plain);
       return plain;
     } else {
-      return recovery;
+      return std::move(recovery);
     }
   }
 
@@ -10922,22 +10969,11 @@ class idempotent {
       return engine_.template run<Response, how>(scope, *key, print, run, settings.failure);
     }
     detail::kept_bytes kept;
-    if constexpr (Encodable<Request>) {
-      std::string encoded;
-      codec<Request>::encode(request, encoded);
-      if (!engine_.kept_request(settings.name, encoded, settings.max_kept_request_bytes, kept)) {
-        return outcome_type{
-            verdict::body_too_large,
-            "the request takes " + std::to_string(kept.stored.size()) +
-                " bytes to keep for resumption, more than max_kept_request_bytes (" +
-                std::to_string(settings.max_kept_request_bytes) + "); nothing was claimed"};
-      }
-    } else {
-      throw std::logic_error(
-          "idem::idempotent: max_kept_request_bytes is set, but this request type cannot be "
-          "kept: specialise idem::codec<Request> for it (idem/server/codec.hpp)");
+    if (auto refused = engine_.template keep_request<Response>(
+            request, settings.name, settings.max_kept_request_bytes, kept, "idem::idempotent")) {
+      return std::move(*refused);
     }
-    return engine_.template run<Response, how>(scope, *key, print, run, settings.failure, kept);
+    return engine_.template run<Response, how>(scope, *key, print, run, settings.failure, &kept);
   }
 
   // What the engine runs for `request`: the handler, given the context, and for a transactional

@@ -22,20 +22,31 @@
 // otherwise the fence is checked and the lease renewed, fn is awaited, and its result recorded
 // (fenced) before the step returns it. It throws lease_lost, without running fn, once the claim
 // was taken over, including when the heartbeat found that out while the handler was suspended.
+//
+// async_step(name, fn, lookup) is step(name, fn, lookup) (idem/server/handler_context.hpp) for a
+// downstream without idempotency keys: never asked on a first attempt; after a takeover, a step
+// not yet recorded asks `lookup(reference)` before fn may run: landed records the found result,
+// not_landed runs fn, unknown (or a lookup that throws) throws effect_unknown without running fn
+// and marks the context in_doubt(), so the driver keeps the claim. The lookup answers
+// lookup_answer<R>, or asio::awaitable<lookup_answer<R>> when it waits on the downstream itself.
 #ifndef IDEM_ASIO_HANDLER_CONTEXT_HPP
 #define IDEM_ASIO_HANDLER_CONTEXT_HPP
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
 
 #include <idem/asio/config.hpp>
+#include <idem/key.hpp>
 #include <idem/server/codec.hpp>
 #include <idem/server/handler_context.hpp>
+#include <idem/server/lookup.hpp>
 
 IDEM_ASIO_CODE_BEGIN
 
@@ -57,6 +68,13 @@ class async_recovery_writer : public recovery_writer {
   async_recovery_writer& operator=(const async_recovery_writer&) = default;
   ~async_recovery_writer() = default;  // never owned through this interface
 };
+
+// A lookup an async_step can ask for its step of result R: one answering lookup_answer<R> at
+// once, or one whose answer is awaited.
+template <class Lookup, class R>
+concept async_step_lookup = std::is_invocable_r_v<lookup_answer<R>, Lookup&, std::string_view> ||
+                            std::is_same_v<std::invoke_result_t<Lookup&, std::string_view>,
+                                           asio::awaitable<lookup_answer<R>>>;
 
 }  // namespace detail
 
@@ -106,6 +124,68 @@ class async_handler_context : public handler_context {
     }
   }
 
+  /// async_step(name, fn) for a downstream without idempotency keys (see the top of this header):
+  /// `lookup(reference)` answers lookup_answer<R>, or asio::awaitable<lookup_answer<R>>, for the
+  /// reference downstream_key(name), which `fn` must pass to the downstream so that the lookup
+  /// can find its effect. Asked after a takeover, before `fn` may run again; never on a first
+  /// attempt. `name`, and what `fn` and `lookup` refer to, stay valid until the step completes.
+  template <class F, class Lookup>
+  auto async_step(std::string_view name, F fn, Lookup lookup)
+      -> asio::awaitable<typename detail::awaited<std::invoke_result_t<F&>>::type> {
+    static_assert(detail::is_awaitable<std::invoke_result_t<F&>>,
+                  "async_step's function must return asio::awaitable<R>; for a function that "
+                  "returns R itself, use step().");
+    using result_type = typename detail::awaited<std::invoke_result_t<F&>>::type;
+    static_assert(std::is_void_v<result_type> || Encodable<result_type>,
+                  "A step's result must be storable: specialise idem::codec<R> for it (see "
+                  "idem/server/codec.hpp), or return void.");
+    static_assert(detail::async_step_lookup<Lookup, result_type>,
+                  "An async_step's lookup must be callable as lookup(std::string_view reference) "
+                  "and return idem::lookup_answer<R> or asio::awaitable<idem::lookup_answer<R>>, "
+                  "R being the step's result type.");
+    check_step_name(name);
+    std::string_view recorded;
+    if (find_recorded(name, recorded)) {
+      if constexpr (std::is_void_v<result_type>) {
+        co_return;
+      } else {
+        co_return codec<result_type>::decode(recorded);
+      }
+    }
+    if (asks_lookup(name)) {
+      lookup_answer<result_type> answer = co_await async_ask_lookup<result_type>(name, lookup);
+      if (answer.status() == landing::landed) {
+        if constexpr (std::is_void_v<result_type>) {
+          co_await async_record(name, {});
+          co_return;
+        } else {
+          std::string bytes;
+          codec<result_type>::encode(answer.result(), bytes);
+          co_await async_record(name, bytes);
+          co_return std::move(answer.result());
+        }
+      }
+      if (answer.status() == landing::unknown) {
+        doubt();
+        throw effect_unknown(name, answer.reason());
+      }
+    }
+    co_await async_start(name);
+    try {
+      if constexpr (std::is_void_v<result_type>) {
+        co_await async_call_and_record<result_type>(name, fn);
+      } else {
+        co_return co_await async_call_and_record<result_type>(name, fn);
+      }
+    } catch (const lease_lost&) {
+      throw;  // the fence was lost before fn ran, or after it ran and before its recording
+    } catch (...) {
+      // The call may have landed before its answer was lost: only the lookup can tell.
+      doubt();
+      throw;
+    }
+  }
+
   /// Renews the lease after checking that the claim is still this attempt's; throws lease_lost
   /// if it is not. The driver's heartbeat does this by itself while the handler is suspended.
   asio::awaitable<void> async_renew_lease() {
@@ -117,6 +197,41 @@ class async_handler_context : public handler_context {
   }
 
  private:
+  // fn awaited and its result recorded (fenced).
+  template <class R, class F>
+  asio::awaitable<R> async_call_and_record(std::string_view name, F& fn) {
+    if constexpr (std::is_void_v<R>) {
+      co_await std::invoke(fn);
+      co_await async_record(name, {});
+    } else {
+      R result = co_await std::invoke(fn);
+      std::string bytes;
+      codec<R>::encode(result, bytes);
+      co_await async_record(name, bytes);
+      co_return result;
+    }
+  }
+
+  // A lookup's answer for step `name`'s reference, awaited when the lookup answers an
+  // awaitable; unknown for a lookup that throws.
+  template <class R, class Lookup>
+  asio::awaitable<lookup_answer<R>> async_ask_lookup(std::string_view name, Lookup& lookup) {
+    if constexpr (std::is_invocable_r_v<lookup_answer<R>, Lookup&, std::string_view>) {
+      co_return ask_lookup<R>(name, lookup);
+    } else {
+      const key_buffer reference = downstream_key(name);
+      std::optional<lookup_answer<R>> answer;
+      try {
+        answer.emplace(co_await std::invoke(lookup, reference.view()));
+      } catch (const std::exception& error) {
+        answer.emplace(lookup_answer<R>::unknown(std::string("the lookup threw: ") + error.what()));
+      } catch (...) {
+        answer.emplace(lookup_answer<R>::unknown("the lookup threw"));
+      }
+      co_return std::move(*answer);
+    }
+  }
+
   // The fenced write before a step's function runs: its started entry, and a renewed lease.
   asio::awaitable<void> async_start(std::string_view name) {
     co_await async_write_appended(append_started(name));

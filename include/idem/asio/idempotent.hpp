@@ -45,6 +45,7 @@
 #include <cstddef>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -84,6 +85,11 @@ class async_idempotent {
 
   /// idempotent::options (idem/server/idempotent.hpp), each field meaning what it means there,
   /// and two of the asynchronous driver's own.
+  ///
+  /// max_kept_request_bytes and name keep each request in its record exactly as idempotent
+  /// keeps it (the same bytes): idem::reconciler, which is blocking, resumes such a record
+  /// through an idempotent registered under the same name, whose handler does what this one
+  /// does with step() where this one has async_step() (docs/async_server.md).
   struct options {
     store_type store{};
     clock_type clock{};
@@ -98,6 +104,8 @@ class async_idempotent {
     std::size_t max_response_bytes = Policies::max_response_bytes;
     response_codec_type response_codec{};
     std::string key_header = std::string(Policies::key_header);
+    std::size_t max_kept_request_bytes = 0;
+    std::string name{};
     /// Where the store's calls run when the store blocks (it does not declare never_blocks): an
     /// asio::thread_pool's executor, or a strand of one. Required then; unused for a store
     /// that never blocks, whose calls run inline.
@@ -198,14 +206,14 @@ class async_idempotent {
                                                  engine_.options().failure);
     } else {
       rest = engine_.template run<Response>(scope, *key, started.print, run,
-                                            engine_.options().failure);
+                                            engine_.options().failure, started.kept.get());
     }
     co_return co_await std::move(rest);
   }
 
   // What a call does before its first suspension, in a plain function (see call_start): the
-  // checks and the fingerprint, and with a store that never blocks and no coalescing, the claim,
-  // so that a replay answers from the caller's frame.
+  // checks and the fingerprint, the kept request of a resumable wrapper, and with a store that
+  // never blocks and no coalescing, the claim, so that a replay answers from the caller's frame.
   template <class Response, class Request>
   detail::call_start<Response> start(std::string_view scope, std::optional<std::string_view> key,
                                      const Request& request) {
@@ -217,9 +225,18 @@ class async_idempotent {
     }
     if (auto refused = detail::admit<Response>(settings, *key, view_of(request), started.print)) {
       started.answer.emplace(std::move(*refused));
-    } else if (engine_.claims_at_once()) {
-      engine_.claim_at_once(started, scope, *key);
+      return started;
     }
+    if (settings.max_kept_request_bytes != 0) {
+      started.kept = std::make_unique<detail::kept_bytes>();
+      if (auto refused = engine_.core().template keep_request<Response>(
+              request, settings.name, settings.max_kept_request_bytes, *started.kept,
+              "idem::async_idempotent")) {
+        started.answer.emplace(std::move(*refused));
+        return started;
+      }
+    }
+    if (engine_.claims_at_once()) engine_.claim_at_once(started, scope, *key, started.kept.get());
     return started;
   }
 

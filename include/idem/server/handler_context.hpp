@@ -171,7 +171,7 @@ class handler_context {
     check_step_name(name);
     std::string_view recorded;
     if (find_recorded(name, recorded)) return recorded_result<result_type>(recorded);
-    if (resumed_ || detail::find_started(recovery_, name)) {
+    if (asks_lookup(name)) {
       lookup_answer<result_type> answer = ask_lookup<result_type>(name, lookup);
       if (answer.status() == landing::landed) {
         if constexpr (std::is_void_v<result_type>) {
@@ -185,7 +185,7 @@ class handler_context {
         }
       }
       if (answer.status() == landing::unknown) {
-        in_doubt_ = true;
+        doubt();
         throw effect_unknown(name, answer.reason());
       }
     }
@@ -196,7 +196,7 @@ class handler_context {
       throw;
     } catch (...) {
       // The call may have landed before its answer was lost: only the lookup can tell.
-      in_doubt_ = true;
+      doubt();
       throw;
     }
   }
@@ -253,6 +253,26 @@ class handler_context {
   void take_back(std::size_t before) noexcept { recovery_.resize(before); }
   /// The appended step was written.
   void count_step() noexcept { ++recorded_steps_; }
+  /// Whether a lookup step `name` not yet recorded must ask its lookup before its function may
+  /// run: after a takeover always (a transactional handler's started entries roll back with its
+  /// transaction), and wherever an attempt left the step's started entry.
+  bool asks_lookup(std::string_view name) const {
+    return resumed_ || detail::find_started(recovery_, name);
+  }
+  /// A lookup step cannot tell whether its effect landed: the claim must be kept (in_doubt).
+  void doubt() noexcept { in_doubt_ = true; }
+  /// A lookup's answer for step `name`'s reference, unknown for a lookup that throws.
+  template <class R, class Lookup>
+  lookup_answer<R> ask_lookup(std::string_view name, Lookup& lookup) const {
+    const key_buffer reference = downstream_key(name);
+    try {
+      return std::invoke(lookup, reference.view());
+    } catch (const std::exception& error) {
+      return lookup_answer<R>::unknown(std::string("the lookup threw: ") + error.what());
+    } catch (...) {
+      return lookup_answer<R>::unknown("the lookup threw");
+    }
+  }
 
  private:
   template <class R>
@@ -274,18 +294,6 @@ class handler_context {
       codec<R>::encode(result, bytes);
       record_step(name, bytes);
       return result;
-    }
-  }
-
-  template <class R, class Lookup>
-  lookup_answer<R> ask_lookup(std::string_view name, Lookup& lookup) {
-    const key_buffer reference = downstream_key(name);
-    try {
-      return std::invoke(lookup, reference.view());
-    } catch (const std::exception& error) {
-      return lookup_answer<R>::unknown(std::string("the lookup threw: ") + error.what());
-    } catch (...) {
-      return lookup_answer<R>::unknown("the lookup threw");
     }
   }
 

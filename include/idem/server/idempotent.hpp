@@ -246,22 +246,11 @@ class idempotent {
       return engine_.template run<Response, how>(scope, *key, print, run, settings.failure);
     }
     detail::kept_bytes kept;
-    if constexpr (Encodable<Request>) {
-      std::string encoded;
-      codec<Request>::encode(request, encoded);
-      if (!engine_.kept_request(settings.name, encoded, settings.max_kept_request_bytes, kept)) {
-        return outcome_type{
-            verdict::body_too_large,
-            "the request takes " + std::to_string(kept.stored.size()) +
-                " bytes to keep for resumption, more than max_kept_request_bytes (" +
-                std::to_string(settings.max_kept_request_bytes) + "); nothing was claimed"};
-      }
-    } else {
-      throw std::logic_error(
-          "idem::idempotent: max_kept_request_bytes is set, but this request type cannot be "
-          "kept: specialise idem::codec<Request> for it (idem/server/codec.hpp)");
+    if (auto refused = engine_.template keep_request<Response>(
+            request, settings.name, settings.max_kept_request_bytes, kept, "idem::idempotent")) {
+      return std::move(*refused);
     }
-    return engine_.template run<Response, how>(scope, *key, print, run, settings.failure, kept);
+    return engine_.template run<Response, how>(scope, *key, print, run, settings.failure, &kept);
   }
 
   // What the engine runs for `request`: the handler, given the context, and for a transactional

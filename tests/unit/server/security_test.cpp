@@ -282,6 +282,51 @@ TEST_CASE("a sealed recovery point is opened for the attempt that takes the clai
   CHECK(*handler.charges == 1);
 }
 
+TEST_CASE("a sealing resumable wrapper keeps its request sealed from the claim on", "[security]") {
+  struct charging {
+    std::shared_ptr<int> charges = std::make_shared<int>(0);
+    std::string operator()(idem::handler_context& context, const std::string& body) const {
+      const std::string id = context.step("charge", [&] {
+        ++*charges;
+        return std::string("ch_1");
+      });
+      return id + " for " + body;
+    }
+  };
+  struct faulty_sealed : sealed_policies {
+    using store = idem::testing::faulty_store<idem::locked_store>;
+  };
+  using store_type = idem::testing::faulty_store<idem::locked_store>;
+  store_type store;
+  charging handler;
+  idem::idempotent<charging, faulty_sealed>::options parts;
+  parts.store = store;
+  parts.max_kept_request_bytes = 4096;
+  parts.name = "payments";
+  idem::idempotent<charging, faulty_sealed> guarded{handler, std::move(parts)};
+
+  // A new claim starts from the kept request in plain bytes (never opened as if sealed), and the
+  // store keeps it sealed; the completion is lost, so the record stays to be read.
+  store.inject({idem::testing::store_operation::complete, 0,
+                idem::testing::fault_timing::before_store, store_type::mode::unavailable});
+  const auto first = guarded("tenant", "k", std::string("card-5555-5555"));
+  REQUIRE(first.verdict() == idem::verdict::executed);
+  CHECK(first.value() == "ch_1 for card-5555-5555");
+  CHECK_FALSE(first.recorded());
+  const auto held = store.inner().find("tenant", "k", guarded.clock().wall_now());
+  REQUIRE(held);
+  CHECK(held->recovery.find("card-5555") == std::string::npos);
+  std::string plain;
+  guarded.settings().response_codec.open(held->recovery, plain);
+  CHECK(plain.starts_with(idem::detail::kept_request("payments", "card-5555-5555")));
+
+  guarded.clock().advance(31s);
+  const auto resumed = guarded("tenant", "k", std::string("card-5555-5555"));
+  CHECK(resumed.verdict() == idem::verdict::executed);
+  CHECK(resumed.resumed());
+  CHECK(*handler.charges == 1);
+}
+
 }  // namespace
 
 // ---- keys in telemetry ---------------------------------------------------------------------

@@ -5,7 +5,9 @@
 //   claim_at_once      engine::claim, inline and with no coroutine frame, for a store that never
 //                      blocks and no coalescing (a replay answers without suspending);
 //   claim_after_waits  the claim where the store's calls run, with coalescing's pauses waited
-//                      on a clock_timer instead of a sleeping thread;
+//                      on a clock_timer instead of a sleeping thread; both hand the store a
+//                      resumable wrapper's kept request (engine::keep_request) in the claim, as
+//                      engine::run does, and a new claim starts from it (engine::hold);
 //   run_held           the handler (an asio::awaitable) under the claim, with a heartbeat that
 //                      renews the lease every third of it while the handler is suspended, and
 //                      cancels the handler (terminal cancellation) when a renewal finds the
@@ -26,6 +28,7 @@
 
 #include <chrono>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -102,6 +105,10 @@ struct call_start {
   std::optional<idempotent_outcome<Response>> answer;  // the call is answered
   std::optional<held_claim> claim;                     // else the claim held, made at once
   digest print{};                                      // the request's fingerprint
+  // A resumable wrapper's kept request (engine::keep_request), or null: behind a pointer, so a
+  // call that keeps nothing adds 8 bytes to its frame, not two strings, and the view into them
+  // (kept_bytes::stored) stays valid however the call_start moves.
+  std::unique_ptr<kept_bytes> kept;
 };
 
 // Options: async_idempotent::options or async_inbox::options; the engine's fields, and
@@ -137,20 +144,23 @@ class async_engine {
   /// The claim of (scope, key) for a request with fingerprint `started.print`, made at once
   /// (claims_at_once()): sets `started.answer` when this caller may not run (a replay, a
   /// mismatch, a request in progress, a full store, a store's refusal), else `started.claim`,
-  /// for run_held.
+  /// for run_held. `kept`: the recovery bytes a new record starts with, or null (engine::run).
   template <class Response>
-  void claim_at_once(call_start<Response>& started, std::string_view scope, std::string_view key) {
+  void claim_at_once(call_start<Response>& started, std::string_view scope, std::string_view key,
+                     const kept_bytes* kept = nullptr) {
     store_time claimed_at{};
     // Made in place: a replay's record (its response) is moved nowhere before it is answered.
     made_later<claim_result> claimed;
     try {
-      claimed.make([&] { return core_.claim(scope, key, started.print, claimed_at); });
+      claimed.make([&] {
+        return core_.claim(scope, key, started.print, claimed_at, core_type::kept_stored(kept));
+      });
     } catch (const store_error& error) {
       started.answer.emplace(core_type::template refused<Response>(error));
       return;
     }
     std::variant<idempotent_outcome<Response>, held_claim> first =
-        first_answer<Response>(scope, key, started.print, claimed.get(), claimed_at);
+        first_answer<Response>(scope, key, started.print, claimed.get(), claimed_at, kept);
     if (auto* answer = std::get_if<idempotent_outcome<Response>>(&first)) {
       started.answer.emplace(std::move(*answer));
     } else {
@@ -161,18 +171,20 @@ class async_engine {
   /// engine::run, awaited: claims (scope, key) for a request with fingerprint `print` and, when
   /// the claim is this caller's, runs `run(async_handler_context&)` (an awaitable<Response>)
   /// under it. A handler's own exception passes through after `failure` settled the key.
+  /// `kept` (engine::run's), when not null, must stay valid until the call completes.
   template <class Response, class Run, class Failure>
   asio::awaitable<idempotent_outcome<Response>> run(std::string_view scope, std::string_view key,
-                                                    digest print, Run run, const Failure& failure) {
+                                                    digest print, Run run, const Failure& failure,
+                                                    const kept_bytes* kept = nullptr) {
     if (claims_at_once()) {
       call_start<Response> started;
       started.print = print;
-      claim_at_once(started, scope, key);
+      claim_at_once(started, scope, key, kept);
       if (started.answer) co_return std::move(*started.answer);
       co_return co_await run_held<Response>(std::move(*started.claim), print, run, failure);
     }
     std::variant<idempotent_outcome<Response>, held_claim> first =
-        co_await claim_after_waits<Response>(scope, key, print);
+        co_await claim_after_waits<Response>(scope, key, print, kept);
     if (auto* answer = std::get_if<idempotent_outcome<Response>>(&first)) {
       co_return std::move(*answer);
     }
@@ -248,14 +260,12 @@ class async_engine {
     return state.cancelled() != asio::cancellation_type::none;
   }
 
-  // The answer for what a claim found: the outcome when this caller may not run, else the claim
-  // it holds.
+  // The answer for what a claim (made with `kept`, or null) found: the outcome when this caller
+  // may not run, else the claim it holds.
   template <class Response>
-  std::variant<idempotent_outcome<Response>, held_claim> first_answer(std::string_view scope,
-                                                                      std::string_view key,
-                                                                      const digest& print,
-                                                                      claim_result& claimed,
-                                                                      store_time claimed_at) {
+  std::variant<idempotent_outcome<Response>, held_claim> first_answer(
+      std::string_view scope, std::string_view key, const digest& print, claim_result& claimed,
+      store_time claimed_at, const kept_bytes* kept) {
     switch (claimed.status) {
       case claim_status::full:
         return core_type::template no_room<Response>();
@@ -265,7 +275,7 @@ class async_engine {
       case claim_status::taken_over:
         break;
     }
-    return core_.hold(scope, key, claimed, claimed_at);
+    return core_.hold(scope, key, claimed, claimed_at, kept);
   }
 
   // The claim made where the store's calls run, and with coalescing engine's coalescing_wait
@@ -273,9 +283,11 @@ class async_engine {
   // verdict::cancelled, with nothing claimed.
   template <class Response>
   asio::awaitable<std::variant<idempotent_outcome<Response>, held_claim>> claim_after_waits(
-      std::string_view scope, std::string_view key, const digest& print) {
+      std::string_view scope, std::string_view key, const digest& print, const kept_bytes* kept) {
     store_time claimed_at{};
-    auto claim = [&] { return core_.claim(scope, key, print, claimed_at); };
+    auto claim = [&] {
+      return core_.claim(scope, key, print, claimed_at, core_type::kept_stored(kept));
+    };
     std::optional<claim_result> claimed;
     try {
       claimed.emplace(co_await calls_(claim));
@@ -307,7 +319,7 @@ class async_engine {
       co_return cancelled_outcome<Response>(
           "while it waited for a duplicate in progress to settle; nothing was claimed");
     }
-    co_return first_answer<Response>(scope, key, print, *claimed, claimed_at);
+    co_return first_answer<Response>(scope, key, print, *claimed, claimed_at, kept);
   }
 
   // What a run leaves, into `answer`, but for a response recorded inline: the response
