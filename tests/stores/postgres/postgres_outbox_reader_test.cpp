@@ -244,20 +244,20 @@ TEST_CASE(
 
 TEST_CASE("a reader refuses an outbox a newer idem wrote, saying so", "[postgres][outbox][relay]") {
   reader_fixture f;
-  f.check.exec("UPDATE \"" + f.table.name + "_meta\" SET version = 4");
+  f.check.exec("UPDATE \"" + f.table.name + "_meta\" SET version = 5");
   try {
     reader outbox = f.make_reader();
     FAIL("a newer schema was accepted");
   } catch (const idem::store_error& error) {
     CHECK(error.failure() == idem::store_failure::unavailable);
-    CHECK_THAT(error.what(), Contains("schema version 4") && Contains(f.table.name + "_outbox") &&
+    CHECK_THAT(error.what(), Contains("schema version 5") && Contains(f.table.name + "_outbox") &&
                                  Contains("upgrade idem"));
   }
   reader::options lazy = f.options();
   lazy.connect_at_start = false;
   reader later_outbox{lazy};
   CHECK_THROWS_AS(later_outbox.fetch(1, later()), idem::store_error);
-  CHECK(f.check.scalar("SELECT version FROM \"" + f.table.name + "_meta\"") == 4);
+  CHECK(f.check.scalar("SELECT version FROM \"" + f.table.name + "_meta\"") == 5);
 }
 
 TEST_CASE("a reader's names are checked as the store's", "[postgres][outbox][relay]") {

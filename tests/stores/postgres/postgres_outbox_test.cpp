@@ -99,11 +99,15 @@ TEST_CASE(
   outbox_fixture f;
   const std::string meta = "\"" + f.table.name + "_meta\"";
   const std::string dead = "\"" + f.table.name + "_outbox_dead\"";
+  // What version 4 changed: the lease index of every record, as versions 1 to 3 had it.
+  const std::string lease_index_of_version_1 =
+      "DROP INDEX \"" + f.table.name + "_in_progress\"; CREATE INDEX \"" + f.table.name +
+      "_by_lease\" ON \"" + f.table.name + "\" (scope, lease_until); ";
   const std::string relay_parts = "DROP TABLE " + dead + "; DROP FUNCTION \"" + f.table.name +
                                   "_notify\"() CASCADE; DROP INDEX " + "\"" + f.table.name +
                                   "_outbox_partition_key_sequence_idx\", " + "\"" + f.table.name +
-                                  "_outbox_published_at_idx\"; ";
-  CHECK(f.check.scalar("SELECT version FROM " + meta) == 3);
+                                  "_outbox_published_at_idx\"; " + lease_index_of_version_1;
+  CHECK(f.check.scalar("SELECT version FROM " + meta) == 4);
   CHECK(f.rows() == 0);
   CHECK(f.check.scalar("SELECT count(*) FROM " + dead) == 0);
   // A table an idem of schema version 2 made: the outbox, without the relay's parts.
@@ -113,7 +117,7 @@ TEST_CASE(
                "VALUES ('kept', 't', '\\x6b', 1, 1, '', '\\x70')");
   {
     postgres_store reopened{pgtest::caller_time_options(f.table.name)};
-    CHECK(f.check.scalar("SELECT version FROM " + meta) == 3);
+    CHECK(f.check.scalar("SELECT version FROM " + meta) == 4);
     CHECK(f.column("id") == "kept");
     CHECK(f.check.scalar("SELECT count(*) FROM " + dead) == 0);
     // The wake-up hint's trigger, off until an operator turns it on (docs/outbox_relay.md).
@@ -124,7 +128,7 @@ TEST_CASE(
   f.check.exec(relay_parts + "DROP TABLE " + f.outbox_table + "; UPDATE " + meta +
                " SET version = 1");
   postgres_store reopened{pgtest::caller_time_options(f.table.name)};
-  CHECK(f.check.scalar("SELECT version FROM " + meta) == 3);
+  CHECK(f.check.scalar("SELECT version FROM " + meta) == 4);
   CHECK(f.rows() == 0);
   CHECK(f.check.scalar("SELECT count(*) FROM " + dead) == 0);
 }
@@ -132,16 +136,16 @@ TEST_CASE(
 TEST_CASE("a table whose outbox a newer idem wrote is refused at construction, saying so",
           "[postgres][outbox]") {
   outbox_fixture f;
-  f.check.exec("UPDATE \"" + f.table.name + "_meta\" SET version = 4");
+  f.check.exec("UPDATE \"" + f.table.name + "_meta\" SET version = 5");
   try {
     postgres_store newer{pgtest::caller_time_options(f.table.name)};
     FAIL("a table from a newer schema was accepted");
   } catch (const idem::store_error& error) {
     CHECK(error.failure() == idem::store_failure::unavailable);
-    CHECK_THAT(error.what(), Contains("schema version 4") && Contains(f.table.name + "_outbox") &&
+    CHECK_THAT(error.what(), Contains("schema version 5") && Contains(f.table.name + "_outbox") &&
                                  Contains("upgrade idem"));
   }
-  CHECK(f.check.scalar("SELECT version FROM \"" + f.table.name + "_meta\"") == 4);
+  CHECK(f.check.scalar("SELECT version FROM \"" + f.table.name + "_meta\"") == 5);
 }
 
 TEST_CASE(

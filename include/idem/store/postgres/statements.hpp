@@ -38,7 +38,7 @@ inline constexpr std::array<const char*, statement::count> statement_names{
 
 // Identifiers are validated, then quoted: a configured name can never inject SQL, and stays
 // short enough that the derived names (<table>_meta, <table>_outbox, <table>_by_expiry,
-// <table>_by_lease) fit in 63 bytes.
+// <table>_in_progress) fit in 63 bytes.
 inline std::string quoted_identifier(std::string_view name, const char* what,
                                      std::size_t max_length = 50) {
   const bool valid = !name.empty() && name.size() <= max_length &&
