@@ -113,14 +113,9 @@ class async_handler_context : public handler_context {
     }
     co_await async_start(name);
     if constexpr (std::is_void_v<result_type>) {
-      co_await std::invoke(fn);
-      co_await async_record(name, {});
+      co_await async_call_and_record<result_type>(name, fn);
     } else {
-      result_type result = co_await std::invoke(fn);
-      std::string bytes;
-      codec<result_type>::encode(result, bytes);
-      co_await async_record(name, bytes);
-      co_return result;
+      co_return co_await async_call_and_record<result_type>(name, fn);
     }
   }
 

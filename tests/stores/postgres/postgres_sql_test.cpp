@@ -176,6 +176,31 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "migrating a version 3 table keeps an index of the records in progress an operator built "
+    "beforehand",
+    "[postgres]") {
+  // docs/stores/postgres.md: on a big table the index is built CONCURRENTLY first (outside any
+  // transaction, so writes go on), and the migration then only drops the old one.
+  pgtest::table_guard table(pgtest::unique_table("v3pre"));
+  const pg::quoted_names names = pg::quote_names("public", table.name);
+  pgtest::connection check;
+  pg::migrate(check.get(), names, table.name);
+  check.exec("DROP INDEX \"" + table.name + "_in_progress\"; CREATE INDEX \"" + table.name +
+             "_by_lease\" ON \"" + table.name + "\" (scope, lease_until); UPDATE \"" + table.name +
+             "_meta\" SET version = 3");
+  check.exec("CREATE INDEX CONCURRENTLY \"" + table.name + "_in_progress\" ON \"" + table.name +
+             "\" (scope, lease_until) WHERE state = 0");
+  const std::string oid = "SELECT '\"" + table.name + "_in_progress\"'::regclass::oid::int8";
+  const auto built = check.scalar(oid);
+  pgtest::connection other;
+  pg::migrate(other.get(), names, table.name);
+  CHECK(check.scalar("SELECT version FROM \"" + table.name + "_meta\"") == 4);
+  CHECK(check.scalar(oid) == built);  // the operator's index, not a new one
+  CHECK(check.scalar("SELECT count(*) FROM pg_indexes WHERE tablename = '" + table.name +
+                     "' AND indexname = '" + table.name + "_by_lease'") == 0);
+}
+
+TEST_CASE(
     "stuck() reads the index of the records in progress, not the completed records past their "
     "lease",
     "[postgres]") {

@@ -142,8 +142,13 @@ inline std::vector<std::string> migrations(const quoted_names& names,
           // index's pages too: 915 to 1,092 WAL bytes a claim-and-complete, about 5% more
           // server time a cycle; and the 64-thread SERIALIZABLE storm's retries went from
           // 1,200 to 1,500 to 6,900 to 7,300 (READ COMMITTED: none either way).
-          "DROP INDEX " + names.schema + "." + by_lease_index + "; CREATE INDEX " +
-              in_progress_index + " ON " + names.table + " (scope, lease_until) WHERE state = 0"};
+          // IF EXISTS / IF NOT EXISTS: the migration runs in one transaction, where the index
+          // build blocks the table's writes; on a big table an operator may build
+          // <table>_in_progress beforehand with CREATE INDEX CONCURRENTLY, and this keeps it
+          // (docs/stores/postgres.md).
+          "DROP INDEX IF EXISTS " + names.schema + "." + by_lease_index +
+              "; CREATE INDEX IF NOT EXISTS " + in_progress_index + " ON " + names.table +
+              " (scope, lease_until) WHERE state = 0"};
 }
 
 // The key of the advisory lock a migration holds: FNV-1a of the qualified, quoted table name.
