@@ -95,27 +95,11 @@ class async_handler_context : public handler_context {
   template <class F>
   auto async_step(std::string_view name, F fn)
       -> asio::awaitable<typename detail::awaited<std::invoke_result_t<F&>>::type> {
-    static_assert(detail::is_awaitable<std::invoke_result_t<F&>>,
-                  "async_step's function must return asio::awaitable<R>; for a function that "
-                  "returns R itself, use step().");
-    using result_type = typename detail::awaited<std::invoke_result_t<F&>>::type;
-    static_assert(std::is_void_v<result_type> || Encodable<result_type>,
-                  "A step's result must be storable: specialise idem::codec<R> for it (see "
-                  "idem/server/codec.hpp), or return void.");
-    check_step_name(name);
-    std::string_view recorded;
-    if (find_recorded(name, recorded)) {
-      if constexpr (std::is_void_v<result_type>) {
-        co_return;
-      } else {
-        co_return codec<result_type>::decode(recorded);
-      }
-    }
-    co_await async_start(name);
-    if constexpr (std::is_void_v<result_type>) {
-      co_await async_call_and_record<result_type>(name, fn);
+    no_lookup none;
+    if constexpr (std::is_void_v<typename detail::awaited<std::invoke_result_t<F&>>::type>) {
+      co_await async_step_asking(name, fn, none);
     } else {
-      co_return co_await async_call_and_record<result_type>(name, fn);
+      co_return co_await async_step_asking(name, fn, none);
     }
   }
 
@@ -127,57 +111,15 @@ class async_handler_context : public handler_context {
   template <class F, class Lookup>
   auto async_step(std::string_view name, F fn, Lookup lookup)
       -> asio::awaitable<typename detail::awaited<std::invoke_result_t<F&>>::type> {
-    static_assert(detail::is_awaitable<std::invoke_result_t<F&>>,
-                  "async_step's function must return asio::awaitable<R>; for a function that "
-                  "returns R itself, use step().");
-    using result_type = typename detail::awaited<std::invoke_result_t<F&>>::type;
-    static_assert(std::is_void_v<result_type> || Encodable<result_type>,
-                  "A step's result must be storable: specialise idem::codec<R> for it (see "
-                  "idem/server/codec.hpp), or return void.");
-    static_assert(detail::async_step_lookup<Lookup, result_type>,
-                  "An async_step's lookup must be callable as lookup(std::string_view reference) "
-                  "and return idem::lookup_answer<R> or asio::awaitable<idem::lookup_answer<R>>, "
-                  "R being the step's result type.");
-    check_step_name(name);
-    std::string_view recorded;
-    if (find_recorded(name, recorded)) {
-      if constexpr (std::is_void_v<result_type>) {
-        co_return;
-      } else {
-        co_return codec<result_type>::decode(recorded);
-      }
-    }
-    if (asks_lookup(name)) {
-      lookup_answer<result_type> answer = co_await async_ask_lookup<result_type>(name, lookup);
-      if (answer.status() == landing::landed) {
-        if constexpr (std::is_void_v<result_type>) {
-          co_await async_record(name, {});
-          co_return;
-        } else {
-          std::string bytes;
-          codec<result_type>::encode(answer.result(), bytes);
-          co_await async_record(name, bytes);
-          co_return std::move(answer.result());
-        }
-      }
-      if (answer.status() == landing::unknown) {
-        doubt();
-        throw effect_unknown(name, answer.reason());
-      }
-    }
-    co_await async_start(name);
-    try {
-      if constexpr (std::is_void_v<result_type>) {
-        co_await async_call_and_record<result_type>(name, fn);
-      } else {
-        co_return co_await async_call_and_record<result_type>(name, fn);
-      }
-    } catch (const lease_lost&) {
-      throw;  // the fence was lost before fn ran, or after it ran and before its recording
-    } catch (...) {
-      // The call may have landed before its answer was lost: only the lookup can tell.
-      doubt();
-      throw;
+    static_assert(
+        detail::async_step_lookup<Lookup, typename detail::awaited<std::invoke_result_t<F&>>::type>,
+        "An async_step's lookup must be callable as lookup(std::string_view reference) and "
+        "return idem::lookup_answer<R> or asio::awaitable<idem::lookup_answer<R>>, R being the "
+        "step's result type.");
+    if constexpr (std::is_void_v<typename detail::awaited<std::invoke_result_t<F&>>::type>) {
+      co_await async_step_asking(name, fn, lookup);
+    } else {
+      co_return co_await async_step_asking(name, fn, lookup);
     }
   }
 
@@ -192,6 +134,67 @@ class async_handler_context : public handler_context {
   }
 
  private:
+  struct no_lookup {};  // async_step(name, fn): nothing to ask
+
+  // Both async_steps: the recorded result when there is one; else, with a lookup and after a
+  // takeover that left the step started, the lookup's answer first; else fn, awaited and
+  // recorded. With a lookup, fn throwing leaves the context in doubt (the call may have landed).
+  template <class F, class Lookup>
+  auto async_step_asking(std::string_view name, F& fn, Lookup& lookup)
+      -> asio::awaitable<typename detail::awaited<std::invoke_result_t<F&>>::type> {
+    static_assert(detail::is_awaitable<std::invoke_result_t<F&>>,
+                  "async_step's function must return asio::awaitable<R>; for a function that "
+                  "returns R itself, use step().");
+    using result_type = typename detail::awaited<std::invoke_result_t<F&>>::type;
+    static_assert(std::is_void_v<result_type> || Encodable<result_type>,
+                  "A step's result must be storable: specialise idem::codec<R> for it (see "
+                  "idem/server/codec.hpp), or return void.");
+    constexpr bool asking = !std::is_same_v<Lookup, no_lookup>;
+    check_step_name(name);
+    std::string_view recorded;
+    if (find_recorded(name, recorded)) {
+      if constexpr (std::is_void_v<result_type>) {
+        co_return;
+      } else {
+        co_return codec<result_type>::decode(recorded);
+      }
+    }
+    if constexpr (asking) {
+      if (asks_lookup(name)) {
+        lookup_answer<result_type> answer = co_await async_ask_lookup<result_type>(name, lookup);
+        if (answer.status() == landing::landed) {
+          if constexpr (std::is_void_v<result_type>) {
+            co_await async_record(name, {});
+            co_return;
+          } else {
+            std::string bytes;
+            codec<result_type>::encode(answer.result(), bytes);
+            co_await async_record(name, bytes);
+            co_return std::move(answer.result());
+          }
+        }
+        if (answer.status() == landing::unknown) {
+          doubt();
+          throw effect_unknown(name, answer.reason());
+        }
+      }
+    }
+    co_await async_start(name);
+    try {
+      if constexpr (std::is_void_v<result_type>) {
+        co_await async_call_and_record<result_type>(name, fn);
+      } else {
+        co_return co_await async_call_and_record<result_type>(name, fn);
+      }
+    } catch (const lease_lost&) {
+      throw;  // the fence was lost before fn ran, or after it ran and before its recording
+    } catch (...) {
+      // The call may have landed before its answer was lost: only a lookup can tell.
+      if constexpr (asking) doubt();
+      throw;
+    }
+  }
+
   // fn awaited and its result recorded (fenced).
   template <class R, class F>
   asio::awaitable<R> async_call_and_record(std::string_view name, F& fn) {

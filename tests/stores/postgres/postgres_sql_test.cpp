@@ -150,6 +150,25 @@ TEST_CASE(
   CHECK(check.scalar("SELECT version FROM \"" + table.name + "_meta\"") == 4);
 }
 
+namespace {
+
+// Puts a table migrated to the newest version back as version 3 left it: version 1's lease index
+// of every record instead of the index of the records in progress.
+void as_version_3(pgtest::connection& check, const std::string& table) {
+  check.exec("DROP INDEX \"" + table + "_in_progress\"; CREATE INDEX \"" + table +
+             "_by_lease\" ON \"" + table + "\" (scope, lease_until); UPDATE \"" + table +
+             "_meta\" SET version = 3");
+}
+
+// How many of the table's indexes are named <table><suffix>.
+long long indexes_named(pgtest::connection& check, const std::string& table,
+                        const std::string& suffix) {
+  return check.scalar("SELECT count(*) FROM pg_indexes WHERE tablename = '" + table +
+                      "' AND indexname = '" + table + suffix + "'");
+}
+
+}  // namespace
+
 TEST_CASE(
     "migrating a version 3 table replaces the lease index of every record by one of the records "
     "in progress, keeping the records",
@@ -158,10 +177,7 @@ TEST_CASE(
   const pg::quoted_names names = pg::quote_names("public", table.name);
   pgtest::connection check;
   pg::migrate(check.get(), names, table.name);
-  // The table as version 3 left it: version 1's lease index of every record.
-  check.exec("DROP INDEX \"" + table.name + "_in_progress\"; CREATE INDEX \"" + table.name +
-             "_by_lease\" ON \"" + table.name + "\" (scope, lease_until); UPDATE \"" + table.name +
-             "_meta\" SET version = 3");
+  as_version_3(check, table.name);
   check.exec("INSERT INTO \"" + table.name +
              "\" VALUES ('\\x01', '\\x02', '\\x03', 0, 7, false, 1, 2, 3, NULL, NULL)");
   pgtest::connection other;
@@ -169,10 +185,8 @@ TEST_CASE(
   CHECK(PQtransactionStatus(other.get()) == PQTRANS_IDLE);
   CHECK(check.scalar("SELECT version FROM \"" + table.name + "_meta\"") == 4);
   CHECK(check.scalar("SELECT count(*) FROM \"" + table.name + "\" WHERE fence = 7") == 1);
-  CHECK(check.scalar("SELECT count(*) FROM pg_indexes WHERE tablename = '" + table.name +
-                     "' AND indexname = '" + table.name + "_by_lease'") == 0);
-  CHECK(check.scalar("SELECT count(*) FROM pg_indexes WHERE tablename = '" + table.name +
-                     "' AND indexname = '" + table.name + "_in_progress'") == 1);
+  CHECK(indexes_named(check, table.name, "_by_lease") == 0);
+  CHECK(indexes_named(check, table.name, "_in_progress") == 1);
 }
 
 TEST_CASE(
@@ -185,9 +199,7 @@ TEST_CASE(
   const pg::quoted_names names = pg::quote_names("public", table.name);
   pgtest::connection check;
   pg::migrate(check.get(), names, table.name);
-  check.exec("DROP INDEX \"" + table.name + "_in_progress\"; CREATE INDEX \"" + table.name +
-             "_by_lease\" ON \"" + table.name + "\" (scope, lease_until); UPDATE \"" + table.name +
-             "_meta\" SET version = 3");
+  as_version_3(check, table.name);
   check.exec("CREATE INDEX CONCURRENTLY \"" + table.name + "_in_progress\" ON \"" + table.name +
              "\" (scope, lease_until) WHERE state = 0");
   const std::string oid = "SELECT '\"" + table.name + "_in_progress\"'::regclass::oid::int8";
@@ -196,8 +208,7 @@ TEST_CASE(
   pg::migrate(other.get(), names, table.name);
   CHECK(check.scalar("SELECT version FROM \"" + table.name + "_meta\"") == 4);
   CHECK(check.scalar(oid) == built);  // the operator's index, not a new one
-  CHECK(check.scalar("SELECT count(*) FROM pg_indexes WHERE tablename = '" + table.name +
-                     "' AND indexname = '" + table.name + "_by_lease'") == 0);
+  CHECK(indexes_named(check, table.name, "_by_lease") == 0);
 }
 
 TEST_CASE(
