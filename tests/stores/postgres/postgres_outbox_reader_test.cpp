@@ -30,6 +30,7 @@
 
 #include "postgres_test_support.hpp"
 #include "support/outbox_test_sinks.hpp"
+#include "support/thread_errors.hpp"
 
 namespace pgtest = idem::testing::postgres;
 using namespace std::chrono_literals;
@@ -281,7 +282,7 @@ TEST_CASE(
                std::to_string(rows) + ") i");
   std::mutex mutex;
   std::map<std::int64_t, int> published;  // sequence -> times handed to a sink
-  std::atomic<int> failures{0};
+  idem::testing::thread_errors errors;
   const auto relay = [&] {
     try {
       reader outbox = f.make_reader();
@@ -300,17 +301,17 @@ TEST_CASE(
         }
         outbox.settle(batch, all(batch.entries().size(), kind::published), later());
       }
-      ++failures;  // gave up waiting: rows were held back for good
+      errors.add("gave up waiting: rows were held back for good");
     } catch (const std::exception& error) {
-      UNSCOPED_INFO(error.what());
-      ++failures;
+      errors.add(error.what());
     }
   };
   std::thread one(relay);
   std::thread two(relay);
   one.join();
   two.join();
-  CHECK(failures == 0);
+  errors.report();
+  CHECK(errors.count() == 0);
   CHECK(published.size() == static_cast<std::size_t>(rows));
   const auto twice = std::count_if(published.begin(), published.end(),
                                    [](const auto& row) { return row.second != 1; });
@@ -327,7 +328,7 @@ TEST_CASE("two relays on PostgreSQL: no row reaches both sinks, and none is skip
                "SELECT 'm' || i, 't', int8send(i % 50), 0, 0, '', '' FROM generate_series(1, " +
                std::to_string(rows) + ") i");
   std::array<idem::testing::recording_sink, 2> sinks;
-  std::atomic<int> failures{0};
+  idem::testing::thread_errors errors;
   const auto run = [&](idem::testing::recording_sink& sink) {
     try {
       reader outbox = f.make_reader();
@@ -337,15 +338,15 @@ TEST_CASE("two relays on PostgreSQL: no row reaches both sinks, and none is skip
         outbox.wait_for_rows(1ms);
       }
     } catch (const std::exception& error) {
-      UNSCOPED_INFO(error.what());
-      ++failures;
+      errors.add(error.what());
     }
   };
   std::thread one(run, std::ref(sinks[0]));
   std::thread two(run, std::ref(sinks[1]));
   one.join();
   two.join();
-  CHECK(failures == 0);
+  errors.report();
+  CHECK(errors.count() == 0);
   std::map<std::string, int> seen;
   for (const auto& sink : sinks)
     for (const std::string& id : sink.ids())
@@ -380,7 +381,7 @@ TEST_CASE(
     }
   }
   std::mutex sink_mutex;
-  std::atomic<int> failures{0};
+  idem::testing::thread_errors errors;
   std::atomic<int> writing{writers};
 
   const auto writer = [&](unsigned seed) {
@@ -402,8 +403,7 @@ TEST_CASE(
         connection.exec("COMMIT");
       }
     } catch (const std::exception& error) {
-      UNSCOPED_INFO(error.what());
-      ++failures;
+      errors.add(error.what());
     }
     --writing;
   };
@@ -417,8 +417,7 @@ TEST_CASE(
         outbox.wait_for_rows(5ms);
       }
     } catch (const std::exception& error) {
-      UNSCOPED_INFO(error.what());
-      ++failures;
+      errors.add(error.what());
     }
   };
   std::vector<std::thread> threads;
@@ -428,7 +427,8 @@ TEST_CASE(
   threads.emplace_back(relay);
   for (std::thread& thread : threads)
     thread.join();
-  CHECK(failures == 0);
+  errors.report();
+  CHECK(errors.count() == 0);
   std::size_t total = 0;
   for (int k = 0; k < keys; ++k) {
     const std::string key = "k" + std::to_string(k);

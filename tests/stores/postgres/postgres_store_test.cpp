@@ -20,6 +20,7 @@
 #include "postgres_test_support.hpp"
 
 #include "support/records.hpp"
+#include "support/thread_errors.hpp"
 
 namespace pgtest = idem::testing::postgres;
 using namespace std::chrono_literals;
@@ -370,15 +371,21 @@ namespace {
 // 64 threads, each on its own connection, race over the same 1,000 keys in their own orders.
 // Whoever claims a key writes its effect (a row) and bumps a shared counter inside
 // complete_within; every key must end with exactly one effect row and a completed record.
+// Under SERIALIZABLE the completions collide (on the 16 counters and, since schema version 4,
+// on the in-progress index's pages): ~5,000 retries in all, up to ~60 for one key under TSan
+// alone on 2 cores, more beside other tests. The cap is set far above that: what is tested is
+// one effect per key, not how long the slowest key takes; giving up is tested on its own above.
 void storm(idem::postgres_store::isolation level) {
   constexpr int threads = 64;
   constexpr int keys = 1000;
-  transactional_fixture f(level, threads, 100);
+  transactional_fixture f(level, threads, 1000);
   const std::string buckets = "\"" + f.table.name + "_buckets\"";
   f.check.exec("CREATE TABLE " + buckets + " (id int4 PRIMARY KEY, n int8 NOT NULL)");
   f.check.exec("INSERT INTO " + buckets + " SELECT g, 0 FROM generate_series(0, 15) g");
 
-  std::atomic<int> claimed{0}, existing{0}, runs{0}, lost{0}, errors{0};
+  std::atomic<int> claimed{0}, existing{0}, runs{0}, lost{0};
+  idem::testing::thread_errors errors;
+  std::vector<std::atomic<int>> runs_of(keys);  // how many times each key's handler ran
   std::vector<std::thread> pool;
   pool.reserve(threads);
   for (int t = 0; t < threads; ++t) {
@@ -399,6 +406,7 @@ void storm(idem::postgres_store::isolation level) {
           const bool applied = f.store.complete_within(
               {"storm", key, claim.fence}, start, [&](idem::postgres_store::transaction& txn) {
                 ++runs;
+                ++runs_of[static_cast<std::size_t>(index)];
                 txn.exec(f.insert_effect(key, claim.fence));
                 txn.exec("UPDATE " + buckets + " SET n = n + 1 WHERE id = $1",
                          {std::to_string(index % 16)});
@@ -407,15 +415,15 @@ void storm(idem::postgres_store::isolation level) {
           if (!applied) ++lost;
         }
       } catch (const std::exception& error) {
-        ++errors;
-        UNSCOPED_INFO("thread " << t << ": " << error.what());
+        errors.add("thread " + std::to_string(t) + ": " + error.what());
       }
     });
   }
   for (std::thread& thread : pool)
     thread.join();
 
-  CHECK(errors == 0);
+  errors.report();
+  CHECK(errors.count() == 0);
   CHECK(lost == 0);
   CHECK(claimed == keys);
   CHECK(claimed + existing == threads * keys);
@@ -423,8 +431,12 @@ void storm(idem::postgres_store::isolation level) {
   CHECK(f.check.scalar("SELECT count(DISTINCT key) FROM " + f.effects) == keys);
   CHECK(f.check.scalar("SELECT sum(n) FROM " + buckets) == keys);
   CHECK(f.check.scalar("SELECT count(*) FROM \"" + f.table.name + "\" WHERE state = 1") == keys);
+  int most = 0;
+  for (const std::atomic<int>& n : runs_of)
+    most = std::max(most, n.load());
   WARN("storm: " << keys << " keys, " << threads << " threads, handler runs " << runs.load()
-                 << " (serialization retries " << runs.load() - keys << ")");
+                 << " (serialization retries " << runs.load() - keys << ", at most " << most - 1
+                 << " for one key)");
   f.check.exec("DROP TABLE " + buckets);
 }
 

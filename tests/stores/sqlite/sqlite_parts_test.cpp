@@ -24,6 +24,7 @@
 
 #include "support/records.hpp"
 #include "support/temporary_directory.hpp"
+#include "support/thread_errors.hpp"
 
 using namespace std::chrono_literals;
 using namespace std::string_view_literals;
@@ -288,7 +289,7 @@ TEST_CASE("connection: connections opening a new file at once all switch it to W
     settings.path = directory.file("new.sqlite3");
     settings.busy_timeout = 5s;
     std::atomic<int> waiting{openers};
-    std::atomic<int> failed{0};
+    idem::testing::thread_errors failed;
     std::vector<std::thread> threads;
     for (int i = 0; i < openers; ++i) {
       threads.emplace_back([&] {
@@ -298,13 +299,13 @@ TEST_CASE("connection: connections opening a new file at once all switch it to W
         try {
           detail::sqlite_connection::open(settings);
         } catch (const idem::store_error& error) {
-          UNSCOPED_INFO(error.what());
-          failed.fetch_add(1);
+          failed.add(error.what());
         }
       });
     }
     for (std::thread& thread : threads)
       thread.join();
-    REQUIRE(failed.load() == 0);
+    failed.report();
+    REQUIRE(failed.count() == 0);
   }
 }
