@@ -37,6 +37,7 @@
 #include <asio/strand.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
 #include <system_error>
 namespace idem {
 namespace asio = ::asio;
@@ -73,6 +74,7 @@ using asio_system_error = std::system_error;
 #include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
 #include <boost/system/error_code.hpp>
 #include <boost/system/system_error.hpp>
 namespace idem {

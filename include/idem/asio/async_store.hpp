@@ -1,0 +1,84 @@
+// The asynchronous store contract: AsyncStore, beside Store (idem/store/contract.hpp).
+//
+// An asynchronous store does what a Store does, with the same records and the same semantics
+// (the contract's text applies word for word), but each operation starts and returns at once
+// and completes later through an Asio completion token, so that an event loop keeps thousands
+// of them in flight on a few threads instead of a thread per call:
+//
+//   async_claim(request, token)               completes with claim_result
+//   async_complete(held, bytes, now, token)   completes with bool
+//   async_release(held, token)                completes with bool
+//   async_checkpoint(held, bytes, now, token) completes with bool
+//   async_find(scope, key, now, token)        completes with std::optional<record>
+//   async_sweep(now, token)                   completes with std::size_t
+//   async_stuck(now, limit, token)            completes with std::vector<record>
+//
+// Each completes with the signature void(std::exception_ptr, T) (async_store_signature<T>):
+// null and the answer, or the store_error the blocking call would throw (unavailable or full,
+// with the same meaning: nothing was written, or for a timeout, nothing is known) and T{}. With
+// asio::use_awaitable the error is thrown; with asio::use_future the future throws it.
+//
+// * Arguments. The views an operation is given (scope, key, bytes, the request's fields) must
+//   stay valid until it completes, as an Asio operation's buffers must.
+// * Threads. An operation may be started from any thread. It completes on the completion
+//   handler's associated executor (the store's own executor, get_executor(), when the handler
+//   has none), never inside the initiating call.
+// * Cancellation. A store may let an operation be cancelled through the handler's cancellation
+//   slot. A cancelled operation completes at once with store_error(unavailable): it may still
+//   take effect at the server (a request already sent is not recalled), so it is as ambiguous
+//   as a timeout. Operations in flight beside it are not affected. The asynchronous wrappers
+//   never cancel a store operation: a claim or completion cut off half way would leave its
+//   caller not knowing what it holds.
+// * Copies of a store share its records and its connections (a store type is a handle).
+//
+// async_idempotent and async_inbox (idem/asio) use these operations when their store is an
+// AsyncStore, and run a blocking Store's calls on options.store_executor otherwise.
+// blocking_store (idem/asio/blocking_store.hpp) turns an AsyncStore back into a Store for the
+// blocking wrappers, the reconciler and the conformance suite.
+#ifndef IDEM_ASIO_ASYNC_STORE_HPP
+#define IDEM_ASIO_ASYNC_STORE_HPP
+
+#include <concepts>
+#include <cstddef>
+#include <exception>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include <idem/asio/config.hpp>
+#include <idem/store/contract.hpp>
+
+namespace idem {
+
+/// The completion signature of an asynchronous store's operation that answers T.
+template <class T>
+using async_store_signature = void(std::exception_ptr, T);
+
+/// What an asynchronous store must provide (see the top of this header).
+template <class S>
+concept AsyncStore = std::copy_constructible<S> &&
+    requires(S& store, const claim_request& request, const fenced_key& held, std::string_view bytes,
+             std::string_view scope, std::string_view key, store_time now, std::size_t limit) {
+  { store.get_executor() } -> std::convertible_to<asio::any_io_executor>;
+  {
+    store.async_claim(request, asio::use_awaitable)
+    } -> std::same_as<asio::awaitable<claim_result>>;
+  {
+    store.async_complete(held, bytes, now, asio::use_awaitable)
+    } -> std::same_as<asio::awaitable<bool>>;
+  { store.async_release(held, asio::use_awaitable) } -> std::same_as<asio::awaitable<bool>>;
+  {
+    store.async_checkpoint(held, bytes, now, asio::use_awaitable)
+    } -> std::same_as<asio::awaitable<bool>>;
+  {
+    store.async_find(scope, key, now, asio::use_awaitable)
+    } -> std::same_as<asio::awaitable<std::optional<record>>>;
+  { store.async_sweep(now, asio::use_awaitable) } -> std::same_as<asio::awaitable<std::size_t>>;
+  {
+    store.async_stuck(now, limit, asio::use_awaitable)
+    } -> std::same_as<asio::awaitable<std::vector<record>>>;
+};
+
+}  // namespace idem
+
+#endif  // IDEM_ASIO_ASYNC_STORE_HPP

@@ -1,0 +1,107 @@
+// blocking_store<S>: an asynchronous store (idem/asio/async_store.hpp) as a blocking Store, for
+// what runs on threads of its own: the blocking wrappers (idempotent, inbox), the reconciler,
+// a sweep job, and the conformance suite (which runs every case of the Store contract against
+// an asynchronous store through it, the 64-thread storm included).
+//
+// Each call starts the store's operation and waits for it on the calling thread. The store's
+// executor must be run by other threads meanwhile: a call made on a thread that runs the
+// store's io_context or thread_pool would wait for itself forever, so it throws
+// std::logic_error instead.
+#ifndef IDEM_ASIO_BLOCKING_STORE_HPP
+#define IDEM_ASIO_BLOCKING_STORE_HPP
+
+#include <concepts>
+#include <cstddef>
+#include <future>
+#include <optional>
+#include <stdexcept>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <idem/asio/async_store.hpp>
+#include <idem/asio/config.hpp>
+#include <idem/store/contract.hpp>
+
+#if defined(IDEM_ASIO_STANDALONE)
+#include <asio/thread_pool.hpp>
+#else
+#include <boost/asio/thread_pool.hpp>
+#endif
+
+namespace idem {
+
+template <AsyncStore S>
+class blocking_store {
+ public:
+  static constexpr bool reads_completion_time = idem::reads_completion_time<S>;
+
+  /// A store's options hold a default one until the real one is given.
+  blocking_store() requires std::default_initializable<S>
+  = default;
+  explicit blocking_store(S store) : store_(std::move(store)) {}
+
+  /// The asynchronous store, for what can await it.
+  S& async() noexcept { return store_; }
+  const S& async() const noexcept { return store_; }
+
+  claim_result claim(const claim_request& request) {
+    return wait([&](auto token) { return store_.async_claim(request, token); });
+  }
+  bool complete(const fenced_key& held, std::string_view response, store_time now) {
+    return wait([&](auto token) { return store_.async_complete(held, response, now, token); });
+  }
+  bool release(const fenced_key& held) {
+    return wait([&](auto token) { return store_.async_release(held, token); });
+  }
+  bool checkpoint(const fenced_key& held, std::string_view recovery, store_time lease_until) {
+    return wait(
+        [&](auto token) { return store_.async_checkpoint(held, recovery, lease_until, token); });
+  }
+  std::optional<record> find(std::string_view scope, std::string_view key, store_time now) {
+    return wait([&](auto token) { return store_.async_find(scope, key, now, token); });
+  }
+  std::size_t sweep(store_time now) {
+    return wait([&](auto token) { return store_.async_sweep(now, token); });
+  }
+  std::vector<record> stuck(store_time now, std::size_t limit) {
+    return wait([&](auto token) { return store_.async_stuck(now, limit, token); });
+  }
+
+ private:
+  // Starts the operation with asio::use_future and waits for its answer; refuses, before
+  // starting anything, on a thread that runs the store's executor.
+  template <class Start>
+  auto wait(Start start) const {
+    if (runs_store_executor()) {
+      throw std::logic_error(
+          "idem::blocking_store: called on a thread that runs the asynchronous store's own "
+          "executor, which would wait for itself forever; nothing was started: call it from "
+          "another thread, or await the store's async_ operations instead");
+    }
+    return start(asio::use_future).get();
+  }
+
+  // Whether this thread runs the io_context or thread_pool (or a strand of either) that the
+  // store's executor belongs to. Another kind of executor is not checked.
+  bool runs_store_executor() const {
+    const asio::any_io_executor executor(store_.get_executor());
+    return runs<asio::io_context::executor_type>(executor) ||
+           runs<asio::thread_pool::executor_type>(executor);
+  }
+
+  template <class Executor>
+  static bool runs(const asio::any_io_executor& executor) {
+    if (const auto* plain = executor.target<Executor>()) return plain->running_in_this_thread();
+    if (const auto* strand = executor.target<asio::strand<Executor>>()) {
+      return strand->get_inner_executor().running_in_this_thread();
+    }
+    return false;
+  }
+
+  S store_;
+};
+
+}  // namespace idem
+
+#endif  // IDEM_ASIO_BLOCKING_STORE_HPP
