@@ -4,8 +4,12 @@
 // built, over SQLite with its calls on a thread pool.
 #include <catch2/catch.hpp>
 
+#include <idem/asio/blocking_store.hpp>
 #include <idem/store/memory.hpp>
+#include <idem/testing/posted_store.hpp>
 #include <idem/testing/store_conformance.hpp>
+
+#include <memory>
 
 #include "asio/async_conformance_driver.hpp"
 
@@ -31,6 +35,21 @@ struct async_memory_factory {
   }
 };
 
+// An AsyncStore (posted_store: every operation suspends the call), awaited by the driver rather
+// than run on a pool; blocking_store lets the cases' own checks call it. Its operations run on a
+// pool of the factory's, not on the calls' loops, so the cases' blocking step()s can wait for
+// them.
+struct async_posted_memory_factory {
+  static constexpr bool bounded = true;
+  std::unique_ptr<idem::asio::thread_pool> pool = std::make_unique<idem::asio::thread_pool>(1);
+
+  idem::blocking_store<idem::testing::posted_store<idem::memory_store>> make(
+      const idem::testing::store_limits& limits) {
+    return idem::blocking_store{
+        idem::testing::posted_store{async_memory_factory{}.make(limits), pool->get_executor()}};
+  }
+};
+
 #if defined(IDEM_TEST_SQLITE)
 struct async_sqlite_factory {
   static constexpr bool bounded = true;
@@ -52,6 +71,8 @@ struct async_sqlite_factory {
 }  // namespace
 
 IDEM_GUARDED_CONFORMANCE_TESTS(async_memory_factory, test_async::async_driver,
+                               "async store conformance: ")
+IDEM_GUARDED_CONFORMANCE_TESTS(async_posted_memory_factory, test_async::async_driver,
                                "async store conformance: ")
 #if defined(IDEM_TEST_SQLITE)
 IDEM_GUARDED_CONFORMANCE_TESTS(async_sqlite_factory, test_async::async_driver,

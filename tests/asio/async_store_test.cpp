@@ -29,6 +29,8 @@ using posted_memory = idem::testing::posted_store<idem::memory_store>;
 static_assert(idem::AsyncStore<posted_memory>);
 static_assert(!idem::AsyncStore<idem::memory_store>, "a blocking store is not an AsyncStore");
 static_assert(idem::Store<idem::blocking_store<posted_memory>>);
+static_assert(idem::AsyncStore<idem::blocking_store<posted_memory>>,
+              "blocking_store is still awaitable: the asynchronous wrappers await it");
 static_assert(!idem::Store<posted_memory>, "an asynchronous store alone is not a Store");
 
 namespace {

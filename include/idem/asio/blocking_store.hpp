@@ -7,6 +7,10 @@
 // executor must be run by other threads meanwhile: a call made on a thread that runs the
 // store's io_context or thread_pool would wait for itself forever, so it throws
 // std::logic_error instead.
+//
+// It stays an AsyncStore too: its async_ operations and get_executor are the store's own, so
+// the asynchronous wrappers given one await the store as they would the store itself, while
+// code beside them (a test's checks, a sweep job on its own thread) calls it blocking.
 #ifndef IDEM_ASIO_BLOCKING_STORE_HPP
 #define IDEM_ASIO_BLOCKING_STORE_HPP
 
@@ -44,6 +48,38 @@ class blocking_store {
   /// The asynchronous store, for what can await it.
   S& async() noexcept { return store_; }
   const S& async() const noexcept { return store_; }
+
+  asio::any_io_executor get_executor() const { return store_.get_executor(); }
+  template <class Token>
+  auto async_claim(const claim_request& request, Token&& token) {
+    return store_.async_claim(request, std::forward<Token>(token));
+  }
+  template <class Token>
+  auto async_complete(const fenced_key& held, std::string_view bytes, store_time now,
+                      Token&& token) {
+    return store_.async_complete(held, bytes, now, std::forward<Token>(token));
+  }
+  template <class Token>
+  auto async_release(const fenced_key& held, Token&& token) {
+    return store_.async_release(held, std::forward<Token>(token));
+  }
+  template <class Token>
+  auto async_checkpoint(const fenced_key& held, std::string_view bytes, store_time lease_until,
+                        Token&& token) {
+    return store_.async_checkpoint(held, bytes, lease_until, std::forward<Token>(token));
+  }
+  template <class Token>
+  auto async_find(std::string_view scope, std::string_view key, store_time now, Token&& token) {
+    return store_.async_find(scope, key, now, std::forward<Token>(token));
+  }
+  template <class Token>
+  auto async_sweep(store_time now, Token&& token) {
+    return store_.async_sweep(now, std::forward<Token>(token));
+  }
+  template <class Token>
+  auto async_stuck(store_time now, std::size_t limit, Token&& token) {
+    return store_.async_stuck(now, limit, std::forward<Token>(token));
+  }
 
   claim_result claim(const claim_request& request) {
     return wait([&](auto token) { return store_.async_claim(request, token); });

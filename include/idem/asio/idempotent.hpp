@@ -33,8 +33,12 @@
 //     call may take longer than the lease; a renewal that finds the claim taken over cancels
 //     the handler, whose later steps throw lease_lost, and the call answers as the blocking
 //     wrapper answers a lost fence (options.heartbeat turns it off);
-//   * a store that blocks (anything but memory_store and locked_store, see idem::never_blocks)
-//     has its calls run on options.store_executor, never on the event loop;
+//   * an AsyncStore (idem/asio/async_store.hpp: the asynchronous Redis and PostgreSQL stores)
+//     is awaited: its operations are in flight while the loop runs other calls, and a handler
+//     records its steps with async_step (a blocking step() waits for the store from the loop's
+//     thread, so it works only when the store's executor is run by other threads);
+//   * any other store that blocks (anything but memory_store and locked_store, see
+//     idem::never_blocks) has its calls run on options.store_executor, never on the event loop;
 //   * cancellation through the token's slot ends the call with verdict::cancelled (503).
 // A handler that takes the store's transaction is not supported here: its transaction would
 // hold a database connection across suspensions.
@@ -53,6 +57,8 @@
 #include <variant>
 #include <vector>
 
+#include <idem/asio/async_store.hpp>
+#include <idem/asio/blocking_store.hpp>
 #include <idem/asio/config.hpp>
 #include <idem/asio/detail/async_checks.hpp>
 #include <idem/asio/detail/async_engine.hpp>
@@ -72,7 +78,10 @@ namespace idem {
 
 template <class Handler, class Policies = default_policies>
 class async_idempotent {
-  static_assert(detail::check_server_policies<Policies>());
+  static_assert(detail::check_server_policies<Policies, false>());
+  static_assert(Store<typename Policies::store> || AsyncStore<typename Policies::store>,
+                "Policies::store must be a Store (idem/store/contract.hpp) or an AsyncStore "
+                "(idem/asio/async_store.hpp).");
   static_assert(detail::check_fingerprint<fingerprint_for<typename Policies::fingerprint>>());
 
  public:
@@ -108,7 +117,7 @@ class async_idempotent {
     std::string name{};
     /// Where the store's calls run when the store blocks (it does not declare never_blocks): an
     /// asio::thread_pool's executor, or a strand of one. Required then; unused for a store
-    /// that never blocks, whose calls run inline.
+    /// that never blocks, whose calls run inline, and for an AsyncStore, which is awaited.
     executor_type store_executor{};
     /// Renew the lease every third of it while the handler runs, and cancel the handler when a
     /// renewal finds the claim taken over. Off, a handler that outlives its lease is taken over.
@@ -170,10 +179,23 @@ class async_idempotent {
                       std::forward<Token>(token));
   }
 
-  /// Removes expired records; answers how many. Calls the store on this thread.
-  std::size_t sweep() { return engine_.core().sweep(); }
-  /// Claims in progress past their lease (see idempotent::stuck). Calls the store on this thread.
-  std::vector<record> stuck(std::size_t limit = 1000) { return engine_.core().stuck(limit); }
+  /// Removes expired records; answers how many. Calls the store on this thread; an AsyncStore's
+  /// operation is waited for here (blocking_store: never on a thread that runs its executor).
+  std::size_t sweep() {
+    if constexpr (AsyncStore<store_type>) {
+      return blocking_store<store_type>{store()}.sweep(clock().wall_now());
+    } else {
+      return engine_.core().sweep();
+    }
+  }
+  /// Claims in progress past their lease (see idempotent::stuck), called as sweep is.
+  std::vector<record> stuck(std::size_t limit = 1000) {
+    if constexpr (AsyncStore<store_type>) {
+      return blocking_store<store_type>{store()}.stuck(clock().wall_now(), limit);
+    } else {
+      return engine_.core().stuck(limit);
+    }
+  }
 
   Handler& handler() noexcept { return handler_; }
   store_type& store() noexcept { return engine_.core().store(); }

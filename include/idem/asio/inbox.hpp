@@ -9,8 +9,8 @@
 //
 // The rules are inbox's (idem/server/inbox.hpp), through the same engine; the waiting is
 // async_idempotent's (idem/asio/idempotent.hpp): coalescing on a timer, the lease heartbeat, a
-// blocking store's calls on options.store_executor, cancellation answered with
-// verdict::cancelled. async_deduplicate completes with
+// blocking store's calls on options.store_executor (an AsyncStore awaited), cancellation answered
+// with verdict::cancelled. async_deduplicate completes with
 //
 //   void(std::exception_ptr, idem::idempotent_outcome<R>)
 //
@@ -30,6 +30,8 @@
 #include <variant>
 #include <vector>
 
+#include <idem/asio/async_store.hpp>
+#include <idem/asio/blocking_store.hpp>
 #include <idem/asio/config.hpp>
 #include <idem/asio/detail/async_checks.hpp>
 #include <idem/asio/detail/async_engine.hpp>
@@ -48,7 +50,10 @@ namespace idem {
 
 template <class Policies = default_policies>
 class async_inbox {
-  static_assert(detail::check_server_policies<Policies>());
+  static_assert(detail::check_server_policies<Policies, false>());
+  static_assert(Store<typename Policies::store> || AsyncStore<typename Policies::store>,
+                "Policies::store must be a Store (idem/store/contract.hpp) or an AsyncStore "
+                "(idem/asio/async_store.hpp).");
 
  public:
   using executor_type = asio::any_io_executor;
@@ -107,8 +112,23 @@ class async_inbox {
     }
   }
 
-  std::size_t sweep() { return engine_.core().sweep(); }
-  std::vector<record> stuck(std::size_t limit = 1000) { return engine_.core().stuck(limit); }
+  /// Removes expired records; answers how many. Calls the store on this thread; an AsyncStore's
+  /// operation is waited for here (blocking_store: never on a thread that runs its executor).
+  std::size_t sweep() {
+    if constexpr (AsyncStore<store_type>) {
+      return blocking_store<store_type>{store()}.sweep(clock().wall_now());
+    } else {
+      return engine_.core().sweep();
+    }
+  }
+  /// Claims in progress past their lease (see idempotent::stuck), called as sweep is.
+  std::vector<record> stuck(std::size_t limit = 1000) {
+    if constexpr (AsyncStore<store_type>) {
+      return blocking_store<store_type>{store()}.stuck(clock().wall_now(), limit);
+    } else {
+      return engine_.core().stuck(limit);
+    }
+  }
   store_type& store() noexcept { return engine_.core().store(); }
   clock_type& clock() noexcept { return engine_.core().clock(); }
 

@@ -11,14 +11,15 @@
 //   run_held           the handler (an asio::awaitable) under the claim, with a heartbeat that
 //                      renews the lease every third of it while the handler is suspended, and
 //                      cancels the handler (terminal cancellation) when a renewal finds the
-//                      fence lost; then engine::record_directly, settle_failure or answer_lost.
+//                      fence lost; then engine::record_directly, settle_failure or answer_lost,
+//                      their store calls awaited (the engine's rules around them are its own).
 //
-// Every store call goes through store_calls: inline for a store that never blocks, else on the
-// store's executor. Cancellation (the completion handler's slot, any type) is answered, never
-// thrown: a wait for a duplicate ends with verdict::cancelled and nothing claimed; a handler
-// cancelled (or throwing after the caller cancelled) is settled by the failure policy as a
-// handler that threw, and the call ends with verdict::cancelled; a handler that returned is
-// recorded as usual, since its effect happened.
+// Every store call goes through store_calls: inline for a store that never blocks, the store's
+// own asynchronous operation for an AsyncStore, else on the store's executor. Cancellation (the
+// completion handler's slot, any type) is answered, never thrown: a wait for a duplicate ends with
+// verdict::cancelled and nothing claimed; a handler cancelled (or throwing after the caller
+// cancelled) is settled by the failure policy as a handler that threw, and the call ends with
+// verdict::cancelled; a handler that returned is recorded as usual, since its effect happened.
 //
 // As every Asio composed operation, one call's parts (the handler, the heartbeat) run on the
 // executor it was started on, which must not run them at once: a strand, or an io_context run
@@ -285,12 +286,11 @@ class async_engine {
   asio::awaitable<std::variant<idempotent_outcome<Response>, held_claim>> claim_after_waits(
       std::string_view scope, std::string_view key, const digest& print, const kept_bytes* kept) {
     store_time claimed_at{};
-    auto claim = [&] {
-      return core_.claim(scope, key, print, claimed_at, core_type::kept_stored(kept));
-    };
     std::optional<claim_result> claimed;
     try {
-      claimed.emplace(co_await calls_(claim));
+      claim_request request =
+          core_.claim_request_for(scope, key, print, claimed_at, core_type::kept_stored(kept));
+      claimed.emplace(co_await calls_.claim(core_.store(), request));
       coalescing_wait wait{options().coalesce};
       std::optional<clock_timer<clock_type>> timer;
       const auto start = core_.clock().now();
@@ -310,7 +310,9 @@ class async_engine {
           claimed.reset();
           break;
         }
-        claimed.emplace(co_await calls_(claim));
+        request =
+            core_.claim_request_for(scope, key, print, claimed_at, core_type::kept_stored(kept));
+        claimed.emplace(co_await calls_.claim(core_.store(), request));
       }
     } catch (const store_error& error) {
       co_return core_type::template refused<Response>(error);
@@ -333,9 +335,22 @@ class async_engine {
                                   handler_run<Response>& ran) {
     const fenced_key& held = claim.held;
     if (!ran.thrown) {
-      answer.emplace(co_await calls_([&] {
-        return core_.template record_directly<Response>(claim, print, std::move(*ran.response));
-      }));
+      // engine::record_directly, its completion awaited.
+      typename core_type::completion_bytes done;
+      core_.completion_for(*ran.response, done);
+      bool applied = false;
+      try {
+        applied = co_await calls_.complete(core_.store(), held, done.bytes,
+                                           core_.completion_time(claim.claimed_at));
+      } catch (const store_error& error) {
+        answer.emplace(core_type::not_stored(claim, std::move(*ran.response), error));
+        co_return;
+      }
+      if (applied) {
+        answer.emplace(core_.recorded(claim, std::move(*ran.response), done));
+      } else {
+        co_await answer_lost<Response>(answer, held, print);
+      }
       co_return;
     }
     if (ran.never_ran) {
@@ -346,8 +361,7 @@ class async_engine {
       co_return;
     }
     if (writer.lost() || is_lease_lost(ran.thrown)) {
-      answer.emplace(co_await calls_(
-          [&] { return core_.template answer_lost<Response>(held.scope, held.key, print); }));
+      co_await answer_lost<Response>(answer, held, print);
       co_return;
     }
     const bool cancelled_now = cancelled(co_await asio::this_coro::cancellation_state);
@@ -412,7 +426,7 @@ class async_engine {
       if (error || stopping) continue;  // error: the caller cancelled, seen at the loop's top
       bool kept = true;
       try {
-        kept = co_await calls_([&writer] { return writer.renew(); });
+        kept = co_await writer.renew();
       } catch (const store_error&) {
         // The store could not answer this beat; the next one tries again, and a step that
         // cannot write stops the handler itself.
@@ -421,11 +435,37 @@ class async_engine {
     }
   }
 
+  // engine::settle_failure, the store's call awaited.
   template <class Response, class Failure>
   asio::awaitable<void> settle(const fenced_key& held, std::size_t steps, const Failure& failure,
                                std::exception_ptr error) {
-    co_await calls_(
-        [&] { core_.template settle_failure<Response>(held, steps, failure, std::move(error)); });
+    if constexpr (!std::is_same_v<Failure, keep_claim_on_failure>) {
+      try {
+        const std::optional<std::string> bytes =
+            core_.template failure_response<Response>(held, steps, failure, std::move(error));
+        if (bytes) {
+          (void)co_await calls_.complete(core_.store(), held, *bytes, core_.clock().wall_now());
+        } else {
+          (void)co_await calls_.release(core_.store(), held);
+        }
+      } catch (const store_error&) {
+        // As engine::settle_failure: the handler's exception is what the caller must see.
+      }
+    }
+  }
+
+  // engine::answer_lost, the store's find awaited.
+  template <class Response>
+  asio::awaitable<void> answer_lost(std::optional<idempotent_outcome<Response>>& answer,
+                                    const fenced_key& held, const digest& print) {
+    std::optional<record> current;
+    try {
+      current = co_await calls_.find(core_.store(), held.scope, held.key, core_.clock().wall_now());
+    } catch (const store_error& error) {
+      answer.emplace(core_type::template refused<Response>(error));
+      co_return;
+    }
+    answer.emplace(core_.template answer_current<Response>(current, print));
   }
 
   static bool is_lease_lost(const std::exception_ptr& thrown) {

@@ -29,10 +29,11 @@ namespace idem::detail {
 
 // --- policies ------------------------------------------------------------------------------
 
-/// What idempotent and inbox both need of their Policies.
-template <class Policies>
+/// What idempotent and inbox both need of their Policies. The asynchronous wrappers check the
+/// store themselves (`check_store` false): they take an AsyncStore too.
+template <class Policies, bool check_store = true>
 constexpr bool check_server_policies() {
-  static_assert(Store<typename Policies::store>,
+  static_assert(!check_store || Store<typename Policies::store>,
                 "Policies::store must be a copyable handle providing claim(claim_request) "
                 "returning claim_result, complete(fenced_key, string_view, store_time), "
                 "release(fenced_key) and checkpoint(fenced_key, string_view, store_time) "
