@@ -7504,10 +7504,11 @@ namespace idem::detail {
 
 // --- policies ------------------------------------------------------------------------------
 
-/// What idempotent and inbox both need of their Policies.
-template <class Policies>
+/// What idempotent and inbox both need of their Policies. The asynchronous wrappers check the
+/// store themselves (`check_store` false): they take an AsyncStore too.
+template <class Policies, bool check_store = true>
 constexpr bool check_server_policies() {
-  static_assert(Store<typename Policies::store>,
+  static_assert(!check_store || Store<typename Policies::store>,
                 "Policies::store must be a copyable handle providing claim(claim_request) "
                 "returning claim_result, complete(fenced_key, string_view, store_time), "
                 "release(fenced_key) and checkpoint(fenced_key, string_view, store_time) "
@@ -8167,9 +8168,15 @@ class engine {
   /// One claim of (scope, key), at the clock's time, which `claimed_at` is set to.
   claim_result claim(std::string_view scope, std::string_view key, const digest& print,
                      store_time& claimed_at, std::string_view kept = {}) {
+    return store().claim(claim_request_for(scope, key, print, claimed_at, kept));
+  }
+
+  /// What one claim of (scope, key) asks the store, at the clock's time, which `claimed_at` is
+  /// set to.
+  claim_request claim_request_for(std::string_view scope, std::string_view key, const digest& print,
+                                  store_time& claimed_at, std::string_view kept = {}) {
     claimed_at = clock().wall_now();
-    return store().claim(
-        claim_request{scope, key, print, claimed_at, options_.lease, options_.retention, kept});
+    return claim_request{scope, key, print, claimed_at, options_.lease, options_.retention, kept};
   }
 
   /// Resumes the stuck record (scope, key), claimed for a request with fingerprint `print`: takes
@@ -8316,14 +8323,11 @@ class engine {
   void settle_failure(const fenced_key& held, std::size_t steps, const Failure& failure,
                       std::exception_ptr error) {
     if constexpr (!std::is_same_v<Failure, keep_claim_on_failure>) {
-      const failure_info info{std::move(error), held.scope, held.key, held.fence, steps};
       try {
-        std::optional<Response> stored = failure.template stored_response<Response>(info);
-        if (stored) {
-          std::string bytes;
-          codec<Response>::encode(*stored, bytes);
-          (void)stored_form(bytes);
-          (void)store().complete(held, bytes, clock().wall_now());
+        const std::optional<std::string> bytes =
+            failure_response<Response>(held, steps, failure, std::move(error));
+        if (bytes) {
+          (void)store().complete(held, *bytes, clock().wall_now());
         } else {
           (void)store().release(held);
         }
@@ -8332,6 +8336,22 @@ class engine {
         // until its lease ends; stuck() reports it.
       }
     }
+  }
+
+  /// What the failure policy makes of a handler that threw `error` under `held`: the bytes to
+  /// complete the record with (a stored failure response), or none to release the key. Not for
+  /// keep_claim_on_failure, which leaves the claim as it is.
+  template <class Response, class Failure>
+  std::optional<std::string> failure_response(const fenced_key& held, std::size_t steps,
+                                              const Failure& failure,
+                                              std::exception_ptr error) const {
+    const failure_info info{std::move(error), held.scope, held.key, held.fence, steps};
+    std::optional<Response> stored = failure.template stored_response<Response>(info);
+    if (!stored) return std::nullopt;
+    std::string bytes;
+    codec<Response>::encode(*stored, bytes);
+    (void)stored_form(bytes);
+    return bytes;
   }
 
   /// This attempt lost its fence to a takeover: answers for the attempt that holds the key now.
@@ -8344,6 +8364,13 @@ class engine {
     } catch (const store_error& error) {
       return refused<Response>(error);
     }
+    return answer_current<Response>(current, print);
+  }
+
+  /// answer_lost's answer from what the store holds for the key now (`current`, found).
+  template <class Response>
+  idempotent_outcome<Response> answer_current(std::optional<record>& current,
+                                              const digest& print) const {
     if (current && current->state == record_state::completed) {
       return answer_existing<Response>(*current, print);
     }
@@ -8418,7 +8445,7 @@ class engine {
 
     bool write(std::string_view recovery) override {
       try {
-        const store_time lease_until = owner_.clock().wall_now() + owner_.options_.lease;
+        const store_time lease_until = owner_.lease_from_now();
         if constexpr (seals) {
           return writer->checkpoint(held_, owner_.sealed_recovery(recovery), lease_until);
         } else {
@@ -8438,10 +8465,24 @@ class engine {
     fenced_key held_;
   };
 
- private:
-  // The `now` a completion is given: the clock's, unless the store says it does not read it
-  // (reads_completion_time, idem/store/contract.hpp); then the claim's time, and no second
-  // clock read.
+  /// The lease a recovery point or heartbeat written now renews the claim to.
+  store_time lease_from_now() { return clock().wall_now() + options_.lease; }
+
+  /// `plain` recovery bytes as a checkpoint stores them: sealed into `sealed` by the response
+  /// codec, or as they are.
+  std::string_view recovery_stored(std::string_view plain, std::string& sealed) const {
+    if constexpr (seals) {
+      sealed = sealed_recovery(plain);
+      return sealed;
+    } else {
+      (void)sealed;
+      return plain;
+    }
+  }
+
+  /// The `now` a completion is given: the clock's, unless the store says it does not read it
+  /// (reads_completion_time, idem/store/contract.hpp); then the claim's time, and no second
+  /// clock read.
   store_time completion_time(store_time claimed_at) {
     if constexpr (reads_completion_time<store_type>) {
       return clock().wall_now();
@@ -8450,46 +8491,71 @@ class engine {
     }
   }
 
- public:
-  /// completion::direct: the handler returned `response`; completes the record with it. A
-  /// std::string response is stored as it is, without a copy, unless a response codec seals it
-  /// or it passes max_response_bytes; anything else is encoded.
+  /// completion::direct: the handler returned `response`; completes the record with it
+  /// (completion_for's bytes).
   template <class Response>
   idempotent_outcome<Response> record_directly(const held_claim& claim, const digest& print,
                                                Response response) {
-    using outcome_type = idempotent_outcome<Response>;
-    std::string encoded;
-    std::string_view bytes;
-    bool fits = true;
-    bool viewed = false;
+    completion_bytes done;
+    completion_for(response, done);
+    bool applied = false;
+    try {
+      applied = store().complete(claim.held, done.bytes, completion_time(claim.claimed_at));
+    } catch (const store_error& error) {
+      return not_stored(claim, std::move(response), error);
+    }
+    if (!applied) return answer_lost<Response>(claim.held.scope, claim.held.key, print);
+    return recorded(claim, std::move(response), done);
+  }
+
+  /// What a completion gives the store for a response. Kept in place until the store answers:
+  /// `bytes` views `encoded`, or the response itself.
+  struct completion_bytes {
+    std::string encoded;     // the response encoded (and sealed), unless `bytes` views it
+    std::string_view bytes;  // what the store is given
+    bool fits = true;        // false: `bytes` is the too-large marker
+  };
+
+  /// record_directly's first part: the bytes for `response`. A std::string response is viewed
+  /// as it is, without a copy, unless a response codec seals it or it passes
+  /// max_response_bytes; anything else is encoded.
+  template <class Response>
+  void completion_for(const Response& response, completion_bytes& done) const {
     if constexpr (codec_views_bytes<Response> && !seals) {
       const std::string_view own = codec<Response>::bytes_of(response);
       if (own.size() <= options_.max_response_bytes) {
-        bytes = own;
-        viewed = true;
+        done.bytes = own;
+        return;
       }
     }
-    if (!viewed) {
-      codec<Response>::encode(response, encoded);
-      fits = stored_form(encoded);
-      bytes = encoded;
-    }
-    bool applied = false;
-    try {
-      applied = store().complete(claim.held, bytes, completion_time(claim.claimed_at));
-    } catch (const store_error& error) {
-      // The effect happened; the caller gets its response, and is told it was not stored.
-      return outcome_type::unrecorded(verdict::executed, std::move(response),
-                                      std::string("the response was not stored: ") + error.what(),
-                                      claim.held.fence, claim.resumed);
-    }
-    if (!applied) return answer_lost<Response>(claim.held.scope, claim.held.key, print);
-    if (!fits) {
+    codec<Response>::encode(response, done.encoded);
+    done.fits = stored_form(done.encoded);
+    done.bytes = done.encoded;
+  }
+
+  /// record_directly's answer once the store applied the completion `done`.
+  template <class Response>
+  idempotent_outcome<Response> recorded(const held_claim& claim, Response&& response,
+                                        const completion_bytes& done) const {
+    using outcome_type = idempotent_outcome<Response>;
+    if (!done.fits) {
       // The caller still gets the response the handler made; repeats get the refusal.
       return outcome_type::unrecorded(verdict::response_too_large, std::move(response),
-                                      too_large_message(bytes), claim.held.fence, claim.resumed);
+                                      too_large_message(done.bytes), claim.held.fence,
+                                      claim.resumed);
     }
     return outcome_type::executed(std::move(response), claim.held.fence, claim.resumed);
+  }
+
+  /// record_directly's answer when the store failed the completion: the effect happened; the
+  /// caller gets its response, and is told it was not stored.
+  template <class Response>
+  static idempotent_outcome<Response> not_stored(const held_claim& claim, Response&& response,
+                                                 const store_error& error) {
+    return idempotent_outcome<Response>::unrecorded(
+        verdict::executed, std::move(response),
+        std::string("the response was not stored: ") + error.what(), claim.held.fence,
+        claim.resumed);
   }
 
  private:

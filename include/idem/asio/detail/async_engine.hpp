@@ -137,7 +137,7 @@ class async_engine {
   }
 
   /// Whether a claim is made at once, inline, with no coroutine frame: a store that never
-  /// blocks, and no coalescing to wait through.
+  /// blocks, and no coalescing to wait through. claim_at_once compiles to nothing otherwise.
   bool claims_at_once() const noexcept {
     return inline_store && options().coalesce <= std::chrono::nanoseconds::zero();
   }
@@ -149,23 +149,25 @@ class async_engine {
   template <class Response>
   void claim_at_once(call_start<Response>& started, std::string_view scope, std::string_view key,
                      const kept_bytes* kept = nullptr) {
-    store_time claimed_at{};
-    // Made in place: a replay's record (its response) is moved nowhere before it is answered.
-    made_later<claim_result> claimed;
-    try {
-      claimed.make([&] {
-        return core_.claim(scope, key, started.print, claimed_at, core_type::kept_stored(kept));
-      });
-    } catch (const store_error& error) {
-      started.answer.emplace(core_type::template refused<Response>(error));
-      return;
-    }
-    std::variant<idempotent_outcome<Response>, held_claim> first =
-        first_answer<Response>(scope, key, started.print, claimed.get(), claimed_at, kept);
-    if (auto* answer = std::get_if<idempotent_outcome<Response>>(&first)) {
-      started.answer.emplace(std::move(*answer));
-    } else {
-      started.claim.emplace(std::get<held_claim>(std::move(first)));
+    if constexpr (inline_store) {
+      store_time claimed_at{};
+      // Made in place: a replay's record (its response) is moved nowhere before it is answered.
+      made_later<claim_result> claimed;
+      try {
+        claimed.make([&] {
+          return core_.claim(scope, key, started.print, claimed_at, core_type::kept_stored(kept));
+        });
+      } catch (const store_error& error) {
+        started.answer.emplace(core_type::template refused<Response>(error));
+        return;
+      }
+      std::variant<idempotent_outcome<Response>, held_claim> first =
+          first_answer<Response>(scope, key, started.print, claimed.get(), claimed_at, kept);
+      if (auto* answer = std::get_if<idempotent_outcome<Response>>(&first)) {
+        started.answer.emplace(std::move(*answer));
+      } else {
+        started.claim.emplace(std::get<held_claim>(std::move(first)));
+      }
     }
   }
 
@@ -228,11 +230,16 @@ class async_engine {
       co_await asio::this_coro::throw_if_cancelled(false);
     }
     try {
-      if (!ran.thrown && inline_store) {
-        // The common ending, with no frame: the response recorded inline.
-        answer.emplace(
-            core_.template record_directly<Response>(claim, print, std::move(*ran.response)));
-      } else {
+      bool recorded = false;
+      if constexpr (inline_store) {
+        if (!ran.thrown) {
+          // The common ending, with no frame: the response recorded inline.
+          answer.emplace(
+              core_.template record_directly<Response>(claim, print, std::move(*ran.response)));
+          recorded = true;
+        }
+      }
+      if (!recorded) {
         co_await after_run<Response>(answer, claim, print, failure, writer,
                                      context.steps_recorded(), context.in_doubt(), ran);
       }
