@@ -116,12 +116,12 @@ class async_redis_store {
   auto async_complete(const fenced_key& held, std::string_view bytes, store_time /*now*/,
                       Token&& token) {
     return run<bool>(std::forward<Token>(token), "complete",
-                     state().operations.complete(held, bytes, to_wire), applied("complete"));
+                     state().operations.complete(held, bytes, to_wire), applied{"complete"});
   }
   template <class Token>
   auto async_release(const fenced_key& held, Token&& token) {
     return run<bool>(std::forward<Token>(token), "release",
-                     state().operations.release(held, to_wire), applied("release"));
+                     state().operations.release(held, to_wire), applied{"release"});
   }
   /// With redis_time::server, `lease_until` is read as a duration from this machine's clock
   /// when the operation starts, and added to the server's time.
@@ -130,7 +130,7 @@ class async_redis_store {
                         Token&& token) {
     return run<bool>(std::forward<Token>(token), "checkpoint",
                      state().operations.checkpoint(held, bytes, lease_until, to_wire),
-                     applied("checkpoint"));
+                     applied{"checkpoint"});
   }
   template <class Token>
   auto async_find(std::string_view scope, std::string_view key, store_time now, Token&& token) {
@@ -231,11 +231,14 @@ class async_redis_store {
     return detail::redis_wire_of(commands);
   };
 
-  static auto applied(const char* operation) {
-    return [operation](const shared_state& state, const std::vector<detail::redis_reply>& replies) {
+  // The decoding of complete, release and checkpoint: whether the fenced write applied.
+  struct applied {
+    const char* operation;
+    bool operator()(const shared_state& state,
+                    const std::vector<detail::redis_reply>& replies) const {
       return state.operations.applied(replies, operation);
-    };
-  }
+    }
+  };
 
   // One exchange, its replies decoded by `decode(state, replies)`.
   template <class T, class Token, class Decode>
@@ -269,6 +272,14 @@ class async_redis_store {
     return asio::co_spawn(
         state().pool->strand(),
         [body = std::move(body)]() mutable -> asio::awaitable<T> {
+          // A cancellation that came before the coroutine ran is kept: the reset below would
+          // forget it.
+          const asio::cancellation_state early = co_await asio::this_coro::cancellation_state;
+          if (early.cancelled() != asio::cancellation_type::none) {
+            throw store_error(store_failure::unavailable,
+                              "idem::async_redis_store: the operation was cancelled before it "
+                              "started; nothing was sent");
+          }
           co_await asio::this_coro::reset_cancellation_state(asio::enable_total_cancellation());
           std::optional<T> answer;
           std::optional<std::string> cancelled;
