@@ -144,19 +144,21 @@ class async_redis_store {
   /// redis_store::sweep's semantics and cost, each round trip awaited.
   template <class Token>
   auto async_sweep(store_time now, Token&& token) {
-    return spawn<std::size_t>(std::forward<Token>(token),
-                              [state = shared(), now]() -> asio::awaitable<std::size_t> {
-                                detail::redis_sweep_walk walk(state->operations, now);
-                                co_await walk_through(*state, walk, "sweep");
-                                co_return walk.removed();
-                              });
+    return spawn<std::size_t>(
+        std::forward<Token>(token),
+        [state = shared(), now]() -> asio::awaitable<std::size_t, detail::redis_strand> {
+          detail::redis_sweep_walk walk(state->operations, now);
+          co_await walk_through(*state, walk, "sweep");
+          co_return walk.removed();
+        });
   }
   /// redis_store::stuck's semantics. Reads only.
   template <class Token>
   auto async_stuck(store_time now, std::size_t limit, Token&& token) {
     return spawn<std::vector<record>>(
         std::forward<Token>(token),
-        [state = shared(), now, limit]() -> asio::awaitable<std::vector<record>> {
+        [state = shared(), now,
+         limit]() -> asio::awaitable<std::vector<record>, detail::redis_strand> {
           detail::redis_stuck_walk walk(state->operations, now, limit);
           co_await walk_through(*state, walk, "stuck");
           co_return walk.take();
@@ -169,10 +171,11 @@ class async_redis_store {
   /// metrics.
   template <class Token>
   auto async_open_connections(Token&& token) {
-    return spawn<std::size_t>(std::forward<Token>(token),
-                              [state = shared()]() -> asio::awaitable<std::size_t> {
-                                co_return state->pool->open_connections();
-                              });
+    return spawn<std::size_t>(
+        std::forward<Token>(token),
+        [state = shared()]() -> asio::awaitable<std::size_t, detail::redis_strand> {
+          co_return state->pool->open_connections();
+        });
   }
 
  private:
@@ -244,58 +247,71 @@ class async_redis_store {
   template <class T, class Token, class Decode>
   auto run(Token&& token, const char* operation, std::vector<detail::redis_wire_command> wire,
            Decode decode) {
-    return spawn<T>(std::forward<Token>(token),
-                    [state = shared(), operation, wire = std::move(wire),
-                     decode = std::move(decode)]() mutable -> asio::awaitable<T> {
-                      const std::vector<detail::redis_reply> replies =
-                          co_await detail::async_redis_exchange(state->pool, std::move(wire),
-                                                                operation, asio::use_awaitable);
-                      co_return decode(*state, replies);
-                    });
+    return spawn<T>(
+        std::forward<Token>(token),
+        [state = shared(), operation, wire = std::move(wire),
+         decode = std::move(decode)]() mutable -> asio::awaitable<T, detail::redis_strand> {
+          const std::vector<detail::redis_reply> replies =
+              co_await detail::async_redis_exchange(state->pool, std::move(wire), operation,
+                                                    asio::use_awaitable_t<detail::redis_strand>{});
+          co_return decode(*state, replies);
+        });
   }
 
   // Runs a walk, one exchange per step.
   template <class Walk>
-  static asio::awaitable<void> walk_through(const shared_state& state, Walk& walk,
-                                            const char* operation) {
+  static asio::awaitable<void, detail::redis_strand> walk_through(const shared_state& state,
+                                                                  Walk& walk,
+                                                                  const char* operation) {
     for (detail::redis_step step = walk.next(); !step.done(); step = walk.next()) {
-      walk.feed(co_await detail::async_redis_exchange(state.pool, detail::redis_wire_of(step),
-                                                      operation, asio::use_awaitable));
+      walk.feed(
+          co_await detail::async_redis_exchange(state.pool, detail::redis_wire_of(step), operation,
+                                                asio::use_awaitable_t<detail::redis_strand>{}));
     }
   }
 
   // The coroutine `body` on the pool's strand, completing the token with void(exception_ptr,
-  // T). Any cancellation type reaches the exchange awaited; a cancellation Asio reports itself
-  // (between two exchanges of a walk) becomes store_error(unavailable) too.
+  // T) on the handler's associated executor (the store's executor when it has none, never the
+  // strand: a slow handler must not hold up the connections). Any cancellation type reaches the
+  // exchange awaited; a cancellation Asio reports itself (between two exchanges of a walk)
+  // becomes store_error(unavailable) too.
   template <class T, class Token, class Body>
   auto spawn(Token&& token, Body body) {
-    return asio::co_spawn(
-        state().pool->strand(),
-        [body = std::move(body)]() mutable -> asio::awaitable<T> {
-          // A cancellation that came before the coroutine ran is kept: the reset below would
-          // forget it.
-          const asio::cancellation_state early = co_await asio::this_coro::cancellation_state;
-          if (early.cancelled() != asio::cancellation_type::none) {
-            throw store_error(store_failure::unavailable,
-                              "idem::async_redis_store: the operation was cancelled before it "
-                              "started; nothing was sent");
-          }
-          co_await asio::this_coro::reset_cancellation_state(asio::enable_total_cancellation());
-          std::optional<T> answer;
-          std::optional<std::string> cancelled;
-          try {
-            answer.emplace(co_await body());
-          } catch (const asio_system_error& error) {
-            cancelled = error.what();
-          }
-          if (cancelled) {
-            throw store_error(store_failure::unavailable,
-                              "idem::async_redis_store: the operation was cancelled (" +
-                                  *cancelled + "); what it sent may still run at the server");
-          }
-          co_return std::move(*answer);
+    return asio::async_initiate<Token, async_store_signature<T>>(
+        [](auto handler, const std::shared_ptr<shared_state>& state, Body run) {
+          auto home = asio::get_associated_executor(handler, state->executor);
+          asio::co_spawn(state->pool->strand(), guarded<T>(std::move(run)),
+                         asio::bind_executor(std::move(home), std::move(handler)));
         },
-        std::forward<Token>(token));
+        token, shared(), std::move(body));
+  }
+
+  template <class T, class Body>
+  static auto guarded(Body body) {
+    return [body = std::move(body)]() mutable -> asio::awaitable<T, detail::redis_strand> {
+      // A cancellation that came before the coroutine ran is kept: the reset below would
+      // forget it.
+      const asio::cancellation_state early = co_await asio::this_coro::cancellation_state;
+      if (early.cancelled() != asio::cancellation_type::none) {
+        throw store_error(store_failure::unavailable,
+                          "idem::async_redis_store: the operation was cancelled before it "
+                          "started; nothing was sent");
+      }
+      co_await asio::this_coro::reset_cancellation_state(asio::enable_total_cancellation());
+      std::optional<T> answer;
+      std::optional<std::string> cancelled;
+      try {
+        answer.emplace(co_await body());
+      } catch (const asio_system_error& error) {
+        cancelled = error.what();
+      }
+      if (cancelled) {
+        throw store_error(store_failure::unavailable,
+                          "idem::async_redis_store: the operation was cancelled (" + *cancelled +
+                              "); what it sent may still run at the server");
+      }
+      co_return std::move(*answer);
+    };
   }
 
   std::shared_ptr<shared_state> shared() const {

@@ -313,10 +313,10 @@ class redis_async_connection : public std::enable_shared_from_this<redis_async_c
   std::shared_ptr<redis_async_common> common_;
   redis_strand strand_;
   std::weak_ptr<redis_async_connection_owner> owner_;
-  asio::ip::tcp::socket socket_;
-  asio::ip::tcp::resolver resolver_;
-  asio::steady_timer connect_timer_;
-  asio::steady_timer stall_timer_;
+  asio::basic_stream_socket<asio::ip::tcp, redis_strand> socket_;
+  asio::ip::basic_resolver<asio::ip::tcp, redis_strand> resolver_;
+  redis_timer connect_timer_;
+  redis_timer stall_timer_;
   redisReader* reader_;
   state state_ = state::connecting;
   std::deque<std::shared_ptr<redis_exchange>> fifo_;  // one entry per reply awaited

@@ -6,6 +6,7 @@
 #ifndef IDEM_STORE_REDIS_ASYNC_EXCHANGE_HPP
 #define IDEM_STORE_REDIS_ASYNC_EXCHANGE_HPP
 
+#include <chrono>
 #include <exception>
 #include <memory>
 #include <utility>
@@ -19,7 +20,13 @@ namespace idem::detail {
 
 class redis_async_connection;
 
+// Everything of one store runs on one strand; its I/O objects and coroutines are typed with it,
+// so that the strand is never wrapped in an any_io_executor, whose large targets are shared
+// through a reference count that ThreadSanitizer cannot follow (it ignores standalone fences).
 using redis_strand = asio::strand<asio::any_io_executor>;
+using redis_timer =
+    asio::basic_waitable_timer<std::chrono::steady_clock,
+                               asio::wait_traits<std::chrono::steady_clock>, redis_strand>;
 
 class redis_exchange {
  public:
