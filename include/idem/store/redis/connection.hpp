@@ -29,6 +29,7 @@
 
 #include <idem/store/contract.hpp>
 #include <idem/store/detail/connection_pool.hpp>
+#include <idem/store/redis/command.hpp>
 #include <idem/store/redis/reply.hpp>
 #include <idem/store/redis/scripts.hpp>
 #include <idem/store/redis/sigpipe.hpp>
@@ -109,25 +110,28 @@ inline void redis_check_eviction_policy(const redisReply* policy, const std::str
   }
 }
 
-// One script call: EVALSHA sha numkeys keys... args... (EVAL with the text after NOSCRIPT).
-// The views point into strings that outlive the exchange.
-struct redis_command {
-  static constexpr std::size_t max_keys = 3;
-  static constexpr std::size_t max_args = 8;  // claim's
-  redis_command(redis_script which, std::initializer_list<std::string_view> key_list,
-                std::initializer_list<std::string_view> arg_list)
-      : name(which) {
-    for (const std::string_view key : key_list)
-      keys[key_count++] = key;
-    for (const std::string_view arg : arg_list)
-      args[arg_count++] = arg;
+// Where the server is, as messages name it: host:port, or the socket's path.
+inline std::string redis_where(const redis_settings& settings) {
+  return settings.unix_socket.empty() ? settings.host + ":" + std::to_string(settings.port)
+                                      : settings.unix_socket;
+}
+
+// Refuses settings no connection could use, in the order users meet them: what a client checks
+// before it connects (the blocking one's pool, the asynchronous one's connections).
+inline redis_settings redis_checked_settings(redis_settings given) {
+  if (given.pool_size == 0) {
+    throw std::invalid_argument(given.who + ": pool_size must be at least 1");
   }
-  redis_script name;
-  std::string_view keys[max_keys];
-  std::string_view args[max_args];
-  std::size_t key_count = 0;
-  std::size_t arg_count = 0;
-};
+  if (given.unix_socket.empty() && (given.port <= 0 || given.port > 65535)) {
+    throw std::invalid_argument(given.who + ": port " + std::to_string(given.port) +
+                                " is not a TCP port");
+  }
+  if (given.connect_timeout <= std::chrono::milliseconds::zero() ||
+      given.command_timeout <= std::chrono::milliseconds::zero()) {
+    throw std::invalid_argument(given.who + ": timeouts must be positive");
+  }
+  return given;
+}
 
 // The part of a redis_store that every copy shares: its settings, the scripts' digests and the
 // connection pool. Once started, safe to use from many threads.
@@ -135,9 +139,7 @@ class redis_client {
  public:
   // Refuses settings no connection could use; connects to nothing yet.
   explicit redis_client(redis_settings given)
-      : settings_(checked(std::move(given))),
-        where_(settings_.unix_socket.empty() ? settings_.host + ":" + std::to_string(settings_.port)
-                                             : settings_.unix_socket) {}
+      : settings_(redis_checked_settings(std::move(given))), where_(redis_where(settings_)) {}
   redis_client(const redis_client&) = delete;
   redis_client& operator=(const redis_client&) = delete;
   ~redis_client() = default;
@@ -273,22 +275,6 @@ class redis_client {
   }
 
  private:
-  // Checked before the connection pool is made from them, in the order users meet them.
-  static redis_settings checked(redis_settings given) {
-    if (given.pool_size == 0) {
-      throw std::invalid_argument(given.who + ": pool_size must be at least 1");
-    }
-    if (given.unix_socket.empty() && (given.port <= 0 || given.port > 65535)) {
-      throw std::invalid_argument(given.who + ": port " + std::to_string(given.port) +
-                                  " is not a TCP port");
-    }
-    if (given.connect_timeout <= std::chrono::milliseconds::zero() ||
-        given.command_timeout <= std::chrono::milliseconds::zero()) {
-      throw std::invalid_argument(given.who + ": timeouts must be positive");
-    }
-    return given;
-  }
-
   redis_reply ask(redisContext* context, std::initializer_list<const char*> words) const {
     const char* argv[4];
     std::size_t lengths[4];

@@ -1,0 +1,615 @@
+// The store's operations as Redis sees them, apart from how they travel: the script calls each
+// operation sends (its keys and arguments), the decoding of what the scripts answer, and sweep
+// and stuck as walks of round trips. redis_store (blocking, through hiredis) and
+// async_redis_store (pipelined, on Asio) both run them, so the two write the same records under
+// the same keys and can share one database.
+//
+// An operation's call is given `send`, which sends its commands (views into strings that live
+// until send returns) and answers what the caller wants: the replies for the blocking store,
+// the commands written out for the asynchronous one. A walk hands out one step at a time (script
+// calls or plain commands, sent in one round trip) and is fed that step's replies, until its
+// step is done.
+#ifndef IDEM_STORE_REDIS_OPERATIONS_HPP
+#define IDEM_STORE_REDIS_OPERATIONS_HPP
+
+#include <hiredis/hiredis.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <idem/store/contract.hpp>
+#include <idem/store/redis/command.hpp>
+#include <idem/store/redis/keys.hpp>
+#include <idem/store/redis/reply.hpp>
+#include <idem/store/redis/scripts.hpp>
+
+namespace idem {
+
+/// Whose clock leases and expiry follow.
+enum class redis_time : std::uint8_t {
+  server,  // the Redis server's (TIME in the scripts): clients with skewed clocks agree
+  caller,  // the `now` each operation is given: tests with a manual clock, replays of time
+};
+
+}  // namespace idem
+
+namespace idem::detail {
+
+// What the records' keys and the scripts' arguments depend on: the options of that name, whose
+// comments (redis_store::options) say what each is.
+struct redis_record_settings {
+  std::string prefix;
+  redis_time time = redis_time::server;
+  std::chrono::milliseconds caller_time_margin{};
+  std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
+};
+
+// One round trip of a walk: script calls or plain commands (never both); none when it is over.
+struct redis_step {
+  std::span<const redis_command> scripts;
+  std::span<const std::vector<std::string_view>> plain;
+  bool done() const noexcept { return scripts.empty() && plain.empty(); }
+};
+
+class redis_operations {
+ public:
+  // Refuses a prefix that would move the hash tag and a negative margin; `who` begins every
+  // message, `where` names the server in them.
+  redis_operations(redis_record_settings settings, std::string who, std::string where)
+      : settings_(checked(std::move(settings), who)),
+        who_(std::move(who)),
+        where_(std::move(where)),
+        registry_(redis_registry_of(settings_.prefix)) {}
+
+  const redis_record_settings& settings() const noexcept { return settings_; }
+  const std::string& registry() const noexcept { return registry_; }
+  const std::string& who() const noexcept { return who_; }
+
+  template <class Send>
+  decltype(auto) claim(const claim_request& request, Send&& send) const {
+    if (request.lease <= std::chrono::nanoseconds::zero() ||
+        request.retention <= std::chrono::nanoseconds::zero()) {
+      throw std::invalid_argument(who_ + ": lease and retention must be positive");
+    }
+    const redis_keys names = keys_of(request.scope, request.key);
+    const std::string now = now_argument(request.now);
+    const std::string lease = redis_decimal(request.lease.count());
+    const std::string retention = redis_decimal(request.retention.count());
+    const std::string extra = redis_decimal(extra_ttl_ms());
+    const std::string cap = scope_cap();
+    const std::string_view fingerprint{reinterpret_cast<const char*>(request.fingerprint.data()),
+                                       request.fingerprint.size()};
+    const redis_command commands[] = {
+        redis_command{
+            redis_script::claim,
+            {names.record, names.expiry, names.lease},
+            {now, lease, retention, fingerprint, request.key, extra, cap, request.recovery}},
+        redis_command{redis_script::enroll, {registry_}, {names.tag}},
+    };
+    return send(std::span<const redis_command>(commands));
+  }
+
+  // The answer to claim's two commands: the claim script's, then the scope's enrolment.
+  claim_result claim_result_of(const std::vector<redis_reply>& replies) const {
+    const redisReply* answer = replies.at(0).get();
+    if (is_error(answer)) {
+      if (is_out_of_memory(answer)) return {claim_status::full, 0, {}};
+      throw failure("claim", answer);
+    }
+    if (answer->type != REDIS_REPLY_ARRAY || answer->elements < 2 ||
+        answer->element[0]->type != REDIS_REPLY_INTEGER) {
+      throw malformed("claim");
+    }
+    const long long status = answer->element[0]->integer;
+    // The registry's answer matters only when this claim made a new record: any other answer
+    // found its scope enrolled already.
+    if (status == 0 && is_error(replies.at(1).get())) {
+      throw failure(
+          "claim (registering the scope; the record was written but may be missed "
+          "by sweep and stuck until claimed again)",
+          replies[1].get());
+    }
+    claim_result result;
+    switch (status) {
+      case 0:
+        result.status = claim_status::claimed;
+        result.fence = redis_fence_of(answer->element[1]);
+        return result;
+      case 1: {
+        if (answer->elements < 7) throw malformed("claim");
+        result.status = claim_status::taken_over;
+        result.fence = redis_fence_of(answer->element[1]);
+        record& taken = result.existing;
+        taken.fingerprint = redis_digest_of(answer->element[2]);
+        taken.state = record_state::in_progress;
+        taken.fence = result.fence;
+        taken.created_at = redis_time_of(answer->element[3]);
+        taken.lease_until = redis_time_of(answer->element[4]);
+        taken.expires_at = redis_time_of(answer->element[5]);
+        taken.recovery = reply_text(answer->element[6]);
+        return result;
+      }
+      case 2:
+        if (answer->elements < 9) throw malformed("claim");
+        result.status = claim_status::existing;
+        result.existing = redis_record_of(std::span(answer->element + 1, 8));
+        return result;
+      case 3:
+        result.status = claim_status::full;
+        return result;
+      default:
+        throw malformed("claim");
+    }
+  }
+
+  template <class Send>
+  decltype(auto) complete(const fenced_key& held, std::string_view response, Send&& send) const {
+    const redis_keys names = keys_of(held.scope, held.key);
+    const std::string fence = redis_decimal(held.fence);
+    const redis_command commands[] = {redis_command{
+        redis_script::complete, {names.record, names.lease}, {fence, response, held.key}}};
+    return send(std::span<const redis_command>(commands));
+  }
+
+  template <class Send>
+  decltype(auto) release(const fenced_key& held, Send&& send) const {
+    const redis_keys names = keys_of(held.scope, held.key);
+    const std::string fence = redis_decimal(held.fence);
+    const redis_command commands[] = {
+        redis_command{redis_script::release, {names.record, names.lease}, {fence, held.key}}};
+    return send(std::span<const redis_command>(commands));
+  }
+
+  // With redis_time::server, `lease_until` is read as a duration from this machine's clock
+  // (lease_until - system_clock::now()) and added to the server's time.
+  template <class Send>
+  decltype(auto) checkpoint(const fenced_key& held, std::string_view recovery,
+                            store_time lease_until, Send&& send) const {
+    const redis_keys names = keys_of(held.scope, held.key);
+    const std::string fence = redis_decimal(held.fence);
+    std::string until;
+    std::string extension = "0";
+    if (settings_.time == redis_time::caller) {
+      until = redis_time_argument(lease_until);
+    } else {
+      const auto ahead = std::chrono::duration_cast<std::chrono::nanoseconds>(
+          lease_until - std::chrono::system_clock::now());
+      extension = redis_decimal(std::max<std::int64_t>(ahead.count(), 0));
+    }
+    const redis_command commands[] = {redis_command{redis_script::checkpoint,
+                                                    {names.record, names.lease},
+                                                    {fence, recovery, until, extension, held.key}}};
+    return send(std::span<const redis_command>(commands));
+  }
+
+  // The answer of complete, release and checkpoint: whether the fenced write applied.
+  bool applied(const std::vector<redis_reply>& replies, const char* operation) const {
+    const redisReply* answer = replies.at(0).get();
+    if (is_error(answer)) throw failure(operation, answer);
+    if (answer->type != REDIS_REPLY_INTEGER) throw malformed(operation);
+    return answer->integer == 1;
+  }
+
+  template <class Send>
+  decltype(auto) find(std::string_view scope, std::string_view key, store_time now,
+                      Send&& send) const {
+    const redis_keys names = keys_of(scope, key);
+    const std::string when = now_argument(now);
+    const redis_command commands[] = {redis_command{redis_script::find, {names.record}, {when}}};
+    return send(std::span<const redis_command>(commands));
+  }
+
+  std::optional<record> found(const std::vector<redis_reply>& replies, std::string_view scope,
+                              std::string_view key) const {
+    const redisReply* answer = replies.at(0).get();
+    if (is_error(answer)) throw failure("find", answer);
+    if (answer->type == REDIS_REPLY_NIL) return std::nullopt;
+    if (answer->type != REDIS_REPLY_ARRAY || answer->elements < 8) throw malformed("find");
+    record out = redis_record_of(std::span(answer->element, 8));
+    out.scope = scope;
+    out.key = key;
+    return out;
+  }
+
+  redis_scope_keys scope_keys_of(std::string_view tag) const {
+    return redis_scope_keys_of(settings_.prefix, tag);
+  }
+
+  // A time argument of the scripts: empty (the server's TIME) with redis_time::server.
+  std::string now_argument(store_time now) const {
+    if (settings_.time == redis_time::server) return {};
+    return redis_time_argument(now);
+  }
+
+  static bool is_error(const redisReply* reply) noexcept {
+    return reply->type == REDIS_REPLY_ERROR;
+  }
+  static bool is_out_of_memory(const redisReply* reply) noexcept {
+    return reply_text(reply).starts_with("OOM");
+  }
+
+  store_error failure(const char* operation, const redisReply* reply) const {
+    const std::string text(reply_text(reply));
+    return store_error(
+        is_out_of_memory(reply) ? store_failure::full : store_failure::unavailable,
+        who_ + ": " + operation + " failed: the server at " + where_ + " answered: " + text);
+  }
+  store_error malformed(const char* operation) const {
+    return store_error(store_failure::unavailable,
+                       who_ + ": " + operation + ": unexpected answer from " + where_);
+  }
+
+  // One page of the scope registry's SSCAN: the next cursor ("0" after the last page), and the
+  // page's tags in `tags`.
+  std::string scope_page_of(const std::vector<redis_reply>& replies,
+                            std::vector<std::string>& tags) const {
+    const redisReply* page = replies.at(0).get();
+    if (is_error(page)) throw failure("listing scopes", page);
+    if (page->type != REDIS_REPLY_ARRAY || page->elements != 2 ||
+        page->element[1]->type != REDIS_REPLY_ARRAY) {
+      throw malformed("listing scopes");
+    }
+    tags.clear();
+    tags.reserve(page->element[1]->elements);
+    for (std::size_t i = 0; i < page->element[1]->elements; ++i) {
+      tags.emplace_back(reply_text(page->element[1]->element[i]));
+    }
+    return std::string(reply_text(page->element[0]));
+  }
+
+ private:
+  static redis_record_settings checked(redis_record_settings given, const std::string& who) {
+    if (given.prefix.find_first_of("{}") != std::string::npos) {
+      throw std::invalid_argument(
+          who +
+          ": the key prefix may not contain '{' or '}': they would move the hash tag that keeps "
+          "a record's keys in one cluster slot");
+    }
+    if (given.caller_time_margin < std::chrono::milliseconds::zero()) {
+      throw std::invalid_argument(who + ": caller_time_margin cannot be negative");
+    }
+    return given;
+  }
+
+  redis_keys keys_of(std::string_view scope, std::string_view key) const {
+    return redis_keys_of(settings_.prefix, scope, key);
+  }
+
+  std::string scope_cap() const {
+    const std::size_t cap = settings_.max_records_per_scope;
+    return cap == std::numeric_limits<std::size_t>::max() ? std::string() : redis_decimal(cap);
+  }
+
+  std::int64_t extra_ttl_ms() const {
+    return settings_.time == redis_time::caller ? settings_.caller_time_margin.count() : 0;
+  }
+
+  redis_record_settings settings_;
+  std::string who_;
+  std::string where_;
+  std::string registry_;
+};
+
+// The registry's SSCAN, one page from `cursor`.
+inline std::vector<std::string_view> redis_scope_scan(const redis_operations& operations,
+                                                      const std::string& cursor) {
+  return {"SSCAN", operations.registry(), cursor, "COUNT", "256"};
+}
+
+// sweep(now): for each page of the scope registry (SSCAN: a scope may come twice), one
+// pipelined round of the sweep script for the page's scopes, then any scope with more due
+// followed alone, batch by batch; then the scopes whose index was empty leave the registry,
+// unless a claim wrote into one meanwhile: removed first, then its index counted (both in one
+// round trip, in that order), then put back if not empty. A claim enrolls its scope after
+// writing its record, so however the two interleave, a scope with a record ends up enrolled.
+// Not movable: a step's views point into it.
+class redis_sweep_walk {
+ public:
+  static constexpr std::size_t batch = 512;
+
+  redis_sweep_walk(const redis_operations& operations, store_time now)
+      : operations_(operations), when_(operations.now_argument(now)) {}
+  redis_sweep_walk(const redis_sweep_walk&) = delete;
+  redis_sweep_walk& operator=(const redis_sweep_walk&) = delete;
+  ~redis_sweep_walk() = default;
+
+  // Records removed so far: those deleted, and those Redis's TTL had dropped whose index
+  // entries went.
+  std::size_t removed() const noexcept { return removed_; }
+
+  redis_step next() {
+    switch (phase_) {
+      case phase::scan:
+        plain_ = {redis_scope_scan(operations_, cursor_)};
+        return {{}, plain_};
+      case phase::round:
+        return {commands_, {}};
+      case phase::follow: {
+        const following& scope = follow_.front();
+        offset_ = redis_decimal(scope.offset);
+        commands_.clear();
+        commands_.push_back(script(scopes_[scope.index], offset_));
+        return {commands_, {}};
+      }
+      case phase::forget:
+      case phase::put_back:
+        return {{}, plain_};
+      case phase::done:
+        break;
+    }
+    return {};
+  }
+
+  void feed(std::vector<redis_reply> replies) {
+    switch (phase_) {
+      case phase::scan:
+        cursor_ = operations_.scope_page_of(replies, tags_);
+        if (tags_.empty()) return next_page();
+        scopes_.clear();
+        commands_.clear();
+        for (const std::string& tag : tags_)
+          scopes_.push_back(operations_.scope_keys_of(tag));
+        for (const redis_scope_keys& scope : scopes_)
+          commands_.push_back(script(scope, zero_));
+        phase_ = phase::round;
+        return;
+      case phase::round:
+        for (std::size_t i = 0; i < scopes_.size(); ++i) {
+          const answer swept = answer_of(replies.at(i).get());
+          removed_ += swept.removed;
+          if (swept.seen == batch) {
+            follow_.push_back({i, swept.kept});
+          } else if (swept.left == 0) {
+            empty_.push_back(i);
+          }
+        }
+        return follow_.empty() ? forget() : void(phase_ = phase::follow);
+      case phase::follow: {
+        const answer swept = answer_of(replies.at(0).get());
+        removed_ += swept.removed;
+        following& scope = follow_.front();
+        scope.offset += swept.kept;
+        if (swept.seen == batch) return;
+        if (swept.left == 0) empty_.push_back(scope.index);
+        follow_.erase(follow_.begin());
+        return follow_.empty() ? forget() : void();
+      }
+      case phase::forget: {
+        std::vector<std::vector<std::string_view>> back;
+        for (std::size_t i = 0; i < empty_.size(); ++i) {
+          const redisReply* left = replies.at(2 * i + 1).get();
+          if (redis_operations::is_error(left)) throw operations_.failure("sweep", left);
+          if (left->type == REDIS_REPLY_INTEGER && left->integer == 0) continue;
+          back.push_back({"SADD", operations_.registry(), tags_[empty_[i]]});
+        }
+        if (back.empty()) return next_page();
+        plain_ = std::move(back);
+        phase_ = phase::put_back;
+        return;
+      }
+      case phase::put_back:
+        for (const redis_reply& reply : replies) {
+          if (redis_operations::is_error(reply.get())) {
+            throw operations_.failure("sweep", reply.get());
+          }
+        }
+        return next_page();
+      case phase::done:
+        return;
+    }
+  }
+
+ private:
+  enum class phase : std::uint8_t { scan, round, follow, forget, put_back, done };
+  struct following {
+    std::size_t index;
+    std::size_t offset;
+  };
+  struct answer {
+    std::size_t removed = 0;
+    std::size_t seen = 0;
+    std::size_t kept = 0;
+    std::size_t left = 0;
+  };
+
+  redis_command script(const redis_scope_keys& scope, const std::string& from) const {
+    return redis_command{redis_script::sweep,
+                         {scope.expiry, scope.lease},
+                         {when_, batch_, from, scope.record_prefix}};
+  }
+
+  answer answer_of(const redisReply* reply) const {
+    if (redis_operations::is_error(reply)) throw operations_.failure("sweep", reply);
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 4) {
+      throw operations_.malformed("sweep");
+    }
+    return answer{static_cast<std::size_t>(reply->element[0]->integer),
+                  static_cast<std::size_t>(reply->element[1]->integer),
+                  static_cast<std::size_t>(reply->element[2]->integer),
+                  static_cast<std::size_t>(reply->element[3]->integer)};
+  }
+
+  void forget() {
+    if (empty_.empty()) return next_page();
+    plain_.clear();
+    for (const std::size_t i : empty_) {
+      plain_.push_back({"SREM", operations_.registry(), tags_[i]});
+      plain_.push_back({"ZCARD", scopes_[i].expiry});
+    }
+    phase_ = phase::forget;
+  }
+
+  void next_page() {
+    follow_.clear();
+    empty_.clear();
+    phase_ = cursor_ == "0" ? phase::done : phase::scan;
+  }
+
+  const redis_operations& operations_;
+  const std::string when_;
+  const std::string batch_ = redis_decimal(batch);
+  const std::string zero_ = "0";
+  phase phase_ = phase::scan;
+  std::string cursor_ = "0";
+  std::string offset_;
+  std::vector<std::string> tags_;
+  std::vector<redis_scope_keys> scopes_;
+  std::vector<redis_command> commands_;
+  std::vector<std::vector<std::string_view>> plain_;
+  std::vector<following> follow_;
+  std::vector<std::size_t> empty_;
+  std::size_t removed_ = 0;
+};
+
+// stuck(now, limit): for each page of the scope registry, one pipelined round of the stuck
+// script for the page's scopes, each scope's answer taken in order and a scope with more
+// followed alone before the next; it stops as soon as `limit` records are found. Reads only.
+// Not movable: a step's views point into it.
+class redis_stuck_walk {
+ public:
+  static constexpr std::size_t batch = 256;
+
+  redis_stuck_walk(const redis_operations& operations, store_time now, std::size_t limit)
+      : operations_(operations), when_(operations.now_argument(now)), limit_(limit) {
+    if (limit_ == 0) phase_ = phase::done;
+  }
+  redis_stuck_walk(const redis_stuck_walk&) = delete;
+  redis_stuck_walk& operator=(const redis_stuck_walk&) = delete;
+  ~redis_stuck_walk() = default;
+
+  // What it found, once done.
+  std::vector<record> take() noexcept { return std::move(out_); }
+
+  redis_step next() {
+    switch (phase_) {
+      case phase::scan:
+        plain_ = {redis_scope_scan(operations_, cursor_)};
+        return {{}, plain_};
+      case phase::round:
+        return {commands_, {}};
+      case phase::follow:
+        from_ = redis_decimal(offset_);
+        commands_.clear();
+        commands_.push_back(script(scopes_[at_], from_));
+        return {commands_, {}};
+      case phase::done:
+        break;
+    }
+    return {};
+  }
+
+  void feed(std::vector<redis_reply> replies) {
+    switch (phase_) {
+      case phase::scan:
+        cursor_ = operations_.scope_page_of(replies, tags_);
+        if (tags_.empty()) return next_page();
+        scopes_.clear();
+        commands_.clear();
+        for (const std::string& tag : tags_)
+          scopes_.push_back(operations_.scope_keys_of(tag));
+        for (const redis_scope_keys& scope : scopes_)
+          commands_.push_back(script(scope, zero_));
+        phase_ = phase::round;
+        return;
+      case phase::round:
+        round_ = std::move(replies);
+        at_ = 0;
+        return take_round();
+      case phase::follow: {
+        const std::size_t seen = take(replies.at(0).get());
+        offset_ += seen;
+        if (seen == batch && out_.size() < limit_) return;
+        ++at_;
+        return take_round();
+      }
+      case phase::done:
+        return;
+    }
+  }
+
+ private:
+  enum class phase : std::uint8_t { scan, round, follow, done };
+
+  redis_command script(const redis_scope_keys& scope, const std::string& from) const {
+    return redis_command{
+        redis_script::stuck, {scope.lease}, {when_, batch_, from, scope.record_prefix}};
+  }
+
+  // Takes the round's answers from scope at_ on, until one needs following or `limit` is met.
+  void take_round() {
+    for (; at_ < tags_.size() && out_.size() < limit_; ++at_) {
+      scope_ = redis_scope_of_tag(tags_[at_]);
+      const std::size_t seen = take(round_.at(at_).get());
+      if (seen == batch && out_.size() < limit_) {
+        offset_ = seen;
+        phase_ = phase::follow;
+        return;
+      }
+    }
+    next_page();
+  }
+
+  // Adds the stuck records of one script answer (up to `limit`); answers how many index
+  // entries the script looked at.
+  std::size_t take(const redisReply* reply) {
+    if (redis_operations::is_error(reply)) throw operations_.failure("stuck", reply);
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 1 || (reply->elements - 1) % 7 != 0) {
+      throw operations_.malformed("stuck");
+    }
+    for (std::size_t at = 1; at + 7 <= reply->elements && out_.size() < limit_; at += 7) {
+      record found;
+      found.scope = scope_;
+      found.key = reply_text(reply->element[at]);
+      found.fence = redis_fence_of(reply->element[at + 1]);
+      found.state = record_state::in_progress;
+      found.fingerprint = redis_digest_of(reply->element[at + 2]);
+      found.created_at = redis_time_of(reply->element[at + 3]);
+      found.lease_until = redis_time_of(reply->element[at + 4]);
+      found.expires_at = redis_time_of(reply->element[at + 5]);
+      found.recovery = reply_text(reply->element[at + 6]);
+      out_.push_back(std::move(found));
+    }
+    return static_cast<std::size_t>(reply->element[0]->integer);
+  }
+
+  void next_page() { phase_ = cursor_ == "0" || out_.size() >= limit_ ? phase::done : phase::scan; }
+
+  const redis_operations& operations_;
+  const std::string when_;
+  const std::size_t limit_;
+  const std::string batch_ = redis_decimal(batch);
+  const std::string zero_ = "0";
+  phase phase_ = phase::scan;
+  std::string cursor_ = "0";
+  std::string from_;
+  std::string scope_;
+  std::size_t at_ = 0;
+  std::size_t offset_ = 0;
+  std::vector<std::string> tags_;
+  std::vector<redis_scope_keys> scopes_;
+  std::vector<redis_command> commands_;
+  std::vector<std::vector<std::string_view>> plain_;
+  std::vector<redis_reply> round_;  // the round's answers, taken one scope at a time
+  std::vector<record> out_;
+};
+
+// Runs a walk to its end on a client that blocks: `send(step)` answers the step's replies.
+template <class Walk, class Send>
+void redis_walk(Walk& walk, Send&& send) {
+  for (redis_step step = walk.next(); !step.done(); step = walk.next())
+    walk.feed(send(step));
+}
+
+}  // namespace idem::detail
+
+#endif  // IDEM_STORE_REDIS_OPERATIONS_HPP

@@ -1,0 +1,25 @@
+// async_redis_store against the store and reconciler conformance suites, through blocking_store,
+// on the real server scripts/test.sh started; a pool of two threads the factory owns runs the
+// stores' executor. The suites move time with a manual clock, so these stores follow the
+// caller's time (redis_time::caller).
+#include <catch2/catch.hpp>
+
+#include <idem/testing/reconciler_conformance.hpp>
+#include <idem/testing/store_conformance.hpp>
+
+#include "redis_async_test_support.hpp"
+
+namespace {
+
+struct async_redis_factory {
+  static constexpr bool bounded = false;
+  idem_redis_async_test::blocking_async make(const idem::testing::store_limits& /*limits*/) {
+    return stores.make_blocking(idem_redis_async_test::shared_options(idem::redis_time::caller));
+  }
+  idem_redis_async_test::store_maker stores;
+};
+
+}  // namespace
+
+IDEM_STORE_CONFORMANCE_TESTS(async_redis_factory)
+IDEM_RECONCILER_CONFORMANCE_TESTS(async_redis_factory)
