@@ -6,7 +6,9 @@
 
 #include <idem/asio/blocking_store.hpp>
 #include <idem/store/async_postgres.hpp>
+#include <idem/testing/conformance/support.hpp>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,7 +63,9 @@ struct factory {
 
   blocking_store<async_postgres_store> make(const store_limits& /*limits*/) {
     async_postgres_store::options config = caller_time_options(postgres::unique_table("ac"));
-    config.pool_size = 8;  // the storm's 64 threads share 8 pipelined connections
+    // The storm runs 64 threads. Each connection commits its operations one after another, each
+    // waiting for its own flush to disk, so commits group across connections, not within one.
+    config.pool_size = 32;
     tables.push_back(config.table);
     return blocking_store<async_postgres_store>{async_postgres_store{config, loop->executor()}};
   }
@@ -79,6 +83,38 @@ struct factory {
 template <class Body>
 auto run_on(asio::io_context& loop, Body body) {
   return asio::co_spawn(loop, std::move(body), asio::use_future).get();
+}
+
+}  // namespace idem::testing::postgres_async
+
+namespace idem::testing::postgres_async {
+
+/// A name for the store's connections (application_name), so a test can find its backends in
+/// pg_stat_activity.
+inline std::string with_application(const std::string& name) {
+  return postgres::conninfo() + " application_name=" + name;
+}
+
+/// How many backends of `application` exist, and how many of them wait on a lock.
+inline long long backends_of(postgres::connection& admin, const std::string& application) {
+  return admin.scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = '" +
+                      application + "'");
+}
+inline long long waiting_on_lock(postgres::connection& admin, const std::string& application) {
+  return admin.scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = '" +
+                      application + "' AND state = 'active' AND wait_event_type = 'Lock'");
+}
+
+/// Polls `condition` every 10 ms for up to `limit`; whether it held.
+template <class Condition>
+bool eventually(Condition condition,
+                std::chrono::milliseconds limit = std::chrono::milliseconds{5000}) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < until) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds{10});
+  }
+  return condition();
 }
 
 }  // namespace idem::testing::postgres_async
