@@ -399,3 +399,67 @@ TEST_CASE("cancels interleaved with 1000 operations on the pool: every answer is
   loop.run();
   CHECK(right == keys);
 }
+
+TEST_CASE(
+    "a server restarted under operations: clear errors, then the pool reconnects, and nothing "
+    "acknowledged is lost",
+    "[postgres_async][fault]") {
+  pgtest::private_server server;
+  server.start();
+  pgasync::running_loop loop;
+  idem::async_postgres_store::options config;
+  config.conninfo = server.conninfo();
+  config.table = "records";
+  config.pool_size = 4;
+  config.reconnect_delay = 20ms;
+  config.max_reconnect_delay = 200ms;
+  idem::async_postgres_store async_store{config, loop.executor()};
+  blocking store{async_store};
+  const auto now = [] { return std::chrono::system_clock::now(); };
+  const idem::claim_result first = store.claim({"tenant", "before", print(1), now(), 30s, 24h});
+  REQUIRE(store.complete({"tenant", "before", first.fence}, "kept", now()));
+
+  // Operations in flight when the server goes down (immediately, as in a crash).
+  std::vector<std::string> names;
+  for (int i = 0; i < 32; ++i)
+    names.push_back("during-" + std::to_string(i));
+  std::vector<std::future<idem::claim_result>> claims;
+  for (const std::string& name : names) {
+    claims.push_back(
+        async_store.async_claim({"tenant", name, print(1), now(), 30s, 24h}, asio::use_future));
+  }
+  server.stop();
+  std::vector<std::string> acknowledged;
+  for (std::size_t i = 0; i < claims.size(); ++i) {
+    REQUIRE(claims[i].wait_for(30s) == std::future_status::ready);
+    try {
+      if (claims[i].get().status == idem::claim_status::claimed) acknowledged.push_back(names[i]);
+    } catch (const idem::store_error& error) {
+      CHECK(error.failure() == idem::store_failure::unavailable);
+    }
+  }
+  // Down: a clear error, not a hang.
+  const std::optional<idem::store_error> down =
+      failure_of([&] { return store.find("tenant", "before", now()); });
+  REQUIRE(down.has_value());
+  CHECK(down->failure() == idem::store_failure::unavailable);
+
+  server.start();
+  std::optional<idem::record> kept;
+  CHECK(pgasync::eventually(
+      [&] {
+        try {
+          kept = store.find("tenant", "before", now());
+          return true;
+        } catch (const idem::store_error&) {
+          return false;
+        }
+      },
+      20s));
+  REQUIRE(kept.has_value());
+  CHECK(kept->response == "kept");
+  for (const std::string& name : acknowledged) {
+    INFO(name);
+    CHECK(store.find("tenant", name, now()).has_value());
+  }
+}

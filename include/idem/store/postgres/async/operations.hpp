@@ -374,6 +374,10 @@ class handled final : public Job {
 
  private:
   struct canceller {
+    // A constructor, not an aggregate: Asio builds it with parentheses, which Clang 14 does not
+    // take for aggregates.
+    canceller(std::weak_ptr<job> cancelled, std::weak_ptr<pool> store)
+        : target(std::move(cancelled)), owner(std::move(store)) {}
     std::weak_ptr<job> target;
     std::weak_ptr<pool> owner;
     void operator()(asio::cancellation_type type) const {

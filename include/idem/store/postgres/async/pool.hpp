@@ -179,23 +179,21 @@ class pool : public std::enable_shared_from_this<pool> {
     if (!waiting_.empty()) open_more();
   }
 
+  // The connection with the fewest jobs in flight that takes this one. An idle one is checked
+  // first (one recv): the server may have closed it meanwhile.
   link* pick(bool exclusive) {
-    link* best = nullptr;
-    for (auto at = links_.begin(); at != links_.end();) {
-      link& each = **at;
-      if (!each.accepts(exclusive, settings_.pipeline_depth)) {
-        ++at;
-        continue;
+    for (;;) {
+      link* best = nullptr;
+      for (const std::shared_ptr<link>& each : links_) {
+        if (!each->accepts(exclusive, settings_.pipeline_depth)) continue;
+        if (best == nullptr || each->in_flight() < best->in_flight()) best = each.get();
       }
-      if (!each.check_alive()) {
-        // Broken while idle: its lost() notice will find it gone already.
-        at = links_.erase(at);
-        continue;
-      }
-      if (best == nullptr || each.in_flight() < best->in_flight()) best = &each;
-      ++at;
+      if (best == nullptr || best->check_alive()) return best;
+      // Broken while idle: it leaves the pool now (its notice finds it gone already).
+      links_.erase(std::remove_if(links_.begin(), links_.end(),
+                                  [](const std::shared_ptr<link>& each) { return each->broken(); }),
+                   links_.end());
     }
-    return best;
   }
 
   void open_more() {
