@@ -29,9 +29,11 @@
 //   refused. Needs PostgreSQL 13 or newer (the outbox keeps each row's xid8).
 // Every option and its default: docs/stores/postgres.md. Its parts, in store/postgres/: the
 // binary wire format and record decoding (wire.hpp), the statements' SQL (statements.hpp), the
-// table's versions and their migration (schema.hpp), a borrowed connection (connection.hpp),
-// how a failure is told apart (failure.hpp), what the handler's own SQL gets (error.hpp), and
-// the outbox's writer (outbox.hpp).
+// table's versions and their migration (schema.hpp), how a connection is opened and set up
+// (session.hpp), each operation's parameters and answer (requests.hpp; async_postgres_store
+// shares these), a borrowed connection (connection.hpp), how a failure is told apart
+// (failure.hpp), what the handler's own SQL gets (error.hpp), and the outbox's writer
+// (outbox.hpp).
 #ifndef IDEM_STORE_POSTGRES_HPP
 #define IDEM_STORE_POSTGRES_HPP
 
