@@ -39,6 +39,9 @@ class job : public std::enable_shared_from_this<job> {
 
   // A transaction: it runs alone on its connection, which takes no other job until it is done.
   bool exclusive() const noexcept { return exclusive_; }
+  // Whether options::operation_timeout bounds it (a transaction its caller drives is bounded by
+  // statement_timeout only).
+  virtual bool timed() const noexcept { return true; }
   // Whether its caller has had its answer (or its error).
   bool finished() const noexcept { return finished_; }
   // Whether its statements went out: nothing was sent while this is false.

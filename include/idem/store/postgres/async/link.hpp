@@ -128,7 +128,20 @@ class link : public std::enable_shared_from_this<link> {
     check(PQsendQueryParams(get(), sql, 0, nullptr, nullptr, nullptr, nullptr, 1),
           "sending a statement");
   }
+  // SQL text with text parameters (null: SQL NULL) and text results: a handler's own SQL.
+  void send_text(const char* sql, int count, const char* const* values) {
+    check(PQsendQueryParams(get(), sql, count, nullptr, values, nullptr, nullptr, 0),
+          "sending a statement");
+  }
   void sync() { check(PQpipelineSync(get()), "sending a sync"); }
+  // After a job sent statements outside send() and take() (a transaction driven by its
+  // caller): sends them and reads what has come.
+  void kick() {
+    if (broken_) return;
+    watch();
+    flush();
+    drain();
+  }
   void flush_request() { check(PQsendFlushRequest(get()), "sending a flush request"); }
 
   // The store_error a failed result stands for: full for 53100 and 54xxx, unavailable

@@ -94,7 +94,7 @@ class pool : public std::enable_shared_from_this<pool> {
   // On the strand: queues `work` again (a claim asked once more); its deadline keeps running.
   void enqueue(std::shared_ptr<job> work) {
     if (work->finished()) return;
-    if (settings_.operation_timeout.count() > 0 && !work->deadline()) {
+    if (settings_.operation_timeout.count() > 0 && work->timed() && !work->deadline()) {
       auto& timer = work->deadline().emplace(strand_);
       timer.expires_after(settings_.operation_timeout);
       timer.async_wait([self = shared_from_this(),
