@@ -29,9 +29,11 @@
 //   refused. Needs PostgreSQL 13 or newer (the outbox keeps each row's xid8).
 // Every option and its default: docs/stores/postgres.md. Its parts, in store/postgres/: the
 // binary wire format and record decoding (wire.hpp), the statements' SQL (statements.hpp), the
-// table's versions and their migration (schema.hpp), a borrowed connection (connection.hpp),
-// how a failure is told apart (failure.hpp), what the handler's own SQL gets (error.hpp), and
-// the outbox's writer (outbox.hpp).
+// table's versions and their migration (schema.hpp), how a connection is opened and set up
+// (session.hpp), each operation's parameters and answer (requests.hpp; async_postgres_store
+// shares these), a borrowed connection (connection.hpp), how a failure is told apart
+// (failure.hpp), what the handler's own SQL gets (error.hpp), and the outbox's writer
+// (outbox.hpp).
 #ifndef IDEM_STORE_POSTGRES_HPP
 #define IDEM_STORE_POSTGRES_HPP
 
@@ -62,7 +64,9 @@
 #include <idem/store/postgres/error.hpp>
 #include <idem/store/postgres/failure.hpp>
 #include <idem/store/postgres/outbox.hpp>
+#include <idem/store/postgres/requests.hpp>
 #include <idem/store/postgres/schema.hpp>
+#include <idem/store/postgres/session.hpp>
 #include <idem/store/postgres/statements.hpp>
 #include <idem/store/postgres/wire.hpp>
 
@@ -146,25 +150,10 @@ class postgres_store {
     namespace pg = detail::postgres;
     const bool capped =
         state_checked().config.max_records_per_scope != std::numeric_limits<std::size_t>::max();
-    // The decision is the one INSERT ... ON CONFLICT statement; the snapshot that follows it in
-    // the same statement only reports an existing record. That report can come from a snapshot
-    // older than the row the decision saw (a record committed meanwhile, or removed): then the
-    // claim is asked again, so `existing` is always a record the claim could not take.
+    // A claim whose answer is not yet decided (pg::claim_answer) is asked again.
     for (int attempt = 0; attempt < 1000; ++attempt) {
       pg::parameters values;
-      values.bytes(request.scope)
-          .bytes(request.key)
-          .bytes(request.fingerprint)
-          .int8(request.lease.count())
-          .int8(request.retention.count());
-      caller_now(values, request.now);
-      // The recovery bytes a new record starts with; none is NULL, as a fresh record always
-      // stored it, so a claim without them sends and stores nothing more.
-      if (request.recovery.empty()) {
-        values.null();
-      } else {
-        values.bytes(request.recovery);
-      }
+      pg::claim_parameters(values, request, caller_time());
       auto connection = state_checked().acquire();
       if (capped) {
         std::optional<claim_result> answer;
@@ -180,38 +169,12 @@ class postgres_store {
       }
       const pg::result_ptr result = connection.run(pg::claim, values, "claim");
       connection.give_back();
-      if (std::optional<claim_result> answer = answer_of(result.get(), request)) return *answer;
+      if (std::optional<claim_result> answer = pg::claim_answer(result.get(), request)) {
+        return *answer;
+      }
     }
     throw store_error(store_failure::unavailable,
                       "idem::postgres_store: claim: the record kept changing under 1000 attempts");
-  }
-
-  // What the claim statement's row says, or nothing when the claim must be asked again (see
-  // claim).
-  static std::optional<claim_result> answer_of(const PGresult* row, const claim_request& request) {
-    namespace pg = detail::postgres;
-    if (PQntuples(row) == 0) return std::nullopt;
-    claim_result answer;
-    if (PQgetvalue(row, 0, 0)[0] != 0) {
-      answer.fence = static_cast<std::uint64_t>(pg::get_int(row, 0, 2));
-      if (PQgetvalue(row, 0, 1)[0] != 0) {
-        answer.status = claim_status::taken_over;
-        pg::read_record(row, 0, 2, answer.existing);
-      } else {
-        answer.status = claim_status::claimed;
-      }
-      return answer;
-    }
-    pg::read_record(row, 0, 2, answer.existing);
-    const std::int64_t now = pg::get_int(row, 0, 10);
-    const std::int64_t expires = pg::to_nanoseconds(answer.existing.expires_at);
-    const bool released = pg::get_int(row, 0, 4) == pg::released_state;
-    const bool claimable = answer.existing.state == record_state::in_progress &&
-                           answer.existing.fingerprint == request.fingerprint &&
-                           pg::to_nanoseconds(answer.existing.lease_until) <= now;
-    if (released || expires <= now || claimable) return std::nullopt;
-    answer.status = claim_status::existing;
-    return answer;
   }
 
   // With max_records_per_scope: the claim in a transaction that first takes the scope's turn
@@ -221,38 +184,36 @@ class postgres_store {
     namespace pg = detail::postgres;
     connection.run_text("BEGIN", "claim: begin");
     pg::parameters scope;
-    scope.bytes(request.scope);
+    pg::scope_parameters(scope, request);
     (void)connection.run(pg::scope_turn, scope, "claim: wait for the scope's turn");
     pg::parameters room;
-    room.bytes(request.scope).bytes(request.key);
-    caller_now(room, request.now);
+    pg::room_parameters(room, request, caller_time());
     const pg::result_ptr counted =
         connection.run(pg::scope_room, room, "claim: count the scope's records");
-    const auto others = static_cast<std::uint64_t>(pg::get_int(counted.get(), 0, 0));
-    const bool live = PQgetvalue(counted.get(), 0, 1)[0] != 0;
-    if (!live && others >= state_checked().config.max_records_per_scope) {
+    if (pg::room_is_full(counted.get(), state_checked().config.max_records_per_scope)) {
       connection.run_text("COMMIT", "claim: commit");
       return claim_result{claim_status::full, 0, {}};
     }
     const pg::result_ptr result = connection.run(pg::claim, values, "claim");
     connection.run_text("COMMIT", "claim: commit");
-    return answer_of(result.get(), request);
+    return pg::claim_answer(result.get(), request);
   }
 
   bool complete(const fenced_key& held, std::string_view response, store_time /*now*/) {
     namespace pg = detail::postgres;
     pg::parameters values;
-    values.bytes(held.scope).bytes(held.key).int8(fence_of(held)).bytes(response);
+    pg::held_parameters(values, held);
+    values.bytes(response);
     auto connection = state_checked().acquire();
-    return affected(connection.run(pg::complete, values, "complete")) == 1;
+    return pg::affected(connection.run(pg::complete, values, "complete").get()) == 1;
   }
 
   bool release(const fenced_key& held) {
     namespace pg = detail::postgres;
     pg::parameters values;
-    values.bytes(held.scope).bytes(held.key).int8(fence_of(held));
+    pg::held_parameters(values, held);
     auto connection = state_checked().acquire();
-    return affected(connection.run(pg::release, values, "release")) == 1;
+    return pg::affected(connection.run(pg::release, values, "release").get()) == 1;
   }
 
   bool checkpoint(const fenced_key& held, std::string_view recovery, store_time lease_until) {
@@ -263,44 +224,25 @@ class postgres_store {
   std::optional<record> find(std::string_view scope, std::string_view key, store_time now) const {
     namespace pg = detail::postgres;
     pg::parameters values;
-    values.bytes(scope).bytes(key);
-    caller_now(values, now);
+    pg::find_parameters(values, scope, key, now, caller_time());
     auto connection = state_checked().acquire();
-    const pg::result_ptr result = connection.run(pg::find, values, "find");
-    if (PQntuples(result.get()) == 0) return std::nullopt;
-    record found;
-    found.scope = scope;
-    found.key = key;
-    pg::read_record(result.get(), 0, 0, found);
-    return found;
+    return pg::found_record(connection.run(pg::find, values, "find").get(), scope, key);
   }
 
   std::size_t sweep(store_time now) {
     namespace pg = detail::postgres;
     pg::parameters values;
-    caller_now(values, now);
+    pg::add_now(values, caller_time(), now);
     auto connection = state_checked().acquire();
-    return affected(connection.run(pg::sweep, values, "sweep"));
+    return pg::affected(connection.run(pg::sweep, values, "sweep").get());
   }
 
   std::vector<record> stuck(store_time now, std::size_t limit) const {
     namespace pg = detail::postgres;
     pg::parameters values;
-    caller_now(values, now);
-    values.int8(static_cast<std::int64_t>(std::min<std::size_t>(
-        limit, static_cast<std::size_t>(std::numeric_limits<std::int64_t>::max()))));
+    pg::stuck_parameters(values, now, limit, caller_time());
     auto connection = state_checked().acquire();
-    const pg::result_ptr result = connection.run(pg::stuck, values, "stuck");
-    std::vector<record> out;
-    const int rows = PQntuples(result.get());
-    out.reserve(static_cast<std::size_t>(rows));
-    for (int row = 0; row < rows; ++row) {
-      record& r = out.emplace_back();
-      r.scope = pg::get_bytes(result.get(), row, 0);
-      r.key = pg::get_bytes(result.get(), row, 1);
-      pg::read_record(result.get(), row, 2, r);
-    }
-    return out;
+    return pg::stuck_records(connection.run(pg::stuck, values, "stuck").get());
   }
 
   /// Runs `produce(transaction&)`, which returns the encoded response (std::string), inside one
@@ -324,6 +266,7 @@ class postgres_store {
   }
 
  private:
+  friend class async_postgres_store;
   class pool;
   using connection_pool = detail::connection_pool<detail::postgres::connection_ptr>;
   using borrowed = detail::postgres::borrowed_connection;
@@ -332,25 +275,7 @@ class postgres_store {
   class pool {
    public:
     explicit pool(options given) : config(with_pool(std::move(given))) {
-      namespace pg = detail::postgres;
-      if (config.statement_timeout.count() < 0 || config.idle_in_transaction_timeout.count() < 0 ||
-          config.connect_timeout.count() < 0) {
-        throw std::invalid_argument("idem::postgres_store: timeouts cannot be negative");
-      }
-      char* error = nullptr;
-      PQconninfoOption* parsed = PQconninfoParse(config.conninfo.c_str(), &error);
-      if (parsed == nullptr) {
-        std::string message = error != nullptr ? error : "out of memory";
-        PQfreemem(error);
-        while (!message.empty() && message.back() == '\n')
-          message.pop_back();
-        throw std::invalid_argument("idem::postgres_store: the connection string is invalid: " +
-                                    message);
-      }
-      PQconninfoFree(parsed);
-      names = pg::quote_names(config.schema, config.table);
-      sql = pg::statement_sql(names.table);
-      outbox_insert = pg::outbox_insert_sql(names.outbox);
+      outbox_insert = detail::postgres::outbox_insert_sql(names.outbox);
     }
     pool(const pool&) = delete;
     pool& operator=(const pool&) = delete;
@@ -359,8 +284,9 @@ class postgres_store {
     borrowed acquire() { return borrowed{connections.acquire()}; }
 
     options config;
-    detail::postgres::quoted_names names;
-    std::array<std::string, detail::postgres::statement::count> sql;
+    // Checks the options, and opens every connection of the pool.
+    detail::postgres::session_opener opener{session_options_of(config, "idem::postgres_store")};
+    const detail::postgres::quoted_names& names = opener.names();
     std::string outbox_insert;
     connection_pool connections{config.pool_size, pool_hooks()};
 
@@ -391,58 +317,7 @@ class postgres_store {
       };
     }
 
-    detail::postgres::connection_ptr connect() {
-      namespace pg = detail::postgres;
-      // The conninfo is expanded in place of dbname; later keywords would override it, so the
-      // defaults come first and the user's own settings win.
-      const std::string timeout = std::to_string(config.connect_timeout.count());
-      const std::array<const char*, 4> keywords{"connect_timeout", "fallback_application_name",
-                                                "dbname", nullptr};
-      const std::array<const char*, 4> values{timeout.c_str(), "idem", config.conninfo.c_str(),
-                                              nullptr};
-      pg::connection_ptr connection{PQconnectdbParams(keywords.data(), values.data(), 1)};
-      if (!connection || PQstatus(connection.get()) != CONNECTION_OK) {
-        std::string message =
-            connection ? pg::describe(connection.get(), nullptr) : std::string("out of memory");
-        throw store_error(store_failure::unavailable,
-                          "idem::postgres_store: cannot connect to PostgreSQL: " + message);
-      }
-      // Notices (a harmless WARNING, a NOTICE from IF NOT EXISTS) are the server talking to a
-      // person; a library has no business printing them on the application's stderr.
-      PQsetNoticeProcessor(
-          connection.get(), [](void*, const char*) {}, nullptr);
-      const std::string settings =
-          "SET default_transaction_isolation = 'read committed'; SET statement_timeout = " +
-          std::to_string(config.statement_timeout.count()) +
-          "; SET idle_in_transaction_session_timeout = " +
-          std::to_string(config.idle_in_transaction_timeout.count());
-      pg::exec_or_throw(connection.get(), settings.c_str(), "configuring the session");
-      {
-        // One migration per process; the advisory lock orders processes.
-        const std::lock_guard lock(migrate_mutex);
-        if (!migrated) {
-          pg::migrate(connection.get(), names, config.table);
-          migrated = true;
-        }
-      }
-      for (std::size_t i = 0; i < pg::statement::count; ++i) {
-        const auto which = static_cast<pg::statement>(i);
-        const std::array<Oid, 8> types = pg::parameter_types(which);
-        const pg::result_ptr result{PQprepare(connection.get(), pg::statement_names[i],
-                                              sql[i].c_str(), pg::parameter_count(which),
-                                              types.data())};
-        if (!result || PQresultStatus(result.get()) != PGRES_COMMAND_OK) {
-          throw store_error(store_failure::unavailable,
-                            std::string("idem::postgres_store: preparing ") +
-                                pg::statement_names[i] + ": " +
-                                pg::describe(connection.get(), result.get()));
-        }
-      }
-      return connection;
-    }
-
-    std::mutex migrate_mutex;
-    bool migrated = false;
+    detail::postgres::connection_ptr connect() { return opener.open(); }
   };
 
   pool& state_checked() const {
@@ -454,41 +329,27 @@ class postgres_store {
     return *state_;
   }
 
-  // Server time: NULL, read by the statement itself. Caller time: the given `now`.
-  void caller_now(detail::postgres::parameters& values, store_time now) const {
-    if (state_checked().config.clock == time_source::caller) {
-      values.int8(detail::postgres::to_nanoseconds(now));
-    } else {
-      values.null();
-    }
+  // What opening a connection takes from the options; `who` leads its errors.
+  static detail::postgres::session_options session_options_of(const options& config,
+                                                              std::string who) {
+    return {config.conninfo,
+            config.connect_timeout,
+            config.statement_timeout,
+            config.idle_in_transaction_timeout,
+            config.schema,
+            config.table,
+            std::move(who)};
   }
 
-  static std::int64_t fence_of(const fenced_key& held) noexcept {
-    // Fences are int8 in the table; one beyond that range cannot match any row.
-    return held.fence > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())
-               ? -1
-               : static_cast<std::int64_t>(held.fence);
-  }
-
-  static std::size_t affected(const detail::postgres::result_ptr& result) {
-    const char* count = PQcmdTuples(result.get());
-    return *count == '\0' ? 0 : static_cast<std::size_t>(std::stoull(count));
-  }
+  bool caller_time() const { return state_checked().config.clock == time_source::caller; }
 
   bool checkpoint_on(borrowed& connection, const fenced_key& held, std::string_view recovery,
                      store_time lease_until, bool in_transaction) {
     namespace pg = detail::postgres;
     pg::parameters values;
-    values.bytes(held.scope).bytes(held.key).int8(fence_of(held)).bytes(recovery);
-    if (state_checked().config.clock == time_source::caller) {
-      values.int8(pg::to_nanoseconds(lease_until)).null();
-    } else {
-      // The caller's deadline is on its own clock; what carries over to the server's clock is
-      // how far ahead it lies.
-      values.null().int8(pg::to_nanoseconds(lease_until) -
-                         pg::to_nanoseconds(std::chrono::system_clock::now()));
-    }
-    return affected(connection.run(pg::checkpoint, values, "checkpoint", in_transaction)) == 1;
+    pg::checkpoint_parameters(values, held, recovery, lease_until, caller_time());
+    return pg::affected(
+               connection.run(pg::checkpoint, values, "checkpoint", in_transaction).get()) == 1;
   }
 
   std::shared_ptr<pool> state_;
@@ -625,8 +486,10 @@ bool postgres_store::complete_within(const fenced_key& held, store_time now, Pro
                              "transaction hit a serialization failure");
       }
       pg::parameters values;
-      values.bytes(held.scope).bytes(held.key).int8(fence_of(held)).bytes(bytes);
-      if (affected(connection.run(pg::complete, values, "complete_within: complete", true)) != 1) {
+      pg::held_parameters(values, held);
+      values.bytes(bytes);
+      if (pg::affected(
+              connection.run(pg::complete, values, "complete_within: complete", true).get()) != 1) {
         connection.roll_back();
         return false;
       }

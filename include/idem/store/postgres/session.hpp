@@ -1,0 +1,131 @@
+// How a connection of a PostgreSQL store comes to be: the connection string checked, the
+// connection opened with the store's defaults, its session configured (statement_timeout,
+// idle_in_transaction_session_timeout), the table migrated once per process, and the statements
+// prepared. postgres_store opens its connections this way on the calling thread;
+// async_postgres_store on a thread of its own, so that both stores speak to the same table with
+// the same session, whichever opened it.
+#ifndef IDEM_STORE_POSTGRES_SESSION_HPP
+#define IDEM_STORE_POSTGRES_SESSION_HPP
+
+#include <libpq-fe.h>
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <idem/store/contract.hpp>
+#include <idem/store/postgres/failure.hpp>
+#include <idem/store/postgres/schema.hpp>
+#include <idem/store/postgres/statements.hpp>
+#include <idem/store/postgres/wire.hpp>
+
+namespace idem::detail::postgres {
+
+// What opening a connection needs, derived once from a store's options.
+struct session_options {
+  std::string conninfo;
+  std::chrono::seconds connect_timeout{10};
+  std::chrono::milliseconds statement_timeout{0};
+  std::chrono::milliseconds idle_in_transaction_timeout{0};
+  std::string schema;
+  std::string table;  // unquoted, as configured: the index names derive from it
+  // Who opens it, leading every error's message ("idem::postgres_store").
+  std::string who;
+};
+
+// Opens connections for one store: every copy of the store, every connection of its pool.
+class session_opener {
+ public:
+  // Checks the options (std::invalid_argument: a negative timeout, a malformed connection
+  // string, a name that is not an identifier); connects to nothing.
+  explicit session_opener(session_options given) : options_(std::move(given)) {
+    if (options_.statement_timeout.count() < 0 ||
+        options_.idle_in_transaction_timeout.count() < 0 || options_.connect_timeout.count() < 0) {
+      throw std::invalid_argument(options_.who + ": timeouts cannot be negative");
+    }
+    char* error = nullptr;
+    PQconninfoOption* parsed = PQconninfoParse(options_.conninfo.c_str(), &error);
+    if (parsed == nullptr) {
+      std::string message = error != nullptr ? error : "out of memory";
+      PQfreemem(error);
+      while (!message.empty() && message.back() == '\n')
+        message.pop_back();
+      throw std::invalid_argument(options_.who + ": the connection string is invalid: " + message);
+    }
+    PQconninfoFree(parsed);
+    names_ = quote_names(options_.schema, options_.table);
+    sql_ = statement_sql(names_.table);
+  }
+  session_opener(const session_opener&) = delete;
+  session_opener& operator=(const session_opener&) = delete;
+  ~session_opener() = default;
+
+  const quoted_names& names() const noexcept { return names_; }
+  const session_options& options() const noexcept { return options_; }
+
+  // A connection ready for the store's statements, blocking until it is (a connect, then one
+  // round trip per setting and statement, and the migration the first time); or
+  // store_error(unavailable). May be called from several threads at once.
+  connection_ptr open() {
+    // The conninfo is expanded in place of dbname; later keywords would override it, so the
+    // defaults come first and the user's own settings win.
+    const std::string timeout = std::to_string(options_.connect_timeout.count());
+    const std::array<const char*, 4> keywords{"connect_timeout", "fallback_application_name",
+                                              "dbname", nullptr};
+    const std::array<const char*, 4> values{timeout.c_str(), "idem", options_.conninfo.c_str(),
+                                            nullptr};
+    connection_ptr connection{PQconnectdbParams(keywords.data(), values.data(), 1)};
+    if (!connection || PQstatus(connection.get()) != CONNECTION_OK) {
+      std::string message =
+          connection ? describe(connection.get(), nullptr) : std::string("out of memory");
+      throw store_error(store_failure::unavailable,
+                        options_.who + ": cannot connect to PostgreSQL: " + message);
+    }
+    // Notices (a harmless WARNING, a NOTICE from IF NOT EXISTS) are the server talking to a
+    // person; a library has no business printing them on the application's stderr.
+    PQsetNoticeProcessor(
+        connection.get(), [](void*, const char*) {}, nullptr);
+    const std::string settings =
+        "SET default_transaction_isolation = 'read committed'; SET statement_timeout = " +
+        std::to_string(options_.statement_timeout.count()) +
+        "; SET idle_in_transaction_session_timeout = " +
+        std::to_string(options_.idle_in_transaction_timeout.count());
+    exec_or_throw(connection.get(), settings.c_str(), "configuring the session");
+    {
+      // One migration per process; the advisory lock orders processes.
+      const std::lock_guard lock(migrate_mutex_);
+      if (!migrated_) {
+        migrate(connection.get(), names_, options_.table);
+        migrated_ = true;
+      }
+    }
+    for (std::size_t i = 0; i < statement::count; ++i) {
+      const auto which = static_cast<statement>(i);
+      const std::array<Oid, 8> types = parameter_types(which);
+      const result_ptr result{PQprepare(connection.get(), statement_names[i], sql_[i].c_str(),
+                                        parameter_count(which), types.data())};
+      if (!result || PQresultStatus(result.get()) != PGRES_COMMAND_OK) {
+        throw store_error(store_failure::unavailable, options_.who + ": preparing " +
+                                                          statement_names[i] + ": " +
+                                                          describe(connection.get(), result.get()));
+      }
+    }
+    return connection;
+  }
+
+ private:
+  session_options options_;
+  quoted_names names_;
+  std::array<std::string, statement::count> sql_;
+  std::mutex migrate_mutex_;
+  bool migrated_ = false;
+};
+
+}  // namespace idem::detail::postgres
+
+#endif  // IDEM_STORE_POSTGRES_SESSION_HPP

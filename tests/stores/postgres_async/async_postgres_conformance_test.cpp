@@ -1,0 +1,19 @@
+// async_postgres_store against a real PostgreSQL server: the whole Store conformance suite
+// (the 64-thread storm and the paused holder's fencing included) and the reconciler's, through
+// blocking_store, with caller time so that the suites' manual clock rules.
+#include <catch2/catch.hpp>
+
+#include <idem/asio/blocking_store.hpp>
+#include <idem/store/async_postgres.hpp>
+#include <idem/testing/reconciler_conformance.hpp>
+#include <idem/testing/store_conformance.hpp>
+
+#include "async_postgres_support.hpp"
+
+using async_postgres_factory = idem::testing::postgres_async::factory;
+
+static_assert(idem::AsyncStore<idem::async_postgres_store>);
+static_assert(idem::Store<idem::blocking_store<idem::async_postgres_store>>);
+
+IDEM_STORE_CONFORMANCE_TESTS(async_postgres_factory)
+IDEM_RECONCILER_CONFORMANCE_TESTS(async_postgres_factory)

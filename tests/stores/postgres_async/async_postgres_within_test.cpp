@@ -1,0 +1,182 @@
+// async_postgres_store::async_complete_within: a handler's own SQL, awaited on the transaction's
+// connection, commits together with the record or not at all; postgres_store's semantics.
+#include <catch2/catch.hpp>
+
+#include <idem/store/async_postgres.hpp>
+
+#include <chrono>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "async_postgres_support.hpp"
+
+#include "support/records.hpp"
+
+namespace pgtest = idem::testing::postgres;
+namespace pgasync = idem::testing::postgres_async;
+namespace asio = idem::asio;
+using namespace std::chrono_literals;
+
+using idem::testing::print;
+using idem::testing::start;
+
+namespace {
+
+// A store on a fresh table, with an effects table beside it (dropped with it).
+struct fixture {
+  pgtest::table_guard table{pgtest::unique_table("within")};
+  pgtest::connection admin;
+  asio::io_context loop;
+  idem::async_postgres_store store;
+  fixture() {
+    idem::async_postgres_store::options config = pgasync::caller_time_options(table.name);
+    config.conninfo = pgasync::with_application(table.name);
+    config.pool_size = 2;
+    store = idem::async_postgres_store{config, loop.get_executor()};
+    admin.exec("CREATE TABLE \"" + table.name + "_effects\" (key text NOT NULL)");
+  }
+  std::string effects() const { return "\"" + table.name + "_effects\""; }
+  std::string insert_sql() const { return "INSERT INTO " + effects() + " VALUES ($1)"; }
+  std::string count_sql() const { return "SELECT count(*) FROM " + effects(); }
+  static idem::async_postgres_store::parameters key_k() { return {std::string("k")}; }
+  static idem::fenced_key held_k(std::uint64_t fence) { return {"tenant", "k", fence}; }
+  long long effect_count() { return admin.scalar("SELECT count(*) FROM " + effects()); }
+
+  // Runs `body` on the loop until it is done; rethrows what it threw.
+  template <class Body>
+  void run(Body body) {
+    std::exception_ptr thrown;
+    asio::co_spawn(loop, std::move(body), [&](std::exception_ptr error) { thrown = error; });
+    loop.restart();
+    loop.run();
+    if (thrown) std::rethrow_exception(thrown);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("async_complete_within commits the handler's writes together with the record",
+          "[postgres_async][transactional]") {
+  fixture f;
+  std::optional<bool> applied;
+  std::optional<idem::record> found;
+  std::string counted;
+  bool checkpointed = false;
+  f.run([&]() -> asio::awaitable<void> {
+    const idem::claim_result held = co_await f.store.async_claim(
+        {"tenant", "k", print(1), start, 30s, 24h}, asio::use_awaitable);
+    applied = co_await f.store.async_complete_within(
+        {"tenant", "k", held.fence}, start,
+        [&](idem::async_postgres_store::transaction& txn) -> asio::awaitable<std::string> {
+          // Named, not temporaries in the co_await expression: GCC 12 rejects a string
+          // literal there ("array used as initializer").
+          const std::string insert = f.insert_sql();
+          (void)co_await txn.exec(insert, f.key_k());
+          const std::string count = f.count_sql();
+          const idem::postgres_result rows = co_await txn.exec(count);
+          counted = std::string(rows.value(0, 0));
+          const idem::fenced_key mine = f.held_k(held.fence);
+          const std::string point = "step one";
+          checkpointed = co_await txn.checkpoint(mine, point, start + 1min);
+          co_return std::string("the response");
+        },
+        asio::use_awaitable);
+    found = co_await f.store.async_find("tenant", "k", start, asio::use_awaitable);
+  });
+  REQUIRE(applied.has_value());
+  CHECK(*applied);
+  CHECK(counted == "1");  // the handler saw its own write
+  CHECK(checkpointed);
+  CHECK(f.effect_count() == 1);
+  REQUIRE(found.has_value());
+  CHECK(found->state == idem::record_state::completed);
+  CHECK(found->response == "the response");
+}
+
+TEST_CASE("a handler that throws inside async_complete_within rolls back its writes and the record",
+          "[postgres_async][transactional]") {
+  fixture f;
+  std::string passed_through;
+  std::optional<idem::record> found;
+  f.run([&]() -> asio::awaitable<void> {
+    const idem::claim_result held = co_await f.store.async_claim(
+        {"tenant", "k", print(1), start, 30s, 24h}, asio::use_awaitable);
+    try {
+      (void)co_await f.store.async_complete_within(
+          {"tenant", "k", held.fence}, start,
+          [&](idem::async_postgres_store::transaction& txn) -> asio::awaitable<std::string> {
+            const std::string insert = f.insert_sql();
+            (void)co_await txn.exec(insert, f.key_k());
+            throw std::runtime_error("the handler's own failure");
+          },
+          asio::use_awaitable);
+    } catch (const std::runtime_error& error) {
+      passed_through = error.what();
+    }
+    found = co_await f.store.async_find("tenant", "k", start, asio::use_awaitable);
+  });
+  CHECK(passed_through == "the handler's own failure");
+  CHECK(f.effect_count() == 0);
+  REQUIRE(found.has_value());
+  CHECK(found->state == idem::record_state::in_progress);
+  // Its connection went back clean: no session of the store sits in a transaction.
+  CHECK(f.admin.scalar("SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in "
+                       "transaction%' AND application_name = '" +
+                       f.table.name + "'") == 0);
+}
+
+TEST_CASE("async_complete_within does not run the handler once the fence is gone",
+          "[postgres_async][transactional]") {
+  fixture f;
+  int runs = 0;
+  bool taken_over = false;
+  std::optional<bool> applied;
+  f.run([&]() -> asio::awaitable<void> {
+    const idem::claim_result held = co_await f.store.async_claim(
+        {"tenant", "k", print(1), start, 30s, 24h}, asio::use_awaitable);
+    // Taken over after the lease: the old holder's fence is gone.
+    const idem::claim_result taken = co_await f.store.async_claim(
+        {"tenant", "k", print(1), start + 1min, 30s, 24h}, asio::use_awaitable);
+    taken_over = taken.status == idem::claim_status::taken_over;
+    applied = co_await f.store.async_complete_within(
+        {"tenant", "k", held.fence}, start,
+        [&](idem::async_postgres_store::transaction&) -> asio::awaitable<std::string> {
+          ++runs;
+          co_return std::string("stale");
+        },
+        asio::use_awaitable);
+  });
+  REQUIRE(applied.has_value());
+  CHECK_FALSE(*applied);
+  CHECK(taken_over);
+  CHECK(runs == 0);
+}
+
+TEST_CASE("a serialization failure in async_complete_within rolls back and runs the handler again",
+          "[postgres_async][transactional]") {
+  fixture f;
+  int runs = 0;
+  std::optional<bool> applied;
+  f.run([&]() -> asio::awaitable<void> {
+    const idem::claim_result held = co_await f.store.async_claim(
+        {"tenant", "k", print(1), start, 30s, 24h}, asio::use_awaitable);
+    applied = co_await f.store.async_complete_within(
+        {"tenant", "k", held.fence}, start,
+        [&](idem::async_postgres_store::transaction& txn) -> asio::awaitable<std::string> {
+          ++runs;
+          const std::string insert = f.insert_sql();
+          idem::async_postgres_store::parameters values{"run " + std::to_string(runs)};
+          (void)co_await txn.exec(insert, values);
+          if (runs == 1) throw idem::postgres_error("40001", "could not serialize access");
+          co_return std::string("second time");
+        },
+        asio::use_awaitable);
+  });
+  REQUIRE(applied.has_value());
+  CHECK(*applied);
+  CHECK(runs == 2);
+  // Only the second run's write committed.
+  CHECK(f.effect_count() == 1);
+  CHECK(f.admin.scalar("SELECT count(*) FROM " + f.effects() + " WHERE key = 'run 2'") == 1);
+}
