@@ -306,6 +306,31 @@ inline std::vector<std::string_view> redis_scope_scan(const redis_operations& op
   return {"SSCAN", operations.registry(), cursor, "COUNT", "256"};
 }
 
+// One page of the scope registry as a walk reads it (SSCAN's cursor and scope tags), and the
+// pipelined round of a script over the page's scopes.
+struct redis_scope_page {
+  std::string cursor = "0";
+  std::vector<std::string> tags;
+  std::vector<redis_scope_keys> scopes;
+  std::vector<redis_command> commands;
+
+  // Reads SSCAN's answer; false when the page named no scope, else the round's commands are
+  // `script(scope)` for each scope of the page, in order.
+  template <class Script>
+  bool read(const redis_operations& operations, const std::vector<redis_reply>& replies,
+            Script script) {
+    cursor = operations.scope_page_of(replies, tags);
+    if (tags.empty()) return false;
+    scopes.clear();
+    commands.clear();
+    for (const std::string& tag : tags)
+      scopes.push_back(operations.scope_keys_of(tag));
+    for (const redis_scope_keys& scope : scopes)
+      commands.push_back(script(scope));
+    return true;
+  }
+};
+
 // sweep(now): for each page of the scope registry (SSCAN: a scope may come twice), one
 // pipelined round of the sweep script for the page's scopes, then any scope with more due
 // followed alone, batch by batch; then the scopes whose index was empty leave the registry,
@@ -330,16 +355,16 @@ class redis_sweep_walk {
   redis_step next() {
     switch (phase_) {
       case phase::scan:
-        plain_ = {redis_scope_scan(operations_, cursor_)};
+        plain_ = {redis_scope_scan(operations_, page_.cursor)};
         return {{}, plain_};
       case phase::round:
-        return {commands_, {}};
+        return {page_.commands, {}};
       case phase::follow: {
         const following& scope = follow_.front();
         offset_ = redis_decimal(scope.offset);
-        commands_.clear();
-        commands_.push_back(script(scopes_[scope.index], offset_));
-        return {commands_, {}};
+        page_.commands.clear();
+        page_.commands.push_back(script(page_.scopes[scope.index], offset_));
+        return {page_.commands, {}};
       }
       case phase::forget:
       case phase::put_back:
@@ -353,18 +378,14 @@ class redis_sweep_walk {
   void feed(std::vector<redis_reply> replies) {
     switch (phase_) {
       case phase::scan:
-        cursor_ = operations_.scope_page_of(replies, tags_);
-        if (tags_.empty()) return next_page();
-        scopes_.clear();
-        commands_.clear();
-        for (const std::string& tag : tags_)
-          scopes_.push_back(operations_.scope_keys_of(tag));
-        for (const redis_scope_keys& scope : scopes_)
-          commands_.push_back(script(scope, zero_));
+        if (!page_.read(operations_, replies,
+                        [this](const redis_scope_keys& scope) { return script(scope, zero_); })) {
+          return next_page();
+        }
         phase_ = phase::round;
         return;
       case phase::round:
-        for (std::size_t i = 0; i < scopes_.size(); ++i) {
+        for (std::size_t i = 0; i < page_.scopes.size(); ++i) {
           const answer swept = answer_of(replies.at(i).get());
           removed_ += swept.removed;
           if (swept.seen == batch) {
@@ -390,7 +411,7 @@ class redis_sweep_walk {
           const redisReply* left = replies.at(2 * i + 1).get();
           if (redis_operations::is_error(left)) throw operations_.failure("sweep", left);
           if (left->type == REDIS_REPLY_INTEGER && left->integer == 0) continue;
-          back.push_back({"SADD", operations_.registry(), tags_[empty_[i]]});
+          back.push_back({"SADD", operations_.registry(), page_.tags[empty_[i]]});
         }
         if (back.empty()) return next_page();
         plain_ = std::move(back);
@@ -443,8 +464,8 @@ class redis_sweep_walk {
     if (empty_.empty()) return next_page();
     plain_.clear();
     for (const std::size_t i : empty_) {
-      plain_.push_back({"SREM", operations_.registry(), tags_[i]});
-      plain_.push_back({"ZCARD", scopes_[i].expiry});
+      plain_.push_back({"SREM", operations_.registry(), page_.tags[i]});
+      plain_.push_back({"ZCARD", page_.scopes[i].expiry});
     }
     phase_ = phase::forget;
   }
@@ -452,7 +473,7 @@ class redis_sweep_walk {
   void next_page() {
     follow_.clear();
     empty_.clear();
-    phase_ = cursor_ == "0" ? phase::done : phase::scan;
+    phase_ = page_.cursor == "0" ? phase::done : phase::scan;
   }
 
   const redis_operations& operations_;
@@ -460,11 +481,8 @@ class redis_sweep_walk {
   const std::string batch_ = redis_decimal(batch);
   const std::string zero_ = "0";
   phase phase_ = phase::scan;
-  std::string cursor_ = "0";
+  redis_scope_page page_;
   std::string offset_;
-  std::vector<std::string> tags_;
-  std::vector<redis_scope_keys> scopes_;
-  std::vector<redis_command> commands_;
   std::vector<std::vector<std::string_view>> plain_;
   std::vector<following> follow_;
   std::vector<std::size_t> empty_;
@@ -493,15 +511,15 @@ class redis_stuck_walk {
   redis_step next() {
     switch (phase_) {
       case phase::scan:
-        plain_ = {redis_scope_scan(operations_, cursor_)};
+        plain_ = {redis_scope_scan(operations_, page_.cursor)};
         return {{}, plain_};
       case phase::round:
-        return {commands_, {}};
+        return {page_.commands, {}};
       case phase::follow:
         from_ = redis_decimal(offset_);
-        commands_.clear();
-        commands_.push_back(script(scopes_[at_], from_));
-        return {commands_, {}};
+        page_.commands.clear();
+        page_.commands.push_back(script(page_.scopes[at_], from_));
+        return {page_.commands, {}};
       case phase::done:
         break;
     }
@@ -511,14 +529,10 @@ class redis_stuck_walk {
   void feed(std::vector<redis_reply> replies) {
     switch (phase_) {
       case phase::scan:
-        cursor_ = operations_.scope_page_of(replies, tags_);
-        if (tags_.empty()) return next_page();
-        scopes_.clear();
-        commands_.clear();
-        for (const std::string& tag : tags_)
-          scopes_.push_back(operations_.scope_keys_of(tag));
-        for (const redis_scope_keys& scope : scopes_)
-          commands_.push_back(script(scope, zero_));
+        if (!page_.read(operations_, replies,
+                        [this](const redis_scope_keys& scope) { return script(scope, zero_); })) {
+          return next_page();
+        }
         phase_ = phase::round;
         return;
       case phase::round:
@@ -547,8 +561,8 @@ class redis_stuck_walk {
 
   // Takes the round's answers from scope at_ on, until one needs following or `limit` is met.
   void take_round() {
-    for (; at_ < tags_.size() && out_.size() < limit_; ++at_) {
-      scope_ = redis_scope_of_tag(tags_[at_]);
+    for (; at_ < page_.tags.size() && out_.size() < limit_; ++at_) {
+      scope_ = redis_scope_of_tag(page_.tags[at_]);
       const std::size_t seen = take(round_.at(at_).get());
       if (seen == batch && out_.size() < limit_) {
         offset_ = seen;
@@ -582,7 +596,9 @@ class redis_stuck_walk {
     return static_cast<std::size_t>(reply->element[0]->integer);
   }
 
-  void next_page() { phase_ = cursor_ == "0" || out_.size() >= limit_ ? phase::done : phase::scan; }
+  void next_page() {
+    phase_ = page_.cursor == "0" || out_.size() >= limit_ ? phase::done : phase::scan;
+  }
 
   const redis_operations& operations_;
   const std::string when_;
@@ -590,14 +606,11 @@ class redis_stuck_walk {
   const std::string batch_ = redis_decimal(batch);
   const std::string zero_ = "0";
   phase phase_ = phase::scan;
-  std::string cursor_ = "0";
+  redis_scope_page page_;
   std::string from_;
   std::string scope_;
   std::size_t at_ = 0;
   std::size_t offset_ = 0;
-  std::vector<std::string> tags_;
-  std::vector<redis_scope_keys> scopes_;
-  std::vector<redis_command> commands_;
   std::vector<std::vector<std::string_view>> plain_;
   std::vector<redis_reply> round_;  // the round's answers, taken one scope at a time
   std::vector<record> out_;
