@@ -11,6 +11,11 @@
 //
 // Faults on demand: --fail-rate P answers 503 before charging, --latency-ms N delays every
 // charge (so that callers' timeouts and in-flight duplicates happen).
+//
+// Each request holds one of --threads threads (cpp-httplib's pool) for its whole time, the
+// latency's sleep included: --threads bounds the charges in flight, and so the processor's rate
+// at about threads / latency. scripts/serve_bench.sh gives it more threads than the servers it
+// drives have requests in flight, so that it is not what their benchmark measures.
 #include "common.hpp"
 
 #include <idem/idem.hpp>
@@ -33,6 +38,7 @@ constexpr const char* usage = R"(payments_processor: a card network that charges
   --db PATH         the SQLite file of charges and idempotency records (default processor.sqlite3)
   --fail-rate P     answer 503 with probability P before charging (default 0)
   --latency-ms N    wait N ms before answering each charge (default 0)
+  --threads N       requests served at once, each on a thread of its own (default 16)
 )";
 
 // The network's merchants are one scope here: the demo has a single merchant, the server.
@@ -155,11 +161,13 @@ void create_charges_table(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const payments::command_line args(argc, argv, {"port", "db", "fail-rate", "latency-ms"}, usage);
+  const payments::command_line args(argc, argv,
+                                    {"port", "db", "fail-rate", "latency-ms", "threads"}, usage);
   const int port = static_cast<int>(args.integer("port", 0, 0, 65535));
   const std::string path = args.text("db", "processor.sqlite3");
   const double fail_rate = args.probability("fail-rate");
   const auto latency = std::chrono::milliseconds{args.integer("latency-ms", 0, 0, 60'000)};
+  const auto threads = static_cast<std::size_t>(args.integer("threads", 16, 1, 4096));
 
   using charges_type = idem::idempotent<charge_handler, processor_policies>;
   std::unique_ptr<charges_type> charges;
@@ -176,7 +184,7 @@ int main(int argc, char** argv) {
   }
 
   httplib::Server server;
-  server.new_task_queue = [] { return new httplib::ThreadPool(16); };
+  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
 
   server.Post("/v1/charges", [&](const httplib::Request& req, httplib::Response& res) {
     if (latency.count() > 0) std::this_thread::sleep_for(latency);
