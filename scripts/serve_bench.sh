@@ -17,8 +17,9 @@
 # starts a PostgreSQL server (scripts/servers/postgres.sh) and the processor in a temporary
 # folder on ports of their own, and stops them when it exits. Then:
 #   1. the processor alone: payments_chaos --mode bench POSTs /v1/charges to it at the same
-#      concurrency, to show its ceiling (with N threads and L ms a charge it is at most N / L per
-#      second, and the SQLite writes below that): it must sit well above the servers' rates;
+#      concurrency, to show its ceiling (at most concurrency / latency per second: 256 / 50 ms is
+#      5,120; its SQLite commits, made without fsync here (--synchronous normal), and the CPU
+#      this machine has left bring it below that): it must sit well above the servers' rates;
 #   2. for each store, payments_server without and then with --async (each on a fresh database),
 #      driven by payments_chaos --mode bench: --concurrency clients, each sending one intent after
 #      another under a fresh key, once, over a new connection (no faults);
@@ -165,7 +166,7 @@ if [[ " $stores " == *" postgres "* ]]; then
 fi
 
 start processor "$bin/payments_processor" --port 0 --db "$work/processor.sqlite3" \
-  --latency-ms "$latency_ms" --threads "$processor_threads"
+  --latency-ms "$latency_ms" --threads "$processor_threads" --synchronous normal
 processor_pid=$started_pid
 processor_port="$(wait_listening "$work/processor.log")"
 processor_url="http://127.0.0.1:$processor_port"
