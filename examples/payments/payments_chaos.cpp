@@ -23,6 +23,7 @@
 #include <idem/idem.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -82,6 +83,8 @@ struct counters {
   std::atomic<long> unavailable{0};  // 503
   std::atomic<long> transport{0};    // refused or broken connections (a server down)
   std::atomic<long> dropped{0};      // connections this client dropped on purpose
+  // The transport failures (transport, dropped) by cpp-httplib's error, for --mode bench.
+  std::array<std::atomic<long>, 32> by_error{};
 };
 
 struct job {
@@ -139,6 +142,8 @@ struct send_payment {
     auto res = client.Post(path, headers, j.payment.json(), "application/json");
     if (!res) {
       ++(drop ? count->dropped : count->transport);
+      ++count->by_error[std::min<std::size_t>(static_cast<std::size_t>(res.error()),
+                                              count->by_error.size() - 1)];
       payments::throw_transport_error(res.error());
     }
     answer a{res->status, res->body, res->get_header_value("Retry-After"),
@@ -395,12 +400,20 @@ int bench(const std::vector<payments::endpoint>& servers, const std::string& pat
     failed += t.failed;
   }
   const auto answered = static_cast<double>(latencies_ms.size());
+  // Failures over the whole run (warm-up and end included), by kind.
+  std::string transport;
+  for (std::size_t error = 0; error < count.by_error.size(); ++error) {
+    if (const long n = count.by_error[error].load(); n > 0) {
+      transport +=
+          ", " + std::to_string(n) + " " + httplib::to_string(static_cast<httplib::Error>(error));
+    }
+  }
   std::printf(
-      "bench: %.1f/s p50 %.1f ms p99 %.1f ms (%zu answered 201 in %.1f s, %ld failed: %ld 503, "
-      "%ld 502, %ld refused; concurrency %d, POST %s)\n",
+      "bench: %.1f/s p50 %.1f ms p99 %.1f ms (%zu answered 201 in %.1f s, %ld failed; in the "
+      "whole run %ld 503, %ld 502%s; concurrency %d, POST %s)\n",
       answered / duration_s, payments::percentile(latencies_ms, 0.50),
       payments::percentile(latencies_ms, 0.99), latencies_ms.size(), duration_s, failed,
-      count.unavailable.load(), count.bad_gateway.load(), count.transport.load(), concurrency,
+      count.unavailable.load(), count.bad_gateway.load(), transport.c_str(), concurrency,
       path.c_str());
   return failed == 0 ? 0 : 1;
 }
