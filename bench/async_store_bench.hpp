@@ -107,7 +107,6 @@ inline void report(benchmark::State& state, std::uint64_t operations, double cpu
   const auto count = static_cast<double>(operations);
   state.counters["ops_per_s"] = benchmark::Counter(count, benchmark::Counter::kIsRate);
   state.counters["cpu_us_per_op"] = count > 0 ? cpu_seconds * 1e6 / count : 0.0;
-  state.SetItemsProcessed(static_cast<std::int64_t>(operations));
 }
 
 /// Threads that run work(i) for each i of a batch between them, each taking the next index as
@@ -240,13 +239,14 @@ void run_in_flight(running_loop& loop, int in_flight, std::uint64_t first, std::
 }
 
 /// The timed loop of a throughput benchmark: each iteration runs `batch` operations through
-/// run_batch(first, count), after one untimed batch that opens the connections.
+/// run_batch(first, count), after `warm_up` untimed ones (enough to open every connection).
 template <class RunBatch>
-void throughput_loop(benchmark::State& state, std::uint64_t batch, RunBatch&& run_batch) {
+void throughput_loop(benchmark::State& state, std::uint64_t warm_up, std::uint64_t batch,
+                     RunBatch&& run_batch) {
   std::uint64_t next = 0;
   try {
-    run_batch(next, batch);  // warm-up: connections opened, statements prepared
-    next += batch;
+    run_batch(next, warm_up);  // connections opened, statements prepared
+    next += warm_up;
     std::uint64_t done = 0;
     const double cpu_before = process_cpu_seconds();
     for (auto _ : state) {

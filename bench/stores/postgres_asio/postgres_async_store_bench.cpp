@@ -38,6 +38,7 @@ constexpr std::size_t connections = 8;
 constexpr int async_threads = 2;
 // Operations per iteration: enough that the batch's ramp down (its last operations, with fewer
 // in flight) is a small share of it.
+constexpr std::uint64_t warm_up = 256;
 constexpr std::uint64_t batch = 2048;
 
 const char* conninfo() {
@@ -97,7 +98,7 @@ void throughput_async(benchmark::State& state) {
     idem::async_postgres_store store(
         async_options(table, connections, static_cast<std::size_t>(in_flight) / connections),
         loop.executor());
-    bench::throughput_loop(state, batch, [&](std::uint64_t first, std::uint64_t count) {
+    bench::throughput_loop(state, warm_up, batch, [&](std::uint64_t first, std::uint64_t count) {
       bench::run_in_flight(loop, in_flight, first, count, [&](std::uint64_t index) {
         return bench::async_cycle(store, index, print);
       });
@@ -115,7 +116,7 @@ void throughput_sync(benchmark::State& state) {
   try {
     idem::postgres_store store(sync_options(table, connections));
     bench::thread_crew crew(in_flight);
-    bench::throughput_loop(state, batch, [&](std::uint64_t first, std::uint64_t count) {
+    bench::throughput_loop(state, warm_up, batch, [&](std::uint64_t first, std::uint64_t count) {
       crew.run(first, count, [&](std::uint64_t index) { bench::sync_cycle(store, index, print); });
     });
   } catch (const std::exception& e) {

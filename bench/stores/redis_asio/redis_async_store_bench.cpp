@@ -35,6 +35,7 @@ constexpr int async_in_flight = 64;
 constexpr int sync_threads = 8;
 // Operations per iteration: enough that the batch's ramp down (its last operations, with fewer
 // in flight) is a small share of it.
+constexpr std::uint64_t warm_up = 256;
 constexpr std::uint64_t batch = 4096;
 
 struct server_address {
@@ -110,7 +111,7 @@ void throughput_async(benchmark::State& state) {
     {
       idem::async_redis_store store(loop.executor(), async_options(*where));
       prefix = store.settings().prefix;
-      bench::throughput_loop(state, batch, [&](std::uint64_t first, std::uint64_t count) {
+      bench::throughput_loop(state, warm_up, batch, [&](std::uint64_t first, std::uint64_t count) {
         bench::run_in_flight(loop, async_in_flight, first, count, [&](std::uint64_t index) {
           return bench::async_cycle(store, index, print);
         });
@@ -129,7 +130,7 @@ void throughput_sync(benchmark::State& state) {
     idem::redis_store store(sync_options(*where, sync_threads));
     prefix = store.settings().prefix;
     bench::thread_crew crew(sync_threads);
-    bench::throughput_loop(state, batch, [&](std::uint64_t first, std::uint64_t count) {
+    bench::throughput_loop(state, warm_up, batch, [&](std::uint64_t first, std::uint64_t count) {
       crew.run(first, count, [&](std::uint64_t index) { bench::sync_cycle(store, index, print); });
     });
   }
