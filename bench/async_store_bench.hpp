@@ -34,7 +34,6 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
-#include <future>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -213,28 +212,28 @@ void run_in_flight(running_loop& loop, int in_flight, std::uint64_t first, std::
   struct batch {
     std::atomic<std::uint64_t> next{0};
     std::uint64_t end = 0;
-    std::atomic<int> running{0};
+    int running = 0;
     std::mutex mutex;
+    std::condition_variable finished;
     std::exception_ptr error;
-    std::promise<void> done;
   } shared;
   shared.next.store(first, std::memory_order_relaxed);
   shared.end = first + count;
-  shared.running.store(in_flight, std::memory_order_relaxed);
+  shared.running = in_flight;
   const auto worker = [](batch& b, const Operation& op) -> asio::awaitable<void> {
     for (std::uint64_t i; (i = b.next.fetch_add(1, std::memory_order_relaxed)) < b.end;)
       co_await op(i);
   };
   for (int i = 0; i < in_flight; ++i) {
+    // Notified under the lock: once the waiter has it back, `shared` may go.
     asio::co_spawn(loop.context(), worker(shared, operation), [&shared](std::exception_ptr error) {
-      if (error) {
-        const std::lock_guard lock(shared.mutex);
-        if (!shared.error) shared.error = error;
-      }
-      if (shared.running.fetch_sub(1, std::memory_order_acq_rel) == 1) shared.done.set_value();
+      const std::lock_guard lock(shared.mutex);
+      if (error && !shared.error) shared.error = error;
+      if (--shared.running == 0) shared.finished.notify_one();
     });
   }
-  shared.done.get_future().wait();
+  std::unique_lock lock(shared.mutex);
+  shared.finished.wait(lock, [&shared] { return shared.running == 0; });
   if (shared.error) std::rethrow_exception(shared.error);
 }
 
