@@ -11,14 +11,19 @@
 // either complete (a replay of its request now answers its one charge) or listed in the
 // reconciler's report.
 //
+// --mode bench is load, not faults (scripts/serve_bench.sh): --concurrency clients, each sending
+// one intent after another under a fresh key, once, for a fixed time; it prints the intents
+// answered per second and their latency, and checks nothing.
+//
 // Exits 0 when no intent was charged twice, none was left uncharged and every client got its
 // answer (a given-up intent: charged at most once, as its client was told if it was told); 1
-// otherwise; 2 for bad options.
+// otherwise; 2 for bad options. --mode bench exits 0 when every intent was answered 201.
 #include "common.hpp"
 
 #include <idem/idem.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -50,8 +55,16 @@ constexpr const char* usage = R"(payments_chaos: exactly-once payments under fau
   --mode M              run (default): send the intents and check the ledger;
                         check-given-up: after payments_reconcile, check the intents of
                         --given-up-log against the ledger, the --report it wrote, and a replay
-                        of each request
+                        of each request;
+                        bench: --concurrency clients send intents (fresh keys, no faults, no
+                        retries, a new connection each) for --warmup-s then --duration-s
+                        seconds, and print one line: the intents answered 201 per second in
+                        the measured seconds, and their latency p50 and p99
   --report PATH         check-given-up: payments_reconcile's report
+  --duration-s S        bench: the seconds measured (default 10)
+  --warmup-s S          bench: the seconds sent before, not counted (default 2)
+  --path P              bench: the route POSTed (default /v1/payments; /v1/charges drives a
+                        payments_processor alone)
 )";
 
 struct answer {
@@ -70,6 +83,8 @@ struct counters {
   std::atomic<long> unavailable{0};  // 503
   std::atomic<long> transport{0};    // refused or broken connections (a server down)
   std::atomic<long> dropped{0};      // connections this client dropped on purpose
+  // The transport failures (transport, dropped) by cpp-httplib's error, for --mode bench.
+  std::array<std::atomic<long>, 32> by_error{};
 };
 
 struct job {
@@ -106,13 +121,16 @@ struct send_payment {
   const std::vector<payments::endpoint>* servers;
   counters* count;
   double drop_rate;
+  std::string path = "/v1/payments";
+  // Short, so that a server down is found quickly; --mode bench waits as long as a user would.
+  std::chrono::milliseconds connect_timeout{500};
 
   answer operator()(const idem::attempt_context& attempt, const job& j) const {
     // Round-robin per attempt: a retry goes to another replica than the one that failed.
     const auto& server =
         (*servers)[(j.index + static_cast<std::size_t>(attempt.attempt()) - 1) % servers->size()];
     httplib::Client client(server.host, server.port);
-    client.set_connection_timeout(std::chrono::milliseconds{500});
+    client.set_connection_timeout(connect_timeout);
     const bool drop = payments::chance(drop_rate);
     // A dropped connection: the client stops waiting before the answer can arrive, and the
     // server goes on with the request. Whether it took effect is for the retry to find out.
@@ -121,9 +139,11 @@ struct send_payment {
     httplib::Headers headers{{"Idempotency-Key", std::string(attempt.key())},
                              {"X-Account", j.account}};
     if (j.ask_crash) headers.emplace(payments::chaos_crash_header, "after-charge");
-    auto res = client.Post("/v1/payments", headers, j.payment.json(), "application/json");
+    auto res = client.Post(path, headers, j.payment.json(), "application/json");
     if (!res) {
       ++(drop ? count->dropped : count->transport);
+      ++count->by_error[std::min<std::size_t>(static_cast<std::size_t>(res.error()),
+                                              count->by_error.size() - 1)];
       payments::throw_transport_error(res.error());
     }
     answer a{res->status, res->body, res->get_header_value("Retry-After"),
@@ -320,13 +340,91 @@ int check_given_up(const std::vector<payments::endpoint>& servers,
   return ok ? 0 : 1;
 }
 
+// --mode bench: `concurrency` clients, each sending one intent after another, every one under a
+// fresh key and once (a failure is counted, not retried), for warmup_s + duration_s seconds.
+// An intent counts when its 201 arrives within the measured duration_s; those finished during
+// the warm-up or after the end are left out, so the rate is the steady state's.
+int bench(const std::vector<payments::endpoint>& servers, const std::string& path, int concurrency,
+          long long accounts, double warmup_s, double duration_s, std::uint64_t seed) {
+  counters count;
+  client_type::options once;
+  once.seed = seed;
+  once.limits = {1, std::chrono::seconds{30}};
+  // A connection the server's full backlog delays (its SYN dropped, sent again a second later)
+  // is latency here, not a failure.
+  client_type client(send_payment{&servers, &count, 0.0, path, std::chrono::seconds{15}}, once);
+
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  const auto measured_from =
+      start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(warmup_s));
+  const auto until = measured_from + std::chrono::duration_cast<clock::duration>(
+                                         std::chrono::duration<double>(duration_s));
+  const std::string run = "bench_" + std::to_string(seed) + "_";
+
+  struct tally {
+    std::vector<double> latencies_ms;  // of the intents answered 201 in the measured window
+    long failed = 0;                   // any other answer, or none, in the window
+  };
+  std::vector<tally> tallies(static_cast<std::size_t>(concurrency));
+  std::atomic<std::size_t> next{0};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < concurrency; ++w) {
+    workers.emplace_back([&, w] {
+      tally& mine = tallies[static_cast<std::size_t>(w)];
+      while (clock::now() < until) {
+        const std::size_t i = next.fetch_add(1);
+        const job j{i,
+                    "acct_" + std::to_string(static_cast<long long>(i) % accounts),
+                    {100 + static_cast<long long>(i % 9900), "EUR", run + std::to_string(i)}};
+        const auto begin = clock::now();
+        const auto outcome = client(j);
+        const auto end = clock::now();
+        if (end < measured_from || end > until) continue;
+        if (outcome) {
+          mine.latencies_ms.push_back(
+              std::chrono::duration<double, std::milli>(end - begin).count());
+        } else {
+          ++mine.failed;
+        }
+      }
+    });
+  }
+  for (auto& t : workers)
+    t.join();
+
+  std::vector<double> latencies_ms;
+  long failed = 0;
+  for (const tally& t : tallies) {
+    latencies_ms.insert(latencies_ms.end(), t.latencies_ms.begin(), t.latencies_ms.end());
+    failed += t.failed;
+  }
+  const auto answered = static_cast<double>(latencies_ms.size());
+  // Failures over the whole run (warm-up and end included), by kind.
+  std::string transport;
+  for (std::size_t error = 0; error < count.by_error.size(); ++error) {
+    if (const long n = count.by_error[error].load(); n > 0) {
+      transport +=
+          ", " + std::to_string(n) + " " + httplib::to_string(static_cast<httplib::Error>(error));
+    }
+  }
+  std::printf(
+      "bench: %.1f/s p50 %.1f ms p99 %.1f ms (%zu answered 201 in %.1f s, %ld failed; in the "
+      "whole run %ld 503, %ld 502%s; concurrency %d, POST %s)\n",
+      answered / duration_s, payments::percentile(latencies_ms, 0.50),
+      payments::percentile(latencies_ms, 0.99), latencies_ms.size(), duration_s, failed,
+      count.unavailable.load(), count.bad_gateway.load(), transport.c_str(), concurrency,
+      path.c_str());
+  return failed == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const payments::command_line args(
       argc, argv,
       {"servers", "processor", "intents", "concurrency", "seed", "drop-rate", "accounts", "give-up",
-       "give-up-crash", "given-up-log", "mode", "report"},
+       "give-up-crash", "given-up-log", "mode", "report", "duration-s", "warmup-s", "path"},
       usage);
   std::vector<payments::endpoint> servers;
   payments::endpoint processor;
@@ -354,10 +452,22 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  if (mode != "run") args.fail("--mode wants run or check-given-up, not '" + mode + "'");
+  if (mode != "run" && mode != "bench") {
+    args.fail("--mode wants run, check-given-up or bench, not '" + mode + "'");
+  }
   const auto intents = static_cast<std::size_t>(args.integer("intents", 1000, 1, 10'000'000));
   const auto concurrency = static_cast<int>(args.integer("concurrency", 8, 1, 1024));
   const auto accounts = args.integer("accounts", 4, 1, 1'000'000);
+  if (mode == "bench") {
+    const auto duration_s = static_cast<double>(args.integer("duration-s", 10, 1, 3600));
+    const auto warmup_s = static_cast<double>(args.integer("warmup-s", 2, 0, 3600));
+    const std::string path = args.text("path", "/v1/payments");
+    if (!path.starts_with("/")) args.fail("--path wants a route starting with '/'");
+    const auto seed = static_cast<std::uint64_t>(
+        args.integer("seed", static_cast<long long>(std::random_device{}() & 0x7fffffff), 0,
+                     std::numeric_limits<long long>::max()));
+    return bench(servers, path, concurrency, accounts, warmup_s, duration_s, seed);
+  }
   const double drop_rate = args.probability("drop-rate");
   const double give_up = args.probability("give-up");
   const double give_up_crash = args.probability("give-up-crash");

@@ -11,6 +11,14 @@
 //
 // Faults on demand: --fail-rate P answers 503 before charging, --latency-ms N delays every
 // charge (so that callers' timeouts and in-flight duplicates happen).
+//
+// Each request holds one of --threads threads (cpp-httplib's pool) for its whole time, the
+// latency's sleep included: --threads bounds the charges in flight, and so the processor's rate
+// at about threads / latency. Each charge commits twice (the claim, then the charge with its
+// record), and with --synchronous full (the default) each commit waits for an fsync, one commit
+// at a time: on a disk with slow fsync that, not the threads, bounds the rate.
+// scripts/serve_bench.sh gives it more threads than the servers it drives have requests in
+// flight, and --synchronous normal, so that it is not what their benchmark measures.
 #include "common.hpp"
 
 #include <idem/idem.hpp>
@@ -18,7 +26,11 @@
 
 #include <sqlite3.h>
 
+#include <sys/socket.h>
+
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -33,6 +45,10 @@ constexpr const char* usage = R"(payments_processor: a card network that charges
   --db PATH         the SQLite file of charges and idempotency records (default processor.sqlite3)
   --fail-rate P     answer 503 with probability P before charging (default 0)
   --latency-ms N    wait N ms before answering each charge (default 0)
+  --threads N       requests served at once, each on a thread of its own (default 16)
+  --synchronous M   full (default): each commit waits for its fsync, the charge survives power
+                    loss; normal: no fsync at commit (WAL), a crash of the process still loses
+                    nothing
 )";
 
 // The network's merchants are one scope here: the demo has a single merchant, the server.
@@ -155,18 +171,29 @@ void create_charges_table(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const payments::command_line args(argc, argv, {"port", "db", "fail-rate", "latency-ms"}, usage);
+  const payments::command_line args(
+      argc, argv, {"port", "db", "fail-rate", "latency-ms", "threads", "synchronous"}, usage);
   const int port = static_cast<int>(args.integer("port", 0, 0, 65535));
   const std::string path = args.text("db", "processor.sqlite3");
   const double fail_rate = args.probability("fail-rate");
   const auto latency = std::chrono::milliseconds{args.integer("latency-ms", 0, 0, 60'000)};
+  const auto threads = static_cast<std::size_t>(args.integer("threads", 16, 1, 4096));
+  const std::string synchronous = args.text("synchronous", "full");
+  if (synchronous != "full" && synchronous != "normal") {
+    args.fail("--synchronous wants full or normal, not '" + synchronous + "'");
+  }
 
   using charges_type = idem::idempotent<charge_handler, processor_policies>;
   std::unique_ptr<charges_type> charges;
   std::unique_ptr<ledger> book;
   try {
     charges_type::options options;
-    options.store = idem::sqlite_store{path};  // creates the file and idem's tables
+    idem::sqlite_store::options store_options;
+    store_options.path = path;
+    store_options.synchronous = synchronous == "full"
+                                    ? idem::sqlite_store::synchronous_mode::full
+                                    : idem::sqlite_store::synchronous_mode::normal;
+    options.store = idem::sqlite_store{store_options};  // creates the file and idem's tables
     create_charges_table(path);
     charges = std::make_unique<charges_type>(charge_handler{}, std::move(options));
     book = std::make_unique<ledger>(path);
@@ -176,7 +203,16 @@ int main(int argc, char** argv) {
   }
 
   httplib::Server server;
-  server.new_task_queue = [] { return new httplib::ThreadPool(16); };
+  server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed when Debian built
+  // the library): with hundreds of callers connecting at once, the kernel drops their SYNs and
+  // each waits a second to try again. The listening socket is listened on again, with room for
+  // every thread, once it is bound.
+  int listening = -1;
+  server.set_socket_options([&listening](socket_t socket) {
+    httplib::default_socket_options(socket);
+    listening = socket;
+  });
 
   server.Post("/v1/charges", [&](const httplib::Request& req, httplib::Response& res) {
     if (latency.count() > 0) std::this_thread::sleep_for(latency);
@@ -234,5 +270,15 @@ int main(int argc, char** argv) {
         res.set_content(payments::error_body(what), "application/json");
       });
 
-  return payments::listen_and_serve(server, "payments_processor", port);
+  // payments::listen_and_serve, with the backlog raised between the bind and the first accept.
+  const int bound = port == 0 ? server.bind_to_any_port("127.0.0.1")
+                              : (server.bind_to_port("127.0.0.1", port) ? port : -1);
+  if (bound <= 0) {
+    std::fprintf(stderr, "payments_processor: cannot listen on 127.0.0.1:%d\n", port);
+    return 1;
+  }
+  if (listening >= 0) ::listen(listening, static_cast<int>(std::min<std::size_t>(threads, 4096)));
+  std::printf("payments_processor: listening on %d\n", bound);
+  std::fflush(stdout);
+  return server.listen_after_bind() ? 0 : 1;
 }
