@@ -79,8 +79,8 @@ class async_processor_client {
       // Nothing was sent: repeating cannot charge twice.
       if (connect_error) fail(connect_error, std::errc::connection_refused);
 
-      stream.expires_after(std::max<std::chrono::nanoseconds>(attempt.time_left(),
-                                                              std::chrono::milliseconds{1}));
+      stream.expires_after(
+          std::max<std::chrono::nanoseconds>(attempt.time_left(), std::chrono::milliseconds{1}));
       http::request<http::string_body> request{http::verb::post, "/v1/charges", 11};
       request.set(http::field::host, where.host);
       request.set(http::field::content_type, "application/json");

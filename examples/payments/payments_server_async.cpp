@@ -54,7 +54,8 @@ asio::awaitable<std::invoke_result_t<F&>> off_loop(asio::any_io_executor pool, F
   using result = std::invoke_result_t<F&>;
   if constexpr (std::is_void_v<result>) {
     co_await asio::co_spawn(
-        pool, [fn = std::move(fn)]() mutable -> asio::awaitable<void> {
+        pool,
+        [fn = std::move(fn)]() mutable -> asio::awaitable<void> {
           fn();
           co_return;
         },
@@ -240,11 +241,9 @@ int serve(const server_settings& config, MakeStore make_store, Book& book,
     services.push_back(std::make_unique<loop_service<store_type, Book>>(
         loop, config, make_store(loop), payments_book, pool.get_executor()));
   }
-  http_server server(loops,
-                     payments_routes<store_type, Book>(services, payments_book,
-                                                       config.crash_when_asked),
-                     http_limits{config.read_timeout, max_request_header_bytes,
-                                 max_request_body_bytes});
+  http_server server(
+      loops, payments_routes<store_type, Book>(services, payments_book, config.crash_when_asked),
+      http_limits{config.read_timeout, max_request_header_bytes, max_request_body_bytes});
   int port = 0;
   try {
     port = server.bind(config.port);
@@ -266,15 +265,13 @@ std::optional<int> serve_async(const server_settings& config, const std::string&
   if (spec == "memory") {
     memory_book book;
     const idem::memory_store shared;  // a handle: every loop's copy has the same records
-    return serve(
-        config, [shared](const asio::any_io_executor&) { return shared; }, book, {});
+    return serve(config, [shared](const asio::any_io_executor&) { return shared; }, book, {});
   }
   if (spec.starts_with("sqlite:") && spec.size() > 7) {
     const std::string path = spec.substr(7);
     const idem::sqlite_store shared{path};  // creates the file and idem's tables
     sqlite_book book(path);
-    return serve(
-        config, [shared](const asio::any_io_executor&) { return shared; }, book, {});
+    return serve(config, [shared](const asio::any_io_executor&) { return shared; }, book, {});
   }
   if (spec.starts_with("postgres:")) {
     idem::async_postgres_store::options options;
@@ -297,12 +294,11 @@ std::optional<int> serve_async(const server_settings& config, const std::string&
     options.host = where.host;
     options.port = where.port;
     redis_book book(where.host, where.port);
-    return serve(
-        config,
-        [options](const asio::any_io_executor& loop) {
-          return idem::async_redis_store{loop, options};
-        },
-        book, {});
+    return serve(config,
+                 [options](const asio::any_io_executor& loop) {
+                   return idem::async_redis_store{loop, options};
+                 },
+                 book, {});
   }
   return std::nullopt;
 }

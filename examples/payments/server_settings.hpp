@@ -26,7 +26,8 @@ struct server_settings {
 };
 
 /// The largest request body either server reads; a larger one is answered 413 unread. A
-/// payment's body is a few dozen bytes, and a record keeps at most max_kept_request_bytes.
+/// payment's body is a few dozen bytes, and a record keeps at most max_kept_request_bytes (16
+/// KiB): a body between the two is read, and refused 413 by idem before it is claimed.
 inline constexpr std::size_t max_request_body_bytes = 64 * 1024;
 /// The largest request head (request line and headers) the event-loop server reads; a larger
 /// one is answered 431.

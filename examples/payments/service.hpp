@@ -21,8 +21,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <exception>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -601,10 +601,10 @@ inline reply error_reply(int status, std::string_view message) {
 
 /// The parts of a POST /v1/payments the service reads.
 struct payment_post {
-  std::string account;                    // X-Account, empty when absent
+  std::string account;  // X-Account, empty when absent
   std::string body;
-  std::optional<std::string> key;         // Idempotency-Key
-  std::optional<std::string> chaos_crash; // X-Chaos-Crash
+  std::optional<std::string> key;          // Idempotency-Key
+  std::optional<std::string> chaos_crash;  // X-Chaos-Crash
 };
 
 /// The refusal of a POST before its key is claimed (401 no account, 400 no payment in the
@@ -672,8 +672,8 @@ inline std::optional<std::string> payment_id_in(std::string_view path) {
   if (!path.starts_with(prefix) || path.size() == prefix.size()) return std::nullopt;
   const std::string_view id = path.substr(prefix.size());
   for (const char c : id) {
-    const bool word = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                      c == '_';
+    const bool word =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
     if (!word) return std::nullopt;
   }
   return std::string(id);

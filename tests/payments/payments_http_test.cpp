@@ -314,7 +314,28 @@ TEST_CASE("invalid JSON or missing fields are a 400 and not stored: the correcte
   CHECK(ledger(d.processor).size() == 1);
 }
 
-TEST_CASE("a repeat while the first is in flight is a 409, then the stored answer", "[payments][server]") {
+TEST_CASE(
+    "a body past what a record keeps, or past what the server reads, is a 413 and charges "
+    "nothing",
+    "[payments][server]") {
+  deployment d;
+  // Past the 16 KiB a record keeps (read, refused by idem before the claim), and past the 64 KiB
+  // the server reads (refused unread).
+  for (const std::size_t size : {std::size_t{20 * 1024}, std::size_t{70 * 1024}}) {
+    INFO("a body of " << size << " bytes");
+    auto res = post(d.server, body(100, "tok_" + std::string(size, 'x')), "order-big");
+    REQUIRE(res);
+    CHECK(res->status == 413);
+  }
+  CHECK(ledger(d.processor).empty());
+  // The key was not claimed: the payment it was meant for charges.
+  auto corrected = post(d.server, body(100), "order-big");
+  REQUIRE(corrected);
+  CHECK(corrected->status == 201);
+}
+
+TEST_CASE("a repeat while the first is in flight is a 409, then the stored answer",
+          "[payments][server]") {
   idem::testing::temporary_directory dir{"idem-payments"};
   program processor = start_processor(dir.path().string() + "/processor.sqlite3", {0, 1500});
   program server = start_server(processor, "sqlite:" + dir.path().string() + "/payments.sqlite3");
@@ -334,7 +355,8 @@ TEST_CASE("a repeat while the first is in flight is a 409, then the stored answe
   CHECK(ledger(processor).size() == 1);
 }
 
-TEST_CASE("the same key with another body is a 422 and charges nothing more", "[payments][server]") {
+TEST_CASE("the same key with another body is a 422 and charges nothing more",
+          "[payments][server]") {
   deployment d;
   REQUIRE(post(d.server, body(100), "order-6")->status == 201);
   auto other = post(d.server, body(101), "order-6");
@@ -540,7 +562,8 @@ TEST_CASE("payments_reconcile finishes a payment its client gave up on: one char
   CHECK(charges_from(processor, "tok_" + run + "_").size() == keys);
 }
 
-TEST_CASE("what payments_reconcile cannot finish is reported, as the ledger has it", "[payments][server]") {
+TEST_CASE("what payments_reconcile cannot finish is reported, as the ledger has it",
+          "[payments][server]") {
   idem::testing::temporary_directory dir{"idem-payments"};
   const std::string store = "sqlite:" + dir.file("payments.sqlite3");
   constexpr int keys = 6;
@@ -709,19 +732,19 @@ double milliseconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-TEST_CASE("payments_server --async answers a payment within 1 s beside 1,000 idle connections, "
-          "closed after the read timeout",
-          "[payments][slow-clients]") {
+TEST_CASE(
+    "payments_server --async answers a payment within 1 s beside 1,000 idle connections, "
+    "closed after the read timeout",
+    "[payments][slow-clients]") {
   constexpr int idle = 1000;
   constexpr auto read_timeout = 2000ms;
   raise_open_files(idle + 256);
   idem::testing::temporary_directory dir{"idem-payments"};
   program processor = start_processor(dir.file("processor.sqlite3"));
-  program server = program(
-      "payments_server",
-      {"--port", "0", "--processor", processor.url(), "--store",
-       "sqlite:" + dir.file("payments.sqlite3"), "--async", "--threads", "2", "--read-timeout-ms",
-       std::to_string(read_timeout.count())});
+  program server =
+      program("payments_server", {"--port", "0", "--processor", processor.url(), "--store",
+                                  "sqlite:" + dir.file("payments.sqlite3"), "--async", "--threads",
+                                  "2", "--read-timeout-ms", std::to_string(read_timeout.count())});
   const auto opened = std::chrono::steady_clock::now();
   idle_connections slow(server.port(), idle);
   INFO("the idle connections took " << milliseconds_since(opened) << " ms to open");
@@ -752,25 +775,27 @@ TEST_CASE("payments_server --async answers a payment within 1 s beside 1,000 idl
   CHECK(after->status == 201);
 }
 
-TEST_CASE("the blocking server's limit: idle connections hold its 32 threads until the read "
-          "timeout, and a payment waits for them",
-          "[payments][slow-clients]") {
+TEST_CASE(
+    "the blocking server's limit: idle connections hold its 32 threads until the read "
+    "timeout, and a payment waits for them",
+    "[payments][slow-clients]") {
   constexpr int idle = 300;
   constexpr auto read_timeout = 1000ms;
   raise_open_files(idle + 256);
   idem::testing::temporary_directory dir{"idem-payments"};
   program processor = start_processor(dir.file("processor.sqlite3"));
-  program server = program("payments_server", {"--port", "0", "--processor", processor.url(),
-                                               "--store", "sqlite:" + dir.file("payments.sqlite3"),
-                                               "--read-timeout-ms",
-                                               std::to_string(read_timeout.count())});
+  program server =
+      program("payments_server", {"--port", "0", "--processor", processor.url(), "--store",
+                                  "sqlite:" + dir.file("payments.sqlite3"), "--read-timeout-ms",
+                                  std::to_string(read_timeout.count())});
   idle_connections slow(server.port(), idle);
   const auto asked = std::chrono::steady_clock::now();
   auto res = post(server, body(1250), "behind-the-idle");
   const double answered_ms = milliseconds_since(asked);
-  std::printf("blocking: a payment behind %d idle connections answered in %.1f ms (read timeout "
-              "%lld ms)\n",
-              idle, answered_ms, static_cast<long long>(read_timeout.count()));
+  std::printf(
+      "blocking: a payment behind %d idle connections answered in %.1f ms (read timeout "
+      "%lld ms)\n",
+      idle, answered_ms, static_cast<long long>(read_timeout.count()));
   // Answered, thanks to the read timeout, but only once the idle connections queued before it
   // were dropped: about idle / 32 read timeouts (docs/demo.md).
   REQUIRE(res);
