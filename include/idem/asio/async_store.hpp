@@ -31,6 +31,14 @@
 //   caller not knowing what it holds.
 // * Copies of a store share its records and its connections (a store type is a handle).
 //
+// Transactions (optional: AsyncTransactionalStore), TransactionalStore's asynchronously:
+//   async_complete_within(held, now, produce, token)  completes with bool
+// complete_within's semantics (idem/store/contract.hpp), with `produce(transaction&)` a
+// coroutine (asio::awaitable<std::string>) that awaits the handler's own statements on the
+// transaction's connection; transaction::checkpoint(held, recovery, lease_until) is an
+// awaitable<bool> on that connection. async_idempotent runs a handler that takes the
+// transaction this way (docs/async_server.md).
+//
 // async_idempotent and async_inbox (idem/asio) use these operations when their store is an
 // AsyncStore, and run a blocking Store's calls on options.store_executor otherwise.
 // blocking_store (idem/asio/blocking_store.hpp) turns an AsyncStore back into a Store for the
@@ -42,6 +50,7 @@
 #include <cstddef>
 #include <exception>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -77,6 +86,20 @@ concept AsyncStore = std::copy_constructible<S> &&
   {
     store.async_stuck(now, limit, asio::use_awaitable)
     } -> std::same_as<asio::awaitable<std::vector<record>>>;
+};
+
+/// An AsyncStore that completes a record in the transaction of the handler's own writes (see
+/// the top of this header).
+template <class S>
+concept AsyncTransactionalStore = AsyncStore<S> && requires {
+  typename S::transaction;
+} && requires(S& store, typename S::transaction& transaction, const fenced_key& held,
+              std::string_view bytes, store_time now,
+              asio::awaitable<std::string> (&produce)(typename S::transaction&)) {
+  {
+    store.async_complete_within(held, now, produce, asio::use_awaitable)
+    } -> std::same_as<asio::awaitable<bool>>;
+  { transaction.checkpoint(held, bytes, now) } -> std::same_as<asio::awaitable<bool>>;
 };
 
 }  // namespace idem

@@ -40,8 +40,10 @@
 //   * any other store that blocks (anything but memory_store and locked_store, see
 //     idem::never_blocks) has its calls run on options.store_executor, never on the event loop;
 //   * cancellation through the token's slot ends the call with verdict::cancelled (503).
-// A handler that takes the store's transaction is not supported here: its transaction would
-// hold a database connection across suspensions.
+// A handler that takes the store's transaction, asio::awaitable<R>(async_handler_context&,
+// const Request&, Store::transaction&), runs inside the transaction that completes its record
+// (an AsyncTransactionalStore: the asynchronous PostgreSQL store), awaiting its own statements
+// on the transaction's connection: its writes and the record commit together or not at all.
 #ifndef IDEM_ASIO_IDEMPOTENT_HPP
 #define IDEM_ASIO_IDEMPOTENT_HPP
 
@@ -145,9 +147,10 @@ class async_idempotent {
   template <Fingerprintable Request, class Token>
   auto async_call(std::string_view scope, std::optional<std::string_view> key,
                   const Request& request, Token&& token) {
-    static_assert(detail::check_async_handler<Handler, Request>());
-    if constexpr (detail::async_guardable<Handler, Request>) {
-      using response_type = typename detail::async_handler_result<Handler, Request>::type;
+    static_assert(detail::check_async_handler<Handler, Request, store_type>());
+    if constexpr (detail::async_guardable<Handler, Request, store_type>) {
+      using response_type =
+          typename detail::async_handler_result<Handler, Request, store_type>::type;
       static_assert(detail::check_response<response_type>());
       if constexpr (detail::storable_response<response_type>) {
         static_assert(detail::check_failure_policy<failure_type, response_type>());
@@ -181,21 +184,9 @@ class async_idempotent {
 
   /// Removes expired records; answers how many. Calls the store on this thread; an AsyncStore's
   /// operation is waited for here (blocking_store: never on a thread that runs its executor).
-  std::size_t sweep() {
-    if constexpr (AsyncStore<store_type>) {
-      return blocking_store<store_type>{store()}.sweep(clock().wall_now());
-    } else {
-      return engine_.core().sweep();
-    }
-  }
+  std::size_t sweep() { return engine_.sweep(); }
   /// Claims in progress past their lease (see idempotent::stuck), called as sweep is.
-  std::vector<record> stuck(std::size_t limit = 1000) {
-    if constexpr (AsyncStore<store_type>) {
-      return blocking_store<store_type>{store()}.stuck(clock().wall_now(), limit);
-    } else {
-      return engine_.core().stuck(limit);
-    }
-  }
+  std::vector<record> stuck(std::size_t limit = 1000) { return engine_.stuck(limit); }
 
   Handler& handler() noexcept { return handler_; }
   store_type& store() noexcept { return engine_.core().store(); }
@@ -209,9 +200,15 @@ class async_idempotent {
   asio::awaitable<idempotent_outcome<Response>> handle(std::string_view scope,
                                                        std::optional<std::string_view> key,
                                                        const Request& request) {
-    // Not a coroutine: the handler's own awaitable is awaited, with no frame between.
-    auto run = [this, &request](async_handler_context& context) {
-      if constexpr (detail::takes_async_context<Handler, Request>) {
+    // Not a coroutine: the handler's own awaitable is awaited, with no frame between. A
+    // handler that takes the store's transaction is run with it (async_engine::run_held).
+    constexpr bool transactional = detail::takes_async_transaction<Handler, Request, store_type>;
+    constexpr detail::completion how =
+        transactional ? detail::completion::in_transaction : detail::completion::direct;
+    auto run = [this, &request](async_handler_context& context, auto&... transaction) {
+      if constexpr (transactional) {
+        return std::invoke(handler_, context, request, transaction...);
+      } else if constexpr (detail::takes_async_context<Handler, Request>) {
         return std::invoke(handler_, context, request);
       } else {
         return std::invoke(handler_, request);
@@ -222,13 +219,21 @@ class async_idempotent {
     // One co_await of an outcome (see call_start): GCC gives each its own slot in the frame.
     asio::awaitable<idempotent_outcome<Response>> rest;
     if (!key) {
-      rest = engine_type::template run_unguarded<Response>(scope, run);
+      if constexpr (transactional) {
+        // The transaction is the one that completes a record: without a key there is none.
+        co_return idempotent_outcome<Response>{
+            verdict::missing_key,
+            "an idempotency key is required: this handler runs inside the transaction that "
+            "records its key"};
+      } else {
+        rest = engine_type::template run_unguarded<Response>(scope, run);
+      }
     } else if (started.claim) {
-      rest = engine_.template run_held<Response>(std::move(*started.claim), started.print, run,
-                                                 engine_.options().failure);
+      rest = engine_.template run_held<Response, how>(std::move(*started.claim), started.print, run,
+                                                      engine_.options().failure);
     } else {
-      rest = engine_.template run<Response>(scope, *key, started.print, run,
-                                            engine_.options().failure, started.kept.get());
+      rest = engine_.template run<Response, how>(scope, *key, started.print, run,
+                                                 engine_.options().failure, started.kept.get());
     }
     co_return co_await std::move(rest);
   }

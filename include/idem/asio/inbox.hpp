@@ -114,21 +114,9 @@ class async_inbox {
 
   /// Removes expired records; answers how many. Calls the store on this thread; an AsyncStore's
   /// operation is waited for here (blocking_store: never on a thread that runs its executor).
-  std::size_t sweep() {
-    if constexpr (AsyncStore<store_type>) {
-      return blocking_store<store_type>{store()}.sweep(clock().wall_now());
-    } else {
-      return engine_.core().sweep();
-    }
-  }
+  std::size_t sweep() { return engine_.sweep(); }
   /// Claims in progress past their lease (see idempotent::stuck), called as sweep is.
-  std::vector<record> stuck(std::size_t limit = 1000) {
-    if constexpr (AsyncStore<store_type>) {
-      return blocking_store<store_type>{store()}.stuck(clock().wall_now(), limit);
-    } else {
-      return engine_.core().stuck(limit);
-    }
-  }
+  std::vector<record> stuck(std::size_t limit = 1000) { return engine_.stuck(limit); }
   store_type& store() noexcept { return engine_.core().store(); }
   clock_type& clock() noexcept { return engine_.core().clock(); }
 

@@ -44,7 +44,8 @@
 // * async_complete_within runs a handler's own SQL, awaited on the transaction's connection, in
 //   the transaction that completes the record (postgres_store::complete_within's semantics,
 //   serialization-failure retries included); the handler is a coroutine run on the store's
-//   strand. The Asio wrappers do not call it yet.
+//   strand. async_idempotent runs a handler that takes the transaction this way, and its
+//   transaction::publish adds outbox messages that commit with it.
 // * POSIX only (the socket is watched as a posix::stream_descriptor). Every option:
 //   docs/stores/postgres_async.md.
 #ifndef IDEM_STORE_ASYNC_POSTGRES_HPP
@@ -66,6 +67,7 @@
 
 #include <idem/asio/async_store.hpp>
 #include <idem/asio/config.hpp>
+#include <idem/outbox/message.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/postgres.hpp>
 #include <idem/store/postgres/async/job.hpp>
@@ -75,6 +77,7 @@
 #include <idem/store/postgres/async/session.hpp>
 #include <idem/store/postgres/error.hpp>
 #include <idem/store/postgres/failure.hpp>
+#include <idem/store/postgres/outbox.hpp>
 #include <idem/store/postgres/requests.hpp>
 #include <idem/store/postgres/session.hpp>
 
@@ -392,6 +395,32 @@ class async_postgres_store::transaction {
     throw error;
   }
 
+  /// Adds `message` to the outbox in this transaction, so that it commits with the handler's
+  /// writes and the completed record, or not at all; answers its id, outbox_message_id(scope,
+  /// key, name) of the record this transaction completes. postgres_store::transaction::publish's
+  /// semantics: one name per message of a handler, and a name already published for this
+  /// record adds nothing. Throws std::invalid_argument for an empty name, a message without a
+  /// topic, or a payload past options::max_outbox_payload_bytes; postgres_error when the server
+  /// refuses the row (40001/40P01 mark the transaction for a retry, as exec does).
+  asio::awaitable<std::string> publish(std::string_view name, const outbox_message& message) {
+    constexpr const char* who = "idem::async_postgres_store::transaction::publish";
+    if (name.empty()) throw std::invalid_argument(std::string(who) + ": the message name is empty");
+    std::string id = outbox_message_id(held_.scope, held_.key, name);
+    detail::check_outbox_message(id, message, outbox_->max_payload_bytes, who);
+    const detail::postgres::outbox_row row(id, message, now_);
+    result_ptr result = co_await statement(*session_, [&](detail::postgres::async::link& wire) {
+      wire.send_typed(outbox_->insert.c_str(), row.values,
+                      detail::postgres::outbox_row::types.data());
+    });
+    if (PQresultStatus(result.get()) == PGRES_COMMAND_OK) co_return id;
+    const char* code = PQresultErrorField(result.get(), PG_DIAG_SQLSTATE);
+    postgres_error error(
+        code != nullptr ? code : "",
+        std::string(who) + ": " + detail::postgres::describe(nullptr, result.get()));
+    if (error.retryable()) retry_ = true;
+    throw error;
+  }
+
   /// A recovery point recorded in this transaction (checkpoint's semantics, on this
   /// connection); it commits or rolls back with the transaction.
   asio::awaitable<bool> checkpoint(const fenced_key& held, std::string_view recovery,
@@ -409,19 +438,39 @@ class async_postgres_store::transaction {
 
  private:
   friend class async_postgres_store;
-  transaction(std::shared_ptr<session_job> session, bool caller_time) noexcept
-      : session_(std::move(session)), caller_time_(caller_time) {}
+  // Where publish writes: the outbox's insert and its payload cap.
+  struct outbox_target {
+    std::string insert;
+    std::size_t max_payload_bytes;
+  };
+  transaction(std::shared_ptr<session_job> session, bool caller_time, const fenced_key& held,
+              std::optional<std::int64_t> now, const outbox_target* outbox) noexcept
+      : session_(std::move(session)),
+        caller_time_(caller_time),
+        held_(held),
+        now_(now),
+        outbox_(outbox) {}
 
   std::shared_ptr<session_job> session_;
   bool caller_time_;
+  // The claim this transaction completes: its scope and key name the messages published.
+  fenced_key held_;
+  // When the messages were written: the caller's time, or nothing for the server's clock.
+  std::optional<std::int64_t> now_;
+  const outbox_target* outbox_;
   bool retry_ = false;
 };
 
 template <class Produce>
 asio::awaitable<bool> async_postgres_store::run_within(
     std::shared_ptr<detail::postgres::async::pool> shared, options config, bool caller,
-    fenced_key held, store_time /*now*/, Produce produce) {
+    fenced_key held, store_time now, Produce produce) {
   namespace pg = detail::postgres;
+  const transaction::outbox_target outbox{
+      pg::outbox_insert_sql(pg::quote_names(config.schema, config.table).outbox),
+      config.max_outbox_payload_bytes};
+  const std::optional<std::int64_t> written_at =
+      caller ? std::optional<std::int64_t>{pg::to_nanoseconds(now)} : std::nullopt;
   const char* begin = "BEGIN ISOLATION LEVEL READ COMMITTED";
   if (config.transaction_isolation == postgres_store::isolation::repeatable_read) {
     begin = "BEGIN ISOLATION LEVEL REPEATABLE READ";
@@ -441,7 +490,7 @@ asio::awaitable<bool> async_postgres_store::run_within(
     }
     auto session = std::make_shared<session_job>(shared);
     co_await acquire(*session);
-    transaction txn(session, caller);
+    transaction txn(session, caller, held, written_at, &outbox);
     std::exception_ptr failure;
     bool answer = false;
     try {

@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <variant>
 
+#include <idem/asio/async_store.hpp>
 #include <idem/asio/handler_context.hpp>
 
 namespace idem::detail {
@@ -22,27 +23,42 @@ concept awaitable_call =
 template <class Handler, class Request>
 concept takes_async_context = awaitable_call<Handler, async_handler_context&, const Request&>;
 
-template <class Handler, class Request>
-concept async_guardable =
-    takes_async_context<Handler, Request> || awaitable_call<Handler, const Request&>;
+// A handler that runs inside the transaction completing its record (AsyncTransactionalStore).
+template <class Handler, class Request, class Store>
+concept takes_async_transaction = AsyncTransactionalStore<Store> &&
+    awaitable_call<Handler, async_handler_context&, const Request&, typename Store::transaction&>;
 
-template <class Handler, class Request>
+template <class Handler, class Request, class Store>
+concept async_guardable = takes_async_context<Handler, Request> ||
+    awaitable_call<Handler, const Request&> || takes_async_transaction<Handler, Request, Store>;
+
+template <class Handler, class Request, class Store>
 struct async_handler_result {
   using type = typename awaited<std::invoke_result_t<Handler&, const Request&>>::type;
 };
-template <class Handler, class Request>
+template <class Handler, class Request, class Store>
 requires takes_async_context<Handler, Request>
-struct async_handler_result<Handler, Request> {
+struct async_handler_result<Handler, Request, Store> {
   using type = typename awaited<
       std::invoke_result_t<Handler&, async_handler_context&, const Request&>>::type;
 };
+template <class Handler, class Request, class Store>
+requires(
+    takes_async_transaction<Handler, Request, Store> &&
+    !takes_async_context<Handler, Request>) struct async_handler_result<Handler, Request, Store> {
+  using type =
+      typename awaited<std::invoke_result_t<Handler&, async_handler_context&, const Request&,
+                                            typename Store::transaction&>>::type;
+};
 
-template <class Handler, class Request>
+template <class Handler, class Request, class Store>
 constexpr bool check_async_handler() {
-  static_assert(async_guardable<Handler, Request>,
+  static_assert(async_guardable<Handler, Request, Store>,
                 "An async_idempotent handler must be callable as "
                 "asio::awaitable<R>(idem::async_handler_context&, const Request&) or "
-                "asio::awaitable<R>(const Request&), where R is a storable response.");
+                "asio::awaitable<R>(const Request&), where R is a storable response; or, with an "
+                "AsyncTransactionalStore, as asio::awaitable<R>(idem::async_handler_context&, "
+                "const Request&, Store::transaction&).");
   return true;
 }
 

@@ -28,6 +28,7 @@
 #define IDEM_ASIO_DETAIL_ASYNC_ENGINE_HPP
 
 #include <chrono>
+#include <cstddef>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -36,7 +37,10 @@
 #include <type_traits>
 #include <utility>
 #include <variant>
+#include <vector>
 
+#include <idem/asio/async_store.hpp>
+#include <idem/asio/blocking_store.hpp>
 #include <idem/asio/config.hpp>
 #include <idem/asio/detail/claim_writer.hpp>
 #include <idem/asio/detail/store_calls.hpp>
@@ -127,6 +131,23 @@ class async_engine {
   core_type& core() noexcept { return core_; }
   const Options& options() const noexcept { return core_.options(); }
 
+  /// engine::sweep and engine::stuck, called on this thread; an AsyncStore's operation is
+  /// waited for here (blocking_store: never on a thread that runs the store's executor).
+  std::size_t sweep() {
+    if constexpr (AsyncStore<store_type>) {
+      return blocking_store<store_type>{core_.store()}.sweep(core_.clock().wall_now());
+    } else {
+      return core_.sweep();
+    }
+  }
+  std::vector<record> stuck(std::size_t limit) {
+    if constexpr (AsyncStore<store_type>) {
+      return blocking_store<store_type>{core_.store()}.stuck(core_.clock().wall_now(), limit);
+    } else {
+      return core_.stuck(limit);
+    }
+  }
+
   /// Runs `run(async_handler_context&)` with no key and no claim: nothing is stored.
   template <class Response, class Run>
   static asio::awaitable<idempotent_outcome<Response>> run_unguarded(std::string_view scope,
@@ -175,7 +196,10 @@ class async_engine {
   /// the claim is this caller's, runs `run(async_handler_context&)` (an awaitable<Response>)
   /// under it. A handler's own exception passes through after `failure` settled the key.
   /// `kept` (engine::run's), when not null, must stay valid until the call completes.
-  template <class Response, class Run, class Failure>
+  /// With completion::in_transaction, `run(async_handler_context&, transaction&)` runs inside
+  /// the transaction that completes the record (an AsyncTransactionalStore's
+  /// async_complete_within), as engine::run's does.
+  template <class Response, completion How = completion::direct, class Run, class Failure>
   asio::awaitable<idempotent_outcome<Response>> run(std::string_view scope, std::string_view key,
                                                     digest print, Run run, const Failure& failure,
                                                     const kept_bytes* kept = nullptr) {
@@ -184,21 +208,21 @@ class async_engine {
       started.print = print;
       claim_at_once(started, scope, key, kept);
       if (started.answer) co_return std::move(*started.answer);
-      co_return co_await run_held<Response>(std::move(*started.claim), print, run, failure);
+      co_return co_await run_held<Response, How>(std::move(*started.claim), print, run, failure);
     }
     std::variant<idempotent_outcome<Response>, held_claim> first =
         co_await claim_after_waits<Response>(scope, key, print, kept);
     if (auto* answer = std::get_if<idempotent_outcome<Response>>(&first)) {
       co_return std::move(*answer);
     }
-    co_return co_await run_held<Response>(std::get<held_claim>(std::move(first)), print, run,
-                                          failure);
+    co_return co_await run_held<Response, How>(std::get<held_claim>(std::move(first)), print, run,
+                                               failure);
   }
 
   /// The rest of run, once this caller holds the claim: the handler under it, then its response
   /// recorded or the failure settled. With use_awaitable it runs in the caller's coroutine, so
   /// the caller's cancellation setting is put back as it was, however the call ends.
-  template <class Response, class Run, class Failure>
+  template <class Response, completion How = completion::direct, class Run, class Failure>
   asio::awaitable<idempotent_outcome<Response>> run_held(held_claim claim, const digest& print,
                                                          Run& run, const Failure& failure) {
     // A cancellation throws nowhere in here: each ending is a verdict.
@@ -212,39 +236,47 @@ class async_engine {
     async_handler_context context{claim.held.scope,          claim.held.key,
                                   claim.held.fence,          claim.resumed,
                                   std::move(claim.recovery), &writer};
-    handler_run<Response> ran;
-    if (cancelled(co_await asio::this_coro::cancellation_state)) {
-      ran.thrown = aborted();  // settled below as a handler that threw before any step
-      ran.never_ran = true;
-    } else if (options().heartbeat) {
-      co_await run_with_heartbeat(context, run, writer, ran);
-    } else {
-      // The handler awaits in this coroutine: its operations see the caller's cancellation,
-      // and after one, throw as any coroutine's do.
-      co_await asio::this_coro::throw_if_cancelled(true);
+    if constexpr (How == completion::in_transaction) {
       try {
-        ran.response.emplace(co_await run(context));
+        co_await run_in_transaction<Response>(answer, claim, print, context, writer, run, failure);
       } catch (...) {
-        ran.thrown = std::current_exception();
+        thrown = std::current_exception();
       }
-      co_await asio::this_coro::throw_if_cancelled(false);
-    }
-    try {
-      bool recorded = false;
-      if constexpr (inline_store) {
-        if (!ran.thrown) {
-          // The common ending, with no frame: the response recorded inline.
-          answer.emplace(
-              core_.template record_directly<Response>(claim, print, std::move(*ran.response)));
-          recorded = true;
+    } else {
+      handler_run<Response> ran;
+      if (cancelled(co_await asio::this_coro::cancellation_state)) {
+        ran.thrown = aborted();  // settled below as a handler that threw before any step
+        ran.never_ran = true;
+      } else if (options().heartbeat) {
+        co_await run_with_heartbeat(context, run, writer, ran);
+      } else {
+        // The handler awaits in this coroutine: its operations see the caller's cancellation,
+        // and after one, throw as any coroutine's do.
+        co_await asio::this_coro::throw_if_cancelled(true);
+        try {
+          ran.response.emplace(co_await run(context));
+        } catch (...) {
+          ran.thrown = std::current_exception();
         }
+        co_await asio::this_coro::throw_if_cancelled(false);
       }
-      if (!recorded) {
-        co_await after_run<Response>(answer, claim, print, failure, writer,
-                                     context.steps_recorded(), context.in_doubt(), ran);
+      try {
+        bool recorded = false;
+        if constexpr (inline_store) {
+          if (!ran.thrown) {
+            // The common ending, with no frame: the response recorded inline.
+            answer.emplace(
+                core_.template record_directly<Response>(claim, print, std::move(*ran.response)));
+            recorded = true;
+          }
+        }
+        if (!recorded) {
+          co_await after_run<Response>(answer, claim, print, failure, writer,
+                                       context.steps_recorded(), context.in_doubt(), ran);
+        }
+      } catch (...) {
+        thrown = std::current_exception();
       }
-    } catch (...) {
-      thrown = std::current_exception();
     }
     co_await asio::this_coro::throw_if_cancelled(throwing);
     if (thrown) std::rethrow_exception(thrown);
@@ -440,6 +472,71 @@ class async_engine {
       }
       if (!kept) stop();
     }
+  }
+
+  // engine::record_within, awaited: the handler runs inside the transaction that completes
+  // the record (async_complete_within runs `produce` where the store runs it), and its steps
+  // are written on the transaction's connection (claim_writer::within). No heartbeat: the
+  // transaction holds the record's row lock, so a takeover waits for it to end. One context
+  // for every call of produce, as engine::record_within's: a store that rolled back and calls
+  // again (a serialization failure) gets the steps of the rolled-back call from memory. The
+  // call's cancellation does not reach the transaction (the store does not watch it). Answers
+  // into `answer`; a handler's own exception is thrown after the failure policy settled the key.
+  template <class Response, class Run, class Failure>
+  asio::awaitable<void> run_in_transaction(std::optional<idempotent_outcome<Response>>& answer,
+                                           held_claim& claim, const digest& print,
+                                           async_handler_context& context, writer_type& writer,
+                                           Run& run, const Failure& failure) {
+    using transaction_type = typename store_type::transaction;
+    std::optional<Response> response;
+    typename core_type::completion_bytes done;
+    bool handler_threw = false;
+    auto produce = [&](transaction_type& transaction) -> asio::awaitable<std::string> {
+      const typename writer_type::scoped_transaction within{writer, transaction};
+      handler_threw = false;
+      response.reset();
+      try {
+        response.emplace(co_await run(context, transaction));
+      } catch (...) {
+        // As engine::run_claimed: a recovery point the store failed to write, or a step that
+        // cannot tell whether its effect landed, keeps the claim.
+        handler_threw = !writer.failed() && !context.in_doubt();
+        throw;
+      }
+      core_.completion_for(*response, done);
+      co_return std::string(done.bytes);
+    };
+    const fenced_key& held = claim.held;
+    std::exception_ptr thrown;
+    bool applied = false;
+    try {
+      applied = co_await calls_.complete_within(core_.store(), held,
+                                                core_.completion_time(claim.claimed_at), produce);
+    } catch (const lease_lost&) {
+      writer.lose();  // a step found the fence lost: answered as the blocking driver answers it
+    } catch (const store_error& error) {
+      if (!handler_threw) {
+        answer.emplace(core_type::template refused<Response>(
+            error, "the handler's transaction did not commit: "));
+        co_return;
+      }
+      thrown = std::current_exception();
+    } catch (...) {
+      thrown = std::current_exception();
+    }
+    if (writer.lost()) {
+      co_await answer_lost<Response>(answer, held, print);
+      co_return;
+    }
+    if (thrown) {
+      if (handler_threw) co_await settle<Response>(held, context.steps_recorded(), failure, thrown);
+      std::rethrow_exception(thrown);
+    }
+    if (!applied) {
+      co_await answer_lost<Response>(answer, held, print);
+      co_return;
+    }
+    answer.emplace(core_.recorded(claim, std::move(*response), done));
   }
 
   // engine::settle_failure, the store's call awaited.

@@ -39,14 +39,42 @@ struct failed_flag {
   bool failed = false;
 };
 
+// The transaction a transactional handler's steps are written in, when the store has one.
+template <class Store>
+struct open_transaction {
+  struct none {};
+  using type = none;
+};
+template <AsyncTransactionalStore Store>
+struct open_transaction<Store> {
+  using type = typename Store::transaction;
+};
+
 template <class Engine>
 class claim_writer final : public async_recovery_writer {
   using store_type = typename Engine::store_type;
   static constexpr bool async_store = store_calls<store_type>::async_store;
   using checkpointer_type = std::conditional_t<async_store, failed_flag,
                                                typename Engine::template checkpointer<store_type>>;
+  using transaction_type = typename open_transaction<store_type>::type;
 
  public:
+  /// While it lives, the steps are written in `transaction` (a transactional handler's run):
+  /// another connection would wait on the record's lock that the transaction holds.
+  class scoped_transaction {
+   public:
+    scoped_transaction(claim_writer& writer, transaction_type& transaction) noexcept
+        : writer_(writer) {
+      writer_.within_ = &transaction;
+    }
+    ~scoped_transaction() { writer_.within_ = nullptr; }
+    scoped_transaction(const scoped_transaction&) = delete;
+    scoped_transaction& operator=(const scoped_transaction&) = delete;
+
+   private:
+    claim_writer& writer_;
+  };
+
   claim_writer(Engine& engine, const fenced_key& held, const store_calls<store_type>& calls,
                std::string recovery)
       : engine_(engine),
@@ -62,6 +90,12 @@ class claim_writer final : public async_recovery_writer {
   // this one (blocking_store's rule).
   bool write(std::string_view recovery) override {
     if constexpr (async_store) {
+      if (within_ != nullptr) {
+        throw std::logic_error(
+            "idem::async_idempotent: a blocking step() in a handler that runs inside the "
+            "store's transaction, whose connection only the handler's coroutine may use; "
+            "nothing was written: record steps with co_await ctx.async_step(...)");
+      }
       if (in_flight_) {
         throw std::logic_error(
             "idem::async_idempotent: a blocking step() was recorded while the heartbeat's write "
@@ -98,6 +132,14 @@ class claim_writer final : public async_recovery_writer {
       const std::string owned(recovery);  // the caller's view may not outlive a suspension
       bool applied = false;
       try {
+        if constexpr (AsyncTransactionalStore<store_type>) {
+          if (within_ != nullptr) {
+            std::string sealed;
+            const std::string_view bytes = engine_.recovery_stored(owned, sealed);
+            applied = co_await within_->checkpoint(held_, bytes, engine_.lease_from_now());
+            co_return written(applied, owned);
+          }
+        }
         applied = co_await checkpoint(owned);
       } catch (const store_error&) {
         checkpoint_.failed = true;
@@ -180,6 +222,8 @@ class claim_writer final : public async_recovery_writer {
   // AsyncStore: whether a checkpoint is in flight, and where a step's write waits for it.
   bool in_flight_ = false;
   std::optional<asio::steady_timer> gate_;
+  // A transactional handler's open transaction, while it runs (scoped_transaction).
+  transaction_type* within_ = nullptr;
 };
 
 }  // namespace idem::detail

@@ -85,6 +85,14 @@ class store_calls {
     }
   }
 
+  /// An AsyncTransactionalStore's async_complete_within: `produce(transaction&)` (an
+  /// awaitable<std::string>) runs where the store runs it, inside the transaction.
+  template <class Produce>
+  asio::awaitable<bool> complete_within(Store& store, const fenced_key& held, store_time now,
+                                        Produce produce) const {
+    co_return co_await store.async_complete_within(held, now, std::move(produce), uncancellable());
+  }
+
   /// Runs `call` where a blocking store's calls run, and answers what it returned or throws
   /// what it threw.
   template <class Call>

@@ -49,26 +49,39 @@ inline std::string outbox_insert_sql(const std::string& outbox) {
          "clock_timestamp()) * 1000000000)::int8) AS n) AS clock ON CONFLICT (id) DO NOTHING";
 }
 
+// The insert's parameters (binary, of outbox_row::types) for one message; the message and the
+// id must outlive it.
+struct outbox_row {
+  outbox_row(std::string_view id, const outbox_message& message,
+             std::optional<std::int64_t> created_at)
+      : headers(encode_outbox_headers(message.headers)) {
+    values.bytes(id).bytes(message.topic).bytes(message.partition_key).bytes(message.payload);
+    values.bytes(headers);
+    if (created_at) {
+      values.int8(*created_at);
+    } else {
+      values.null();
+    }
+  }
+  outbox_row(const outbox_row&) = delete;
+  outbox_row& operator=(const outbox_row&) = delete;
+
+  static constexpr std::array<Oid, 6> types{text_oid,  text_oid,  bytea_oid,
+                                            bytea_oid, bytea_oid, int8_oid};
+  std::string headers;
+  parameters values;
+};
+
 // Runs the insert on `connection`, inside its open transaction; answers true when it added a
 // row. Throws postgres_error with the SQLSTATE when the server refuses it (40001 and 40P01 are
 // retryable), store_error(unavailable) when the connection is lost.
 inline bool write_outbox(PGconn* connection, const std::string& sql, std::string_view id,
                          const outbox_message& message, std::optional<std::int64_t> created_at,
                          const char* who) {
-  const std::string headers = encode_outbox_headers(message.headers);
-  parameters values;
-  values.bytes(id).bytes(message.topic).bytes(message.partition_key).bytes(message.payload);
-  values.bytes(headers);
-  if (created_at) {
-    values.int8(*created_at);
-  } else {
-    values.null();
-  }
-  static constexpr std::array<Oid, 6> types{text_oid,  text_oid,  bytea_oid,
-                                            bytea_oid, bytea_oid, int8_oid};
-  const result_ptr result{PQexecParams(connection, sql.c_str(), values.count(), types.data(),
-                                       values.values(), values.lengths(), parameters::formats(),
-                                       1)};
+  const outbox_row row(id, message, created_at);
+  const result_ptr result{PQexecParams(connection, sql.c_str(), row.values.count(),
+                                       outbox_row::types.data(), row.values.values(),
+                                       row.values.lengths(), parameters::formats(), 1)};
   const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
   if (status == PGRES_COMMAND_OK) {
     const char* count = PQcmdTuples(result.get());
