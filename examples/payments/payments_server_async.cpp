@@ -18,11 +18,11 @@
 // store. While it waits for the processor, async_idempotent's heartbeat renews its lease: the
 // charge may take as long as processor_deadline, not half the lease.
 //
-// PostgreSQL: the blocking server writes the payment row and its message in the transaction
-// that completes the record (complete_within). async_idempotent takes no transactional handler
-// yet, so here the row and the message are written in a transaction of the book's own, the
-// message under the id tx.publish would give it, as the SQLite book does: a takeover writing
-// them again adds neither.
+// PostgreSQL, as in the blocking server: the handler runs inside the transaction that
+// completes the record (async_idempotent's transactional handlers), so the charge's step, the
+// payment row and its outbox message commit with the record or not at all. There the heartbeat
+// does not run: the transaction holds the record's row lock, so a takeover waits for it, and the
+// lease matters only if the process dies.
 #include "async_processor_client.hpp"
 #include "async_server.hpp"
 #include "server_settings.hpp"
@@ -71,8 +71,7 @@ asio::awaitable<std::invoke_result_t<F&>> off_loop(asio::any_io_executor pool, F
 template <class Book>
 class async_book {
  public:
-  async_book(Book& book, asio::any_io_executor pool, idem::postgres_outbox::target outbox)
-      : book_(book), pool_(std::move(pool)), outbox_(std::move(outbox)) {}
+  async_book(Book& book, asio::any_io_executor pool) : book_(book), pool_(std::move(pool)) {}
 
   /// book_error when the table cannot be reached: a 503 before the key is claimed. Only
   /// PostgreSQL's does anything, until it succeeded once; after, an unreachable database is the
@@ -91,8 +90,6 @@ class async_book {
   asio::awaitable<void> insert(const payment_row& row, const payment_event& event) {
     if constexpr (std::is_same_v<Book, memory_book>) {
       book_.insert(row, event);
-    } else if constexpr (std::is_same_v<Book, postgres_book>) {
-      co_await off_loop(pool_, [&] { book_.insert(row, event, outbox_); });
     } else {
       co_await off_loop(pool_, [&] { book_.insert(row, event); });
     }
@@ -110,12 +107,31 @@ class async_book {
  private:
   Book& book_;
   asio::any_io_executor pool_;
-  idem::postgres_outbox::target outbox_;
   std::atomic<bool> prepared_{false};
 };
 
-/// The blocking payment_handler's work as a coroutine: the charge as a recovery point under the
-/// same name and downstream key, then the row and its message (describe_payment, service.hpp).
+/// The blocking payment_charge as a coroutine: the charge as a recovery point under the same
+/// name and downstream key, then the payment described (describe_payment, service.hpp).
+asio::awaitable<charged> charge_payment(idem::async_handler_context& ctx,
+                                        const idem::http_request& request,
+                                        async_processor_client& processor,
+                                        double crash_after_charge, double crash_when_asked) {
+  const intent payment = *intent::parse(request.body).first;  // validated before the call
+  const crash_plan plan = crash_plan::draw(request, crash_after_charge, crash_when_asked);
+  const std::string step = "charge";
+  const std::string charged_json =
+      co_await ctx.async_step(step, [&]() -> asio::awaitable<std::string> {
+        const idem::key_buffer key = ctx.downstream_key(step);
+        std::string answer = co_await processor.charge(key.view(), payment);
+        plan.after_processor();
+        co_return answer;
+      });
+  plan.after_step();
+  co_return describe_payment(ctx, payment, charged_json);
+}
+
+/// The handler for a book written outside the record's transaction (memory, SQLite, Redis),
+/// as the blocking payment_handler: the row and its message once charged.
 template <class Book>
 struct async_payment_handler {
   async_processor_client* processor;
@@ -125,22 +141,37 @@ struct async_payment_handler {
 
   asio::awaitable<idem::http_response> operator()(idem::async_handler_context& ctx,
                                                   const idem::http_request& request) const {
-    const intent payment = *intent::parse(request.body).first;  // validated before the call
-    const crash_plan plan = crash_plan::draw(request, crash_after_charge, crash_when_asked);
-    const std::string step = "charge";
-    const std::string charged_json =
-        co_await ctx.async_step(step, [&]() -> asio::awaitable<std::string> {
-          const idem::key_buffer key = ctx.downstream_key(step);
-          std::string answer = co_await processor->charge(key.view(), payment);
-          plan.after_processor();
-          co_return answer;
-        });
-    plan.after_step();
-    charged done = describe_payment(ctx, payment, charged_json);
+    charged done =
+        co_await charge_payment(ctx, request, *processor, crash_after_charge, crash_when_asked);
     // Named, and passed by reference: GCC 12 destroys a braced temporary handed to a coroutine
     // by value twice.
     const payment_event event{payment_event_id(ctx), std::move(done.message)};
     co_await book->insert(done.row, event);
+    co_return std::move(done.response);
+  }
+};
+
+/// PostgreSQL's, as the blocking one: inside the transaction that completes the record, so the
+/// charge's step, the row, its message and the completed record are one commit. (No heartbeat
+/// there: the transaction holds the record's row lock, so a takeover waits for it.)
+template <>
+struct async_payment_handler<postgres_book> {
+  async_processor_client* processor;
+  async_book<postgres_book>* book;
+  double crash_after_charge = 0;
+  double crash_when_asked = 0;
+
+  asio::awaitable<idem::http_response> operator()(
+      idem::async_handler_context& ctx, const idem::http_request& request,
+      idem::async_postgres_store::transaction& tx) const {
+    charged done =
+        co_await charge_payment(ctx, request, *processor, crash_after_charge, crash_when_asked);
+    // Named first: GCC 12 rejects braced lists in the arguments of a co_awaited call.
+    const std::string insert = postgres_book::insert_sql;
+    const idem::async_postgres_store::parameters row{done.row.id, done.row.account, done.row.body};
+    (void)co_await tx.exec(insert, row);
+    const std::string name(payment_succeeded);
+    (void)co_await tx.publish(name, done.message);
     co_return std::move(done.response);
   }
 };
@@ -226,14 +257,13 @@ class payments_routes {
 /// is in the store, and a request in flight is as a crash). `make_store(loop)` makes a loop's
 /// store handle.
 template <class MakeStore, class Book>
-int serve(const server_settings& config, MakeStore make_store, Book& book,
-          idem::postgres_outbox::target outbox) {
+int serve(const server_settings& config, MakeStore make_store, Book& book) {
   using store_type = std::invoke_result_t<MakeStore&, asio::any_io_executor>;
   raise_open_file_limit();
   // Blocking calls (SQLite's store, the books): as many threads as loops, and at least 4, so a
   // slow call does not hold up the loops' others.
   asio::thread_pool pool(std::max<std::size_t>(4, config.threads));
-  async_book<Book> payments_book(book, pool.get_executor(), std::move(outbox));
+  async_book<Book> payments_book(book, pool.get_executor());
   event_loops loops(config.threads);
   std::vector<std::unique_ptr<loop_service<store_type, Book>>> services;
   for (std::size_t i = 0; i < loops.size(); ++i) {
@@ -265,13 +295,15 @@ std::optional<int> serve_async(const server_settings& config, const std::string&
   if (spec == "memory") {
     memory_book book;
     const idem::memory_store shared;  // a handle: every loop's copy has the same records
-    return serve(config, [shared](const asio::any_io_executor&) { return shared; }, book, {});
+    return serve(
+        config, [shared](const asio::any_io_executor&) { return shared; }, book);
   }
   if (spec.starts_with("sqlite:") && spec.size() > 7) {
     const std::string path = spec.substr(7);
     const idem::sqlite_store shared{path};  // creates the file and idem's tables
     sqlite_book book(path);
-    return serve(config, [shared](const asio::any_io_executor&) { return shared; }, book, {});
+    return serve(
+        config, [shared](const asio::any_io_executor&) { return shared; }, book);
   }
   if (spec.starts_with("postgres:")) {
     idem::async_postgres_store::options options;
@@ -279,14 +311,12 @@ std::optional<int> serve_async(const server_settings& config, const std::string&
     // The blocking server's 16 connections, shared out over the loops.
     options.pool_size = std::max<std::size_t>(2, 16 / config.threads);
     postgres_book book(options.conninfo);
-    const idem::postgres_outbox::target outbox{options.schema, options.table,
-                                               options.max_outbox_payload_bytes};
     return serve(
         config,
         [options](const asio::any_io_executor& loop) {
           return idem::async_postgres_store{options, loop};
         },
-        book, outbox);
+        book);
   }
   if (spec.starts_with("redis:")) {
     const auto where = endpoint::parse("http://" + spec.substr(6));
@@ -294,11 +324,12 @@ std::optional<int> serve_async(const server_settings& config, const std::string&
     options.host = where.host;
     options.port = where.port;
     redis_book book(where.host, where.port);
-    return serve(config,
-                 [options](const asio::any_io_executor& loop) {
-                   return idem::async_redis_store{loop, options};
-                 },
-                 book, {});
+    return serve(
+        config,
+        [options](const asio::any_io_executor& loop) {
+          return idem::async_redis_store{loop, options};
+        },
+        book);
   }
   return std::nullopt;
 }

@@ -172,34 +172,13 @@ class postgres_book final : public payment_book {
   postgres_book(const postgres_book&) = delete;
   postgres_book& operator=(const postgres_book&) = delete;
 
+  /// The row's insert, which keeps an existing row: $1 id, $2 account, $3 body.
+  static constexpr const char* insert_sql =
+      "INSERT INTO idem_demo_payments (id, account, body) VALUES ($1, $2, $3) "
+      "ON CONFLICT (id) DO NOTHING";
+
   static void insert_within(idem::postgres_store::transaction& tx, const payment_row& row) {
-    tx.exec(
-        "INSERT INTO idem_demo_payments (id, account, body) VALUES ($1, $2, $3) "
-        "ON CONFLICT (id) DO NOTHING",
-        {row.id, row.account, row.body});
-  }
-  /// The row and its message in a transaction of the book's own connection, the message under
-  /// the id tx.publish would give it, in `outbox` (the store's): what payments_server --async
-  /// does while idem::async_idempotent takes no transactional handler (a takeover writing both
-  /// again adds neither, as on SQLite). Blocks: call it off the event loop.
-  void insert(const payment_row& row, const payment_event& event,
-              const idem::postgres_outbox::target& outbox) {
-    const std::lock_guard lock(mutex_);
-    (void)query("BEGIN", {});
-    try {
-      (void)query(
-          "INSERT INTO idem_demo_payments (id, account, body) VALUES ($1, $2, $3) "
-          "ON CONFLICT (id) DO NOTHING",
-          {row.id, row.account, row.body});
-      (void)idem::postgres_outbox::publish(conn_, event.id, event.message, outbox);
-      (void)query("COMMIT", {});
-    } catch (const book_error&) {
-      if (conn_ != nullptr) PQclear(PQexec(conn_, "ROLLBACK"));
-      throw;
-    } catch (const std::exception& e) {
-      if (conn_ != nullptr) PQclear(PQexec(conn_, "ROLLBACK"));
-      throw book_error(std::string("payments outbox: ") + e.what());
-    }
+    tx.exec(insert_sql, {row.id, row.account, row.body});
   }
   void prepare() override {
     const std::lock_guard lock(mutex_);
