@@ -9,8 +9,8 @@
 //   * Redis: an idem::async_redis_store per loop, on that loop, its connections pipelined;
 //   * PostgreSQL: an idem::async_postgres_store per loop, on that loop.
 // The payments table (the book) is the blocking server's: its calls that block (SQLite, Redis
-// through hiredis, PostgreSQL) run on the same thread pool; the memory book's lock is held for a
-// map lookup and is taken on the loop.
+// through hiredis, PostgreSQL's reads) run on the same thread pool; the memory book's lock is
+// held for a map lookup and is taken on the loop.
 //
 // The handler is the blocking one with async_step where that one has step, under the same step
 // name, downstream keys and resumable-record name ("payments"), so payments_reconcile, which is
