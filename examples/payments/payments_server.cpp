@@ -55,7 +55,8 @@ constexpr const char* usage = R"(payments_server: payments charged exactly once 
   --lease-ms N              how long a claim is honoured before another replica may take it
                             over (default 5000); calls to the processor stop at half of it
                             (--async: the lease is renewed while the call runs, and calls to
-                            the processor stop after 10 s)
+                            the processor stop after 10 s; on PostgreSQL the handler runs in
+                            the record's transaction, whose row lock keeps takeovers out)
   --crash-after-charge P    abort() with probability P after the processor charged and before
                             the record is completed (default 0)
   --crash-when-asked P      the same, with probability P, for a request carrying the header
