@@ -874,3 +874,46 @@ TEST_CASE("on --async a charge of three leases keeps its claim: one charge, a re
   CHECK((*first)->status == 201);
   CHECK(ledger(processor).size() == 1);
 }
+
+namespace {
+
+/// Sends `bytes` on a connection of its own to 127.0.0.1:port and answers what the server sends
+/// back until it closes the connection (or 5 s pass).
+std::string exchange(int port, const std::string& bytes) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
+  (void)send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  timeval wait{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+  std::string answer;
+  char buffer[4096];
+  for (ssize_t got; (got = recv(fd, buffer, sizeof buffer, 0)) > 0;)
+    answer.append(buffer, static_cast<std::size_t>(got));
+  close(fd);
+  return answer;
+}
+
+}  // namespace
+
+TEST_CASE("on --async a request head past 8 KiB is a 431 and one that is not HTTP a 400",
+          "[payments][async]") {
+  idem::testing::temporary_directory dir{"idem-payments"};
+  program processor = start_processor(dir.file("processor.sqlite3"));
+  program server = program("payments_server", {"--port", "0", "--processor", processor.url(),
+                                               "--store", "memory", "--async", "--threads", "2"});
+  const std::string payment = body(100);
+  const std::string big_head =
+      "POST /v1/payments HTTP/1.1\r\nHost: x\r\nX-Account: acct_1\r\n"
+      "Idempotency-Key: big-head\r\nX-Padding: " +
+      std::string(9 * 1024, 'p') +
+      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(payment.size()) +
+      "\r\n\r\n" + payment;
+  CHECK(exchange(server.port(), big_head).starts_with("HTTP/1.1 431 "));
+  CHECK(exchange(server.port(), "NOT HTTP AT ALL\r\n\r\n").starts_with("HTTP/1.1 400 "));
+  CHECK(ledger(processor).empty());
+}
