@@ -11,6 +11,9 @@
 #                                        random; the report on charges, the reconciler, receipts
 #   scripts/demo.sh --store postgres     the same, on one PostgreSQL (started here, as the test
 #                                        script starts it)
+#   scripts/demo.sh --async              the same with the servers on event loops
+#                                        (payments_server --async: Boost.Beast, one io_context
+#                                        per core); combines with --store
 #   scripts/demo.sh --intents N --concurrency C --seed S
 #                                        a bigger or smaller run, or a reproducible one
 #   scripts/demo.sh server ARGS...       build if needed and run one program with ARGS
@@ -24,7 +27,7 @@
 # every payment receipted exactly once; 1 otherwise.
 set -euo pipefail
 
-usage() { sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 user_dir="$PWD"
@@ -36,6 +39,7 @@ intents=1000
 concurrency=8
 seed=""
 bin=""
+server_mode=()  # --async: the servers' own flag
 case "${1:-}" in
   server | processor | chaos | reconcile | relay | receipts) program="$1"; shift ;;
 esac
@@ -47,6 +51,7 @@ if [[ -z "$program" ]]; then
       --concurrency) concurrency="${2:?--concurrency needs a number}"; shift ;;
       --seed) seed="${2:?--seed needs a number}"; shift ;;
       --bin) bin="${2:?--bin needs a directory}"; shift ;;
+      --async) server_mode=(--async) ;;
       -h | --help) usage; exit 0 ;;
       *) echo "scripts/demo.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
     esac
@@ -63,7 +68,7 @@ source "$root/scripts/lib/packages.sh"
 
 if [[ -z "$bin" ]]; then
   packages=(g++ cmake ninja-build pkg-config python3 libsqlite3-dev libpq-dev libhiredis-dev
-    libcpp-httplib-dev nlohmann-json3-dev redis-server)
+    libcpp-httplib-dev nlohmann-json3-dev libboost1.81-dev redis-server)
   [[ "$store" != postgres ]] || packages+=(postgresql)
   idem_ensure_packages scripts/demo.sh "${packages[@]}"
   echo "== building the demo in build/demo" >&2
@@ -226,7 +231,7 @@ processor="http://127.0.0.1:$processor_port"
 servers=()
 for name in server-a server-b; do
   supervise "$name" --processor "$processor" --store "$store_spec" --lease-ms "$lease_ms" \
-    --crash-after-charge "$crash_rate" --crash-when-asked 1 2>/dev/null &
+    --crash-after-charge "$crash_rate" --crash-when-asked 1 "${server_mode[@]}" 2>/dev/null &
   pids+=($!)
 done
 for name in server-a server-b; do
@@ -245,8 +250,8 @@ nemesis &
 pids+=($!)
 
 echo "== processor $processor (503 before charging: $fail_rate)"
-echo "== servers ${servers[*]} on $store (crash after charging: $crash_rate, and when asked;" \
-  "lease ${lease_ms} ms)"
+echo "== servers ${servers[*]} on $store${server_mode:+, on event loops (--async)} (crash after" \
+  "charging: $crash_rate, and when asked; lease ${lease_ms} ms)"
 echo "== relay and receipt consumers (two) on Redis $redis, each killed with -9 every few seconds"
 echo "== chaos client: $intents intents, concurrency $concurrency, dropped connections: $drop_rate," \
   "giving up after one try: $give_up (asking for a crash: $give_up_crash of those)"

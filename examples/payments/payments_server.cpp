@@ -24,13 +24,25 @@
 //   * each record keeps its request until it completes (resumable records), so that
 //     payments_reconcile finishes, with this very handler (service.hpp), a payment whose client
 //     gave up while its server died.
+//
+// Two servers in one program, with one set of rules (service.hpp: validation, the handler's
+// charge, step and downstream keys, the verdicts' answers):
+//   * by default, cpp-httplib: a thread per connection from a pool of 32, idem::idempotent;
+//   * --async, Boost.Beast on event loops (async_server.cpp): one io_context per thread,
+//     idem::async_idempotent with its lease kept alive by the heartbeat, the processor called
+//     through idem::async_retrying. docs/demo.md compares the two under idle connections.
+#include "server_settings.hpp"
 #include "service.hpp"
 
 #include <idem/idem.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
 
 namespace {
 
@@ -42,36 +54,43 @@ constexpr const char* usage = R"(payments_server: payments charged exactly once 
                               memory | sqlite:PATH | postgres:CONNINFO | redis:HOST:PORT
   --lease-ms N              how long a claim is honoured before another replica may take it
                             over (default 5000); calls to the processor stop at half of it
+                            (--async: the lease is renewed while the call runs, and calls to
+                            the processor stop after 10 s; on PostgreSQL the handler runs in
+                            the record's transaction, whose row lock keeps takeovers out)
   --crash-after-charge P    abort() with probability P after the processor charged and before
                             the record is completed (default 0)
   --crash-when-asked P      the same, with probability P, for a request carrying the header
                             "X-Chaos-Crash: after-charge" (payments_chaos --give-up-crash sends
                             it; default 0: the header is ignored)
+  --read-timeout-ms N       a connection that takes longer than N ms to send a request, or
+                            stays idle that long between two, is closed (default 10000; the
+                            blocking server counts whole seconds, rounded up)
+  --async                   serve on event loops (Boost.Beast) instead of a thread per
+                            connection
+  --threads N               with --async: the event loops, one io_context and one thread each
+                            (default: the hardware's threads)
 
 Each payment's record keeps its request until it completes (resumable records), so that
 payments_reconcile can finish a payment whose client gave up.
 )";
 
-using payments::book_error;
-using payments::processor_client;
-using payments::processor_failed;
+using payments::reply;
 
-struct settings {
-  int port = 0;
-  payments::endpoint processor;
-  std::chrono::milliseconds lease{5000};
-  double crash_after_charge = 0;
-  double crash_when_asked = 0;
-};
+void send(httplib::Response& res, const reply& answer) {
+  res.status = answer.status;
+  for (const auto& [name, value] : answer.headers)
+    res.set_header(name, value);
+  res.set_content(answer.body, answer.content_type);
+}
 
-void reply_json(httplib::Response& res, int status, std::string_view message) {
-  res.status = status;
-  res.set_content(payments::error_body(message), "application/json");
+std::optional<std::string> header(const httplib::Request& req, const char* name) {
+  if (!req.has_header(name)) return std::nullopt;
+  return req.get_header_value(name);
 }
 
 template <class Store, class Book>
-int serve(const settings& config, Store store, Book& book) {
-  processor_client processor(config.processor, config.lease / 2);
+int serve(const payments::server_settings& config, Store store, Book& book) {
+  payments::processor_client processor(config.processor, config.lease / 2);
   payments::payments_endpoint<Store, Book> payments_endpoint(
       payments::payment_handler<Book>{
           payments::payment_charge{&processor, config.crash_after_charge, config.crash_when_asked},
@@ -79,78 +98,79 @@ int serve(const settings& config, Store store, Book& book) {
       payments::endpoint_options<Store, Book>(std::move(store), config.lease));
 
   httplib::Server server;
+  // A connection holds one of these threads from its accept until it is closed: idle, for up to
+  // the read timeout (docs/demo.md, "The two servers").
   server.new_task_queue = [] { return new httplib::ThreadPool(32); };
+  const auto seconds = std::max<long long>(1, (config.read_timeout.count() + 999) / 1000);
+  server.set_keep_alive_timeout(static_cast<time_t>(seconds));
+  server.set_read_timeout(
+      std::chrono::duration_cast<std::chrono::microseconds>(config.read_timeout));
+  server.set_write_timeout(
+      std::chrono::duration_cast<std::chrono::microseconds>(config.read_timeout));
+  // Answered 413 by cpp-httplib, with an empty body, unread. (A form-encoded body has a limit
+  // of 8,192 bytes of the library's own: also a 413.)
+  server.set_payload_max_length(payments::max_request_body_bytes);
 
   server.Post("/v1/payments", [&](const httplib::Request& req, httplib::Response& res) {
-    const std::string account = req.get_header_value("X-Account");
-    if (account.empty()) return reply_json(res, 401, "X-Account names the account paying");
-    // Refused before the key is claimed, so a corrected retry under the same key runs.
-    if (const auto [parsed, reason] = payments::intent::parse(req.body); !parsed) {
-      return reply_json(res, 400, reason);
-    }
+    const payments::payment_post post{req.get_header_value("X-Account"), req.body,
+                                      header(req, "Idempotency-Key"),
+                                      header(req, payments::chaos_crash_header.data())};
+    if (auto refused = payments::refused_before_claim(post)) return send(res, *refused);
     book.prepare();  // book_error: 503, before the key is claimed
-    idem::http_request request{"POST", "/v1/payments", {}, req.body};
-    if (req.has_header("Idempotency-Key")) {
-      request.headers.emplace_back("Idempotency-Key", req.get_header_value("Idempotency-Key"));
-    }
-    if (config.crash_when_asked > 0 && req.has_header(payments::chaos_crash_header.data())) {
-      request.headers.emplace_back(payments::chaos_crash_header,
-                                   req.get_header_value(payments::chaos_crash_header.data()));
-    }
-    try {
-      const auto outcome = payments_endpoint(account, request);
-      if (!outcome) return reply_json(res, outcome.http_status(), outcome.message());
-      res.status = outcome->status;
-      for (const auto& [name, value] : outcome->headers)
-        if (name != "Content-Type") res.set_header(name, value);
-      if (outcome.verdict() == idem::verdict::replayed) {
-        res.set_header("Idempotent-Replayed", "true");
-      }
-      res.set_content(outcome->body, std::string(outcome->header("Content-Type")));
-    } catch (const processor_failed& e) {
-      reply_json(res, 502, e.what());  // the key was released: a retry charges
-    } catch (const book_error& e) {
-      reply_json(res, 503, e.what());
-    }
+    const idem::http_request request = payments::payment_request(post, config.crash_when_asked);
+    send(res, payments::outcome_reply(payments_endpoint(post.account, request)));
   });
 
   server.Get(R"(/v1/payments/([A-Za-z0-9_]+))",
              [&](const httplib::Request& req, httplib::Response& res) {
                const std::string account = req.get_header_value("X-Account");
-               if (account.empty()) return reply_json(res, 401, "X-Account names the account");
-               const auto found = book.find(req.matches[1], account);
-               if (!found) return reply_json(res, 404, "no such payment");
-               res.set_content(*found, "application/json");
+               if (account.empty()) {
+                 return send(res, payments::error_reply(401, payments::lookup_needs_account));
+               }
+               send(res, payments::lookup_reply(book.find(req.matches[1], account)));
              });
 
   server.set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
-        std::string what = "unknown error";
-        try {
-          std::rethrow_exception(error);
-        } catch (const book_error& e) {
-          return reply_json(res, 503, e.what());
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        reply_json(res, 500, what);
+        send(res, payments::failure_reply(error));
       });
 
   return payments::listen_and_serve(server, "payments_server", config.port);
 }
 
+// "--async" is a flag; the command line reads "--name value" pairs, so it is taken out first.
+bool take_flag(int& argc, char** argv, std::string_view flag) {
+  bool found = false;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (argv[i] == flag) {
+      found = true;
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
+  return found;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const payments::command_line args(
-      argc, argv,
-      {"port", "processor", "store", "lease-ms", "crash-after-charge", "crash-when-asked"}, usage);
-  settings config;
+  const bool async = take_flag(argc, argv, "--async");
+  const payments::command_line args(argc, argv,
+                                    {"port", "processor", "store", "lease-ms", "crash-after-charge",
+                                     "crash-when-asked", "read-timeout-ms", "threads"},
+                                    usage);
+  payments::server_settings config;
   config.port = static_cast<int>(args.integer("port", 0, 0, 65535));
   config.lease = std::chrono::milliseconds{args.integer("lease-ms", 5000, 10, 3'600'000)};
   config.crash_after_charge = args.probability("crash-after-charge");
   config.crash_when_asked = args.probability("crash-when-asked");
+  config.read_timeout =
+      std::chrono::milliseconds{args.integer("read-timeout-ms", 10000, 10, 3'600'000)};
+  const long long cores = std::max(1U, std::thread::hardware_concurrency());
+  config.threads = static_cast<std::size_t>(args.integer("threads", cores, 1, 1024));
+  if (!async && args.text("threads", "") != "") args.fail("--threads needs --async");
   const std::string spec = args.text("store", "memory");
   try {
     config.processor = payments::endpoint::parse(args.text("processor", "http://127.0.0.1:8081"));
@@ -160,8 +180,12 @@ int main(int argc, char** argv) {
 
   std::optional<int> status;
   try {
-    status = payments::with_store(
-        spec, [&](auto store, auto& book) { return serve(config, std::move(store), book); });
+    if (async) {
+      status = payments::serve_async(config, spec);
+    } else {
+      status = payments::with_store(
+          spec, [&](auto store, auto& book) { return serve(config, std::move(store), book); });
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "payments_server: %s\n", e.what());
     return 1;

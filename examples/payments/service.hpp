@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -171,11 +172,13 @@ class postgres_book final : public payment_book {
   postgres_book(const postgres_book&) = delete;
   postgres_book& operator=(const postgres_book&) = delete;
 
+  /// The row's insert, which keeps an existing row: $1 id, $2 account, $3 body.
+  static constexpr const char* insert_sql =
+      "INSERT INTO idem_demo_payments (id, account, body) VALUES ($1, $2, $3) "
+      "ON CONFLICT (id) DO NOTHING";
+
   static void insert_within(idem::postgres_store::transaction& tx, const payment_row& row) {
-    tx.exec(
-        "INSERT INTO idem_demo_payments (id, account, body) VALUES ($1, $2, $3) "
-        "ON CONFLICT (id) DO NOTHING",
-        {row.id, row.account, row.body});
+    tx.exec(insert_sql, {row.id, row.account, row.body});
   }
   void prepare() override {
     const std::lock_guard lock(mutex_);
@@ -364,7 +367,69 @@ class processor_client {
 
 // --- the handler -------------------------------------------------------------------------------
 
-/// What every store's handler does: charge once, then describe the payment and its message.
+/// --crash-after-charge and --crash-when-asked: whether a run dies once the money moved, and
+/// where. Before the charge is recorded, the takeover calls the processor again under the same
+/// key and gets this very charge back; after, it resumes from the recorded charge without
+/// calling (on PostgreSQL the step commits with the record, so there both crash points are
+/// "before"). Drawn once per run, by both servers' handlers.
+struct crash_plan {
+  bool crashes = false;
+  bool before_recorded = false;
+
+  static crash_plan draw(const idem::http_request& request, double crash_after_charge,
+                         double crash_when_asked) {
+    const bool asked = request.header(chaos_crash_header) == "after-charge";
+    const bool crashes = chance(crash_after_charge) || (asked && chance(crash_when_asked));
+    return {crashes, chance(0.5)};
+  }
+  /// Inside the charge's step, once the processor answered.
+  void after_processor() const {
+    if (crashes && before_recorded) crash("before the charge was recorded");
+  }
+  /// Once the step returned (the charge recorded).
+  void after_step() const {
+    if (crashes && !before_recorded) crash("after the charge was recorded");
+  }
+  [[noreturn]] static void crash(const char* where) {
+    std::fprintf(stderr, "payments_server: crashing (--crash-after-charge or asked) %s\n", where);
+    std::abort();
+  }
+};
+
+/// A charged payment, described: its row, its message and the 201.
+struct charged {
+  payment_row row;
+  idem::outbox_message message;
+  idem::http_response response;
+};
+
+/// The payment `ctx` handles, once the processor answered `charged_json` for it. The same in
+/// the blocking and the asynchronous handler, so both write the same row, message and answer.
+inline charged describe_payment(const idem::handler_context& ctx, const intent& payment,
+                                const std::string& charged_json) {
+  const auto charge = nlohmann::json::parse(charged_json);
+  const std::string id = "pay_" + std::string(ctx.downstream_key("payment").view().substr(0, 24));
+  const std::string account(ctx.scope());
+  const std::string body = nlohmann::ordered_json{
+      {"id", id},
+      {"amount", payment.amount},
+      {"currency", payment.currency},
+      {"charge_id",
+       charge.at("charge_id")}}.dump();
+  receipt_event event{id, account, payment.amount, payment.currency,
+                      charge.at("charge_id").get<std::string>()};
+  return {
+      {id, account, body}, event.message(), {201, {{"Content-Type", "application/json"}}, body}};
+}
+
+/// The id the payment's message is published under: tx.publish's, for the record's scope and
+/// key, so that a takeover writing it again adds nothing.
+inline std::string payment_event_id(const idem::handler_context& ctx) {
+  return idem::outbox_message_id(ctx.scope(), ctx.key(), payment_succeeded);
+}
+
+/// What every store's blocking handler does: charge once, then describe the payment and its
+/// message.
 struct payment_charge {
   processor_client* processor;
   double crash_after_charge = 0;
@@ -372,50 +437,19 @@ struct payment_charge {
   // "X-Chaos-Crash: after-charge". payments_reconcile runs this handler with both at 0.
   double crash_when_asked = 0;
 
-  struct charged {
-    payment_row row;
-    idem::outbox_message message;
-    idem::http_response response;
-  };
-
   charged operator()(idem::handler_context& ctx, const idem::http_request& request) const {
     const auto [parsed, reason] = intent::parse(request.body);
     const intent& payment = parsed.value();  // validated before the call
-
-    // --crash-after-charge: whether this run dies once the money moved, and where. Before the
-    // charge is recorded, the takeover calls the processor again under the same key and gets
-    // this very charge back; after, it resumes from the recorded charge without calling (on
-    // PostgreSQL the step commits with the record, so there both crash points are "before").
-    const bool asked = request.header(chaos_crash_header) == "after-charge";
-    const bool crashes = chance(crash_after_charge) || (asked && chance(crash_when_asked));
-    const bool before_recorded = chance(0.5);
+    const crash_plan plan = crash_plan::draw(request, crash_after_charge, crash_when_asked);
 
     // The effect, as a recovery point: never made twice for one key.
     const std::string charged_json = ctx.step("charge", [&] {
       std::string answer = processor->charge(ctx.downstream_key("charge"), payment);
-      if (crashes && before_recorded) crash("before the charge was recorded");
+      plan.after_processor();
       return answer;
     });
-    if (crashes && !before_recorded) crash("after the charge was recorded");
-
-    const auto charge = nlohmann::json::parse(charged_json);
-    const std::string id = "pay_" + std::string(ctx.downstream_key("payment").view().substr(0, 24));
-    const std::string account(ctx.scope());
-    const std::string body = nlohmann::ordered_json{
-        {"id", id},
-        {"amount", payment.amount},
-        {"currency", payment.currency},
-        {"charge_id",
-         charge.at("charge_id")}}.dump();
-    receipt_event event{id, account, payment.amount, payment.currency,
-                        charge.at("charge_id").get<std::string>()};
-    return {
-        {id, account, body}, event.message(), {201, {{"Content-Type", "application/json"}}, body}};
-  }
-
-  [[noreturn]] static void crash(const char* where) {
-    std::fprintf(stderr, "payments_server: crashing (--crash-after-charge or asked) %s\n", where);
-    std::abort();
+    plan.after_step();
+    return describe_payment(ctx, payment, charged_json);
   }
 };
 
@@ -428,8 +462,7 @@ struct payment_handler {
   idem::http_response operator()(idem::handler_context& ctx,
                                  const idem::http_request& request) const {
     auto done = charge(ctx, request);
-    book->insert(done.row, {idem::outbox_message_id(ctx.scope(), ctx.key(), payment_succeeded),
-                            std::move(done.message)});
+    book->insert(done.row, {payment_event_id(ctx), std::move(done.message)});
     return std::move(done.response);
   }
 };
@@ -467,15 +500,34 @@ inline constexpr std::string_view endpoint_name = "payments";
 template <class Store, class Book>
 using payments_endpoint = idem::idempotent<payment_handler<Book>, server_policies<Store>>;
 
-/// The endpoint's settings, the same in every program that builds it.
-template <class Store, class Book>
-typename payments_endpoint<Store, Book>::options endpoint_options(Store store,
-                                                                  std::chrono::milliseconds lease) {
-  typename payments_endpoint<Store, Book>::options options;
+/// The endpoint's settings, the same in every program and mode that builds it: `Options` is
+/// idem::idempotent's or idem::async_idempotent's.
+template <class Options, class Store>
+Options endpoint_settings(Store store, std::chrono::milliseconds lease) {
+  Options options;
   options.store = std::move(store);
   options.lease = lease;
   options.max_kept_request_bytes = max_kept_request_bytes;
   options.name = std::string(endpoint_name);
+  return options;
+}
+
+/// The blocking endpoint's settings.
+template <class Store, class Book>
+typename payments_endpoint<Store, Book>::options endpoint_options(Store store,
+                                                                  std::chrono::milliseconds lease) {
+  return endpoint_settings<typename payments_endpoint<Store, Book>::options>(std::move(store),
+                                                                             lease);
+}
+
+/// The PostgreSQL store's settings for `conninfo`, in both servers and the other programs.
+inline idem::postgres_store::options postgres_options(std::string conninfo) {
+  idem::postgres_store::options options;
+  options.conninfo = std::move(conninfo);
+  options.pool_size = 16;
+  // A replica may start before its database: requests answer 503 until it is reachable.
+  options.connect_at_start = false;
+  options.table = "payments_idempotency";  // beside the service's own tables
   return options;
 }
 
@@ -495,12 +547,7 @@ std::optional<int> with_store(const std::string& spec, Run&& run) {
     return run(std::move(store), book);
   }
   if (spec.starts_with("postgres:")) {
-    idem::postgres_store::options options;
-    options.conninfo = spec.substr(9);
-    options.pool_size = 16;
-    // A replica may start before its database: requests answer 503 until it is reachable.
-    options.connect_at_start = false;
-    options.table = "payments_idempotency";  // beside the service's own tables
+    const idem::postgres_store::options options = postgres_options(spec.substr(9));
     postgres_book book(options.conninfo);
     return run(idem::postgres_store{options}, book);
   }
@@ -514,6 +561,101 @@ std::optional<int> with_store(const std::string& spec, Run&& run) {
     return run(idem::redis_store{options}, book);
   }
   return std::nullopt;
+}
+
+// --- the HTTP rules, one piece for both servers ------------------------------------------------
+
+/// An answer as both servers send it (cpp-httplib's and Beast's responses are made from it).
+struct reply {
+  int status = 200;
+  std::vector<std::pair<std::string, std::string>> headers;  // Content-Type aside
+  std::string content_type = "application/json";
+  std::string body;
+};
+
+/// {"error": message} under `status`.
+inline reply error_reply(int status, std::string_view message) {
+  return {status, {}, "application/json", error_body(message)};
+}
+
+/// The parts of a POST /v1/payments the service reads.
+struct payment_post {
+  std::string account;  // X-Account, empty when absent
+  std::string body;
+  std::optional<std::string> key;          // Idempotency-Key
+  std::optional<std::string> chaos_crash;  // X-Chaos-Crash
+};
+
+/// The refusal of a POST before its key is claimed (401 no account, 400 no payment in the
+/// body), so that a corrected retry under the same key runs; std::nullopt to go on.
+inline std::optional<reply> refused_before_claim(const payment_post& post) {
+  if (post.account.empty()) return error_reply(401, "X-Account names the account paying");
+  if (const auto [parsed, reason] = intent::parse(post.body); !parsed) {
+    return error_reply(400, reason);
+  }
+  return std::nullopt;
+}
+
+/// The request the idempotent wrapper is given: the body, the key, and the chaos header when
+/// --crash-when-asked listens for it.
+inline idem::http_request payment_request(const payment_post& post, double crash_when_asked) {
+  idem::http_request request{"POST", "/v1/payments", {}, post.body};
+  if (post.key) request.headers.emplace_back("Idempotency-Key", *post.key);
+  if (crash_when_asked > 0 && post.chaos_crash) {
+    request.headers.emplace_back(chaos_crash_header, *post.chaos_crash);
+  }
+  return request;
+}
+
+/// The wrapper's outcome as the client sees it: the stored or fresh response (a replay marked
+/// Idempotent-Replayed: true), or the refusal its verdict means (400, 409, 413, 422, 503).
+inline reply outcome_reply(const idem::idempotent_outcome<idem::http_response>& outcome) {
+  if (!outcome) return error_reply(outcome.http_status(), outcome.message());
+  reply answer{outcome->status, {}, std::string(outcome->header("Content-Type")), outcome->body};
+  for (const auto& [name, value] : outcome->headers)
+    if (name != "Content-Type") answer.headers.emplace_back(name, value);
+  if (outcome.verdict() == idem::verdict::replayed) {
+    answer.headers.emplace_back("Idempotent-Replayed", "true");
+  }
+  return answer;
+}
+
+/// What a failure thrown through the wrapper or a route means: the processor failing is a 502
+/// (the key was released: a retry charges), the payments table failing a 503, anything else a
+/// 500 saying what.
+inline reply failure_reply(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const processor_failed& e) {
+    return error_reply(502, e.what());
+  } catch (const book_error& e) {
+    return error_reply(503, e.what());
+  } catch (const std::exception& e) {
+    return error_reply(500, e.what());
+  } catch (...) {
+    return error_reply(500, "unknown error");
+  }
+}
+
+/// GET /v1/payments/{id}: 401 without an account (checked before the lookup), 404 for a
+/// payment that is unknown or another account's, else the payment.
+inline reply lookup_reply(const std::optional<std::string>& found) {
+  if (!found) return error_reply(404, "no such payment");
+  return {200, {}, "application/json", *found};
+}
+inline constexpr std::string_view lookup_needs_account = "X-Account names the account";
+/// The path of a payment: "/v1/payments/" then its id, letters, digits and '_'; the id, or
+/// std::nullopt for another path.
+inline std::optional<std::string> payment_id_in(std::string_view path) {
+  constexpr std::string_view prefix = "/v1/payments/";
+  if (!path.starts_with(prefix) || path.size() == prefix.size()) return std::nullopt;
+  const std::string_view id = path.substr(prefix.size());
+  for (const char c : id) {
+    const bool word =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+    if (!word) return std::nullopt;
+  }
+  return std::string(id);
 }
 
 }  // namespace payments

@@ -11,13 +11,20 @@
 #include <idem/client/redacted_key.hpp>
 #include <idem/server/handler_context.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -123,10 +130,21 @@ program start_processor(const std::string& db, processor_settings settings = {})
                   "--latency-ms", std::to_string(settings.latency_ms)});
 }
 
+/// The server every [server] case runs against: the blocking one, or with
+/// IDEM_PAYMENTS_SERVER=async (how CTest runs the "payments async:" rows, CMakeLists.txt) the
+/// event-loop one, on two loops. Every rule holds for both.
+std::vector<std::string> server_mode_args() {
+  const char* mode = std::getenv("IDEM_PAYMENTS_SERVER");
+  if (mode != nullptr && std::string(mode) == "async") return {"--async", "--threads", "2"};
+  return {};
+}
+
 program start_server(const program& processor, const std::string& store,
                      std::vector<std::string> extra = {}) {
   std::vector<std::string> args{"--port", "0", "--processor", processor.url(), "--store", store};
   args.insert(args.end(), extra.begin(), extra.end());
+  for (std::string& arg : server_mode_args())
+    args.push_back(std::move(arg));
   return program("payments_server", std::move(args));
 }
 
@@ -171,7 +189,7 @@ std::string env(const char* name) {
 }  // namespace
 
 TEST_CASE("a payment is charged once and answered 201 with its id, amount, currency and charge",
-          "[payments]") {
+          "[payments][server]") {
   deployment d;
   auto res = post(d.server, body(1250), "order-1");
   REQUIRE(res);
@@ -190,7 +208,7 @@ TEST_CASE("a payment is charged once and answered 201 with its id, amount, curre
 }
 
 TEST_CASE("every store serves the same rules: charge once, replay the stored answer",
-          "[payments]") {
+          "[payments][server]") {
   const std::string store = GENERATE(as<std::string>{}, "memory", "sqlite", "postgres", "redis");
   idem::testing::temporary_directory dir{"idem-payments"};
   std::string spec = store;
@@ -224,7 +242,7 @@ TEST_CASE("every store serves the same rules: charge once, replay the stored ans
 }
 
 TEST_CASE("a repeat gets the stored status and body byte for byte, marked Idempotent-Replayed",
-          "[payments]") {
+          "[payments][server]") {
   deployment d;
   auto first = post(d.server, body(300), "order-2");
   REQUIRE(first);
@@ -242,7 +260,7 @@ TEST_CASE("a repeat gets the stored status and body byte for byte, marked Idempo
 }
 
 TEST_CASE("a missing, empty, over-255-byte or non-printable key is a 400 and charges nothing",
-          "[payments]") {
+          "[payments][server]") {
   deployment d;
   const std::optional<std::string> bad_keys[] = {std::nullopt, std::string(""),
                                                  std::string(256, 'k'), std::string("tab\there"),
@@ -262,7 +280,7 @@ TEST_CASE("a missing, empty, over-255-byte or non-printable key is a 400 and cha
   CHECK(ledger(d.processor).size() == 1);
 }
 
-TEST_CASE("a payment without X-Account is a 401 and charges nothing", "[payments]") {
+TEST_CASE("a payment without X-Account is a 401 and charges nothing", "[payments][server]") {
   deployment d;
   for (const std::optional<std::string>& account : {std::optional<std::string>{}, {""}}) {
     auto res = post(d.server, body(100), "order-3", account);
@@ -273,7 +291,7 @@ TEST_CASE("a payment without X-Account is a 401 and charges nothing", "[payments
 }
 
 TEST_CASE("invalid JSON or missing fields are a 400 and not stored: the corrected retry charges",
-          "[payments]") {
+          "[payments][server]") {
   deployment d;
   const std::string bad_bodies[] = {"{not json",
                                     "[1, 2]",
@@ -296,7 +314,28 @@ TEST_CASE("invalid JSON or missing fields are a 400 and not stored: the correcte
   CHECK(ledger(d.processor).size() == 1);
 }
 
-TEST_CASE("a repeat while the first is in flight is a 409, then the stored answer", "[payments]") {
+TEST_CASE(
+    "a body past what a record keeps, or past what the server reads, is a 413 and charges "
+    "nothing",
+    "[payments][server]") {
+  deployment d;
+  // Past the 16 KiB a record keeps (read, refused by idem before the claim), and past the 64 KiB
+  // the server reads (refused unread).
+  for (const std::size_t size : {std::size_t{20 * 1024}, std::size_t{70 * 1024}}) {
+    INFO("a body of " << size << " bytes");
+    auto res = post(d.server, body(100, "tok_" + std::string(size, 'x')), "order-big");
+    REQUIRE(res);
+    CHECK(res->status == 413);
+  }
+  CHECK(ledger(d.processor).empty());
+  // The key was not claimed: the payment it was meant for charges.
+  auto corrected = post(d.server, body(100), "order-big");
+  REQUIRE(corrected);
+  CHECK(corrected->status == 201);
+}
+
+TEST_CASE("a repeat while the first is in flight is a 409, then the stored answer",
+          "[payments][server]") {
   idem::testing::temporary_directory dir{"idem-payments"};
   program processor = start_processor(dir.path().string() + "/processor.sqlite3", {0, 1500});
   program server = start_server(processor, "sqlite:" + dir.path().string() + "/payments.sqlite3");
@@ -316,7 +355,8 @@ TEST_CASE("a repeat while the first is in flight is a 409, then the stored answe
   CHECK(ledger(processor).size() == 1);
 }
 
-TEST_CASE("the same key with another body is a 422 and charges nothing more", "[payments]") {
+TEST_CASE("the same key with another body is a 422 and charges nothing more",
+          "[payments][server]") {
   deployment d;
   REQUIRE(post(d.server, body(100), "order-6")->status == 201);
   auto other = post(d.server, body(101), "order-6");
@@ -330,7 +370,7 @@ TEST_CASE("the same key with another body is a 422 and charges nothing more", "[
 }
 
 TEST_CASE("a processor that keeps failing is a 502, not stored: the key charges once it works",
-          "[payments]") {
+          "[payments][server]") {
   idem::testing::temporary_directory dir{"idem-payments"};
   const std::string store = "sqlite:" + dir.path().string() + "/payments.sqlite3";
   {
@@ -354,7 +394,7 @@ TEST_CASE("a processor that keeps failing is a 502, not stored: the key charges 
   CHECK(ledger(working).size() == 1);
 }
 
-TEST_CASE("a store that is unavailable is a 503 and charges nothing", "[payments]") {
+TEST_CASE("a store that is unavailable is a 503 and charges nothing", "[payments][server]") {
   idem::testing::temporary_directory dir{"idem-payments"};
   program processor = start_processor(dir.path().string() + "/processor.sqlite3");
   // Nothing listens on port 1: the database is down.
@@ -366,7 +406,7 @@ TEST_CASE("a store that is unavailable is a 503 and charges nothing", "[payments
   CHECK(ledger(processor).empty());
 }
 
-TEST_CASE("GET /v1/payments/{id} gives the payment to its own account only", "[payments]") {
+TEST_CASE("GET /v1/payments/{id} gives the payment to its own account only", "[payments][server]") {
   deployment d;
   auto made = post(d.server, body(4200), "order-9");
   REQUIRE(made);
@@ -389,7 +429,7 @@ TEST_CASE("GET /v1/payments/{id} gives the payment to its own account only", "[p
 }
 
 TEST_CASE("a server that dies after charging is taken over after its lease: one charge",
-          "[payments]") {
+          "[payments][server]") {
   idem::testing::temporary_directory dir{"idem-payments"};
   program processor = start_processor(dir.path().string() + "/processor.sqlite3");
   const std::string store = "sqlite:" + dir.path().string() + "/payments.sqlite3";
@@ -476,7 +516,7 @@ std::string reconcile_args(const program& processor, const std::string& store,
 }  // namespace
 
 TEST_CASE("payments_reconcile finishes a payment its client gave up on: one charge, then a replay",
-          "[payments]") {
+          "[payments][server]") {
   const std::string store_kind = GENERATE(as<std::string>{}, "sqlite", "postgres");
   idem::testing::temporary_directory dir{"idem-payments"};
   const std::string store = store_kind == "sqlite" ? "sqlite:" + dir.file("payments.sqlite3")
@@ -522,7 +562,8 @@ TEST_CASE("payments_reconcile finishes a payment its client gave up on: one char
   CHECK(charges_from(processor, "tok_" + run + "_").size() == keys);
 }
 
-TEST_CASE("what payments_reconcile cannot finish is reported, as the ledger has it", "[payments]") {
+TEST_CASE("what payments_reconcile cannot finish is reported, as the ledger has it",
+          "[payments][server]") {
   idem::testing::temporary_directory dir{"idem-payments"};
   const std::string store = "sqlite:" + dir.file("payments.sqlite3");
   constexpr int keys = 6;
@@ -592,10 +633,287 @@ TEST_CASE("the programs refuse options they do not know or cannot use", "[paymen
   CHECK(run_to_exit("payments_reconcile", "--store mongodb:x") == 2);
   CHECK(run_to_exit("payments_reconcile", "--store sqlite:x --lease-ms 0") == 2);
   CHECK(run_to_exit("payments_server", "--port 0 --crash-when-asked 2") == 2);
+  CHECK(run_to_exit("payments_server", "--port 0 --threads 2") == 2);  // --threads needs --async
+  CHECK(run_to_exit("payments_server", "--port 0 --async --threads 0") == 2);
+  CHECK(run_to_exit("payments_server", "--port 0 --async --store mongodb:x") == 2);
+  CHECK(run_to_exit("payments_server", "--port 0 --read-timeout-ms 0") == 2);
   CHECK(run_to_exit("payments_relay", "--store memory") == 2);
   CHECK(run_to_exit("payments_relay", "--store sqlite:x --crash-after-publish 2") == 2);
   CHECK(run_to_exit("payments_relay", "--store sqlite:x --redis localhost") == 2);
   CHECK(run_to_exit("payments_receipts", "--mode watch --store sqlite:x") == 2);
   CHECK(run_to_exit("payments_receipts", "--store redis:x") == 2);
   CHECK(run_to_exit("payments_receipts", "--mode report --store sqlite:x --payments y") == 2);
+}
+
+// --- slow clients ------------------------------------------------------------------------------
+
+namespace {
+
+/// Raises this process's soft limit on open files to at least `wanted` (at most the hard
+/// limit): the idle connections below are one each.
+void raise_open_files(rlim_t wanted) {
+  rlimit limit{};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &limit) == 0);
+  if (limit.rlim_cur < wanted) {
+    limit.rlim_cur = std::min(wanted, limit.rlim_max);
+    REQUIRE(setrlimit(RLIMIT_NOFILE, &limit) == 0);
+  }
+  REQUIRE(limit.rlim_cur >= wanted);
+}
+
+/// `count` TCP connections to `port` that never finish a request: every other one sends nothing
+/// at all, the others the first half of a request line. Closed when destroyed.
+class idle_connections {
+ public:
+  ///
+  /// `all_at_once`: connected together (non-blocking), fast when the server's listen backlog
+  /// takes them all (Beast's: the system's maximum). Otherwise one after another, each
+  /// connected before the next is tried: cpp-httplib listens with a backlog of 5, and a burst
+  /// past it is half-connected (the client thinks it is, the server never accepted it), so it
+  /// would not hold the server's threads.
+  idle_connections(int port, int count, bool all_at_once) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<std::uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const std::string half_line = "POST /v1/pay";
+    if (!all_at_once) {
+      for (int i = 0; i < count; ++i) {
+        const int fd = socket(AF_INET, SOCK_STREAM, 0);
+        REQUIRE(fd >= 0);
+        fds_.push_back(fd);
+        REQUIRE(connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
+        if (i % 2 == 1) {
+          REQUIRE(send(fd, half_line.data(), half_line.size(), MSG_NOSIGNAL) ==
+                  static_cast<ssize_t>(half_line.size()));
+        }
+      }
+      return;
+    }
+    for (int i = 0; i < count; ++i) {
+      const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+      REQUIRE(fd >= 0);
+      fds_.push_back(fd);
+      const int rc = connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address);
+      REQUIRE((rc == 0 || errno == EINPROGRESS));
+    }
+    std::vector<bool> connected(fds_.size(), false);
+    std::size_t left = fds_.size();
+    const auto give_up = std::chrono::steady_clock::now() + 60s;
+    while (left > 0 && std::chrono::steady_clock::now() < give_up) {
+      std::vector<pollfd> waiting;
+      std::vector<std::size_t> which;
+      for (std::size_t i = 0; i < fds_.size(); ++i) {
+        if (!connected[i]) {
+          waiting.push_back({fds_[i], POLLOUT, 0});
+          which.push_back(i);
+        }
+      }
+      if (poll(waiting.data(), waiting.size(), 100) <= 0) continue;
+      for (std::size_t j = 0; j < waiting.size(); ++j) {
+        if (waiting[j].revents == 0) continue;
+        int error = 0;
+        socklen_t size = sizeof error;
+        REQUIRE(getsockopt(waiting[j].fd, SOL_SOCKET, SO_ERROR, &error, &size) == 0);
+        REQUIRE(error == 0);
+        connected[which[j]] = true;
+        --left;
+        if (which[j] % 2 == 1) {
+          REQUIRE(send(waiting[j].fd, half_line.data(), half_line.size(), MSG_NOSIGNAL) ==
+                  static_cast<ssize_t>(half_line.size()));
+        }
+      }
+    }
+    REQUIRE(left == 0);
+  }
+  ~idle_connections() {
+    for (const int fd : fds_)
+      close(fd);
+  }
+  idle_connections(const idle_connections&) = delete;
+  idle_connections& operator=(const idle_connections&) = delete;
+
+  /// Waits until `deadline` for the server to close each connection (end of file, or a reset);
+  /// the moments it did, one per connection closed.
+  std::vector<std::chrono::steady_clock::time_point> closed_by(
+      std::chrono::steady_clock::time_point deadline) {
+    std::vector<std::chrono::steady_clock::time_point> closed;
+    std::vector<bool> done(fds_.size(), false);
+    while (closed.size() < fds_.size() && std::chrono::steady_clock::now() < deadline) {
+      std::vector<pollfd> waiting;
+      std::vector<std::size_t> which;
+      for (std::size_t i = 0; i < fds_.size(); ++i) {
+        if (!done[i]) {
+          waiting.push_back({fds_[i], POLLIN, 0});
+          which.push_back(i);
+        }
+      }
+      if (poll(waiting.data(), waiting.size(), 50) <= 0) continue;
+      for (std::size_t j = 0; j < waiting.size(); ++j) {
+        if (waiting[j].revents == 0) continue;
+        char byte = 0;
+        // Anything readable on a connection that sent no whole request is its end: the server
+        // answers nothing to an idle connection, and may answer 408 to a half request.
+        const ssize_t got = recv(waiting[j].fd, &byte, 1, MSG_DONTWAIT);
+        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK) ||
+            (waiting[j].revents & (POLLHUP | POLLERR)) != 0) {
+          done[which[j]] = true;
+          closed.push_back(std::chrono::steady_clock::now());
+        }
+      }
+    }
+    return closed;
+  }
+
+ private:
+  std::vector<int> fds_;
+};
+
+double milliseconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+}  // namespace
+
+// Catch2 2.13's console reporter aborts printing a failure of a test whose name is long and
+// wraps badly: these names stay short.
+TEST_CASE("on --async 1,000 idle connections: a payment answered within 1 s, then they are closed",
+          "[payments][slow-clients]") {
+  constexpr int idle = 1000;
+  constexpr auto read_timeout = 2000ms;
+  raise_open_files(idle + 256);
+  idem::testing::temporary_directory dir{"idem-payments"};
+  program processor = start_processor(dir.file("processor.sqlite3"));
+  program server =
+      program("payments_server", {"--port", "0", "--processor", processor.url(), "--store",
+                                  "sqlite:" + dir.file("payments.sqlite3"), "--async", "--threads",
+                                  "2", "--read-timeout-ms", std::to_string(read_timeout.count())});
+  const auto opened = std::chrono::steady_clock::now();
+  idle_connections slow(server.port(), idle, true);
+  INFO("the idle connections took " << milliseconds_since(opened) << " ms to open");
+
+  const auto asked = std::chrono::steady_clock::now();
+  auto res = post(server, body(1250), "beside-the-idle");
+  const double answered_ms = milliseconds_since(asked);
+  std::printf("--async: a payment beside %d idle connections answered in %.1f ms\n", idle,
+              answered_ms);
+  REQUIRE(res);
+  CHECK(res->status == 201);
+  CHECK(answered_ms < 1000);
+
+  // Each idle connection is closed once it was idle for the read timeout, not before.
+  const auto closed = slow.closed_by(opened + read_timeout + 5s);
+  CHECK(closed.size() == idle);
+  if (!closed.empty()) {
+    const auto first = *std::min_element(closed.begin(), closed.end());
+    const auto last = *std::max_element(closed.begin(), closed.end());
+    std::printf("--async: idle connections closed from %.0f to %.0f ms after the first opened\n",
+                std::chrono::duration<double, std::milli>(first - opened).count(),
+                std::chrono::duration<double, std::milli>(last - opened).count());
+    CHECK(first - opened >= read_timeout - 100ms);
+  }
+  // The server still serves.
+  auto after = post(server, body(1250), "after-the-idle");
+  REQUIRE(after);
+  CHECK(after->status == 201);
+}
+
+TEST_CASE("the blocking server's limit: 300 idle connections hold its threads, a payment waits",
+          "[payments][slow-clients]") {
+  constexpr int idle = 300;
+  constexpr auto read_timeout = 2000ms;
+  raise_open_files(idle + 256);
+  idem::testing::temporary_directory dir{"idem-payments"};
+  program processor = start_processor(dir.file("processor.sqlite3"));
+  program server =
+      program("payments_server", {"--port", "0", "--processor", processor.url(), "--store",
+                                  "sqlite:" + dir.file("payments.sqlite3"), "--read-timeout-ms",
+                                  std::to_string(read_timeout.count())});
+  const auto opened = std::chrono::steady_clock::now();
+  idle_connections slow(server.port(), idle, false);
+  const double opening_ms = milliseconds_since(opened);
+  const auto asked = std::chrono::steady_clock::now();
+  auto res = post(server, body(1250), "behind-the-idle");
+  const double answered_ms = milliseconds_since(asked);
+  std::printf(
+      "blocking: a payment behind %d idle connections (opened in %.0f ms) answered in %.1f ms "
+      "(read timeout "
+      "%lld ms)\n",
+      idle, opening_ms, answered_ms, static_cast<long long>(read_timeout.count()));
+  // Answered, thanks to the read timeout, but only once the idle connections queued before it
+  // were dropped: about idle / 32 read timeouts (docs/demo.md).
+  REQUIRE(res);
+  CHECK(res->status == 201);
+  // Unless opening them took so long that the first ones were already dropped (a machine busy
+  // with other work), the payment waited for the idle connections' threads.
+  INFO("the idle connections took " << opening_ms << " ms to open");
+  if (opening_ms < static_cast<double>(read_timeout.count()) / 2) {
+    CHECK(answered_ms >= static_cast<double>(read_timeout.count()));
+  }
+}
+
+TEST_CASE("on --async a charge of three leases keeps its claim: one charge, a repeat is a 409",
+          "[payments][async]") {
+  idem::testing::temporary_directory dir{"idem-payments"};
+  // The processor answers after 900 ms; the lease is 300 ms. The blocking server stops calling
+  // at half the lease (a 502); --async renews the lease by heartbeat while it waits.
+  program processor = start_processor(dir.file("processor.sqlite3"), {0, 900});
+  program server = program("payments_server", {"--port", "0", "--processor", processor.url(),
+                                               "--store", "sqlite:" + dir.file("payments.sqlite3"),
+                                               "--lease-ms", "300", "--async", "--threads", "2"});
+  std::optional<httplib::Result> first;
+  std::thread in_flight([&] { first.emplace(post(server, body(900), "order-slow")); });
+  std::this_thread::sleep_for(600ms);  // two leases into the charge
+  auto duplicate = post(server, body(900), "order-slow");
+  in_flight.join();
+  REQUIRE(duplicate);
+  CHECK(duplicate->status == 409);  // still held: not taken over
+  REQUIRE(first);
+  REQUIRE(*first);
+  CHECK((*first)->status == 201);
+  CHECK(ledger(processor).size() == 1);
+}
+
+namespace {
+
+/// Sends `bytes` on a connection of its own to 127.0.0.1:port and answers what the server sends
+/// back until it closes the connection (or 5 s pass).
+std::string exchange(int port, const std::string& bytes) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
+  (void)send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  timeval wait{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+  std::string answer;
+  char buffer[4096];
+  for (ssize_t got; (got = recv(fd, buffer, sizeof buffer, 0)) > 0;)
+    answer.append(buffer, static_cast<std::size_t>(got));
+  close(fd);
+  return answer;
+}
+
+}  // namespace
+
+TEST_CASE("on --async a request head past 8 KiB is a 431 and one that is not HTTP a 400",
+          "[payments][async]") {
+  idem::testing::temporary_directory dir{"idem-payments"};
+  program processor = start_processor(dir.file("processor.sqlite3"));
+  program server = program("payments_server", {"--port", "0", "--processor", processor.url(),
+                                               "--store", "memory", "--async", "--threads", "2"});
+  const std::string payment = body(100);
+  const std::string big_head =
+      "POST /v1/payments HTTP/1.1\r\nHost: x\r\nX-Account: acct_1\r\n"
+      "Idempotency-Key: big-head\r\nX-Padding: " +
+      std::string(9 * 1024, 'p') +
+      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(payment.size()) +
+      "\r\n\r\n" + payment;
+  CHECK(exchange(server.port(), big_head).starts_with("HTTP/1.1 431 "));
+  CHECK(exchange(server.port(), "NOT HTTP AT ALL\r\n\r\n").starts_with("HTTP/1.1 400 "));
+  CHECK(ledger(processor).empty());
 }

@@ -1,0 +1,337 @@
+// payments_server --async: the payments API on event loops (Boost.Beast, async_server.hpp), one
+// io_context per thread, with the blocking server's rules (service.hpp) and guarantee.
+//
+// Per loop: an idem::async_idempotent and the processor's client (async_retrying), so a request
+// is handled, from its read to its answer, on the loop its connection was handed to, and no
+// two loops share a lock on the request path. The store:
+//   * memory and SQLite: one store for every loop. SQLite blocks by nature: async_idempotent
+//     runs its calls on a thread pool (store_executor), never on a loop;
+//   * Redis: an idem::async_redis_store per loop, on that loop, its connections pipelined;
+//   * PostgreSQL: an idem::async_postgres_store per loop, on that loop.
+// The payments table (the book) is the blocking server's: its calls that block (SQLite, Redis
+// through hiredis, PostgreSQL's reads) run on the same thread pool; the memory book's lock is
+// held for a map lookup and is taken on the loop.
+//
+// The handler is the blocking one with async_step where that one has step, under the same step
+// name, downstream keys and resumable-record name ("payments"), so payments_reconcile, which is
+// blocking, finishes what an asynchronous server left, and the two kinds of server may share a
+// store. While it waits for the processor, async_idempotent's heartbeat renews its lease: the
+// charge may take as long as processor_deadline, not half the lease.
+//
+// PostgreSQL, as in the blocking server: the handler runs inside the transaction that
+// completes the record (async_idempotent's transactional handlers), so the charge's step, the
+// payment row and its outbox message commit with the record or not at all. There the heartbeat
+// does not run: the transaction holds the record's row lock, so a takeover waits for it, and the
+// lease matters only if the process dies.
+#include "async_processor_client.hpp"
+#include "async_server.hpp"
+#include "server_settings.hpp"
+#include "service.hpp"
+
+#include <idem/asio.hpp>
+#include <idem/store/async_postgres.hpp>
+#include <idem/store/async_redis.hpp>
+
+#include <boost/asio/thread_pool.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace payments {
+
+namespace {
+
+/// `fn()` run on `pool`, awaited from the loop: for calls that block.
+template <class F>
+asio::awaitable<std::invoke_result_t<F&>> off_loop(asio::any_io_executor pool, F fn) {
+  using result = std::invoke_result_t<F&>;
+  if constexpr (std::is_void_v<result>) {
+    co_await asio::co_spawn(
+        pool,
+        [fn = std::move(fn)]() mutable -> asio::awaitable<void> {
+          fn();
+          co_return;
+        },
+        asio::use_awaitable);
+  } else {
+    co_return co_await asio::co_spawn(
+        pool, [fn = std::move(fn)]() mutable -> asio::awaitable<result> { co_return fn(); },
+        asio::use_awaitable);
+  }
+}
+
+/// The book (service.hpp) as the loops call it: its blocking calls on the pool.
+template <class Book>
+class async_book {
+ public:
+  async_book(Book& book, asio::any_io_executor pool) : book_(book), pool_(std::move(pool)) {}
+
+  /// book_error when the table cannot be reached: a 503 before the key is claimed. Only
+  /// PostgreSQL's does anything, until it succeeded once; after, an unreachable database is the
+  /// store's 503.
+  asio::awaitable<void> prepare() {
+    if constexpr (std::is_same_v<Book, postgres_book>) {
+      if (!prepared_.load(std::memory_order_acquire)) {
+        co_await off_loop(pool_, [this] { book_.prepare(); });
+        prepared_.store(true, std::memory_order_release);
+      }
+    }
+    co_return;
+  }
+
+  // The arguments are the caller's, alive until the call completes.
+  asio::awaitable<void> insert(const payment_row& row, const payment_event& event) {
+    if constexpr (std::is_same_v<Book, memory_book>) {
+      book_.insert(row, event);
+    } else {
+      co_await off_loop(pool_, [&] { book_.insert(row, event); });
+    }
+  }
+
+  asio::awaitable<std::optional<std::string>> find(const std::string& id,
+                                                   const std::string& account) {
+    if constexpr (std::is_same_v<Book, memory_book>) {
+      co_return book_.find(id, account);
+    } else {
+      co_return co_await off_loop(pool_, [&] { return book_.find(id, account); });
+    }
+  }
+
+ private:
+  Book& book_;
+  asio::any_io_executor pool_;
+  std::atomic<bool> prepared_{false};
+};
+
+/// The blocking payment_charge as a coroutine: the charge as a recovery point under the same
+/// name and downstream key, then the payment described (describe_payment, service.hpp).
+asio::awaitable<charged> charge_payment(idem::async_handler_context& ctx,
+                                        const idem::http_request& request,
+                                        async_processor_client& processor,
+                                        double crash_after_charge, double crash_when_asked) {
+  const intent payment = *intent::parse(request.body).first;  // validated before the call
+  const crash_plan plan = crash_plan::draw(request, crash_after_charge, crash_when_asked);
+  const std::string step = "charge";
+  const std::string charged_json =
+      co_await ctx.async_step(step, [&]() -> asio::awaitable<std::string> {
+        const idem::key_buffer key = ctx.downstream_key(step);
+        std::string answer = co_await processor.charge(key.view(), payment);
+        plan.after_processor();
+        co_return answer;
+      });
+  plan.after_step();
+  co_return describe_payment(ctx, payment, charged_json);
+}
+
+/// The handler for a book written outside the record's transaction (memory, SQLite, Redis),
+/// as the blocking payment_handler: the row and its message once charged.
+template <class Book>
+struct async_payment_handler {
+  async_processor_client* processor;
+  async_book<Book>* book;
+  double crash_after_charge = 0;
+  double crash_when_asked = 0;
+
+  asio::awaitable<idem::http_response> operator()(idem::async_handler_context& ctx,
+                                                  const idem::http_request& request) const {
+    charged done =
+        co_await charge_payment(ctx, request, *processor, crash_after_charge, crash_when_asked);
+    // Named, and passed by reference: GCC 12 destroys a braced temporary handed to a coroutine
+    // by value twice.
+    const payment_event event{payment_event_id(ctx), std::move(done.message)};
+    co_await book->insert(done.row, event);
+    co_return std::move(done.response);
+  }
+};
+
+/// PostgreSQL's, as the blocking one: inside the transaction that completes the record, so the
+/// charge's step, the row, its message and the completed record are one commit. (No heartbeat
+/// there: the transaction holds the record's row lock, so a takeover waits for it.)
+template <>
+struct async_payment_handler<postgres_book> {
+  async_processor_client* processor;
+  async_book<postgres_book>* book;
+  double crash_after_charge = 0;
+  double crash_when_asked = 0;
+
+  asio::awaitable<idem::http_response> operator()(
+      idem::async_handler_context& ctx, const idem::http_request& request,
+      idem::async_postgres_store::transaction& tx) const {
+    charged done =
+        co_await charge_payment(ctx, request, *processor, crash_after_charge, crash_when_asked);
+    // Named first: GCC 12 rejects braced lists in the arguments of a co_awaited call.
+    const std::string insert = postgres_book::insert_sql;
+    const idem::async_postgres_store::parameters row{done.row.id, done.row.account, done.row.body};
+    (void)co_await tx.exec(insert, row);
+    const std::string name(payment_succeeded);
+    (void)co_await tx.publish(name, done.message);
+    co_return std::move(done.response);
+  }
+};
+
+template <class Store, class Book>
+using async_payments_endpoint =
+    idem::async_idempotent<async_payment_handler<Book>, server_policies<Store>>;
+
+/// What one loop serves with.
+template <class Store, class Book>
+struct loop_service {
+  loop_service(asio::any_io_executor loop, const server_settings& config, Store store,
+               async_book<Book>& book, asio::any_io_executor pool)
+      : processor(loop, config.processor),
+        endpoint(loop,
+                 async_payment_handler<Book>{&processor, &book, config.crash_after_charge,
+                                             config.crash_when_asked},
+                 options(std::move(store), config.lease, std::move(pool))) {}
+
+  static typename async_payments_endpoint<Store, Book>::options options(
+      Store store, std::chrono::milliseconds lease, asio::any_io_executor pool) {
+    auto settings = endpoint_settings<typename async_payments_endpoint<Store, Book>::options>(
+        std::move(store), lease);
+    settings.store_executor = std::move(pool);  // used only by a store that blocks (SQLite)
+    return settings;
+  }
+
+  async_processor_client processor;
+  async_payments_endpoint<Store, Book> endpoint;
+};
+
+std::optional<std::string> header_of(const http_request_message& message, std::string_view name) {
+  const auto found = message.find(name);
+  if (found == message.end()) return std::nullopt;
+  return std::string(found->value());
+}
+
+template <class Store, class Book>
+class payments_routes {
+ public:
+  payments_routes(std::vector<std::unique_ptr<loop_service<Store, Book>>>& services,
+                  async_book<Book>& book, double crash_when_asked)
+      : services_(services), book_(book), crash_when_asked_(crash_when_asked) {}
+
+  asio::awaitable<reply> operator()(std::size_t loop, const http_request_message& message) {
+    std::string_view path(message.target().data(), message.target().size());
+    path = path.substr(0, path.find('?'));
+    if (message.method() == http::verb::post && path == "/v1/payments") {
+      co_return co_await pay(*services_[loop], message);
+    }
+    if (message.method() == http::verb::get) {
+      if (const auto id = payment_id_in(path)) co_return co_await look_up(*id, message);
+    }
+    co_return error_reply(404, "no such route");
+  }
+
+ private:
+  asio::awaitable<reply> pay(loop_service<Store, Book>& service,
+                             const http_request_message& message) {
+    const payment_post post{header_of(message, "X-Account").value_or(""), message.body(),
+                            header_of(message, "Idempotency-Key"),
+                            header_of(message, chaos_crash_header)};
+    if (auto refused = refused_before_claim(post)) co_return std::move(*refused);
+    co_await book_.prepare();  // book_error: 503, before the key is claimed
+    const idem::http_request request = payment_request(post, crash_when_asked_);
+    const auto outcome =
+        co_await service.endpoint.async_call(post.account, request, asio::use_awaitable);
+    co_return outcome_reply(outcome);
+  }
+
+  asio::awaitable<reply> look_up(const std::string& id, const http_request_message& message) {
+    const std::string account = header_of(message, "X-Account").value_or("");
+    if (account.empty()) co_return error_reply(401, lookup_needs_account);
+    co_return lookup_reply(co_await book_.find(id, account));
+  }
+
+  std::vector<std::unique_ptr<loop_service<Store, Book>>>& services_;
+  async_book<Book>& book_;
+  double crash_when_asked_;
+};
+
+/// Serves until the process is stopped (it is killed, as the blocking server is: every payment
+/// is in the store, and a request in flight is as a crash). `make_store(loop)` makes a loop's
+/// store handle.
+template <class MakeStore, class Book>
+int serve(const server_settings& config, MakeStore make_store, Book& book) {
+  using store_type = std::invoke_result_t<MakeStore&, asio::any_io_executor>;
+  raise_open_file_limit();
+  // Blocking calls (SQLite's store, the books): as many threads as loops, and at least 4, so a
+  // slow call does not hold up the loops' others.
+  asio::thread_pool pool(std::max<std::size_t>(4, config.threads));
+  async_book<Book> payments_book(book, pool.get_executor());
+  event_loops loops(config.threads);
+  std::vector<std::unique_ptr<loop_service<store_type, Book>>> services;
+  for (std::size_t i = 0; i < loops.size(); ++i) {
+    const asio::any_io_executor loop = loops.at(i).get_executor();
+    services.push_back(std::make_unique<loop_service<store_type, Book>>(
+        loop, config, make_store(loop), payments_book, pool.get_executor()));
+  }
+  http_server server(
+      loops, payments_routes<store_type, Book>(services, payments_book, config.crash_when_asked),
+      http_limits{config.read_timeout, max_request_header_bytes, max_request_body_bytes});
+  int port = 0;
+  try {
+    port = server.bind(config.port);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "payments_server: cannot listen on 127.0.0.1:%d: %s\n", config.port,
+                 e.what());
+    return 1;
+  }
+  std::printf("payments_server: listening on %d\n", port);
+  std::fflush(stdout);
+  server.start();
+  loops.run();
+  return 1;  // the loops never run out of work
+}
+
+}  // namespace
+
+std::optional<int> serve_async(const server_settings& config, const std::string& spec) {
+  if (spec == "memory") {
+    memory_book book;
+    const idem::memory_store shared;  // a handle: every loop's copy has the same records
+    return serve(
+        config, [shared](const asio::any_io_executor&) { return shared; }, book);
+  }
+  if (spec.starts_with("sqlite:") && spec.size() > 7) {
+    const std::string path = spec.substr(7);
+    const idem::sqlite_store shared{path};  // creates the file and idem's tables
+    sqlite_book book(path);
+    return serve(
+        config, [shared](const asio::any_io_executor&) { return shared; }, book);
+  }
+  if (spec.starts_with("postgres:")) {
+    idem::async_postgres_store::options options;
+    static_cast<idem::postgres_store::options&>(options) = postgres_options(spec.substr(9));
+    // The blocking server's 16 connections, shared out over the loops.
+    options.pool_size = std::max<std::size_t>(2, 16 / config.threads);
+    postgres_book book(options.conninfo);
+    return serve(
+        config,
+        [options](const asio::any_io_executor& loop) {
+          return idem::async_postgres_store{options, loop};
+        },
+        book);
+  }
+  if (spec.starts_with("redis:")) {
+    const auto where = endpoint::parse("http://" + spec.substr(6));
+    idem::async_redis_store::options options;
+    options.host = where.host;
+    options.port = where.port;
+    redis_book book(where.host, where.port);
+    return serve(
+        config,
+        [options](const asio::any_io_executor& loop) {
+          return idem::async_redis_store{loop, options};
+        },
+        book);
+  }
+  return std::nullopt;
+}
+
+}  // namespace payments

@@ -1,0 +1,40 @@
+// payments_server's settings, read from its command line, and the entry of its event-loop mode
+// (payments_server --async, async_server.cpp), which lives in a translation unit of its own:
+// Boost.Beast and the coroutines are compiled there only.
+#pragma once
+
+#include "common.hpp"
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string>
+
+namespace payments {
+
+struct server_settings {
+  int port = 0;
+  endpoint processor;
+  std::chrono::milliseconds lease{5000};
+  double crash_after_charge = 0;
+  double crash_when_asked = 0;
+  /// How long a connection may take to send one whole request, or stay idle between two; past
+  /// it the connection is closed (the blocking server: its read and keep-alive timeouts).
+  std::chrono::milliseconds read_timeout{10000};
+  /// --async: the event loops (one io_context and one thread each).
+  std::size_t threads = 1;
+};
+
+/// The largest request body either server reads; a larger one is answered 413 unread. A
+/// payment's body is a few dozen bytes, and a record keeps at most max_kept_request_bytes (16
+/// KiB): a body between the two is read, and refused 413 by idem before it is claimed.
+inline constexpr std::size_t max_request_body_bytes = 64 * 1024;
+/// The largest request head (request line and headers) the event-loop server reads; a larger
+/// one is answered 431.
+inline constexpr std::size_t max_request_header_bytes = 8 * 1024;
+
+/// Serves the payments API on the event loops, the store `spec` names; std::nullopt when
+/// `spec` names no store. Returns only when it cannot serve (1).
+std::optional<int> serve_async(const server_settings& config, const std::string& spec);
+
+}  // namespace payments
