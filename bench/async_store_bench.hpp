@@ -108,6 +108,40 @@ inline void report(benchmark::State& state, std::uint64_t operations, double cpu
   state.counters["cpu_us_per_op"] = count > 0 ? cpu_seconds * 1e6 / count : 0.0;
 }
 
+/// async_store_single's loop: one cycle at a time on `io` (run here), the first untimed (it
+/// opens the connection and prepares the statements); the store's connections close as it goes.
+/// `make()` makes the store on `io`.
+template <class Make>
+void run_single(benchmark::State& state, Make make) {
+  const idem::digest print = fingerprint();
+  asio::io_context io;
+  {
+    auto store = make(io);
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          std::uint64_t next = 0;
+          co_await async_cycle(store, next++, print);
+          const double cpu_before = process_cpu_seconds();
+          for (auto _ : state)
+            co_await async_cycle(store, next++, print);
+          report(state, next - 1, process_cpu_seconds() - cpu_before);
+        },
+        [&](std::exception_ptr error) {
+          io.stop();  // the store's connections keep the loop busy
+          if (!error) return;
+          try {
+            std::rethrow_exception(error);
+          } catch (const std::exception& e) {
+            state.SkipWithError(e.what());
+          }
+        });
+    io.run();
+    io.restart();
+  }
+  io.run_for(std::chrono::seconds{1});  // what the store left on the loop as it closed
+}
+
 /// Threads that run work(i) for each i of a batch between them, each taking the next index as
 /// it finishes one: `threads` callers of a blocking store, each with one operation in flight.
 class thread_crew {

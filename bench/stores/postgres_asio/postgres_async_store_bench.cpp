@@ -128,34 +128,10 @@ void throughput_sync(benchmark::State& state) {
 void single_async(benchmark::State& state) {
   if (!have_server(state)) return;
   const std::string table = table_name("async_one");
-  const idem::digest print = bench::fingerprint();
   try {
-    asio::io_context io;
-    {
-      idem::async_postgres_store store(async_options(table, 1, 1), io.get_executor());
-      asio::co_spawn(
-          io,
-          [&]() -> asio::awaitable<void> {
-            std::uint64_t next = 0;
-            co_await bench::async_cycle(store, next++, print);  // statements prepared
-            const double cpu_before = bench::process_cpu_seconds();
-            for (auto _ : state)
-              co_await bench::async_cycle(store, next++, print);
-            bench::report(state, next - 1, bench::process_cpu_seconds() - cpu_before);
-          },
-          [&](std::exception_ptr error) {
-            io.stop();  // the store's connections keep the loop busy
-            if (!error) return;
-            try {
-              std::rethrow_exception(error);
-            } catch (const std::exception& e) {
-              state.SkipWithError(e.what());
-            }
-          });
-      io.run();
-      io.restart();
-    }
-    io.run_for(std::chrono::seconds{1});  // what the store left on the loop as it closed
+    bench::run_single(state, [&](asio::io_context& io) {
+      return idem::async_postgres_store(async_options(table, 1, 1), io.get_executor());
+    });
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }

@@ -31,31 +31,17 @@
 #include <string_view>
 #include <vector>
 
+#include "redis_bench_server.hpp"
+
 namespace {
 
+using idem_bench::redis::bench_server;
+using idem_bench::redis::forget;
+using idem_bench::redis::no_server;
+using idem_bench::redis::server_address;
+using idem_bench::redis::unique_prefix;
+
 using namespace std::chrono_literals;
-
-struct server_address {
-  std::string host;
-  int port = 0;
-};
-
-// Benchmarks run one at a time on the main thread, and nothing sets the environment.
-std::optional<server_address> bench_server() {
-  const char* host = std::getenv("IDEM_TEST_REDIS_HOST");  // NOLINT(concurrency-mt-unsafe)
-  const char* port = std::getenv("IDEM_TEST_REDIS_PORT");  // NOLINT(concurrency-mt-unsafe)
-  if (host == nullptr || port == nullptr) return std::nullopt;
-  return server_address{host, std::atoi(port)};
-}
-
-constexpr const char* no_server =
-    "IDEM_TEST_REDIS_HOST/PORT not set: run scripts/servers/redis.sh start DIR and source "
-    "DIR/redis.env first";
-
-std::string unique_prefix(const char* name) {
-  return std::string("idem-bench:") + name + ":" +
-         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) + ":";
-}
 
 const idem::digest fingerprint = [] {
   std::uint8_t bytes[16];
@@ -246,26 +232,6 @@ idem::redis_store make_store(const server_address& where, const char* name) {
   options.prefix = unique_prefix(name);
   options.pool_size = 1;
   return idem::redis_store(options);
-}
-
-// Deletes what a run wrote (outside the timed loop).
-void forget(const server_address& where, const std::string& prefix) {
-  timeval limit{2, 0};
-  redisContext* context = redisConnectWithTimeout(where.host.c_str(), where.port, limit);
-  if (context == nullptr) return;
-  std::string cursor = "0";
-  do {
-    auto* page = static_cast<redisReply*>(
-        redisCommand(context, "SCAN %s MATCH %s* COUNT 10000", cursor.c_str(), prefix.c_str()));
-    if (page == nullptr || page->type != REDIS_REPLY_ARRAY) break;
-    cursor.assign(page->element[0]->str, page->element[0]->len);
-    for (std::size_t i = 0; i < page->element[1]->elements; ++i) {
-      const redisReply* key = page->element[1]->element[i];
-      freeReplyObject(redisCommand(context, "UNLINK %b", key->str, key->len));
-    }
-    freeReplyObject(page);
-  } while (cursor != "0");
-  redisFree(context);
 }
 
 const std::string response_64(64, 'r');

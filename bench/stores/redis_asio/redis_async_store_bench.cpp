@@ -26,7 +26,15 @@
 
 #include "async_store_bench.hpp"
 
+#include "redis_bench_server.hpp"
+
 namespace {
+
+using idem_bench::redis::bench_server;
+using idem_bench::redis::forget;
+using idem_bench::redis::no_server;
+using idem_bench::redis::server_address;
+using idem_bench::redis::unique_prefix;
 
 namespace bench = idem_bench::async_store;
 namespace asio = idem::asio;
@@ -37,51 +45,6 @@ constexpr int sync_threads = 8;
 // in flight) is a small share of it.
 constexpr std::uint64_t warm_up = 256;
 constexpr std::uint64_t batch = 4096;
-
-struct server_address {
-  std::string host;
-  int port = 0;
-};
-
-// Benchmarks run one at a time on the main thread, and nothing sets the environment.
-std::optional<server_address> bench_server() {
-  const char* host = std::getenv("IDEM_TEST_REDIS_HOST");  // NOLINT(concurrency-mt-unsafe)
-  const char* port = std::getenv("IDEM_TEST_REDIS_PORT");  // NOLINT(concurrency-mt-unsafe)
-  if (host == nullptr || port == nullptr) return std::nullopt;
-  return server_address{host, std::atoi(port)};
-}
-
-constexpr const char* no_server =
-    "IDEM_TEST_REDIS_HOST/PORT not set: run scripts/servers/redis.sh start DIR and source "
-    "DIR/redis.env first";
-
-std::string unique_prefix(const char* name) {
-  return std::string("idem-bench:") + name + ":" +
-         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) + ":";
-}
-
-// Deletes what a run wrote (outside the timed loop).
-void forget(const server_address& where, const std::string& prefix) {
-  timeval limit{2, 0};
-  redisContext* context = redisConnectWithTimeout(where.host.c_str(), where.port, limit);
-  if (context == nullptr) return;
-  std::string cursor = "0";
-  do {
-    auto* page = static_cast<redisReply*>(
-        redisCommand(context, "SCAN %s MATCH %s* COUNT 10000", cursor.c_str(), prefix.c_str()));
-    if (page == nullptr || page->type != REDIS_REPLY_ARRAY) {
-      freeReplyObject(page);
-      break;
-    }
-    cursor.assign(page->element[0]->str, page->element[0]->len);
-    for (std::size_t i = 0; i < page->element[1]->elements; ++i) {
-      const redisReply* key = page->element[1]->element[i];
-      freeReplyObject(redisCommand(context, "UNLINK %b", key->str, key->len));
-    }
-    freeReplyObject(page);
-  } while (cursor != "0");
-  redisFree(context);
-}
 
 idem::redis_store::options sync_options(const server_address& where, std::size_t pool_size) {
   idem::redis_store::options options;
@@ -140,37 +103,12 @@ void throughput_sync(benchmark::State& state) {
 void single_async(benchmark::State& state) {
   const auto where = bench_server();
   if (!where) return state.SkipWithError(no_server);
-  const idem::digest print = bench::fingerprint();
   std::string prefix;
-  {
-    asio::io_context io;
-    {
-      idem::async_redis_store store(io.get_executor(), async_options(*where));
-      prefix = store.settings().prefix;
-      asio::co_spawn(
-          io,
-          [&]() -> asio::awaitable<void> {
-            std::uint64_t next = 0;
-            co_await bench::async_cycle(store, next++, print);  // opens the connection
-            const double cpu_before = bench::process_cpu_seconds();
-            for (auto _ : state)
-              co_await bench::async_cycle(store, next++, print);
-            bench::report(state, next - 1, bench::process_cpu_seconds() - cpu_before);
-          },
-          [&](std::exception_ptr error) {
-            io.stop();  // the store's connections keep the loop busy
-            if (!error) return;
-            try {
-              std::rethrow_exception(error);
-            } catch (const std::exception& e) {
-              state.SkipWithError(e.what());
-            }
-          });
-      io.run();
-      io.restart();
-    }
-    io.run_for(std::chrono::seconds{1});  // the store's connections close
-  }
+  bench::run_single(state, [&](asio::io_context& io) {
+    idem::async_redis_store store(io.get_executor(), async_options(*where));
+    prefix = store.settings().prefix;
+    return store;
+  });
   forget(*where, prefix);
 }
 
