@@ -94,7 +94,7 @@ outcome call(Guarded& guarded, const idem::http_request& request) {
 }  // namespace
 
 TEST_CASE(
-    "a transactional async handler's writes and message commit with its record; a repeat "
+    "a transactional async handler's writes and message commit with its record, and a repeat "
     "replays without running",
     "[postgres_async][async_idempotent]") {
   fixture f;
