@@ -192,7 +192,11 @@ class async_redis_store {
     shared_state& operator=(const shared_state&) = delete;
     // The connections close on the strand: what is in flight there fails, nothing waits here.
     ~shared_state() {
-      asio::post(pool->strand(), [pool = pool] { pool->shut(); });
+      try {
+        asio::post(pool->strand(), [pool = pool] { pool->shut(); });
+      } catch (...) {
+        // Out of memory: the connections close when the pool's last owner lets it go.
+      }
     }
 
     options settings;

@@ -546,7 +546,7 @@ class async_engine {
     if constexpr (!std::is_same_v<Failure, keep_claim_on_failure>) {
       try {
         const std::optional<std::string> bytes =
-            core_.template failure_response<Response>(held, steps, failure, std::move(error));
+            core_.template failure_response<Response>(held, steps, failure, error);
         if (bytes) {
           (void)co_await calls_.complete(core_.store(), held, *bytes, core_.clock().wall_now());
         } else {

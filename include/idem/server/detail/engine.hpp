@@ -541,11 +541,11 @@ class engine {
     using outcome_type = idempotent_outcome<Response>;
     if (!done.fits) {
       // The caller still gets the response the handler made; repeats get the refusal.
-      return outcome_type::unrecorded(verdict::response_too_large, std::move(response),
+      return outcome_type::unrecorded(verdict::response_too_large, std::forward<Response>(response),
                                       too_large_message(done.bytes), claim.held.fence,
                                       claim.resumed);
     }
-    return outcome_type::executed(std::move(response), claim.held.fence, claim.resumed);
+    return outcome_type::executed(std::forward<Response>(response), claim.held.fence, claim.resumed);
   }
 
   /// record_directly's answer when the store failed the completion: the effect happened; the
@@ -554,7 +554,7 @@ class engine {
   static idempotent_outcome<Response> not_stored(const held_claim& claim, Response&& response,
                                                  const store_error& error) {
     return idempotent_outcome<Response>::unrecorded(
-        verdict::executed, std::move(response),
+        verdict::executed, std::forward<Response>(response),
         std::string("the response was not stored: ") + error.what(), claim.held.fence,
         claim.resumed);
   }

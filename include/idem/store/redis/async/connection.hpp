@@ -200,16 +200,18 @@ class redis_async_connection : public std::enable_shared_from_this<redis_async_c
       words.push_back({"SCRIPT", "LOAD", redis_script_text(static_cast<redis_script>(i))});
     }
     std::vector<redis_wire_command> commands;
+    commands.reserve(words.size());
     for (const auto& each : words)
       commands.push_back(redis_wire_of(std::span<const std::string_view>(each)));
     std::weak_ptr<redis_async_connection> weak = weak_from_this();
-    send(redis_make_exchange(strand_, std::move(commands), "connecting",
-                             [weak](std::exception_ptr error, std::vector<redis_reply> replies) {
-                               const auto self = weak.lock();
-                               // A failed handshake closed the connection already, and said why.
-                               if (error || !self) return;
-                               self->handshaken(replies);
-                             }));
+    send(redis_make_exchange(
+        strand_, std::move(commands), "connecting",
+        [weak](const std::exception_ptr& error, const std::vector<redis_reply>& replies) {
+          const auto self = weak.lock();
+          // A failed handshake closed the connection already, and said why.
+          if (error || !self) return;
+          self->handshaken(replies);
+        }));
   }
 
   void handshaken(const std::vector<redis_reply>& replies) {

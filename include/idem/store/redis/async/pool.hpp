@@ -214,8 +214,8 @@ auto async_redis_exchange(std::shared_ptr<redis_async_pool> pool,
                           std::vector<redis_wire_command> commands, const char* operation,
                           Token&& token) {
   return asio::async_initiate<Token, void(std::exception_ptr, std::vector<redis_reply>)>(
-      [](auto handler, std::shared_ptr<redis_async_pool> on, std::vector<redis_wire_command> sent,
-         const char* name) {
+      [](auto handler, const std::shared_ptr<redis_async_pool>& on,
+         std::vector<redis_wire_command> sent, const char* name) {
         auto slot = asio::get_associated_cancellation_slot(handler);
         auto home = asio::prefer(asio::get_associated_executor(handler, on->strand()),
                                  asio::execution::outstanding_work.tracked);
