@@ -47,13 +47,7 @@ class async_processor_client {
   /// processor_failed when it did not charge.
   asio::awaitable<std::string> charge(std::string_view key, const intent& payment) {
     const auto outcome = co_await retrying_.async_with_key(key, payment, asio::use_awaitable);
-    if (outcome && (outcome.value().status == 201 || outcome.value().status == 200)) {
-      co_return outcome.value().body;
-    }
-    std::string why = std::string(idem::to_string(outcome.verdict())) + " after " +
-                      std::to_string(outcome.attempts()) + " attempts";
-    if (outcome.has_value()) why += ", last status " + std::to_string(outcome.value().status);
-    throw processor_failed("the processor did not charge: " + why);
+    co_return charged_body(outcome);
   }
 
  private:

@@ -320,6 +320,19 @@ struct processor_failed : std::runtime_error {
 
 struct processor_policies : idem::default_policies {};
 
+/// The charge's JSON from the processor's last answer (201 or 200), for either client; throws
+/// processor_failed, saying why, when it did not charge.
+template <class Outcome>
+std::string charged_body(const Outcome& outcome) {
+  if (outcome && (outcome.value().status == 201 || outcome.value().status == 200)) {
+    return outcome.value().body;
+  }
+  std::string why = std::string(idem::to_string(outcome.verdict())) + " after " +
+                    std::to_string(outcome.attempts()) + " attempts";
+  if (outcome.has_value()) why += ", last status " + std::to_string(outcome.value().status);
+  throw processor_failed("the processor did not charge: " + why);
+}
+
 class processor_client {
  public:
   processor_client(endpoint where, std::chrono::milliseconds deadline)
@@ -327,14 +340,7 @@ class processor_client {
 
   /// The processor's JSON for the charge made under `key`, made now or earlier.
   std::string charge(std::string_view key, const intent& charge) {
-    auto outcome = retrying_.with_key(key, charge);
-    if (outcome && (outcome.value().status == 201 || outcome.value().status == 200)) {
-      return outcome.value().body;
-    }
-    std::string why = std::string(idem::to_string(outcome.verdict())) + " after " +
-                      std::to_string(outcome.attempts()) + " attempts";
-    if (outcome.has_value()) why += ", last status " + std::to_string(outcome.value().status);
-    throw processor_failed("the processor did not charge: " + why);
+    return charged_body(retrying_.with_key(key, charge));
   }
 
  private:
