@@ -317,20 +317,21 @@ TEST_CASE("cancels interleaved with 1000 operations on the pool: every answer is
   std::vector<std::unique_ptr<asio::steady_timer>> timers;
   int completed = 0, answered = 0, cancelled = 0, other_failures = 0;
   std::vector<std::string> wrong;
+  // Outside the loop: the completions run after it, and call it by reference.
+  const auto failed = [&](const std::exception_ptr& error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const idem::store_error& failure) {
+      if (std::string(failure.what()).find("cancelled") != std::string::npos) {
+        ++cancelled;
+      } else {
+        ++other_failures;
+      }
+    }
+  };
   for (int i = 0; i < operations; ++i) {
     const std::string& name = names[static_cast<std::size_t>(i % keys)];
     auto& signal = *signals.emplace_back(std::make_unique<asio::cancellation_signal>());
-    const auto failed = [&](const std::exception_ptr& error) {
-      try {
-        std::rethrow_exception(error);
-      } catch (const idem::store_error& failure) {
-        if (std::string(failure.what()).find("cancelled") != std::string::npos) {
-          ++cancelled;
-        } else {
-          ++other_failures;
-        }
-      }
-    };
     if (i % 2 == 0) {
       store.async_find(
           "tenant", name, start,
