@@ -545,7 +545,8 @@ class engine {
                                       too_large_message(done.bytes), claim.held.fence,
                                       claim.resumed);
     }
-    return outcome_type::executed(std::forward<Response>(response), claim.held.fence, claim.resumed);
+    return outcome_type::executed(std::forward<Response>(response), claim.held.fence,
+                                  claim.resumed);
   }
 
   /// record_directly's answer when the store failed the completion: the effect happened; the
