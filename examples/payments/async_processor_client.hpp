@@ -113,11 +113,7 @@ class async_processor_client {
   using retrying_type = idem::async_retrying<call, processor_policies>;
 
   static retrying_type::options options_for(std::chrono::milliseconds deadline) {
-    retrying_type::options options;
-    options.backoff =
-        idem::full_jitter{std::chrono::milliseconds{20}, std::chrono::milliseconds{400}};
-    options.limits = {6, deadline};
-    return options;
+    return processor_retry_options<retrying_type::options>(deadline);
   }
 
   retrying_type retrying_;

@@ -320,6 +320,16 @@ struct processor_failed : std::runtime_error {
 
 struct processor_policies : idem::default_policies {};
 
+/// How both clients retry a charge: 6 attempts within `deadline`, full jitter 20–400 ms.
+template <class Options>
+Options processor_retry_options(std::chrono::milliseconds deadline) {
+  Options options;
+  options.backoff =
+      idem::full_jitter{std::chrono::milliseconds{20}, std::chrono::milliseconds{400}};
+  options.limits = {6, deadline};
+  return options;
+}
+
 /// The charge's JSON from the processor's last answer (201 or 200), for either client; throws
 /// processor_failed, saying why, when it did not charge.
 template <class Outcome>
@@ -361,11 +371,7 @@ class processor_client {
   using retrying_type = idem::retrying<call, processor_policies>;
 
   static retrying_type::options options_for(std::chrono::milliseconds deadline) {
-    retrying_type::options options;
-    options.backoff =
-        idem::full_jitter{std::chrono::milliseconds{20}, std::chrono::milliseconds{400}};
-    options.limits = {6, deadline};
-    return options;
+    return processor_retry_options<retrying_type::options>(deadline);
   }
 
   retrying_type retrying_;
