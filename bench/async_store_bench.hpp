@@ -237,12 +237,13 @@ class running_loop {
   std::vector<std::thread> threads_;
 };
 
-/// Runs operation(i) for i in [first, first + count) on `loop`, `in_flight` at a time: as many
-/// coroutines, each taking the next index as it finishes one. Returns when all are done, and
+/// Runs operation(l, i) for i in [first, first + count) on the loops of `loops`, `in_flight`
+/// at a time on each: as many coroutines per loop, each taking the next index of the batch they
+/// share as it finishes one, and `l` the index of its loop. Returns when all are done, and
 /// rethrows the first exception one of them threw.
 template <class Operation>
-void run_in_flight(running_loop& loop, int in_flight, std::uint64_t first, std::uint64_t count,
-                   const Operation& operation) {
+void run_in_flight_on(const std::vector<running_loop*>& loops, int in_flight, std::uint64_t first,
+                      std::uint64_t count, const Operation& operation) {
   struct batch {
     std::atomic<std::uint64_t> next{0};
     std::uint64_t end = 0;
@@ -253,22 +254,33 @@ void run_in_flight(running_loop& loop, int in_flight, std::uint64_t first, std::
   } shared;
   shared.next.store(first, std::memory_order_relaxed);
   shared.end = first + count;
-  shared.running = in_flight;
-  const auto worker = [](batch& b, const Operation& op) -> asio::awaitable<void> {
+  shared.running = in_flight * static_cast<int>(loops.size());
+  const auto worker = [](batch& b, const Operation& op, std::size_t l) -> asio::awaitable<void> {
     for (std::uint64_t i; (i = b.next.fetch_add(1, std::memory_order_relaxed)) < b.end;)
-      co_await op(i);
+      co_await op(l, i);
   };
-  for (int i = 0; i < in_flight; ++i) {
-    // Notified under the lock: once the waiter has it back, `shared` may go.
-    asio::co_spawn(loop.context(), worker(shared, operation), [&shared](std::exception_ptr error) {
-      const std::lock_guard lock(shared.mutex);
-      if (error && !shared.error) shared.error = error;
-      if (--shared.running == 0) shared.finished.notify_one();
-    });
+  for (std::size_t l = 0; l < loops.size(); ++l) {
+    for (int i = 0; i < in_flight; ++i) {
+      // Notified under the lock: once the waiter has it back, `shared` may go.
+      asio::co_spawn(loops[l]->context(), worker(shared, operation, l),
+                     [&shared](std::exception_ptr error) {
+                       const std::lock_guard lock(shared.mutex);
+                       if (error && !shared.error) shared.error = error;
+                       if (--shared.running == 0) shared.finished.notify_one();
+                     });
+    }
   }
   std::unique_lock lock(shared.mutex);
   shared.finished.wait(lock, [&shared] { return shared.running == 0; });
   if (shared.error) std::rethrow_exception(shared.error);
+}
+
+/// run_in_flight_on for one loop: operation(i).
+template <class Operation>
+void run_in_flight(running_loop& loop, int in_flight, std::uint64_t first, std::uint64_t count,
+                   const Operation& operation) {
+  const auto on_loop = [&operation](std::size_t, std::uint64_t index) { return operation(index); };
+  run_in_flight_on({&loop}, in_flight, first, count, on_loop);
 }
 
 /// The timed loop of a throughput benchmark: each iteration runs `batch` operations through

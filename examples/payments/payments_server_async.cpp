@@ -18,11 +18,12 @@
 // store. While it waits for the processor, async_idempotent's heartbeat renews its lease: the
 // charge may take as long as processor_deadline, not half the lease.
 //
-// PostgreSQL, as in the blocking server: the handler runs inside the transaction that
-// completes the record (async_idempotent's transactional handlers), so the charge's step, the
-// payment row and its outbox message commit with the record or not at all. There the heartbeat
-// does not run: the transaction holds the record's row lock, so a takeover waits for it, and the
-// lease matters only if the process dies.
+// PostgreSQL: the payment row and its outbox message commit with the record or not at all, as
+// in the blocking server, but only they: the handler charges outside any transaction, under the
+// heartbeat, and answers idem::commit_with, whose writes async_idempotent makes in the
+// transaction that completes the record. A connection is held for those writes, not for the
+// processor's answer (the blocking server's handler runs inside the transaction, charge
+// included).
 #include "async_processor_client.hpp"
 #include "async_server.hpp"
 #include "server_settings.hpp"
@@ -151,28 +152,36 @@ struct async_payment_handler {
   }
 };
 
-/// PostgreSQL's, as the blocking one: inside the transaction that completes the record, so the
-/// charge's step, the row, its message and the completed record are one commit. (No heartbeat
-/// there: the transaction holds the record's row lock, so a takeover waits for it.)
+/// PostgreSQL's: the charge as for the other books, outside any transaction (the heartbeat
+/// keeping the lease meanwhile), and the row and its message as idem::commit_with's writes, made
+/// in the transaction that completes the record: the row, its message and the completed record
+/// commit together or not at all, as in the blocking server, but no connection is held while the
+/// processor answers.
 template <>
 struct async_payment_handler<postgres_book> {
+  using transaction = idem::async_postgres_store::transaction;
+
   async_processor_client* processor;
   async_book<postgres_book>* book;
   double crash_after_charge = 0;
   double crash_when_asked = 0;
 
-  asio::awaitable<idem::http_response> operator()(
-      idem::async_handler_context& ctx, const idem::http_request& request,
-      idem::async_postgres_store::transaction& tx) const {
+  asio::awaitable<idem::commit_with<idem::http_response, transaction>> operator()(
+      idem::async_handler_context& ctx, const idem::http_request& request) const {
     charged done =
         co_await charge_payment(ctx, request, *processor, crash_after_charge, crash_when_asked);
-    // Named first: GCC 12 rejects braced lists in the arguments of a co_awaited call.
-    const std::string insert = postgres_book::insert_sql;
-    const idem::async_postgres_store::parameters row{done.row.id, done.row.account, done.row.body};
-    (void)co_await tx.exec(insert, row);
-    const std::string name(payment_succeeded);
-    (void)co_await tx.publish(name, done.message);
-    co_return std::move(done.response);
+    idem::commit_with<idem::http_response, transaction> answer;
+    answer.response = std::move(done.response);
+    answer.writes = [row = std::move(done.row),
+                     message = std::move(done.message)](transaction& tx) -> asio::awaitable<void> {
+      // Named first: GCC 12 rejects braced lists in the arguments of a co_awaited call.
+      const std::string insert = postgres_book::insert_sql;
+      const idem::async_postgres_store::parameters values{row.id, row.account, row.body};
+      (void)co_await tx.exec(insert, values);
+      const std::string name(payment_succeeded);
+      (void)co_await tx.publish(name, message);
+    };
+    co_return answer;
   }
 };
 

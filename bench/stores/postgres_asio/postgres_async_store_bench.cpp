@@ -3,9 +3,15 @@
 // and synchronous commits, as a deployment has them, the same for both sides; the server's
 // clock. What one operation is, and the counters: bench/async_store_bench.hpp.
 //
-//   async_store_throughput/idem_async/postgres   64 operations in flight on 8 connections
-//                                                (pool_size 8, pipeline_depth 8), an io_context
-//                                                run by 2 threads
+//   async_store_throughput/idem_async/postgres   64 operations in flight on 8 connections and
+//                                                2 threads, as an event-loop server has them:
+//                                                an io_context per thread, each with a store
+//                                                of its own (pool_size 4, pipeline_depth 8)
+//                                                and 32 operations in flight
+//   async_store_throughput/idem_async_shared_loop/postgres   the same 64 on one store (pool_size
+//                                                8) on one io_context run by 2 threads: every
+//                                                operation hops between the threads (the
+//                                                store's strand, the callers' coroutines)
 //   async_store_throughput/idem_sync/postgres    64 threads on 8 pooled connections
 //                                                (pool_size 8), one operation in flight each
 //   async_store_single/{idem_async,idem_sync}/postgres   one operation at a time, pool_size 1
@@ -24,7 +30,9 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "async_store_bench.hpp"
 
@@ -91,7 +99,7 @@ idem::async_postgres_store::options async_options(const std::string& table, std:
 
 void throughput_async(benchmark::State& state) {
   if (!have_server(state)) return;
-  const std::string table = table_name("async_tp");
+  const std::string table = table_name("async_tp_shared");
   const idem::digest print = bench::fingerprint();
   try {
     bench::running_loop loop(async_threads);
@@ -103,6 +111,34 @@ void throughput_async(benchmark::State& state) {
         return bench::async_cycle(store, index, print);
       });
     });
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+  }
+  drop(table);
+}
+
+void throughput_async_per_loop(benchmark::State& state) {
+  if (!have_server(state)) return;
+  const std::string table = table_name("async_tp_loops");
+  const idem::digest print = bench::fingerprint();
+  try {
+    std::vector<std::unique_ptr<bench::running_loop>> loops;
+    std::vector<bench::running_loop*> running;
+    std::vector<idem::async_postgres_store> stores;
+    for (int i = 0; i < async_threads; ++i) {
+      loops.push_back(std::make_unique<bench::running_loop>(1));
+      running.push_back(loops.back().get());
+      stores.emplace_back(async_options(table, connections / async_threads,
+                                        static_cast<std::size_t>(in_flight) / connections),
+                          loops.back()->executor());
+    }
+    bench::throughput_loop(state, warm_up, batch, [&](std::uint64_t first, std::uint64_t count) {
+      bench::run_in_flight_on(running, in_flight / async_threads, first, count,
+                              [&](std::size_t loop, std::uint64_t index) {
+                                return bench::async_cycle(stores[loop], index, print);
+                              });
+    });
+    stores.clear();  // closed while their loops still run
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());
   }
@@ -158,7 +194,12 @@ void single_sync(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(throughput_async)->Name("async_store_throughput/idem_async/postgres")->UseRealTime();
+BENCHMARK(throughput_async_per_loop)
+    ->Name("async_store_throughput/idem_async/postgres")
+    ->UseRealTime();
+BENCHMARK(throughput_async)
+    ->Name("async_store_throughput/idem_async_shared_loop/postgres")
+    ->UseRealTime();
 BENCHMARK(throughput_sync)->Name("async_store_throughput/idem_sync/postgres")->UseRealTime();
 BENCHMARK(single_async)->Name("async_store_single/idem_async/postgres")->UseRealTime();
 BENCHMARK(single_sync)->Name("async_store_single/idem_sync/postgres")->UseRealTime();

@@ -44,6 +44,10 @@
 // const Request&, Store::transaction&), runs inside the transaction that completes its record
 // (an AsyncTransactionalStore: the asynchronous PostgreSQL store), awaiting its own statements
 // on the transaction's connection: its writes and the record commit together or not at all.
+// A handler that also waits on the network (a processor's charge) answers
+// idem::commit_with<R, Store::transaction> instead (idem/asio/async_store.hpp): it runs as any
+// other, with the heartbeat, and its writes commit with the record once it has returned, so no
+// connection is held while it waits.
 #ifndef IDEM_ASIO_IDEMPOTENT_HPP
 #define IDEM_ASIO_IDEMPOTENT_HPP
 
@@ -225,6 +229,11 @@ class async_idempotent {
             verdict::missing_key,
             "an idempotency key is required: this handler runs inside the transaction that "
             "records its key"};
+      } else if constexpr (detail::commits_with_record<Handler, Request, store_type>) {
+        co_return idempotent_outcome<Response>{
+            verdict::missing_key,
+            "an idempotency key is required: this handler's writes commit in the transaction "
+            "that records its key"};
       } else {
         rest = engine_type::template run_unguarded<Response>(scope, run);
       }

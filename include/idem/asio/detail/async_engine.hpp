@@ -243,7 +243,10 @@ class async_engine {
         thrown = std::current_exception();
       }
     } else {
-      handler_run<Response> ran;
+      // The handler's answer: Response, or commit_with<Response, transaction> (after_run).
+      using result_type =
+          typename awaited<std::invoke_result_t<Run&, async_handler_context&>>::type;
+      handler_run<result_type> ran;
       if (cancelled(co_await asio::this_coro::cancellation_state)) {
         ran.thrown = aborted();  // settled below as a handler that threw before any step
         ran.never_ran = true;
@@ -262,7 +265,7 @@ class async_engine {
       }
       try {
         bool recorded = false;
-        if constexpr (inline_store) {
+        if constexpr (inline_store && !is_commit_with<result_type>) {
           if (!ran.thrown) {
             // The common ending, with no frame: the response recorded inline.
             answer.emplace(
@@ -367,13 +370,20 @@ class async_engine {
   // recorded where the store's calls run; or for a throw, a lost fence answered as the blocking
   // driver answers it, else the failure policy's settling, and the throw passed on (or, after
   // the caller cancelled, verdict::cancelled).
-  template <class Response, class Failure>
+  // A handler that answered commit_with has its writes made in the transaction that completes
+  // the record (commit_writes); writes that throw end the call as a handler that threw.
+  template <class Response, class Failure, class Result>
   asio::awaitable<void> after_run(std::optional<idempotent_outcome<Response>>& answer,
                                   held_claim& claim, const digest& print, const Failure& failure,
                                   const writer_type& writer, std::size_t steps, bool in_doubt,
-                                  handler_run<Response>& ran) {
+                                  handler_run<Result>& ran) {
     const fenced_key& held = claim.held;
-    if (!ran.thrown) {
+    if constexpr (is_commit_with<Result>) {
+      if (!ran.thrown) {
+        ran.thrown = co_await commit_writes<Response>(answer, claim, print, *ran.response);
+        if (answer) co_return;
+      }
+    } else if (!ran.thrown) {
       // engine::record_directly, its completion awaited.
       typename core_type::completion_bytes done;
       core_.completion_for(*ran.response, done);
@@ -414,6 +424,56 @@ class async_engine {
     answer.emplace(cancelled_outcome<Response>(
         "while its handler ran; nothing was recorded, and the key was settled as for a handler "
         "that threw"));
+  }
+
+  // commit_with's writes, in the transaction that completes the record (the store's
+  // async_complete_within), the handler's response encoded first. Answers into `answer` when
+  // the transaction committed (the response recorded), found the fence lost (answer_lost), or
+  // failed for the store's reasons (refused: the claim stays, as run_in_transaction keeps it);
+  // returns the exception of writes that threw, with `answer` left empty.
+  template <class Response, class Transaction>
+  asio::awaitable<std::exception_ptr> commit_writes(
+      std::optional<idempotent_outcome<Response>>& answer, held_claim& claim, const digest& print,
+      commit_with<Response, Transaction>& result) {
+    typename core_type::completion_bytes done;
+    core_.completion_for(result.response, done);
+    std::exception_ptr writes_threw;
+    auto produce = [&](Transaction& transaction) -> asio::awaitable<std::string> {
+      writes_threw = nullptr;
+      if (result.writes) {
+        try {
+          co_await result.writes(transaction);
+        } catch (...) {
+          writes_threw = std::current_exception();
+          throw;
+        }
+      }
+      co_return std::string(done.bytes);
+    };
+    const fenced_key& held = claim.held;
+    bool applied = false;
+    bool lost = false;
+    try {
+      applied = co_await calls_.complete_within(core_.store(), held,
+                                                core_.completion_time(claim.claimed_at), produce);
+    } catch (const lease_lost&) {
+      lost = true;
+    } catch (const store_error& error) {
+      if (!writes_threw) {
+        answer.emplace(
+            core_type::template refused<Response>(error, "the handler's writes did not commit: "));
+        co_return nullptr;
+      }
+    } catch (...) {
+      if (!writes_threw) throw;
+    }
+    if (writes_threw) co_return writes_threw;
+    if (lost || !applied) {
+      co_await answer_lost<Response>(answer, held, print);
+      co_return nullptr;
+    }
+    answer.emplace(core_.recorded(claim, std::move(result.response), done));
+    co_return nullptr;
   }
 
   // The handler on a coroutine of its own, and meanwhile a heartbeat in this one: every third
