@@ -504,7 +504,7 @@ TEST_CASE("the wildcard * matches every element of an array and every member of 
   CHECK(canonical(R"({"meta":{"a":1,"*":2},"keep":3})", {"/meta/*"}) == R"({"keep":3,"meta":{}})");
 }
 
-TEST_CASE("~0 and ~1 in a pointer stand for ~ and /") {
+TEST_CASE("in a pointer, ~0 and ~1 stand for ~ and /") {
   const std::string_view body = R"({"a/b":1,"m~n":2,"~1":3,"c":4})";
   CHECK(canonical(body, {"/a~1b"}) == R"({"c":4,"m~n":2,"~1":3})");
   CHECK(canonical(body, {"/m~0n"}) == R"({"a/b":1,"c":4,"~1":3})");
