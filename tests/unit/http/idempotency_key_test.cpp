@@ -29,7 +29,7 @@ key_error error_of(std::string_view field, key_form form = key_form::any) {
 
 }  // namespace
 
-TEST_CASE("draft 2.1: the key is an sf-string; its example reads as the UUID without quotes") {
+TEST_CASE("draft 2.1: the key is an sf-string, and its example reads as the UUID without quotes") {
   CHECK(key_of(R"("8e03978e-40d5-43e8-bc93-6894a57f9324")") ==
         "8e03978e-40d5-43e8-bc93-6894a57f9324");
   CHECK(key_of(R"("8e03978e-40d5-43e8-bc93-6894a57f9324")", key_form::sf_string) ==
@@ -48,7 +48,9 @@ TEST_CASE("draft 2.1, strictly: only an sf-string is accepted, and a bare key sa
   CHECK_FALSE(http::parse_key("k-1", key_form::sf_string).message().empty());
 }
 
-TEST_CASE("RFC 8941 3.3.3: \\\" and \\\\ are the only escapes, and are undone") {
+TEST_CASE(
+    "RFC 8941 3.3.3: an escaped quote and an escaped backslash are the only escapes, and are "
+    "undone") {
   CHECK(key_of(R"("a\"b")") == "a\"b");
   CHECK(key_of(R"("a\\b")") == "a\\b");
   CHECK(key_of(R"("\\\"")") == "\\\"");
