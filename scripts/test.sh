@@ -135,6 +135,7 @@ shm_free_kib="$(df -k --output=avail /dev/shm 2>/dev/null | tail -n 1 | tr -dc 0
 if [[ "$(stat -f -c %T /dev/shm 2>/dev/null || true)" == tmpfs ]] &&
   ((${shm_free_kib:-0} > 4 * 1024 * 1024)); then
   test_tmp="$(mktemp -d /dev/shm/idem-test.XXXXXX)"
+  chmod 755 "$test_tmp"  # as /tmp is: servers that drop root (PostgreSQL) must reach their data
   export TMPDIR="$test_tmp"
 fi
 
