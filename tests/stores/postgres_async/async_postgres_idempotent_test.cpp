@@ -321,7 +321,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "a handler answering commit_with holds no connection while it waits; one that takes the "
+    "a handler answering commit_with holds no connection while it waits, and one that takes the "
     "transaction holds it to the end",
     "[postgres_async][async_idempotent][commit_with]") {
   // One connection. The first call's handler waits (on the loop) for a second call, of another
@@ -405,7 +405,7 @@ TEST_CASE("commit_with writes that throw roll back, the call throws, and a retry
 
 TEST_CASE(
     "a commit_with transaction the store cannot commit answers store_unavailable and keeps the "
-    "claim; the retry after the lease replays the step and writes once",
+    "claim, and the retry after the lease replays the step and writes once",
     "[postgres_async][async_idempotent][commit_with]") {
   fixture f{1000ms};
   std::atomic<int> charged{0};
