@@ -20,6 +20,7 @@
 #include <idem/client/retry_after.hpp>
 #include <idem/client/retry_outcome.hpp>
 #include <idem/client/retrying.hpp>
+#include <idem/http.hpp>
 
 // Server side: idem::idempotent, idem::inbox, fingerprints and codecs.
 #include <idem/server/codec.hpp>

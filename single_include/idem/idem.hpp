@@ -3800,33 +3800,1062 @@ retrying(Call) -> retrying<Call, default_policies>;
 
 #endif  // IDEM_CLIENT_RETRYING_HPP
 // end idem/client/retrying.hpp
+// begin idem/http.hpp
+// The HTTP protocol layer: what a server needs around an idempotent wrapper to speak the IETF
+// Idempotency-Key draft (draft-ietf-httpapi-idempotency-key-header) and RFC 9457, whatever server
+// library it runs on. Standard library only; the server bindings are headers of their own
+// (idem/http/httplib.hpp, idem/http/beast.hpp) and need their libraries.
+//
+//   idempotency_key.hpp  the Idempotency-Key field read (sf-string or bare) and written
+//   problem.hpp          refusals as application/problem+json, a stable type per refusal
+//   specification.hpp    the idempotency specification a resource publishes, as HTML and JSON
+//   exchange.hpp         one exchange: key read, wrapper called, outcome written
+#ifndef IDEM_HTTP_HPP
+#define IDEM_HTTP_HPP
 
-// Server side: idem::idempotent, idem::inbox, fingerprints and codecs.
-// begin idem/server/codec.hpp
-// Codecs: how a response, or a recovery point's result, becomes the bytes a store keeps.
+// begin idem/http/exchange.hpp
+// One HTTP exchange through an idempotent wrapper, whatever the server: the Idempotency-Key
+// fields read (idempotency_key.hpp), the guarded call made, and its outcome written as the draft
+// and RFC 9457 say (the response, a replay marked Idempotent-Replayed: true, or a problem with
+// its status, and a 409's Retry-After). The server bindings (httplib.hpp, beast.hpp) are this
+// plus the reading and writing of their own request and response types. Standard library only.
 //
-// Stores keep bytes, never types, so one store serves handlers of every response type and a
-// durable store can be read by the next version of the service. A type is storable when
-// idem::codec<T> is specialised for it with
+//   idem::http::reply answer;
+//   idem::http::exchange(payments, account, key_fields, request, spec, answer);
+//   send(answer.status, answer.headers, answer.content_type, answer.body);
 //
-//   static void encode(const T& value, std::string& out);   // appends the bytes
-//   static T decode(std::string_view bytes);                 // throws idem::codec_error
-//
-// A codec whose bytes are the value itself may also provide
-//
-//   static std::string_view bytes_of(const T& value);         // the bytes encode would append
-//   static T adopt(std::string&& bytes);                      // decode, taking the bytes over
-//
-// and idempotent then stores and replays the value without copying it into a buffer first.
-//
-// Provided: std::string, byte vectors, http_response, integers, floating point and bool. A
-// replay decodes exactly what was encoded, so a replayed http_response equals the original
-// field for field and its body byte for byte.
-#ifndef IDEM_SERVER_CODEC_HPP
-#define IDEM_SERVER_CODEC_HPP
+// A writer is anything with set_status(int), add_header(name, value) and
+// set_body(content, content_type); reply is one that keeps what it is given.
+#ifndef IDEM_HTTP_EXCHANGE_HPP
+#define IDEM_HTTP_EXCHANGE_HPP
 
-#include <variant>
+// begin idem/http/idempotency_key.hpp
+// The Idempotency-Key header field's value, read and written as the IETF draft defines it
+// (draft-ietf-httpapi-idempotency-key-header, section 2.1: an Item Structured Field, RFC 8941,
+// whose value is a String) and as the clients that predate the draft send it (Stripe's: the bare
+// key). Standard library only.
+//
+//   idem::http::parsed_key key = idem::http::parse_key(R"("8e03978e-40d5")");
+//   if (key) use(key.value());                       // 8e03978e-40d5, without the quotes
+//   else reply(400, key.message());
+//
+//   request.headers.push_back({"Idempotency-Key", idem::http::format_key(generated)});
+//
+// parse_key reads one field value:
+//   * key_form::any (the default): a value that starts with a double quote is an sf-string
+//     (RFC 8941 section 3.3.3: printable ASCII between quotes, with \" and \\ as the only
+//     escapes), unwrapped and unescaped, and may carry parameters (section 3.1.2), which are
+//     checked and ignored; any other value is the bare key, as it is. So "k-1" and k-1 are one
+//     key. Spaces and tabs around the value are not part of it (RFC 9110 section 5.5).
+//   * key_form::sf_string: the draft's form only; a bare key is refused (not_a_string).
+// A value that is not a well-formed Item (an unterminated string, a bad escape, a character
+// outside printable ASCII, anything after the Item but parameters, such as a second key a
+// proxy joined to the first with a comma) is refused: the key is never guessed.
+// An empty key ("" or nothing) is refused too. Whether the key is acceptable beyond that (its
+// length, visible ASCII only) is idempotent's rule (is_valid_key), applied to value().
+//
+// format_key writes a key for a request: bare by default, as today's servers read it, or as the
+// draft's sf-string (key_form::sf_string). A key outside printable ASCII cannot be written as
+// an sf-string: std::invalid_argument.
+#ifndef IDEM_HTTP_IDEMPOTENCY_KEY_HPP
+#define IDEM_HTTP_IDEMPOTENCY_KEY_HPP
 
+namespace idem::http {
+
+/// The forms of an Idempotency-Key field value a server accepts, or a client writes.
+enum class key_form : std::uint8_t {
+  any,        ///< reading: the draft's sf-string or a bare key; writing: the bare key
+  sf_string,  ///< the draft's form: a quoted sf-string (RFC 8941 section 3.3.3)
+};
+
+/// Why a field value is not a key.
+enum class key_error : std::uint8_t {
+  none,
+  missing,         ///< no Idempotency-Key field at all (parse_key_fields)
+  empty,           ///< an empty value, or an empty sf-string
+  malformed,       ///< not a well-formed Item (RFC 8941 section 4.2)
+  not_a_string,    ///< a well-formed value that is not an sf-string, where only one is accepted
+  several_fields,  ///< more than one Idempotency-Key field in the request (draft section 2.1)
+};
+
+/// A field value read by parse_key: the key, or why there is none.
+class parsed_key {
+ public:
+  parsed_key() = default;
+
+  explicit operator bool() const noexcept { return error_ == key_error::none; }
+  key_error error() const noexcept { return error_; }
+
+  /// The key (empty unless this holds one). A view into the parsed field value, or into this
+  /// object when the sf-string had escapes: valid while both live.
+  std::string_view value() const noexcept { return escaped_ ? std::string_view(unescaped_) : raw_; }
+
+  /// What is wrong, for a problem body; empty when this holds a key.
+  std::string_view message() const noexcept {
+    switch (error_) {
+      case key_error::none:
+        return {};
+      case key_error::missing:
+        return "the request has no Idempotency-Key field";
+      case key_error::empty:
+        return "the Idempotency-Key field is empty";
+      case key_error::malformed:
+        return "the Idempotency-Key field is not a well-formed Structured Field Item (RFC 8941): "
+               "send the key as a quoted string, \"like-this\"";
+      case key_error::not_a_string:
+        return "the Idempotency-Key field must be a quoted string (RFC 8941 sf-string), "
+               "\"like-this\"";
+      case key_error::several_fields:
+        return "the request has more than one Idempotency-Key field";
+    }
+    return {};
+  }
+
+  static parsed_key failed(key_error error) noexcept {
+    parsed_key result;
+    result.error_ = error;
+    return result;
+  }
+  static parsed_key of(std::string_view raw) noexcept {
+    parsed_key result;
+    result.raw_ = raw;
+    return result;
+  }
+  static parsed_key of_unescaped(std::string text) {
+    parsed_key result;
+    result.unescaped_ = std::move(text);
+    result.escaped_ = true;
+    return result;
+  }
+
+ private:
+  key_error error_ = key_error::none;
+  bool escaped_ = false;
+  std::string_view raw_;
+  std::string unescaped_;
+};
+
+namespace detail::sf {
+
+constexpr bool is_sp(char c) noexcept {
+  return c == ' ';
+}
+constexpr bool is_ows(char c) noexcept {
+  return c == ' ' || c == '\t';
+}
+constexpr bool is_digit(char c) noexcept {
+  return c >= '0' && c <= '9';
+}
+constexpr bool is_lcalpha(char c) noexcept {
+  return c >= 'a' && c <= 'z';
+}
+constexpr bool is_alpha(char c) noexcept {
+  return is_lcalpha(c) || (c >= 'A' && c <= 'Z');
+}
+constexpr bool is_printable(char c) noexcept {
+  return c >= 0x20 && c <= 0x7e;
+}
+
+// RFC 9110 section 5.6.2: tchar, and token's own extras (":" and "/") from RFC 8941 3.3.4.
+constexpr bool is_tchar(char c) noexcept {
+  if (is_alpha(c) || is_digit(c)) return true;
+  switch (c) {
+    case '!':
+    case '#':
+    case '$':
+    case '%':
+    case '&':
+    case '\'':
+    case '*':
+    case '+':
+    case '-':
+    case '.':
+    case '^':
+    case '_':
+    case '`':
+    case '|':
+    case '~':
+      return true;
+    default:
+      return false;
+  }
+}
+
+// A cursor over the value; every reader advances it past what it read, or answers false.
+struct cursor {
+  std::string_view text;
+  std::size_t at = 0;
+
+  bool done() const noexcept { return at >= text.size(); }
+  char peek() const noexcept { return text[at]; }
+};
+
+// RFC 8941 4.2.5: a String, after its opening quote was seen; `out` gets the unescaped text and
+// `escaped` says whether it differs from the raw text between the quotes.
+inline bool read_string(cursor& in, std::string_view& raw, std::string& out, bool& escaped) {
+  ++in.at;  // the opening quote
+  const std::size_t start = in.at;
+  escaped = false;
+  while (!in.done()) {
+    const char c = in.peek();
+    ++in.at;
+    if (c == '\\') {
+      if (in.done()) return false;
+      const char next = in.peek();
+      if (next != '"' && next != '\\') return false;
+      if (!escaped) out.assign(in.text.substr(start, in.at - 1 - start));
+      escaped = true;
+      out.push_back(next);
+      ++in.at;
+    } else if (c == '"') {
+      raw = in.text.substr(start, in.at - 1 - start);
+      return true;
+    } else if (!is_printable(c)) {
+      return false;
+    } else if (escaped) {
+      out.push_back(c);
+    }
+  }
+  return false;  // no closing quote
+}
+
+// RFC 8941 4.2.4: an Integer or Decimal (checked, not kept).
+inline bool read_number(cursor& in) {
+  if (!in.done() && in.peek() == '-') ++in.at;
+  std::size_t integer_digits = 0;
+  while (!in.done() && is_digit(in.peek())) {
+    ++in.at;
+    if (++integer_digits > 15) return false;
+  }
+  if (integer_digits == 0) return false;
+  if (in.done() || in.peek() != '.') return true;
+  if (integer_digits > 12) return false;
+  ++in.at;
+  std::size_t fraction_digits = 0;
+  while (!in.done() && is_digit(in.peek())) {
+    ++in.at;
+    if (++fraction_digits > 3) return false;
+  }
+  return fraction_digits > 0;
+}
+
+// RFC 8941 4.2.7: a Byte Sequence, base64 between colons (checked, not kept).
+inline bool read_bytes(cursor& in) {
+  ++in.at;  // the opening colon
+  while (!in.done()) {
+    const char c = in.peek();
+    ++in.at;
+    if (c == ':') return true;
+    if (!(is_alpha(c) || is_digit(c) || c == '+' || c == '/' || c == '=')) return false;
+  }
+  return false;
+}
+
+// RFC 8941 4.2.6: a Token (checked, not kept).
+inline bool read_token(cursor& in) {
+  if (in.done() || !(is_alpha(in.peek()) || in.peek() == '*')) return false;
+  ++in.at;
+  while (!in.done() && (is_tchar(in.peek()) || in.peek() == ':' || in.peek() == '/'))
+    ++in.at;
+  return true;
+}
+
+// RFC 8941 4.2.3.1: any Bare Item, checked, not kept (a parameter's value).
+inline bool skip_bare_item(cursor& in) {
+  if (in.done()) return false;
+  const char c = in.peek();
+  if (c == '"') {
+    std::string_view raw;
+    std::string ignored;
+    bool escaped = false;
+    return read_string(in, raw, ignored, escaped);
+  }
+  if (c == '-' || is_digit(c)) return read_number(in);
+  if (c == ':') return read_bytes(in);
+  if (c == '?') {
+    ++in.at;
+    if (in.done() || (in.peek() != '0' && in.peek() != '1')) return false;
+    ++in.at;
+    return true;
+  }
+  return read_token(in);
+}
+
+// RFC 8941 4.2.3.2: Parameters, checked and ignored; true when well-formed.
+inline bool skip_parameters(cursor& in) {
+  while (!in.done() && in.peek() == ';') {
+    ++in.at;
+    while (!in.done() && is_sp(in.peek()))
+      ++in.at;
+    // 4.2.3.3: a key is lcalpha or "*", then lcalpha, DIGIT, "_", "-", "." or "*".
+    if (in.done() || !(is_lcalpha(in.peek()) || in.peek() == '*')) return false;
+    ++in.at;
+    while (!in.done()) {
+      const char c = in.peek();
+      if (!(is_lcalpha(c) || is_digit(c) || c == '_' || c == '-' || c == '.' || c == '*')) break;
+      ++in.at;
+    }
+    if (!in.done() && in.peek() == '=') {
+      ++in.at;
+      if (!skip_bare_item(in)) return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace detail::sf
+
+/// Reads one Idempotency-Key field value (see the top of this header).
+inline parsed_key parse_key(std::string_view field, key_form form = key_form::any) {
+  using detail::sf::is_ows;
+  std::size_t first = 0;
+  std::size_t end = field.size();
+  while (first < end && is_ows(field[first]))
+    ++first;
+  while (end > first && is_ows(field[end - 1]))
+    --end;
+  const std::string_view value = field.substr(first, end - first);
+  if (value.empty()) return parsed_key::failed(key_error::empty);
+  if (value.front() != '"') {
+    if (form == key_form::sf_string) return parsed_key::failed(key_error::not_a_string);
+    return parsed_key::of(value);
+  }
+  detail::sf::cursor in{value};
+  std::string_view raw;
+  std::string unescaped;
+  bool escaped = false;
+  if (!detail::sf::read_string(in, raw, unescaped, escaped)) {
+    return parsed_key::failed(key_error::malformed);
+  }
+  if (!detail::sf::skip_parameters(in) || !in.done()) {
+    return parsed_key::failed(key_error::malformed);
+  }
+  if (escaped) {
+    if (unescaped.empty()) return parsed_key::failed(key_error::empty);
+    return parsed_key::of_unescaped(std::move(unescaped));
+  }
+  if (raw.empty()) return parsed_key::failed(key_error::empty);
+  return parsed_key::of(raw);
+}
+
+/// Reads the Idempotency-Key fields of a request, given every value it carried under that name
+/// (in any case): none is key_error::missing, two or more are refused (several_fields: the
+/// draft's section 2.1 forbids them), one is parse_key's.
+template <class Values>
+parsed_key parse_key_fields(const Values& values, key_form form = key_form::any) {
+  std::size_t count = 0;
+  std::string_view only;
+  for (const auto& value : values) {
+    if (++count > 1) return parsed_key::failed(key_error::several_fields);
+    only = value;
+  }
+  if (count == 0) return parsed_key::failed(key_error::missing);
+  return parse_key(only, form);
+}
+
+/// A key written for a request's Idempotency-Key field: as it is (key_form::any), or as the
+/// draft's sf-string. Throws std::invalid_argument for a key that cannot be an sf-string (a
+/// character outside printable ASCII), or, bare, for a key that a server would read otherwise
+/// (empty, outside visible ASCII, or starting with a double quote).
+inline std::string format_key(std::string_view key, key_form form = key_form::any) {
+  if (key.empty()) throw std::invalid_argument("an idempotency key cannot be empty");
+  if (form == key_form::any) {
+    for (const char c : key) {
+      if (c <= 0x20 || c > 0x7e) {
+        throw std::invalid_argument(
+            "a bare idempotency key must be visible ASCII; write it as an sf-string instead");
+      }
+    }
+    if (key.front() == '"') {
+      throw std::invalid_argument(
+          "a bare idempotency key cannot start with a double quote: a server reads it as an "
+          "sf-string; write it as one instead");
+    }
+    return std::string(key);
+  }
+  std::string out;
+  out.reserve(key.size() + 2);
+  out.push_back('"');
+  for (const char c : key) {
+    if (!detail::sf::is_printable(c)) {
+      throw std::invalid_argument(
+          "an idempotency key written as an sf-string must be printable ASCII");
+    }
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  out.push_back('"');
+  return out;
+}
+
+}  // namespace idem::http
+
+#endif  // IDEM_HTTP_IDEMPOTENCY_KEY_HPP
+// end idem/http/idempotency_key.hpp
+// begin idem/http/problem.hpp
+// Refusals as RFC 9457 problem details (application/problem+json), one stable problem type per
+// way idem refuses a request. Standard library only.
+//
+//   idem::http::problem p = idem::http::problem_of(outcome.verdict(), outcome.message(),
+//   "/idempotency"); reply(p.status, idem::http::problem_media_type, p.json());
+//
+// A problem type is a URI: the page where the server publishes its idempotency specification
+// (the draft, section 2.5: the resource "MUST publish idempotency related specification"), with
+// a fragment naming the problem, "/idempotency#key-reused". The fragments are part of idem's
+// interface and never change (docs/http.md lists them); the page is the server's own, so a type
+// leads to the server's documentation, as the draft's examples do (section 2.7), and RFC 9457
+// section 3.1.1 asks of a type that is a locator. specification.hpp writes that page with an
+// anchor for each fragment.
+#ifndef IDEM_HTTP_PROBLEM_HPP
+#define IDEM_HTTP_PROBLEM_HPP
+
+// begin idem/server/outcome.hpp
+// What one guarded call returns: what happened (a verdict), the response when there is one, and
+// the HTTP status a service answers with.
+//
+// Every expected ending is a verdict the caller branches on, not an exception: a repeat (replay),
+// a concurrent duplicate (409), key misuse (422), a bad key (400), a store that cannot take the
+// claim (503). Only the handler's own exceptions pass through as exceptions. The type depends on
+// the response type alone, never on the policies.
+#ifndef IDEM_SERVER_OUTCOME_HPP
+#define IDEM_SERVER_OUTCOME_HPP
+
+namespace idem {
+
+enum class verdict : std::uint8_t {
+  executed,            // the handler ran under a new or taken-over claim; its response is returned
+  replayed,            // a completed record with the same fingerprint: the stored response
+  in_progress,         // another attempt holds a live claim on the key (HTTP 409)
+  mismatch,            // the key was used with another request (HTTP 422)
+  missing_key,         // no key where one is required (HTTP 400)
+  invalid_key,         // empty, too long, or not visible ASCII (HTTP 400)
+  invalid_request,     // the request cannot be fingerprinted, e.g. a body that is not JSON (400)
+  body_too_large,      // the body is longer than max_body_bytes; nothing is read or stored (413)
+  store_unavailable,   // the store cannot answer; nothing ran (HTTP 503)
+  store_full,          // the store has no room for the claim; nothing ran (HTTP 503)
+  response_too_large,  // the response passed max_response_bytes and was not stored (HTTP 500):
+                       // the first caller still has it; repeats are not run again
+  cancelled,           // an asynchronous call was cancelled (its cancellation slot) before it
+                       // ended: nothing was recorded for it, its claim was settled as a failure
+                       // (released by default), so a retry runs again (HTTP 503)
+};
+
+constexpr std::string_view to_string(verdict v) noexcept {
+  switch (v) {
+    case verdict::executed:
+      return "executed";
+    case verdict::replayed:
+      return "replayed";
+    case verdict::in_progress:
+      return "in_progress";
+    case verdict::mismatch:
+      return "mismatch";
+    case verdict::missing_key:
+      return "missing_key";
+    case verdict::invalid_key:
+      return "invalid_key";
+    case verdict::invalid_request:
+      return "invalid_request";
+    case verdict::body_too_large:
+      return "body_too_large";
+    case verdict::store_unavailable:
+      return "store_unavailable";
+    case verdict::store_full:
+      return "store_full";
+    case verdict::response_too_large:
+      return "response_too_large";
+    case verdict::cancelled:
+      return "cancelled";
+  }
+  return "unknown";
+}
+
+/// The HTTP status for a verdict that carries no response of the handler's; 0 for executed and
+/// replayed, whose status is the response's own.
+constexpr int http_status(verdict v) noexcept {
+  switch (v) {
+    case verdict::executed:
+    case verdict::replayed:
+      return 0;
+    case verdict::in_progress:
+      return 409;  // RFC 9110 Conflict, as the IETF idempotency-key draft and Stripe answer
+    case verdict::mismatch:
+      return 422;  // Unprocessable Content: the key was reused for another request
+    case verdict::missing_key:
+    case verdict::invalid_key:
+    case verdict::invalid_request:
+      return 400;
+    case verdict::body_too_large:
+      return 413;  // RFC 9110 Content Too Large
+    case verdict::store_unavailable:
+    case verdict::store_full:
+    case verdict::cancelled:  // the service stopped working on it; a retry is safe and runs again
+      return 503;
+    case verdict::response_too_large:
+      return 500;  // the service cannot answer a repeat as it answered the first request
+  }
+  return 500;
+}
+
+/// Thrown by idempotent_outcome::value() when the verdict carries no response.
+class no_response_error : public std::logic_error {
+ public:
+  explicit no_response_error(verdict v)
+      : std::logic_error("idem::idempotent_outcome: no response, the verdict is " +
+                         std::string(to_string(v))),
+        verdict_(v) {}
+  verdict which() const noexcept { return verdict_; }
+
+ private:
+  verdict verdict_;
+};
+
+template <class Response>
+class idempotent_outcome {
+ public:
+  /// A verdict without a response: a refusal (400, 409, 422, 503), with why in words.
+  idempotent_outcome() = default;
+  idempotent_outcome(idem::verdict v) : verdict_(v) {}
+  idempotent_outcome(idem::verdict v, std::string message)
+      : verdict_(v), message_(std::move(message)) {}
+  /// in_progress: another attempt holds the key, and its lease has `lease_left` to run before
+  /// a retry may take it over (what an HTTP 409's Retry-After says).
+  idempotent_outcome(idem::verdict v, std::string message, std::chrono::nanoseconds lease_left)
+      : verdict_(v), message_(std::move(message)), lease_left_(lease_left) {}
+
+  /// The handler ran under `fence` and its response was stored for repeats.
+  template <class R>
+  static idempotent_outcome executed(R&& response, std::uint64_t fence, bool resumed) {
+    return idempotent_outcome(idem::verdict::executed, std::forward<R>(response), fence, resumed,
+                              true);
+  }
+  /// The handler ran, but its response was not stored: `v` is executed when the store failed,
+  /// response_too_large when it did not fit; `message` says which.
+  template <class R>
+  static idempotent_outcome unrecorded(idem::verdict v, R&& response, std::string message,
+                                       std::uint64_t fence = 0, bool resumed = false) {
+    return idempotent_outcome(v, std::forward<R>(response), fence, resumed, false,
+                              std::move(message));
+  }
+  /// A repeat: the response stored by the call that ran.
+  template <class R>
+  static idempotent_outcome replayed(R&& response) {
+    return idempotent_outcome(idem::verdict::replayed, std::forward<R>(response), 0, false, true);
+  }
+
+  idem::verdict verdict() const noexcept { return verdict_; }
+  /// True when there is a response: executed or replayed.
+  bool has_value() const noexcept { return response_.has_value(); }
+  explicit operator bool() const noexcept { return has_value(); }
+
+  Response& value() & {
+    if (!response_) throw no_response_error(verdict_);
+    return *response_;
+  }
+  const Response& value() const& {
+    if (!response_) throw no_response_error(verdict_);
+    return *response_;
+  }
+  Response&& value() && {
+    if (!response_) throw no_response_error(verdict_);
+    return std::move(*response_);
+  }
+  /// The response, unchecked, as std::optional has it: only when has_value().
+  Response* operator->() noexcept { return &*response_; }
+  const Response* operator->() const noexcept { return &*response_; }
+  Response& operator*() & noexcept { return *response_; }
+  const Response& operator*() const& noexcept { return *response_; }
+  Response&& operator*() && noexcept { return std::move(*response_); }
+
+  /// Why there is no response (or why it was not stored), in words; empty otherwise.
+  std::string_view message() const noexcept { return message_; }
+  /// The fence the call ran under (executed), else 0.
+  std::uint64_t fence() const noexcept { return fence_; }
+  /// Executed: whether the response was stored for repeats. False when the store failed after
+  /// the handler ran (message() says how); the claim then stays in progress until its lease
+  /// ends, and stuck() lists it.
+  bool recorded() const noexcept { return recorded_; }
+  /// Executed after taking over an abandoned claim.
+  bool resumed() const noexcept { return resumed_; }
+  /// in_progress: how long the claim that holds the key has left before a retry may take it
+  /// over, as the store answered the claim; zero when it is not known or already over.
+  std::chrono::nanoseconds lease_left() const noexcept { return lease_left_; }
+
+  /// The status to answer with: the response's own `status` member when it has one (200 when it
+  /// has none), or the verdict's (409, 422, 400, 503).
+  int http_status() const noexcept {
+    if (response_) {
+      if constexpr (requires(const Response& r) { static_cast<int>(r.status); }) {
+        return static_cast<int>(response_->status);
+      } else {
+        return 200;
+      }
+    }
+    return idem::http_status(verdict_);
+  }
+
+ private:
+  template <class R>
+  idempotent_outcome(idem::verdict v, R&& response, std::uint64_t fence, bool resumed,
+                     bool recorded, std::string message = {})
+      : verdict_(v),
+        response_(std::in_place, std::forward<R>(response)),
+        message_(std::move(message)),
+        fence_(fence),
+        recorded_(recorded),
+        resumed_(resumed) {}
+
+  idem::verdict verdict_ = idem::verdict::executed;
+  std::optional<Response> response_;
+  std::string message_;
+  std::uint64_t fence_ = 0;
+  std::chrono::nanoseconds lease_left_{};
+  bool recorded_ = false;
+  bool resumed_ = false;
+};
+
+}  // namespace idem
+
+#endif  // IDEM_SERVER_OUTCOME_HPP
+// end idem/server/outcome.hpp
+
+namespace idem::http {
+
+inline constexpr std::string_view problem_media_type = "application/problem+json";
+
+/// The ways a request is refused, each a problem type of its own.
+enum class problem_kind : std::uint8_t {
+  missing_key,          ///< 400: no Idempotency-Key where one is required
+  invalid_key,          ///< 400: a key that is malformed, empty, too long or not visible ASCII
+  several_keys,         ///< 400: more than one Idempotency-Key field (the draft, section 2.1)
+  key_reused,           ///< 422: the key was used with another request (section 2.7)
+  request_outstanding,  ///< 409: a request with the key is still being processed (section 2.7)
+  invalid_request,      ///< 400: the request cannot be fingerprinted
+  body_too_large,       ///< 413: the body is longer than the server accepts
+  store_unavailable,    ///< 503: the key store cannot answer; nothing ran
+  store_full,           ///< 503: the key store has no room; nothing ran
+  response_too_large,   ///< 500: the first response was too large to keep for repeats
+  cancelled,            ///< 503: the server stopped working on the request; a retry runs it
+  deadline_exceeded,    ///< 504: too little of the caller's deadline is left to start the work
+  invalid_deadline,     ///< 400: a deadline field that is not a number of milliseconds
+  precondition_failed,  ///< 412: If-Match names no current version of the resource
+};
+
+/// A problem type: the fragment that names it, its status, its title (RFC 9457 section 3.1.3:
+/// the same for every occurrence of the type).
+struct problem_type {
+  std::string_view fragment;
+  int status;
+  std::string_view title;
+};
+
+constexpr problem_type type_of(problem_kind kind) noexcept {
+  switch (kind) {
+    case problem_kind::missing_key:
+      return {"missing-key", 400, "Idempotency-Key is missing"};
+    case problem_kind::invalid_key:
+      return {"invalid-key", 400, "Idempotency-Key is not valid"};
+    case problem_kind::several_keys:
+      return {"several-keys", 400, "More than one Idempotency-Key field"};
+    case problem_kind::key_reused:
+      return {"key-reused", 422, "Idempotency-Key is already used"};
+    case problem_kind::request_outstanding:
+      return {"request-outstanding", 409, "A request is outstanding for this Idempotency-Key"};
+    case problem_kind::invalid_request:
+      return {"invalid-request", 400, "The request cannot be fingerprinted"};
+    case problem_kind::body_too_large:
+      return {"body-too-large", 413, "The request body is too large"};
+    case problem_kind::store_unavailable:
+      return {"store-unavailable", 503, "The idempotency key store is unavailable"};
+    case problem_kind::store_full:
+      return {"store-full", 503, "The idempotency key store is full"};
+    case problem_kind::response_too_large:
+      return {"response-too-large", 500, "The response to this key was too large to keep"};
+    case problem_kind::cancelled:
+      return {"cancelled", 503, "The request was cancelled before it completed"};
+    case problem_kind::deadline_exceeded:
+      return {"deadline-exceeded", 504, "Too little time is left to process the request"};
+    case problem_kind::invalid_deadline:
+      return {"invalid-deadline", 400, "The request's deadline is not valid"};
+    case problem_kind::precondition_failed:
+      return {"precondition-failed", 412, "The resource is not in the expected version"};
+  }
+  return {"unknown", 500, "Unknown problem"};
+}
+
+/// Every problem kind, for documents and tests that list them.
+inline constexpr problem_kind all_problem_kinds[] = {
+    problem_kind::missing_key,         problem_kind::invalid_key,
+    problem_kind::several_keys,        problem_kind::key_reused,
+    problem_kind::request_outstanding, problem_kind::invalid_request,
+    problem_kind::body_too_large,      problem_kind::store_unavailable,
+    problem_kind::store_full,          problem_kind::response_too_large,
+    problem_kind::cancelled,           problem_kind::deadline_exceeded,
+    problem_kind::invalid_deadline,    problem_kind::precondition_failed,
+};
+
+/// The problem a verdict without a response is; std::nullopt for executed and replayed.
+constexpr std::optional<problem_kind> problem_for(verdict v) noexcept {
+  switch (v) {
+    case verdict::executed:
+    case verdict::replayed:
+      return std::nullopt;
+    case verdict::in_progress:
+      return problem_kind::request_outstanding;
+    case verdict::mismatch:
+      return problem_kind::key_reused;
+    case verdict::missing_key:
+      return problem_kind::missing_key;
+    case verdict::invalid_key:
+      return problem_kind::invalid_key;
+    case verdict::invalid_request:
+      return problem_kind::invalid_request;
+    case verdict::body_too_large:
+      return problem_kind::body_too_large;
+    case verdict::store_unavailable:
+      return problem_kind::store_unavailable;
+    case verdict::store_full:
+      return problem_kind::store_full;
+    case verdict::response_too_large:
+      return problem_kind::response_too_large;
+    case verdict::cancelled:
+      return problem_kind::cancelled;
+  }
+  return problem_kind::store_unavailable;
+}
+
+/// The problem a field value that is not a key is (parse_key, parse_key_fields).
+constexpr problem_kind problem_for(key_error error) noexcept {
+  switch (error) {
+    case key_error::missing:
+      return problem_kind::missing_key;
+    case key_error::several_fields:
+      return problem_kind::several_keys;
+    case key_error::none:
+    case key_error::empty:
+    case key_error::malformed:
+    case key_error::not_a_string:
+      break;
+  }
+  return problem_kind::invalid_key;
+}
+
+namespace detail {
+
+/// `text` as the contents of a JSON string (RFC 8259 section 7): quotes, backslashes and
+/// control characters escaped, UTF-8 passed through, and a byte that does not begin or continue
+/// a well-formed UTF-8 sequence written as U+FFFD, so that the body is always valid JSON.
+inline void append_json_string(std::string& out, std::string_view text) {
+  static constexpr char hex[] = "0123456789abcdef";
+  out += '"';
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) {
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += static_cast<char>(c);
+      } else if (c < 0x20 || c == 0x7f) {
+        out += "\\u00";
+        out += hex[c >> 4];
+        out += hex[c & 0xf];
+      } else {
+        out += static_cast<char>(c);
+      }
+      ++i;
+      continue;
+    }
+    // The length of the sequence c begins, and the range its second byte must fall in
+    // (RFC 3629 section 4: no overlong forms, no surrogates, nothing past U+10FFFF).
+    std::size_t length = 0;
+    unsigned char low = 0x80, high = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf) {
+      length = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      length = 3;
+      if (c == 0xe0) low = 0xa0;
+      if (c == 0xed) high = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      length = 4;
+      if (c == 0xf0) low = 0x90;
+      if (c == 0xf4) high = 0x8f;
+    }
+    bool whole = length != 0 && i + length <= text.size();
+    for (std::size_t k = 1; whole && k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      whole = k == 1 ? (next >= low && next <= high) : (next >= 0x80 && next <= 0xbf);
+    }
+    if (whole) {
+      out.append(text.substr(i, length));
+      i += length;
+    } else {
+      out += "\\ufffd";
+      ++i;
+    }
+  }
+  out += '"';
+}
+
+}  // namespace detail
+
+/// One problem: what a refusal's body says (RFC 9457 section 3.1) and the Retry-After it carries.
+struct problem {
+  problem_kind kind = problem_kind::store_unavailable;
+  int status = 503;
+  std::string type;        ///< the specification's address, '#', the type's fragment
+  std::string_view title;  ///< the type's title
+  std::string detail;      ///< this occurrence, in words
+  /// Retry-After, in whole seconds (409: the holder's lease left, rounded up); none when unset.
+  std::optional<std::chrono::seconds> retry_after;
+
+  /// The body, application/problem+json: type, title, status and detail (RFC 9457 section 3.1).
+  std::string json() const {
+    std::string out;
+    out.reserve(64 + type.size() + title.size() + detail.size());
+    out += "{\"type\":";
+    detail::append_json_string(out, type);
+    out += ",\"title\":";
+    detail::append_json_string(out, title);
+    out += ",\"status\":";
+    out += std::to_string(status);
+    out += ",\"detail\":";
+    detail::append_json_string(out, this->detail);
+    out += '}';
+    return out;
+  }
+};
+
+/// The problem of `kind`, typed under the specification published at `specification_uri`.
+inline problem make_problem(problem_kind kind, std::string_view detail,
+                            std::string_view specification_uri) {
+  const problem_type type = type_of(kind);
+  problem p;
+  p.kind = kind;
+  p.status = type.status;
+  p.type.reserve(specification_uri.size() + 1 + type.fragment.size());
+  p.type.append(specification_uri).append(1, '#').append(type.fragment);
+  p.title = type.title;
+  p.detail = std::string(detail.empty() ? type.title : detail);
+  return p;
+}
+
+/// Whole seconds to wait for `left` to pass: rounded up, so that a retry after it finds the
+/// lease over (RFC 9110 section 10.2.3: Retry-After is a non-negative number of seconds).
+constexpr std::chrono::seconds whole_seconds_after(std::chrono::nanoseconds left) noexcept {
+  if (left <= std::chrono::nanoseconds::zero()) return std::chrono::seconds::zero();
+  return std::chrono::ceil<std::chrono::seconds>(left);
+}
+
+/// The problem a refused outcome is: its verdict's type, its message as the detail, and for
+/// in_progress a Retry-After of the holder's lease left. Only for outcomes without a response.
+template <class Response>
+problem problem_of(const idempotent_outcome<Response>& outcome,
+                   std::string_view specification_uri) {
+  const std::optional<problem_kind> kind = problem_for(outcome.verdict());
+  problem p = make_problem(kind.value_or(problem_kind::store_unavailable), outcome.message(),
+                           specification_uri);
+  if (outcome.verdict() == verdict::in_progress &&
+      outcome.lease_left() > std::chrono::nanoseconds::zero()) {
+    p.retry_after = whole_seconds_after(outcome.lease_left());
+  }
+  return p;
+}
+
+}  // namespace idem::http
+
+#endif  // IDEM_HTTP_PROBLEM_HPP
+// end idem/http/problem.hpp
+// begin idem/http/specification.hpp
+// The idempotency specification a resource publishes (draft-ietf-httpapi-idempotency-key-header,
+// section 2.5: the resource server "MUST publish idempotency related specification", including
+// its expiration policy, section 2.3), as a document a server serves: HTML for people, with an
+// anchor for every problem type (problem.hpp types refusals as this page's address '#' the
+// type), and JSON for programs. Standard library only.
+//
+//   auto spec = idem::http::specification::of(payments, "/idempotency");
+//   server.Get("/idempotency", [spec](auto&, auto& res) {
+//     res.set_content(idem::http::specification_html(spec), "text/html");
+//   });
+#ifndef IDEM_HTTP_SPECIFICATION_HPP
+#define IDEM_HTTP_SPECIFICATION_HPP
+
+namespace idem::http {
+
+/// What a client must know to use a resource's idempotency keys, and where it is published.
+struct specification {
+  /// Where the document is served; problem types are this address '#' their fragment.
+  std::string uri = "/idempotency";
+  /// The request field that carries the key.
+  std::string key_field = "Idempotency-Key";
+  /// Whether a request without a key is refused (400) or run without the guarantee.
+  bool key_required = true;
+  /// The key forms read: the draft's sf-string and the bare key, or the sf-string only.
+  key_form accepted = key_form::any;
+  /// The longest key, in bytes, of visible ASCII.
+  std::size_t max_key_length = idem::max_key_length;
+  /// How long a completed request's response is kept: a repeat within it is answered with it,
+  /// a repeat after it runs again (section 2.3, the expiration policy).
+  std::chrono::nanoseconds retention = std::chrono::hours{24};
+  /// How long a request being processed holds its key: a repeat meanwhile gets 409, with a
+  /// Retry-After of what is left; an attempt that stops answering loses it after this.
+  std::chrono::nanoseconds lease = std::chrono::seconds{30};
+  /// What makes a repeat the same request (the fingerprint, section 2.4), in words.
+  std::string fingerprint = "the method, the target and the body, byte for byte";
+  /// The request field that carries the caller's deadline, in milliseconds left; empty when
+  /// the server does not read one.
+  std::string deadline_field{};
+
+  /// The specification an idempotent (or async_idempotent) wrapper keeps: its key rule, lease
+  /// and retention, published at `uri`.
+  template <class Wrapper>
+  static specification of(const Wrapper& wrapper, std::string uri = "/idempotency") {
+    const auto& settings = wrapper.settings();
+    specification spec;
+    spec.uri = std::move(uri);
+    spec.key_field = settings.key_header;
+    spec.key_required = settings.require_key;
+    spec.max_key_length = settings.max_key_length;
+    spec.retention = settings.retention;
+    spec.lease = settings.lease;
+    return spec;
+  }
+};
+
+namespace detail {
+
+/// A duration in words for the document: whole seconds, or milliseconds under one second.
+inline std::string duration_words(std::chrono::nanoseconds d) {
+  using std::chrono::duration_cast;
+  if (d < std::chrono::seconds{1}) {
+    return std::to_string(duration_cast<std::chrono::milliseconds>(d).count()) + " ms";
+  }
+  return std::to_string(std::chrono::ceil<std::chrono::seconds>(d).count()) + " s";
+}
+
+/// `text` escaped for HTML text and attribute values.
+inline void append_html(std::string& out, std::string_view text) {
+  for (const char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+}
+
+inline std::string_view accepted_words(key_form form) {
+  return form == key_form::sf_string
+             ? "a String Structured Field (RFC 8941), quoted: \"8e03978e-40d5\""
+             : "a String Structured Field (RFC 8941), quoted, or the bare key: \"8e03978e-40d5\" "
+               "and 8e03978e-40d5 are the same key";
+}
+
+}  // namespace detail
+
+/// The specification as JSON (application/json): the key's rules, the expiration policy, and
+/// every problem type with its status and title.
+inline std::string specification_json(const specification& spec) {
+  using detail::append_json_string;
+  std::string out = "{\"key_field\":";
+  append_json_string(out, spec.key_field);
+  out += ",\"key_required\":";
+  out += spec.key_required ? "true" : "false";
+  out += ",\"key_format\":";
+  append_json_string(out, spec.accepted == key_form::sf_string ? "sf-string" : "sf-string or bare");
+  out += ",\"max_key_length\":" + std::to_string(spec.max_key_length);
+  out += ",\"retention_seconds\":" +
+         std::to_string(std::chrono::ceil<std::chrono::seconds>(spec.retention).count());
+  out += ",\"lease_seconds\":" +
+         std::to_string(std::chrono::ceil<std::chrono::seconds>(spec.lease).count());
+  out += ",\"fingerprint\":";
+  append_json_string(out, spec.fingerprint);
+  if (!spec.deadline_field.empty()) {
+    out += ",\"deadline_field\":";
+    append_json_string(out, spec.deadline_field);
+  }
+  out += ",\"problems\":[";
+  bool first = true;
+  for (const problem_kind kind : all_problem_kinds) {
+    const problem_type type = type_of(kind);
+    if (!first) out += ',';
+    first = false;
+    out += "{\"type\":";
+    append_json_string(out, spec.uri + "#" + std::string(type.fragment));
+    out += ",\"status\":" + std::to_string(type.status) + ",\"title\":";
+    append_json_string(out, type.title);
+    out += '}';
+  }
+  out += "]}";
+  return out;
+}
+
+/// The specification as an HTML page (text/html), with an element whose id is each problem
+/// type's fragment, so that a problem's type leads to its explanation.
+inline std::string specification_html(const specification& spec) {
+  using detail::append_html;
+  std::string out =
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+      "<title>Idempotency</title></head><body>\n<h1>Idempotency</h1>\n<p>Repeat a request under "
+      "the same key and it takes effect once: a repeat is answered with the first response, "
+      "byte for byte, marked <code>Idempotent-Replayed: true</code>.</p>\n<h2>The key</h2>\n<ul>"
+      "<li>Send it in the <code>";
+  append_html(out, spec.key_field);
+  out += "</code> field, once; ";
+  out += spec.key_required ? "a request without one is refused."
+                           : "a request without one runs without this guarantee.";
+  out += "</li><li>Format: ";
+  append_html(out, detail::accepted_words(spec.accepted));
+  out += ".</li><li>1 to " + std::to_string(spec.max_key_length) +
+         " bytes of visible ASCII. Use a UUID or another random value: one key per operation, "
+         "never reused for another request.</li><li>A repeat is the same request when ";
+  append_html(out, spec.fingerprint);
+  out += " match.</li>";
+  if (!spec.deadline_field.empty()) {
+    out += "<li>A deadline may be sent in <code>";
+    append_html(out, spec.deadline_field);
+    out +=
+        "</code>: the milliseconds the caller still waits; work that cannot start in time is "
+        "refused.</li>";
+  }
+  out += "</ul>\n<h2>Expiration</h2>\n<p>A completed request's response is kept for " +
+         detail::duration_words(spec.retention) +
+         "; a repeat after that runs as a new request. A request being processed holds its key "
+         "for up to " +
+         detail::duration_words(spec.lease) +
+         " without progress; a repeat meanwhile is answered 409 with a Retry-After.</p>\n"
+         "<h2>Problems</h2>\n<p>Refusals are <code>application/problem+json</code> (RFC 9457), "
+         "typed by this page's address and one of these anchors.</p>\n<dl>\n";
+  for (const problem_kind kind : all_problem_kinds) {
+    const problem_type type = type_of(kind);
+    out += "<dt id=\"";
+    append_html(out, type.fragment);
+    out += "\">" + std::to_string(type.status) + " ";
+    append_html(out, type.title);
+    out += "</dt><dd><code>";
+    append_html(out, spec.uri);
+    out += '#';
+    append_html(out, type.fragment);
+    out += "</code></dd>\n";
+  }
+  out += "</dl>\n</body></html>\n";
+  return out;
+}
+
+}  // namespace idem::http
+
+#endif  // IDEM_HTTP_SPECIFICATION_HPP
+// end idem/http/specification.hpp
 // begin idem/server/request.hpp
 // Requests and responses as the server side sees them.
 //
@@ -3967,6 +4996,131 @@ constexpr request_view view_of(const Request& request) noexcept {
 
 #endif  // IDEM_SERVER_REQUEST_HPP
 // end idem/server/request.hpp
+
+namespace idem::http {
+
+/// Marks a response that is a repeat's replay (the demo and Stripe's clients read it).
+inline constexpr std::string_view replayed_field = "Idempotent-Replayed";
+
+/// What an exchange writes its answer into.
+template <class Writer>
+concept reply_writer = requires(Writer& out, int status, std::string_view text) {
+  out.set_status(status);
+  out.add_header(text, text);
+  out.set_body(text, text);
+};
+
+/// A response an exchange can write: a status, headers as (name, value) pairs, a body
+/// (http_response is one).
+template <class Response>
+concept http_response_like = requires(const Response& response) {
+  static_cast<int>(response.status);
+  std::string_view(response.body);
+  std::string_view(response.headers.begin()->first);
+  std::string_view(response.headers.begin()->second);
+};
+
+/// An answer as an exchange wrote it, for servers without a response type of their own and for
+/// tests.
+struct reply {
+  int status = 200;
+  std::vector<std::pair<std::string, std::string>> headers;  // Content-Type aside
+  std::string content_type;
+  std::string body;
+
+  void set_status(int code) { status = code; }
+  void add_header(std::string_view name, std::string_view value) {
+    headers.emplace_back(std::string(name), std::string(value));
+  }
+  void set_body(std::string_view content, std::string_view type) {
+    body.assign(content);
+    content_type.assign(type);
+  }
+  /// The first value of `name` (case-insensitive); a null view when absent.
+  std::string_view header(std::string_view name) const noexcept {
+    return idem::detail::find_header_in(headers, name);
+  }
+};
+
+/// Writes a refusal: its status, Content-Language (the titles are English), Retry-After when it
+/// has one, and the problem body.
+template <reply_writer Writer>
+void write_problem(const problem& refusal, Writer& out) {
+  out.set_status(refusal.status);
+  out.add_header("Content-Language", "en");
+  if (refusal.retry_after)
+    out.add_header("Retry-After", std::to_string(refusal.retry_after->count()));
+  out.set_body(refusal.json(), problem_media_type);
+}
+
+/// Writes the response of an outcome that has one, as it was stored (its Content-Type given as
+/// the body's), a replay marked Idempotent-Replayed: true; else the outcome's problem.
+template <http_response_like Response, reply_writer Writer>
+void write_outcome(const idempotent_outcome<Response>& outcome, const specification& spec,
+                   Writer& out) {
+  if (!outcome) return write_problem(problem_of(outcome, spec.uri), out);
+  const Response& response = *outcome;
+  out.set_status(static_cast<int>(response.status));
+  std::string_view content_type;
+  for (const auto& [name, value] : response.headers) {
+    if (idem::header_name_equals(name, "Content-Type")) {
+      content_type = value;
+    } else {
+      out.add_header(name, value);
+    }
+  }
+  if (outcome.verdict() == verdict::replayed) out.add_header(replayed_field, "true");
+  out.set_body(response.body, content_type);
+}
+
+/// One exchange: the key read from every value of the request's key field (`key_fields`), the
+/// guarded call made under `scope`, the answer written. A key field that is not a key (two
+/// fields, a malformed sf-string, an empty one) is refused with 400 before anything is claimed;
+/// no field at all is the wrapper's missing key (400, or run unguarded where keys are optional).
+template <class Guarded, class Request, class Fields, reply_writer Writer>
+void exchange(Guarded& guarded, std::string_view scope, const Fields& key_fields,
+              const Request& request, const specification& spec, Writer& out) {
+  const parsed_key key = parse_key_fields(key_fields, spec.accepted);
+  if (key) return write_outcome(guarded(scope, key.value(), request), spec, out);
+  if (key.error() == key_error::missing) {
+    return write_outcome(guarded(scope, std::nullopt, request), spec, out);
+  }
+  write_problem(make_problem(problem_for(key.error()), key.message(), spec.uri), out);
+}
+
+}  // namespace idem::http
+
+#endif  // IDEM_HTTP_EXCHANGE_HPP
+// end idem/http/exchange.hpp
+
+#endif  // IDEM_HTTP_HPP
+// end idem/http.hpp
+
+// Server side: idem::idempotent, idem::inbox, fingerprints and codecs.
+// begin idem/server/codec.hpp
+// Codecs: how a response, or a recovery point's result, becomes the bytes a store keeps.
+//
+// Stores keep bytes, never types, so one store serves handlers of every response type and a
+// durable store can be read by the next version of the service. A type is storable when
+// idem::codec<T> is specialised for it with
+//
+//   static void encode(const T& value, std::string& out);   // appends the bytes
+//   static T decode(std::string_view bytes);                 // throws idem::codec_error
+//
+// A codec whose bytes are the value itself may also provide
+//
+//   static std::string_view bytes_of(const T& value);         // the bytes encode would append
+//   static T adopt(std::string&& bytes);                      // decode, taking the bytes over
+//
+// and idempotent then stores and replays the value without copying it into a buffer first.
+//
+// Provided: std::string, byte vectors, http_response, integers, floating point and bool. A
+// replay decodes exactly what was encoded, so a replayed http_response equals the original
+// field for field and its body byte for byte.
+#ifndef IDEM_SERVER_CODEC_HPP
+#define IDEM_SERVER_CODEC_HPP
+
+#include <variant>
 
 namespace idem {
 
@@ -7789,207 +8943,6 @@ struct held_claim {
 
 #endif  // IDEM_SERVER_DETAIL_HELD_CLAIM_HPP
 // end idem/server/detail/held_claim.hpp
-// begin idem/server/outcome.hpp
-// What one guarded call returns: what happened (a verdict), the response when there is one, and
-// the HTTP status a service answers with.
-//
-// Every expected ending is a verdict the caller branches on, not an exception: a repeat (replay),
-// a concurrent duplicate (409), key misuse (422), a bad key (400), a store that cannot take the
-// claim (503). Only the handler's own exceptions pass through as exceptions. The type depends on
-// the response type alone, never on the policies.
-#ifndef IDEM_SERVER_OUTCOME_HPP
-#define IDEM_SERVER_OUTCOME_HPP
-
-namespace idem {
-
-enum class verdict : std::uint8_t {
-  executed,            // the handler ran under a new or taken-over claim; its response is returned
-  replayed,            // a completed record with the same fingerprint: the stored response
-  in_progress,         // another attempt holds a live claim on the key (HTTP 409)
-  mismatch,            // the key was used with another request (HTTP 422)
-  missing_key,         // no key where one is required (HTTP 400)
-  invalid_key,         // empty, too long, or not visible ASCII (HTTP 400)
-  invalid_request,     // the request cannot be fingerprinted, e.g. a body that is not JSON (400)
-  body_too_large,      // the body is longer than max_body_bytes; nothing is read or stored (413)
-  store_unavailable,   // the store cannot answer; nothing ran (HTTP 503)
-  store_full,          // the store has no room for the claim; nothing ran (HTTP 503)
-  response_too_large,  // the response passed max_response_bytes and was not stored (HTTP 500):
-                       // the first caller still has it; repeats are not run again
-  cancelled,           // an asynchronous call was cancelled (its cancellation slot) before it
-                       // ended: nothing was recorded for it, its claim was settled as a failure
-                       // (released by default), so a retry runs again (HTTP 503)
-};
-
-constexpr std::string_view to_string(verdict v) noexcept {
-  switch (v) {
-    case verdict::executed:
-      return "executed";
-    case verdict::replayed:
-      return "replayed";
-    case verdict::in_progress:
-      return "in_progress";
-    case verdict::mismatch:
-      return "mismatch";
-    case verdict::missing_key:
-      return "missing_key";
-    case verdict::invalid_key:
-      return "invalid_key";
-    case verdict::invalid_request:
-      return "invalid_request";
-    case verdict::body_too_large:
-      return "body_too_large";
-    case verdict::store_unavailable:
-      return "store_unavailable";
-    case verdict::store_full:
-      return "store_full";
-    case verdict::response_too_large:
-      return "response_too_large";
-    case verdict::cancelled:
-      return "cancelled";
-  }
-  return "unknown";
-}
-
-/// The HTTP status for a verdict that carries no response of the handler's; 0 for executed and
-/// replayed, whose status is the response's own.
-constexpr int http_status(verdict v) noexcept {
-  switch (v) {
-    case verdict::executed:
-    case verdict::replayed:
-      return 0;
-    case verdict::in_progress:
-      return 409;  // RFC 9110 Conflict, as the IETF idempotency-key draft and Stripe answer
-    case verdict::mismatch:
-      return 422;  // Unprocessable Content: the key was reused for another request
-    case verdict::missing_key:
-    case verdict::invalid_key:
-    case verdict::invalid_request:
-      return 400;
-    case verdict::body_too_large:
-      return 413;  // RFC 9110 Content Too Large
-    case verdict::store_unavailable:
-    case verdict::store_full:
-    case verdict::cancelled:  // the service stopped working on it; a retry is safe and runs again
-      return 503;
-    case verdict::response_too_large:
-      return 500;  // the service cannot answer a repeat as it answered the first request
-  }
-  return 500;
-}
-
-/// Thrown by idempotent_outcome::value() when the verdict carries no response.
-class no_response_error : public std::logic_error {
- public:
-  explicit no_response_error(verdict v)
-      : std::logic_error("idem::idempotent_outcome: no response, the verdict is " +
-                         std::string(to_string(v))),
-        verdict_(v) {}
-  verdict which() const noexcept { return verdict_; }
-
- private:
-  verdict verdict_;
-};
-
-template <class Response>
-class idempotent_outcome {
- public:
-  /// A verdict without a response: a refusal (400, 409, 422, 503), with why in words.
-  idempotent_outcome() = default;
-  idempotent_outcome(idem::verdict v) : verdict_(v) {}
-  idempotent_outcome(idem::verdict v, std::string message)
-      : verdict_(v), message_(std::move(message)) {}
-
-  /// The handler ran under `fence` and its response was stored for repeats.
-  template <class R>
-  static idempotent_outcome executed(R&& response, std::uint64_t fence, bool resumed) {
-    return idempotent_outcome(idem::verdict::executed, std::forward<R>(response), fence, resumed,
-                              true);
-  }
-  /// The handler ran, but its response was not stored: `v` is executed when the store failed,
-  /// response_too_large when it did not fit; `message` says which.
-  template <class R>
-  static idempotent_outcome unrecorded(idem::verdict v, R&& response, std::string message,
-                                       std::uint64_t fence = 0, bool resumed = false) {
-    return idempotent_outcome(v, std::forward<R>(response), fence, resumed, false,
-                              std::move(message));
-  }
-  /// A repeat: the response stored by the call that ran.
-  template <class R>
-  static idempotent_outcome replayed(R&& response) {
-    return idempotent_outcome(idem::verdict::replayed, std::forward<R>(response), 0, false, true);
-  }
-
-  idem::verdict verdict() const noexcept { return verdict_; }
-  /// True when there is a response: executed or replayed.
-  bool has_value() const noexcept { return response_.has_value(); }
-  explicit operator bool() const noexcept { return has_value(); }
-
-  Response& value() & {
-    if (!response_) throw no_response_error(verdict_);
-    return *response_;
-  }
-  const Response& value() const& {
-    if (!response_) throw no_response_error(verdict_);
-    return *response_;
-  }
-  Response&& value() && {
-    if (!response_) throw no_response_error(verdict_);
-    return std::move(*response_);
-  }
-  /// The response, unchecked, as std::optional has it: only when has_value().
-  Response* operator->() noexcept { return &*response_; }
-  const Response* operator->() const noexcept { return &*response_; }
-  Response& operator*() & noexcept { return *response_; }
-  const Response& operator*() const& noexcept { return *response_; }
-  Response&& operator*() && noexcept { return std::move(*response_); }
-
-  /// Why there is no response (or why it was not stored), in words; empty otherwise.
-  std::string_view message() const noexcept { return message_; }
-  /// The fence the call ran under (executed), else 0.
-  std::uint64_t fence() const noexcept { return fence_; }
-  /// Executed: whether the response was stored for repeats. False when the store failed after
-  /// the handler ran (message() says how); the claim then stays in progress until its lease
-  /// ends, and stuck() lists it.
-  bool recorded() const noexcept { return recorded_; }
-  /// Executed after taking over an abandoned claim.
-  bool resumed() const noexcept { return resumed_; }
-
-  /// The status to answer with: the response's own `status` member when it has one (200 when it
-  /// has none), or the verdict's (409, 422, 400, 503).
-  int http_status() const noexcept {
-    if (response_) {
-      if constexpr (requires(const Response& r) { static_cast<int>(r.status); }) {
-        return static_cast<int>(response_->status);
-      } else {
-        return 200;
-      }
-    }
-    return idem::http_status(verdict_);
-  }
-
- private:
-  template <class R>
-  idempotent_outcome(idem::verdict v, R&& response, std::uint64_t fence, bool resumed,
-                     bool recorded, std::string message = {})
-      : verdict_(v),
-        response_(std::in_place, std::forward<R>(response)),
-        message_(std::move(message)),
-        fence_(fence),
-        recorded_(recorded),
-        resumed_(resumed) {}
-
-  idem::verdict verdict_ = idem::verdict::executed;
-  std::optional<Response> response_;
-  std::string message_;
-  std::uint64_t fence_ = 0;
-  bool recorded_ = false;
-  bool resumed_ = false;
-};
-
-}  // namespace idem
-
-#endif  // IDEM_SERVER_OUTCOME_HPP
-// end idem/server/outcome.hpp
 // begin idem/server/resumption.hpp
 // What resuming a stuck record answers: idempotent::resume, which idem::reconciler calls for each
 // stuck record that kept its request (idem/reconciler.hpp).
@@ -8138,7 +9091,7 @@ class engine {
       case claim_status::full:
         return no_room<Response>();
       case claim_status::existing:
-        return answer_existing<Response>(claimed.existing, print);
+        return answer_existing<Response>(claimed.existing, print, claimed_at);
       case claim_status::claimed:
       case claim_status::taken_over:
         break;
@@ -8254,15 +9207,17 @@ class engine {
                       opened_recovery(std::move(claimed.existing.recovery)), claimed_at};
   }
 
-  /// The answer for a record this caller may not run.
+  /// The answer for a record this caller may not run, as the store found it at `now`.
   template <class Response>
-  idempotent_outcome<Response> answer_existing(record& existing, const digest& print) const {
+  idempotent_outcome<Response> answer_existing(record& existing, const digest& print,
+                                               store_time now) const {
     using outcome_type = idempotent_outcome<Response>;
     if (existing.fingerprint != print) {
       return outcome_type{verdict::mismatch, "the key was already used with a different request"};
     }
     if (existing.state == record_state::in_progress) {
-      return outcome_type{verdict::in_progress, "a request with this key is still being processed"};
+      return outcome_type{verdict::in_progress, "a request with this key is still being processed",
+                          lease_left(existing, now)};
     }
     if (existing.response.starts_with(too_large_marker)) {
       return outcome_type{verdict::response_too_large,
@@ -8359,25 +9314,33 @@ class engine {
   idempotent_outcome<Response> answer_lost(std::string_view scope, std::string_view key,
                                            const digest& print) {
     std::optional<record> current;
+    const store_time now = clock().wall_now();
     try {
-      current = store().find(scope, key, clock().wall_now());
+      current = store().find(scope, key, now);
     } catch (const store_error& error) {
       return refused<Response>(error);
     }
-    return answer_current<Response>(current, print);
+    return answer_current<Response>(current, print, now);
   }
 
-  /// answer_lost's answer from what the store holds for the key now (`current`, found).
+  /// answer_lost's answer from what the store holds for the key (`current`, found at `now`).
   template <class Response>
-  idempotent_outcome<Response> answer_current(std::optional<record>& current,
-                                              const digest& print) const {
+  idempotent_outcome<Response> answer_current(std::optional<record>& current, const digest& print,
+                                              store_time now) const {
     if (current && current->state == record_state::completed) {
-      return answer_existing<Response>(*current, print);
+      return answer_existing<Response>(*current, print, now);
     }
     return idempotent_outcome<Response>{
         verdict::in_progress,
         "the claim was taken over after its lease expired; the request is being processed by "
-        "the attempt that took it"};
+        "the attempt that took it",
+        current ? lease_left(*current, now) : std::chrono::nanoseconds::zero()};
+  }
+
+  /// How long `held`'s claim has left at `now`: what a duplicate is told to wait (Retry-After).
+  static std::chrono::nanoseconds lease_left(const record& held, store_time now) noexcept {
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(held.lease_until - now);
+    return left > std::chrono::nanoseconds::zero() ? left : std::chrono::nanoseconds::zero();
   }
 
   // Whether responses and recovery points go through the codec: the default one costs no call.

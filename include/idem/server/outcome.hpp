@@ -8,6 +8,7 @@
 #ifndef IDEM_SERVER_OUTCOME_HPP
 #define IDEM_SERVER_OUTCOME_HPP
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -113,6 +114,10 @@ class idempotent_outcome {
   idempotent_outcome(idem::verdict v) : verdict_(v) {}
   idempotent_outcome(idem::verdict v, std::string message)
       : verdict_(v), message_(std::move(message)) {}
+  /// in_progress: another attempt holds the key, and its lease has `lease_left` to run before
+  /// a retry may take it over (what an HTTP 409's Retry-After says).
+  idempotent_outcome(idem::verdict v, std::string message, std::chrono::nanoseconds lease_left)
+      : verdict_(v), message_(std::move(message)), lease_left_(lease_left) {}
 
   /// The handler ran under `fence` and its response was stored for repeats.
   template <class R>
@@ -168,6 +173,9 @@ class idempotent_outcome {
   bool recorded() const noexcept { return recorded_; }
   /// Executed after taking over an abandoned claim.
   bool resumed() const noexcept { return resumed_; }
+  /// in_progress: how long the claim that holds the key has left before a retry may take it
+  /// over, as the store answered the claim; zero when it is not known or already over.
+  std::chrono::nanoseconds lease_left() const noexcept { return lease_left_; }
 
   /// The status to answer with: the response's own `status` member when it has one (200 when it
   /// has none), or the verdict's (409, 422, 400, 503).
@@ -197,6 +205,7 @@ class idempotent_outcome {
   std::optional<Response> response_;
   std::string message_;
   std::uint64_t fence_ = 0;
+  std::chrono::nanoseconds lease_left_{};
   bool recorded_ = false;
   bool resumed_ = false;
 };

@@ -313,7 +313,7 @@ class async_engine {
       case claim_status::full:
         return core_type::template no_room<Response>();
       case claim_status::existing:
-        return core_.template answer_existing<Response>(claimed.existing, print);
+        return core_.template answer_existing<Response>(claimed.existing, print, claimed_at);
       case claim_status::claimed:
       case claim_status::taken_over:
         break;
@@ -623,13 +623,14 @@ class async_engine {
   asio::awaitable<void> answer_lost(std::optional<idempotent_outcome<Response>>& answer,
                                     const fenced_key& held, const digest& print) {
     std::optional<record> current;
+    const store_time now = core_.clock().wall_now();
     try {
-      current = co_await calls_.find(core_.store(), held.scope, held.key, core_.clock().wall_now());
+      current = co_await calls_.find(core_.store(), held.scope, held.key, now);
     } catch (const store_error& error) {
       answer.emplace(core_type::template refused<Response>(error));
       co_return;
     }
-    answer.emplace(core_.template answer_current<Response>(current, print));
+    answer.emplace(core_.template answer_current<Response>(current, print, now));
   }
 
   static bool is_lease_lost(const std::exception_ptr& thrown) {

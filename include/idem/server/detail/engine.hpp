@@ -139,7 +139,7 @@ class engine {
       case claim_status::full:
         return no_room<Response>();
       case claim_status::existing:
-        return answer_existing<Response>(claimed.existing, print);
+        return answer_existing<Response>(claimed.existing, print, claimed_at);
       case claim_status::claimed:
       case claim_status::taken_over:
         break;
@@ -255,15 +255,17 @@ class engine {
                       opened_recovery(std::move(claimed.existing.recovery)), claimed_at};
   }
 
-  /// The answer for a record this caller may not run.
+  /// The answer for a record this caller may not run, as the store found it at `now`.
   template <class Response>
-  idempotent_outcome<Response> answer_existing(record& existing, const digest& print) const {
+  idempotent_outcome<Response> answer_existing(record& existing, const digest& print,
+                                               store_time now) const {
     using outcome_type = idempotent_outcome<Response>;
     if (existing.fingerprint != print) {
       return outcome_type{verdict::mismatch, "the key was already used with a different request"};
     }
     if (existing.state == record_state::in_progress) {
-      return outcome_type{verdict::in_progress, "a request with this key is still being processed"};
+      return outcome_type{verdict::in_progress, "a request with this key is still being processed",
+                          lease_left(existing, now)};
     }
     if (existing.response.starts_with(too_large_marker)) {
       return outcome_type{verdict::response_too_large,
@@ -360,25 +362,33 @@ class engine {
   idempotent_outcome<Response> answer_lost(std::string_view scope, std::string_view key,
                                            const digest& print) {
     std::optional<record> current;
+    const store_time now = clock().wall_now();
     try {
-      current = store().find(scope, key, clock().wall_now());
+      current = store().find(scope, key, now);
     } catch (const store_error& error) {
       return refused<Response>(error);
     }
-    return answer_current<Response>(current, print);
+    return answer_current<Response>(current, print, now);
   }
 
-  /// answer_lost's answer from what the store holds for the key now (`current`, found).
+  /// answer_lost's answer from what the store holds for the key (`current`, found at `now`).
   template <class Response>
-  idempotent_outcome<Response> answer_current(std::optional<record>& current,
-                                              const digest& print) const {
+  idempotent_outcome<Response> answer_current(std::optional<record>& current, const digest& print,
+                                              store_time now) const {
     if (current && current->state == record_state::completed) {
-      return answer_existing<Response>(*current, print);
+      return answer_existing<Response>(*current, print, now);
     }
     return idempotent_outcome<Response>{
         verdict::in_progress,
         "the claim was taken over after its lease expired; the request is being processed by "
-        "the attempt that took it"};
+        "the attempt that took it",
+        current ? lease_left(*current, now) : std::chrono::nanoseconds::zero()};
+  }
+
+  /// How long `held`'s claim has left at `now`: what a duplicate is told to wait (Retry-After).
+  static std::chrono::nanoseconds lease_left(const record& held, store_time now) noexcept {
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(held.lease_until - now);
+    return left > std::chrono::nanoseconds::zero() ? left : std::chrono::nanoseconds::zero();
   }
 
   // Whether responses and recovery points go through the codec: the default one costs no call.

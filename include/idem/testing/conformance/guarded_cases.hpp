@@ -114,10 +114,13 @@ void a_duplicate_of_a_request_in_progress_gets_409() {
       store.claim(claim_request{"tenant", "k", held, clock.wall_now(), lease, retention}).status ==
       claim_status::claimed);
 
+  clock.advance(12s);
   const auto duplicate = (*payments)("tenant", "k", charge());
   CHECK(duplicate.verdict() == verdict::in_progress);
   CHECK(duplicate.http_status() == 409);
   CHECK_FALSE(duplicate.has_value());
+  // What a 409's Retry-After says: the holder's lease, as the store answered the claim.
+  CHECK(duplicate.lease_left() == lease - 12s);
   CHECK(*handler.runs == 0);
 }
 
