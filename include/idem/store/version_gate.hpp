@@ -74,18 +74,17 @@ inline void check_version_gate_event(std::string_view entity_id, std::int64_t ve
   }
 }
 
-// Table names are spliced into SQL text, so only plain identifiers are let in: a configured
-// name can never inject SQL, needs no quoting rules of its own, and stays within PostgreSQL's
-// 63 bytes. The same rule as postgres_store's table option.
-inline void check_version_gate_table(std::string_view table, const char* who) {
-  bool valid =
-      !table.empty() && table.size() <= 50 && !(table.front() >= '0' && table.front() <= '9');
-  for (const char c : table) {
+// Names are spliced into SQL text, so only plain identifiers are let in: a configured name can
+// never inject SQL, needs no quoting rules of its own, and stays within PostgreSQL's 63 bytes.
+// The same rule as postgres_store's schema and table options. `what`: "table", "schema".
+inline void check_version_gate_name(std::string_view name, const char* what, const char* who) {
+  bool valid = !name.empty() && name.size() <= 50 && !(name.front() >= '0' && name.front() <= '9');
+  for (const char c : name) {
     valid = valid && ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                       c == '_');
   }
   if (!valid) {
-    throw std::invalid_argument(std::string(who) + ": the table name '" + std::string(table) +
+    throw std::invalid_argument(std::string(who) + ": the " + what + " name '" + std::string(name) +
                                 "' must be 1 to 50 letters, digits or underscores, not starting "
                                 "with a digit");
   }

@@ -166,7 +166,7 @@ class sqlite_version_gate {
   static constexpr const char* who = "idem::sqlite_version_gate";
 
   static options validate(options settings) {
-    detail::check_version_gate_table(settings.table, who);
+    detail::check_version_gate_name(settings.table, "table", who);
     if (settings.table.size() >= 7 && sqlite3_strnicmp(settings.table.c_str(), "sqlite_", 7) == 0) {
       throw std::invalid_argument(std::string(who) + ": the table name '" + settings.table +
                                   "' starts with sqlite_, which SQLite keeps for itself");
