@@ -472,9 +472,10 @@ TEST_CASE("deliveries racing on many connections apply each entity's versions in
       INFO(entity);
       CHECK(f.gate.stored_version(scope, entity) == versions);
       std::vector<std::int64_t> order;
-      const idem::postgres_result result =
-          f.check.exec("SELECT version FROM " + f.effects_table + " WHERE scope = '" + scope +
-                       "' AND entity = '" + entity + "' ORDER BY sequence");
+      std::string query = "SELECT version FROM " + f.effects_table + " WHERE scope = '" + scope;
+      query += "' AND entity = '" + entity + "' ORDER BY sequence";
+      const idem::postgres_result result = f.check.exec(query);
+      order.reserve(static_cast<std::size_t>(result.rows()));
       for (int row = 0; row < result.rows(); ++row) {
         order.push_back(std::stoll(std::string(result.value(row, 0))));
       }

@@ -415,7 +415,9 @@ TEST_CASE("deliveries racing from many threads apply each entity's versions in o
         while (!go.load())
           std::this_thread::yield();
         for (std::size_t i = static_cast<std::size_t>(t); i < deliveries.size(); i += threads) {
-          const auto& [entity, version] = deliveries[i];
+          // Not a structured binding: clang 14 cannot capture one in the consumer's lambda.
+          const std::string& entity = deliveries[i].first;
+          const std::int64_t version = deliveries[i].second;
           version_gate_outcome outcome;
           try {
             outcome = gate.apply(scope, entity, version, [&](sqlite_store::transaction& txn) {
@@ -455,8 +457,9 @@ TEST_CASE("deliveries racing from many threads apply each entity's versions in o
       // The versions applied, in commit order, strictly increase: none applied twice, none
       // applied after a newer one.
       std::vector<std::int64_t> order;
-      for (const auto& row : check.rows("SELECT version FROM effects WHERE scope = '" + scope +
-                                        "' AND entity = '" + entity + "' ORDER BY sequence")) {
+      std::string query = "SELECT version FROM effects WHERE scope = '" + scope;
+      query += "' AND entity = '" + entity + "' ORDER BY sequence";
+      for (const auto& row : check.rows(query)) {
         order.push_back(std::stoll(row.at(0)));
       }
       REQUIRE_FALSE(order.empty());
