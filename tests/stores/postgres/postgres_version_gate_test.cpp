@@ -116,8 +116,9 @@ store_error failure_of(F&& f) {
 
 }  // namespace
 
-TEST_CASE("the first event of an entity is applied and its writes commit with the version",
-          "[postgres][version_gate]") {
+TEST_CASE(
+    "version gate: the first event of an entity is applied and its writes commit with the version",
+    "[postgres][version_gate]") {
   fixture f;
   CHECK_FALSE(f.gate.stored_version("orders", "order-1"));
   const version_gate_outcome outcome = f.deliver("order-1", 3);
@@ -128,7 +129,7 @@ TEST_CASE("the first event of an entity is applied and its writes commit with th
   CHECK(f.rows() == 1);
 }
 
-TEST_CASE("a newer version is applied", "[postgres][version_gate]") {
+TEST_CASE("version gate: a newer version is applied", "[postgres][version_gate]") {
   fixture f;
   REQUIRE(f.deliver("order-1", 1).applied());
   CHECK(f.deliver("order-1", 2) == version_gate_outcome{version_gate_verdict::applied, 2});
@@ -138,14 +139,15 @@ TEST_CASE("a newer version is applied", "[postgres][version_gate]") {
   CHECK(f.rows() == 1);
 }
 
-TEST_CASE("version zero is a first event like any other", "[postgres][version_gate]") {
+TEST_CASE("version gate: version zero is a first event like any other",
+          "[postgres][version_gate]") {
   fixture f;
   CHECK(f.deliver("order-1", 0).applied());
   CHECK(f.deliver("order-1", 0).verdict == version_gate_verdict::duplicate);
   CHECK(f.gate.stored_version("orders", "order-1") == 0);
 }
 
-TEST_CASE("a redelivered version is a duplicate and its consumer does not run",
+TEST_CASE("version gate: a redelivered version is a duplicate and its consumer does not run",
           "[postgres][version_gate]") {
   fixture f;
   REQUIRE(f.deliver("order-1", 5).applied());
@@ -154,8 +156,9 @@ TEST_CASE("a redelivered version is a duplicate and its consumer does not run",
   CHECK(f.effects("order-1") == "5");
 }
 
-TEST_CASE("an older version arriving late is stale and names the newer stored version",
-          "[postgres][version_gate]") {
+TEST_CASE(
+    "version gate: an older version arriving late is stale and names the newer stored version",
+    "[postgres][version_gate]") {
   fixture f;
   REQUIRE(f.deliver("order-1", 7).applied());
   CHECK(f.gate.apply("orders", "order-1", 4, never) ==
@@ -164,7 +167,7 @@ TEST_CASE("an older version arriving late is stale and names the newer stored ve
   CHECK(f.effects("order-1") == "7");
 }
 
-TEST_CASE("the largest version is accepted and nothing is newer than it",
+TEST_CASE("version gate: the largest version is accepted and nothing is newer than it",
           "[postgres][version_gate]") {
   fixture f;
   constexpr std::int64_t largest = std::numeric_limits<std::int64_t>::max();
@@ -174,7 +177,8 @@ TEST_CASE("the largest version is accepted and nothing is newer than it",
   CHECK(f.gate.stored_version("orders", "order-1") == largest);
 }
 
-TEST_CASE("scopes and entity ids keep their versions apart", "[postgres][version_gate]") {
+TEST_CASE("version gate: scopes and entity ids keep their versions apart",
+          "[postgres][version_gate]") {
   fixture f;
   REQUIRE(f.deliver("order-1", 9).applied());
   CHECK(f.deliver("order-2", 1).applied());
@@ -185,7 +189,7 @@ TEST_CASE("scopes and entity ids keep their versions apart", "[postgres][version
   CHECK_FALSE(f.gate.stored_version("invoices", "order-2"));
 }
 
-TEST_CASE("a throwing consumer rolls back its writes and the version bump",
+TEST_CASE("version gate: a throwing consumer rolls back its writes and the version bump",
           "[postgres][version_gate]") {
   fixture f;
   REQUIRE(f.deliver("order-1", 1).applied());
@@ -204,7 +208,7 @@ TEST_CASE("a throwing consumer rolls back its writes and the version bump",
   CHECK(f.effects("order-1") == "1\n2");
 }
 
-TEST_CASE("a consumer whose first event throws leaves no row for the entity",
+TEST_CASE("version gate: a consumer whose first event throws leaves no row for the entity",
           "[postgres][version_gate]") {
   fixture f;
   CHECK_THROWS_WITH(f.gate.apply("orders", "order-1", 1,
@@ -216,8 +220,10 @@ TEST_CASE("a consumer whose first event throws leaves no row for the entity",
   CHECK(f.rows() == 0);
 }
 
-TEST_CASE("the consumer's failing SQL rolls back the bump and passes through as postgres_error",
-          "[postgres][version_gate]") {
+TEST_CASE(
+    "version gate: the consumer's failing SQL rolls back the bump and passes through as "
+    "postgres_error",
+    "[postgres][version_gate]") {
   fixture f;
   CHECK_THROWS_AS(f.gate.apply("orders", "order-1", 1,
                                [](postgres_store::transaction& t) {
@@ -227,8 +233,9 @@ TEST_CASE("the consumer's failing SQL rolls back the bump and passes through as 
   CHECK(f.rows() == 0);
 }
 
-TEST_CASE("a shuffled sequence ends at the highest version, each applied only if newer",
-          "[postgres][version_gate]") {
+TEST_CASE(
+    "version gate: a shuffled sequence ends at the highest version, each applied only if newer",
+    "[postgres][version_gate]") {
   fixture f;
   std::vector<std::int64_t> versions(40);
   std::iota(versions.begin(), versions.end(), 1);
@@ -255,7 +262,7 @@ TEST_CASE("a shuffled sequence ends at the highest version, each applied only if
   CHECK(f.effects("order-1") == expected);
 }
 
-TEST_CASE("messages the consumer publishes are named after the applied event",
+TEST_CASE("version gate: messages the consumer publishes are named after the applied event",
           "[postgres][version_gate]") {
   fixture f;
   std::string id;
@@ -270,7 +277,8 @@ TEST_CASE("messages the consumer publishes are named after the applied event",
                        "'") == 1);
 }
 
-TEST_CASE("an empty entity id is refused and nothing is written", "[postgres][version_gate]") {
+TEST_CASE("version gate: an empty entity id is refused and nothing is written",
+          "[postgres][version_gate]") {
   fixture f;
   CHECK_THROWS_WITH(f.gate.apply("orders", "", 1, never),
                     Contains("entity id must be 1 to 255 bytes of visible ASCII"));
@@ -278,7 +286,8 @@ TEST_CASE("an empty entity id is refused and nothing is written", "[postgres][ve
   CHECK(f.rows() == 0);
 }
 
-TEST_CASE("an entity id past the length limit is refused", "[postgres][version_gate]") {
+TEST_CASE("version gate: an entity id past the length limit is refused",
+          "[postgres][version_gate]") {
   fixture f;
   CHECK_THROWS_AS(f.gate.apply("orders", std::string(256, 'x'), 1, never), std::invalid_argument);
   CHECK(f.deliver(std::string(255, 'x'), 1).applied());
@@ -291,7 +300,8 @@ TEST_CASE("an entity id past the length limit is refused", "[postgres][version_g
   CHECK(f.check.scalar("SELECT count(*) FROM \"" + shorter_table.name + "\"") == 0);
 }
 
-TEST_CASE("an entity id with a space or a control byte is refused", "[postgres][version_gate]") {
+TEST_CASE("version gate: an entity id with a space or a control byte is refused",
+          "[postgres][version_gate]") {
   fixture f;
   CHECK_THROWS_AS(f.gate.apply("orders", "order 1", 1, never), std::invalid_argument);
   CHECK_THROWS_AS(f.gate.apply("orders", std::string("order\0001", 7), 1, never),
@@ -300,7 +310,8 @@ TEST_CASE("an entity id with a space or a control byte is refused", "[postgres][
   CHECK(f.rows() == 0);
 }
 
-TEST_CASE("a negative version is refused and the stored one is kept", "[postgres][version_gate]") {
+TEST_CASE("version gate: a negative version is refused and the stored one is kept",
+          "[postgres][version_gate]") {
   fixture f;
   REQUIRE(f.deliver("order-1", 2).applied());
   CHECK_THROWS_WITH(f.gate.apply("orders", "order-1", -1, never), Contains("negative"));
@@ -311,8 +322,10 @@ TEST_CASE("a negative version is refused and the stored one is kept", "[postgres
   CHECK_FALSE(f.gate.stored_version("orders", "order-2"));
 }
 
-TEST_CASE("a schema or table name that is not a plain identifier is refused at construction",
-          "[postgres][version_gate]") {
+TEST_CASE(
+    "version gate: a schema or table name that is not a plain identifier is refused at "
+    "construction",
+    "[postgres][version_gate]") {
   fixture f;
   for (const std::string& bad :
        {std::string(), std::string("versions; DROP TABLE effects"), std::string("9versions"),
@@ -334,7 +347,8 @@ TEST_CASE("a schema or table name that is not a plain identifier is refused at c
                        "_bad'") == 0);
 }
 
-TEST_CASE("a configured schema and table are made and used", "[postgres][version_gate]") {
+TEST_CASE("version gate: a configured schema and table are made and used",
+          "[postgres][version_gate]") {
   fixture f;
   const std::string schema = f.versions.name + "_schema";
   postgres_version_gate::options options = gate_options("order_versions");
@@ -350,7 +364,7 @@ TEST_CASE("a configured schema and table are made and used", "[postgres][version
   f.check.exec("DROP SCHEMA \"" + schema + "\" CASCADE");
 }
 
-TEST_CASE("a table of that name that is not a gate's is refused with a store_error",
+TEST_CASE("version gate: a table of that name that is not a gate's is refused with a store_error",
           "[postgres][version_gate]") {
   fixture f;
   const std::string effects = f.versions.name + "_effects";
@@ -360,12 +374,13 @@ TEST_CASE("a table of that name that is not a gate's is refused with a store_err
   CHECK_THAT(error.what(), Contains(effects) && Contains("not a version gate's"));
 }
 
-TEST_CASE("a gate on a store without a database throws store_error", "[postgres][version_gate]") {
+TEST_CASE("version gate: a gate on a store without a database throws store_error",
+          "[postgres][version_gate]") {
   const store_error error = failure_of([] { postgres_version_gate gate{postgres_store{}}; });
   CHECK(error.failure() == store_failure::unavailable);
 }
 
-TEST_CASE("a stopped server fails apply with store_error and applies nothing",
+TEST_CASE("version gate: a stopped server fails apply with store_error and applies nothing",
           "[postgres][version_gate]") {
   pgtest::private_server server;
   server.start();
@@ -396,8 +411,9 @@ TEST_CASE("a stopped server fails apply with store_error and applies nothing",
   CHECK(gate.stored_version("orders", "order-1") == 2);
 }
 
-TEST_CASE("deliveries racing on many connections apply each entity's versions in order",
-          "[postgres][version_gate][concurrency]") {
+TEST_CASE(
+    "version gate: deliveries racing on many connections apply each entity's versions in order",
+    "[postgres][version_gate][concurrency]") {
   // 12 threads, each on a connection of its own, deliver every version of 4 entities, each
   // (entity, version) three times, dealt at random. The consumer records what it applied in the
   // gate's transaction; the effects' sequence is drawn while the entity's row is locked, so

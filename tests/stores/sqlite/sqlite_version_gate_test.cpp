@@ -95,8 +95,9 @@ store_error failure_of(F&& f) {
 
 }  // namespace
 
-TEST_CASE("the first event of an entity is applied and its writes commit with the version",
-          "[sqlite][version_gate]") {
+TEST_CASE(
+    "version gate: the first event of an entity is applied and its writes commit with the version",
+    "[sqlite][version_gate]") {
   fixture f;
   CHECK_FALSE(f.gate.stored_version("orders", "order-1"));
   const version_gate_outcome outcome = f.deliver("order-1", 3);
@@ -109,7 +110,7 @@ TEST_CASE("the first event of an entity is applied and its writes commit with th
   CHECK(f.check.text("SELECT count(*) FROM idem_versions") == "1");
 }
 
-TEST_CASE("a newer version is applied", "[sqlite][version_gate]") {
+TEST_CASE("version gate: a newer version is applied", "[sqlite][version_gate]") {
   fixture f;
   REQUIRE(f.deliver("order-1", 1).applied());
   const version_gate_outcome outcome = f.deliver("order-1", 2);
@@ -119,14 +120,14 @@ TEST_CASE("a newer version is applied", "[sqlite][version_gate]") {
   CHECK(f.check.text("SELECT count(*) FROM idem_versions") == "1");
 }
 
-TEST_CASE("version zero is a first event like any other", "[sqlite][version_gate]") {
+TEST_CASE("version gate: version zero is a first event like any other", "[sqlite][version_gate]") {
   fixture f;
   CHECK(f.deliver("order-1", 0).applied());
   CHECK(f.deliver("order-1", 0).verdict == version_gate_verdict::duplicate);
   CHECK(f.gate.stored_version("orders", "order-1") == 0);
 }
 
-TEST_CASE("a redelivered version is a duplicate and its consumer does not run",
+TEST_CASE("version gate: a redelivered version is a duplicate and its consumer does not run",
           "[sqlite][version_gate]") {
   fixture f;
   REQUIRE(f.deliver("order-1", 5).applied());
@@ -136,8 +137,9 @@ TEST_CASE("a redelivered version is a duplicate and its consumer does not run",
   CHECK(f.effects("order-1") == "5");
 }
 
-TEST_CASE("an older version arriving late is stale and names the newer stored version",
-          "[sqlite][version_gate]") {
+TEST_CASE(
+    "version gate: an older version arriving late is stale and names the newer stored version",
+    "[sqlite][version_gate]") {
   fixture f;
   REQUIRE(f.deliver("order-1", 7).applied());
   const version_gate_outcome outcome = f.gate.apply("orders", "order-1", 4, never);
@@ -146,7 +148,7 @@ TEST_CASE("an older version arriving late is stale and names the newer stored ve
   CHECK(f.effects("order-1") == "7");
 }
 
-TEST_CASE("the largest version is accepted and nothing is newer than it",
+TEST_CASE("version gate: the largest version is accepted and nothing is newer than it",
           "[sqlite][version_gate]") {
   fixture f;
   constexpr std::int64_t largest = std::numeric_limits<std::int64_t>::max();
@@ -156,7 +158,8 @@ TEST_CASE("the largest version is accepted and nothing is newer than it",
   CHECK(f.gate.stored_version("orders", "order-1") == largest);
 }
 
-TEST_CASE("scopes and entity ids keep their versions apart", "[sqlite][version_gate]") {
+TEST_CASE("version gate: scopes and entity ids keep their versions apart",
+          "[sqlite][version_gate]") {
   fixture f;
   REQUIRE(f.deliver("order-1", 9).applied());
   CHECK(f.deliver("order-2", 1).applied());
@@ -167,7 +170,7 @@ TEST_CASE("scopes and entity ids keep their versions apart", "[sqlite][version_g
   CHECK_FALSE(f.gate.stored_version("invoices", "order-2"));
 }
 
-TEST_CASE("a throwing consumer rolls back its writes and the version bump",
+TEST_CASE("version gate: a throwing consumer rolls back its writes and the version bump",
           "[sqlite][version_gate]") {
   fixture f;
   REQUIRE(f.deliver("order-1", 1).applied());
@@ -185,7 +188,7 @@ TEST_CASE("a throwing consumer rolls back its writes and the version bump",
   CHECK(f.effects("order-1") == "1\n2");
 }
 
-TEST_CASE("a consumer whose first event throws leaves no row for the entity",
+TEST_CASE("version gate: a consumer whose first event throws leaves no row for the entity",
           "[sqlite][version_gate]") {
   fixture f;
   CHECK_THROWS_WITH(f.gate.apply("orders", "order-1", 1,
@@ -197,8 +200,9 @@ TEST_CASE("a consumer whose first event throws leaves no row for the entity",
   CHECK(f.check.text("SELECT count(*) FROM idem_versions") == "0");
 }
 
-TEST_CASE("a consumer that ends the transaction itself is refused and nothing commits",
-          "[sqlite][version_gate]") {
+TEST_CASE(
+    "version gate: a consumer that ends the transaction itself is refused and nothing commits",
+    "[sqlite][version_gate]") {
   fixture f;
   CHECK_THROWS_AS(f.gate.apply("orders", "order-1", 1,
                                [](sqlite_store::transaction& t) { t.exec("ROLLBACK"); }),
@@ -206,8 +210,9 @@ TEST_CASE("a consumer that ends the transaction itself is refused and nothing co
   CHECK_FALSE(f.gate.stored_version("orders", "order-1"));
 }
 
-TEST_CASE("a shuffled sequence ends at the highest version, each applied only if newer",
-          "[sqlite][version_gate]") {
+TEST_CASE(
+    "version gate: a shuffled sequence ends at the highest version, each applied only if newer",
+    "[sqlite][version_gate]") {
   fixture f;
   std::vector<std::int64_t> versions(60);
   std::iota(versions.begin(), versions.end(), 1);
@@ -235,7 +240,7 @@ TEST_CASE("a shuffled sequence ends at the highest version, each applied only if
   CHECK(f.effects("order-1") == expected);
 }
 
-TEST_CASE("messages the consumer publishes are named after the applied event",
+TEST_CASE("version gate: messages the consumer publishes are named after the applied event",
           "[sqlite][version_gate]") {
   fixture f;
   std::string id;
@@ -249,7 +254,8 @@ TEST_CASE("messages the consumer publishes are named after the applied event",
   CHECK(f.check.text("SELECT count(*) FROM idem_outbox WHERE id = '" + id + "'") == "1");
 }
 
-TEST_CASE("an empty entity id is refused and nothing is written", "[sqlite][version_gate]") {
+TEST_CASE("version gate: an empty entity id is refused and nothing is written",
+          "[sqlite][version_gate]") {
   fixture f;
   CHECK_THROWS_WITH(f.gate.apply("orders", "", 1, never),
                     Contains("entity id must be 1 to 255 bytes of visible ASCII"));
@@ -257,7 +263,7 @@ TEST_CASE("an empty entity id is refused and nothing is written", "[sqlite][vers
   CHECK(f.check.text("SELECT count(*) FROM idem_versions") == "0");
 }
 
-TEST_CASE("an entity id past the length limit is refused", "[sqlite][version_gate]") {
+TEST_CASE("version gate: an entity id past the length limit is refused", "[sqlite][version_gate]") {
   fixture f;
   CHECK_THROWS_AS(f.gate.apply("orders", std::string(256, 'x'), 1, never), std::invalid_argument);
   CHECK(f.deliver(std::string(255, 'x'), 1).applied());
@@ -270,7 +276,8 @@ TEST_CASE("an entity id past the length limit is refused", "[sqlite][version_gat
   CHECK(f.check.text("SELECT count(*) FROM short_versions") == "0");
 }
 
-TEST_CASE("an entity id with a space or a control byte is refused", "[sqlite][version_gate]") {
+TEST_CASE("version gate: an entity id with a space or a control byte is refused",
+          "[sqlite][version_gate]") {
   fixture f;
   CHECK_THROWS_AS(f.gate.apply("orders", "order 1", 1, never), std::invalid_argument);
   CHECK_THROWS_AS(f.gate.apply("orders", std::string("order\0001", 7), 1, never),
@@ -279,7 +286,8 @@ TEST_CASE("an entity id with a space or a control byte is refused", "[sqlite][ve
   CHECK(f.check.text("SELECT count(*) FROM idem_versions") == "0");
 }
 
-TEST_CASE("a negative version is refused and the stored one is kept", "[sqlite][version_gate]") {
+TEST_CASE("version gate: a negative version is refused and the stored one is kept",
+          "[sqlite][version_gate]") {
   fixture f;
   REQUIRE(f.deliver("order-1", 2).applied());
   CHECK_THROWS_WITH(f.gate.apply("orders", "order-1", -1, never), Contains("negative"));
@@ -290,7 +298,7 @@ TEST_CASE("a negative version is refused and the stored one is kept", "[sqlite][
   CHECK_FALSE(f.gate.stored_version("orders", "order-2"));
 }
 
-TEST_CASE("a table name that is not a plain identifier is refused at construction",
+TEST_CASE("version gate: a table name that is not a plain identifier is refused at construction",
           "[sqlite][version_gate]") {
   fixture f;
   for (const std::string& bad :
@@ -310,7 +318,7 @@ TEST_CASE("a table name that is not a plain identifier is refused at constructio
   CHECK(f.check.text("SELECT count(*) FROM sqlite_schema WHERE name LIKE '%version%'") == "1");
 }
 
-TEST_CASE("a configured table name is made and used", "[sqlite][version_gate]") {
+TEST_CASE("version gate: a configured table name is made and used", "[sqlite][version_gate]") {
   fixture f;
   sqlite_version_gate::options options;
   options.table = "order_versions";
@@ -323,7 +331,7 @@ TEST_CASE("a configured table name is made and used", "[sqlite][version_gate]") 
   CHECK(again.stored_version("orders", "order-1") == 1);
 }
 
-TEST_CASE("a table of that name that is not a gate's is refused with a store_error",
+TEST_CASE("version gate: a table of that name that is not a gate's is refused with a store_error",
           "[sqlite][version_gate]") {
   fixture f;
   sqlite_version_gate::options options;
@@ -333,12 +341,13 @@ TEST_CASE("a table of that name that is not a gate's is refused with a store_err
   CHECK_THAT(error.what(), Contains("effects") && Contains("not a version gate's"));
 }
 
-TEST_CASE("a gate on a store without a database throws store_error", "[sqlite][version_gate]") {
+TEST_CASE("version gate: a gate on a store without a database throws store_error",
+          "[sqlite][version_gate]") {
   const store_error error = failure_of([] { sqlite_version_gate gate{sqlite_store{}}; });
   CHECK(error.failure() == store_failure::unavailable);
 }
 
-TEST_CASE("a database locked past the busy timeout fails apply and applies nothing",
+TEST_CASE("version gate: a database locked past the busy timeout fails apply and applies nothing",
           "[sqlite][version_gate]") {
   idem::testing::temporary_directory directory{"idem-gate"};
   const std::string path = directory.file("gate.sqlite3");
@@ -365,7 +374,7 @@ TEST_CASE("a database locked past the busy timeout fails apply and applies nothi
   CHECK(gate.stored_version("orders", "order-1") == 2);
 }
 
-TEST_CASE("deliveries racing from many threads apply each entity's versions in order",
+TEST_CASE("version gate: deliveries racing from many threads apply each entity's versions in order",
           "[sqlite][version_gate][concurrency]") {
   // 12 threads on two stores (two pools of connections, as two processes would have) deliver
   // every version of 4 entities, each (entity, version) three times, each thread in its own
