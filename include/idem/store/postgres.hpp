@@ -72,6 +72,8 @@
 
 namespace idem {
 
+class postgres_version_gate;
+
 class postgres_store {
  public:
   /// Records keep no completion time: complete leaves expires_at as the claim set it, so the
@@ -267,6 +269,9 @@ class postgres_store {
 
  private:
   friend class async_postgres_store;
+  // The version gate (store/postgres/version_gate.hpp) borrows this store's connections and
+  // runs its consumer in a transaction of this type.
+  friend class postgres_version_gate;
   class pool;
   using connection_pool = detail::connection_pool<detail::postgres::connection_ptr>;
   using borrowed = detail::postgres::borrowed_connection;
@@ -435,6 +440,7 @@ class postgres_store::transaction {
 
  private:
   friend class postgres_store;
+  friend class postgres_version_gate;
   transaction(postgres_store* store, borrowed* connection, const fenced_key& held,
               std::optional<std::int64_t> now) noexcept
       : store_(store), connection_(connection), held_(held), now_(now) {}

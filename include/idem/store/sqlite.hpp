@@ -79,6 +79,8 @@
 
 namespace idem {
 
+class sqlite_version_gate;
+
 class sqlite_store {
  public:
   /// Records keep no completion time: complete leaves expires_at as the claim set it, so the
@@ -470,6 +472,10 @@ class sqlite_store {
     writing.commit();
   }
 
+  // The version gate (store/sqlite/version_gate.hpp) borrows this store's connections and runs
+  // its consumer in a transaction of this type.
+  friend class sqlite_version_gate;
+
   std::shared_ptr<state> state_;
 };
 
@@ -545,6 +551,7 @@ class sqlite_store::transaction {
 
  private:
   friend class sqlite_store;
+  friend class sqlite_version_gate;
   transaction(detail::sqlite_connection& connection, state& owner, const fenced_key& held,
               store_time now) noexcept
       : connection_(&connection), owner_(&owner), held_(held), now_(now) {}
