@@ -21,6 +21,7 @@
 // flight, and --synchronous normal, so that it is not what their benchmark measures.
 #include "common.hpp"
 
+#include <idem/http/httplib.hpp>
 #include <idem/idem.hpp>
 #include <idem/store/sqlite.hpp>
 
@@ -202,6 +203,8 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  const idem::http::specification specification = idem::http::specification::of(*charges);
+
   httplib::Server server;
   server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   // cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed when Debian built
@@ -227,21 +230,10 @@ int main(int argc, char** argv) {
       res.set_content(payments::error_body(reason), "application/json");
       return;
     }
-    idem::http_request request{"POST", "/v1/charges", {}, req.body};
-    if (req.has_header("Idempotency-Key")) {
-      request.headers.emplace_back("Idempotency-Key", req.get_header_value("Idempotency-Key"));
-    }
-    const auto outcome = (*charges)(merchant, request);
-    res.status = outcome.http_status();
-    if (!outcome) {
-      res.set_content(payments::error_body(outcome.message()), "application/json");
-      return;
-    }
-    for (const auto& [name, value] : outcome->headers)
-      if (name != "Content-Type") res.set_header(name, value);
-    if (outcome.verdict() == idem::verdict::replayed) res.set_header("Idempotent-Replayed", "true");
-    res.set_content(outcome->body, std::string(outcome->header("Content-Type")));
+    const idem::http_request request{"POST", "/v1/charges", {}, req.body};
+    idem::http::serve(*charges, merchant, req, request, res, specification);
   });
+  server.Get("/idempotency", idem::http::specification_handler(specification));
 
   server.Get("/v1/charges", [&](const httplib::Request&, httplib::Response& res) {
     res.set_content(book->all_charges(), "application/json");

@@ -4,8 +4,10 @@
 //
 //   POST /v1/payments   Idempotency-Key: K   X-Account: A   {"amount","currency","source"}
 //        201 {"id","amount","currency","charge_id"}; a repeat gets the stored answer byte for
-//        byte (Idempotent-Replayed: true); 400 bad key or body, 401 no account, 409 in flight,
-//        422 same key with another body, 502 processor failing, 503 store unavailable
+//        byte (Idempotent-Replayed: true); 400 bad key or body, 401 no account, 409 in flight
+//        (Retry-After: the lease left), 422 same key with another body, 502 processor failing,
+//        503 store unavailable; idem's refusals are application/problem+json (RFC 9457)
+//   GET  /idempotency   the keys' specification (the draft's section 2.5): HTML, or JSON
 //   GET  /v1/payments/{id}   X-Account: A   200 the payment, 404 unknown (or another account's)
 //
 // How the guarantee is built (README, "The payments demo"):
@@ -27,13 +29,15 @@
 //
 // Two servers in one program, with one set of rules (service.hpp: validation, the handler's
 // charge, step and downstream keys, the verdicts' answers):
-//   * by default, cpp-httplib: a thread per connection from a pool of 32, idem::idempotent;
+//   * by default, cpp-httplib: a thread per connection from a pool of 32, idem::idempotent
+//     behind idem's cpp-httplib binding (idem/http/httplib.hpp: the key, the verdicts' answers);
 //   * --async, Boost.Beast on event loops (async_server.cpp): one io_context per thread,
 //     idem::async_idempotent with its lease kept alive by the heartbeat, the processor called
 //     through idem::async_retrying. docs/demo.md compares the two under idle connections.
 #include "server_settings.hpp"
 #include "service.hpp"
 
+#include <idem/http/httplib.hpp>
 #include <idem/idem.hpp>
 
 #include <algorithm>
@@ -97,6 +101,9 @@ int serve(const payments::server_settings& config, Store store, Book& book) {
           &book},
       payments::endpoint_options<Store, Book>(std::move(store), config.lease));
 
+  // What a client must know of the keys (the draft, section 2.5), served at /idempotency.
+  const idem::http::specification specification = idem::http::specification::of(payments_endpoint);
+
   httplib::Server server;
   // A connection holds one of these threads from its accept until it is closed: idle, for up to
   // the read timeout (docs/demo.md, "The two servers").
@@ -118,8 +125,11 @@ int serve(const payments::server_settings& config, Store store, Book& book) {
     if (auto refused = payments::refused_before_claim(post)) return send(res, *refused);
     book.prepare();  // book_error: 503, before the key is claimed
     const idem::http_request request = payments::payment_request(post, config.crash_when_asked);
-    send(res, payments::outcome_reply(payments_endpoint(post.account, request)));
+    // The key read as the draft says, the charge made once, the answer (a replay marked, a
+    // refusal as application/problem+json) written by idem's binding.
+    idem::http::serve(payments_endpoint, post.account, req, request, res, specification);
   });
+  server.Get("/idempotency", idem::http::specification_handler(specification));
 
   server.Get(R"(/v1/payments/([A-Za-z0-9_]+))",
              [&](const httplib::Request& req, httplib::Response& res) {

@@ -210,6 +210,7 @@ struct loop_service {
 
   async_processor_client processor;
   async_payments_endpoint<Store, Book> endpoint;
+  idem::http::specification specification = idem::http::specification::of(endpoint);
 };
 
 std::optional<std::string> header_of(const http_request_message& message, std::string_view name) {
@@ -248,7 +249,7 @@ class payments_routes {
     const idem::http_request request = payment_request(post, crash_when_asked_);
     const auto outcome =
         co_await service.endpoint.async_call(post.account, request, asio::use_awaitable);
-    co_return outcome_reply(outcome);
+    co_return outcome_reply(outcome, service.specification);
   }
 
   asio::awaitable<reply> look_up(const std::string& id, const http_request_message& message) {

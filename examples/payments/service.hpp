@@ -577,13 +577,9 @@ std::optional<int> with_store(const std::string& spec, Run&& run) {
 
 // --- the HTTP rules, one piece for both servers ------------------------------------------------
 
-/// An answer as both servers send it (cpp-httplib's and Beast's responses are made from it).
-struct reply {
-  int status = 200;
-  std::vector<std::pair<std::string, std::string>> headers;  // Content-Type aside
-  std::string content_type = "application/json";
-  std::string body;
-};
+/// An answer as both servers send it (cpp-httplib's and Beast's responses are made from it):
+/// idem's, which the protocol layer writes outcomes into.
+using reply = idem::http::reply;
 
 /// {"error": message} under `status`.
 inline reply error_reply(int status, std::string_view message) {
@@ -619,16 +615,14 @@ inline idem::http_request payment_request(const payment_post& post, double crash
   return request;
 }
 
-/// The wrapper's outcome as the client sees it: the stored or fresh response (a replay marked
-/// Idempotent-Replayed: true), or the refusal its verdict means (400, 409, 413, 422, 503).
-inline reply outcome_reply(const idem::idempotent_outcome<idem::http_response>& outcome) {
-  if (!outcome) return error_reply(outcome.http_status(), outcome.message());
-  reply answer{outcome->status, {}, std::string(outcome->header("Content-Type")), outcome->body};
-  for (const auto& [name, value] : outcome->headers)
-    if (name != "Content-Type") answer.headers.emplace_back(name, value);
-  if (outcome.verdict() == idem::verdict::replayed) {
-    answer.headers.emplace_back("Idempotent-Replayed", "true");
-  }
+/// The event-loop server's answer for the wrapper's outcome, as idem's protocol layer writes it:
+/// the stored or fresh response (a replay marked Idempotent-Replayed: true), or the refusal its
+/// verdict means as application/problem+json (400, 409 with Retry-After, 413, 422, 503). The
+/// blocking server has idem's cpp-httplib binding do this and read the key.
+inline reply outcome_reply(const idem::idempotent_outcome<idem::http_response>& outcome,
+                           const idem::http::specification& spec) {
+  reply answer;
+  idem::http::write_outcome(outcome, spec, answer);
   return answer;
 }
 

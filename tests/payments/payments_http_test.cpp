@@ -270,7 +270,11 @@ TEST_CASE("a missing, empty, over-255-byte or non-printable key is a 400 and cha
     auto res = post(d.server, body(100), key);
     REQUIRE(res);
     CHECK(res->status == 400);
-    CHECK(nlohmann::json::parse(res->body).contains("error"));
+    // idem's refusal: a problem document (RFC 9457) saying what is wrong with the key.
+    CHECK(res->get_header_value("Content-Type") == "application/problem+json");
+    const auto problem = nlohmann::json::parse(res->body);
+    CHECK(problem.at("status") == 400);
+    CHECK_FALSE(problem.at("detail").get<std::string>().empty());
   }
   CHECK(ledger(d.processor).empty());
   // The longest valid key is charged.

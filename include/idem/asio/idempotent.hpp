@@ -186,6 +186,8 @@ class async_idempotent {
                       std::forward<Token>(token));
   }
 
+  const options& settings() const noexcept { return engine_.options(); }
+
   /// Removes expired records; answers how many. Calls the store on this thread; an AsyncStore's
   /// operation is waited for here (blocking_store: never on a thread that runs its executor).
   std::size_t sweep() { return engine_.sweep(); }
