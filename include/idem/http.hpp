@@ -4,12 +4,16 @@
 // (idem/http/httplib.hpp, idem/http/beast.hpp) and need their libraries.
 //
 //   idempotency_key.hpp  the Idempotency-Key field read (sf-string or bare) and written
+//   deadline.hpp         the caller's deadline (Request-Timeout-Ms) read and written
+//   conditional.hpp      If-Match against a resource's version: idempotence without a key
 //   problem.hpp          refusals as application/problem+json, a stable type per refusal
 //   specification.hpp    the idempotency specification a resource publishes, as HTML and JSON
 //   exchange.hpp         one exchange: key read, wrapper called, outcome written
 #ifndef IDEM_HTTP_HPP
 #define IDEM_HTTP_HPP
 
+#include <idem/http/conditional.hpp>
+#include <idem/http/deadline.hpp>
 #include <idem/http/exchange.hpp>
 #include <idem/http/idempotency_key.hpp>
 #include <idem/http/problem.hpp>

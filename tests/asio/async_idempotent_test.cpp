@@ -314,3 +314,60 @@ TEST_CASE("a blocking store without a store executor is refused when the wrapper
   STATIC_REQUIRE(idem::never_blocks<idem::locked_store>);
   STATIC_REQUIRE_FALSE(idem::never_blocks<test_async::thread_noting_store>);
 }
+
+TEST_CASE("an async call whose caller has too little time left is refused and nothing is claimed") {
+  asio::io_context io;
+  idem::manual_clock clock;
+  charging_handler handler{clock};
+  guard::options parts = on(clock);
+  parts.minimum_time_left = 100ms;
+  guard payments{io.get_executor(), handler, std::move(parts)};
+  const idem::http_request request = charge("order-1");
+
+  for (const auto left : {std::chrono::nanoseconds{0}, std::chrono::nanoseconds{99ms}}) {
+    const outcome refused =
+        run_to_end(io, clock,
+                   payments.async_call("tenant", "k", request, idem::caller_deadline{left},
+                                       asio::use_awaitable));
+    CHECK(refused.verdict() == verdict::deadline_exceeded);
+    CHECK(refused.http_status() == 504);
+  }
+  CHECK(*handler.charges == 0);
+  // Nothing was claimed: with time enough, the key runs.
+  const outcome ran =
+      run_to_end(io, clock,
+                 payments.async_call("tenant", "k", request, idem::caller_deadline{100ms},
+                                     asio::use_awaitable));
+  CHECK(ran.verdict() == verdict::executed);
+  CHECK(*handler.charges == 1);
+}
+
+TEST_CASE("an async handler sees what its caller has left, counting down as it awaits") {
+  struct timed {
+    idem::manual_clock clock;
+    std::shared_ptr<std::vector<std::chrono::nanoseconds>> seen =
+        std::make_shared<std::vector<std::chrono::nanoseconds>>();
+    asio::awaitable<idem::http_response> operator()(idem::async_handler_context& ctx,
+                                                    const idem::http_request&) const {
+      seen->push_back(ctx.time_left().value_or(-1ns));
+      co_await downstream(clock, 300ms);
+      seen->push_back(ctx.time_left().value_or(-1ns));
+      co_return idem::http_response{200, {}, "done"};
+    }
+  };
+  asio::io_context io;
+  idem::manual_clock clock;
+  timed handler{clock};
+  idem::async_idempotent<timed, test_async::manual_policies>::options parts;
+  parts.clock = clock;
+  idem::async_idempotent<timed, test_async::manual_policies> guarded{io.get_executor(), handler,
+                                                                     std::move(parts)};
+  const idem::http_request request = charge("order-1");
+  const outcome ran = run_to_end(
+      io, clock,
+      guarded.async_call("tenant", "k", request, idem::caller_deadline{2s}, asio::use_awaitable));
+  CHECK(ran.verdict() == verdict::executed);
+  REQUIRE(handler.seen->size() == 2);
+  CHECK((*handler.seen)[0] == 2s);
+  CHECK((*handler.seen)[1] == 1700ms);
+}

@@ -70,6 +70,7 @@
 #include <idem/asio/detail/async_engine.hpp>
 #include <idem/asio/handler_context.hpp>
 #include <idem/policies.hpp>
+#include <idem/server/deadline.hpp>
 #include <idem/server/detail/admission.hpp>
 #include <idem/server/detail/checks.hpp>
 #include <idem/server/fingerprint/fingerprint.hpp>
@@ -121,6 +122,7 @@ class async_idempotent {
     std::string key_header = std::string(Policies::key_header);
     std::size_t max_kept_request_bytes = 0;
     std::string name{};
+    std::chrono::nanoseconds minimum_time_left{0};
     /// Where the store's calls run when the store blocks (it does not declare never_blocks): an
     /// asio::thread_pool's executor, or a strand of one. Required then; unused for a store
     /// that never blocks, whose calls run inline, and for an AsyncStore, which is awaited.
@@ -151,6 +153,14 @@ class async_idempotent {
   template <Fingerprintable Request, class Token>
   auto async_call(std::string_view scope, std::optional<std::string_view> key,
                   const Request& request, Token&& token) {
+    return async_call(scope, key, request, std::optional<caller_deadline>{},
+                      std::forward<Token>(token));
+  }
+
+  /// The same, for a caller that waits `deadline.time_left` at most (idempotent's overload).
+  template <Fingerprintable Request, class Token>
+  auto async_call(std::string_view scope, std::optional<std::string_view> key,
+                  const Request& request, std::optional<caller_deadline> deadline, Token&& token) {
     static_assert(detail::check_async_handler<Handler, Request, store_type>());
     if constexpr (detail::async_guardable<Handler, Request, store_type>) {
       using response_type =
@@ -161,18 +171,18 @@ class async_idempotent {
         using outcome_type = idempotent_outcome<response_type>;
         if constexpr (detail::awaits_in_caller<Token>) {
           // The caller's own coroutine runs the call: no coroutine of its own to spawn.
-          return handle<response_type>(scope, key, request);
+          return handle<response_type>(scope, key, request, deadline);
         } else {
           return asio::async_initiate<Token, void(std::exception_ptr, outcome_type)>(
               [this](auto handler, std::string_view scope, std::optional<std::string_view> key,
-                     const Request* request) {
+                     const Request* request, std::optional<caller_deadline> deadline) {
                 const auto executor = detail::operation_executor(handler, executor_);
-                asio::co_spawn(
-                    executor,
-                    detail::hearing_every_cancellation(handle<response_type>(scope, key, *request)),
-                    std::move(handler));
+                asio::co_spawn(executor,
+                               detail::hearing_every_cancellation(
+                                   handle<response_type>(scope, key, *request, deadline)),
+                               std::move(handler));
               },
-              token, scope, key, &request);
+              token, scope, key, &request, deadline);
         }
       }
     }
@@ -205,13 +215,22 @@ class async_idempotent {
   template <class Response, class Request>
   asio::awaitable<idempotent_outcome<Response>> handle(std::string_view scope,
                                                        std::optional<std::string_view> key,
-                                                       const Request& request) {
+                                                       const Request& request,
+                                                       std::optional<caller_deadline> deadline) {
     // Not a coroutine: the handler's own awaitable is awaited, with no frame between. A
     // handler that takes the store's transaction is run with it (async_engine::run_held).
     constexpr bool transactional = detail::takes_async_transaction<Handler, Request, store_type>;
     constexpr detail::completion how =
         transactional ? detail::completion::in_transaction : detail::completion::direct;
-    auto run = [this, &request](async_handler_context& context, auto&... transaction) {
+    // The deadline on this wrapper's clock, from the time the caller had left on arrival.
+    std::optional<typename clock_type::time_point> until;
+    if (deadline) {
+      until.emplace(clock().now() +
+                    std::chrono::duration_cast<typename clock_type::time_point::duration>(
+                        deadline->time_left));
+    }
+    auto run = [this, &request, &until](async_handler_context& context, auto&... transaction) {
+      if (until) context.set_deadline(clock(), *until);
       if constexpr (transactional) {
         return std::invoke(handler_, context, request, transaction...);
       } else if constexpr (detail::takes_async_context<Handler, Request>) {
@@ -220,7 +239,7 @@ class async_idempotent {
         return std::invoke(handler_, request);
       }
     };
-    detail::call_start<Response> started = start<Response>(scope, key, request);
+    detail::call_start<Response> started = start<Response>(scope, key, request, deadline);
     if (started.answer) co_return std::move(*started.answer);
     // One co_await of an outcome (see call_start): GCC gives each its own slot in the frame.
     asio::awaitable<idempotent_outcome<Response>> rest;
@@ -254,15 +273,27 @@ class async_idempotent {
   // never blocks and no coalescing, the claim, so that a replay answers from the caller's frame.
   template <class Response, class Request>
   detail::call_start<Response> start(std::string_view scope, std::optional<std::string_view> key,
-                                     const Request& request) {
+                                     const Request& request,
+                                     const std::optional<caller_deadline>& deadline) {
     const options& settings = engine_.options();
     detail::call_start<Response> started;
+    const bool too_late = deadline && detail::too_late(*deadline, settings.minimum_time_left);
     if (!key) {
-      if (settings.require_key) started.answer.emplace(detail::missing_key<Response>());
+      if (settings.require_key) {
+        started.answer.emplace(detail::missing_key<Response>());
+      } else if (too_late) {
+        started.answer.emplace(
+            detail::deadline_refusal<Response>(*deadline, settings.minimum_time_left));
+      }
       return started;
     }
     if (auto refused = detail::admit<Response>(settings, *key, view_of(request), started.print)) {
       started.answer.emplace(std::move(*refused));
+      return started;
+    }
+    if (too_late) {
+      started.answer.emplace(
+          detail::deadline_refusal<Response>(*deadline, settings.minimum_time_left));
       return started;
     }
     if (settings.max_kept_request_bytes != 0) {

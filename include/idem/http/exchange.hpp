@@ -1,11 +1,13 @@
 // One HTTP exchange through an idempotent wrapper, whatever the server: the Idempotency-Key
-// fields read (idempotency_key.hpp), the guarded call made, and its outcome written as the draft
-// and RFC 9457 say (the response, a replay marked Idempotent-Replayed: true, or a problem with
-// its status, and a 409's Retry-After). The server bindings (httplib.hpp, beast.hpp) are this
-// plus the reading and writing of their own request and response types. Standard library only.
+// and deadline fields read (idempotency_key.hpp, deadline.hpp), the guarded call made, and its
+// outcome written as the draft and RFC 9457 say (the response, a replay marked Idempotent-Replayed:
+// true, or a problem with its status, and a 409's Retry-After). The server bindings (httplib.hpp,
+// beast.hpp) are this plus the reading and writing of their own request and response types.
+// Standard library only.
 //
 //   idem::http::reply answer;
-//   idem::http::exchange(payments, account, key_fields, request, spec, answer);
+//   idem::http::exchange(payments, account, idem::http::field_values_in(request), request, spec,
+//                        answer);
 //   send(answer.status, answer.headers, answer.content_type, answer.body);
 //
 // A writer is anything with set_status(int), add_header(name, value) and
@@ -20,9 +22,12 @@
 #include <utility>
 #include <vector>
 
+#include <idem/http/conditional.hpp>
+#include <idem/http/deadline.hpp>
 #include <idem/http/idempotency_key.hpp>
 #include <idem/http/problem.hpp>
 #include <idem/http/specification.hpp>
+#include <idem/server/deadline.hpp>
 #include <idem/server/outcome.hpp>
 #include <idem/server/request.hpp>
 
@@ -102,19 +107,100 @@ void write_outcome(const idempotent_outcome<Response>& outcome, const specificat
   out.set_body(response.body, content_type);
 }
 
-/// One exchange: the key read from every value of the request's key field (`key_fields`), the
-/// guarded call made under `scope`, the answer written. A key field that is not a key (two
-/// fields, a malformed sf-string, an empty one) is refused with 400 before anything is claimed;
-/// no field at all is the wrapper's missing key (400, or run unguarded where keys are optional).
-template <class Guarded, class Request, class Fields, reply_writer Writer>
-void exchange(Guarded& guarded, std::string_view scope, const Fields& key_fields,
-              const Request& request, const specification& spec, Writer& out) {
-  const parsed_key key = parse_key_fields(key_fields, spec.accepted);
-  if (key) return write_outcome(guarded(scope, key.value(), request), spec, out);
-  if (key.error() == key_error::missing) {
-    return write_outcome(guarded(scope, std::nullopt, request), spec, out);
+/// What a request's fields say about the call: its key (Idempotency-Key, read as the
+/// specification accepts it) and its deadline (the specification's deadline field), or the
+/// refusal a wrong one gets (400: two keys, a malformed key, a deadline that is not a number of
+/// milliseconds). `field_values(name)` answers every value the request carries under `name`, as
+/// string views into the request. Views into the request, or into this object: keep both while
+/// the key is used.
+class call_fields {
+ public:
+  template <class FieldValues>
+  call_fields(const FieldValues& field_values, const specification& spec)
+      : key_(parse_key_fields(field_values(spec.key_field), spec.accepted)) {
+    if (!key_ && key_.error() != key_error::missing) {
+      refusal_.emplace(make_problem(problem_for(key_.error()), key_.message(), spec.uri));
+      return;
+    }
+    if (spec.deadline_field.empty()) return;
+    const parsed_deadline deadline = parse_deadline_fields(field_values(spec.deadline_field));
+    if (!deadline) {
+      refusal_.emplace(make_problem(problem_kind::invalid_deadline, deadline.message(), spec.uri));
+      return;
+    }
+    deadline_ = deadline.deadline();
   }
-  write_problem(make_problem(problem_for(key.error()), key.message(), spec.uri), out);
+  call_fields(const call_fields&) = delete;
+  call_fields& operator=(const call_fields&) = delete;
+
+  /// The problem to answer instead of calling: a key or deadline field that is wrong.
+  const std::optional<problem>& refusal() const noexcept { return refusal_; }
+  /// The key; std::nullopt when the request has none (the wrapper decides: 400, or unguarded).
+  std::optional<std::string_view> key() const noexcept {
+    if (!key_) return std::nullopt;
+    return key_.value();
+  }
+  /// The caller's deadline; std::nullopt when the request has none.
+  const std::optional<caller_deadline>& deadline() const noexcept { return deadline_; }
+
+ private:
+  parsed_key key_;
+  std::optional<caller_deadline> deadline_;
+  std::optional<problem> refusal_;
+};
+
+/// field_values for an http_request: every value of a header, by name (case-insensitive).
+inline auto field_values_in(const http_request& request) {
+  return [&request](std::string_view name) {
+    std::vector<std::string_view> values;
+    for (const auto& [field, value] : request.headers)
+      if (idem::header_name_equals(field, name)) values.emplace_back(value);
+    return values;
+  };
+}
+
+/// One exchange: the call's fields read (call_fields), the guarded call made under `scope` with
+/// the key and the caller's deadline, the answer written. A field that is wrong is refused (400)
+/// before anything is claimed; no key at all is the wrapper's missing key (400, or run unguarded
+/// where keys are optional); a deadline too short to start the work is the wrapper's
+/// deadline_exceeded (504), nothing claimed either.
+template <class Guarded, class Request, class FieldValues, reply_writer Writer>
+void exchange(Guarded& guarded, std::string_view scope, const FieldValues& field_values,
+              const Request& request, const specification& spec, Writer& out) {
+  const call_fields fields(field_values, spec);
+  if (fields.refusal()) return write_problem(*fields.refusal(), out);
+  write_outcome(guarded(scope, fields.key(), request, fields.deadline()), spec, out);
+}
+
+/// exchange for a request that changes a resource under a condition (If-Match, conditional.hpp):
+/// `current_tag()` answers the resource's current entity-tag (its opaque part), or std::nullopt
+/// when there is no such resource. A malformed If-Match is refused with 400, one that does not
+/// hold with 412, both before anything is claimed or run; a request without If-Match goes on as
+/// exchange's. The condition is checked before the key: a repeat of a keyed request whose first
+/// attempt changed the version is answered 412, which tells its client the change was made
+/// (docs/natural_idempotence.md).
+template <class Guarded, class Request, class FieldValues, reply_writer Writer, class CurrentTag>
+void conditional_exchange(Guarded& guarded, std::string_view scope, const FieldValues& field_values,
+                          const Request& request, const specification& spec, Writer& out,
+                          CurrentTag&& current_tag) {
+  const parsed_if_match condition = parse_if_match_fields(field_values(if_match_field));
+  if (!condition) {
+    return write_problem(
+        make_problem(problem_kind::invalid_precondition, condition.message(), spec.uri), out);
+  }
+  if (condition.present()) {
+    const std::optional<std::string> current{current_tag()};
+    if (!if_match_holds(condition, current)) {
+      return write_problem(
+          make_problem(problem_kind::precondition_failed,
+                       current ? "the resource is at another version than If-Match names"
+                               : "the resource does not exist, and If-Match asks for a version "
+                                 "of it",
+                       spec.uri),
+          out);
+    }
+  }
+  exchange(guarded, scope, field_values, request, spec, out);
 }
 
 }  // namespace idem::http

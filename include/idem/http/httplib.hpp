@@ -79,24 +79,37 @@ class httplib_writer {
   httplib::Response* response_;
 };
 
-/// Every value of the request's `field` (its Idempotency-Key fields: more than one is refused).
-/// Views into the request.
-inline std::vector<std::string_view> field_values(const httplib::Request& request,
-                                                  std::string_view field) {
-  std::vector<std::string_view> values;
-  const auto [first, last] = request.headers.equal_range(std::string(field));
-  for (auto it = first; it != last; ++it)
-    values.emplace_back(it->second);
-  return values;
+/// field_values for httplib's request: every value of a header, by name (case-insensitive, as
+/// httplib keeps them), as views into the request.
+inline auto field_values_in(const httplib::Request& request) {
+  return [&request](std::string_view name) {
+    std::vector<std::string_view> values;
+    const auto [first, last] = request.headers.equal_range(std::string(name));
+    for (auto it = first; it != last; ++it)
+      values.emplace_back(it->second);
+    return values;
+  };
 }
 
 /// Runs `guarded` for `req` under `scope`, with `request` as the handler's request, and writes
-/// the answer into `res`.
+/// the answer into `res`: exchange.hpp's exchange, the key and the deadline read from `req`.
 template <class Guarded, class Request>
 void serve(Guarded& guarded, std::string_view scope, const httplib::Request& req,
            const Request& request, httplib::Response& res, const specification& spec) {
   httplib_writer out{res};
-  exchange(guarded, scope, field_values(req, spec.key_field), request, spec, out);
+  exchange(guarded, scope, field_values_in(req), request, spec, out);
+}
+
+/// serve for a request that changes a resource under a condition (If-Match):
+/// conditional_exchange, with `current_tag()` answering the resource's current entity-tag (its
+/// opaque part) or std::nullopt when it does not exist.
+template <class Guarded, class Request, class CurrentTag>
+void serve_conditional(Guarded& guarded, std::string_view scope, const httplib::Request& req,
+                       const Request& request, httplib::Response& res, const specification& spec,
+                       CurrentTag&& current_tag) {
+  httplib_writer out{res};
+  conditional_exchange(guarded, scope, field_values_in(req), request, spec, out,
+                       std::forward<CurrentTag>(current_tag));
 }
 
 /// The same, the handler's request being an httplib_request.

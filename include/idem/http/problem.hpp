@@ -29,20 +29,21 @@ inline constexpr std::string_view problem_media_type = "application/problem+json
 
 /// The ways a request is refused, each a problem type of its own.
 enum class problem_kind : std::uint8_t {
-  missing_key,          ///< 400: no Idempotency-Key where one is required
-  invalid_key,          ///< 400: a key that is malformed, empty, too long or not visible ASCII
-  several_keys,         ///< 400: more than one Idempotency-Key field (the draft, section 2.1)
-  key_reused,           ///< 422: the key was used with another request (section 2.7)
-  request_outstanding,  ///< 409: a request with the key is still being processed (section 2.7)
-  invalid_request,      ///< 400: the request cannot be fingerprinted
-  body_too_large,       ///< 413: the body is longer than the server accepts
-  store_unavailable,    ///< 503: the key store cannot answer; nothing ran
-  store_full,           ///< 503: the key store has no room; nothing ran
-  response_too_large,   ///< 500: the first response was too large to keep for repeats
-  cancelled,            ///< 503: the server stopped working on the request; a retry runs it
-  deadline_exceeded,    ///< 504: too little of the caller's deadline is left to start the work
-  invalid_deadline,     ///< 400: a deadline field that is not a number of milliseconds
-  precondition_failed,  ///< 412: If-Match names no current version of the resource
+  missing_key,           ///< 400: no Idempotency-Key where one is required
+  invalid_key,           ///< 400: a key that is malformed, empty, too long or not visible ASCII
+  several_keys,          ///< 400: more than one Idempotency-Key field (the draft, section 2.1)
+  key_reused,            ///< 422: the key was used with another request (section 2.7)
+  request_outstanding,   ///< 409: a request with the key is still being processed (section 2.7)
+  invalid_request,       ///< 400: the request cannot be fingerprinted
+  body_too_large,        ///< 413: the body is longer than the server accepts
+  store_unavailable,     ///< 503: the key store cannot answer; nothing ran
+  store_full,            ///< 503: the key store has no room; nothing ran
+  response_too_large,    ///< 500: the first response was too large to keep for repeats
+  cancelled,             ///< 503: the server stopped working on the request; a retry runs it
+  deadline_exceeded,     ///< 504: too little of the caller's deadline is left to start the work
+  invalid_deadline,      ///< 400: a deadline field that is not a number of milliseconds
+  precondition_failed,   ///< 412: If-Match names no current version of the resource
+  invalid_precondition,  ///< 400: an If-Match field that is not "*" or a list of entity-tags
 };
 
 /// A problem type: the fragment that names it, its status, its title (RFC 9457 section 3.1.3:
@@ -83,19 +84,29 @@ constexpr problem_type type_of(problem_kind kind) noexcept {
       return {"invalid-deadline", 400, "The request's deadline is not valid"};
     case problem_kind::precondition_failed:
       return {"precondition-failed", 412, "The resource is not in the expected version"};
+    case problem_kind::invalid_precondition:
+      return {"invalid-precondition", 400, "The If-Match field is not valid"};
   }
   return {"unknown", 500, "Unknown problem"};
 }
 
 /// Every problem kind, for documents and tests that list them.
 inline constexpr problem_kind all_problem_kinds[] = {
-    problem_kind::missing_key,         problem_kind::invalid_key,
-    problem_kind::several_keys,        problem_kind::key_reused,
-    problem_kind::request_outstanding, problem_kind::invalid_request,
-    problem_kind::body_too_large,      problem_kind::store_unavailable,
-    problem_kind::store_full,          problem_kind::response_too_large,
-    problem_kind::cancelled,           problem_kind::deadline_exceeded,
-    problem_kind::invalid_deadline,    problem_kind::precondition_failed,
+    problem_kind::missing_key,
+    problem_kind::invalid_key,
+    problem_kind::several_keys,
+    problem_kind::key_reused,
+    problem_kind::request_outstanding,
+    problem_kind::invalid_request,
+    problem_kind::body_too_large,
+    problem_kind::store_unavailable,
+    problem_kind::store_full,
+    problem_kind::response_too_large,
+    problem_kind::cancelled,
+    problem_kind::deadline_exceeded,
+    problem_kind::invalid_deadline,
+    problem_kind::precondition_failed,
+    problem_kind::invalid_precondition,
 };
 
 /// The problem a verdict without a response is; std::nullopt for executed and replayed.
@@ -124,6 +135,8 @@ constexpr std::optional<problem_kind> problem_for(verdict v) noexcept {
       return problem_kind::response_too_large;
     case verdict::cancelled:
       return problem_kind::cancelled;
+    case verdict::deadline_exceeded:
+      return problem_kind::deadline_exceeded;
   }
   return problem_kind::store_unavailable;
 }

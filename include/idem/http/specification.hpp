@@ -42,9 +42,9 @@ struct specification {
   std::chrono::nanoseconds lease = std::chrono::seconds{30};
   /// What makes a repeat the same request (the fingerprint, section 2.4), in words.
   std::string fingerprint = "the method, the target and the body, byte for byte";
-  /// The request field that carries the caller's deadline, in milliseconds left; empty when
-  /// the server does not read one.
-  std::string deadline_field{};
+  /// The request field that carries the caller's deadline, in milliseconds left
+  /// (idem/http/deadline.hpp); empty when the server does not read one.
+  std::string deadline_field{"Request-Timeout-Ms"};
 
   /// The specification an idempotent (or async_idempotent) wrapper keeps: its key rule, lease
   /// and retention, published at `uri`.

@@ -34,12 +34,14 @@
 #ifndef IDEM_SERVER_HANDLER_CONTEXT_HPP
 #define IDEM_SERVER_HANDLER_CONTEXT_HPP
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <exception>
 #include <functional>
 #include <initializer_list>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -127,6 +129,28 @@ class handler_context {
   bool resumed() const noexcept { return resumed_; }
   /// Recovery points recorded so far, by this attempt and the ones before it.
   std::size_t steps_recorded() const noexcept { return recorded_steps_; }
+
+  /// How long the caller still waits, now, when the request came with a deadline
+  /// (idem::caller_deadline: an HTTP deadline field, gRPC's call deadline); std::nullopt when it
+  /// came with none. Give it to the handler's own downstream calls (a retrying deadline, a
+  /// timeout, the deadline field of the next hop) so that they stop when the caller stopped
+  /// waiting. Zero or less: the caller has given up.
+  std::optional<std::chrono::nanoseconds> time_left() const {
+    if (deadline_left_ == nullptr) return std::nullopt;
+    return deadline_left_(deadline_clock_, deadline_);
+  }
+
+  /// Sets the deadline time_left() counts down to: `deadline`, on `clock` (the wrapper's own,
+  /// which must outlive this context). The wrappers call this; a test of a handler may too.
+  template <class Clock>
+  void set_deadline(Clock& clock, typename Clock::time_point deadline) noexcept {
+    deadline_clock_ = &clock;
+    deadline_ = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch());
+    deadline_left_ = [](void* on, std::chrono::nanoseconds at) -> std::chrono::nanoseconds {
+      const auto now = static_cast<Clock*>(on)->now().time_since_epoch();
+      return at - std::chrono::duration_cast<std::chrono::nanoseconds>(now);
+    };
+  }
 
   /// A key for the downstream call `name`: the same for every attempt and takeover of this
   /// (scope, key), different for every name, scope and key. 64 hex digits of SHA-256 over the
@@ -326,6 +350,11 @@ class handler_context {
   std::size_t recorded_steps_ = 0;
   detail::recovery_writer* writer_ = nullptr;
   bool in_doubt_ = false;
+  // The deadline, on the wrapper's clock, reached through a function that knows its type (the
+  // context is the same type whatever the policies): none while deadline_left_ is null.
+  void* deadline_clock_ = nullptr;
+  std::chrono::nanoseconds deadline_{};
+  std::chrono::nanoseconds (*deadline_left_)(void* clock, std::chrono::nanoseconds at) = nullptr;
 };
 
 }  // namespace idem

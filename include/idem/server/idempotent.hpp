@@ -45,6 +45,7 @@
 #include <idem/key.hpp>
 #include <idem/policies.hpp>
 #include <idem/server/codec.hpp>
+#include <idem/server/deadline.hpp>
 #include <idem/server/detail/admission.hpp>
 #include <idem/server/detail/checks.hpp>
 #include <idem/server/detail/engine.hpp>
@@ -114,6 +115,9 @@ class idempotent {
     /// The name a reconciler finds this wrapper by, kept with each request (resumable records
     /// only): give each wrapper that shares a store its own.
     std::string name{};
+    /// A call whose caller_deadline leaves less than this (or nothing) is refused with
+    /// deadline_exceeded before anything is claimed: the least the handler needs to finish.
+    std::chrono::nanoseconds minimum_time_left{0};
   };
 
   explicit idempotent(Handler handler) : idempotent(std::move(handler), options{}) {}
@@ -131,6 +135,15 @@ class idempotent {
   template <Fingerprintable Request>
   auto operator()(std::string_view scope, std::optional<std::string_view> key,
                   const Request& request) {
+    return (*this)(scope, key, request, std::optional<caller_deadline>{});
+  }
+
+  /// The same, for a caller that waits `deadline.time_left` at most (std::nullopt: no deadline
+  /// known). Less than minimum_time_left is refused with deadline_exceeded, nothing claimed;
+  /// else the handler's context counts down what is left (handler_context::time_left).
+  template <Fingerprintable Request>
+  auto operator()(std::string_view scope, std::optional<std::string_view> key,
+                  const Request& request, std::optional<caller_deadline> deadline) {
     // The checks come first and the rest only once they pass, so that their sentence is the
     // first error a wrong handler gets (idem/server/detail/checks.hpp).
     static_assert(detail::check_handler<Handler, Request, store_type>());
@@ -139,7 +152,7 @@ class idempotent {
       static_assert(detail::check_response<response_type>());
       if constexpr (detail::storable_response<response_type>) {
         static_assert(detail::check_failure_policy<failure_type, response_type>());
-        return handle<response_type>(scope, key, request);
+        return handle<response_type>(scope, key, request, deadline);
       }
     }
   }
@@ -194,7 +207,7 @@ class idempotent {
               0,
               {}};
     }
-    auto run = runner<response_type>(*kept);
+    auto run = runner<response_type>(*kept, nullptr);
     constexpr detail::completion how = detail::takes_transaction<Handler, Request, store_type>
                                            ? detail::completion::in_transaction
                                            : detail::completion::direct;
@@ -219,12 +232,20 @@ class idempotent {
 
   template <class Response, class Request>
   idempotent_outcome<Response> handle(std::string_view scope, std::optional<std::string_view> key,
-                                      const Request& request) {
+                                      const Request& request,
+                                      std::optional<caller_deadline> deadline) {
     constexpr bool transactional = detail::takes_transaction<Handler, Request, store_type>;
     using outcome_type = idempotent_outcome<Response>;
     const options& settings = engine_.options();
 
-    auto run = runner<Response>(request);
+    // The deadline on this wrapper's clock, from the time the caller had left on arrival.
+    std::optional<typename clock_type::time_point> until;
+    if (deadline) {
+      until.emplace(engine_.clock().now() +
+                    std::chrono::duration_cast<typename clock_type::time_point::duration>(
+                        deadline->time_left));
+    }
+    auto run = runner<Response>(request, until ? &*until : nullptr);
     if (!key) {
       if (settings.require_key) return detail::missing_key<Response>();
       if constexpr (transactional) {
@@ -233,12 +254,18 @@ class idempotent {
                             "an idempotency key is required: this handler runs inside the "
                             "transaction that records its key"};
       } else {
+        if (deadline && detail::too_late(*deadline, settings.minimum_time_left)) {
+          return detail::deadline_refusal<Response>(*deadline, settings.minimum_time_left);
+        }
         return engine_type::template run_unguarded<Response>(scope, run);
       }
     }
     digest print;
     if (auto refused = detail::admit<Response>(settings, *key, view_of(request), print)) {
       return std::move(*refused);
+    }
+    if (deadline && detail::too_late(*deadline, settings.minimum_time_left)) {
+      return detail::deadline_refusal<Response>(*deadline, settings.minimum_time_left);
     }
     constexpr detail::completion how =
         transactional ? detail::completion::in_transaction : detail::completion::direct;
@@ -256,8 +283,9 @@ class idempotent {
   // What the engine runs for `request`: the handler, given the context, and for a transactional
   // handler the transaction too (completion::in_transaction passes it).
   template <class Response, class Request>
-  auto runner(const Request& request) {
-    return [this, &request](handler_context& context, auto&... transaction) -> Response {
+  auto runner(const Request& request, const typename clock_type::time_point* until) {
+    return [this, &request, until](handler_context& context, auto&... transaction) -> Response {
+      if (until != nullptr) context.set_deadline(engine_.clock(), *until);
       if constexpr (detail::takes_transaction<Handler, Request, store_type>) {
         return std::invoke(handler_, context, request, transaction...);
       } else if constexpr (detail::takes_handler_context<Handler, Request>) {

@@ -34,6 +34,8 @@ enum class verdict : std::uint8_t {
   cancelled,           // an asynchronous call was cancelled (its cancellation slot) before it
                        // ended: nothing was recorded for it, its claim was settled as a failure
                        // (released by default), so a retry runs again (HTTP 503)
+  deadline_exceeded,   // the caller's deadline (idem::caller_deadline) leaves less time than the
+                       // wrapper's minimum_time_left: nothing was claimed or run (HTTP 504)
 };
 
 constexpr std::string_view to_string(verdict v) noexcept {
@@ -62,6 +64,8 @@ constexpr std::string_view to_string(verdict v) noexcept {
       return "response_too_large";
     case verdict::cancelled:
       return "cancelled";
+    case verdict::deadline_exceeded:
+      return "deadline_exceeded";
   }
   return "unknown";
 }
@@ -89,6 +93,8 @@ constexpr int http_status(verdict v) noexcept {
       return 503;
     case verdict::response_too_large:
       return 500;  // the service cannot answer a repeat as it answered the first request
+    case verdict::deadline_exceeded:
+      return 504;  // as Google's APIs map gRPC's DEADLINE_EXCEEDED to HTTP
   }
   return 500;
 }

@@ -27,7 +27,8 @@ TEST_CASE("every verdict without a response is a problem whose status is the ver
        {idem::verdict::in_progress, idem::verdict::mismatch, idem::verdict::missing_key,
         idem::verdict::invalid_key, idem::verdict::invalid_request, idem::verdict::body_too_large,
         idem::verdict::store_unavailable, idem::verdict::store_full,
-        idem::verdict::response_too_large, idem::verdict::cancelled}) {
+        idem::verdict::response_too_large, idem::verdict::cancelled,
+        idem::verdict::deadline_exceeded}) {
     const auto kind = http::problem_for(v);
     REQUIRE(kind);
     CHECK(http::type_of(*kind).status == idem::http_status(v));
@@ -59,6 +60,7 @@ TEST_CASE("problem types are stable: each kind keeps its fragment, status and ti
       {http::problem_kind::deadline_exceeded, "deadline-exceeded", 504},
       {http::problem_kind::invalid_deadline, "invalid-deadline", 400},
       {http::problem_kind::precondition_failed, "precondition-failed", 412},
+      {http::problem_kind::invalid_precondition, "invalid-precondition", 400},
   };
   std::set<std::string_view> fragments;
   for (const row& expected : table) {

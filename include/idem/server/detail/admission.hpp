@@ -5,12 +5,14 @@
 #ifndef IDEM_SERVER_DETAIL_ADMISSION_HPP
 #define IDEM_SERVER_DETAIL_ADMISSION_HPP
 
+#include <chrono>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 
 #include <idem/key.hpp>
+#include <idem/server/deadline.hpp>
 #include <idem/server/detail/engine.hpp>
 #include <idem/server/fingerprint/digest.hpp>
 #include <idem/server/outcome.hpp>
@@ -22,6 +24,31 @@ namespace idem::detail {
 template <class Response>
 idempotent_outcome<Response> missing_key() {
   return idempotent_outcome<Response>{verdict::missing_key, "an idempotency key is required"};
+}
+
+/// Whether a caller with `deadline` has too little time left for a handler that needs
+/// `minimum` (nothing left is always too little).
+inline bool too_late(const caller_deadline& deadline, std::chrono::nanoseconds minimum) noexcept {
+  return deadline.time_left <= std::chrono::nanoseconds::zero() || deadline.time_left < minimum;
+}
+
+/// The refusal of a call too_late said no to: nothing is claimed, the caller is told why.
+template <class Response>
+idempotent_outcome<Response> deadline_refusal(const caller_deadline& deadline,
+                                              std::chrono::nanoseconds minimum) {
+  using std::chrono::duration_cast;
+  using std::chrono::milliseconds;
+  if (deadline.time_left <= std::chrono::nanoseconds::zero()) {
+    return idempotent_outcome<Response>{verdict::deadline_exceeded,
+                                        "the caller's deadline has passed: the request was not "
+                                        "started"};
+  }
+  return idempotent_outcome<Response>{
+      verdict::deadline_exceeded,
+      "the caller waits " +
+          std::to_string(duration_cast<milliseconds>(deadline.time_left).count()) +
+          " ms more, and the request needs at least " +
+          std::to_string(duration_cast<milliseconds>(minimum).count()) + " ms: it was not started"};
 }
 
 /// Checks a keyed request: the refusal (invalid_key, body_too_large, invalid_request), or none
