@@ -84,8 +84,8 @@ struct grpc_result {
   /// Reads what the server said from a finished call's context.
   static grpc_result of(grpc::Status status, const grpc::ClientContext& context) {
     grpc_result result{std::move(status), {}, false};
-    result.retry_after = std::string(detail::grpc_first_value(
-        context.GetServerTrailingMetadata(), grpc_retry_after_metadata));
+    result.retry_after = std::string(
+        detail::grpc_first_value(context.GetServerTrailingMetadata(), grpc_retry_after_metadata));
     result.replayed = detail::grpc_first_value(context.GetServerInitialMetadata(),
                                                grpc_replayed_metadata) == "true";
     return result;

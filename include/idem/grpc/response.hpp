@@ -55,7 +55,8 @@ struct codec<T> {
     T response;
     const std::uint64_t code = detail::take_varint(bytes, "grpc_response code");
     // gRPC defines 0 to 16; a code beyond is carried as it came, within an int.
-    if (code > 0x7fffffff) throw codec_error("idem::codec<grpc_response>: stored code out of range");
+    if (code > 0x7fffffff)
+      throw codec_error("idem::codec<grpc_response>: stored code out of range");
     response.code = static_cast<int>(code);
     response.message.assign(detail::take_bytes(bytes, "grpc_response message"));
     response.details.assign(detail::take_bytes(bytes, "grpc_response details"));

@@ -83,9 +83,9 @@ constexpr grpc_status grpc_status_for(verdict v) noexcept {
       // gRPC's guide: ABORTED for a concurrency conflict the client retries at a higher level.
       // ALREADY_EXISTS would tell the client its resource exists, which it may never.
       return grpc_status::aborted;
-    case verdict::mismatch:       // the key was sent with another request: a new key is needed
-    case verdict::missing_key:    // where keys are required
-    case verdict::invalid_key:    // empty, too long, not visible ASCII
+    case verdict::mismatch:     // the key was sent with another request: a new key is needed
+    case verdict::missing_key:  // where keys are required
+    case verdict::invalid_key:  // empty, too long, not visible ASCII
     case verdict::invalid_request:
     case verdict::body_too_large:  // not RESOURCE_EXHAUSTED: that one is retried, this never
       return grpc_status::invalid_argument;
@@ -169,7 +169,7 @@ class grpc_request {
   /// The bytes the fingerprint covers.
   std::string_view bytes() const noexcept { return bytes_; }
 
-  request_view view() const noexcept {
+  request_view view() const {
     return {method_, detail::message_type_name<Message>(), bytes_, {}, context_, &metadata_of};
   }
 
@@ -236,9 +236,9 @@ class grpc_unary_handler {
       : function_(std::move(function)), released_(released) {}
 
   template <class Message>
-  requires std::invocable<Function&, handler_context&, const grpc_request<Message>&, Reply&> ||
-      std::invocable<Function&, const grpc_request<Message>&, Reply&>
-      grpc_response operator()(handler_context& context, const grpc_request<Message>& request) {
+  requires std::invocable < Function&, handler_context&, const grpc_request<Message>
+  &, Reply& > || std::invocable<Function&, const grpc_request<Message>&, Reply&> grpc_response
+                 operator()(handler_context& context, const grpc_request<Message>& request) {
     Reply reply;
     if constexpr (std::invocable<Function&, handler_context&, const grpc_request<Message>&,
                                  Reply&>) {
@@ -250,10 +250,11 @@ class grpc_unary_handler {
 
   /// With a TransactionalStore: the function's writes commit with the record.
   template <class Message, class Transaction>
-  requires std::invocable<Function&, handler_context&, const grpc_request<Message>&, Reply&,
-                          Transaction&>
-      grpc_response operator()(handler_context& context, const grpc_request<Message>& request,
-                               Transaction& transaction) {
+  requires std::invocable < Function&, handler_context&, const grpc_request<Message>
+  &, Reply&,
+      Transaction& > grpc_response operator()(handler_context& context,
+                                              const grpc_request<Message>& request,
+                                              Transaction& transaction) {
     Reply reply;
     return answer(std::invoke(function_, context, request, reply, transaction), reply);
   }
@@ -302,8 +303,7 @@ inline grpc::Status grpc_refusal(grpc::ServerContextBase& context, grpc_status c
                                  http::problem_kind kind, std::string_view message) {
   const http::problem_type type = http::type_of(kind);
   context.AddTrailingMetadata(std::string(grpc_problem_metadata), std::string(type.fragment));
-  return {static_cast<grpc::StatusCode>(code),
-          std::string(message.empty() ? type.title : message)};
+  return {static_cast<grpc::StatusCode>(code), std::string(message.empty() ? type.title : message)};
 }
 
 inline std::string_view grpc_key_message(http::key_error error) noexcept {
@@ -346,9 +346,9 @@ grpc::Status grpc_answer(const idempotent_outcome<grpc_response>& outcome,
   const http::problem_kind kind =
       http::problem_for(v).value_or(http::problem_kind::store_unavailable);
   if (v == verdict::in_progress && outcome.lease_left() > std::chrono::nanoseconds::zero()) {
-    context.AddTrailingMetadata(std::string(grpc_retry_after_metadata),
-                                std::to_string(http::whole_seconds_after(outcome.lease_left())
-                                                   .count()));
+    context.AddTrailingMetadata(
+        std::string(grpc_retry_after_metadata),
+        std::to_string(http::whole_seconds_after(outcome.lease_left()).count()));
   }
   return detail::grpc_refusal(context, code, kind, outcome.message());
 }
@@ -356,9 +356,8 @@ grpc::Status grpc_answer(const idempotent_outcome<grpc_response>& outcome,
 /// One unary call through `guarded` (an idempotent wrapper whose handler is a grpc_unary) under
 /// `scope`: see the top of this header. `reply` is what the method sends.
 template <class Guarded, class Message, class Reply>
-grpc::Status grpc_serve(Guarded& guarded, std::string_view scope,
-                        grpc::ServerContextBase& context, const Message& request, Reply& reply,
-                        const grpc_serve_options& options) {
+grpc::Status grpc_serve(Guarded& guarded, std::string_view scope, grpc::ServerContextBase& context,
+                        const Message& request, Reply& reply, const grpc_serve_options& options) {
   const std::chrono::nanoseconds left =
       grpc_time_left(context.deadline(), std::chrono::system_clock::now());
   if (left <= std::chrono::nanoseconds::zero() || left < options.min_time_left) {
@@ -395,8 +394,8 @@ grpc::Status grpc_serve(Guarded& guarded, std::string_view scope,
 
 /// The same, with the default options.
 template <class Guarded, class Message, class Reply>
-grpc::Status grpc_serve(Guarded& guarded, std::string_view scope,
-                        grpc::ServerContextBase& context, const Message& request, Reply& reply) {
+grpc::Status grpc_serve(Guarded& guarded, std::string_view scope, grpc::ServerContextBase& context,
+                        const Message& request, Reply& reply) {
   static const grpc_serve_options defaults{};
   return grpc_serve(guarded, scope, context, request, reply, defaults);
 }
