@@ -500,3 +500,42 @@ TEST_CASE("grpc: each verdict has its status, and a kept answer decodes as it wa
   CHECK(idem::decode<idem::grpc_response>(idem::encode(kept)) == kept);
   CHECK_THROWS_AS(idem::decode<idem::grpc_response>("H\x01"), idem::codec_error);
 }
+
+TEST_CASE("grpc: a handler that takes the SQLite transaction writes with the record", "[grpc]") {
+  idem::testing::temporary_directory directory{"idem-grpc-transaction"};
+  struct policies : idem::default_policies {
+    using store = idem::sqlite_store;
+  };
+  auto write_charge = [](idem::handler_context& ctx,
+                         const idem::grpc_request<ChargeRequest>& request, ChargeReply& reply,
+                         idem::sqlite_store::transaction& transaction) {
+    transaction.exec("CREATE TABLE IF NOT EXISTS charges (key TEXT PRIMARY KEY, amount INTEGER)");
+    transaction.exec("INSERT INTO charges (key, amount) VALUES (?, ?)", std::string(ctx.key()),
+                     request->amount());
+    std::int64_t rows = 0;
+    transaction.query("SELECT count(*) FROM charges",
+                      [&](sqlite3_stmt* row) { rows = sqlite3_column_int64(row, 0); });
+    reply.set_number(rows);
+    return grpc::Status::OK;
+  };
+  typename idem::idempotent<idem::grpc_unary_handler<ChargeReply, decltype(write_charge)>,
+                            policies>::options parts;
+  parts.store = idem::sqlite_store{directory.file("keys.db")};
+  idem::idempotent<idem::grpc_unary_handler<ChargeReply, decltype(write_charge)>, policies> charges{
+      idem::grpc_unary<ChargeReply>(write_charge), std::move(parts)};
+  // Called as grpc_serve calls it, with a server context of no call (no deadline, no metadata).
+  grpc::ServerContext context;
+  const ChargeRequest request = charge("acct-1", 100);
+  const idem::grpc_request<ChargeRequest> guarded{request, context};
+  ChargeReply first;
+  CHECK(idem::grpc_answer(charges("acct-1", "k-1", guarded), context, first).ok());
+  CHECK(first.number() == 1);
+  ChargeReply repeat;
+  const auto replayed = charges("acct-1", "k-1", guarded);
+  CHECK(replayed.verdict() == idem::verdict::replayed);
+  CHECK(idem::grpc_answer(replayed, context, repeat).ok());
+  CHECK(repeat.SerializeAsString() == first.SerializeAsString());
+  ChargeReply second;
+  CHECK(idem::grpc_answer(charges("acct-1", "k-2", guarded), context, second).ok());
+  CHECK(second.number() == 2);  // the first key's row was committed with its record
+}
