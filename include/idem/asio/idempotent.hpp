@@ -145,6 +145,9 @@ class async_idempotent {
 
   executor_type get_executor() const noexcept { return executor_; }
 
+  /// The options the wrapper runs with (idem::http::specification::of publishes them).
+  const options& settings() const noexcept { return engine_.options(); }
+
   /// Handles one request under (scope, key); `key` is std::nullopt when the request has none.
   /// The handler is called as awaitable<R>(async_handler_context&, const Request&) or
   /// awaitable<R>(const Request&); completes with (std::exception_ptr, idempotent_outcome<R>).
