@@ -216,11 +216,20 @@ const T& unwrapped(std::reference_wrapper<T> value) noexcept {
   return value.get();
 }
 
-/// What the wrapper's async_call answers for `Request`, through use_awaitable.
+/// The response of the handler behind an idempotent_outcome<R>: R.
+template <class Outcome>
+struct response_of;
+template <class Response>
+struct response_of<idempotent_outcome<Response>> {
+  using type = Response;
+};
+
+/// The response of the wrapper's handler for `Request`, as its async_call answers it.
 template <class Guarded, class Request>
-using async_outcome_of = typename idem::detail::awaited<decltype(std::declval<Guarded&>().async_call(
-    std::string_view{}, std::optional<std::string_view>{}, std::declval<const Request&>(),
-    asio::use_awaitable))>::type;
+using async_response_of =
+    typename response_of<typename idem::detail::awaited<decltype(std::declval<Guarded&>().async_call(
+        std::string_view{}, std::optional<std::string_view>{}, std::declval<const Request&>(),
+        asio::use_awaitable))>::type>::type;
 
 template <class Guarded, class Request>
 concept async_guard = requires(Guarded& guarded, const Request& request) {
@@ -236,7 +245,7 @@ constexpr bool check_async_guard() {
                 "this request type (a blocking idem::idempotent serves through exchange() on a "
                 "thread of its own instead).");
   if constexpr (async_guard<Guarded, Request>) {
-    using response_type = typename async_outcome_of<Guarded, Request>::value_type;
+    using response_type = async_response_of<Guarded, Request>;
     static_assert(http_response_like<response_type>,
                   "idem::http::async_serve needs the handler's response to have a status, "
                   "headers as (name, value) pairs and a body, as idem::http_response does.");
