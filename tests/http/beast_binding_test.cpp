@@ -18,6 +18,7 @@
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
@@ -26,9 +27,6 @@
 #include <idem/idem.hpp>
 #include <idem/store/sqlite.hpp>
 #include <idem/testing/faulty_store.hpp>
-
-#include <sys/socket.h>
-#include <sys/time.h>
 
 #include <atomic>
 #include <chrono>
@@ -117,10 +115,11 @@ struct charge_handler {
     if (body.find("\"big\"") != std::string::npos) {
       co_return idem::http_response{201, {{"Content-Type", "text/plain"}}, std::string(4096, 'x')};
     }
-    std::string text = R"({"charge":)" + std::to_string(n) + R"(,"target":")" +
-                       std::string(req->target()) + "\"}";
+    std::string text =
+        R"({"charge":)" + std::to_string(n) + R"(,"target":")" + std::string(req->target()) + "\"}";
     co_return idem::http_response{
-        201, {{"Content-Type", "application/json"}, {"X-Charge", std::to_string(n)}},
+        201,
+        {{"Content-Type", "application/json"}, {"X-Charge", std::to_string(n)}},
         std::move(text)};
   }
 };
@@ -191,8 +190,8 @@ class loopback_server {
       if (read_error) break;
       const message& request = parser.get();
       http::beast_response response = co_await route(request);
-      const auto [write_error, written] = co_await beast_http::async_write(
-          socket, response, asio::as_tuple(asio::use_awaitable));
+      const auto [write_error, written] =
+          co_await beast_http::async_write(socket, response, asio::as_tuple(asio::use_awaitable));
       if (write_error || !response.keep_alive()) break;
     }
     boost::system::error_code ignored;
@@ -221,24 +220,70 @@ class loopback_server {
   unsigned short port_ = 0;
 };
 
-/// One request on a connection of its own, with a Beast client; its response read whole.
+/// One request on a connection of its own, with a Beast client on a loop of its own; its
+/// response read whole. A server that does not answer within 10 s fails the test (throws)
+/// instead of hanging it: the client's operations are asynchronous only for that deadline.
 beast_http::response<beast_http::string_body> send(unsigned short port, message request) {
   asio::io_context client;
-  tcp::socket socket(client);
-  socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
-  // A server that never answers fails the test instead of hanging it.
-  const timeval limit{10, 0};
-  (void)::setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  boost::beast::tcp_stream stream(client);
+  stream.expires_after(10s);
   request.keep_alive(false);
   request.prepare_payload();
-  beast_http::write(socket, request);
   boost::beast::flat_buffer buffer;
   beast_http::response<beast_http::string_body> response;
-  beast_http::read(socket, buffer, response);
-  boost::system::error_code ignored;
-  (void)socket.shutdown(tcp::socket::shutdown_both, ignored);
+  boost::system::error_code failure;
+  const tcp::endpoint server(asio::ip::make_address("127.0.0.1"), port);
+  stream.async_connect(server, [&](boost::system::error_code connected) {
+    if (connected) {
+      failure = connected;
+      return;
+    }
+    beast_http::async_write(stream, request, [&](boost::system::error_code written, std::size_t) {
+      if (written) {
+        failure = written;
+        return;
+      }
+      beast_http::async_read(stream, buffer, response,
+                             [&](boost::system::error_code read, std::size_t) { failure = read; });
+    });
+  });
+  client.run();
+  if (failure) throw boost::system::system_error(failure, "the test's client");
   return response;
 }
+
+/// Opens a gate when it leaves its scope: a test that fails while a handler is held lets it
+/// finish, so that its client's thread and the server stop.
+struct opened_at_exit {
+  async_gate& gate;
+  ~opened_at_exit() { gate.open(); }
+};
+
+/// A request sent from a thread of its own, answered or not.
+class background_request {
+ public:
+  template <class Send>
+  explicit background_request(Send send)
+      : thread_([this, send = std::move(send)] {
+          try {
+            answer_.emplace(send());
+          } catch (...) {
+            // answer() stays empty: the test's REQUIRE reports it
+          }
+          answered_ = true;
+        }) {}
+  bool answered() const noexcept { return answered_; }
+  /// Waits for the answer; empty when the request failed.
+  const std::optional<beast_http::response<beast_http::string_body>>& answer() {
+    if (thread_.joinable()) thread_.join();
+    return answer_;
+  }
+
+ private:
+  std::optional<beast_http::response<beast_http::string_body>> answer_;
+  std::atomic<bool> answered_{false};
+  std::jthread thread_;
+};
 
 message charge_request(const key_fields& keys, const std::string& body,
                        const std::string& account) {
@@ -279,9 +324,9 @@ struct beast_fixture {
     parts.max_response_bytes = 1024;
     parts.store_executor = blocking_calls.get_executor();
     charges = std::make_unique<guarded_type>(loop.get_executor(), handler, std::move(parts));
-    server.start(http::post_handler(*charges,
-                                    [](const message& request) { return request["X-Account"]; }),
-                 http::specification_handler(http::specification::of(*charges)));
+    server.start(
+        http::post_handler(*charges, [](const message& request) { return request["X-Account"]; }),
+        http::specification_handler(http::specification::of(*charges)));
   }
   ~beast_fixture() {
     handler.door->open();
@@ -364,18 +409,17 @@ TEMPLATE_TEST_CASE("beast: a key reused with another body is 422 key-reused", "[
   CHECK(f.runs() == 1);
 }
 
-TEMPLATE_TEST_CASE(
-    "beast: a repeat while the first runs is 409 with the lease left as Retry-After",
-    "[http][beast]", memory_factory, sqlite_factory) {
+TEMPLATE_TEST_CASE("beast: a repeat while the first runs is 409 with the lease left as Retry-After",
+                   "[http][beast]", memory_factory, sqlite_factory) {
   beast_fixture<TestType> f;
   f.handler.door->close();
   const std::string held = R"({"amount":100,"hold":true})";
-  std::optional<answer> first;
-  std::thread original([&] { first.emplace(f.post(R"("k-1")", held)); });
+  background_request original([&] { return f.post(R"("k-1")", held); });
+  const opened_at_exit opens{*f.handler.door};
   f.handler.door->wait_until_entered();
   const answer concurrent = f.post(R"("k-1")", held);
   f.handler.door->open();
-  original.join();
+  const auto& first = original.answer();
   CHECK(concurrent.result_int() == 409);
   CHECK(type_of(concurrent) == "/idempotency#request-outstanding");
   const int retry_after = std::stoi(field(concurrent, "Retry-After"));
@@ -390,12 +434,8 @@ TEMPLATE_TEST_CASE("beast: the event loop serves other requests while a handler 
                    "[http][beast]", memory_factory, sqlite_factory) {
   beast_fixture<TestType> f;
   f.handler.door->close();
-  std::optional<answer> held;
-  std::atomic<bool> held_answered{false};
-  std::thread original([&] {
-    held.emplace(f.post(R"("k-1")", R"({"amount":100,"hold":true})"));
-    held_answered = true;
-  });
+  background_request original([&] { return f.post(R"("k-1")", R"({"amount":100,"hold":true})"); });
+  const opened_at_exit opens{*f.handler.door};
   f.handler.door->wait_until_entered();
   // One thread runs the loop, and the first handler is suspended at the gate: another key's
   // request runs its handler to the end, and the specification is served, meanwhile.
@@ -404,9 +444,9 @@ TEMPLATE_TEST_CASE("beast: the event loop serves other requests while a handler 
   CHECK(field(other, "X-Charge") == "1");
   const answer spec = send(f.server.port(), message{beast_http::verb::get, "/idempotency", 11});
   CHECK(spec.result_int() == 200);
-  CHECK_FALSE(held_answered);
+  CHECK_FALSE(original.answered());
   f.handler.door->open();
-  original.join();
+  const auto& held = original.answer();
   REQUIRE(held);
   CHECK(held->result_int() == 201);
   CHECK(f.runs() == 2);
@@ -459,8 +499,8 @@ TEMPLATE_TEST_CASE("beast: a response too large to keep reaches its caller, its 
   CHECK(f.runs() == 1);
 }
 
-TEMPLATE_TEST_CASE("beast: a store that is down or full is 503 and runs nothing",
-                   "[http][beast]", memory_factory, sqlite_factory) {
+TEMPLATE_TEST_CASE("beast: a store that is down or full is 503 and runs nothing", "[http][beast]",
+                   memory_factory, sqlite_factory) {
   beast_fixture<TestType> f;
   using mode = typename beast_fixture<TestType>::store_type::mode;
   f.store.fail(mode::unavailable);
@@ -519,19 +559,17 @@ struct order_handler {
 
 }  // namespace
 
-TEST_CASE("beast: a handler may take a request the caller builds from Beast's",
-          "[http][beast]") {
+TEST_CASE("beast: a handler may take a request the caller builds from Beast's", "[http][beast]") {
   asio::io_context loop{1};
   idem::async_idempotent orders{loop.get_executor(), order_handler{}};
   loopback_server server{loop};
   const auto spec = http::specification::of(orders);
-  server.start(http::post_handler(
-                   orders, [](const message&) { return "acct-1"; },
-                   [](const message& request) {
-                     return http::http_request_of(request, {"Content-Type"});
-                   },
-                   spec),
-               http::specification_handler(spec));
+  server.start(
+      http::post_handler(
+          orders, [](const message&) { return "acct-1"; },
+          [](const message& request) { return http::http_request_of(request, {"Content-Type"}); },
+          spec),
+      http::specification_handler(spec));
   message request = charge_request(key_fields{"k-1"}, R"({"amount":1})", "acct-1");
   request.set(beast_http::field::authorization, "Bearer secret");
   const answer first = send(server.port(), request);
@@ -571,11 +609,11 @@ TEST_CASE("beast: async_serve takes any completion token and hears its cancellat
   asio::cancellation_signal cancel;
   std::optional<http::beast_response> cancelled;
   http::async_serve(charges, "acct-1", other, spec,
-                    asio::bind_cancellation_slot(
-                        cancel.slot(), [&](std::exception_ptr error, http::beast_response response) {
-                          CHECK_FALSE(error);
-                          cancelled.emplace(std::move(response));
-                        }));
+                    asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr error,
+                                                                    http::beast_response response) {
+                      CHECK_FALSE(error);
+                      cancelled.emplace(std::move(response));
+                    }));
   // The memory store answers inline: a few handlers and the call's handler is at the gate.
   for (int turn = 0; turn < 100 && handler.door->entered() == 0; ++turn)
     loop.poll();

@@ -73,8 +73,7 @@ IDEM_ASIO_CODE_BEGIN
 namespace idem::http {
 
 /// The response every handler of this header answers: Beast's, with its body in a string.
-using beast_response =
-    boost::beast::http::response<boost::beast::http::string_body>;
+using beast_response = boost::beast::http::response<boost::beast::http::string_body>;
 
 namespace detail {
 
@@ -226,8 +225,8 @@ struct response_of<idempotent_outcome<Response>> {
 
 /// The response of the wrapper's handler for `Request`, as its async_call answers it.
 template <class Guarded, class Request>
-using async_response_of =
-    typename response_of<typename idem::detail::awaited<decltype(std::declval<Guarded&>().async_call(
+using async_response_of = typename response_of<
+    typename idem::detail::awaited<decltype(std::declval<Guarded&>().async_call(
         std::string_view{}, std::optional<std::string_view>{}, std::declval<const Request&>(),
         asio::use_awaitable))>::type>::type;
 
@@ -293,8 +292,7 @@ auto initiate_serve(Guarded& guarded, std::string_view scope,
         [&guarded](auto handler, std::string_view scope,
                    const boost::beast::http::request<Body>* message, Request request,
                    const specification* spec) {
-          const auto executor =
-              idem::detail::operation_executor(handler, guarded.get_executor());
+          const auto executor = idem::detail::operation_executor(handler, guarded.get_executor());
           asio::co_spawn(executor,
                          idem::detail::hearing_every_cancellation(
                              serve(guarded, scope, *message, std::move(request), spec)),
@@ -338,8 +336,7 @@ template <class Guarded, class ScopeOf, class MakeRequest>
 auto post_handler(Guarded& guarded, ScopeOf scope_of, MakeRequest make_request,
                   specification spec) {
   return [&guarded, scope_of = std::move(scope_of), make_request = std::move(make_request),
-          spec = std::make_shared<const specification>(std::move(spec))](
-             const auto& message) {
+          spec = std::make_shared<const specification>(std::move(spec))](const auto& message) {
     auto request = std::invoke(make_request, message);
     static_assert(detail::check_async_guard<Guarded, decltype(request)>());
     return detail::serve(guarded, std::string(std::invoke(scope_of, message)), message,
