@@ -31,6 +31,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -58,8 +59,8 @@ using key_fields = std::vector<std::string>;
 /// let the waiters through. Awaiting it suspends the handler, never the event loop.
 class async_gate {
  public:
-  explicit async_gate(asio::any_io_executor loop)
-      : timer_(std::move(loop), asio::steady_timer::time_point::max()) {}
+  explicit async_gate(const asio::any_io_executor& loop)
+      : timer_(loop, asio::steady_timer::time_point::max()) {}
 
   asio::awaitable<void> pass() {
     {
@@ -184,7 +185,8 @@ class loopback_server {
     boost::beast::flat_buffer buffer;
     for (;;) {
       beast_http::request_parser<beast_http::string_body> parser;
-      parser.body_limit(64 * 1024);  // the wrapper's own limit (256 bytes) is the one tested
+      parser.body_limit(std::uint64_t{64} *
+                        1024);  // the wrapper's own limit (256 bytes) is the one tested
       const auto [read_error, read] = co_await beast_http::async_read(
           socket, buffer, parser, asio::as_tuple(asio::use_awaitable));
       if (read_error) break;
@@ -357,7 +359,7 @@ std::string field(const answer& response, std::string_view name) {
 nlohmann::json problem_of(const answer& response) {
   CHECK(field(response, "Content-Type") == "application/problem+json");
   CHECK(field(response, "Content-Language") == "en");
-  const nlohmann::json body = nlohmann::json::parse(response.body());
+  nlohmann::json body = nlohmann::json::parse(response.body());
   CHECK(body.at("status") == response.result_int());
   CHECK_FALSE(body.at("title").get<std::string>().empty());
   CHECK_FALSE(body.at("detail").get<std::string>().empty());
@@ -592,7 +594,7 @@ TEST_CASE("beast: async_serve takes any completion token and hears its cancellat
   // A plain callback: the exchange runs on the wrapper's executor and completes through it.
   std::optional<http::beast_response> answered;
   http::async_serve(charges, "acct-1", request, spec,
-                    [&](std::exception_ptr error, http::beast_response response) {
+                    [&](const std::exception_ptr& error, http::beast_response response) {
                       CHECK_FALSE(error);
                       answered.emplace(std::move(response));
                     });
@@ -609,7 +611,7 @@ TEST_CASE("beast: async_serve takes any completion token and hears its cancellat
   asio::cancellation_signal cancel;
   std::optional<http::beast_response> cancelled;
   http::async_serve(charges, "acct-1", other, spec,
-                    asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr error,
+                    asio::bind_cancellation_slot(cancel.slot(), [&](const std::exception_ptr& error,
                                                                     http::beast_response response) {
                       CHECK_FALSE(error);
                       cancelled.emplace(std::move(response));
@@ -629,7 +631,7 @@ TEST_CASE("beast: async_serve takes any completion token and hears its cancellat
   handler.door->open();
   std::optional<http::beast_response> retried;
   http::async_serve(charges, "acct-1", other, spec,
-                    [&](std::exception_ptr, http::beast_response response) {
+                    [&](const std::exception_ptr&, http::beast_response response) {
                       retried.emplace(std::move(response));
                     });
   loop.run();

@@ -145,9 +145,6 @@ class async_idempotent {
 
   executor_type get_executor() const noexcept { return executor_; }
 
-  /// The options the wrapper runs with (idem::http::specification::of publishes them).
-  const options& settings() const noexcept { return engine_.options(); }
-
   /// Handles one request under (scope, key); `key` is std::nullopt when the request has none.
   /// The handler is called as awaitable<R>(async_handler_context&, const Request&) or
   /// awaitable<R>(const Request&); completes with (std::exception_ptr, idempotent_outcome<R>).
@@ -188,6 +185,8 @@ class async_idempotent {
     return async_call(scope, view_of(request).find_header(engine_.options().key_header), request,
                       std::forward<Token>(token));
   }
+
+  const options& settings() const noexcept { return engine_.options(); }
 
   /// Removes expired records; answers how many. Calls the store on this thread; an AsyncStore's
   /// operation is waited for here (blocking_store: never on a thread that runs its executor).
