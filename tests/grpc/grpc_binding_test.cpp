@@ -496,6 +496,7 @@ TEST_CASE("grpc: each verdict has its status, and a kept answer decodes as it wa
   CHECK(idem::grpc_status_for(verdict::store_full) == grpc_status::unavailable);
   CHECK(idem::grpc_status_for(verdict::cancelled) == grpc_status::unavailable);
   CHECK(idem::grpc_status_for(verdict::response_too_large) == grpc_status::internal);
+  CHECK(idem::grpc_status_for(verdict::deadline_exceeded) == grpc_status::deadline_exceeded);
   const idem::grpc_response kept{9, "declined", std::string("\0\1", 2), std::string("\x08\x01")};
   CHECK(idem::decode<idem::grpc_response>(idem::encode(kept)) == kept);
   CHECK_THROWS_AS(idem::decode<idem::grpc_response>("H\x01"), idem::codec_error);

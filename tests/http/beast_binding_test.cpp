@@ -477,6 +477,27 @@ TEMPLATE_TEST_CASE("beast: key misuse is 400 before anything is claimed", "[http
   CHECK(f.post(R"("k-2")", R"({"amount":100})").result_int() == 201);
 }
 
+TEMPLATE_TEST_CASE("beast: a caller out of time is 504, a deadline that is no number 400",
+                   "[http][beast]", memory_factory, sqlite_factory) {
+  beast_fixture<TestType> f;
+  message late = charge_request(key_fields{"k-1"}, R"({"amount":100})", "acct-1");
+  late.set("Request-Timeout-Ms", "0");
+  const answer refused = send(f.server.port(), late);
+  CHECK(refused.result_int() == 504);
+  CHECK(type_of(refused) == "/idempotency#deadline-exceeded");
+  message wrong = charge_request(key_fields{"k-1"}, R"({"amount":100})", "acct-1");
+  wrong.set("Request-Timeout-Ms", "-5");
+  const answer invalid = send(f.server.port(), wrong);
+  CHECK(invalid.result_int() == 400);
+  CHECK(type_of(invalid) == "/idempotency#invalid-deadline");
+  CHECK(f.runs() == 0);
+  // Nothing was claimed: with time enough the key runs.
+  message in_time = charge_request(key_fields{"k-1"}, R"({"amount":100})", "acct-1");
+  in_time.set("Request-Timeout-Ms", "5000");
+  CHECK(send(f.server.port(), in_time).result_int() == 201);
+  CHECK(f.runs() == 1);
+}
+
 TEMPLATE_TEST_CASE("beast: a body that cannot be fingerprinted is 400, a long one 413",
                    "[http][beast]", memory_factory, sqlite_factory) {
   beast_fixture<TestType> f;

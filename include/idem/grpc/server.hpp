@@ -95,6 +95,8 @@ constexpr grpc_status grpc_status_for(verdict v) noexcept {
       return grpc_status::unavailable;
     case verdict::response_too_large:  // the first caller got it; repeats cannot
       return grpc_status::internal;
+    case verdict::deadline_exceeded:  // the caller's deadline leaves too little: nothing ran
+      return grpc_status::deadline_exceeded;
   }
   return grpc_status::internal;
 }

@@ -159,8 +159,9 @@ class beast_writer {
   beast_response* response_;
 };
 
-/// The request's values of `field`, the first two at most: enough for parse_key_fields to tell
-/// none, one and several apart, without allocating. Views into the request.
+/// The request's values of `field`, the first two at most: enough for parse_key_fields and
+/// parse_deadline_fields to tell none, one and several apart, without allocating. Views into
+/// the request.
 class key_field_values {
  public:
   template <class Body>
@@ -264,16 +265,16 @@ asio::awaitable<beast_response> serve(Guarded& guarded, Scope scope,
   beast_response response{boost::beast::http::status::ok, message.version()};
   response.keep_alive(message.keep_alive());
   beast_writer out{response};
-  const parsed_key key =
-      parse_key_fields(key_field_values(message, published.key_field), published.accepted);
-  if (key || key.error() == key_error::missing) {
-    std::optional<std::string_view> key_value;
-    if (key) key_value = key.value();
-    const auto outcome = co_await guarded.async_call(std::string_view(scope), key_value,
-                                                     unwrapped(request), asio::use_awaitable);
-    write_outcome(outcome, published, out);
+  // The key and the caller's deadline, read as exchange reads them (exchange.hpp).
+  const call_fields fields(
+      [&message](std::string_view name) { return key_field_values(message, name); }, published);
+  if (fields.refusal()) {
+    write_problem(*fields.refusal(), out);
   } else {
-    write_problem(make_problem(problem_for(key.error()), key.message(), published.uri), out);
+    const auto outcome =
+        co_await guarded.async_call(std::string_view(scope), fields.key(), unwrapped(request),
+                                    fields.deadline(), asio::use_awaitable);
+    write_outcome(outcome, published, out);
   }
   response.prepare_payload();
   co_return response;
