@@ -30,6 +30,7 @@
 #include "service.hpp"
 
 #include <idem/asio.hpp>
+#include <idem/http/beast.hpp>
 #include <idem/store/async_postgres.hpp>
 #include <idem/store/async_redis.hpp>
 
@@ -247,8 +248,18 @@ class payments_routes {
     if (auto refused = refused_before_claim(post)) co_return std::move(*refused);
     co_await book_.prepare();  // book_error: 503, before the key is claimed
     const idem::http_request request = payment_request(post, crash_when_asked_);
-    const auto outcome =
-        co_await service.endpoint.async_call(post.account, request, asio::use_awaitable);
+    // The key and the caller's deadline read as idem's bindings read them (a quoted key and a
+    // bare one are the same key); a wrong field is a problem, before anything is claimed.
+    const idem::http::call_fields fields(
+        [&message](std::string_view name) { return idem::http::key_field_values(message, name); },
+        service.specification);
+    if (fields.refusal()) {
+      reply refused;
+      idem::http::write_problem(*fields.refusal(), refused);
+      co_return refused;
+    }
+    const auto outcome = co_await service.endpoint.async_call(
+        post.account, fields.key(), request, fields.deadline(), asio::use_awaitable);
     co_return outcome_reply(outcome, service.specification);
   }
 

@@ -3807,27 +3807,215 @@ retrying(Call) -> retrying<Call, default_policies>;
 // (idem/http/httplib.hpp, idem/http/beast.hpp) and need their libraries.
 //
 //   idempotency_key.hpp  the Idempotency-Key field read (sf-string or bare) and written
+//   deadline.hpp         the caller's deadline (Request-Timeout-Ms) read and written
+//   conditional.hpp      If-Match against a resource's version: idempotence without a key
 //   problem.hpp          refusals as application/problem+json, a stable type per refusal
 //   specification.hpp    the idempotency specification a resource publishes, as HTML and JSON
 //   exchange.hpp         one exchange: key read, wrapper called, outcome written
 #ifndef IDEM_HTTP_HPP
 #define IDEM_HTTP_HPP
 
-// begin idem/http/exchange.hpp
-// One HTTP exchange through an idempotent wrapper, whatever the server: the Idempotency-Key
-// fields read (idempotency_key.hpp), the guarded call made, and its outcome written as the draft
-// and RFC 9457 say (the response, a replay marked Idempotent-Replayed: true, or a problem with
-// its status, and a 409's Retry-After). The server bindings (httplib.hpp, beast.hpp) are this
-// plus the reading and writing of their own request and response types. Standard library only.
+// begin idem/http/conditional.hpp
+// Conditional requests: If-Match against the version of the resource a request changes (RFC 9110
+// section 13.1.1), the cheap kind of idempotence. Standard library only.
 //
-//   idem::http::reply answer;
-//   idem::http::exchange(payments, account, key_fields, request, spec, answer);
-//   send(answer.status, answer.headers, answer.content_type, answer.body);
+// A client that read version "v7" and sends `PUT /accounts/1` with `If-Match: "v7"` changes the
+// account only while it is still at v7: the first attempt applies and moves it to v8, and a
+// repeat of that attempt (a retry after a lost answer, a duplicate) finds v8 and is refused with
+// 412, changing nothing. The request is idempotent by its condition, with no key and no record;
+// the server needs only the current version, which it has anyway (docs/natural_idempotence.md
+// compares this with keys).
 //
-// A writer is anything with set_status(int), add_header(name, value) and
-// set_body(content, content_type); reply is one that keeps what it is given.
-#ifndef IDEM_HTTP_EXCHANGE_HPP
-#define IDEM_HTTP_EXCHANGE_HPP
+//   auto condition = idem::http::parse_if_match_fields(request_values("If-Match"));
+//   if (!condition) return reply(400, condition.message());
+//   if (!idem::http::if_match_holds(condition, accounts.etag_of(id)))  // nullopt: no resource
+//     return reply(412, ...);
+//
+// exchange.hpp's conditional_exchange does this before anything is claimed, with the problem
+// types precondition-failed (412) and invalid-precondition (400).
+//
+// The field's grammar (RFC 9110 sections 13.1.1 and 8.8.3): "*", or a comma-separated list of
+// entity-tags, each an opaque-tag in double quotes (%x21, %x23-7E and obs-text inside), weak ones
+// prefixed W/. Several If-Match fields are one list (RFC 9110 section 5.3). If-Match compares
+// strongly: a weak tag never matches.
+#ifndef IDEM_HTTP_CONDITIONAL_HPP
+#define IDEM_HTTP_CONDITIONAL_HPP
+
+namespace idem::http {
+
+/// The field a conditional request carries its expected version in.
+inline constexpr std::string_view if_match_field = "If-Match";
+
+/// One entity-tag of a list: its opaque part, without the quotes, and whether it is weak.
+struct entity_tag {
+  std::string_view opaque;
+  bool weak = false;
+  friend bool operator==(const entity_tag&, const entity_tag&) = default;
+};
+
+/// If-Match read: absent (no condition), "*", a list of entity-tags, or malformed.
+class parsed_if_match {
+ public:
+  /// True unless the field was there and malformed: refuse the request (400).
+  explicit operator bool() const noexcept { return !malformed_; }
+  /// Whether the request carries a condition at all.
+  bool present() const noexcept { return present_; }
+  /// "*": any current version of the resource (it must exist).
+  bool any() const noexcept { return any_; }
+  /// The listed tags (views into the field values); empty for "*" or no field.
+  const std::vector<entity_tag>& tags() const noexcept { return tags_; }
+  /// What is wrong, for a problem body; empty when nothing is.
+  std::string_view message() const noexcept {
+    return malformed_ ? std::string_view{"the If-Match field is not \"*\" or a list of quoted "
+                                         "entity-tags (RFC 9110 section 13.1.1)"}
+                      : std::string_view{};
+  }
+
+ private:
+  template <class Values>
+  friend parsed_if_match parse_if_match_fields(const Values& values);
+
+  bool present_ = false;
+  bool any_ = false;
+  bool malformed_ = false;
+  std::vector<entity_tag> tags_;
+};
+
+namespace detail {
+
+constexpr bool is_etagc(char c) noexcept {
+  const auto u = static_cast<unsigned char>(c);
+  return u == 0x21 || (u >= 0x23 && u <= 0x7e) || u >= 0x80;
+}
+
+/// Appends the entity-tags of one field value to `tags`; false when it is not a well-formed
+/// list. "*" sets `any` and must stand alone.
+inline bool read_if_match(std::string_view value, bool& any, std::vector<entity_tag>& tags) {
+  std::size_t i = 0;
+  const auto skip_ows = [&] {
+    while (i < value.size() && (value[i] == ' ' || value[i] == '\t'))
+      ++i;
+  };
+  skip_ows();
+  if (i < value.size() && value[i] == '*') {
+    ++i;
+    skip_ows();
+    if (i != value.size()) return false;
+    any = true;
+    return true;
+  }
+  bool listed = false;
+  while (true) {
+    skip_ows();
+    if (i == value.size()) break;
+    if (value[i] == ',') {  // empty list elements are allowed and ignored (RFC 9110 5.6.1)
+      ++i;
+      continue;
+    }
+    bool weak = false;
+    if (value.substr(i, 2) == "W/") {
+      weak = true;
+      i += 2;
+    }
+    if (i == value.size() || value[i] != '"') return false;
+    const std::size_t open = ++i;
+    while (i < value.size() && is_etagc(value[i]))
+      ++i;
+    if (i == value.size() || value[i] != '"') return false;
+    tags.push_back({value.substr(open, i - open), weak});
+    ++i;
+    listed = true;
+    skip_ows();
+    if (i == value.size()) break;
+    if (value[i] != ',') return false;
+    ++i;
+  }
+  return listed;
+}
+
+}  // namespace detail
+
+/// Reads every If-Match value of a request as one list (RFC 9110 section 5.3); none is no
+/// condition. "*" mixed with tags, an unquoted or unterminated tag, an empty field: malformed.
+template <class Values>
+parsed_if_match parse_if_match_fields(const Values& values) {
+  parsed_if_match parsed;
+  for (const auto& raw : values) {
+    const std::string_view value(raw);
+    parsed.present_ = true;
+    if (!detail::read_if_match(value, parsed.any_, parsed.tags_)) parsed.malformed_ = true;
+  }
+  if (parsed.any_ && !parsed.tags_.empty()) parsed.malformed_ = true;
+  if (parsed.malformed_) {
+    parsed.any_ = false;
+    parsed.tags_.clear();
+  }
+  return parsed;
+}
+
+/// Reads one If-Match field value.
+inline parsed_if_match parse_if_match(std::string_view value) {
+  const std::string_view values[] = {value};
+  return parse_if_match_fields(values);
+}
+
+/// Whether the condition holds for the resource's current entity-tag (its opaque part), or for
+/// no resource (std::nullopt): no condition always holds; "*" holds when the resource exists; a
+/// list holds when one of its strong tags is the current tag (strong comparison, RFC 9110
+/// section 8.8.3.2: a weak tag never matches). A malformed condition never holds.
+inline bool if_match_holds(const parsed_if_match& condition,
+                           std::optional<std::string_view> current) noexcept {
+  if (!condition) return false;
+  if (!condition.present()) return true;
+  if (!current) return false;
+  if (condition.any()) return true;
+  for (const entity_tag& tag : condition.tags()) {
+    if (!tag.weak && tag.opaque == *current) return true;
+  }
+  return false;
+}
+
+/// The ETag field value for a version: the opaque part in double quotes, W/ before a weak one.
+/// Throws std::invalid_argument for a character an entity-tag cannot hold (a double quote, a
+/// space, a control character).
+inline std::string format_etag(std::string_view opaque, bool weak = false) {
+  for (const char c : opaque) {
+    if (!detail::is_etagc(c)) {
+      throw std::invalid_argument(
+          "idem::http::format_etag: an entity-tag holds no double quote, space or control "
+          "character");
+    }
+  }
+  std::string out = weak ? "W/\"" : "\"";
+  out.append(opaque);
+  out += '"';
+  return out;
+}
+
+}  // namespace idem::http
+
+#endif  // IDEM_HTTP_CONDITIONAL_HPP
+// end idem/http/conditional.hpp
+// begin idem/http/deadline.hpp
+// The caller's deadline on HTTP: the Request-Timeout-Ms field, read and written. Standard
+// library only.
+//
+//   Request-Timeout-Ms: 2500
+//
+// HTTP has no field for a deadline (gRPC sends its grpc-timeout with every call), so idem names
+// one: how many milliseconds the caller still waits for the answer, as a decimal integer. It is
+// relative, so that the caller's clock and the server's need not agree, and each hop sends what
+// is left of it when it calls the next (deadline propagation): a client sends its retrying
+// deadline's time left with each attempt (attempt_fields), a server reads it (parse_deadline),
+// refuses to start what cannot finish in time (verdict::deadline_exceeded, 504) and hands the
+// rest to its handler (handler_context::time_left), which sends it on.
+//
+// A value is 1 to 9 digits, nothing else (spaces and tabs around it aside, RFC 9110 section 5.5):
+// 999,999,999 ms, eleven days and a half, is more than any caller waits, and a longer value is
+// refused rather than cut. A sign, a fraction, an exponent, two fields: refused, never guessed.
+// 0 is well-formed: the caller has stopped waiting.
+#ifndef IDEM_HTTP_DEADLINE_HPP
+#define IDEM_HTTP_DEADLINE_HPP
 
 // begin idem/http/idempotency_key.hpp
 // The Idempotency-Key header field's value, read and written as the IETF draft defines it
@@ -4192,6 +4380,173 @@ inline std::string format_key(std::string_view key, key_form form = key_form::an
 
 #endif  // IDEM_HTTP_IDEMPOTENCY_KEY_HPP
 // end idem/http/idempotency_key.hpp
+// begin idem/server/deadline.hpp
+// The caller's deadline, as a request brings it: how long the caller still waits for the answer
+// (an HTTP deadline field, gRPC's call deadline). A wrapper given one refuses to start work the
+// caller has already given up on (verdict::deadline_exceeded, nothing claimed), and hands what
+// is left of it to the handler (handler_context::time_left), so that the handler's own
+// downstream calls stop when the caller stops waiting: deadline propagation.
+#ifndef IDEM_SERVER_DEADLINE_HPP
+#define IDEM_SERVER_DEADLINE_HPP
+
+namespace idem {
+
+/// How long the caller still waits, measured when the request arrived. Relative, as HTTP and
+/// gRPC send it, so that the caller's clock and the server's need not agree.
+struct caller_deadline {
+  std::chrono::nanoseconds time_left{};
+};
+
+}  // namespace idem
+
+#endif  // IDEM_SERVER_DEADLINE_HPP
+// end idem/server/deadline.hpp
+
+namespace idem::http {
+
+/// The field idem reads and writes the caller's deadline in.
+inline constexpr std::string_view deadline_field = "Request-Timeout-Ms";
+
+/// The most digits a deadline value has.
+inline constexpr std::size_t max_deadline_digits = 9;
+
+/// Why a field value is not a deadline.
+enum class deadline_error : std::uint8_t {
+  none,
+  empty,           ///< nothing but spaces
+  negative,        ///< a minus sign
+  not_a_number,    ///< anything but digits: a plus sign, a fraction, letters, inner spaces
+  too_large,       ///< more than max_deadline_digits digits
+  several_fields,  ///< the field twice, or a list (a proxy joined two with a comma)
+};
+
+/// A deadline field read: the caller's deadline, none (no field), or why the value is wrong.
+class parsed_deadline {
+ public:
+  parsed_deadline() = default;
+  explicit parsed_deadline(caller_deadline deadline) : deadline_(deadline) {}
+  explicit parsed_deadline(deadline_error error) : error_(error) {}
+
+  /// False when the field was there and wrong: refuse the request (400).
+  explicit operator bool() const noexcept { return error_ == deadline_error::none; }
+  deadline_error error() const noexcept { return error_; }
+  /// The caller's deadline; std::nullopt when the request had no field.
+  const std::optional<caller_deadline>& deadline() const noexcept { return deadline_; }
+
+  /// What is wrong, for a problem body; empty when nothing is.
+  std::string_view message() const noexcept {
+    switch (error_) {
+      case deadline_error::none:
+        return {};
+      case deadline_error::empty:
+        return "the Request-Timeout-Ms field is empty: send the milliseconds the caller still "
+               "waits, or no field";
+      case deadline_error::negative:
+        return "the Request-Timeout-Ms field is negative: send 0 when the caller no longer waits";
+      case deadline_error::not_a_number:
+        return "the Request-Timeout-Ms field is not a whole number of milliseconds";
+      case deadline_error::too_large:
+        return "the Request-Timeout-Ms field has more than 9 digits: send at most 999999999 ms";
+      case deadline_error::several_fields:
+        return "the request has more than one Request-Timeout-Ms value";
+    }
+    return "the Request-Timeout-Ms field is not valid";
+  }
+
+ private:
+  std::optional<caller_deadline> deadline_;
+  deadline_error error_ = deadline_error::none;
+};
+
+/// Reads one Request-Timeout-Ms field value.
+inline parsed_deadline parse_deadline(std::string_view value) {
+  std::size_t first = 0;
+  std::size_t last = value.size();
+  while (first < last && detail::sf::is_ows(value[first]))
+    ++first;
+  while (last > first && detail::sf::is_ows(value[last - 1]))
+    --last;
+  value = value.substr(first, last - first);
+  if (value.empty()) return parsed_deadline{deadline_error::empty};
+  if (value.find(',') != std::string_view::npos) {
+    return parsed_deadline{deadline_error::several_fields};
+  }
+  if (value.front() == '-') return parsed_deadline{deadline_error::negative};
+  std::int64_t milliseconds = 0;
+  for (const char c : value) {
+    if (!detail::sf::is_digit(c)) return parsed_deadline{deadline_error::not_a_number};
+  }
+  if (value.size() > max_deadline_digits) return parsed_deadline{deadline_error::too_large};
+  for (const char c : value)
+    milliseconds = milliseconds * 10 + (c - '0');
+  return parsed_deadline{caller_deadline{std::chrono::milliseconds{milliseconds}}};
+}
+
+/// Reads every value the request carried under the field's name: none is no deadline, two or
+/// more are refused (which would the caller mean?), one is parse_deadline's.
+template <class Values>
+parsed_deadline parse_deadline_fields(const Values& values) {
+  auto it = values.begin();
+  if (it == values.end()) return {};
+  const std::string_view first = *it;
+  if (++it != values.end()) return parsed_deadline{deadline_error::several_fields};
+  return parse_deadline(first);
+}
+
+/// The field value for `time_left`: whole milliseconds, rounded down so that the next hop never
+/// waits past the caller; 0 when nothing is left; at most 999,999,999.
+inline std::string format_deadline(std::chrono::nanoseconds time_left) {
+  constexpr std::int64_t most = 999'999'999;
+  const std::int64_t ms =
+      time_left <= std::chrono::nanoseconds::zero()
+          ? 0
+          : std::chrono::duration_cast<std::chrono::milliseconds>(time_left).count();
+  return std::to_string(ms < most ? ms : most);
+}
+
+/// What a retrying client sends with each attempt: the operation's key and what is left of its
+/// deadline, as field values.
+///
+///   auto fields = idem::http::attempt_fields(attempt);
+///   headers.emplace(idem::http::key_field, fields.key);
+///   headers.emplace(idem::http::deadline_field, fields.deadline);
+struct attempt_field_values {
+  std::string key;       ///< the Idempotency-Key value, in the form asked for
+  std::string deadline;  ///< the Request-Timeout-Ms value
+};
+
+/// The field name of the key, for attempt_fields' key value.
+inline constexpr std::string_view key_field = "Idempotency-Key";
+
+/// The fields for one attempt: its key (bare by default, key_form::sf_string for the draft's
+/// form) and its time left.
+inline attempt_field_values attempt_fields(const attempt_context& attempt,
+                                           key_form form = key_form::any) {
+  return {format_key(attempt.key(), form), format_deadline(attempt.time_left())};
+}
+
+}  // namespace idem::http
+
+#endif  // IDEM_HTTP_DEADLINE_HPP
+// end idem/http/deadline.hpp
+// begin idem/http/exchange.hpp
+// One HTTP exchange through an idempotent wrapper, whatever the server: the Idempotency-Key
+// and deadline fields read (idempotency_key.hpp, deadline.hpp), the guarded call made, and its
+// outcome written as the draft and RFC 9457 say (the response, a replay marked Idempotent-Replayed:
+// true, or a problem with its status, and a 409's Retry-After). The server bindings (httplib.hpp,
+// beast.hpp) are this plus the reading and writing of their own request and response types.
+// Standard library only.
+//
+//   idem::http::reply answer;
+//   idem::http::exchange(payments, account, idem::http::field_values_in(request), request, spec,
+//                        answer);
+//   send(answer.status, answer.headers, answer.content_type, answer.body);
+//
+// A writer is anything with set_status(int), add_header(name, value) and
+// set_body(content, content_type); reply is one that keeps what it is given.
+#ifndef IDEM_HTTP_EXCHANGE_HPP
+#define IDEM_HTTP_EXCHANGE_HPP
+
 // begin idem/http/problem.hpp
 // Refusals as RFC 9457 problem details (application/problem+json), one stable problem type per
 // way idem refuses a request. Standard library only.
@@ -4238,6 +4593,8 @@ enum class verdict : std::uint8_t {
   cancelled,           // an asynchronous call was cancelled (its cancellation slot) before it
                        // ended: nothing was recorded for it, its claim was settled as a failure
                        // (released by default), so a retry runs again (HTTP 503)
+  deadline_exceeded,   // the caller's deadline (idem::caller_deadline) leaves less time than the
+                       // wrapper's minimum_time_left: nothing was claimed or run (HTTP 504)
 };
 
 constexpr std::string_view to_string(verdict v) noexcept {
@@ -4266,6 +4623,8 @@ constexpr std::string_view to_string(verdict v) noexcept {
       return "response_too_large";
     case verdict::cancelled:
       return "cancelled";
+    case verdict::deadline_exceeded:
+      return "deadline_exceeded";
   }
   return "unknown";
 }
@@ -4293,6 +4652,8 @@ constexpr int http_status(verdict v) noexcept {
       return 503;
     case verdict::response_too_large:
       return 500;  // the service cannot answer a repeat as it answered the first request
+    case verdict::deadline_exceeded:
+      return 504;  // as Google's APIs map gRPC's DEADLINE_EXCEEDED to HTTP
   }
   return 500;
 }
@@ -4425,20 +4786,21 @@ inline constexpr std::string_view problem_media_type = "application/problem+json
 
 /// The ways a request is refused, each a problem type of its own.
 enum class problem_kind : std::uint8_t {
-  missing_key,          ///< 400: no Idempotency-Key where one is required
-  invalid_key,          ///< 400: a key that is malformed, empty, too long or not visible ASCII
-  several_keys,         ///< 400: more than one Idempotency-Key field (the draft, section 2.1)
-  key_reused,           ///< 422: the key was used with another request (section 2.7)
-  request_outstanding,  ///< 409: a request with the key is still being processed (section 2.7)
-  invalid_request,      ///< 400: the request cannot be fingerprinted
-  body_too_large,       ///< 413: the body is longer than the server accepts
-  store_unavailable,    ///< 503: the key store cannot answer; nothing ran
-  store_full,           ///< 503: the key store has no room; nothing ran
-  response_too_large,   ///< 500: the first response was too large to keep for repeats
-  cancelled,            ///< 503: the server stopped working on the request; a retry runs it
-  deadline_exceeded,    ///< 504: too little of the caller's deadline is left to start the work
-  invalid_deadline,     ///< 400: a deadline field that is not a number of milliseconds
-  precondition_failed,  ///< 412: If-Match names no current version of the resource
+  missing_key,           ///< 400: no Idempotency-Key where one is required
+  invalid_key,           ///< 400: a key that is malformed, empty, too long or not visible ASCII
+  several_keys,          ///< 400: more than one Idempotency-Key field (the draft, section 2.1)
+  key_reused,            ///< 422: the key was used with another request (section 2.7)
+  request_outstanding,   ///< 409: a request with the key is still being processed (section 2.7)
+  invalid_request,       ///< 400: the request cannot be fingerprinted
+  body_too_large,        ///< 413: the body is longer than the server accepts
+  store_unavailable,     ///< 503: the key store cannot answer; nothing ran
+  store_full,            ///< 503: the key store has no room; nothing ran
+  response_too_large,    ///< 500: the first response was too large to keep for repeats
+  cancelled,             ///< 503: the server stopped working on the request; a retry runs it
+  deadline_exceeded,     ///< 504: too little of the caller's deadline is left to start the work
+  invalid_deadline,      ///< 400: a deadline field that is not a number of milliseconds
+  precondition_failed,   ///< 412: If-Match names no current version of the resource
+  invalid_precondition,  ///< 400: an If-Match field that is not "*" or a list of entity-tags
 };
 
 /// A problem type: the fragment that names it, its status, its title (RFC 9457 section 3.1.3:
@@ -4479,19 +4841,29 @@ constexpr problem_type type_of(problem_kind kind) noexcept {
       return {"invalid-deadline", 400, "The request's deadline is not valid"};
     case problem_kind::precondition_failed:
       return {"precondition-failed", 412, "The resource is not in the expected version"};
+    case problem_kind::invalid_precondition:
+      return {"invalid-precondition", 400, "The If-Match field is not valid"};
   }
   return {"unknown", 500, "Unknown problem"};
 }
 
 /// Every problem kind, for documents and tests that list them.
 inline constexpr problem_kind all_problem_kinds[] = {
-    problem_kind::missing_key,         problem_kind::invalid_key,
-    problem_kind::several_keys,        problem_kind::key_reused,
-    problem_kind::request_outstanding, problem_kind::invalid_request,
-    problem_kind::body_too_large,      problem_kind::store_unavailable,
-    problem_kind::store_full,          problem_kind::response_too_large,
-    problem_kind::cancelled,           problem_kind::deadline_exceeded,
-    problem_kind::invalid_deadline,    problem_kind::precondition_failed,
+    problem_kind::missing_key,
+    problem_kind::invalid_key,
+    problem_kind::several_keys,
+    problem_kind::key_reused,
+    problem_kind::request_outstanding,
+    problem_kind::invalid_request,
+    problem_kind::body_too_large,
+    problem_kind::store_unavailable,
+    problem_kind::store_full,
+    problem_kind::response_too_large,
+    problem_kind::cancelled,
+    problem_kind::deadline_exceeded,
+    problem_kind::invalid_deadline,
+    problem_kind::precondition_failed,
+    problem_kind::invalid_precondition,
 };
 
 /// The problem a verdict without a response is; std::nullopt for executed and replayed.
@@ -4520,6 +4892,8 @@ constexpr std::optional<problem_kind> problem_for(verdict v) noexcept {
       return problem_kind::response_too_large;
     case verdict::cancelled:
       return problem_kind::cancelled;
+    case verdict::deadline_exceeded:
+      return problem_kind::deadline_exceeded;
   }
   return problem_kind::store_unavailable;
 }
@@ -4701,9 +5075,9 @@ struct specification {
   std::chrono::nanoseconds lease = std::chrono::seconds{30};
   /// What makes a repeat the same request (the fingerprint, section 2.4), in words.
   std::string fingerprint = "the method, the target and the body, byte for byte";
-  /// The request field that carries the caller's deadline, in milliseconds left; empty when
-  /// the server does not read one.
-  std::string deadline_field{};
+  /// The request field that carries the caller's deadline, in milliseconds left
+  /// (idem/http/deadline.hpp); empty when the server does not read one.
+  std::string deadline_field{"Request-Timeout-Ms"};
 
   /// The specification an idempotent (or async_idempotent) wrapper keeps: its key rule, lease
   /// and retention, published at `uri`.
@@ -5073,19 +5447,100 @@ void write_outcome(const idempotent_outcome<Response>& outcome, const specificat
   out.set_body(response.body, content_type);
 }
 
-/// One exchange: the key read from every value of the request's key field (`key_fields`), the
-/// guarded call made under `scope`, the answer written. A key field that is not a key (two
-/// fields, a malformed sf-string, an empty one) is refused with 400 before anything is claimed;
-/// no field at all is the wrapper's missing key (400, or run unguarded where keys are optional).
-template <class Guarded, class Request, class Fields, reply_writer Writer>
-void exchange(Guarded& guarded, std::string_view scope, const Fields& key_fields,
-              const Request& request, const specification& spec, Writer& out) {
-  const parsed_key key = parse_key_fields(key_fields, spec.accepted);
-  if (key) return write_outcome(guarded(scope, key.value(), request), spec, out);
-  if (key.error() == key_error::missing) {
-    return write_outcome(guarded(scope, std::nullopt, request), spec, out);
+/// What a request's fields say about the call: its key (Idempotency-Key, read as the
+/// specification accepts it) and its deadline (the specification's deadline field), or the
+/// refusal a wrong one gets (400: two keys, a malformed key, a deadline that is not a number of
+/// milliseconds). `field_values(name)` answers every value the request carries under `name`, as
+/// string views into the request. Views into the request, or into this object: keep both while
+/// the key is used.
+class call_fields {
+ public:
+  template <class FieldValues>
+  call_fields(const FieldValues& field_values, const specification& spec)
+      : key_(parse_key_fields(field_values(spec.key_field), spec.accepted)) {
+    if (!key_ && key_.error() != key_error::missing) {
+      refusal_.emplace(make_problem(problem_for(key_.error()), key_.message(), spec.uri));
+      return;
+    }
+    if (spec.deadline_field.empty()) return;
+    const parsed_deadline deadline = parse_deadline_fields(field_values(spec.deadline_field));
+    if (!deadline) {
+      refusal_.emplace(make_problem(problem_kind::invalid_deadline, deadline.message(), spec.uri));
+      return;
+    }
+    deadline_ = deadline.deadline();
   }
-  write_problem(make_problem(problem_for(key.error()), key.message(), spec.uri), out);
+  call_fields(const call_fields&) = delete;
+  call_fields& operator=(const call_fields&) = delete;
+
+  /// The problem to answer instead of calling: a key or deadline field that is wrong.
+  const std::optional<problem>& refusal() const noexcept { return refusal_; }
+  /// The key; std::nullopt when the request has none (the wrapper decides: 400, or unguarded).
+  std::optional<std::string_view> key() const noexcept {
+    if (!key_) return std::nullopt;
+    return key_.value();
+  }
+  /// The caller's deadline; std::nullopt when the request has none.
+  const std::optional<caller_deadline>& deadline() const noexcept { return deadline_; }
+
+ private:
+  parsed_key key_;
+  std::optional<caller_deadline> deadline_;
+  std::optional<problem> refusal_;
+};
+
+/// field_values for an http_request: every value of a header, by name (case-insensitive).
+inline auto field_values_in(const http_request& request) {
+  return [&request](std::string_view name) {
+    std::vector<std::string_view> values;
+    for (const auto& [field, value] : request.headers)
+      if (idem::header_name_equals(field, name)) values.emplace_back(value);
+    return values;
+  };
+}
+
+/// One exchange: the call's fields read (call_fields), the guarded call made under `scope` with
+/// the key and the caller's deadline, the answer written. A field that is wrong is refused (400)
+/// before anything is claimed; no key at all is the wrapper's missing key (400, or run unguarded
+/// where keys are optional); a deadline too short to start the work is the wrapper's
+/// deadline_exceeded (504), nothing claimed either.
+template <class Guarded, class Request, class FieldValues, reply_writer Writer>
+void exchange(Guarded& guarded, std::string_view scope, const FieldValues& field_values,
+              const Request& request, const specification& spec, Writer& out) {
+  const call_fields fields(field_values, spec);
+  if (fields.refusal()) return write_problem(*fields.refusal(), out);
+  write_outcome(guarded(scope, fields.key(), request, fields.deadline()), spec, out);
+}
+
+/// exchange for a request that changes a resource under a condition (If-Match, conditional.hpp):
+/// `current_tag()` answers the resource's current entity-tag (its opaque part), or std::nullopt
+/// when there is no such resource. A malformed If-Match is refused with 400, one that does not
+/// hold with 412, both before anything is claimed or run; a request without If-Match goes on as
+/// exchange's. The condition is checked before the key: a repeat of a keyed request whose first
+/// attempt changed the version is answered 412, which tells its client the change was made
+/// (docs/natural_idempotence.md).
+template <class Guarded, class Request, class FieldValues, reply_writer Writer, class CurrentTag>
+void conditional_exchange(Guarded& guarded, std::string_view scope, const FieldValues& field_values,
+                          const Request& request, const specification& spec, Writer& out,
+                          CurrentTag&& current_tag) {
+  const parsed_if_match condition = parse_if_match_fields(field_values(if_match_field));
+  if (!condition) {
+    return write_problem(
+        make_problem(problem_kind::invalid_precondition, condition.message(), spec.uri), out);
+  }
+  if (condition.present()) {
+    const std::optional<std::string> current{current_tag()};
+    if (!if_match_holds(condition, current)) {
+      return write_problem(
+          make_problem(problem_kind::precondition_failed,
+                       current ? "the resource is at another version than If-Match names"
+                               : "the resource does not exist, and If-Match asks for a version "
+                                 "of it",
+                       spec.uri),
+          out);
+    }
+  }
+  exchange(guarded, scope, field_values, request, spec, out);
 }
 
 }  // namespace idem::http
@@ -8034,6 +8489,28 @@ class handler_context {
   /// Recovery points recorded so far, by this attempt and the ones before it.
   std::size_t steps_recorded() const noexcept { return recorded_steps_; }
 
+  /// How long the caller still waits, now, when the request came with a deadline
+  /// (idem::caller_deadline: an HTTP deadline field, gRPC's call deadline); std::nullopt when it
+  /// came with none. Give it to the handler's own downstream calls (a retrying deadline, a
+  /// timeout, the deadline field of the next hop) so that they stop when the caller stopped
+  /// waiting. Zero or less: the caller has given up.
+  std::optional<std::chrono::nanoseconds> time_left() const {
+    if (deadline_left_ == nullptr) return std::nullopt;
+    return deadline_left_(deadline_clock_, deadline_);
+  }
+
+  /// Sets the deadline time_left() counts down to: `deadline`, on `clock` (the wrapper's own,
+  /// which must outlive this context). The wrappers call this; a test of a handler may too.
+  template <class Clock>
+  void set_deadline(Clock& clock, typename Clock::time_point deadline) noexcept {
+    deadline_clock_ = &clock;
+    deadline_ = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch());
+    deadline_left_ = [](void* on, std::chrono::nanoseconds at) -> std::chrono::nanoseconds {
+      const auto now = static_cast<Clock*>(on)->now().time_since_epoch();
+      return at - std::chrono::duration_cast<std::chrono::nanoseconds>(now);
+    };
+  }
+
   /// A key for the downstream call `name`: the same for every attempt and takeover of this
   /// (scope, key), different for every name, scope and key. 64 hex digits of SHA-256 over the
   /// three, length-prefixed: collision-resistant, so no client can craft a key that lands on
@@ -8232,6 +8709,11 @@ class handler_context {
   std::size_t recorded_steps_ = 0;
   detail::recovery_writer* writer_ = nullptr;
   bool in_doubt_ = false;
+  // The deadline, on the wrapper's clock, reached through a function that knows its type (the
+  // context is the same type whatever the policies): none while deadline_left_ is null.
+  void* deadline_clock_ = nullptr;
+  std::chrono::nanoseconds deadline_{};
+  std::chrono::nanoseconds (*deadline_left_)(void* clock, std::chrono::nanoseconds at) = nullptr;
 };
 
 }  // namespace idem
@@ -9648,6 +10130,31 @@ namespace idem::detail {
 template <class Response>
 idempotent_outcome<Response> missing_key() {
   return idempotent_outcome<Response>{verdict::missing_key, "an idempotency key is required"};
+}
+
+/// Whether a caller with `deadline` has too little time left for a handler that needs
+/// `minimum` (nothing left is always too little).
+inline bool too_late(const caller_deadline& deadline, std::chrono::nanoseconds minimum) noexcept {
+  return deadline.time_left <= std::chrono::nanoseconds::zero() || deadline.time_left < minimum;
+}
+
+/// The refusal of a call too_late said no to: nothing is claimed, the caller is told why.
+template <class Response>
+idempotent_outcome<Response> deadline_refusal(const caller_deadline& deadline,
+                                              std::chrono::nanoseconds minimum) {
+  using std::chrono::duration_cast;
+  using std::chrono::milliseconds;
+  if (deadline.time_left <= std::chrono::nanoseconds::zero()) {
+    return idempotent_outcome<Response>{verdict::deadline_exceeded,
+                                        "the caller's deadline has passed: the request was not "
+                                        "started"};
+  }
+  return idempotent_outcome<Response>{
+      verdict::deadline_exceeded,
+      "the caller waits " +
+          std::to_string(duration_cast<milliseconds>(deadline.time_left).count()) +
+          " ms more, and the request needs at least " +
+          std::to_string(duration_cast<milliseconds>(minimum).count()) + " ms: it was not started"};
 }
 
 /// Checks a keyed request: the refusal (invalid_key, body_too_large, invalid_request), or none
@@ -11867,6 +12374,9 @@ class idempotent {
     /// The name a reconciler finds this wrapper by, kept with each request (resumable records
     /// only): give each wrapper that shares a store its own.
     std::string name{};
+    /// A call whose caller_deadline leaves less than this (or nothing) is refused with
+    /// deadline_exceeded before anything is claimed: the least the handler needs to finish.
+    std::chrono::nanoseconds minimum_time_left{0};
   };
 
   explicit idempotent(Handler handler) : idempotent(std::move(handler), options{}) {}
@@ -11884,6 +12394,15 @@ class idempotent {
   template <Fingerprintable Request>
   auto operator()(std::string_view scope, std::optional<std::string_view> key,
                   const Request& request) {
+    return (*this)(scope, key, request, std::optional<caller_deadline>{});
+  }
+
+  /// The same, for a caller that waits `deadline.time_left` at most (std::nullopt: no deadline
+  /// known). Less than minimum_time_left is refused with deadline_exceeded, nothing claimed;
+  /// else the handler's context counts down what is left (handler_context::time_left).
+  template <Fingerprintable Request>
+  auto operator()(std::string_view scope, std::optional<std::string_view> key,
+                  const Request& request, std::optional<caller_deadline> deadline) {
     // The checks come first and the rest only once they pass, so that their sentence is the
     // first error a wrong handler gets (idem/server/detail/checks.hpp).
     static_assert(detail::check_handler<Handler, Request, store_type>());
@@ -11892,7 +12411,7 @@ class idempotent {
       static_assert(detail::check_response<response_type>());
       if constexpr (detail::storable_response<response_type>) {
         static_assert(detail::check_failure_policy<failure_type, response_type>());
-        return handle<response_type>(scope, key, request);
+        return handle<response_type>(scope, key, request, deadline);
       }
     }
   }
@@ -11947,7 +12466,7 @@ class idempotent {
               0,
               {}};
     }
-    auto run = runner<response_type>(*kept);
+    auto run = runner<response_type>(*kept, nullptr);
     constexpr detail::completion how = detail::takes_transaction<Handler, Request, store_type>
                                            ? detail::completion::in_transaction
                                            : detail::completion::direct;
@@ -11972,12 +12491,20 @@ class idempotent {
 
   template <class Response, class Request>
   idempotent_outcome<Response> handle(std::string_view scope, std::optional<std::string_view> key,
-                                      const Request& request) {
+                                      const Request& request,
+                                      std::optional<caller_deadline> deadline) {
     constexpr bool transactional = detail::takes_transaction<Handler, Request, store_type>;
     using outcome_type = idempotent_outcome<Response>;
     const options& settings = engine_.options();
 
-    auto run = runner<Response>(request);
+    // The deadline on this wrapper's clock, from the time the caller had left on arrival.
+    std::optional<typename clock_type::time_point> until;
+    if (deadline) {
+      until.emplace(engine_.clock().now() +
+                    std::chrono::duration_cast<typename clock_type::time_point::duration>(
+                        deadline->time_left));
+    }
+    auto run = runner<Response>(request, until ? &*until : nullptr);
     if (!key) {
       if (settings.require_key) return detail::missing_key<Response>();
       if constexpr (transactional) {
@@ -11986,12 +12513,18 @@ class idempotent {
                             "an idempotency key is required: this handler runs inside the "
                             "transaction that records its key"};
       } else {
+        if (deadline && detail::too_late(*deadline, settings.minimum_time_left)) {
+          return detail::deadline_refusal<Response>(*deadline, settings.minimum_time_left);
+        }
         return engine_type::template run_unguarded<Response>(scope, run);
       }
     }
     digest print;
     if (auto refused = detail::admit<Response>(settings, *key, view_of(request), print)) {
       return std::move(*refused);
+    }
+    if (deadline && detail::too_late(*deadline, settings.minimum_time_left)) {
+      return detail::deadline_refusal<Response>(*deadline, settings.minimum_time_left);
     }
     constexpr detail::completion how =
         transactional ? detail::completion::in_transaction : detail::completion::direct;
@@ -12009,8 +12542,9 @@ class idempotent {
   // What the engine runs for `request`: the handler, given the context, and for a transactional
   // handler the transaction too (completion::in_transaction passes it).
   template <class Response, class Request>
-  auto runner(const Request& request) {
-    return [this, &request](handler_context& context, auto&... transaction) -> Response {
+  auto runner(const Request& request, const typename clock_type::time_point* until) {
+    return [this, &request, until](handler_context& context, auto&... transaction) -> Response {
+      if (until != nullptr) context.set_deadline(engine_.clock(), *until);
       if constexpr (detail::takes_transaction<Handler, Request, store_type>) {
         return std::invoke(handler_, context, request, transaction...);
       } else if constexpr (detail::takes_handler_context<Handler, Request>) {
