@@ -134,7 +134,7 @@ fi
 source scripts/lib/packages.sh
 idem_ensure_packages scripts/bench.sh g++ cmake ninja-build libbenchmark-dev libxxhash-dev libssl-dev \
   libcuckoo-dev libtbb-dev libabsl-dev pkg-config libsqlite3-dev libpq-dev postgresql \
-  libhiredis-dev redis-server python3 libboost1.81-dev libasio-dev
+  libhiredis-dev redis-server python3 libboost1.81-dev libasio-dev nlohmann-json3-dev
 
 cmake -S . -B build/bench -G Ninja -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Release \
   "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" \
