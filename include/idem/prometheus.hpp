@@ -73,6 +73,7 @@ class prometheus_observer {
   // --- client side: attempts, waits, ends -------------------------------------------------
   void on_attempt(const attempt_event& e) const {
     metrics_->attempts[static_cast<std::size_t>(e.record.kind)]->Increment();
+    metrics_->attempt_seconds->Observe(seconds(e.duration));
   }
   void on_delay(const delay_event&) const { metrics_->retries->Increment(); }
   void on_finish(const finish_event& e) const {
@@ -123,6 +124,11 @@ class prometheus_observer {
         attempts[d] = &attempts_family.Add(
             {{"outcome", std::string(to_string(static_cast<disposition>(d)))}});
       }
+      attempt_seconds = &prometheus::BuildHistogram()
+                             .Name("idem_attempt_seconds")
+                             .Help("Client attempts' duration, each attempt alone")
+                             .Register(registry)
+                             .Add({}, buckets);
       retries = &prometheus::BuildCounter()
                      .Name("idem_retries_total")
                      .Help("Client retries: waits before another attempt")
@@ -148,6 +154,7 @@ class prometheus_observer {
     prometheus::Histogram* request_seconds = nullptr;
     prometheus::Histogram* handler_seconds = nullptr;
     std::array<prometheus::Counter*, dispositions> attempts{};
+    prometheus::Histogram* attempt_seconds = nullptr;
     prometheus::Counter* retries = nullptr;
     std::array<prometheus::Counter*, retry_verdicts> operations{};
     prometheus::Histogram* operation_seconds = nullptr;

@@ -48,6 +48,12 @@ double counter(const prometheus::Registry& registry, std::string_view family,
   return found != nullptr ? found->counter.value : -1;
 }
 
+double histogram_sum(const prometheus::Registry& registry, std::string_view family) {
+  std::vector<prometheus::MetricFamily> families;
+  const prometheus::ClientMetric* found = series(registry, families, family);
+  return found != nullptr ? found->histogram.sample_sum : -1;
+}
+
 std::uint64_t histogram_count(const prometheus::Registry& registry, std::string_view family) {
   std::vector<prometheus::MetricFamily> families;
   const prometheus::ClientMetric* found = series(registry, families, family);
@@ -166,7 +172,7 @@ TEST_CASE("prometheus: copies of one observer share its metric families") {
   copy.on_call({idem::verdict::executed, false, 1ms});
   metrics.on_call({idem::verdict::executed, false, 1ms});
   CHECK(counter(registry, "idem_requests_total", "verdict", "executed") == 2);
-  CHECK(registry.Collect().size() == 7);
+  CHECK(registry.Collect().size() == 8);
 }
 
 TEST_CASE("prometheus: client attempts, retries and a budget refusal are counted") {
@@ -175,6 +181,7 @@ TEST_CASE("prometheus: client attempts, retries and a budget refusal are counted
   idem::manual_clock clock;
   int status = 503;
   auto dependency = [&](const idem::attempt_context&) {
+    clock.advance(250ms);
     return idem::http_response{status, {}, ""};
   };
   idem::retrying<decltype(dependency), client_policies>::options options;
@@ -200,6 +207,8 @@ TEST_CASE("prometheus: client attempts, retries and a budget refusal are counted
   CHECK(counter(registry, "idem_operations_total", "verdict", "succeeded") == 1);
   CHECK(counter(registry, "idem_operations_total", "verdict", "circuit_open") == 0);
   CHECK(histogram_count(registry, "idem_operation_seconds") == 3);
+  CHECK(histogram_count(registry, "idem_attempt_seconds") == 4);
+  CHECK(histogram_sum(registry, "idem_attempt_seconds") == Approx(1.0));
 }
 
 TEST_CASE("prometheus: the counters are served in the text exposition over HTTP") {
