@@ -334,12 +334,8 @@ class idempotent {
           observer_.on_handler(handler_event{took(), true});
           throw;
         }
-      } else if constexpr (detail::takes_transaction<Handler, Request, store_type>) {
-        return std::invoke(handler_, context, request, transaction...);
-      } else if constexpr (detail::takes_handler_context<Handler, Request>) {
-        return std::invoke(handler_, context, request);
       } else {
-        return std::invoke(handler_, request);
+        return invoke_handler(context, request, transaction...);
       }
     };
   }
