@@ -38,7 +38,7 @@ source "$root/scripts/lib/packages.sh"
 idem_ensure_packages scripts/test.sh g++ clang clang-tidy libclang-rt-14-dev cmake ninja-build catch2 libbenchmark-dev python3 \
   libxxhash-dev libssl-dev libcuckoo-dev libtbb-dev libabsl-dev \
   pkg-config libsqlite3-dev sqlite3 libpq-dev postgresql libhiredis-dev redis-server \
-  libcpp-httplib-dev nlohmann-json3-dev librapidcheck-dev patch libboost1.81-dev libasio-dev \
+  libcpp-httplib-dev prometheus-cpp-dev nlohmann-json3-dev librapidcheck-dev patch libboost1.81-dev libasio-dev \
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
 
 # --- bookkeeping -----------------------------------------------------------------------------

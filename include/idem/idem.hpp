@@ -34,6 +34,7 @@
 #include <idem/server/idempotent.hpp>
 #include <idem/server/inbox.hpp>
 #include <idem/server/lookup.hpp>
+#include <idem/server/observer.hpp>
 #include <idem/server/outcome.hpp>
 #include <idem/server/request.hpp>
 #include <idem/server/response_codec.hpp>

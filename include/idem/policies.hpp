@@ -12,10 +12,10 @@
 // names what is missing.
 //
 // The server side's defaults (the memory store, the XXH3 fingerprint, the failure policy, the
-// response codec) are only declared here; idem/server/idempotent.hpp and idem/server/inbox.hpp
-// include their definitions. A client that includes idem/client/retrying.hpp alone then does
-// not compile the lock-free store and the hash it never uses: about a fifth of that header's
-// build time.
+// response codec, the observer) are only declared here; idem/server/idempotent.hpp and
+// idem/server/inbox.hpp include their definitions. A client that includes idem/client/retrying.hpp
+// alone then does not compile the lock-free store and the hash it never uses: about a fifth of that
+// header's build time.
 //
 // This struct is the one place a default is written: idempotent::options and inbox::options
 // take each of theirs from the Policies they are given.
@@ -40,13 +40,14 @@ namespace idem {
 
 // The server side's defaults, defined in the headers idem/server/idempotent.hpp and
 // idem/server/inbox.hpp include: idem/store/memory.hpp, idem/server/fingerprint/xxh3.hpp,
-// idem/server/failure.hpp, idem/server/response_codec.hpp.
+// idem/server/failure.hpp, idem/server/response_codec.hpp, idem/server/observer.hpp.
 template <class Lazy>
 class basic_memory_store;
 using memory_store = basic_memory_store<void>;
 struct xxh3_128;
 struct release_on_failure;
 struct plain_response_codec;
+struct no_server_observer;
 
 /// Whether a call may be repeated, and why.
 enum class call_safety {
@@ -100,6 +101,10 @@ struct default_policies {
   /// The request header idempotent(scope, request) reads the key from: the IETF
   /// draft-ietf-httpapi-idempotency-key-header's, which Stripe and others use too.
   static constexpr std::string_view key_header = "Idempotency-Key";
+  /// Server telemetry: one event a call (its verdict, whether it was a coalesced replay, its
+  /// duration) and one a handler run (its duration). None by default, at no cost: no clock is
+  /// read for it (idem/server/observer.hpp; idem/prometheus.hpp exports them as metrics).
+  using server_observer = idem::no_server_observer;
 
   // --- client side: retrying ---------------------------------------------------------------
   /// The random engine each operation draws its jitter and key from.

@@ -74,6 +74,7 @@
 #include <idem/server/detail/admission.hpp>
 #include <idem/server/detail/checks.hpp>
 #include <idem/server/fingerprint/fingerprint.hpp>
+#include <idem/server/observer.hpp>
 #include <idem/server/outcome.hpp>
 #include <idem/server/request.hpp>
 #include <idem/store/contract.hpp>
@@ -90,6 +91,7 @@ class async_idempotent {
                 "Policies::store must be a Store (idem/store/contract.hpp) or an AsyncStore "
                 "(idem/asio/async_store.hpp).");
   static_assert(detail::check_fingerprint<fingerprint_for<typename Policies::fingerprint>>());
+  static_assert(detail::check_server_observer<typename Policies::server_observer>());
 
  public:
   using executor_type = asio::any_io_executor;
@@ -98,6 +100,7 @@ class async_idempotent {
   using fingerprint_type = fingerprint_for<typename Policies::fingerprint>;
   using failure_type = typename Policies::failure;
   using response_codec_type = typename Policies::response_codec;
+  using server_observer_type = typename Policies::server_observer;
 
   /// idempotent::options (idem/server/idempotent.hpp), each field meaning what it means there,
   /// and two of the asynchronous driver's own.
@@ -130,6 +133,9 @@ class async_idempotent {
     /// Renew the lease every third of it while the handler runs, and cancel the handler when a
     /// renewal finds the claim taken over. Off, a handler that outlives its lease is taken over.
     bool heartbeat = true;
+    /// Hears of each call's verdict and duration (idem/server/observer.hpp). The asynchronous
+    /// driver reports calls only: no handler_event, and coalesced is always false.
+    server_observer_type server_observer{};
   };
 
   /// `executor` runs a call whose completion handler has no associated executor of its own.
@@ -140,6 +146,7 @@ class async_idempotent {
   async_idempotent(executor_type executor, Handler handler, options parts)
       : executor_(std::move(executor)),
         handler_(std::move(handler)),
+        observer_(parts.server_observer),
         engine_(std::move(parts), "idem::async_idempotent") {}
 
   async_idempotent(const async_idempotent&) = delete;
@@ -171,7 +178,7 @@ class async_idempotent {
         using outcome_type = idempotent_outcome<response_type>;
         if constexpr (detail::awaits_in_caller<Token>) {
           // The caller's own coroutine runs the call: no coroutine of its own to spawn.
-          return handle<response_type>(scope, key, request, deadline);
+          return observed<response_type>(scope, key, request, deadline);
         } else {
           return asio::async_initiate<Token, void(std::exception_ptr, outcome_type)>(
               [this](auto handler, std::string_view scope, std::optional<std::string_view> key,
@@ -179,7 +186,7 @@ class async_idempotent {
                 const auto executor = detail::operation_executor(handler, executor_);
                 asio::co_spawn(executor,
                                detail::hearing_every_cancellation(
-                                   handle<response_type>(scope, key, *request, deadline)),
+                                   observed<response_type>(scope, key, *request, deadline)),
                                std::move(handler));
               },
               token, scope, key, &request, deadline);
@@ -211,6 +218,31 @@ class async_idempotent {
 
  private:
   using engine_type = detail::async_engine<options>;
+
+  // handle, and the observer told of its verdict; for the default observer, handle itself.
+  template <class Response, class Request>
+  asio::awaitable<idempotent_outcome<Response>> observed(std::string_view scope,
+                                                         std::optional<std::string_view> key,
+                                                         const Request& request,
+                                                         std::optional<caller_deadline> deadline) {
+    if constexpr (detail::observes_server<server_observer_type>) {
+      return observed_call<Response>(scope, key, request, deadline);
+    } else {
+      return handle<Response>(scope, key, request, deadline);
+    }
+  }
+
+  template <class Response, class Request>
+  asio::awaitable<idempotent_outcome<Response>> observed_call(
+      std::string_view scope, std::optional<std::string_view> key, const Request& request,
+      std::optional<caller_deadline> deadline) {
+    const auto start = clock().now();
+    idempotent_outcome<Response> outcome = co_await handle<Response>(scope, key, request, deadline);
+    observer_.on_call(server_call_event{
+        outcome.verdict(), false,
+        std::chrono::duration_cast<std::chrono::nanoseconds>(clock().now() - start)});
+    co_return outcome;
+  }
 
   template <class Response, class Request>
   asio::awaitable<idempotent_outcome<Response>> handle(std::string_view scope,
@@ -311,6 +343,7 @@ class async_idempotent {
 
   executor_type executor_;
   Handler handler_;
+  [[no_unique_address]] server_observer_type observer_;
   engine_type engine_;
 };
 

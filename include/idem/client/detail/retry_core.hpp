@@ -300,7 +300,7 @@ class retry_core {
     const attempt_record& record =
         outcome.history_.emplace(run.attempt, disposition::ambiguous, 0, threw,
                                  run.attempt_start - run.start, std::chrono::nanoseconds{}, false);
-    observer_.on_attempt(attempt_event{redacted_key{outcome.key()}, record});
+    observer_.on_attempt(attempt_event{redacted_key{outcome.key()}, record, attempt_took(run)});
     return end(outcome, retry_verdict::cancelled);
   }
 
@@ -312,7 +312,7 @@ class retry_core {
     attempt_record& record =
         outcome.history_.emplace(run.attempt, verdict.kind, verdict.code, threw,
                                  run.attempt_start - run.start, std::chrono::nanoseconds{}, false);
-    observer_.on_attempt(attempt_event{redacted_key{outcome.key()}, record});
+    observer_.on_attempt(attempt_event{redacted_key{outcome.key()}, record, attempt_took(run)});
 
     if (verdict.kind == disposition::success) {
       breaker_.on_success(since_epoch(run.attempt_start));
@@ -351,6 +351,17 @@ class retry_core {
   static retry_decision end(retry_outcome<Result>& outcome, retry_verdict verdict) noexcept {
     outcome.verdict_ = verdict;
     return {.stop = true, .verdict = verdict};
+  }
+
+  /// How long the attempt that began at run.attempt_start took, for the observer's attempt
+  /// event: the clock is read for it only when there is an observer.
+  std::chrono::nanoseconds attempt_took(const run_type& run) {
+    if constexpr (std::is_same_v<observer_type, no_observer>) {
+      (void)run;
+      return std::chrono::nanoseconds::zero();
+    } else {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(clock_.now() - run.attempt_start);
+    }
   }
 
   /// The operation is over: the observer's finish event.

@@ -67,6 +67,9 @@ constexpr std::string_view to_string(retry_verdict v) noexcept {
 struct attempt_event {
   redacted_key key;
   const attempt_record& record;
+  /// From the attempt's start to its classification, on the wrapper's clock; zero under
+  /// no_observer, which reads no clock for it.
+  std::chrono::nanoseconds duration;
 };
 
 /// The loop is about to wait before attempt `next_attempt`.

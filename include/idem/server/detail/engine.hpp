@@ -122,15 +122,18 @@ class engine {
   /// `kept`: the recovery bytes a new record starts with (a resumable wrapper's kept request:
   /// kept_request), or null for none. A pointer, so that a wrapper that keeps nothing (the
   /// common case) builds no kept_bytes and copies nothing into a new claim.
+  /// `waited`: set when a coalescing wait paused at least once (what an observer calls a
+  /// coalesced replay when the answer is a replay), or null when nobody asks.
   template <class Response, completion How, class Run, class Failure>
   idempotent_outcome<Response> run(std::string_view scope, std::string_view key,
                                    const digest& print, Run& run, const Failure& failure,
-                                   const kept_bytes* kept = nullptr) {
+                                   const kept_bytes* kept = nullptr, bool* waited = nullptr) {
     store_time claimed_at{};
     // Made in place: a replay's record (its response) is moved nowhere before it is answered.
     made_later<claim_result> result;
     try {
-      result.make([&] { return claim_waiting(scope, key, print, claimed_at, kept_stored(kept)); });
+      result.make(
+          [&] { return claim_waiting(scope, key, print, claimed_at, kept_stored(kept), waited); });
     } catch (const store_error& error) {
       return refused<Response>(error);
     }
@@ -150,9 +153,11 @@ class engine {
 
   /// One claim, or with coalescing, claims repeated with growing pauses while another attempt
   /// holds a live claim, until it settles (completed, released, abandoned) or the wait is over.
-  /// `claimed_at` is set to the time the last claim was made with.
+  /// `claimed_at` is set to the time the last claim was made with; `waited`, when not null, to
+  /// true once the wait has paused.
   claim_result claim_waiting(std::string_view scope, std::string_view key, const digest& print,
-                             store_time& claimed_at, std::string_view kept = {}) {
+                             store_time& claimed_at, std::string_view kept = {},
+                             bool* waited = nullptr) {
     claim_result claimed = claim(scope, key, print, claimed_at, kept);
     if (options_.coalesce <= std::chrono::nanoseconds::zero()) return claimed;
     coalescing_wait wait{options_.coalesce};
@@ -161,6 +166,7 @@ class engine {
       const std::optional<std::chrono::nanoseconds> pause = wait.next_pause(clock().now() - start);
       if (!pause) break;
       clock().sleep_for(*pause);
+      if (waited != nullptr) *waited = true;
       claimed = claim(scope, key, print, claimed_at, kept);
     }
     return claimed;

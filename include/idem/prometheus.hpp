@@ -1,0 +1,175 @@
+// idem::prometheus_observer: idem's telemetry as Prometheus metrics (prometheus-cpp).
+//
+// One observer for both sides: a server_observer policy for idempotent and async_idempotent
+// (idem/server/observer.hpp) and an observer policy for retrying (idem/client/policy/observer.hpp).
+// It registers its metric families in a prometheus::Registry the service exposes (an Exposer's
+// /metrics, docs/metrics.md), and every series it will ever write is made when it is built, so
+// that a call only adds to a counter it already holds.
+//
+//   prometheus::Registry registry;
+//   idem::prometheus_observer metrics{registry};
+//   struct observed : idem::default_policies {
+//     using server_observer = idem::prometheus_observer;
+//   };
+//   idem::idempotent<Handler, observed> payments{handler, {.server_observer = metrics}};
+//
+// Copies share the metric families (a handle, as a store is); the registry must outlive them.
+// Labels are bounded: verdicts and dispositions only, never a key or a scope.
+#ifndef IDEM_PROMETHEUS_HPP
+#define IDEM_PROMETHEUS_HPP
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <idem/client/attempt.hpp>
+#include <idem/client/policy/observer.hpp>
+#include <idem/server/observer.hpp>
+#include <idem/server/outcome.hpp>
+
+namespace idem {
+
+class prometheus_observer {
+ public:
+  /// The latency buckets, in seconds, when none are given: 1 ms to 10 s, as a service answers.
+  static std::vector<double> default_buckets() {
+    return {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+  }
+
+  /// Registers idem's metric families in `registry`, with `buckets` (seconds) for the latency
+  /// histograms.
+  explicit prometheus_observer(prometheus::Registry& registry,
+                               const std::vector<double>& buckets = default_buckets())
+      : metrics_(std::make_shared<metrics>(registry, buckets)) {}
+
+  /// An observer with a registry of its own (registry() answers it): what a wrapper's options
+  /// hold until they are given the observer built on the registry the service exposes.
+  prometheus_observer() : prometheus_observer(std::make_shared<prometheus::Registry>()) {}
+
+  /// The registry this observer's families are in when it made its own; null otherwise.
+  const std::shared_ptr<prometheus::Registry>& registry() const noexcept { return own_; }
+
+  // --- server side: one event a call, one a handler run -----------------------------------
+  void on_call(const server_call_event& e) const {
+    if (e.coalesced) {
+      metrics_->coalesced->Increment();
+    } else {
+      metrics_->requests[static_cast<std::size_t>(e.verdict)]->Increment();
+    }
+    metrics_->request_seconds->Observe(seconds(e.duration));
+  }
+  void on_handler(const handler_event& e) const {
+    metrics_->handler_seconds->Observe(seconds(e.duration));
+  }
+
+  // --- client side: attempts, waits, ends -------------------------------------------------
+  void on_attempt(const attempt_event& e) const {
+    metrics_->attempts[static_cast<std::size_t>(e.record.kind)]->Increment();
+    metrics_->attempt_seconds->Observe(seconds(e.duration));
+  }
+  void on_delay(const delay_event&) const { metrics_->retries->Increment(); }
+  void on_finish(const finish_event& e) const {
+    metrics_->operations[static_cast<std::size_t>(e.verdict)]->Increment();
+    metrics_->operation_seconds->Observe(seconds(e.elapsed));
+  }
+
+ private:
+  // The enums' sizes: every value of verdict, disposition and retry_verdict has its series.
+  static constexpr std::size_t verdicts = static_cast<std::size_t>(verdict::deadline_exceeded) + 1;
+  static constexpr std::size_t dispositions = static_cast<std::size_t>(disposition::permanent) + 1;
+  static constexpr std::size_t retry_verdicts =
+      static_cast<std::size_t>(retry_verdict::cancelled) + 1;
+
+  static double seconds(std::chrono::nanoseconds d) noexcept {
+    return std::chrono::duration<double>(d).count();
+  }
+
+  struct metrics {
+    metrics(prometheus::Registry& registry, const std::vector<double>& buckets) {
+      auto& requests_family =
+          prometheus::BuildCounter()
+              .Name("idem_requests_total")
+              .Help(
+                  "Guarded calls by verdict; coalesced: replays answered after waiting for a "
+                  "duplicate in progress (not counted under replayed)")
+              .Register(registry);
+      for (std::size_t v = 0; v < verdicts; ++v) {
+        requests[v] =
+            &requests_family.Add({{"verdict", std::string(to_string(static_cast<verdict>(v)))}});
+      }
+      coalesced = &requests_family.Add({{"verdict", "coalesced"}});
+      request_seconds = &prometheus::BuildHistogram()
+                             .Name("idem_request_seconds")
+                             .Help("Guarded calls' duration, from arrival to answer")
+                             .Register(registry)
+                             .Add({}, buckets);
+      handler_seconds = &prometheus::BuildHistogram()
+                             .Name("idem_handler_seconds")
+                             .Help("Handler runs' duration")
+                             .Register(registry)
+                             .Add({}, buckets);
+      auto& attempts_family = prometheus::BuildCounter()
+                                  .Name("idem_attempts_total")
+                                  .Help("Client attempts by how they were classified")
+                                  .Register(registry);
+      for (std::size_t d = 0; d < dispositions; ++d) {
+        attempts[d] = &attempts_family.Add(
+            {{"outcome", std::string(to_string(static_cast<disposition>(d)))}});
+      }
+      attempt_seconds = &prometheus::BuildHistogram()
+                             .Name("idem_attempt_seconds")
+                             .Help("Client attempts' duration, each attempt alone")
+                             .Register(registry)
+                             .Add({}, buckets);
+      retries = &prometheus::BuildCounter()
+                     .Name("idem_retries_total")
+                     .Help("Client retries: waits before another attempt")
+                     .Register(registry)
+                     .Add({});
+      auto& operations_family = prometheus::BuildCounter()
+                                    .Name("idem_operations_total")
+                                    .Help("Retried operations by how they ended")
+                                    .Register(registry);
+      for (std::size_t v = 0; v < retry_verdicts; ++v) {
+        operations[v] = &operations_family.Add(
+            {{"verdict", std::string(to_string(static_cast<retry_verdict>(v)))}});
+      }
+      operation_seconds = &prometheus::BuildHistogram()
+                               .Name("idem_operation_seconds")
+                               .Help("Retried operations' duration, attempts and waits together")
+                               .Register(registry)
+                               .Add({}, buckets);
+    }
+
+    std::array<prometheus::Counter*, verdicts> requests{};
+    prometheus::Counter* coalesced = nullptr;
+    prometheus::Histogram* request_seconds = nullptr;
+    prometheus::Histogram* handler_seconds = nullptr;
+    std::array<prometheus::Counter*, dispositions> attempts{};
+    prometheus::Histogram* attempt_seconds = nullptr;
+    prometheus::Counter* retries = nullptr;
+    std::array<prometheus::Counter*, retry_verdicts> operations{};
+    prometheus::Histogram* operation_seconds = nullptr;
+  };
+
+  explicit prometheus_observer(std::shared_ptr<prometheus::Registry> own)
+      : metrics_(std::make_shared<metrics>(*own, default_buckets())), own_(std::move(own)) {}
+
+  std::shared_ptr<metrics> metrics_;
+  std::shared_ptr<prometheus::Registry> own_;
+};
+
+static_assert(ServerObserver<prometheus_observer>);
+static_assert(Observer<prometheus_observer>);
+
+}  // namespace idem
+
+#endif  // IDEM_PROMETHEUS_HPP
