@@ -69,7 +69,7 @@ source "$root/scripts/lib/packages.sh"
 if [[ -z "$bin" ]]; then
   packages=(g++ cmake ninja-build pkg-config python3 libsqlite3-dev libpq-dev libhiredis-dev
     libcpp-httplib-dev nlohmann-json3-dev libboost1.81-dev redis-server
-    libgrpc++-dev libprotobuf-dev)
+    libgrpc++-dev libprotobuf-dev prometheus-cpp-dev)
   [[ "$store" != postgres ]] || packages+=(postgresql)
   idem_ensure_packages scripts/demo.sh "${packages[@]}"
   echo "== building the demo in build/demo" >&2

@@ -69,7 +69,7 @@ source "$root/scripts/lib/packages.sh"
 if [[ -z "$bin" ]]; then
   idem_ensure_packages scripts/serve_bench.sh g++ cmake ninja-build pkg-config python3 \
     libsqlite3-dev libpq-dev libhiredis-dev libcpp-httplib-dev nlohmann-json3-dev \
-    libboost1.81-dev postgresql libgrpc++-dev libprotobuf-dev
+    libboost1.81-dev postgresql libgrpc++-dev libprotobuf-dev prometheus-cpp-dev
   echo "== building the payments programs in build/serve-bench" >&2
   cmake -S "$root" -B "$root/build/serve-bench" -G Ninja -DCMAKE_CXX_COMPILER=g++ \
     -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" \
