@@ -60,8 +60,8 @@ idem::http::reply hand_error_reply(int status, std::string_view message) {
 
 idem::http::reply hand_outcome_reply(const outcome_type& outcome) {
   if (!outcome) return hand_error_reply(outcome.http_status(), outcome.message());
-  idem::http::reply answer{outcome->status, {}, std::string(outcome->header("Content-Type")),
-                           outcome->body};
+  idem::http::reply answer{
+      outcome->status, {}, std::string(outcome->header("Content-Type")), outcome->body};
   for (const auto& [name, value] : outcome->headers)
     if (name != "Content-Type") answer.headers.emplace_back(name, value);
   if (outcome.verdict() == idem::verdict::replayed) {
