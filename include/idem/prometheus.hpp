@@ -14,7 +14,15 @@
 //   idem::idempotent<Handler, observed> payments{handler, {.server_observer = metrics}};
 //
 // Copies share the metric families (a handle, as a store is); the registry must outlive them.
-// Labels are bounded: verdicts and dispositions only, never a key or a scope.
+// Labels are bounded: verdicts and dispositions only, never a key or a scope; a breaker's gauge
+// is labelled with the dependency name the service gives it.
+//
+// Breakers report their state through a listener (idem/client/policy/breaker.hpp):
+//
+//   idem::consecutive_failure_breaker breaker{{.on_change = metrics.watch_breaker("ledger")}};
+//
+// sets idem_breaker_state{dependency="ledger",state="closed|open|half_open"} (1 for the state
+// it is in, 0 for the others: OpenMetrics' state set) and counts idem_breaker_changes_total.
 #ifndef IDEM_PROMETHEUS_HPP
 #define IDEM_PROMETHEUS_HPP
 
@@ -23,14 +31,17 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
+#include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
 #include <idem/client/attempt.hpp>
+#include <idem/client/policy/breaker.hpp>
 #include <idem/client/policy/observer.hpp>
 #include <idem/server/observer.hpp>
 #include <idem/server/outcome.hpp>
@@ -81,12 +92,42 @@ class prometheus_observer {
     metrics_->operation_seconds->Observe(seconds(e.elapsed));
   }
 
+  /// A listener for a breaker's `settings::on_change` that keeps the state set of the breaker
+  /// in front of `dependency` (a name of the service's choosing: one per breaker, bounded). The
+  /// series are made here, reading closed, as a breaker starts.
+  breaker_listener watch_breaker(const std::string& dependency) const {
+    auto gauges = std::make_shared<breaker_series>();
+    for (std::size_t s = 0; s < breaker_states; ++s) {
+      const std::string state{to_string(static_cast<breaker_state>(s))};
+      gauges->state[s] =
+          &metrics_->breaker_gauges->Add({{"dependency", dependency}, {"state", state}});
+      gauges->changes[s] =
+          &metrics_->breaker_changes->Add({{"dependency", dependency}, {"to", state}});
+    }
+    gauges->state[static_cast<std::size_t>(breaker_state::closed)]->Set(1);
+    // The metrics are kept alive with the listener: it may outlive this observer.
+    return [gauges, metrics = metrics_](breaker_state entered) {
+      const auto now = static_cast<std::size_t>(entered);
+      for (std::size_t s = 0; s < breaker_states; ++s)
+        gauges->state[s]->Set(s == now ? 1 : 0);
+      gauges->changes[now]->Increment();
+    };
+  }
+
  private:
   // The enums' sizes: every value of verdict, disposition and retry_verdict has its series.
   static constexpr std::size_t verdicts = static_cast<std::size_t>(verdict::deadline_exceeded) + 1;
   static constexpr std::size_t dispositions = static_cast<std::size_t>(disposition::permanent) + 1;
   static constexpr std::size_t retry_verdicts =
       static_cast<std::size_t>(retry_verdict::cancelled) + 1;
+  static constexpr std::size_t breaker_states =
+      static_cast<std::size_t>(breaker_state::half_open) + 1;
+
+  // One breaker's series: its state set and its change counters, by state.
+  struct breaker_series {
+    std::array<prometheus::Gauge*, breaker_states> state{};
+    std::array<prometheus::Counter*, breaker_states> changes{};
+  };
 
   static double seconds(std::chrono::nanoseconds d) noexcept {
     return std::chrono::duration<double>(d).count();
@@ -147,6 +188,14 @@ class prometheus_observer {
                                .Help("Retried operations' duration, attempts and waits together")
                                .Register(registry)
                                .Add({}, buckets);
+      breaker_gauges = &prometheus::BuildGauge()
+                            .Name("idem_breaker_state")
+                            .Help("Circuit breakers' state: 1 for the state each is in, else 0")
+                            .Register(registry);
+      breaker_changes = &prometheus::BuildCounter()
+                             .Name("idem_breaker_changes_total")
+                             .Help("Circuit breakers' state changes, by the state entered")
+                             .Register(registry);
     }
 
     std::array<prometheus::Counter*, verdicts> requests{};
@@ -158,6 +207,8 @@ class prometheus_observer {
     prometheus::Counter* retries = nullptr;
     std::array<prometheus::Counter*, retry_verdicts> operations{};
     prometheus::Histogram* operation_seconds = nullptr;
+    prometheus::Family<prometheus::Gauge>* breaker_gauges = nullptr;
+    prometheus::Family<prometheus::Counter>* breaker_changes = nullptr;
   };
 
   explicit prometheus_observer(std::shared_ptr<prometheus::Registry> own)

@@ -729,12 +729,33 @@ struct constant_backoff {
 // connection errors, 5xx); a request the dependency rightly refused (4xx) proves it is alive.
 // Times are a clock's `time_since_epoch()`, so the breaker follows whatever clock the policies
 // choose, manual_clock in tests included. Copies share state; every member is thread-safe.
+//
+// A breaker can report its state changes (`settings::on_change`): a metrics gauge
+// (idem::prometheus_observer::breaker_listener), a log line. Transitions are rare, so a listener
+// costs the hot path nothing; it is called while the breaker's transition lock is held, so that
+// listeners hear the changes in the order they happened, and it must not call the breaker back.
 #ifndef IDEM_CLIENT_POLICY_BREAKER_HPP
 #define IDEM_CLIENT_POLICY_BREAKER_HPP
 
 namespace idem {
 
 enum class breaker_state : std::uint8_t { closed, open, half_open };
+
+constexpr std::string_view to_string(breaker_state s) noexcept {
+  switch (s) {
+    case breaker_state::closed:
+      return "closed";
+    case breaker_state::open:
+      return "open";
+    case breaker_state::half_open:
+      return "half_open";
+  }
+  return "unknown";
+}
+
+/// Hears a breaker's state changes: the state it has just entered. Called with the breaker's
+/// transition lock held; must not call the breaker.
+using breaker_listener = std::function<void(breaker_state)>;
 
 /// What a `breaker` policy must provide.
 template <class B>
@@ -760,8 +781,8 @@ namespace detail {
 /// transitions are rare and take the mutex.
 class breaker_machine {
  public:
-  breaker_machine(std::chrono::nanoseconds open_for, int probes)
-      : open_for_(open_for), probes_(probes) {
+  breaker_machine(std::chrono::nanoseconds open_for, int probes, breaker_listener on_change)
+      : open_for_(open_for), probes_(probes), on_change_(std::move(on_change)) {
     if (open_for < std::chrono::nanoseconds::zero() || probes < 1) {
       throw std::invalid_argument(
           "idem breaker: open_for must not be negative and at least one probe must be allowed");
@@ -777,7 +798,7 @@ class breaker_machine {
     std::lock_guard lock(mutex_);
     if (mode_.load(std::memory_order_relaxed) == breaker_state::open) {
       if (now - opened_at_ < open_for_) return false;
-      mode_.store(breaker_state::half_open, std::memory_order_release);
+      enter(breaker_state::half_open);
       admitted_ = 0;
       succeeded_ = 0;
     }
@@ -793,14 +814,14 @@ class breaker_machine {
     std::lock_guard lock(mutex_);
     if (mode_.load(std::memory_order_relaxed) != breaker_state::half_open) return false;
     if (++succeeded_ < probes_) return false;
-    mode_.store(breaker_state::closed, std::memory_order_release);
+    enter(breaker_state::closed);
     return true;
   }
 
   void trip(std::chrono::nanoseconds now) {
     std::lock_guard lock(mutex_);
     opened_at_ = now;
-    mode_.store(breaker_state::open, std::memory_order_release);
+    if (mode_.load(std::memory_order_relaxed) != breaker_state::open) enter(breaker_state::open);
   }
 
   /// A failure reported while half-open re-opens; while open it is a late report of a call
@@ -811,7 +832,7 @@ class breaker_machine {
     if (mode == breaker_state::closed) return false;
     if (mode == breaker_state::half_open) {
       opened_at_ = now;
-      mode_.store(breaker_state::open, std::memory_order_release);
+      enter(breaker_state::open);
     }
     return true;
   }
@@ -825,11 +846,18 @@ class breaker_machine {
   }
 
  private:
+  // A transition, with the mutex held: the new mode, then the listener told.
+  void enter(breaker_state next) {
+    mode_.store(next, std::memory_order_release);
+    if (on_change_) on_change_(next);
+  }
+
   std::atomic<breaker_state> mode_{breaker_state::closed};
   std::mutex mutex_;
   std::chrono::nanoseconds opened_at_{};
   std::chrono::nanoseconds open_for_;
   int probes_;
+  breaker_listener on_change_;
   int admitted_ = 0;
   int succeeded_ = 0;
 };
@@ -842,7 +870,8 @@ class consecutive_failure_breaker {
   struct settings {
     int threshold = 5;                                             // failures in a row that open it
     std::chrono::nanoseconds open_for = std::chrono::seconds{30};  // before the first probe
-    int probes = 1;  // successes in a row that close it
+    int probes = 1;                // successes in a row that close it
+    breaker_listener on_change{};  // told of each state change (see above); none by default
   };
 
   consecutive_failure_breaker() : consecutive_failure_breaker(settings{}) {}
@@ -880,7 +909,8 @@ class consecutive_failure_breaker {
 
  private:
   struct shared {
-    explicit shared(const settings& s) : machine(s.open_for, s.probes), threshold(s.threshold) {}
+    explicit shared(const settings& s)
+        : machine(s.open_for, s.probes, s.on_change), threshold(s.threshold) {}
     detail::breaker_machine machine;
     int threshold;
     std::atomic<int> failures{0};
@@ -900,7 +930,8 @@ class failure_rate_breaker {
     int minimum_calls = 100;     // calls before the rate is trusted
     int threshold_percent = 50;  // failure rate that opens it
     std::chrono::nanoseconds open_for = std::chrono::seconds{60};
-    int probes = 10;  // successes in a row that close it
+    int probes = 10;               // successes in a row that close it
+    breaker_listener on_change{};  // told of each state change (see above); none by default
   };
 
   failure_rate_breaker() : failure_rate_breaker(settings{}) {}
@@ -941,7 +972,7 @@ class failure_rate_breaker {
  private:
   struct shared {
     explicit shared(const settings& s)
-        : machine(s.open_for, s.probes),
+        : machine(s.open_for, s.probes, s.on_change),
           window(s.window),
           minimum_calls(s.minimum_calls),
           threshold_percent(s.threshold_percent),
@@ -10185,6 +10216,15 @@ inline bool too_late(const caller_deadline& deadline, std::chrono::nanoseconds m
   return deadline.time_left <= std::chrono::nanoseconds::zero() || deadline.time_left < minimum;
 }
 
+/// The caller's deadline on `clock`: the time it had left on arrival, from now; none without one.
+template <class Clock>
+std::optional<typename Clock::time_point> deadline_on(
+    Clock& clock, const std::optional<caller_deadline>& deadline) {
+  if (!deadline) return std::nullopt;
+  return clock.now() +
+         std::chrono::duration_cast<typename Clock::time_point::duration>(deadline->time_left);
+}
+
 /// The refusal of a call too_late said no to: nothing is claimed, the caller is told why.
 template <class Response>
 idempotent_outcome<Response> deadline_refusal(const caller_deadline& deadline,
@@ -12646,12 +12686,8 @@ class idempotent {
     const options& settings = engine_.options();
 
     // The deadline on this wrapper's clock, from the time the caller had left on arrival.
-    std::optional<typename clock_type::time_point> until;
-    if (deadline) {
-      until.emplace(engine_.clock().now() +
-                    std::chrono::duration_cast<typename clock_type::time_point::duration>(
-                        deadline->time_left));
-    }
+    const std::optional<typename clock_type::time_point> until =
+        detail::deadline_on(engine_.clock(), deadline);
     auto run = runner<Response>(request, until ? &*until : nullptr);
     if (!key) {
       if (settings.require_key) return detail::missing_key<Response>();
@@ -12760,6 +12796,9 @@ idempotent(Handler) -> idempotent<Handler, default_policies>;
 // through. With a TransactionalStore (SQLite, PostgreSQL), an `fn` taking the store's
 // transaction as its last parameter runs inside the transaction that records the event: the
 // consumer's writes and the record commit together (the transactional inbox).
+// Policies::server_observer hears each delivery (its verdict; coalesced for a redelivery that
+// waited for the first to finish) and each run of `fn`, as idempotent's observer does
+// (idem/server/observer.hpp); the default hears nothing and costs nothing.
 #ifndef IDEM_SERVER_INBOX_HPP
 #define IDEM_SERVER_INBOX_HPP
 
@@ -12768,10 +12807,12 @@ namespace idem {
 template <class Policies = default_policies>
 class inbox {
   static_assert(detail::check_server_policies<Policies>());
+  static_assert(detail::check_server_observer<typename Policies::server_observer>());
 
  public:
   using store_type = typename Policies::store;
   using clock_type = typename Policies::clock;
+  using server_observer_type = typename Policies::server_observer;
 
   /// The parts an inbox is built from; each defaults to its policy, and means what the field
   /// of the same name in idempotent::options does.
@@ -12785,10 +12826,13 @@ class inbox {
     std::size_t max_key_length = Policies::max_key_length;
     std::size_t max_response_bytes = Policies::max_response_bytes;
     typename Policies::response_codec response_codec{};
+    /// Told of each delivery and each run of `fn` (Policies::server_observer).
+    [[no_unique_address]] server_observer_type server_observer{};
   };
 
   inbox() : inbox(options{}) {}
-  explicit inbox(options parts) : engine_(std::move(parts), "idem::inbox") {}
+  explicit inbox(options parts)
+      : observer_(parts.server_observer), engine_(std::move(parts), "idem::inbox") {}
 
   /// Runs `fn` (taking a handler_context&, or nothing; and last the store's transaction, with
   /// a TransactionalStore) once per (scope, event_id). Its result, if any, is stored and
@@ -12803,7 +12847,11 @@ class inbox {
           detail::consumer_response_t<typename detail::consumer_result<F, store_type>::type>;
       static_assert(detail::check_consumer_response<response_type>());
       if constexpr (Encodable<response_type>) {
-        return consume<response_type>(scope, event_id, fn);
+        if constexpr (observes) {
+          return observed<response_type>(scope, event_id, fn);
+        } else {
+          return consume<response_type>(scope, event_id, fn);
+        }
       }
     }
   }
@@ -12815,9 +12863,38 @@ class inbox {
 
  private:
   using engine_type = detail::engine<options>;
+  static constexpr bool observes = detail::observes_server<server_observer_type>;
 
+  std::chrono::nanoseconds since(typename clock_type::time_point start) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(engine_.clock().now() - start);
+  }
+
+  // What `call` (fn, with its arguments) answers: its result, or for a void `fn`, nothing.
+  template <class Response, class Call>
+  static Response answer_of(Call& call) {
+    if constexpr (std::is_void_v<decltype(call())>) {
+      call();
+      return {};
+    } else {
+      return call();
+    }
+  }
+
+  // consume, and the observer told of its verdict; the default observer reads no clock.
   template <class Response, class F>
-  idempotent_outcome<Response> consume(std::string_view scope, std::string_view event_id, F& fn) {
+  idempotent_outcome<Response> observed(std::string_view scope, std::string_view event_id, F& fn) {
+    const auto start = engine_.clock().now();
+    bool waited = false;
+    idempotent_outcome<Response> outcome = consume<Response>(scope, event_id, fn, &waited);
+    observer_.on_call(server_call_event{
+        outcome.verdict(), waited && outcome.verdict() == verdict::replayed, since(start)});
+    return outcome;
+  }
+
+  // `waited`: where an observed delivery learns that its claim waited (coalescing).
+  template <class Response, class F, class... Waited>
+  idempotent_outcome<Response> consume(std::string_view scope, std::string_view event_id, F& fn,
+                                       Waited... waited) {
     constexpr bool transactional = detail::takes_store_transaction<F, store_type>;
     if (!is_valid_key(event_id, engine_.options().max_key_length)) {
       return engine_type::template invalid_key<Response>("the event id",
@@ -12833,19 +12910,27 @@ class inbox {
           return std::invoke(fn, transaction...);
         }
       };
-      if constexpr (std::is_void_v<decltype(call())>) {
-        call();
-        return {};
+      if constexpr (observes) {
+        const auto start = engine_.clock().now();
+        try {
+          Response response = answer_of<Response>(call);
+          observer_.on_handler(handler_event{since(start), false});
+          return response;
+        } catch (...) {
+          observer_.on_handler(handler_event{since(start), true});
+          throw;
+        }
       } else {
-        return call();
+        return answer_of<Response>(call);
       }
     };
     constexpr detail::completion how =
         transactional ? detail::completion::in_transaction : detail::completion::direct;
-    return engine_.template run<Response, how>(scope, event_id, digest{}, run,
-                                               release_on_failure{});
+    return engine_.template run<Response, how>(scope, event_id, digest{}, run, release_on_failure{},
+                                               nullptr, waited...);
   }
 
+  [[no_unique_address]] server_observer_type observer_;
   engine_type engine_;
 };
 

@@ -48,6 +48,38 @@ double counter(const prometheus::Registry& registry, std::string_view family,
   return found != nullptr ? found->counter.value : -1;
 }
 
+double gauge(const prometheus::Registry& registry, std::string_view dependency,
+             std::string_view state) {
+  for (const auto& family : registry.Collect()) {
+    if (family.name != "idem_breaker_state") continue;
+    for (const auto& metric : family.metric) {
+      bool ours = false, in_state = false;
+      for (const auto& label : metric.label) {
+        ours = ours || (label.name == "dependency" && label.value == dependency);
+        in_state = in_state || (label.name == "state" && label.value == state);
+      }
+      if (ours && in_state) return metric.gauge.value;
+    }
+  }
+  return -1;
+}
+
+double changes(const prometheus::Registry& registry, std::string_view dependency,
+               std::string_view to) {
+  for (const auto& family : registry.Collect()) {
+    if (family.name != "idem_breaker_changes_total") continue;
+    for (const auto& metric : family.metric) {
+      bool ours = false, entered = false;
+      for (const auto& label : metric.label) {
+        ours = ours || (label.name == "dependency" && label.value == dependency);
+        entered = entered || (label.name == "to" && label.value == to);
+      }
+      if (ours && entered) return metric.counter.value;
+    }
+  }
+  return -1;
+}
+
 double histogram_sum(const prometheus::Registry& registry, std::string_view family) {
   std::vector<prometheus::MetricFamily> families;
   const prometheus::ClientMetric* found = series(registry, families, family);
@@ -172,7 +204,9 @@ TEST_CASE("prometheus: copies of one observer share its metric families") {
   copy.on_call({idem::verdict::executed, false, 1ms});
   metrics.on_call({idem::verdict::executed, false, 1ms});
   CHECK(counter(registry, "idem_requests_total", "verdict", "executed") == 2);
-  CHECK(registry.Collect().size() == 8);
+  CHECK(registry.Collect().size() == 8);  // the breaker families are empty until one is watched
+  const idem::breaker_listener listener = copy.watch_breaker("ledger");
+  CHECK(registry.Collect().size() == 10);
 }
 
 TEST_CASE("prometheus: client attempts, retries and a budget refusal are counted") {
@@ -209,6 +243,74 @@ TEST_CASE("prometheus: client attempts, retries and a budget refusal are counted
   CHECK(histogram_count(registry, "idem_operation_seconds") == 3);
   CHECK(histogram_count(registry, "idem_attempt_seconds") == 4);
   CHECK(histogram_sum(registry, "idem_attempt_seconds") == Approx(1.0));
+}
+
+TEST_CASE("prometheus: a breaker's state set follows it through open, half-open and closed") {
+  struct breaker_policies : client_policies {
+    using breaker = idem::consecutive_failure_breaker;
+  };
+  prometheus::Registry registry;
+  idem::prometheus_observer metrics{registry};
+  idem::manual_clock clock;
+  int status = 503;
+  auto dependency = [&](const idem::attempt_context&) {
+    return idem::http_response{status, {}, ""};
+  };
+  using call_type = idem::retrying<decltype(dependency), breaker_policies>;
+  call_type::options options;
+  options.clock = clock;
+  options.observer = metrics;
+  options.limits.max_attempts = 1;
+  options.breaker = idem::consecutive_failure_breaker(
+      {.threshold = 2, .open_for = 10s, .probes = 1, .on_change = metrics.watch_breaker("ledger")});
+  call_type call{dependency, options};
+  const auto state_is = [&](std::string_view state) {
+    for (std::string_view s : {"closed", "open", "half_open"}) {
+      if (gauge(registry, "ledger", s) != (s == state ? 1 : 0)) return false;
+    }
+    return true;
+  };
+
+  CHECK(state_is("closed"));
+  CHECK(call().verdict() == idem::retry_verdict::attempts_exhausted);
+  CHECK(state_is("closed"));
+  CHECK(call().verdict() == idem::retry_verdict::attempts_exhausted);  // the second: it opens
+  CHECK(state_is("open"));
+  CHECK(call().verdict() == idem::retry_verdict::circuit_open);
+  CHECK(state_is("open"));
+
+  clock.advance(10s);  // the next call is a probe, and it fails: open again
+  CHECK(call().verdict() == idem::retry_verdict::attempts_exhausted);
+  CHECK(state_is("open"));
+  clock.advance(10s);
+  status = 200;  // a probe that succeeds closes it
+  CHECK(call().verdict() == idem::retry_verdict::succeeded);
+  CHECK(state_is("closed"));
+
+  CHECK(changes(registry, "ledger", "open") == 2);
+  CHECK(changes(registry, "ledger", "half_open") == 2);
+  CHECK(changes(registry, "ledger", "closed") == 1);
+  CHECK(counter(registry, "idem_operations_total", "verdict", "circuit_open") == 1);
+}
+
+TEST_CASE("prometheus: breakers of two dependencies keep series of their own") {
+  prometheus::Registry registry;
+  idem::prometheus_observer metrics{registry};
+  idem::failure_rate_breaker ledger{{.window = 2,
+                                     .minimum_calls = 2,
+                                     .threshold_percent = 50,
+                                     .open_for = 1s,
+                                     .probes = 1,
+                                     .on_change = metrics.watch_breaker("ledger")}};
+  idem::consecutive_failure_breaker fx{{.on_change = metrics.watch_breaker("fx")}};
+  ledger.on_success(0s);
+  ledger.on_failure(0s);
+  CHECK(ledger.state(0s) == idem::breaker_state::open);
+  CHECK(gauge(registry, "ledger", "open") == 1);
+  CHECK(gauge(registry, "ledger", "closed") == 0);
+  CHECK(gauge(registry, "fx", "closed") == 1);
+  CHECK(gauge(registry, "fx", "open") == 0);
+  CHECK(changes(registry, "fx", "open") == 0);
 }
 
 TEST_CASE("prometheus: the counters are served in the text exposition over HTTP") {

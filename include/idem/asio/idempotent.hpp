@@ -68,6 +68,7 @@
 #include <idem/asio/config.hpp>
 #include <idem/asio/detail/async_checks.hpp>
 #include <idem/asio/detail/async_engine.hpp>
+#include <idem/asio/detail/observed_handler.hpp>
 #include <idem/asio/handler_context.hpp>
 #include <idem/policies.hpp>
 #include <idem/server/deadline.hpp>
@@ -237,32 +238,35 @@ class async_idempotent {
       std::string_view scope, std::optional<std::string_view> key, const Request& request,
       std::optional<caller_deadline> deadline) {
     const auto start = clock().now();
-    idempotent_outcome<Response> outcome = co_await handle<Response>(scope, key, request, deadline);
+    bool waited = false;
+    idempotent_outcome<Response> outcome =
+        co_await handle<Response>(scope, key, request, deadline, &waited);
     observer_.on_call(server_call_event{
-        outcome.verdict(), false,
-        std::chrono::duration_cast<std::chrono::nanoseconds>(clock().now() - start)});
+        outcome.verdict(), waited && outcome.verdict() == verdict::replayed, since(start)});
     co_return outcome;
   }
 
+  std::chrono::nanoseconds since(typename clock_type::time_point start) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(clock().now() - start);
+  }
+
+  // `waited`: where an observed call learns that its claim waited for a duplicate (coalescing).
   template <class Response, class Request>
   asio::awaitable<idempotent_outcome<Response>> handle(std::string_view scope,
                                                        std::optional<std::string_view> key,
                                                        const Request& request,
-                                                       std::optional<caller_deadline> deadline) {
-    // Not a coroutine: the handler's own awaitable is awaited, with no frame between. A
-    // handler that takes the store's transaction is run with it (async_engine::run_held).
+                                                       std::optional<caller_deadline> deadline,
+                                                       bool* waited = nullptr) {
+    // `run` is not a coroutine: the handler's own awaitable is awaited, with no frame between
+    // (but timed_handler's, for an observer that watches). A handler that takes the store's
+    // transaction is run with it (async_engine::run_held).
     constexpr bool transactional = detail::takes_async_transaction<Handler, Request, store_type>;
     constexpr detail::completion how =
         transactional ? detail::completion::in_transaction : detail::completion::direct;
     // The deadline on this wrapper's clock, from the time the caller had left on arrival.
-    std::optional<typename clock_type::time_point> until;
-    if (deadline) {
-      until.emplace(clock().now() +
-                    std::chrono::duration_cast<typename clock_type::time_point::duration>(
-                        deadline->time_left));
-    }
-    auto run = [this, &request, &until](async_handler_context& context, auto&... transaction) {
-      if (until) context.set_deadline(clock(), *until);
+    const std::optional<typename clock_type::time_point> until =
+        detail::deadline_on(clock(), deadline);
+    auto invoke = [this, &request](async_handler_context& context, auto&... transaction) {
       if constexpr (transactional) {
         return std::invoke(handler_, context, request, transaction...);
       } else if constexpr (detail::takes_async_context<Handler, Request>) {
@@ -270,6 +274,10 @@ class async_idempotent {
       } else {
         return std::invoke(handler_, request);
       }
+    };
+    auto run = [this, &invoke, &until](async_handler_context& context, auto&... transaction) {
+      if (until) context.set_deadline(clock(), *until);
+      return detail::observed_handler(observer_, clock(), invoke(context, transaction...));
     };
     detail::call_start<Response> started = start<Response>(scope, key, request, deadline);
     if (started.answer) co_return std::move(*started.answer);
@@ -294,8 +302,8 @@ class async_idempotent {
       rest = engine_.template run_held<Response, how>(std::move(*started.claim), started.print, run,
                                                       engine_.options().failure);
     } else {
-      rest = engine_.template run<Response, how>(scope, *key, started.print, run,
-                                                 engine_.options().failure, started.kept.get());
+      rest = engine_.template run<Response, how>(
+          scope, *key, started.print, run, engine_.options().failure, started.kept.get(), waited);
     }
     co_return co_await std::move(rest);
   }

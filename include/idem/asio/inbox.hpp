@@ -16,7 +16,8 @@
 //
 // where R is what `fn`'s awaitable gives (std::monostate for void); `fn`'s own exception passes
 // through as the exception_ptr after the event was released. scope and event_id are read until
-// the call completes; `fn` is moved into the operation.
+// the call completes; `fn` is moved into the operation. Policies::server_observer hears each
+// delivery and each run of `fn`, as inbox's does.
 #ifndef IDEM_ASIO_INBOX_HPP
 #define IDEM_ASIO_INBOX_HPP
 
@@ -35,6 +36,7 @@
 #include <idem/asio/config.hpp>
 #include <idem/asio/detail/async_checks.hpp>
 #include <idem/asio/detail/async_engine.hpp>
+#include <idem/asio/detail/observed_handler.hpp>
 #include <idem/asio/handler_context.hpp>
 #include <idem/key.hpp>
 #include <idem/policies.hpp>
@@ -51,6 +53,7 @@ namespace idem {
 template <class Policies = default_policies>
 class async_inbox {
   static_assert(detail::check_server_policies<Policies, false>());
+  static_assert(detail::check_server_observer<typename Policies::server_observer>());
   static_assert(Store<typename Policies::store> || AsyncStore<typename Policies::store>,
                 "Policies::store must be a Store (idem/store/contract.hpp) or an AsyncStore "
                 "(idem/asio/async_store.hpp).");
@@ -59,6 +62,7 @@ class async_inbox {
   using executor_type = asio::any_io_executor;
   using store_type = typename Policies::store;
   using clock_type = typename Policies::clock;
+  using server_observer_type = typename Policies::server_observer;
 
   /// inbox::options, and async_idempotent::options' store_executor and heartbeat.
   struct options {
@@ -72,11 +76,14 @@ class async_inbox {
     typename Policies::response_codec response_codec{};
     executor_type store_executor{};
     bool heartbeat = true;
+    [[no_unique_address]] server_observer_type server_observer{};
   };
 
   explicit async_inbox(executor_type executor) : async_inbox(std::move(executor), options{}) {}
   async_inbox(executor_type executor, options parts)
-      : executor_(std::move(executor)), engine_(std::move(parts), "idem::async_inbox") {}
+      : executor_(std::move(executor)),
+        observer_(parts.server_observer),
+        engine_(std::move(parts), "idem::async_inbox") {}
 
   async_inbox(const async_inbox&) = delete;
   async_inbox& operator=(const async_inbox&) = delete;
@@ -121,15 +128,39 @@ class async_inbox {
   clock_type& clock() noexcept { return engine_.core().clock(); }
 
  private:
+  static constexpr bool observes = detail::observes_server<server_observer_type>;
+
+  std::chrono::nanoseconds since(typename clock_type::time_point start) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(clock().now() - start);
+  }
+
   template <class Response, class F>
   asio::awaitable<idempotent_outcome<Response>> consume(std::string_view scope,
                                                         std::string_view event_id, F fn) {
+    if constexpr (observes) {
+      const auto start = clock().now();
+      bool waited = false;
+      idempotent_outcome<Response> outcome =
+          co_await deliver<Response>(scope, event_id, fn, &waited);
+      observer_.on_call(server_call_event{
+          outcome.verdict(), waited && outcome.verdict() == verdict::replayed, since(start)});
+      co_return outcome;
+    } else {
+      co_return co_await deliver<Response>(scope, event_id, fn, nullptr);
+    }
+  }
+
+  // `waited`: where an observed delivery learns that its claim waited (coalescing), or null.
+  template <class Response, class F>
+  asio::awaitable<idempotent_outcome<Response>> deliver(std::string_view scope,
+                                                        std::string_view event_id, F& fn,
+                                                        bool* waited) {
     if (!is_valid_key(event_id, engine_.options().max_key_length)) {
       co_return detail::engine<options>::template invalid_key<Response>(
           "the event id", engine_.options().max_key_length);
     }
-    // A void `fn` stores nothing (std::monostate).
-    auto run = [&fn](async_handler_context& context) -> asio::awaitable<Response> {
+    // A void `fn` stores nothing (std::monostate); an observer is told how long it ran.
+    auto run = [this, &fn](async_handler_context& context) -> asio::awaitable<Response> {
       auto call = [&] {
         if constexpr (detail::takes_async_consumer_context<F>) {
           return std::invoke(fn, context);
@@ -138,17 +169,18 @@ class async_inbox {
         }
       };
       if constexpr (std::is_same_v<decltype(call()), asio::awaitable<void>>) {
-        co_await call();
+        co_await detail::observed_handler(observer_, clock(), call());
         co_return Response{};
       } else {
-        co_return co_await call();
+        co_return co_await detail::observed_handler(observer_, clock(), call());
       }
     };
     co_return co_await engine_.template run<Response>(scope, event_id, digest{}, run,
-                                                      release_on_failure{});
+                                                      release_on_failure{}, nullptr, waited);
   }
 
   executor_type executor_;
+  [[no_unique_address]] server_observer_type observer_;
   detail::async_engine<options> engine_;
 };
 

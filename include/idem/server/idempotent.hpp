@@ -270,12 +270,8 @@ class idempotent {
     const options& settings = engine_.options();
 
     // The deadline on this wrapper's clock, from the time the caller had left on arrival.
-    std::optional<typename clock_type::time_point> until;
-    if (deadline) {
-      until.emplace(engine_.clock().now() +
-                    std::chrono::duration_cast<typename clock_type::time_point::duration>(
-                        deadline->time_left));
-    }
+    const std::optional<typename clock_type::time_point> until =
+        detail::deadline_on(engine_.clock(), deadline);
     auto run = runner<Response>(request, until ? &*until : nullptr);
     if (!key) {
       if (settings.require_key) return detail::missing_key<Response>();

@@ -15,6 +15,9 @@
 // through. With a TransactionalStore (SQLite, PostgreSQL), an `fn` taking the store's
 // transaction as its last parameter runs inside the transaction that records the event: the
 // consumer's writes and the record commit together (the transactional inbox).
+// Policies::server_observer hears each delivery (its verdict; coalesced for a redelivery that
+// waited for the first to finish) and each run of `fn`, as idempotent's observer does
+// (idem/server/observer.hpp); the default hears nothing and costs nothing.
 #ifndef IDEM_SERVER_INBOX_HPP
 #define IDEM_SERVER_INBOX_HPP
 
@@ -33,6 +36,7 @@
 #include <idem/server/failure.hpp>
 #include <idem/server/fingerprint/xxh3.hpp>
 #include <idem/server/handler_context.hpp>
+#include <idem/server/observer.hpp>
 #include <idem/server/outcome.hpp>
 #include <idem/server/response_codec.hpp>
 #include <idem/store/contract.hpp>
@@ -43,10 +47,12 @@ namespace idem {
 template <class Policies = default_policies>
 class inbox {
   static_assert(detail::check_server_policies<Policies>());
+  static_assert(detail::check_server_observer<typename Policies::server_observer>());
 
  public:
   using store_type = typename Policies::store;
   using clock_type = typename Policies::clock;
+  using server_observer_type = typename Policies::server_observer;
 
   /// The parts an inbox is built from; each defaults to its policy, and means what the field
   /// of the same name in idempotent::options does.
@@ -60,10 +66,13 @@ class inbox {
     std::size_t max_key_length = Policies::max_key_length;
     std::size_t max_response_bytes = Policies::max_response_bytes;
     typename Policies::response_codec response_codec{};
+    /// Told of each delivery and each run of `fn` (Policies::server_observer).
+    [[no_unique_address]] server_observer_type server_observer{};
   };
 
   inbox() : inbox(options{}) {}
-  explicit inbox(options parts) : engine_(std::move(parts), "idem::inbox") {}
+  explicit inbox(options parts)
+      : observer_(parts.server_observer), engine_(std::move(parts), "idem::inbox") {}
 
   /// Runs `fn` (taking a handler_context&, or nothing; and last the store's transaction, with
   /// a TransactionalStore) once per (scope, event_id). Its result, if any, is stored and
@@ -78,7 +87,11 @@ class inbox {
           detail::consumer_response_t<typename detail::consumer_result<F, store_type>::type>;
       static_assert(detail::check_consumer_response<response_type>());
       if constexpr (Encodable<response_type>) {
-        return consume<response_type>(scope, event_id, fn);
+        if constexpr (observes) {
+          return observed<response_type>(scope, event_id, fn);
+        } else {
+          return consume<response_type>(scope, event_id, fn);
+        }
       }
     }
   }
@@ -90,9 +103,38 @@ class inbox {
 
  private:
   using engine_type = detail::engine<options>;
+  static constexpr bool observes = detail::observes_server<server_observer_type>;
 
+  std::chrono::nanoseconds since(typename clock_type::time_point start) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(engine_.clock().now() - start);
+  }
+
+  // What `call` (fn, with its arguments) answers: its result, or for a void `fn`, nothing.
+  template <class Response, class Call>
+  static Response answer_of(Call& call) {
+    if constexpr (std::is_void_v<decltype(call())>) {
+      call();
+      return {};
+    } else {
+      return call();
+    }
+  }
+
+  // consume, and the observer told of its verdict; the default observer reads no clock.
   template <class Response, class F>
-  idempotent_outcome<Response> consume(std::string_view scope, std::string_view event_id, F& fn) {
+  idempotent_outcome<Response> observed(std::string_view scope, std::string_view event_id, F& fn) {
+    const auto start = engine_.clock().now();
+    bool waited = false;
+    idempotent_outcome<Response> outcome = consume<Response>(scope, event_id, fn, &waited);
+    observer_.on_call(server_call_event{
+        outcome.verdict(), waited && outcome.verdict() == verdict::replayed, since(start)});
+    return outcome;
+  }
+
+  // `waited`: where an observed delivery learns that its claim waited (coalescing).
+  template <class Response, class F, class... Waited>
+  idempotent_outcome<Response> consume(std::string_view scope, std::string_view event_id, F& fn,
+                                       Waited... waited) {
     constexpr bool transactional = detail::takes_store_transaction<F, store_type>;
     if (!is_valid_key(event_id, engine_.options().max_key_length)) {
       return engine_type::template invalid_key<Response>("the event id",
@@ -108,19 +150,27 @@ class inbox {
           return std::invoke(fn, transaction...);
         }
       };
-      if constexpr (std::is_void_v<decltype(call())>) {
-        call();
-        return {};
+      if constexpr (observes) {
+        const auto start = engine_.clock().now();
+        try {
+          Response response = answer_of<Response>(call);
+          observer_.on_handler(handler_event{since(start), false});
+          return response;
+        } catch (...) {
+          observer_.on_handler(handler_event{since(start), true});
+          throw;
+        }
       } else {
-        return call();
+        return answer_of<Response>(call);
       }
     };
     constexpr detail::completion how =
         transactional ? detail::completion::in_transaction : detail::completion::direct;
-    return engine_.template run<Response, how>(scope, event_id, digest{}, run,
-                                               release_on_failure{});
+    return engine_.template run<Response, how>(scope, event_id, digest{}, run, release_on_failure{},
+                                               nullptr, waited...);
   }
 
+  [[no_unique_address]] server_observer_type observer_;
   engine_type engine_;
 };
 

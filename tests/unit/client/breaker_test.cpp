@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -408,4 +409,68 @@ TEST_CASE("a storm of calls from many threads leaves a breaker consistent", "[co
       check_consistent_after_storm(breaker, after, 20ms, 2, 8);
     }
   }
+}
+
+TEMPLATE_TEST_CASE("breaker: the listener hears each state change once, in order", "",
+                   idem::consecutive_failure_breaker, idem::failure_rate_breaker) {
+  std::vector<breaker_state> heard;
+  typename TestType::settings s;
+  if constexpr (std::is_same_v<TestType, idem::failure_rate_breaker>) {
+    s.window = 2;
+    s.minimum_calls = 2;
+  } else {
+    s.threshold = 2;
+  }
+  s.open_for = 1s;
+  s.probes = 2;
+  s.on_change = [&](breaker_state entered) { heard.push_back(entered); };
+  TestType breaker{s};
+
+  fail(breaker, 2, 0s);  // opens
+  fail(breaker, 3, 0s);  // late reports while open: no change
+  CHECK(admitted(breaker, 1, 500ms) == 0);
+  CHECK(heard == std::vector{breaker_state::open});
+  CHECK(admitted(breaker, 3, 1s) == 2);  // half-opens, two probes
+  breaker.on_success(1s);
+  breaker.on_failure(1s);  // a probe failed: open again
+  CHECK(admitted(breaker, 2, 2s) == 2);
+  succeed(breaker, 2, 2s);  // both probes succeeded: closed
+  succeed(breaker, 5, 2s);  // no change
+  CHECK(heard == std::vector{breaker_state::open, breaker_state::half_open, breaker_state::open,
+                             breaker_state::half_open, breaker_state::closed});
+  CHECK(breaker.state(2s) == breaker_state::closed);
+}
+
+TEST_CASE("breaker: copies report to the one listener, from many threads, in order") {
+  // The listener is called under the breaker's transition lock, so what it hears is one
+  // sequence, each change a legal step from the one before.
+  std::vector<breaker_state> heard;
+  idem::consecutive_failure_breaker::settings s;
+  s.threshold = 1;
+  s.open_for = 0s;  // every allow after a failure is a probe at once
+  s.probes = 1;
+  s.on_change = [&](breaker_state entered) { heard.push_back(entered); };
+  idem::consecutive_failure_breaker breaker{s};
+  run_together(4, [copy = breaker](int thread) mutable {
+    for (int i = 0; i < 2000; ++i) {
+      if (!copy.allow(nanoseconds{i})) continue;
+      if ((i + thread) % 3 == 0) {
+        copy.on_failure(nanoseconds{i});
+      } else {
+        copy.on_success(nanoseconds{i});
+      }
+    }
+  });
+  REQUIRE(heard.size() > 2);
+  breaker_state before = breaker_state::closed;
+  for (const breaker_state entered : heard) {
+    const bool legal = (before == breaker_state::closed && entered == breaker_state::open) ||
+                       (before == breaker_state::open && entered == breaker_state::half_open) ||
+                       (before == breaker_state::half_open && entered != breaker_state::half_open);
+    REQUIRE(legal);
+    before = entered;
+  }
+  // What it heard last is where the breaker is (open reads half-open at once: open_for is 0).
+  const breaker_state now = breaker.state(nanoseconds{2000});
+  CHECK((now == before || (before == breaker_state::open && now == breaker_state::half_open)));
 }

@@ -166,3 +166,61 @@ TEST_CASE("a duplicate that waited for the first request's response is a coalesc
   CHECK_FALSE(calls[2].coalesced);
   CHECK(seen.handlers().size() == 1);
 }
+
+TEST_CASE("server observer: an inbox reports each delivery, each run and a redelivery's wait") {
+  struct inbox_policies : idem::default_policies {
+    using clock = idem::steady_clock;
+    using server_observer = recording_observer;
+  };
+  recording_observer seen;
+  idem::inbox<inbox_policies>::options parts;
+  parts.coalesce = 10s;
+  parts.server_observer = seen;
+  idem::inbox<inbox_policies> consumed{parts};
+
+  std::atomic<bool> running{false};
+  std::atomic<bool> release{false};
+  int shipped = 0;
+  std::thread first([&] {
+    const auto outcome = consumed.deduplicate("orders", "event-1", [&] {
+      running = true;
+      while (!release)
+        std::this_thread::sleep_for(1ms);
+      ++shipped;
+      return 7;
+    });
+    CHECK(outcome.verdict() == idem::verdict::executed);
+  });
+  while (!running)
+    std::this_thread::sleep_for(1ms);
+  std::thread redelivery([&] {
+    CHECK(consumed.deduplicate("orders", "event-1", [&] { return ++shipped; }).verdict() ==
+          idem::verdict::replayed);
+  });
+  std::this_thread::sleep_for(30ms);
+  release = true;
+  first.join();
+  redelivery.join();
+  CHECK(consumed.deduplicate("orders", "event-1", [&] { return ++shipped; }).verdict() ==
+        idem::verdict::replayed);
+  CHECK(consumed.deduplicate("orders", "", [&] { return ++shipped; }).verdict() ==
+        idem::verdict::invalid_key);
+  CHECK_THROWS(consumed.deduplicate("orders", "event-2", []() -> int { throw 1; }));
+
+  CHECK(shipped == 1);
+  const auto calls = seen.calls();
+  REQUIRE(calls.size() == 4);  // the throw is not a call event: its exception passes through
+  int coalesced = 0, replayed = 0;
+  for (const auto& e : calls) {
+    coalesced += e.coalesced ? 1 : 0;
+    replayed += e.verdict == idem::verdict::replayed ? 1 : 0;
+  }
+  CHECK(coalesced == 1);
+  CHECK(replayed == 2);
+  const auto handlers = seen.handlers();
+  REQUIRE(handlers.size() == 2);
+  int threw = 0;
+  for (const auto& e : handlers)
+    threw += e.threw ? 1 : 0;
+  CHECK(threw == 1);
+}

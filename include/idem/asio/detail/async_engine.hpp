@@ -198,11 +198,13 @@ class async_engine {
   /// `kept` (engine::run's), when not null, must stay valid until the call completes.
   /// With completion::in_transaction, `run(async_handler_context&, transaction&)` runs inside
   /// the transaction that completes the record (an AsyncTransactionalStore's
-  /// async_complete_within), as engine::run's does.
+  /// async_complete_within), as engine::run's does. `waited`, when not null, is set when a
+  /// coalescing wait paused at least once (engine::run's).
   template <class Response, completion How = completion::direct, class Run, class Failure>
   asio::awaitable<idempotent_outcome<Response>> run(std::string_view scope, std::string_view key,
                                                     digest print, Run run, const Failure& failure,
-                                                    const kept_bytes* kept = nullptr) {
+                                                    const kept_bytes* kept = nullptr,
+                                                    bool* waited = nullptr) {
     if (claims_at_once()) {
       call_start<Response> started;
       started.print = print;
@@ -211,7 +213,7 @@ class async_engine {
       co_return co_await run_held<Response, How>(std::move(*started.claim), print, run, failure);
     }
     std::variant<idempotent_outcome<Response>, held_claim> first =
-        co_await claim_after_waits<Response>(scope, key, print, kept);
+        co_await claim_after_waits<Response>(scope, key, print, kept, waited);
     if (auto* answer = std::get_if<idempotent_outcome<Response>>(&first)) {
       co_return std::move(*answer);
     }
@@ -323,10 +325,11 @@ class async_engine {
 
   // The claim made where the store's calls run, and with coalescing engine's coalescing_wait
   // pauses waited on a timer instead of a sleeping thread. A caller that cancels the wait gets
-  // verdict::cancelled, with nothing claimed.
+  // verdict::cancelled, with nothing claimed. `waited`, when not null, is set at the first pause.
   template <class Response>
   asio::awaitable<std::variant<idempotent_outcome<Response>, held_claim>> claim_after_waits(
-      std::string_view scope, std::string_view key, const digest& print, const kept_bytes* kept) {
+      std::string_view scope, std::string_view key, const digest& print, const kept_bytes* kept,
+      bool* waited) {
     store_time claimed_at{};
     std::optional<claim_result> claimed;
     try {
@@ -346,6 +349,7 @@ class async_engine {
           break;
         }
         if (!timer) timer.emplace(co_await asio::this_coro::executor, core_.clock());
+        if (waited != nullptr) *waited = true;
         asio_error_code error;
         co_await timer->async_wait_for(*pause, asio::redirect_error(asio::use_awaitable, error));
         if (error) {

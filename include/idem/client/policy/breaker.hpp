@@ -9,6 +9,11 @@
 // connection errors, 5xx); a request the dependency rightly refused (4xx) proves it is alive.
 // Times are a clock's `time_since_epoch()`, so the breaker follows whatever clock the policies
 // choose, manual_clock in tests included. Copies share state; every member is thread-safe.
+//
+// A breaker can report its state changes (`settings::on_change`): a metrics gauge
+// (idem::prometheus_observer::breaker_listener), a log line. Transitions are rare, so a listener
+// costs the hot path nothing; it is called while the breaker's transition lock is held, so that
+// listeners hear the changes in the order they happened, and it must not call the breaker back.
 #ifndef IDEM_CLIENT_POLICY_BREAKER_HPP
 #define IDEM_CLIENT_POLICY_BREAKER_HPP
 
@@ -18,14 +23,33 @@
 #include <chrono>
 #include <concepts>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace idem {
 
 enum class breaker_state : std::uint8_t { closed, open, half_open };
+
+constexpr std::string_view to_string(breaker_state s) noexcept {
+  switch (s) {
+    case breaker_state::closed:
+      return "closed";
+    case breaker_state::open:
+      return "open";
+    case breaker_state::half_open:
+      return "half_open";
+  }
+  return "unknown";
+}
+
+/// Hears a breaker's state changes: the state it has just entered. Called with the breaker's
+/// transition lock held; must not call the breaker.
+using breaker_listener = std::function<void(breaker_state)>;
 
 /// What a `breaker` policy must provide.
 template <class B>
@@ -51,8 +75,8 @@ namespace detail {
 /// transitions are rare and take the mutex.
 class breaker_machine {
  public:
-  breaker_machine(std::chrono::nanoseconds open_for, int probes)
-      : open_for_(open_for), probes_(probes) {
+  breaker_machine(std::chrono::nanoseconds open_for, int probes, breaker_listener on_change)
+      : open_for_(open_for), probes_(probes), on_change_(std::move(on_change)) {
     if (open_for < std::chrono::nanoseconds::zero() || probes < 1) {
       throw std::invalid_argument(
           "idem breaker: open_for must not be negative and at least one probe must be allowed");
@@ -68,7 +92,7 @@ class breaker_machine {
     std::lock_guard lock(mutex_);
     if (mode_.load(std::memory_order_relaxed) == breaker_state::open) {
       if (now - opened_at_ < open_for_) return false;
-      mode_.store(breaker_state::half_open, std::memory_order_release);
+      enter(breaker_state::half_open);
       admitted_ = 0;
       succeeded_ = 0;
     }
@@ -84,14 +108,14 @@ class breaker_machine {
     std::lock_guard lock(mutex_);
     if (mode_.load(std::memory_order_relaxed) != breaker_state::half_open) return false;
     if (++succeeded_ < probes_) return false;
-    mode_.store(breaker_state::closed, std::memory_order_release);
+    enter(breaker_state::closed);
     return true;
   }
 
   void trip(std::chrono::nanoseconds now) {
     std::lock_guard lock(mutex_);
     opened_at_ = now;
-    mode_.store(breaker_state::open, std::memory_order_release);
+    if (mode_.load(std::memory_order_relaxed) != breaker_state::open) enter(breaker_state::open);
   }
 
   /// A failure reported while half-open re-opens; while open it is a late report of a call
@@ -102,7 +126,7 @@ class breaker_machine {
     if (mode == breaker_state::closed) return false;
     if (mode == breaker_state::half_open) {
       opened_at_ = now;
-      mode_.store(breaker_state::open, std::memory_order_release);
+      enter(breaker_state::open);
     }
     return true;
   }
@@ -116,11 +140,18 @@ class breaker_machine {
   }
 
  private:
+  // A transition, with the mutex held: the new mode, then the listener told.
+  void enter(breaker_state next) {
+    mode_.store(next, std::memory_order_release);
+    if (on_change_) on_change_(next);
+  }
+
   std::atomic<breaker_state> mode_{breaker_state::closed};
   std::mutex mutex_;
   std::chrono::nanoseconds opened_at_{};
   std::chrono::nanoseconds open_for_;
   int probes_;
+  breaker_listener on_change_;
   int admitted_ = 0;
   int succeeded_ = 0;
 };
@@ -133,7 +164,8 @@ class consecutive_failure_breaker {
   struct settings {
     int threshold = 5;                                             // failures in a row that open it
     std::chrono::nanoseconds open_for = std::chrono::seconds{30};  // before the first probe
-    int probes = 1;  // successes in a row that close it
+    int probes = 1;                // successes in a row that close it
+    breaker_listener on_change{};  // told of each state change (see above); none by default
   };
 
   consecutive_failure_breaker() : consecutive_failure_breaker(settings{}) {}
@@ -171,7 +203,8 @@ class consecutive_failure_breaker {
 
  private:
   struct shared {
-    explicit shared(const settings& s) : machine(s.open_for, s.probes), threshold(s.threshold) {}
+    explicit shared(const settings& s)
+        : machine(s.open_for, s.probes, s.on_change), threshold(s.threshold) {}
     detail::breaker_machine machine;
     int threshold;
     std::atomic<int> failures{0};
@@ -191,7 +224,8 @@ class failure_rate_breaker {
     int minimum_calls = 100;     // calls before the rate is trusted
     int threshold_percent = 50;  // failure rate that opens it
     std::chrono::nanoseconds open_for = std::chrono::seconds{60};
-    int probes = 10;  // successes in a row that close it
+    int probes = 10;               // successes in a row that close it
+    breaker_listener on_change{};  // told of each state change (see above); none by default
   };
 
   failure_rate_breaker() : failure_rate_breaker(settings{}) {}
@@ -232,7 +266,7 @@ class failure_rate_breaker {
  private:
   struct shared {
     explicit shared(const settings& s)
-        : machine(s.open_for, s.probes),
+        : machine(s.open_for, s.probes, s.on_change),
           window(s.window),
           minimum_calls(s.minimum_calls),
           threshold_percent(s.threshold_percent),

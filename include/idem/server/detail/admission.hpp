@@ -32,6 +32,15 @@ inline bool too_late(const caller_deadline& deadline, std::chrono::nanoseconds m
   return deadline.time_left <= std::chrono::nanoseconds::zero() || deadline.time_left < minimum;
 }
 
+/// The caller's deadline on `clock`: the time it had left on arrival, from now; none without one.
+template <class Clock>
+std::optional<typename Clock::time_point> deadline_on(
+    Clock& clock, const std::optional<caller_deadline>& deadline) {
+  if (!deadline) return std::nullopt;
+  return clock.now() +
+         std::chrono::duration_cast<typename Clock::time_point::duration>(deadline->time_left);
+}
+
 /// The refusal of a call too_late said no to: nothing is claimed, the caller is told why.
 template <class Response>
 idempotent_outcome<Response> deadline_refusal(const caller_deadline& deadline,
