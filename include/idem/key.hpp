@@ -19,6 +19,10 @@ namespace idem {
 /// The longest key accepted, in bytes (Stripe's limit for idempotency keys is 255 too).
 inline constexpr std::size_t max_key_length = 255;
 
+/// The request field that carries a key: the IETF draft's name, and what every default says
+/// (Policies::key_header, http::key_field, the published specification).
+inline constexpr std::string_view idempotency_key_field = "Idempotency-Key";
+
 /// True when `key` is non-empty, at most `max_length` bytes, and visible ASCII only.
 constexpr bool is_valid_key(std::string_view key,
                             std::size_t max_length = max_key_length) noexcept {

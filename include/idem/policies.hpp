@@ -100,7 +100,7 @@ struct default_policies {
   using response_codec = idem::plain_response_codec;
   /// The request header idempotent(scope, request) reads the key from: the IETF
   /// draft-ietf-httpapi-idempotency-key-header's, which Stripe and others use too.
-  static constexpr std::string_view key_header = "Idempotency-Key";
+  static constexpr std::string_view key_header = idempotency_key_field;
   /// Server telemetry: one event a call (its verdict, whether it was a coalesced replay, its
   /// duration) and one a handler run (its duration). None by default, at no cost: no clock is
   /// read for it (idem/server/observer.hpp; idem/prometheus.hpp exports them as metrics).

@@ -282,6 +282,10 @@ namespace idem {
 /// The longest key accepted, in bytes (Stripe's limit for idempotency keys is 255 too).
 inline constexpr std::size_t max_key_length = 255;
 
+/// The request field that carries a key: the IETF draft's name, and what every default says
+/// (Policies::key_header, http::key_field, the published specification).
+inline constexpr std::string_view idempotency_key_field = "Idempotency-Key";
+
 /// True when `key` is non-empty, at most `max_length` bytes, and visible ASCII only.
 constexpr bool is_valid_key(std::string_view key,
                             std::size_t max_length = max_key_length) noexcept {
@@ -2536,7 +2540,7 @@ struct default_policies {
   using response_codec = idem::plain_response_codec;
   /// The request header idempotent(scope, request) reads the key from: the IETF
   /// draft-ietf-httpapi-idempotency-key-header's, which Stripe and others use too.
-  static constexpr std::string_view key_header = "Idempotency-Key";
+  static constexpr std::string_view key_header = idempotency_key_field;
   /// Server telemetry: one event a call (its verdict, whether it was a coalesced replay, its
   /// duration) and one a handler run (its duration). None by default, at no cost: no clock is
   /// read for it (idem/server/observer.hpp; idem/prometheus.hpp exports them as metrics).
@@ -4588,7 +4592,7 @@ struct attempt_field_values {
 };
 
 /// The field name of the key, for attempt_fields' key value.
-inline constexpr std::string_view key_field = "Idempotency-Key";
+inline constexpr std::string_view key_field = idempotency_key_field;
 
 /// The fields for one attempt: its key (bare by default, key_form::sf_string for the draft's
 /// form) and its time left.
@@ -5132,7 +5136,7 @@ struct specification {
   /// Where the document is served; problem types are this address '#' their fragment.
   std::string uri = "/idempotency";
   /// The request field that carries the key.
-  std::string key_field = "Idempotency-Key";
+  std::string key_field{idempotency_key_field};
   /// Whether a request without a key is refused (400) or run without the guarantee.
   bool key_required = true;
   /// The key forms read: the draft's sf-string and the bare key, or the sf-string only.

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "charges.grpc.pb.h"
+#include "support/gate.hpp"
 #include "support/temporary_directory.hpp"
 
 using namespace std::chrono_literals;
@@ -32,30 +33,7 @@ using idem::test::Charges;
 
 namespace {
 
-/// A gate a handler waits at until the test opens it, so that a second call finds the first
-/// still running.
-struct gate {
-  std::mutex mutex;
-  std::condition_variable changed;
-  bool entered = false;
-  bool open = true;
-
-  void pass() {
-    std::unique_lock lock(mutex);
-    entered = true;
-    changed.notify_all();
-    changed.wait(lock, [&] { return open; });
-  }
-  void wait_until_entered() {
-    std::unique_lock lock(mutex);
-    changed.wait(lock, [&] { return entered; });
-  }
-  void set(bool is_open) {
-    std::lock_guard lock(mutex);
-    open = is_open;
-    changed.notify_all();
-  }
-};
+using idem_test::gate;
 
 /// What the handler did, shared by the copies of it.
 struct charge_log {

@@ -20,7 +20,9 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "support/gate.hpp"
 #include "support/temporary_directory.hpp"
 
 namespace http = idem::http;
@@ -28,30 +30,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// A gate a handler waits at until the test opens it, so that a second request finds the first
-/// still running.
-struct gate {
-  std::mutex mutex;
-  std::condition_variable changed;
-  bool entered = false;
-  bool open = true;
-
-  void pass() {
-    std::unique_lock lock(mutex);
-    entered = true;
-    changed.notify_all();
-    changed.wait(lock, [&] { return open; });
-  }
-  void wait_until_entered() {
-    std::unique_lock lock(mutex);
-    changed.wait(lock, [&] { return entered; });
-  }
-  void set(bool is_open) {
-    std::lock_guard lock(mutex);
-    open = is_open;
-    changed.notify_all();
-  }
-};
+using idem_test::gate;
 
 /// Charges: 201 and the charge's number; a JSON body {"amount": N} is the request.
 struct charge_handler {
@@ -215,6 +194,49 @@ TEMPLATE_TEST_CASE(
   CHECK(retry_after <= 20);  // the lease
   REQUIRE(first);
   CHECK((*first)->status == 201);
+  CHECK(f.runs() == 1);
+}
+
+TEST_CASE("httplib: a retrying client repeats a 409 after its Retry-After and gets the replay") {
+  binding_fixture<memory_factory> f;
+  f.handler.door->set(false);
+  std::thread original([&] { CHECK(f.post(R"("k-1")", R"({"amount":100})")->status == 201); });
+  f.handler.door->wait_until_entered();
+
+  // The client's attempts: the same key each time (retrying's own key is not used here: the
+  // holder is another caller). Its clock is manual, so the Retry-After wait passes at once.
+  struct answer {
+    int status = 0;
+    std::string retry_after;
+    bool replayed = false;
+  };
+  struct client_policies : idem::default_policies {
+    using clock = idem::manual_clock;
+  };
+  std::vector<int> statuses;
+  auto attempt = [&](const idem::attempt_context&) {
+    const auto res = f.post(R"("k-1")", R"({"amount":100})");
+    REQUIRE(res);
+    statuses.push_back(res->status);
+    if (res->status == 409) {
+      // The holder finishes while this client waits out the Retry-After.
+      f.handler.door->set(true);
+      original.join();
+    }
+    return answer{res->status, res->get_header_value("Retry-After"),
+                  res->get_header_value("Idempotent-Replayed") == "true"};
+  };
+  using client_type = idem::retrying<decltype(attempt), client_policies>;
+  client_type::options options;
+  options.limits.deadline = 60s;  // room for the lease's Retry-After (up to 20 s)
+  client_type call{attempt, options};
+  const auto outcome = call();
+  if (original.joinable()) original.join();
+
+  CHECK(outcome.verdict() == idem::retry_verdict::succeeded);
+  CHECK(statuses == std::vector<int>{409, 201});
+  REQUIRE(outcome.has_value());
+  CHECK(outcome.value().replayed);
   CHECK(f.runs() == 1);
 }
 

@@ -17,6 +17,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 
 using namespace std::chrono_literals;
 
@@ -48,36 +49,35 @@ double counter(const prometheus::Registry& registry, std::string_view family,
   return found != nullptr ? found->counter.value : -1;
 }
 
-double gauge(const prometheus::Registry& registry, std::string_view dependency,
-             std::string_view state) {
-  for (const auto& family : registry.Collect()) {
-    if (family.name != "idem_breaker_state") continue;
-    for (const auto& metric : family.metric) {
-      bool ours = false, in_state = false;
+// The series of `family` that carries both labels: its gauge's or its counter's value.
+double breaker_series(const prometheus::Registry& registry, std::string_view family,
+                      std::pair<std::string_view, std::string_view> first,
+                      std::pair<std::string_view, std::string_view> second) {
+  for (const auto& f : registry.Collect()) {
+    if (f.name != family) continue;
+    for (const auto& metric : f.metric) {
+      int matched = 0;
       for (const auto& label : metric.label) {
-        ours = ours || (label.name == "dependency" && label.value == dependency);
-        in_state = in_state || (label.name == "state" && label.value == state);
+        for (const auto& [name, value] : {first, second})
+          matched += label.name == name && label.value == value ? 1 : 0;
       }
-      if (ours && in_state) return metric.gauge.value;
+      if (matched == 2)
+        return f.type == prometheus::MetricType::Gauge ? metric.gauge.value : metric.counter.value;
     }
   }
   return -1;
 }
 
+double gauge(const prometheus::Registry& registry, std::string_view dependency,
+             std::string_view state) {
+  return breaker_series(registry, "idem_breaker_state", {"dependency", dependency},
+                        {"state", state});
+}
+
 double changes(const prometheus::Registry& registry, std::string_view dependency,
                std::string_view to) {
-  for (const auto& family : registry.Collect()) {
-    if (family.name != "idem_breaker_changes_total") continue;
-    for (const auto& metric : family.metric) {
-      bool ours = false, entered = false;
-      for (const auto& label : metric.label) {
-        ours = ours || (label.name == "dependency" && label.value == dependency);
-        entered = entered || (label.name == "to" && label.value == to);
-      }
-      if (ours && entered) return metric.counter.value;
-    }
-  }
-  return -1;
+  return breaker_series(registry, "idem_breaker_changes_total", {"dependency", dependency},
+                        {"to", to});
 }
 
 double histogram_sum(const prometheus::Registry& registry, std::string_view family) {

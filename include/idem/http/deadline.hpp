@@ -26,6 +26,7 @@
 
 #include <idem/client/attempt.hpp>
 #include <idem/http/idempotency_key.hpp>
+#include <idem/key.hpp>
 #include <idem/server/deadline.hpp>
 
 namespace idem::http {
@@ -142,7 +143,7 @@ struct attempt_field_values {
 };
 
 /// The field name of the key, for attempt_fields' key value.
-inline constexpr std::string_view key_field = "Idempotency-Key";
+inline constexpr std::string_view key_field = idempotency_key_field;
 
 /// The fields for one attempt: its key (bare by default, key_form::sf_string for the draft's
 /// form) and its time left.

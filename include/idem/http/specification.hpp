@@ -27,7 +27,7 @@ struct specification {
   /// Where the document is served; problem types are this address '#' their fragment.
   std::string uri = "/idempotency";
   /// The request field that carries the key.
-  std::string key_field = "Idempotency-Key";
+  std::string key_field{idempotency_key_field};
   /// Whether a request without a key is refused (400) or run without the guarantee.
   bool key_required = true;
   /// The key forms read: the draft's sf-string and the bare key, or the sf-string only.

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "postgres_test_support.hpp"
+#include "support/version_gate_cases.hpp"
 
 namespace pgtest = idem::testing::postgres;
 using namespace std::chrono_literals;
@@ -44,8 +45,11 @@ postgres_version_gate::options gate_options(const std::string& table) {
   return options;
 }
 
-// A store and a gate on tables of their own, and the effects table the consumers write to.
+// A store and a gate on tables of their own, and the effects table the consumers write to (the
+// fixture of tests/support/version_gate_cases.hpp).
 struct fixture {
+  using store_type = postgres_store;
+  using transaction = postgres_store::transaction;
   pgtest::table_guard records{pgtest::unique_table("gate")};
   pgtest::table_guard versions{records.name + "_v"};
   std::string effects_table = "\"" + versions.name + "_effects\"";
@@ -74,10 +78,14 @@ struct fixture {
   // Applies (entity, version) in `scope` with a consumer that records it in effects.
   version_gate_outcome deliver(const std::string& entity, std::int64_t version,
                                const std::string& scope = "orders") {
-    return gate.apply(scope, entity, version, [&](postgres_store::transaction& t) {
-      t.exec("INSERT INTO " + effects_table + " (scope, entity, version) VALUES ($1, $2, $3)",
-             {scope, entity, std::to_string(version)});
-    });
+    return gate.apply(scope, entity, version,
+                      [&](transaction& t) { write_effect(t, entity, version, scope); });
+  }
+
+  void write_effect(transaction& t, const std::string& entity, std::int64_t version,
+                    const std::string& scope = "orders") {
+    t.exec("INSERT INTO " + effects_table + " (scope, entity, version) VALUES ($1, $2, $3)",
+           {scope, entity, std::to_string(version)});
   }
 
   // The versions recorded for `entity`, in the order they were written, one a line.
@@ -94,14 +102,14 @@ struct fixture {
   }
 
   long long rows() { return check.scalar("SELECT count(*) FROM " + versions_table); }
+  long long outbox_rows(const std::string& id) {
+    return check.scalar("SELECT count(*) FROM \"" + records.name + "_outbox\" WHERE id = '" + id +
+                        "'");
+  }
 };
 
 // The consumer that must never run.
 const auto never = [](postgres_store::transaction&) { FAIL("the consumer ran"); };
-
-struct consumer_failed : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 template <class F>
 store_error failure_of(F&& f) {
@@ -116,109 +124,7 @@ store_error failure_of(F&& f) {
 
 }  // namespace
 
-TEST_CASE(
-    "version gate: the first event of an entity is applied and its writes commit with the version",
-    "[postgres][version_gate]") {
-  fixture f;
-  CHECK_FALSE(f.gate.stored_version("orders", "order-1"));
-  const version_gate_outcome outcome = f.deliver("order-1", 3);
-  CHECK(outcome == version_gate_outcome{version_gate_verdict::applied, 3});
-  CHECK(outcome.applied());
-  CHECK(f.gate.stored_version("orders", "order-1") == 3);
-  CHECK(f.effects("order-1") == "3");
-  CHECK(f.rows() == 1);
-}
-
-TEST_CASE("version gate: a newer version is applied", "[postgres][version_gate]") {
-  fixture f;
-  REQUIRE(f.deliver("order-1", 1).applied());
-  CHECK(f.deliver("order-1", 2) == version_gate_outcome{version_gate_verdict::applied, 2});
-  CHECK(f.gate.stored_version("orders", "order-1") == 2);
-  CHECK(f.effects("order-1") == "1\n2");
-  // One row per entity, not per event.
-  CHECK(f.rows() == 1);
-}
-
-TEST_CASE("version gate: version zero is a first event like any other",
-          "[postgres][version_gate]") {
-  fixture f;
-  CHECK(f.deliver("order-1", 0).applied());
-  CHECK(f.deliver("order-1", 0).verdict == version_gate_verdict::duplicate);
-  CHECK(f.gate.stored_version("orders", "order-1") == 0);
-}
-
-TEST_CASE("version gate: a redelivered version is a duplicate and its consumer does not run",
-          "[postgres][version_gate]") {
-  fixture f;
-  REQUIRE(f.deliver("order-1", 5).applied());
-  const version_gate_outcome outcome = f.gate.apply("orders", "order-1", 5, never);
-  CHECK(outcome == version_gate_outcome{version_gate_verdict::duplicate, 5});
-  CHECK(f.effects("order-1") == "5");
-}
-
-TEST_CASE(
-    "version gate: an older version arriving late is stale and names the newer stored version",
-    "[postgres][version_gate]") {
-  fixture f;
-  REQUIRE(f.deliver("order-1", 7).applied());
-  CHECK(f.gate.apply("orders", "order-1", 4, never) ==
-        version_gate_outcome{version_gate_verdict::stale, 7});
-  CHECK(f.gate.stored_version("orders", "order-1") == 7);
-  CHECK(f.effects("order-1") == "7");
-}
-
-TEST_CASE("version gate: the largest version is accepted and nothing is newer than it",
-          "[postgres][version_gate]") {
-  fixture f;
-  constexpr std::int64_t largest = std::numeric_limits<std::int64_t>::max();
-  CHECK(f.deliver("order-1", largest).applied());
-  CHECK(f.gate.apply("orders", "order-1", largest - 1, never).verdict ==
-        version_gate_verdict::stale);
-  CHECK(f.gate.stored_version("orders", "order-1") == largest);
-}
-
-TEST_CASE("version gate: scopes and entity ids keep their versions apart",
-          "[postgres][version_gate]") {
-  fixture f;
-  REQUIRE(f.deliver("order-1", 9).applied());
-  CHECK(f.deliver("order-2", 1).applied());
-  CHECK(f.deliver("order-1", 1, "invoices").applied());
-  CHECK(f.gate.stored_version("orders", "order-1") == 9);
-  CHECK(f.gate.stored_version("orders", "order-2") == 1);
-  CHECK(f.gate.stored_version("invoices", "order-1") == 1);
-  CHECK_FALSE(f.gate.stored_version("invoices", "order-2"));
-}
-
-TEST_CASE("version gate: a throwing consumer rolls back its writes and the version bump",
-          "[postgres][version_gate]") {
-  fixture f;
-  REQUIRE(f.deliver("order-1", 1).applied());
-  CHECK_THROWS_AS(f.gate.apply("orders", "order-1", 2,
-                               [&](postgres_store::transaction& t) {
-                                 t.exec("INSERT INTO " + f.effects_table +
-                                        " (scope, entity, version) VALUES ('orders', "
-                                        "'order-1', 2)");
-                                 throw consumer_failed("the consumer's own failure");
-                               }),
-                  consumer_failed);
-  CHECK(f.gate.stored_version("orders", "order-1") == 1);
-  CHECK(f.effects("order-1") == "1");
-  // Redelivered, the event applies: the failure left nothing behind, not even a row lock.
-  CHECK(f.deliver("order-1", 2).applied());
-  CHECK(f.effects("order-1") == "1\n2");
-}
-
-TEST_CASE("version gate: a consumer whose first event throws leaves no row for the entity",
-          "[postgres][version_gate]") {
-  fixture f;
-  CHECK_THROWS_WITH(f.gate.apply("orders", "order-1", 1,
-                                 [](postgres_store::transaction&) {
-                                   throw consumer_failed("passes through unchanged");
-                                 }),
-                    "passes through unchanged");
-  CHECK_FALSE(f.gate.stored_version("orders", "order-1"));
-  CHECK(f.rows() == 0);
-}
+IDEM_VERSION_GATE_CASES(fixture, "[postgres][version_gate]")
 
 TEST_CASE(
     "version gate: the consumer's failing SQL rolls back the bump and passes through as "
@@ -230,59 +136,6 @@ TEST_CASE(
                                  t.exec("INSERT INTO no_such_table VALUES (1)");
                                }),
                   idem::postgres_error);
-  CHECK(f.rows() == 0);
-}
-
-TEST_CASE(
-    "version gate: a shuffled sequence ends at the highest version, each applied only if newer",
-    "[postgres][version_gate]") {
-  fixture f;
-  std::vector<std::int64_t> versions(40);
-  std::iota(versions.begin(), versions.end(), 1);
-  versions.insert(versions.end(), versions.begin(), versions.end());
-  std::mt19937_64 random{20240601};
-  std::shuffle(versions.begin(), versions.end(), random);
-
-  std::string expected;
-  std::int64_t current = -1;
-  for (const std::int64_t version : versions) {
-    const version_gate_outcome outcome = f.deliver("order-1", version);
-    if (version > current) {
-      CHECK(outcome == version_gate_outcome{version_gate_verdict::applied, version});
-      expected += (expected.empty() ? "" : "\n") + std::to_string(version);
-      current = version;
-    } else if (version == current) {
-      CHECK(outcome == version_gate_outcome{version_gate_verdict::duplicate, current});
-    } else {
-      CHECK(outcome == version_gate_outcome{version_gate_verdict::stale, current});
-    }
-  }
-  CHECK(current == 40);
-  CHECK(f.gate.stored_version("orders", "order-1") == 40);
-  CHECK(f.effects("order-1") == expected);
-}
-
-TEST_CASE("version gate: messages the consumer publishes are named after the applied event",
-          "[postgres][version_gate]") {
-  fixture f;
-  std::string id;
-  REQUIRE(f.gate
-              .apply("orders", "order-1", 4,
-                     [&](postgres_store::transaction& t) {
-                       id = t.publish("shipped", {.topic = "orders", .payload = "order-1 v4"});
-                     })
-              .applied());
-  CHECK(id == idem::outbox_message_id("orders", "order-1 4", "shipped"));
-  CHECK(f.check.scalar("SELECT count(*) FROM \"" + f.records.name + "_outbox\" WHERE id = '" + id +
-                       "'") == 1);
-}
-
-TEST_CASE("version gate: an empty entity id is refused and nothing is written",
-          "[postgres][version_gate]") {
-  fixture f;
-  CHECK_THROWS_WITH(f.gate.apply("orders", "", 1, never),
-                    Contains("entity id must be 1 to 255 bytes of visible ASCII"));
-  CHECK_THROWS_AS(f.gate.stored_version("orders", ""), std::invalid_argument);
   CHECK(f.rows() == 0);
 }
 
@@ -298,28 +151,6 @@ TEST_CASE("version gate: an entity id past the length limit is refused",
   postgres_version_gate gate{f.store, shorter};
   CHECK_THROWS_WITH(gate.apply("orders", "order-1234", 1, never), Contains("1 to 8 bytes"));
   CHECK(f.check.scalar("SELECT count(*) FROM \"" + shorter_table.name + "\"") == 0);
-}
-
-TEST_CASE("version gate: an entity id with a space or a control byte is refused",
-          "[postgres][version_gate]") {
-  fixture f;
-  CHECK_THROWS_AS(f.gate.apply("orders", "order 1", 1, never), std::invalid_argument);
-  CHECK_THROWS_AS(f.gate.apply("orders", std::string("order\0001", 7), 1, never),
-                  std::invalid_argument);
-  CHECK_THROWS_AS(f.gate.apply("orders", "ordr\xc3\xa9", 1, never), std::invalid_argument);
-  CHECK(f.rows() == 0);
-}
-
-TEST_CASE("version gate: a negative version is refused and the stored one is kept",
-          "[postgres][version_gate]") {
-  fixture f;
-  REQUIRE(f.deliver("order-1", 2).applied());
-  CHECK_THROWS_WITH(f.gate.apply("orders", "order-1", -1, never), Contains("negative"));
-  CHECK_THROWS_AS(
-      f.gate.apply("orders", "order-2", std::numeric_limits<std::int64_t>::min(), never),
-      std::invalid_argument);
-  CHECK(f.gate.stored_version("orders", "order-1") == 2);
-  CHECK_FALSE(f.gate.stored_version("orders", "order-2"));
 }
 
 TEST_CASE(

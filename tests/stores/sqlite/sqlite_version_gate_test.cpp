@@ -27,6 +27,7 @@
 
 #include "stores/sqlite/file_connection.hpp"
 #include "support/temporary_directory.hpp"
+#include "support/version_gate_cases.hpp"
 
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
@@ -47,8 +48,11 @@ sqlite_store::options quick(const std::string& path) {
   return options;
 }
 
-// A file with a store, a gate and the effects table the consumers write to.
+// A file with a store, a gate and the effects table the consumers write to (the fixture of
+// tests/support/version_gate_cases.hpp).
 struct fixture {
+  using store_type = sqlite_store;
+  using transaction = sqlite_store::transaction;
   idem::testing::temporary_directory directory{"idem-gate"};
   std::string path = directory.file("gate.sqlite3");
   sqlite_store store{quick(path)};
@@ -57,30 +61,37 @@ struct fixture {
 
   fixture() {
     check.exec(
-        "CREATE TABLE effects (sequence INTEGER PRIMARY KEY AUTOINCREMENT, entity TEXT NOT NULL, "
-        "version INTEGER NOT NULL)");
+        "CREATE TABLE effects (sequence INTEGER PRIMARY KEY AUTOINCREMENT, scope TEXT NOT NULL, "
+        "entity TEXT NOT NULL, version INTEGER NOT NULL)");
   }
 
-  // Applies (entity, version) with a consumer that records it in effects.
-  version_gate_outcome deliver(const std::string& entity, std::int64_t version) {
-    return gate.apply("orders", entity, version, [&](sqlite_store::transaction& t) {
-      t.exec("INSERT INTO effects (entity, version) VALUES (?1, ?2)", entity, version);
-    });
+  // Applies (entity, version) in `scope` with a consumer that records it in effects.
+  version_gate_outcome deliver(const std::string& entity, std::int64_t version,
+                               const std::string& scope = "orders") {
+    return gate.apply(scope, entity, version,
+                      [&](transaction& t) { write_effect(t, entity, version, scope); });
+  }
+
+  static void write_effect(transaction& t, const std::string& entity, std::int64_t version,
+                           const std::string& scope = "orders") {
+    t.exec("INSERT INTO effects (scope, entity, version) VALUES (?1, ?2, ?3)", scope, entity,
+           version);
   }
 
   // The versions recorded for `entity`, in the order they committed.
-  std::string effects(const std::string& entity) {
-    return check.text("SELECT version FROM effects WHERE entity = '" + entity +
-                      "' ORDER BY sequence");
+  std::string effects(const std::string& entity, const std::string& scope = "orders") {
+    return check.text("SELECT version FROM effects WHERE scope = '" + scope + "' AND entity = '" +
+                      entity + "' ORDER BY sequence");
+  }
+
+  long long rows() { return std::stoll(check.text("SELECT count(*) FROM idem_versions")); }
+  long long outbox_rows(const std::string& id) {
+    return std::stoll(check.text("SELECT count(*) FROM idem_outbox WHERE id = '" + id + "'"));
   }
 };
 
 // The consumer that must never run.
 const auto never = [](sqlite_store::transaction&) { FAIL("the consumer ran"); };
-
-struct consumer_failed : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 template <class F>
 store_error failure_of(F&& f) {
@@ -95,110 +106,7 @@ store_error failure_of(F&& f) {
 
 }  // namespace
 
-TEST_CASE(
-    "version gate: the first event of an entity is applied and its writes commit with the version",
-    "[sqlite][version_gate]") {
-  fixture f;
-  CHECK_FALSE(f.gate.stored_version("orders", "order-1"));
-  const version_gate_outcome outcome = f.deliver("order-1", 3);
-  CHECK(outcome.verdict == version_gate_verdict::applied);
-  CHECK(outcome.applied());
-  CHECK(outcome.stored_version == 3);
-  CHECK(f.gate.stored_version("orders", "order-1") == 3);
-  CHECK(f.effects("order-1") == "3");
-  // One row per entity, not per event.
-  CHECK(f.check.text("SELECT count(*) FROM idem_versions") == "1");
-}
-
-TEST_CASE("version gate: a newer version is applied", "[sqlite][version_gate]") {
-  fixture f;
-  REQUIRE(f.deliver("order-1", 1).applied());
-  const version_gate_outcome outcome = f.deliver("order-1", 2);
-  CHECK(outcome == version_gate_outcome{version_gate_verdict::applied, 2});
-  CHECK(f.gate.stored_version("orders", "order-1") == 2);
-  CHECK(f.effects("order-1") == "1\n2");
-  CHECK(f.check.text("SELECT count(*) FROM idem_versions") == "1");
-}
-
-TEST_CASE("version gate: version zero is a first event like any other", "[sqlite][version_gate]") {
-  fixture f;
-  CHECK(f.deliver("order-1", 0).applied());
-  CHECK(f.deliver("order-1", 0).verdict == version_gate_verdict::duplicate);
-  CHECK(f.gate.stored_version("orders", "order-1") == 0);
-}
-
-TEST_CASE("version gate: a redelivered version is a duplicate and its consumer does not run",
-          "[sqlite][version_gate]") {
-  fixture f;
-  REQUIRE(f.deliver("order-1", 5).applied());
-  const version_gate_outcome outcome = f.gate.apply("orders", "order-1", 5, never);
-  CHECK(outcome == version_gate_outcome{version_gate_verdict::duplicate, 5});
-  CHECK_FALSE(outcome.applied());
-  CHECK(f.effects("order-1") == "5");
-}
-
-TEST_CASE(
-    "version gate: an older version arriving late is stale and names the newer stored version",
-    "[sqlite][version_gate]") {
-  fixture f;
-  REQUIRE(f.deliver("order-1", 7).applied());
-  const version_gate_outcome outcome = f.gate.apply("orders", "order-1", 4, never);
-  CHECK(outcome == version_gate_outcome{version_gate_verdict::stale, 7});
-  CHECK(f.gate.stored_version("orders", "order-1") == 7);
-  CHECK(f.effects("order-1") == "7");
-}
-
-TEST_CASE("version gate: the largest version is accepted and nothing is newer than it",
-          "[sqlite][version_gate]") {
-  fixture f;
-  constexpr std::int64_t largest = std::numeric_limits<std::int64_t>::max();
-  CHECK(f.deliver("order-1", largest).applied());
-  CHECK(f.gate.apply("orders", "order-1", largest - 1, never).verdict ==
-        version_gate_verdict::stale);
-  CHECK(f.gate.stored_version("orders", "order-1") == largest);
-}
-
-TEST_CASE("version gate: scopes and entity ids keep their versions apart",
-          "[sqlite][version_gate]") {
-  fixture f;
-  REQUIRE(f.deliver("order-1", 9).applied());
-  CHECK(f.deliver("order-2", 1).applied());
-  CHECK(f.gate.apply("invoices", "order-1", 1, [](sqlite_store::transaction&) {}).applied());
-  CHECK(f.gate.stored_version("orders", "order-1") == 9);
-  CHECK(f.gate.stored_version("orders", "order-2") == 1);
-  CHECK(f.gate.stored_version("invoices", "order-1") == 1);
-  CHECK_FALSE(f.gate.stored_version("invoices", "order-2"));
-}
-
-TEST_CASE("version gate: a throwing consumer rolls back its writes and the version bump",
-          "[sqlite][version_gate]") {
-  fixture f;
-  REQUIRE(f.deliver("order-1", 1).applied());
-  CHECK_THROWS_AS(f.gate.apply("orders", "order-1", 2,
-                               [](sqlite_store::transaction& t) {
-                                 t.exec("INSERT INTO effects (entity, version) VALUES (?1, ?2)",
-                                        "order-1", 2);
-                                 throw consumer_failed("the consumer's own failure");
-                               }),
-                  consumer_failed);
-  CHECK(f.gate.stored_version("orders", "order-1") == 1);
-  CHECK(f.effects("order-1") == "1");
-  // The same event redelivered is applied: the failure left nothing behind, not even a lock.
-  CHECK(f.deliver("order-1", 2).applied());
-  CHECK(f.effects("order-1") == "1\n2");
-}
-
-TEST_CASE("version gate: a consumer whose first event throws leaves no row for the entity",
-          "[sqlite][version_gate]") {
-  fixture f;
-  CHECK_THROWS_WITH(f.gate.apply("orders", "order-1", 1,
-                                 [](sqlite_store::transaction&) {
-                                   throw consumer_failed("passes through unchanged");
-                                 }),
-                    "passes through unchanged");
-  CHECK_FALSE(f.gate.stored_version("orders", "order-1"));
-  CHECK(f.check.text("SELECT count(*) FROM idem_versions") == "0");
-}
+IDEM_VERSION_GATE_CASES(fixture, "[sqlite][version_gate]")
 
 TEST_CASE(
     "version gate: a consumer that ends the transaction itself is refused and nothing commits",
@@ -208,59 +116,6 @@ TEST_CASE(
                                [](sqlite_store::transaction& t) { t.exec("ROLLBACK"); }),
                   std::logic_error);
   CHECK_FALSE(f.gate.stored_version("orders", "order-1"));
-}
-
-TEST_CASE(
-    "version gate: a shuffled sequence ends at the highest version, each applied only if newer",
-    "[sqlite][version_gate]") {
-  fixture f;
-  std::vector<std::int64_t> versions(60);
-  std::iota(versions.begin(), versions.end(), 1);
-  // Each version twice: a redelivery of everything.
-  versions.insert(versions.end(), versions.begin(), versions.end());
-  std::mt19937_64 random{20240601};
-  std::shuffle(versions.begin(), versions.end(), random);
-
-  std::string expected;
-  std::int64_t current = -1;
-  for (const std::int64_t version : versions) {
-    const version_gate_outcome outcome = f.deliver("order-1", version);
-    if (version > current) {
-      CHECK(outcome == version_gate_outcome{version_gate_verdict::applied, version});
-      expected += (expected.empty() ? "" : "\n") + std::to_string(version);
-      current = version;
-    } else if (version == current) {
-      CHECK(outcome == version_gate_outcome{version_gate_verdict::duplicate, current});
-    } else {
-      CHECK(outcome == version_gate_outcome{version_gate_verdict::stale, current});
-    }
-  }
-  CHECK(current == 60);
-  CHECK(f.gate.stored_version("orders", "order-1") == 60);
-  CHECK(f.effects("order-1") == expected);
-}
-
-TEST_CASE("version gate: messages the consumer publishes are named after the applied event",
-          "[sqlite][version_gate]") {
-  fixture f;
-  std::string id;
-  REQUIRE(f.gate
-              .apply("orders", "order-1", 4,
-                     [&](sqlite_store::transaction& t) {
-                       id = t.publish("shipped", {.topic = "orders", .payload = "order-1 v4"});
-                     })
-              .applied());
-  CHECK(id == idem::outbox_message_id("orders", "order-1 4", "shipped"));
-  CHECK(f.check.text("SELECT count(*) FROM idem_outbox WHERE id = '" + id + "'") == "1");
-}
-
-TEST_CASE("version gate: an empty entity id is refused and nothing is written",
-          "[sqlite][version_gate]") {
-  fixture f;
-  CHECK_THROWS_WITH(f.gate.apply("orders", "", 1, never),
-                    Contains("entity id must be 1 to 255 bytes of visible ASCII"));
-  CHECK_THROWS_AS(f.gate.stored_version("orders", ""), std::invalid_argument);
-  CHECK(f.check.text("SELECT count(*) FROM idem_versions") == "0");
 }
 
 TEST_CASE("version gate: an entity id past the length limit is refused", "[sqlite][version_gate]") {
@@ -274,28 +129,6 @@ TEST_CASE("version gate: an entity id past the length limit is refused", "[sqlit
   sqlite_version_gate gate{f.store, shorter};
   CHECK_THROWS_WITH(gate.apply("orders", "order-1234", 1, never), Contains("1 to 8 bytes"));
   CHECK(f.check.text("SELECT count(*) FROM short_versions") == "0");
-}
-
-TEST_CASE("version gate: an entity id with a space or a control byte is refused",
-          "[sqlite][version_gate]") {
-  fixture f;
-  CHECK_THROWS_AS(f.gate.apply("orders", "order 1", 1, never), std::invalid_argument);
-  CHECK_THROWS_AS(f.gate.apply("orders", std::string("order\0001", 7), 1, never),
-                  std::invalid_argument);
-  CHECK_THROWS_AS(f.gate.apply("orders", "ordré", 1, never), std::invalid_argument);
-  CHECK(f.check.text("SELECT count(*) FROM idem_versions") == "0");
-}
-
-TEST_CASE("version gate: a negative version is refused and the stored one is kept",
-          "[sqlite][version_gate]") {
-  fixture f;
-  REQUIRE(f.deliver("order-1", 2).applied());
-  CHECK_THROWS_WITH(f.gate.apply("orders", "order-1", -1, never), Contains("negative"));
-  CHECK_THROWS_AS(
-      f.gate.apply("orders", "order-2", std::numeric_limits<std::int64_t>::min(), never),
-      std::invalid_argument);
-  CHECK(f.gate.stored_version("orders", "order-1") == 2);
-  CHECK_FALSE(f.gate.stored_version("orders", "order-2"));
 }
 
 TEST_CASE("version gate: a table name that is not a plain identifier is refused at construction",

@@ -147,6 +147,21 @@ TEST_CASE("the default classifier judges an HTTP-like response by the HTTP rules
   CHECK(classifier.classify(response_with_status_member{201, {}}).kind == disposition::success);
 }
 
+TEST_CASE("a 409 with Retry-After is the draft's request outstanding, repeated after the wait") {
+  const idem::http_classifier classifier;
+  const response_with_status_member conflict{409, "2"};  // retry_after points into it
+  const auto outstanding = classifier.classify(conflict);
+  CHECK(outstanding.kind == disposition::transient);
+  CHECK(outstanding.retry_after == "2");
+  CHECK_FALSE(outstanding.fault);  // the dependency is alive: it answered what it is doing
+  const auto by_header = classifier.classify(response_with_status_function{409, "1"});
+  CHECK(by_header.kind == disposition::transient);
+  // Without Retry-After it is a conflict of the request itself: never repeated.
+  CHECK(classifier.classify(response_with_status_member{409, ""}).kind == disposition::permanent);
+  CHECK(idem::default_classifier{}.classify(response_with_status_member{409, "2"}).kind ==
+        disposition::transient);
+}
+
 TEST_CASE("Retry-After is surfaced from a retry_after member, only for failures") {
   const idem::http_classifier classifier;
   CHECK(classifier.classify(response_with_status_member{503, "120"}).retry_after == "120");
