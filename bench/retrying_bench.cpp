@@ -4,6 +4,8 @@
 //   retrying_success/hand_rolled  what a careful user writes by hand: a UUIDv4 key from a
 //                                 thread's engine, a steady_clock deadline, a loop with one try
 //   retrying_success/idem         the same call through idem::retrying with default policies
+//   retrying_success/idem_tracked the same with a latency tracker (Policies::latency): each
+//                                 attempt's timeout read from it, its duration recorded in it
 //
 //   retrying_shared/{direct,idem}/threads:N   the same, one object called from N threads
 //
@@ -70,6 +72,24 @@ void retrying_success_idem(benchmark::State& state) {
   report_allocations(state, before);
 }
 
+struct tracked_policies : idem::default_policies {
+  using latency = idem::latency_tracker;
+};
+
+void retrying_success_idem_tracked(benchmark::State& state) {
+  auto call_once = [](const idem::attempt_context& attempt) {
+    benchmark::DoNotOptimize(attempt.timeout());
+    return deliver(attempt.key());
+  };
+  idem::retrying<decltype(call_once), tracked_policies> call{call_once};
+  const auto before = idem_test::allocations_on_this_thread();
+  for (auto _ : state) {
+    auto outcome = call();
+    benchmark::DoNotOptimize(outcome);
+  }
+  report_allocations(state, before);
+}
+
 // One retrying object shared by every thread, as a service shares one client: the success path
 // writes nothing shared, so time per operation should stay flat as threads are added.
 void retrying_shared_direct(benchmark::State& state) {
@@ -100,3 +120,4 @@ BENCHMARK(retrying_shared_idem)->Name("retrying_shared/idem")->Threads(1)->Threa
 BENCHMARK(retrying_success_direct)->Name("retrying_success/direct");
 BENCHMARK(retrying_success_hand_rolled)->Name("retrying_success/hand_rolled");
 BENCHMARK(retrying_success_idem)->Name("retrying_success/idem");
+BENCHMARK(retrying_success_idem_tracked)->Name("retrying_success/idem_tracked");

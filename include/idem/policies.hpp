@@ -31,6 +31,7 @@
 #include <idem/client/policy/budget.hpp>
 #include <idem/client/policy/classifier.hpp>
 #include <idem/client/policy/key_generator.hpp>
+#include <idem/client/policy/latency.hpp>
 #include <idem/client/policy/observer.hpp>
 #include <idem/client/policy/random.hpp>
 #include <idem/clock.hpp>
@@ -120,6 +121,10 @@ struct default_policies {
   using classifier = idem::default_classifier;
   /// Telemetry: none, at no cost.
   using observer = idem::no_observer;
+  /// Attempts' durations, for timeouts derived from them: none by default, at no cost (no clock
+  /// is read for it, and each attempt's timeout is the operation's time left). Set
+  /// idem::latency_tracker, one per dependency, for attempt_timeouts (client/policy/latency.hpp).
+  using latency = idem::no_latency_tracker;
   /// The idempotency key of each operation: a random UUID (version 4).
   using key_generator = idem::uuid_v4;
 

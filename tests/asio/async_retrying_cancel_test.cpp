@@ -228,3 +228,52 @@ TEST_CASE("a coroutine awaiting the operation cancels it with its own cancellati
   CHECK(verdict == idem::retry_verdict::cancelled);
   CHECK(call.keys->size() == 1);
 }
+
+TEST_CASE("with a latency tracker an attempt is cut at the timeout its latency gives") {
+  struct tracked_policies : manual_policies {
+    using latency = idem::latency_tracker;
+  };
+  asio::io_context io;
+  idem::manual_clock clock;
+  struct first_slow {
+    slow_call slow;
+    std::shared_ptr<std::vector<std::chrono::nanoseconds>> timeouts =
+        std::make_shared<std::vector<std::chrono::nanoseconds>>();
+    asio::awaitable<response> operator()(const idem::attempt_context& attempt) {
+      timeouts->push_back(attempt.timeout());
+      slow.takes = attempt.attempt() == 1 ? 30s : 100ms;
+      co_return co_await slow(attempt);
+    }
+  };
+  // The dependency has answered in 200 ms, a thousand times: its attempts get 300 ms.
+  idem::latency_tracker dependency{{.window = 4096, .min_samples = 1000}};
+  for (int i = 0; i < 1000; ++i)
+    dependency.record(200ms);
+  first_slow call{slow_call{clock, 0ms}};
+  auto options = test_net::manual_options<first_slow, tracked_policies>(clock);
+  options.backoff = idem::constant_backoff{1s};
+  options.latency = dependency;
+  idem::async_retrying<first_slow, tracked_policies> retry{io.get_executor(), call, options};
+  std::optional<idem::retry_outcome<response>> seen;
+  retry.async_call([&](std::exception_ptr, idem::retry_outcome<response> outcome) {
+    seen.emplace(std::move(outcome));
+  });
+  test_net::run_until_done(io, clock, [&] { return seen.has_value(); });
+
+  REQUIRE(seen->succeeded());
+  REQUIRE(seen->attempts() == 2);
+  CHECK(seen->history()[0].code == static_cast<int>(std::errc::timed_out));
+  CHECK(seen->history()[0].kind == idem::disposition::ambiguous);
+  REQUIRE(call.timeouts->size() == 2);
+  const auto ms = [](std::chrono::nanoseconds d) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  };
+  CHECK(ms((*call.timeouts)[0]) >= 297);  // 200 ms x 1.5, within the sketch's 0.8%
+  CHECK(ms((*call.timeouts)[0]) <= 303);
+  // Cut at its timeout, then the 1 s wait: the second attempt started 1.3 s in.
+  CHECK(ms(seen->history()[1].started_at) == ms((*call.timeouts)[0]) + 1000);
+  CHECK((*call.slow.keys)[0] == (*call.slow.keys)[1]);
+  CHECK(*call.slow.finished == 1);
+  CHECK(dependency.samples() == 1002);  // both attempts fed it: the cut one as its timeout
+  CHECK(clock.waiting_wakes() == 0);
+}

@@ -25,8 +25,11 @@
 //   * Cancellation: the handler's cancellation slot (terminal cancellation) ends the wait or the
 //     attempt in flight, and the operation with the verdict `cancelled`; an attempt it cut short
 //     is recorded as ambiguous. The key is never used for another operation.
-//   * options::attempt_timeout: an attempt still running after it is cancelled and judged a
+//   * Attempt timeouts: an attempt still running after its timeout is cancelled and judged a
 //     timeout (ambiguous: std::errc::timed_out), so it is resolved or retried under the same key.
+//     With a latency tracker in the policies (Policies::latency) the timeout is the context's,
+//     derived from the dependency's measured latency (attempt_timeouts); without one, the fixed
+//     options::attempt_timeout, if set.
 //   * Nesting is per operation, not per thread (idem/asio/detail/layer.hpp): an async_retrying
 //     started inside an attempt makes one attempt; an unrelated operation interleaved on the
 //     same thread still retries.
@@ -220,6 +223,7 @@ class async_retrying {
   budget_type& budget() noexcept { return core_.budget(); }
   breaker_type& breaker() noexcept { return core_.breaker(); }
   observer_type& observer() noexcept { return core_.observer(); }
+  typename core_type::latency_type& latency() noexcept { return core_.latency(); }
   const retry_limits& limits() const noexcept { return core_.limits(); }
   std::chrono::nanoseconds attempt_timeout() const noexcept { return attempt_timeout_; }
 
@@ -296,8 +300,9 @@ class async_retrying {
 
       bool threw = false;
       bool timed_out = false;
-      if (attempt_timeout_ > std::chrono::nanoseconds::zero()) {
-        timed_out = co_await timed_attempt(outcome, *context, threw, args...);
+      const std::chrono::nanoseconds timeout = timeout_of(*context);
+      if (timeout > std::chrono::nanoseconds::zero()) {
+        timed_out = co_await timed_attempt(outcome, *context, timeout, threw, args...);
       } else {
         try {
           if constexpr (std::is_void_v<Result>) {
@@ -396,11 +401,23 @@ class async_retrying {
     }
   }
 
-  // The attempt raced against attempt_timeout: answers whether the timeout won (the attempt
-  // then ended without a value, cancelled); the value or exception is in the outcome.
+  // How long an attempt may run before it is cancelled: the context's timeout, derived from
+  // measured latency, with a latency tracker; else attempt_timeout (zero: not timed).
+  std::chrono::nanoseconds timeout_of(const attempt_context& context) const noexcept {
+    if constexpr (core_type::tracks_latency) {
+      return context.timeout();
+    } else {
+      return attempt_timeout_;
+    }
+  }
+
+  // The attempt raced against `timeout`: answers whether the timeout won (the attempt then
+  // ended without a value, cancelled); the value or exception is in the outcome.
   template <class Result, class... Args>
   asio::awaitable<bool> timed_attempt(retry_outcome<Result>& outcome,
-                                      const attempt_context& context, bool& threw, Args&... args) {
+                                      const attempt_context& context,
+                                      std::chrono::nanoseconds timeout, bool& threw,
+                                      Args&... args) {
     const auto executor = co_await asio::this_coro::executor;
     clock_timer<clock_type> deadline{executor, core_.clock()};
     std::optional<stored<Result>> value;
@@ -417,8 +434,7 @@ class async_retrying {
                   }
                 },
                 asio::experimental::deferred),
-            deadline.async_wait_until(core_.clock().now() + attempt_timeout_,
-                                      asio::experimental::deferred))
+            deadline.async_wait_until(core_.clock().now() + timeout, asio::experimental::deferred))
             .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
     if (value) {
       if constexpr (std::is_void_v<Result>) {
@@ -433,8 +449,8 @@ class async_retrying {
     if (timed_out) {
       core_type::set_error(outcome, std::make_exception_ptr(std::system_error(
                                         std::make_error_code(std::errc::timed_out),
-                                        "idem::async_retrying: the attempt outlived "
-                                        "attempt_timeout")));
+                                        "idem::async_retrying: the attempt outlived its "
+                                        "timeout")));
     } else {
       core_type::set_error(outcome, error);
     }

@@ -1,8 +1,9 @@
 // One attempt of a retried operation: what it is told, and how its result is judged.
 //
 // attempt_context is what the wrapped call receives: which attempt this is, the idempotency key
-// shared by every attempt of the operation, and how much of the overall deadline is left (so the
-// call can set its own timeout and never outlive the operation). classification is a
+// shared by every attempt of the operation, how much of the overall deadline is left, and the
+// timeout this attempt should be given (derived from measured latency when the policies track
+// it, else the time left), so that the call never outlives the operation. classification is a
 // classifier's judgement of one result; attempt_record is what the history keeps of it.
 #ifndef IDEM_CLIENT_ATTEMPT_HPP
 #define IDEM_CLIENT_ATTEMPT_HPP
@@ -54,7 +55,10 @@ class attempt_context {
  public:
   constexpr attempt_context(int attempt, std::string_view key,
                             std::chrono::nanoseconds time_left) noexcept
-      : attempt_(attempt), key_(key), time_left_(time_left) {}
+      : attempt_context(attempt, key, time_left, time_left) {}
+  constexpr attempt_context(int attempt, std::string_view key, std::chrono::nanoseconds time_left,
+                            std::chrono::nanoseconds timeout) noexcept
+      : attempt_(attempt), key_(key), time_left_(time_left), timeout_(timeout) {}
 
   /// 1 for the first attempt.
   constexpr int attempt() const noexcept { return attempt_; }
@@ -63,11 +67,17 @@ class attempt_context {
   constexpr std::string_view key() const noexcept { return key_; }
   /// Time left until the overall deadline, measured as this attempt started.
   constexpr std::chrono::nanoseconds time_left() const noexcept { return time_left_; }
+  /// How long this attempt may take: with a latency tracker in the policies, a timeout derived
+  /// from the dependency's measured latency (attempt_timeouts), never past time_left(); without
+  /// one, time_left(). Give it to the request (a socket's read timeout, a gRPC deadline): the
+  /// asynchronous driver also cancels the attempt when it runs out.
+  constexpr std::chrono::nanoseconds timeout() const noexcept { return timeout_; }
 
  private:
   int attempt_;
   std::string_view key_;
   std::chrono::nanoseconds time_left_;
+  std::chrono::nanoseconds timeout_;
 };
 
 /// What the history keeps of one attempt.

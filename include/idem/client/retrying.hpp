@@ -148,6 +148,7 @@ class retrying {
   budget_type& budget() noexcept { return core_.budget(); }
   breaker_type& breaker() noexcept { return core_.breaker(); }
   observer_type& observer() noexcept { return core_.observer(); }
+  typename core_type::latency_type& latency() noexcept { return core_.latency(); }
   const retry_limits& limits() const noexcept { return core_.limits(); }
 
  private:

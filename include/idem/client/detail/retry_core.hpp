@@ -18,6 +18,9 @@
 //     ... the driver waits decision.delay ...
 //     resolve_first and the call has a resolve hook: ask it, with core.resolve_context(run, ...)
 //   core.finish(run, outcome)                        // the observer's finish event
+//
+// With a latency tracker in the policies (Policies::latency), each attempt's context carries a
+// timeout derived from it (attempt_timeouts), and judge records how long the attempt took.
 #ifndef IDEM_CLIENT_DETAIL_RETRY_CORE_HPP
 #define IDEM_CLIENT_DETAIL_RETRY_CORE_HPP
 
@@ -142,6 +145,7 @@ class retry_core {
   using classifier_type = typename Policies::classifier;
   using observer_type = typename Policies::observer;
   using key_generator_type = typename Policies::key_generator;
+  using latency_type = typename Policies::latency;
   using run_type = retry_run<typename clock_type::time_point>;
 
   static_assert(Clock<clock_type>,
@@ -167,6 +171,10 @@ class retry_core {
   static_assert(KeyGenerator<key_generator_type, random_type, clock_type>,
                 "Policies::key_generator must provide generate(Random&, Clock&) returning "
                 "idem::key_buffer.");
+  static_assert(LatencyTracker<latency_type>,
+                "Policies::latency must be copyable and provide record(nanoseconds), "
+                "estimate(double) returning std::optional<std::chrono::nanoseconds> and "
+                "tracks(double) returning bool (idem/client/policy/latency.hpp).");
   static_assert(Policies::max_attempts >= 1,
                 "Policies::max_attempts counts the first attempt, so it must be at least 1.");
   static_assert(Policies::deadline > decltype(Policies::deadline)::zero(),
@@ -183,6 +191,10 @@ class retry_core {
     classifier_type classifier{};
     observer_type observer{};
     key_generator_type key_generator{};
+    /// The dependency's latency (one tracker per dependency, shared by its wrappers).
+    latency_type latency{};
+    /// How an attempt's timeout comes from `latency` (ignored without a tracker).
+    attempt_timeouts timeouts{};
     /// Seeds the jitter and the keys, for tests that replay; unset, 256 nondeterministic bits
     /// are drawn. Never fix it in production: two processes with one seed make the same keys.
     std::optional<std::uint64_t> seed{};
@@ -198,6 +210,8 @@ class retry_core {
         classifier_(std::move(parts.classifier)),
         observer_(std::move(parts.observer)),
         key_generator_(std::move(parts.key_generator)),
+        latency_(std::move(parts.latency)),
+        timeouts_(parts.timeouts),
         seed_(parts.seed ? seed_from(*parts.seed) : nondeterministic_seed()),
         limits_(parts.limits) {
     if (limits_.max_attempts < 1) {
@@ -207,7 +221,11 @@ class retry_core {
     if (limits_.deadline <= std::chrono::nanoseconds::zero()) {
       throw std::invalid_argument(std::string(who) + ": the deadline must be positive");
     }
+    if constexpr (tracks_latency) check_attempt_timeouts(latency_, timeouts_, who);
   }
+
+  /// Whether attempts are timed for a latency tracker (not for no_latency_tracker).
+  static constexpr bool tracks_latency = !std::is_same_v<latency_type, no_latency_tracker>;
 
   retry_core(const retry_core&) = delete;
   retry_core& operator=(const retry_core&) = delete;
@@ -273,7 +291,13 @@ class retry_core {
       return std::nullopt;
     }
     if (outcome.error_) outcome.error_ = nullptr;
-    return attempt_context{run.attempt, outcome.key(), time_left(run.attempt_start - run.start)};
+    const std::chrono::nanoseconds left = time_left(run.attempt_start - run.start);
+    if constexpr (tracks_latency) {
+      return attempt_context{run.attempt, outcome.key(), left,
+                             attempt_timeout(latency_, timeouts_, left)};
+    } else {
+      return attempt_context{run.attempt, outcome.key(), left};
+    }
   }
 
   /// What the classifier makes of the attempt's value or exception (`threw`).
@@ -315,12 +339,16 @@ class retry_core {
     observer_.on_attempt(attempt_event{redacted_key{outcome.key()}, record, attempt_took(run)});
 
     if (verdict.kind == disposition::success) {
+      if constexpr (tracks_latency) latency_.record(clock_.now() - run.attempt_start);
       breaker_.on_success(since_epoch(run.attempt_start));
       budget_.on_success(run.last_retry);
       return end(outcome, retry_verdict::succeeded);
     }
 
     const auto now = clock_.now();
+    // A failed attempt's duration too: a timed-out one counts as its timeout, a slow one as
+    // slow, so the tracker sees what the dependency does, not only its successes.
+    if constexpr (tracks_latency) latency_.record(now - run.attempt_start);
     if (verdict.fault) {
       breaker_.on_failure(since_epoch(now));
     } else {
@@ -429,6 +457,12 @@ class retry_core {
   observer_type& observer() noexcept {
     return observer_;
   }
+  latency_type& latency() noexcept {
+    return latency_;
+  }
+  const attempt_timeouts& timeouts() const noexcept {
+    return timeouts_;
+  }
   const retry_limits& limits() const noexcept {
     return limits_;
   }
@@ -493,6 +527,8 @@ class retry_core {
   [[no_unique_address]] classifier_type classifier_;
   [[no_unique_address]] observer_type observer_;
   [[no_unique_address]] key_generator_type key_generator_;
+  [[no_unique_address]] latency_type latency_;
+  attempt_timeouts timeouts_;
   random_seed seed_;
   const std::uint64_t id_ = next_object_id.fetch_add(1, std::memory_order_relaxed);
   std::atomic<std::uint64_t> streams_{0};
