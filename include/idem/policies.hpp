@@ -32,6 +32,7 @@
 #include <idem/client/policy/classifier.hpp>
 #include <idem/client/policy/key_generator.hpp>
 #include <idem/client/policy/latency.hpp>
+#include <idem/client/policy/limiter.hpp>
 #include <idem/client/policy/observer.hpp>
 #include <idem/client/policy/random.hpp>
 #include <idem/clock.hpp>
@@ -125,6 +126,10 @@ struct default_policies {
   /// is read for it, and each attempt's timeout is the operation's time left). Set
   /// idem::latency_tracker, one per dependency, for attempt_timeouts (client/policy/latency.hpp).
   using latency = idem::no_latency_tracker;
+  /// Permits for attempts, so many a second across every thread: none by default, at no cost.
+  /// idem::token_bucket_limiter or idem::sliding_window_limiter, one per dependency
+  /// (client/policy/limiter.hpp).
+  using limiter = idem::no_limiter;
   /// The idempotency key of each operation: a random UUID (version 4).
   using key_generator = idem::uuid_v4;
 

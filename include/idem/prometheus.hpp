@@ -119,7 +119,7 @@ class prometheus_observer {
   static constexpr std::size_t verdicts = static_cast<std::size_t>(verdict::deadline_exceeded) + 1;
   static constexpr std::size_t dispositions = static_cast<std::size_t>(disposition::permanent) + 1;
   static constexpr std::size_t retry_verdicts =
-      static_cast<std::size_t>(retry_verdict::cancelled) + 1;
+      static_cast<std::size_t>(retry_verdict::rate_limited) + 1;
   static constexpr std::size_t breaker_states =
       static_cast<std::size_t>(breaker_state::half_open) + 1;
 

@@ -1814,10 +1814,10 @@ template <class Tracker>
 std::chrono::nanoseconds attempt_timeout(const Tracker& tracker, const attempt_timeouts& settings,
                                          std::chrono::nanoseconds time_left) noexcept {
   std::chrono::nanoseconds timeout = settings.start;
-  if (const std::optional<std::chrono::nanoseconds> estimate = tracker.estimate(settings.quantile)) {
-    timeout = std::chrono::nanoseconds{
-        static_cast<std::chrono::nanoseconds::rep>(static_cast<double>(estimate->count()) *
-                                                   settings.factor)};
+  if (const std::optional<std::chrono::nanoseconds> estimate =
+          tracker.estimate(settings.quantile)) {
+    timeout = std::chrono::nanoseconds{static_cast<std::chrono::nanoseconds::rep>(
+        static_cast<double>(estimate->count()) * settings.factor)};
   }
   return std::min(std::max(timeout, settings.floor), time_left);
 }
@@ -2068,6 +2068,224 @@ static_assert(LatencyTracker<latency_tracker>);
 
 #endif  // IDEM_CLIENT_POLICY_LATENCY_HPP
 // end idem/client/policy/latency.hpp
+// begin idem/client/policy/limiter.hpp
+// Rate limiters: at most so many calls to a dependency per second, from every thread together.
+//
+// A limiter answers each attempt's request for a permit: admitted now, or not yet, with how long
+// until one may be. retrying waits for it (the blocking driver sleeps on its clock, the
+// asynchronous one waits on a timer) for at most options.limiter_wait and never past the
+// operation's deadline; a call that cannot get one in that time ends with its own verdict,
+// retry_verdict::rate_limited, without reaching the dependency. Retries take permits as first
+// attempts do: they are calls to the same dependency.
+//
+//   token_bucket_limiter    `rate` permits a second, bursts of up to `burst` at once: the
+//                           generic cell rate algorithm (one atomic time, one compare-and-swap
+//                           per permit), which is a token bucket exactly.
+//   sliding_window_limiter  at most `limit` permits in any `window`, estimated as the count of
+//                           the current fixed window plus the previous one's, weighted by how
+//                           much of it the sliding window still covers (Cloudflare's and
+//                           Redis's sliding-window counter): two words, one compare-and-swap.
+//
+// Neither takes a lock: a permit is a compare-and-swap loop on one word that copies of the
+// limiter share. Times are a clock's time_since_epoch(), as the breaker's are, so a limiter
+// follows whatever clock the policies choose, manual_clock in tests included.
+#ifndef IDEM_CLIENT_POLICY_LIMITER_HPP
+#define IDEM_CLIENT_POLICY_LIMITER_HPP
+
+#include <cmath>
+
+namespace idem {
+
+/// A limiter's answer: admitted (a permit taken), or not, and when to ask again.
+struct limiter_answer {
+  bool admitted = true;
+  /// When not admitted: how long until a permit may be had (at least 1 ns).
+  std::chrono::nanoseconds retry_in{};
+};
+
+/// What a `limiter` policy must provide.
+template <class L>
+concept Limiter = std::copy_constructible<L> && requires(L& limiter, std::chrono::nanoseconds now) {
+  { limiter.try_acquire(now) } -> std::same_as<limiter_answer>;
+};
+
+/// Admits everything, costs nothing (retrying reads no clock for it).
+struct no_limiter {
+  constexpr limiter_answer try_acquire(std::chrono::nanoseconds) const noexcept { return {}; }
+};
+
+/// `rate` permits a second, `burst` of them at once after a quiet spell: GCRA. One shared
+/// word, the theoretical arrival time of the next permit; a permit moves it on by 1/rate.
+class token_bucket_limiter {
+ public:
+  struct settings {
+    double rate = 100;  // permits a second
+    int burst = 1;      // permits that may be taken at once
+  };
+
+  /// 100 permits a second, one at a time (a placeholder until options are given the
+  /// dependency's own limiter, which copies then share).
+  token_bucket_limiter() : token_bucket_limiter(settings{}) {}
+  explicit token_bucket_limiter(settings s) : state_(std::make_shared<shared>()) {
+    if (!(s.rate > 0) || s.rate > 1e9 || s.burst < 1) {
+      throw std::invalid_argument(
+          "idem::token_bucket_limiter: rate must be within (0, 1e9] permits a second and burst "
+          "at least 1");
+    }
+    state_->interval = std::chrono::nanoseconds{static_cast<std::int64_t>(1e9 / s.rate)};
+    if (state_->interval <= std::chrono::nanoseconds::zero()) {
+      state_->interval = std::chrono::nanoseconds{1};
+    }
+    state_->tolerance = state_->interval * (s.burst - 1);
+  }
+
+  limiter_answer try_acquire(std::chrono::nanoseconds now) noexcept {
+    shared& s = *state_;
+    std::int64_t arrival = s.arrival.load(std::memory_order_relaxed);
+    for (;;) {
+      const std::int64_t due = std::max(arrival, now.count());
+      const std::int64_t early = due - now.count() - s.tolerance.count();
+      if (early > 0) return {false, std::chrono::nanoseconds{early}};
+      if (s.arrival.compare_exchange_weak(arrival, due + s.interval.count(),
+                                          std::memory_order_relaxed)) {
+        return {};
+      }
+    }
+  }
+
+  /// The time between permits at the steady rate.
+  std::chrono::nanoseconds interval() const noexcept { return state_->interval; }
+
+ private:
+  struct shared {
+    std::atomic<std::int64_t> arrival{0};  // the next permit's theoretical arrival time
+    std::chrono::nanoseconds interval{};
+    std::chrono::nanoseconds tolerance{};
+  };
+  std::shared_ptr<shared> state_;
+};
+
+/// At most `limit` permits in any `window` (estimated: see above). Each of the two fixed
+/// windows that the sliding one spans is one word, its number and its count packed together,
+/// so that starting a new window and counting in it are one compare-and-swap.
+class sliding_window_limiter {
+ public:
+  struct settings {
+    std::int64_t limit = 100;                                   // permits a window
+    std::chrono::nanoseconds window = std::chrono::seconds{1};  // the sliding window's length
+  };
+
+  /// 100 permits a second (a placeholder, as token_bucket_limiter's).
+  sliding_window_limiter() : sliding_window_limiter(settings{}) {}
+  explicit sliding_window_limiter(settings s) : state_(std::make_shared<shared>()) {
+    if (s.limit < 1 || s.limit > max_count || s.window < std::chrono::microseconds{1}) {
+      throw std::invalid_argument(
+          "idem::sliding_window_limiter: limit must be within 1..16777215 and the window at "
+          "least 1 microsecond");
+    }
+    state_->limit = s.limit;
+    state_->window = s.window;
+  }
+
+  limiter_answer try_acquire(std::chrono::nanoseconds now) noexcept {
+    shared& s = *state_;
+    const std::int64_t at = std::max<std::int64_t>(now.count(), 0);
+    // The window `at` falls in: the last one seen, most of the time, without a division.
+    const std::int64_t length = s.window.count();
+    std::int64_t whole = s.latest.load(std::memory_order_relaxed);
+    std::int64_t into = at - whole * length;
+    if (into < 0 || into >= length) {
+      whole = at / length;
+      into = at - whole * length;
+      s.latest.store(whole, std::memory_order_relaxed);
+    }
+    std::uint64_t number = static_cast<std::uint64_t>(whole) & number_mask;
+    std::atomic<std::uint64_t>& slot = s.slots[static_cast<std::size_t>(number % 2)];
+    std::uint64_t current = slot.load(std::memory_order_relaxed);
+    for (;;) {
+      // A thread whose clock read later has already started a newer window in this slot (two
+      // windows on: same parity): this call counts as at that window's start, never as an
+      // older window's, whose count would overwrite the newer one.
+      const std::uint64_t held = current >> 24;
+      const std::uint64_t ahead = (held - number) & number_mask;
+      if (ahead != 0 && ahead < number_mask / 2) {
+        number = held;
+        into = 0;
+      }
+      const std::int64_t previous_count =
+          count_in(s.slots[static_cast<std::size_t>((number + 1) % 2)].load(
+                       std::memory_order_relaxed),
+                   (number - 1) & number_mask);
+      const std::int64_t current_count = count_in(current, number);
+      // Below the limit even with all of the previous window counted: no need to weigh it.
+      if (previous_count + current_count + 1 > s.limit) {
+        // The previous window's permits still inside the sliding window: its share not yet
+        // slid past, in whole permits.
+        const double covered =
+            1.0 - static_cast<double>(into) / static_cast<double>(s.window.count());
+        const auto estimate =
+            static_cast<std::int64_t>(static_cast<double>(previous_count) * covered);
+        if (estimate + current_count + 1 > s.limit) {
+          return {false, wait_for(s, previous_count, current_count, into)};
+        }
+      }
+      const std::uint64_t next = pack(number, current_count + 1);
+      if (slot.compare_exchange_weak(current, next, std::memory_order_relaxed)) return {};
+    }
+  }
+
+ private:
+  static constexpr std::int64_t max_count = (std::int64_t{1} << 24) - 1;
+  // Window numbers are kept modulo 2^40 (they wrap after 2^40 windows: 12 days of 1 us
+  // windows, 35,000 years of 1 s ones).
+  static constexpr std::uint64_t number_mask = (std::uint64_t{1} << 40) - 1;
+
+  struct shared {
+    // Window number modulo 2^40 (high 40 bits) and count (low 24 bits), for even and odd
+    // window numbers.
+    std::array<std::atomic<std::uint64_t>, 2> slots{};
+    std::atomic<std::int64_t> latest{0};  // the number of the window last asked about (a hint)
+    std::int64_t limit = 0;
+    std::chrono::nanoseconds window{};
+  };
+
+  static std::uint64_t pack(std::uint64_t number, std::int64_t count) noexcept {
+    return (number << 24) | static_cast<std::uint64_t>(count);
+  }
+  // The count a slot holds for window `number`: zero if it holds another window's.
+  static std::int64_t count_in(std::uint64_t slot, std::uint64_t number) noexcept {
+    if ((slot >> 24) != number) return 0;
+    return static_cast<std::int64_t>(slot & static_cast<std::uint64_t>(max_count));
+  }
+
+  // How long until one more permit fits: within this window, once enough of the previous one
+  // has slid out; else at the next window's start (and the estimate there is asked again).
+  static std::chrono::nanoseconds wait_for(const shared& s, std::int64_t previous_count,
+                                           std::int64_t current_count, std::int64_t into) noexcept {
+    const std::int64_t length = s.window.count();
+    const std::int64_t to_next = length - into;
+    if (current_count + 1 <= s.limit && previous_count > 0) {
+      // floor(previous * (1 - f)) + current + 1 <= limit  <=>  previous * (1 - f) < limit -
+      // current  <=>  f > 1 - (limit - current) / previous
+      const double f = 1.0 - static_cast<double>(s.limit - current_count) /
+                                 static_cast<double>(previous_count);
+      const auto at = static_cast<std::int64_t>(std::ceil(f * static_cast<double>(length))) + 1;
+      if (at > into && at < length) return std::chrono::nanoseconds{at - into};
+    }
+    return std::chrono::nanoseconds{std::max<std::int64_t>(to_next, 1)};
+  }
+
+  std::shared_ptr<shared> state_;
+};
+
+static_assert(Limiter<no_limiter>);
+static_assert(Limiter<token_bucket_limiter>);
+static_assert(Limiter<sliding_window_limiter>);
+
+}  // namespace idem
+
+#endif  // IDEM_CLIENT_POLICY_LIMITER_HPP
+// end idem/client/policy/limiter.hpp
 // begin idem/client/policy/observer.hpp
 // Observers: telemetry for every attempt, every wait and every end of a retried operation.
 //
@@ -2692,6 +2910,8 @@ enum class retry_verdict : std::uint8_t {
                        // idempotent, or a nested layer (the outer layer retries)
   cancelled,           // the caller cancelled the operation (an asynchronous one) during a wait
                        // or an attempt; the key is never used for another operation
+  rate_limited,        // the rate limiter had no permit for the next attempt within
+                       // options.limiter_wait (or before the deadline)
 };
 
 constexpr std::string_view to_string(retry_verdict v) noexcept {
@@ -2714,6 +2934,8 @@ constexpr std::string_view to_string(retry_verdict v) noexcept {
       return "not_retried";
     case retry_verdict::cancelled:
       return "cancelled";
+    case retry_verdict::rate_limited:
+      return "rate_limited";
   }
   return "unknown";
 }
@@ -2912,6 +3134,10 @@ struct default_policies {
   /// is read for it, and each attempt's timeout is the operation's time left). Set
   /// idem::latency_tracker, one per dependency, for attempt_timeouts (client/policy/latency.hpp).
   using latency = idem::no_latency_tracker;
+  /// Permits for attempts, so many a second across every thread: none by default, at no cost.
+  /// idem::token_bucket_limiter or idem::sliding_window_limiter, one per dependency
+  /// (client/policy/limiter.hpp).
+  using limiter = idem::no_limiter;
   /// The idempotency key of each operation: a random UUID (version 4).
   using key_generator = idem::uuid_v4;
 
@@ -3532,7 +3758,9 @@ class retry_outcome {
 //     outermost layer retries;
 //   * after an ambiguous failure, the call's optional `resolve` hook is asked whether the effect
 //     landed, and a yes ends the retries;
-//   * a budget and a circuit breaker can refuse, and the operation then ends with their verdict.
+//   * a budget and a circuit breaker can refuse, and the operation then ends with their verdict;
+//   * a rate limiter (Policies::limiter) gives each attempt its permit, waited for on the clock
+//     up to options.limiter_wait, or ends the operation rate_limited.
 //
 // The rules live in detail::retry_core (idem/client/detail/retry_core.hpp), which the
 // asynchronous driver (idem::async_retrying, idem/asio.hpp) shares: this file is the blocking
@@ -3568,6 +3796,8 @@ class retry_outcome {
 //
 // With a latency tracker in the policies (Policies::latency), each attempt's context carries a
 // timeout derived from it (attempt_timeouts), and judge records how long the attempt took.
+// With a rate limiter (Policies::limiter), each attempt first asks core.permit(run, outcome):
+// go, or wait this long and ask again (the driver's wait), or stop rate_limited.
 #ifndef IDEM_CLIENT_DETAIL_RETRY_CORE_HPP
 #define IDEM_CLIENT_DETAIL_RETRY_CORE_HPP
 
@@ -3662,6 +3892,7 @@ struct retry_run {
   retry_reason last_retry = retry_reason::none;
   int attempt = 0;  // attempts started
   bool may_repeat = true;
+  std::chrono::nanoseconds limiter_waited{0};  // waits for the rate limiter's permits, in all
 };
 
 template <class Policies>
@@ -3676,6 +3907,7 @@ class retry_core {
   using observer_type = typename Policies::observer;
   using key_generator_type = typename Policies::key_generator;
   using latency_type = typename Policies::latency;
+  using limiter_type = typename Policies::limiter;
   using run_type = retry_run<typename clock_type::time_point>;
 
   static_assert(Clock<clock_type>,
@@ -3705,6 +3937,9 @@ class retry_core {
                 "Policies::latency must be copyable and provide record(nanoseconds), "
                 "estimate(double) returning std::optional<std::chrono::nanoseconds> and "
                 "tracks(double) returning bool (idem/client/policy/latency.hpp).");
+  static_assert(Limiter<limiter_type>,
+                "Policies::limiter must be copyable and provide try_acquire(nanoseconds) "
+                "returning idem::limiter_answer (idem/client/policy/limiter.hpp).");
   static_assert(Policies::max_attempts >= 1,
                 "Policies::max_attempts counts the first attempt, so it must be at least 1.");
   static_assert(Policies::deadline > decltype(Policies::deadline)::zero(),
@@ -3725,6 +3960,11 @@ class retry_core {
     latency_type latency{};
     /// How an attempt's timeout comes from `latency` (ignored without a tracker).
     attempt_timeouts timeouts{};
+    /// The dependency's rate limiter (one per dependency, shared by its wrappers).
+    limiter_type limiter{};
+    /// The longest an attempt waits for the limiter's permit, in all (never past the
+    /// deadline); zero: refused at once when there is none.
+    std::chrono::nanoseconds limiter_wait = std::chrono::seconds{5};
     /// Seeds the jitter and the keys, for tests that replay; unset, 256 nondeterministic bits
     /// are drawn. Never fix it in production: two processes with one seed make the same keys.
     std::optional<std::uint64_t> seed{};
@@ -3742,6 +3982,8 @@ class retry_core {
         key_generator_(std::move(parts.key_generator)),
         latency_(std::move(parts.latency)),
         timeouts_(parts.timeouts),
+        limiter_(std::move(parts.limiter)),
+        limiter_wait_(parts.limiter_wait),
         seed_(parts.seed ? seed_from(*parts.seed) : nondeterministic_seed()),
         limits_(parts.limits) {
     if (limits_.max_attempts < 1) {
@@ -3752,6 +3994,37 @@ class retry_core {
       throw std::invalid_argument(std::string(who) + ": the deadline must be positive");
     }
     if constexpr (tracks_latency) check_attempt_timeouts(latency_, timeouts_, who);
+    if (limiter_wait_ < std::chrono::nanoseconds::zero()) {
+      throw std::invalid_argument(std::string(who) + ": limiter_wait cannot be negative");
+    }
+  }
+
+  /// Whether attempts ask a rate limiter for permits (not no_limiter).
+  static constexpr bool limits_rate = !std::is_same_v<limiter_type, no_limiter>;
+
+  /// The limiter's answer before the next attempt (see permit).
+  struct permit_step {
+    bool go = true;                     // a permit is taken: start the attempt
+    std::chrono::nanoseconds wait{};    // else, when not refused: wait this, then ask again
+    bool refused = false;               // no permit in time: the outcome's verdict is set
+  };
+
+  /// Asks the limiter for the next attempt's permit. Not admitted, the wait it names is allowed
+  /// while the waits so far stay within limiter_wait and the wait ends before the deadline;
+  /// past that the operation ends rate_limited.
+  template <class Result>
+  permit_step permit(run_type& run, retry_outcome<Result>& outcome) {
+    const auto now = clock_.now();
+    const limiter_answer answer = limiter_.try_acquire(since_epoch(now));
+    if (answer.admitted) return {};
+    const std::chrono::nanoseconds wait =
+        std::max(answer.retry_in, std::chrono::nanoseconds{1});
+    if (run.limiter_waited + wait > limiter_wait_ || wait >= time_left(now - run.start)) {
+      outcome.verdict_ = retry_verdict::rate_limited;
+      return {.go = false, .refused = true};
+    }
+    run.limiter_waited += wait;
+    return {.go = false, .wait = wait};
   }
 
   /// Whether attempts are timed for a latency tracker (not for no_latency_tracker).
@@ -3990,6 +4263,9 @@ class retry_core {
   latency_type& latency() noexcept {
     return latency_;
   }
+  limiter_type& limiter() noexcept {
+    return limiter_;
+  }
   const attempt_timeouts& timeouts() const noexcept {
     return timeouts_;
   }
@@ -4059,6 +4335,8 @@ class retry_core {
   [[no_unique_address]] key_generator_type key_generator_;
   [[no_unique_address]] latency_type latency_;
   attempt_timeouts timeouts_;
+  [[no_unique_address]] limiter_type limiter_;
+  std::chrono::nanoseconds limiter_wait_;
   random_seed seed_;
   const std::uint64_t id_ = next_object_id.fetch_add(1, std::memory_order_relaxed);
   std::atomic<std::uint64_t> streams_{0};
@@ -4175,6 +4453,7 @@ class retrying {
   breaker_type& breaker() noexcept { return core_.breaker(); }
   observer_type& observer() noexcept { return core_.observer(); }
   typename core_type::latency_type& latency() noexcept { return core_.latency(); }
+  typename core_type::limiter_type& limiter() noexcept { return core_.limiter(); }
   const retry_limits& limits() const noexcept { return core_.limits(); }
 
  private:
@@ -4188,6 +4467,9 @@ class retrying {
     retry_outcome<result_type> outcome = core_.template make_outcome<result_type>(given);
     auto run = core_.begin(layer.nested());
     for (;;) {
+      if constexpr (core_type::limits_rate) {
+        if (!permitted(run, outcome)) break;
+      }
       const std::optional<attempt_context> context = core_.start_attempt(run, outcome);
       if (!context) break;
       bool threw = false;
@@ -4210,6 +4492,18 @@ class retrying {
     }
     core_.finish(run, outcome);
     return outcome;
+  }
+
+  // Waits, sleeping on the clock, for the rate limiter's permit for the next attempt: false when
+  // there was none in time (the outcome's verdict is rate_limited).
+  template <class Result>
+  bool permitted(typename core_type::run_type& run, retry_outcome<Result>& outcome) {
+    for (;;) {
+      const auto step = core_.permit(run, outcome);
+      if (step.go) return true;
+      if (step.refused) return false;
+      core_.clock().sleep_for(step.wait);
+    }
   }
 
   template <class... Args>

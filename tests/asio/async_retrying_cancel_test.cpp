@@ -277,3 +277,39 @@ TEST_CASE("with a latency tracker an attempt is cut at the timeout its latency g
   CHECK(dependency.samples() == 1002);  // both attempts fed it: the cut one as its timeout
   CHECK(clock.waiting_wakes() == 0);
 }
+
+TEST_CASE("async_retrying waits on a timer for the limiter's permit, and a cancel ends the wait") {
+  struct limited_policies : manual_policies {
+    using limiter = idem::token_bucket_limiter;
+  };
+  asio::io_context io;
+  idem::manual_clock clock;
+  slow_call call{clock, 0ms};
+  auto options = test_net::manual_options<slow_call, limited_policies>(clock);
+  options.limiter = idem::token_bucket_limiter{{.rate = 10, .burst = 1}};  // every 100 ms
+  idem::async_retrying<slow_call, limited_policies> retry{io.get_executor(), call, options};
+
+  std::vector<std::chrono::nanoseconds> ended;
+  for (int i = 0; i < 3; ++i) {
+    retry.async_call([&](std::exception_ptr, idem::retry_outcome<response> outcome) {
+      CHECK(outcome.verdict() == idem::retry_verdict::succeeded);
+      ended.push_back(clock.elapsed());
+    });
+  }
+  test_net::run_until_done(io, clock, [&] { return ended.size() == 3; });
+  CHECK(ended == std::vector<std::chrono::nanoseconds>{0ms, 100ms, 200ms});
+
+  // The next permit is 100 ms away; the caller gives up during the wait.
+  asio::cancellation_signal signal;
+  recorded seen;
+  start(retry, signal, seen);
+  io.restart();
+  io.poll();
+  REQUIRE(clock.waiting_wakes() == 1);
+  signal.emit(asio::cancellation_type::terminal);
+  test_net::run_until_done(io, clock, [&] { return seen.outcome.has_value(); });
+  CHECK(seen.outcome->verdict() == idem::retry_verdict::cancelled);
+  CHECK(seen.outcome->attempts() == 0);
+  CHECK(call.keys->size() == 3);
+  CHECK(clock.waiting_wakes() == 0);
+}

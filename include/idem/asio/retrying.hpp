@@ -30,6 +30,8 @@
 //     With a latency tracker in the policies (Policies::latency) the timeout is the context's,
 //     derived from the dependency's measured latency (attempt_timeouts); without one, the fixed
 //     options::attempt_timeout, if set.
+//   * A rate limiter's permits (Policies::limiter) are waited for on a timer; a cancellation
+//     during that wait ends the operation cancelled, with no attempt made.
 //   * Nesting is per operation, not per thread (idem/asio/detail/layer.hpp): an async_retrying
 //     started inside an attempt makes one attempt; an unrelated operation interleaved on the
 //     same thread still retries.
@@ -224,6 +226,7 @@ class async_retrying {
   breaker_type& breaker() noexcept { return core_.breaker(); }
   observer_type& observer() noexcept { return core_.observer(); }
   typename core_type::latency_type& latency() noexcept { return core_.latency(); }
+  typename core_type::limiter_type& limiter() noexcept { return core_.limiter(); }
   const retry_limits& limits() const noexcept { return core_.limits(); }
   std::chrono::nanoseconds attempt_timeout() const noexcept { return attempt_timeout_; }
 
@@ -295,6 +298,13 @@ class async_retrying {
     retry_outcome<Result>& outcome = *box;
     auto run = core_.begin(nested);
     for (;;) {
+      if constexpr (core_type::limits_rate) {
+        const std::optional<retry_verdict> refused = co_await wait_for_permit(outcome, run);
+        if (refused) {
+          core_type::end(outcome, *refused);
+          break;
+        }
+      }
       const std::optional<attempt_context> context = core_.start_attempt(run, outcome);
       if (!context) break;
 
@@ -359,6 +369,23 @@ class async_retrying {
         co_await effect_landed(outcome, core_.resolve_context(run, outcome), args...);
     if (landed) co_return retry_verdict::resolved;
     co_return std::nullopt;
+  }
+
+  // The rate limiter's permit for the next attempt, waited for on a timer: the verdict that
+  // ends the operation (rate_limited; cancelled during a wait), or nothing to go on.
+  template <class Result>
+  asio::awaitable<std::optional<retry_verdict>> wait_for_permit(retry_outcome<Result>& outcome,
+                                                                typename core_type::run_type& run) {
+    std::optional<clock_timer<clock_type>> timer;
+    for (;;) {
+      const auto step = core_.permit(run, outcome);
+      if (step.go) co_return std::nullopt;
+      if (step.refused) co_return retry_verdict::rate_limited;
+      if (!timer) timer.emplace(co_await asio::this_coro::executor, core_.clock());
+      asio_error_code waited;
+      co_await timer->async_wait_for(step.wait, asio::redirect_error(asio::use_awaitable, waited));
+      if (waited) co_return retry_verdict::cancelled;
+    }
   }
 
   // The attempt as an awaitable of its result: the call's own, or for an initiating function

@@ -19,7 +19,9 @@
 //     outermost layer retries;
 //   * after an ambiguous failure, the call's optional `resolve` hook is asked whether the effect
 //     landed, and a yes ends the retries;
-//   * a budget and a circuit breaker can refuse, and the operation then ends with their verdict.
+//   * a budget and a circuit breaker can refuse, and the operation then ends with their verdict;
+//   * a rate limiter (Policies::limiter) gives each attempt its permit, waited for on the clock
+//     up to options.limiter_wait, or ends the operation rate_limited.
 //
 // The rules live in detail::retry_core (idem/client/detail/retry_core.hpp), which the
 // asynchronous driver (idem::async_retrying, idem/asio.hpp) shares: this file is the blocking
@@ -149,6 +151,7 @@ class retrying {
   breaker_type& breaker() noexcept { return core_.breaker(); }
   observer_type& observer() noexcept { return core_.observer(); }
   typename core_type::latency_type& latency() noexcept { return core_.latency(); }
+  typename core_type::limiter_type& limiter() noexcept { return core_.limiter(); }
   const retry_limits& limits() const noexcept { return core_.limits(); }
 
  private:
@@ -162,6 +165,9 @@ class retrying {
     retry_outcome<result_type> outcome = core_.template make_outcome<result_type>(given);
     auto run = core_.begin(layer.nested());
     for (;;) {
+      if constexpr (core_type::limits_rate) {
+        if (!permitted(run, outcome)) break;
+      }
       const std::optional<attempt_context> context = core_.start_attempt(run, outcome);
       if (!context) break;
       bool threw = false;
@@ -184,6 +190,18 @@ class retrying {
     }
     core_.finish(run, outcome);
     return outcome;
+  }
+
+  // Waits, sleeping on the clock, for the rate limiter's permit for the next attempt: false when
+  // there was none in time (the outcome's verdict is rate_limited).
+  template <class Result>
+  bool permitted(typename core_type::run_type& run, retry_outcome<Result>& outcome) {
+    for (;;) {
+      const auto step = core_.permit(run, outcome);
+      if (step.go) return true;
+      if (step.refused) return false;
+      core_.clock().sleep_for(step.wait);
+    }
   }
 
   template <class... Args>

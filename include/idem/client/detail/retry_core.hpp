@@ -21,9 +21,12 @@
 //
 // With a latency tracker in the policies (Policies::latency), each attempt's context carries a
 // timeout derived from it (attempt_timeouts), and judge records how long the attempt took.
+// With a rate limiter (Policies::limiter), each attempt first asks core.permit(run, outcome):
+// go, or wait this long and ask again (the driver's wait), or stop rate_limited.
 #ifndef IDEM_CLIENT_DETAIL_RETRY_CORE_HPP
 #define IDEM_CLIENT_DETAIL_RETRY_CORE_HPP
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <concepts>
@@ -132,6 +135,7 @@ struct retry_run {
   retry_reason last_retry = retry_reason::none;
   int attempt = 0;  // attempts started
   bool may_repeat = true;
+  std::chrono::nanoseconds limiter_waited{0};  // waits for the rate limiter's permits, in all
 };
 
 template <class Policies>
@@ -146,6 +150,7 @@ class retry_core {
   using observer_type = typename Policies::observer;
   using key_generator_type = typename Policies::key_generator;
   using latency_type = typename Policies::latency;
+  using limiter_type = typename Policies::limiter;
   using run_type = retry_run<typename clock_type::time_point>;
 
   static_assert(Clock<clock_type>,
@@ -175,6 +180,9 @@ class retry_core {
                 "Policies::latency must be copyable and provide record(nanoseconds), "
                 "estimate(double) returning std::optional<std::chrono::nanoseconds> and "
                 "tracks(double) returning bool (idem/client/policy/latency.hpp).");
+  static_assert(Limiter<limiter_type>,
+                "Policies::limiter must be copyable and provide try_acquire(nanoseconds) "
+                "returning idem::limiter_answer (idem/client/policy/limiter.hpp).");
   static_assert(Policies::max_attempts >= 1,
                 "Policies::max_attempts counts the first attempt, so it must be at least 1.");
   static_assert(Policies::deadline > decltype(Policies::deadline)::zero(),
@@ -195,6 +203,11 @@ class retry_core {
     latency_type latency{};
     /// How an attempt's timeout comes from `latency` (ignored without a tracker).
     attempt_timeouts timeouts{};
+    /// The dependency's rate limiter (one per dependency, shared by its wrappers).
+    limiter_type limiter{};
+    /// The longest an attempt waits for the limiter's permit, in all (never past the
+    /// deadline); zero: refused at once when there is none.
+    std::chrono::nanoseconds limiter_wait = std::chrono::seconds{5};
     /// Seeds the jitter and the keys, for tests that replay; unset, 256 nondeterministic bits
     /// are drawn. Never fix it in production: two processes with one seed make the same keys.
     std::optional<std::uint64_t> seed{};
@@ -212,6 +225,8 @@ class retry_core {
         key_generator_(std::move(parts.key_generator)),
         latency_(std::move(parts.latency)),
         timeouts_(parts.timeouts),
+        limiter_(std::move(parts.limiter)),
+        limiter_wait_(parts.limiter_wait),
         seed_(parts.seed ? seed_from(*parts.seed) : nondeterministic_seed()),
         limits_(parts.limits) {
     if (limits_.max_attempts < 1) {
@@ -222,6 +237,36 @@ class retry_core {
       throw std::invalid_argument(std::string(who) + ": the deadline must be positive");
     }
     if constexpr (tracks_latency) check_attempt_timeouts(latency_, timeouts_, who);
+    if (limiter_wait_ < std::chrono::nanoseconds::zero()) {
+      throw std::invalid_argument(std::string(who) + ": limiter_wait cannot be negative");
+    }
+  }
+
+  /// Whether attempts ask a rate limiter for permits (not no_limiter).
+  static constexpr bool limits_rate = !std::is_same_v<limiter_type, no_limiter>;
+
+  /// The limiter's answer before the next attempt (see permit).
+  struct permit_step {
+    bool go = true;                   // a permit is taken: start the attempt
+    std::chrono::nanoseconds wait{};  // else, when not refused: wait this, then ask again
+    bool refused = false;             // no permit in time: the outcome's verdict is set
+  };
+
+  /// Asks the limiter for the next attempt's permit. Not admitted, the wait it names is allowed
+  /// while the waits so far stay within limiter_wait and the wait ends before the deadline;
+  /// past that the operation ends rate_limited.
+  template <class Result>
+  permit_step permit(run_type& run, retry_outcome<Result>& outcome) {
+    const auto now = clock_.now();
+    const limiter_answer answer = limiter_.try_acquire(since_epoch(now));
+    if (answer.admitted) return {};
+    const std::chrono::nanoseconds wait = std::max(answer.retry_in, std::chrono::nanoseconds{1});
+    if (run.limiter_waited + wait > limiter_wait_ || wait >= time_left(now - run.start)) {
+      outcome.verdict_ = retry_verdict::rate_limited;
+      return {.go = false, .refused = true};
+    }
+    run.limiter_waited += wait;
+    return {.go = false, .wait = wait};
   }
 
   /// Whether attempts are timed for a latency tracker (not for no_latency_tracker).
@@ -460,6 +505,9 @@ class retry_core {
   latency_type& latency() noexcept {
     return latency_;
   }
+  limiter_type& limiter() noexcept {
+    return limiter_;
+  }
   const attempt_timeouts& timeouts() const noexcept {
     return timeouts_;
   }
@@ -529,6 +577,8 @@ class retry_core {
   [[no_unique_address]] key_generator_type key_generator_;
   [[no_unique_address]] latency_type latency_;
   attempt_timeouts timeouts_;
+  [[no_unique_address]] limiter_type limiter_;
+  std::chrono::nanoseconds limiter_wait_;
   random_seed seed_;
   const std::uint64_t id_ = next_object_id.fetch_add(1, std::memory_order_relaxed);
   std::atomic<std::uint64_t> streams_{0};

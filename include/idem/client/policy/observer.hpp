@@ -37,6 +37,8 @@ enum class retry_verdict : std::uint8_t {
                        // idempotent, or a nested layer (the outer layer retries)
   cancelled,           // the caller cancelled the operation (an asynchronous one) during a wait
                        // or an attempt; the key is never used for another operation
+  rate_limited,        // the rate limiter had no permit for the next attempt within
+                       // options.limiter_wait (or before the deadline)
 };
 
 constexpr std::string_view to_string(retry_verdict v) noexcept {
@@ -59,6 +61,8 @@ constexpr std::string_view to_string(retry_verdict v) noexcept {
       return "not_retried";
     case retry_verdict::cancelled:
       return "cancelled";
+    case retry_verdict::rate_limited:
+      return "rate_limited";
   }
   return "unknown";
 }
