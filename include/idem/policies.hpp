@@ -30,6 +30,7 @@
 #include <idem/client/policy/breaker.hpp>
 #include <idem/client/policy/budget.hpp>
 #include <idem/client/policy/classifier.hpp>
+#include <idem/client/policy/hedging.hpp>
 #include <idem/client/policy/key_generator.hpp>
 #include <idem/client/policy/latency.hpp>
 #include <idem/client/policy/limiter.hpp>
@@ -130,6 +131,9 @@ struct default_policies {
   /// idem::token_bucket_limiter or idem::sliding_window_limiter, one per dependency
   /// (client/policy/limiter.hpp).
   using limiter = idem::no_limiter;
+  /// A second attempt under the same key when the first is slow (async_retrying only): none by
+  /// default. idem::hedging, one per dependency (client/policy/hedging.hpp).
+  using hedge = idem::no_hedging;
   /// The idempotency key of each operation: a random UUID (version 4).
   using key_generator = idem::uuid_v4;
 

@@ -1270,6 +1270,8 @@ struct attempt_record {
   std::chrono::nanoseconds started_at;   // since the operation began
   std::chrono::nanoseconds delay_after;  // the wait before the next attempt; zero if none
   bool delay_from_retry_after;           // the wait was the server's Retry-After
+  bool hedged;                           // a hedge went out for it, under the same key, and
+                                         // this is the answer that came first (async only)
 };
 
 }  // namespace idem
@@ -1738,6 +1740,118 @@ struct uuid_v7 {
 
 #endif  // IDEM_CLIENT_POLICY_KEY_GENERATOR_HPP
 // end idem/client/policy/key_generator.hpp
+// begin idem/client/policy/hedging.hpp
+// Hedging: a second attempt under the same key when the first is slow, the first answer wins.
+//
+// A dependency whose slowest few answers take a hundred times its median makes its callers'
+// tail latency that slow too. A hedge sends the same request again, under the same idempotency
+// key, once the first attempt has taken longer than most answers do (the tracker's p95 by
+// default): whichever answers first is taken and the other is cancelled. The server answers
+// both under one key (one effect: the other gets the replay, or a 409 while the first is still
+// running), so a hedge is safe exactly where a retry is: for keyed or naturally idempotent calls.
+// A policies struct whose safety is `unsafe` cannot name a hedging policy (static_assert).
+//
+// Hedges cost load, so they are limited by a budget of their own, a share of requests as gRPC's
+// hedging throttle and brpc's backup-request ratio are: every operation deposits `ratio` of a
+// token (up to `max_tokens`), a hedge takes a whole one, and with none left the attempt simply
+// waits for its first answer. A spent budget never cancels a hedge already sent. Copies of a
+// hedging policy share the budget: one per dependency.
+//
+// Only async_retrying hedges (idem/asio/retrying.hpp): a blocking call has no way to wait for
+// two answers at once. Only its outermost layer hedges, as only it retries: layers nested in its
+// attempts make one attempt each, so hedges and retries do not multiply.
+#ifndef IDEM_CLIENT_POLICY_HEDGING_HPP
+#define IDEM_CLIENT_POLICY_HEDGING_HPP
+
+namespace idem {
+
+/// No hedges (the default).
+struct no_hedging {};
+
+/// When to hedge and how many: see above.
+class hedging {
+ public:
+  struct settings {
+    /// The quantile of the latency tracker's durations after which the hedge goes out (the
+    /// tracker must keep it: latency_tracker::settings::quantiles has 0.95 by default).
+    double quantile = 0.95;
+    /// The hedge's delay while the tracker has too few samples, or without a tracker.
+    std::chrono::nanoseconds start_delay = std::chrono::milliseconds{100};
+    /// Never hedge sooner than this after the first attempt went out.
+    std::chrono::nanoseconds floor = std::chrono::milliseconds{1};
+    /// The share of operations that may send a hedge, in the long run.
+    double ratio = 0.05;
+    /// The most hedges that may go out in a burst.
+    double max_tokens = 10;
+  };
+
+  hedging() : hedging(settings{}) {}
+  explicit hedging(const settings& s) : config_(s), tokens_(std::make_shared<budget>()) {
+    if (!(s.quantile > 0 && s.quantile < 1) || s.start_delay <= std::chrono::nanoseconds::zero() ||
+        s.floor < std::chrono::nanoseconds::zero() || !(s.ratio > 0 && s.ratio <= 1) ||
+        !(s.max_tokens >= 1 && s.max_tokens <= 1e6)) {
+      throw std::invalid_argument(
+          "idem::hedging: quantile must be within (0, 1), start_delay positive, floor not "
+          "negative, ratio within (0, 1] and max_tokens within 1..1e6");
+    }
+    tokens_->deposit = static_cast<std::int64_t>(s.ratio * scale);
+    tokens_->cap = static_cast<std::int64_t>(s.max_tokens * scale);
+  }
+
+  const settings& config() const noexcept { return config_; }
+
+  /// An operation starts: `ratio` of a token, up to the cap.
+  void on_operation() noexcept {
+    budget& b = *tokens_;
+    std::int64_t held = b.tokens.load(std::memory_order_relaxed);
+    // Load before the exchange: a full budget, the steady state of a quiet dependency, is
+    // not written at all.
+    while (held < b.cap && !b.tokens.compare_exchange_weak(held, std::min(b.cap, held + b.deposit),
+                                                           std::memory_order_relaxed)) {
+    }
+  }
+
+  /// A hedge would go out: takes a whole token, or answers false when there is none.
+  bool try_hedge() noexcept {
+    budget& b = *tokens_;
+    std::int64_t held = b.tokens.load(std::memory_order_relaxed);
+    while (held >= scale) {
+      if (b.tokens.compare_exchange_weak(held, held - scale, std::memory_order_relaxed)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /// Tokens left, in hedges.
+  double tokens() const noexcept {
+    return static_cast<double>(tokens_->tokens.load(std::memory_order_relaxed)) / scale;
+  }
+
+ private:
+  static constexpr std::int64_t scale = 1'000'000;  // a token, in millionths
+
+  struct budget {
+    std::atomic<std::int64_t> tokens{0};
+    std::int64_t deposit = 0;
+    std::int64_t cap = 0;
+  };
+
+  settings config_;
+  std::shared_ptr<budget> tokens_;
+};
+
+namespace detail {
+
+template <class H>
+inline constexpr bool hedges = !std::is_same_v<H, no_hedging>;
+
+}  // namespace detail
+
+}  // namespace idem
+
+#endif  // IDEM_CLIENT_POLICY_HEDGING_HPP
+// end idem/client/policy/hedging.hpp
 // begin idem/client/policy/latency.hpp
 // Latency trackers: how long a dependency takes, measured, so that timeouts come from it.
 //
@@ -2212,10 +2326,9 @@ class sliding_window_limiter {
         number = held;
         into = 0;
       }
-      const std::int64_t previous_count =
-          count_in(s.slots[static_cast<std::size_t>((number + 1) % 2)].load(
-                       std::memory_order_relaxed),
-                   (number - 1) & number_mask);
+      const std::int64_t previous_count = count_in(
+          s.slots[static_cast<std::size_t>((number + 1) % 2)].load(std::memory_order_relaxed),
+          (number - 1) & number_mask);
       const std::int64_t current_count = count_in(current, number);
       // Below the limit even with all of the previous window counted: no need to weigh it.
       if (previous_count + current_count + 1 > s.limit) {
@@ -2267,8 +2380,8 @@ class sliding_window_limiter {
     if (current_count + 1 <= s.limit && previous_count > 0) {
       // floor(previous * (1 - f)) + current + 1 <= limit  <=>  previous * (1 - f) < limit -
       // current  <=>  f > 1 - (limit - current) / previous
-      const double f = 1.0 - static_cast<double>(s.limit - current_count) /
-                                 static_cast<double>(previous_count);
+      const double f =
+          1.0 - static_cast<double>(s.limit - current_count) / static_cast<double>(previous_count);
       const auto at = static_cast<std::int64_t>(std::ceil(f * static_cast<double>(length))) + 1;
       if (at > into && at < length) return std::chrono::nanoseconds{at - into};
     }
@@ -3138,6 +3251,9 @@ struct default_policies {
   /// idem::token_bucket_limiter or idem::sliding_window_limiter, one per dependency
   /// (client/policy/limiter.hpp).
   using limiter = idem::no_limiter;
+  /// A second attempt under the same key when the first is slow (async_retrying only): none by
+  /// default. idem::hedging, one per dependency (client/policy/hedging.hpp).
+  using hedge = idem::no_hedging;
   /// The idempotency key of each operation: a random UUID (version 4).
   using key_generator = idem::uuid_v4;
 
@@ -4004,9 +4120,9 @@ class retry_core {
 
   /// The limiter's answer before the next attempt (see permit).
   struct permit_step {
-    bool go = true;                     // a permit is taken: start the attempt
-    std::chrono::nanoseconds wait{};    // else, when not refused: wait this, then ask again
-    bool refused = false;               // no permit in time: the outcome's verdict is set
+    bool go = true;                   // a permit is taken: start the attempt
+    std::chrono::nanoseconds wait{};  // else, when not refused: wait this, then ask again
+    bool refused = false;             // no permit in time: the outcome's verdict is set
   };
 
   /// Asks the limiter for the next attempt's permit. Not admitted, the wait it names is allowed
@@ -4017,8 +4133,7 @@ class retry_core {
     const auto now = clock_.now();
     const limiter_answer answer = limiter_.try_acquire(since_epoch(now));
     if (answer.admitted) return {};
-    const std::chrono::nanoseconds wait =
-        std::max(answer.retry_in, std::chrono::nanoseconds{1});
+    const std::chrono::nanoseconds wait = std::max(answer.retry_in, std::chrono::nanoseconds{1});
     if (run.limiter_waited + wait > limiter_wait_ || wait >= time_left(now - run.start)) {
       outcome.verdict_ = retry_verdict::rate_limited;
       return {.go = false, .refused = true};
@@ -4114,6 +4229,12 @@ class retry_core {
     }
   }
 
+  /// What the classifier makes of an attempt's value (a driver that keeps it apart first).
+  template <class Value>
+  classification classify_value(const Value& value) const {
+    return classifier_.classify(value);
+  }
+
   /// What the classifier makes of an exception (a driver that translates one first).
   classification classify_exception(const std::exception_ptr& error) const {
     return classifier_.classify_exception(error);
@@ -4126,19 +4247,21 @@ class retry_core {
   retry_decision judge_cancelled(run_type& run, retry_outcome<Result>& outcome, bool threw) {
     const attempt_record& record =
         outcome.history_.emplace(run.attempt, disposition::ambiguous, 0, threw,
-                                 run.attempt_start - run.start, std::chrono::nanoseconds{}, false);
+                                 run.attempt_start - run.start, std::chrono::nanoseconds{}, false,
+                                 false);
     observer_.on_attempt(attempt_event{redacted_key{outcome.key()}, record, attempt_took(run)});
     return end(outcome, retry_verdict::cancelled);
   }
 
   /// The attempt ended with `verdict`: records it, tells the observer, the breaker and the
-  /// budget, and decides what follows.
+  /// budget, and decides what follows. `hedged`: a hedge went out for it (async_retrying).
   template <class Result>
   retry_decision judge(run_type& run, retry_outcome<Result>& outcome, const classification& verdict,
-                       bool threw) {
+                       bool threw, bool hedged = false) {
     attempt_record& record =
         outcome.history_.emplace(run.attempt, verdict.kind, verdict.code, threw,
-                                 run.attempt_start - run.start, std::chrono::nanoseconds{}, false);
+                                 run.attempt_start - run.start, std::chrono::nanoseconds{}, false,
+                                 hedged);
     observer_.on_attempt(attempt_event{redacted_key{outcome.key()}, record, attempt_took(run)});
 
     if (verdict.kind == disposition::success) {
@@ -4462,6 +4585,10 @@ class retrying {
                                                                     Args&... args) {
     using result_type = detail::call_result_t<Call, Args...>;
     static_assert(core_type::template check_result<result_type>());
+    static_assert(!detail::hedges<typename Policies::hedge>,
+                  "idem::retrying cannot hedge: a blocking call cannot wait for two answers at "
+                  "once. Use idem::async_retrying (idem/asio.hpp), or leave Policies::hedge "
+                  "idem::no_hedging.");
 
     const detail::retry_layer layer;
     retry_outcome<result_type> outcome = core_.template make_outcome<result_type>(given);

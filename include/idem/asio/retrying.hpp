@@ -30,6 +30,12 @@
 //     With a latency tracker in the policies (Policies::latency) the timeout is the context's,
 //     derived from the dependency's measured latency (attempt_timeouts); without one, the fixed
 //     options::attempt_timeout, if set.
+//   * Hedging (Policies::hedge = idem::hedging): when an attempt has run longer than the
+//     latency tracker's p95 (or the start delay), a second goes out under the same key, taken
+//     from the hedge budget; the first decisive answer (a success, or a failure repeating cannot
+//     fix) wins and the other is cancelled. A transient failure of one lets the other run on;
+//     the primary failing before the hedge went out ends the race (the retry rules apply).
+//     Only the outermost layer hedges (nested layers make one attempt each).
 //   * A rate limiter's permits (Policies::limiter) are waited for on a timer; a cancellation
 //     during that wait ends the operation cancelled, with no attempt made.
 //   * Nesting is per operation, not per thread (idem/asio/detail/layer.hpp): an async_retrying
@@ -43,6 +49,9 @@
 #ifndef IDEM_ASIO_RETRYING_HPP
 #define IDEM_ASIO_RETRYING_HPP
 
+#include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <concepts>
 #include <cstddef>
@@ -169,12 +178,20 @@ class async_retrying {
   using budget_type = typename core_type::budget_type;
   using breaker_type = typename core_type::breaker_type;
   using observer_type = typename core_type::observer_type;
+  using hedge_type = typename Policies::hedge;
+
+  static_assert(!detail::hedges<hedge_type> || Policies::safety != call_safety::unsafe,
+                "idem::async_retrying: an unsafe call cannot be hedged. A hedge sends the request "
+                "a second time while the first may be running: only keyed or naturally "
+                "idempotent calls (Policies::safety) may be.");
 
   /// The blocking retrying's parts (idem/client/detail/retry_core.hpp), and:
   struct options : core_type::options {
     /// An attempt still running after this long is cancelled and judged a timeout (ambiguous).
     /// Zero: attempts are not timed (the deadline still bounds the waits).
     std::chrono::nanoseconds attempt_timeout{0};
+    /// When to hedge, and the hedge budget (one per dependency, shared by copies).
+    [[no_unique_address]] hedge_type hedge{};
   };
 
   async_retrying(executor_type executor, Call call)
@@ -185,9 +202,17 @@ class async_retrying {
       : executor_(std::move(executor)),
         call_(std::move(call)),
         attempt_timeout_(parts.attempt_timeout),
+        hedge_(parts.hedge),
         core_(std::move(static_cast<typename core_type::options&>(parts)), "idem::async_retrying") {
     if (attempt_timeout_ < std::chrono::nanoseconds::zero()) {
       throw std::invalid_argument("idem::async_retrying: attempt_timeout cannot be negative");
+    }
+    if constexpr (detail::hedges<hedge_type> && core_type::tracks_latency) {
+      if (!core_.latency().tracks(hedge_.config().quantile)) {
+        throw std::invalid_argument(
+            "idem::async_retrying: the latency tracker does not keep the hedging quantile (add "
+            "it to latency_tracker::settings::quantiles)");
+      }
     }
   }
 
@@ -229,6 +254,7 @@ class async_retrying {
   typename core_type::limiter_type& limiter() noexcept { return core_.limiter(); }
   const retry_limits& limits() const noexcept { return core_.limits(); }
   std::chrono::nanoseconds attempt_timeout() const noexcept { return attempt_timeout_; }
+  hedge_type& hedge() noexcept { return hedge_; }
 
  private:
   template <class Result>
@@ -297,6 +323,9 @@ class async_retrying {
                                                  Args... args) {
     retry_outcome<Result>& outcome = *box;
     auto run = core_.begin(nested);
+    if constexpr (detail::hedges<hedge_type>) {
+      if (!nested) hedge_.on_operation();
+    }
     for (;;) {
       if constexpr (core_type::limits_rate) {
         const std::optional<retry_verdict> refused = co_await wait_for_permit(outcome, run);
@@ -310,8 +339,21 @@ class async_retrying {
 
       bool threw = false;
       bool timed_out = false;
+      bool hedged = false;
+      bool raced = false;  // the attempt ran hedged
       const std::chrono::nanoseconds timeout = timeout_of(*context);
-      if (timeout > std::chrono::nanoseconds::zero()) {
+      if constexpr (detail::hedges<hedge_type>) {
+        if (!nested) {
+          const attempt_end ended = co_await hedged_attempt(outcome, *context, timeout, args...);
+          threw = ended.threw;
+          timed_out = ended.timed_out;
+          hedged = ended.hedged;
+          raced = true;
+        }
+      }
+      if (raced) {
+        // done above
+      } else if (timeout > std::chrono::nanoseconds::zero()) {
         timed_out = co_await timed_attempt(outcome, *context, timeout, threw, args...);
       } else {
         try {
@@ -335,7 +377,7 @@ class async_retrying {
         core_.judge_cancelled(run, outcome, threw);
         break;
       }
-      const detail::retry_decision decision = core_.judge(run, outcome, verdict, threw);
+      const detail::retry_decision decision = core_.judge(run, outcome, verdict, threw, hedged);
       if (decision.stop) break;
 
       const std::optional<retry_verdict> ended =
@@ -426,6 +468,160 @@ class async_retrying {
       if (error) throw std::system_error(detail::portable_error(error));
       co_return std::move(*result);
     }
+  }
+
+  // How an attempt ended, for judge.
+  struct attempt_end {
+    bool threw = false;
+    bool timed_out = false;
+    bool hedged = false;  // a hedge went out for it
+  };
+
+  // One of a hedged attempt's two runs: what it gave.
+  template <class Result>
+  struct hedge_run {
+    std::optional<stored<Result>> value;
+    std::exception_ptr error;
+    bool timed_out = false;
+  };
+
+  // Thrown, inside a hedged attempt only, by a run whose answer does not end the race.
+  struct race_goes_on {};
+
+  // The hedge's delay: the tracker's quantile (hedging's, 0.95 by default), or the start delay
+  // before it can say; never below the floor.
+  std::chrono::nanoseconds hedge_delay() {
+    const auto& config = hedge_.config();
+    std::chrono::nanoseconds delay = config.start_delay;
+    if constexpr (core_type::tracks_latency) {
+      if (const auto estimate = core_.latency().estimate(config.quantile)) delay = *estimate;
+    }
+    return std::max(delay, config.floor);
+  }
+
+  // Whether a run's answer ends the race: a success, or a failure that repeating cannot fix.
+  template <class Result>
+  bool decisive(const hedge_run<Result>& ran) const {
+    if (ran.timed_out) return false;
+    if (ran.value) {
+      if constexpr (std::is_void_v<Result>) {
+        return true;
+      } else {
+        return core_.classify_value(*ran.value).kind != disposition::transient &&
+               core_.classify_value(*ran.value).kind != disposition::ambiguous;
+      }
+    }
+    return classify_thrown(ran.error).kind == disposition::permanent;
+  }
+
+  // The attempt, and after hedge_delay() a second under the same key if the hedge budget has a
+  // token: the first decisive answer wins and the other is cancelled (a parallel group waiting
+  // for one success: a run whose answer does not end the race completes with race_goes_on).
+  // The primary failing before the hedge went out ends the race at once; a hedge that has gone
+  // out lets the other run on. The winner's value or exception goes into the outcome.
+  template <class Result, class... Args>
+  asio::awaitable<attempt_end> hedged_attempt(retry_outcome<Result>& outcome,
+                                              const attempt_context& context,
+                                              std::chrono::nanoseconds timeout, Args&... args) {
+    const auto executor = co_await asio::this_coro::executor;
+    std::array<hedge_run<Result>, 2> runs;
+    // 0: the primary runs alone; 1: the hedge went out; 2: the primary ended first, alone.
+    std::atomic<int> phase{0};
+    const std::chrono::nanoseconds delay = hedge_delay();
+    auto run = [&](int which) -> asio::awaitable<void> {
+      if (which == 1) {
+        clock_timer<clock_type> wait{co_await asio::this_coro::executor, core_.clock()};
+        co_await wait.async_wait_for(delay, asio::use_awaitable);  // cancelled: throws
+        int alone = 0;
+        // No hedge once the primary has ended, or without a token (a token taken in the
+        // moment the primary ends is lost: fewer hedges, never more).
+        if (phase.load() != 0 || !hedge_.try_hedge() || !phase.compare_exchange_strong(alone, 1)) {
+          throw race_goes_on{};
+        }
+      }
+      hedge_run<Result>& ran = runs[static_cast<std::size_t>(which)];
+      co_await run_into(ran, context, timeout, args...);
+      // Cancelled (the other run won, or the caller gave up): this run's end decides nothing.
+      if (detail::is_cancelled(co_await asio::this_coro::cancellation_state)) throw race_goes_on{};
+      int alone = 0;
+      // The primary that ended alone ends the race, whatever its answer; otherwise only a
+      // decisive answer does, and the other run goes on.
+      if (which == 0 && phase.compare_exchange_strong(alone, 2)) co_return;
+      if (!decisive(ran)) throw race_goes_on{};
+    };
+    auto [order, primary_error, hedge_error] =
+        co_await asio::experimental::make_parallel_group(
+            asio::co_spawn(executor, run(0), asio::experimental::deferred),
+            asio::co_spawn(executor, run(1), asio::experimental::deferred))
+            .async_wait(asio::experimental::wait_for_one_success(), asio::use_awaitable);
+    // The winner: the run that ended the race; with none (both failed and the race went on),
+    // the one that ended last.
+    std::size_t winner = 0;
+    if (!primary_error) {
+      winner = 0;
+    } else if (!hedge_error) {
+      winner = 1;
+    } else if (phase.load() == 1) {
+      winner = order[1];
+    }
+    hedge_run<Result>& won = runs[winner];
+    attempt_end end;
+    end.hedged = phase.load() == 1;
+    end.timed_out = won.timed_out;
+    if (won.value) {
+      if constexpr (std::is_void_v<Result>) {
+        core_type::emplace_value(outcome);
+      } else {
+        core_type::emplace_value(outcome, std::move(*won.value));
+      }
+    } else {
+      end.threw = true;
+      core_type::set_error(outcome, won.error ? won.error : primary_error);
+    }
+    co_return end;
+  }
+
+  // One run of a hedged attempt, raced against `timeout` when it is set: its value, exception
+  // or timeout into `ran`.
+  template <class Result, class... Args>
+  asio::awaitable<void> run_into(hedge_run<Result>& ran, const attempt_context& context,
+                                 std::chrono::nanoseconds timeout, Args&... args) {
+    if (timeout <= std::chrono::nanoseconds::zero()) {
+      try {
+        if constexpr (std::is_void_v<Result>) {
+          co_await attempt(context, args...);
+          ran.value.emplace();
+        } else {
+          ran.value.emplace(co_await attempt(context, args...));
+        }
+      } catch (...) {
+        ran.error = std::current_exception();
+      }
+      co_return;
+    }
+    const auto executor = co_await asio::this_coro::executor;
+    clock_timer<clock_type> deadline{executor, core_.clock()};
+    auto [order, error, waited] =
+        co_await asio::experimental::make_parallel_group(
+            asio::co_spawn(
+                executor,
+                [&]() -> asio::awaitable<void> {
+                  if constexpr (std::is_void_v<Result>) {
+                    co_await attempt(context, args...);
+                    ran.value.emplace();
+                  } else {
+                    ran.value.emplace(co_await attempt(context, args...));
+                  }
+                },
+                asio::experimental::deferred),
+            deadline.async_wait_until(core_.clock().now() + timeout, asio::experimental::deferred))
+            .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
+    if (ran.value) co_return;
+    ran.timed_out = order[0] == 1 && !waited;
+    ran.error = ran.timed_out ? std::make_exception_ptr(std::system_error(
+                                    std::make_error_code(std::errc::timed_out),
+                                    "idem::async_retrying: the attempt outlived its timeout"))
+                              : error;
   }
 
   // How long an attempt may run before it is cancelled: the context's timeout, derived from
@@ -535,6 +731,7 @@ class async_retrying {
   executor_type executor_;
   Call call_;
   std::chrono::nanoseconds attempt_timeout_;
+  [[no_unique_address]] hedge_type hedge_;
   core_type core_;
 };
 

@@ -89,6 +89,8 @@ struct attempt_record {
   std::chrono::nanoseconds started_at;   // since the operation began
   std::chrono::nanoseconds delay_after;  // the wait before the next attempt; zero if none
   bool delay_from_retry_after;           // the wait was the server's Retry-After
+  bool hedged;                           // a hedge went out for it, under the same key, and
+                                         // this is the answer that came first (async only)
 };
 
 }  // namespace idem

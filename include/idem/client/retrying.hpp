@@ -160,6 +160,10 @@ class retrying {
                                                                     Args&... args) {
     using result_type = detail::call_result_t<Call, Args...>;
     static_assert(core_type::template check_result<result_type>());
+    static_assert(!detail::hedges<typename Policies::hedge>,
+                  "idem::retrying cannot hedge: a blocking call cannot wait for two answers at "
+                  "once. Use idem::async_retrying (idem/asio.hpp), or leave Policies::hedge "
+                  "idem::no_hedging.");
 
     const detail::retry_layer layer;
     retry_outcome<result_type> outcome = core_.template make_outcome<result_type>(given);

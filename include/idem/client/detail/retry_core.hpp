@@ -356,6 +356,12 @@ class retry_core {
     }
   }
 
+  /// What the classifier makes of an attempt's value (a driver that keeps it apart first).
+  template <class Value>
+  classification classify_value(const Value& value) const {
+    return classifier_.classify(value);
+  }
+
   /// What the classifier makes of an exception (a driver that translates one first).
   classification classify_exception(const std::exception_ptr& error) const {
     return classifier_.classify_exception(error);
@@ -366,21 +372,21 @@ class retry_core {
   /// the breaker nor the budget counts it: the dependency did nothing wrong.
   template <class Result>
   retry_decision judge_cancelled(run_type& run, retry_outcome<Result>& outcome, bool threw) {
-    const attempt_record& record =
-        outcome.history_.emplace(run.attempt, disposition::ambiguous, 0, threw,
-                                 run.attempt_start - run.start, std::chrono::nanoseconds{}, false);
+    const attempt_record& record = outcome.history_.emplace(
+        run.attempt, disposition::ambiguous, 0, threw, run.attempt_start - run.start,
+        std::chrono::nanoseconds{}, false, false);
     observer_.on_attempt(attempt_event{redacted_key{outcome.key()}, record, attempt_took(run)});
     return end(outcome, retry_verdict::cancelled);
   }
 
   /// The attempt ended with `verdict`: records it, tells the observer, the breaker and the
-  /// budget, and decides what follows.
+  /// budget, and decides what follows. `hedged`: a hedge went out for it (async_retrying).
   template <class Result>
   retry_decision judge(run_type& run, retry_outcome<Result>& outcome, const classification& verdict,
-                       bool threw) {
-    attempt_record& record =
-        outcome.history_.emplace(run.attempt, verdict.kind, verdict.code, threw,
-                                 run.attempt_start - run.start, std::chrono::nanoseconds{}, false);
+                       bool threw, bool hedged = false) {
+    attempt_record& record = outcome.history_.emplace(run.attempt, verdict.kind, verdict.code,
+                                                      threw, run.attempt_start - run.start,
+                                                      std::chrono::nanoseconds{}, false, hedged);
     observer_.on_attempt(attempt_event{redacted_key{outcome.key()}, record, attempt_took(run)});
 
     if (verdict.kind == disposition::success) {
