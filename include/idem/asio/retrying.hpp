@@ -477,9 +477,9 @@ class async_retrying {
     bool hedged = false;  // a hedge went out for it
   };
 
-  // One of a hedged attempt's two runs: what it gave.
+  // What one run of an attempt gave (a timed attempt's, or one of a hedged attempt's two).
   template <class Result>
-  struct hedge_run {
+  struct attempt_run {
     std::optional<stored<Result>> value;
     std::exception_ptr error;
     bool timed_out = false;
@@ -501,7 +501,7 @@ class async_retrying {
 
   // Whether a run's answer ends the race: a success, or a failure that repeating cannot fix.
   template <class Result>
-  bool decisive(const hedge_run<Result>& ran) const {
+  bool decisive(const attempt_run<Result>& ran) const {
     if (ran.timed_out) return false;
     if (ran.value) {
       if constexpr (std::is_void_v<Result>) {
@@ -524,7 +524,7 @@ class async_retrying {
                                               const attempt_context& context,
                                               std::chrono::nanoseconds timeout, Args&... args) {
     const auto executor = co_await asio::this_coro::executor;
-    std::array<hedge_run<Result>, 2> runs;
+    std::array<attempt_run<Result>, 2> runs;
     // 0: the primary runs alone; 1: the hedge went out; 2: the primary ended first, alone.
     std::atomic<int> phase{0};
     const std::chrono::nanoseconds delay = hedge_delay();
@@ -539,7 +539,7 @@ class async_retrying {
           throw race_goes_on{};
         }
       }
-      hedge_run<Result>& ran = runs[static_cast<std::size_t>(which)];
+      attempt_run<Result>& ran = runs[static_cast<std::size_t>(which)];
       co_await run_into(ran, context, timeout, args...);
       // Cancelled (the other run won, or the caller gave up): this run's end decides nothing.
       if (detail::is_cancelled(co_await asio::this_coro::cancellation_state)) throw race_goes_on{};
@@ -564,7 +564,7 @@ class async_retrying {
     } else if (phase.load() == 1) {
       winner = order[1];
     }
-    hedge_run<Result>& won = runs[winner];
+    attempt_run<Result>& won = runs[winner];
     attempt_end end;
     end.hedged = phase.load() == 1;
     end.timed_out = won.timed_out;
@@ -581,10 +581,10 @@ class async_retrying {
     co_return end;
   }
 
-  // One run of a hedged attempt, raced against `timeout` when it is set: its value, exception
-  // or timeout into `ran`.
+  // One run of the attempt, raced against `timeout` when it is set: its value, exception or
+  // timeout into `ran`.
   template <class Result, class... Args>
-  asio::awaitable<void> run_into(hedge_run<Result>& ran, const attempt_context& context,
+  asio::awaitable<void> run_into(attempt_run<Result>& ran, const attempt_context& context,
                                  std::chrono::nanoseconds timeout, Args&... args) {
     if (timeout <= std::chrono::nanoseconds::zero()) {
       try {
@@ -641,43 +641,19 @@ class async_retrying {
                                       const attempt_context& context,
                                       std::chrono::nanoseconds timeout, bool& threw,
                                       Args&... args) {
-    const auto executor = co_await asio::this_coro::executor;
-    clock_timer<clock_type> deadline{executor, core_.clock()};
-    std::optional<stored<Result>> value;
-    auto [order, error, waited] =
-        co_await asio::experimental::make_parallel_group(
-            asio::co_spawn(
-                executor,
-                [&]() -> asio::awaitable<void> {
-                  if constexpr (std::is_void_v<Result>) {
-                    co_await attempt(context, args...);
-                    value.emplace();
-                  } else {
-                    value.emplace(co_await attempt(context, args...));
-                  }
-                },
-                asio::experimental::deferred),
-            deadline.async_wait_until(core_.clock().now() + timeout, asio::experimental::deferred))
-            .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
-    if (value) {
+    attempt_run<Result> ran;
+    co_await run_into(ran, context, timeout, args...);
+    if (ran.value) {
       if constexpr (std::is_void_v<Result>) {
         core_type::emplace_value(outcome);
       } else {
-        core_type::emplace_value(outcome, std::move(*value));
+        core_type::emplace_value(outcome, std::move(*ran.value));
       }
       co_return false;
     }
     threw = true;
-    const bool timed_out = order[0] == 1 && !waited;
-    if (timed_out) {
-      core_type::set_error(outcome, std::make_exception_ptr(std::system_error(
-                                        std::make_error_code(std::errc::timed_out),
-                                        "idem::async_retrying: the attempt outlived its "
-                                        "timeout")));
-    } else {
-      core_type::set_error(outcome, error);
-    }
-    co_return timed_out;
+    core_type::set_error(outcome, ran.error);
+    co_return ran.timed_out;
   }
 
   // A timed-out attempt: it may have taken effect, and the dependency was slow.
