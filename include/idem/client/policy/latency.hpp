@@ -160,7 +160,7 @@ class latency_tracker {
   static constexpr std::size_t bucket_of(std::chrono::nanoseconds duration) noexcept {
     const auto ns = static_cast<std::uint64_t>(std::max<std::int64_t>(duration.count(), 0));
     if (ns < sub_buckets) return static_cast<std::size_t>(ns);
-    const int exponent = std::bit_width(ns) - 1;  // 6 and up
+    const int exponent = static_cast<int>(std::bit_width(ns)) - 1;  // 6 and up
     if (exponent >= max_exponent) return buckets - 1;
     const auto sub = static_cast<std::size_t>((ns >> (exponent - 6)) & (sub_buckets - 1));
     return sub_buckets + static_cast<std::size_t>(exponent - 6) * sub_buckets + sub;
