@@ -879,7 +879,7 @@ class consecutive_failure_breaker {
   };
 
   consecutive_failure_breaker() : consecutive_failure_breaker(settings{}) {}
-  explicit consecutive_failure_breaker(settings s) : state_(std::make_shared<shared>(s)) {
+  explicit consecutive_failure_breaker(const settings& s) : state_(std::make_shared<shared>(s)) {
     if (s.threshold < 1) {
       throw std::invalid_argument(
           "idem::consecutive_failure_breaker: threshold must be at least 1");
@@ -939,7 +939,7 @@ class failure_rate_breaker {
   };
 
   failure_rate_breaker() : failure_rate_breaker(settings{}) {}
-  explicit failure_rate_breaker(settings s) : state_(std::make_shared<shared>(s)) {
+  explicit failure_rate_breaker(const settings& s) : state_(std::make_shared<shared>(s)) {
     if (s.window < 1 || s.minimum_calls < 1 || s.minimum_calls > s.window ||
         s.threshold_percent < 1 || s.threshold_percent > 100) {
       throw std::invalid_argument(
@@ -1162,6 +1162,9 @@ class token_bucket {
 //
 //   HTTP  408 Request Timeout, 425 Too Early, 429 Too Many Requests, 502, 503   transient
 //         504 Gateway Timeout                                                   ambiguous
+//         409 Conflict with Retry-After (http_classifier: a request under the   transient
+//             same key is still in progress, the IETF draft's 409 that idem's
+//             servers send; repeated under the same key, after Retry-After)
 //         other 4xx: the request itself is wrong; never repeated                permanent
 //         500 and other 5xx: may be a bug that repeats; not repeated by default permanent
 //   errno timed_out, connection_reset / _aborted, broken_pipe, network_reset     ambiguous
@@ -1519,6 +1522,11 @@ struct http_classifier {
     auto verdict = classify_http_status(detail::status_of(response));
     if (verdict.kind != disposition::success)
       verdict.retry_after = detail::retry_after_of(response);
+    // A 409 that says when to come back is the draft's "request outstanding": the same key is
+    // held by an attempt still running (an earlier one of this operation, often). Repeating it
+    // under that key is what the server asks for, and cannot run the effect twice. A 409 with
+    // no Retry-After is a conflict of the request itself, as before.
+    if (verdict.code == 409 && !verdict.retry_after.empty()) verdict.kind = disposition::transient;
     return verdict;
   }
   classification classify_exception(const std::exception_ptr& error) const noexcept {
