@@ -879,7 +879,7 @@ class consecutive_failure_breaker {
   };
 
   consecutive_failure_breaker() : consecutive_failure_breaker(settings{}) {}
-  explicit consecutive_failure_breaker(settings s) : state_(std::make_shared<shared>(s)) {
+  explicit consecutive_failure_breaker(const settings& s) : state_(std::make_shared<shared>(s)) {
     if (s.threshold < 1) {
       throw std::invalid_argument(
           "idem::consecutive_failure_breaker: threshold must be at least 1");
@@ -939,7 +939,7 @@ class failure_rate_breaker {
   };
 
   failure_rate_breaker() : failure_rate_breaker(settings{}) {}
-  explicit failure_rate_breaker(settings s) : state_(std::make_shared<shared>(s)) {
+  explicit failure_rate_breaker(const settings& s) : state_(std::make_shared<shared>(s)) {
     if (s.window < 1 || s.minimum_calls < 1 || s.minimum_calls > s.window ||
         s.threshold_percent < 1 || s.threshold_percent > 100) {
       throw std::invalid_argument(
@@ -2001,7 +2001,7 @@ class latency_tracker {
   static constexpr std::size_t bucket_of(std::chrono::nanoseconds duration) noexcept {
     const auto ns = static_cast<std::uint64_t>(std::max<std::int64_t>(duration.count(), 0));
     if (ns < sub_buckets) return static_cast<std::size_t>(ns);
-    const int exponent = std::bit_width(ns) - 1;  // 6 and up
+    const int exponent = static_cast<int>(std::bit_width(ns)) - 1;  // 6 and up
     if (exponent >= max_exponent) return buckets - 1;
     const auto sub = static_cast<std::size_t>((ns >> (exponent - 6)) & (sub_buckets - 1));
     return sub_buckets + static_cast<std::size_t>(exponent - 6) * sub_buckets + sub;

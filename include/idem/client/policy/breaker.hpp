@@ -169,7 +169,7 @@ class consecutive_failure_breaker {
   };
 
   consecutive_failure_breaker() : consecutive_failure_breaker(settings{}) {}
-  explicit consecutive_failure_breaker(settings s) : state_(std::make_shared<shared>(s)) {
+  explicit consecutive_failure_breaker(const settings& s) : state_(std::make_shared<shared>(s)) {
     if (s.threshold < 1) {
       throw std::invalid_argument(
           "idem::consecutive_failure_breaker: threshold must be at least 1");
@@ -229,7 +229,7 @@ class failure_rate_breaker {
   };
 
   failure_rate_breaker() : failure_rate_breaker(settings{}) {}
-  explicit failure_rate_breaker(settings s) : state_(std::make_shared<shared>(s)) {
+  explicit failure_rate_breaker(const settings& s) : state_(std::make_shared<shared>(s)) {
     if (s.window < 1 || s.minimum_calls < 1 || s.minimum_calls > s.window ||
         s.threshold_percent < 1 || s.threshold_percent > 100) {
       throw std::invalid_argument(
