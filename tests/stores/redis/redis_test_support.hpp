@@ -223,6 +223,14 @@ class private_redis {
   ~private_redis() { kill9(); }  // then directory_ removes its files
 
   int port() const noexcept { return port_; }
+  pid_t pid() const noexcept { return pid_; }
+  /// SIGSTOP and SIGCONT: a paused server keeps its connections open and answers nothing.
+  void pause() const noexcept {
+    if (pid_ > 0) ::kill(pid_, SIGSTOP);
+  }
+  void resume() const noexcept {
+    if (pid_ > 0) ::kill(pid_, SIGCONT);
+  }
   std::string socket_path() const { return (directory_.path() / "redis.sock").string(); }
   bool running() const noexcept { return pid_ > 0; }
 
@@ -245,6 +253,7 @@ class private_redis {
   void kill9() noexcept {
     if (pid_ <= 0) return;
     ::kill(pid_, SIGKILL);
+    ::kill(pid_, SIGCONT);  // a paused process dies on SIGKILL too; this only makes sure
     int status = 0;
     ::waitpid(pid_, &status, 0);
     pid_ = -1;
