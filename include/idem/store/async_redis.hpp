@@ -109,7 +109,7 @@ class async_redis_store {
 
   template <class Token>
   auto async_claim(const claim_request& request, Token&& token) {
-    auto wire = waited(state().operations.claim(request, to_wire));
+    auto wire = waited(state().operations.claim(request, to_wire), true);
     return run<claim_result>(
         std::forward<Token>(token), "claim", std::move(wire),
         replicated{"claim",
@@ -122,13 +122,13 @@ class async_redis_store {
                       Token&& token) {
     return run<bool>(std::forward<Token>(token), "complete",
                      waited(state().operations.complete(held, bytes, to_wire)),
-                     replicated{"complete", applied{"complete"}});
+                     replicated{"complete", false, applied{"complete"}});
   }
   template <class Token>
   auto async_release(const fenced_key& held, Token&& token) {
     return run<bool>(std::forward<Token>(token), "release",
                      waited(state().operations.release(held, to_wire)),
-                     replicated{"release", applied{"release"}});
+                     replicated{"release", false, applied{"release"}});
   }
   /// With redis_time::server, `lease_until` is read as a duration from this machine's clock
   /// when the operation starts, and added to the server's time.
@@ -137,7 +137,7 @@ class async_redis_store {
                         Token&& token) {
     return run<bool>(std::forward<Token>(token), "checkpoint",
                      waited(state().operations.checkpoint(held, bytes, lease_until, to_wire)),
-                     replicated{"checkpoint", applied{"checkpoint"}});
+                     replicated{"checkpoint", false, applied{"checkpoint"}});
   }
   template <class Token>
   auto async_find(std::string_view scope, std::string_view key, store_time now, Token&& token) {
@@ -271,10 +271,12 @@ class async_redis_store {
   };
 
   // A write's commands, with WAIT after them when writes wait for replicas.
-  std::vector<detail::redis_wire_command> waited(
-      std::vector<detail::redis_wire_command> wire) const {
-    const std::span<const std::string_view> wait = state().operations.wait_for_replicas();
-    if (!wait.empty()) wire.push_back(detail::redis_wire_of(wait));
+  std::vector<detail::redis_wire_command> waited(std::vector<detail::redis_wire_command> wire,
+                                                 bool claim = false) const {
+    for (const std::span<const std::string_view> words :
+         state().operations.wait_for_replicas(claim)) {
+      wire.push_back(detail::redis_wire_of(words));
+    }
     return wire;
   }
 
@@ -282,13 +284,14 @@ class async_redis_store {
   template <class Decode>
   struct replicated {
     const char* operation;
+    bool claim;
     Decode decode;
     auto operator()(const shared_state& state, std::vector<detail::redis_reply> replies) const {
-      return decode(state, state.operations.replicated(std::move(replies), operation));
+      return decode(state, state.operations.replicated(std::move(replies), operation, claim));
     }
   };
   template <class Decode>
-  replicated(const char*, Decode) -> replicated<Decode>;
+  replicated(const char*, bool, Decode) -> replicated<Decode>;
 
   // One exchange, its replies decoded by `decode(state, replies)`.
   template <class T, class Token, class Decode>

@@ -145,7 +145,7 @@ class redis_store {
 
   claim_result claim(const claim_request& request) {
     const auto& calls = state().operations;
-    return calls.claim_result_of(calls.claim(request, write("claim")));
+    return calls.claim_result_of(calls.claim(request, write("claim", true)));
   }
 
   bool complete(const fenced_key& held, std::string_view response, store_time /*now*/) {
@@ -268,14 +268,16 @@ class redis_store {
     const detail::redis_operations* operations;
     detail::redis_client* client;
     const char* operation;
+    bool claim;
     std::vector<detail::redis_reply> operator()(
         std::span<const detail::redis_command> commands) const {
       return operations->replicated(
-          client->exchange(commands, operation, operations->wait_for_replicas()), operation);
+          client->exchange(commands, operation, operations->wait_for_replicas(claim)), operation,
+          claim);
     }
   };
-  write_send write(const char* operation) const {
-    return write_send{&state().operations, &state().client, operation};
+  write_send write(const char* operation, bool claim = false) const {
+    return write_send{&state().operations, &state().client, operation, claim};
   }
 
   shared_state& state() const {

@@ -145,12 +145,14 @@ class replicated_redis {
   static constexpr const char* master = "idem";
 
   explicit replicated_redis(int replica_count, int sentinel_count = 0,
-                            std::vector<std::string> extra = {}) {
+                            std::vector<std::string> extra = {})
+      : extra_(extra) {
     // Replicas answer for their data set as soon as they sync: no stale reads hidden by a
     // "loading" answer; the primary keeps no minimum of replicas (writes never refused by it).
     // A replica's first synchronisation starts at once (the default waits 5 s for more
     // replicas to share one transfer).
     extra.insert(extra.end(), {"--repl-diskless-sync-delay", "0"});
+    extra_ = extra;
     nodes_.push_back(std::make_unique<private_redis>(extra));
     const int primary_port = nodes_.front()->port();
     for (int i = 0; i < replica_count; ++i) {
@@ -204,6 +206,60 @@ class replicated_redis {
     return options;
   }
 
+  /// Restarts node i (killed) as a replica of node `primary` from its first moment, so it never
+  /// answers as the primary it was; waits until every Sentinel names `primary` and counts every
+  /// other node as its replica, and the primary has them all in sync.
+  void restart_as_replica(std::size_t i, std::size_t primary) {
+    std::vector<std::string> config = extra_;
+    config.insert(config.end(),
+                  {"--replicaof", "127.0.0.1", std::to_string(nodes_.at(primary)->port())});
+    nodes_.at(i)->start(config);
+    const int replicas = static_cast<int>(nodes_.size()) - 1;
+    REQUIRE(eventually([&] { return connected_replicas(nodes_[primary]->port()) == replicas; }));
+    for (const auto& sentinel : sentinels_) {
+      REQUIRE(eventually([&] {
+        return sentinel->primary(master) == nodes_[primary]->port() &&
+               sentinel_count_of(*sentinel, "num-slaves") == replicas &&
+               sentinel_flags(*sentinel) == "master";
+      }));
+    }
+  }
+
+  /// Cuts the replication links of `replicas` at once (a partition between them and their
+  /// primary, node `primary`): each replica keeps its data and its role, and takes nothing more
+  /// from the primary until heal_link. SIGSTOP cannot do this: what the primary sends a paused
+  /// replica waits in its socket's buffer and is applied as soon as it resumes, even after the
+  /// primary died. Here each replica is first made to authenticate with a password the primary
+  /// does not have, so that every attempt to reconnect fails, and then the primary drops every
+  /// replica in one command, so none of them is cut later than another (one acknowledging
+  /// writes the others lack would make the Sentinels' choice of replica matter).
+  void cut_links(std::size_t primary, const std::vector<std::size_t>& replicas) {
+    for (const std::size_t i : replicas) {
+      const auto replica = nodes_.at(i)->connect();
+      REQUIRE(command(replica.get(), {"CONFIG", "SET", "masterauth", "idem-cut-link"})->type ==
+              REDIS_REPLY_STATUS);
+    }
+    const auto from = nodes_.at(primary)->connect();
+    (void)command(from.get(), {"CLIENT", "KILL", "TYPE", "replica"});
+    for (const std::size_t i : replicas)
+      REQUIRE(eventually([&] { return !link_up(i); }));
+  }
+  void heal_link(std::size_t i) {
+    const auto replica = nodes_.at(i)->connect();
+    REQUIRE(command(replica.get(), {"CONFIG", "SET", "masterauth", ""})->type ==
+            REDIS_REPLY_STATUS);
+  }
+  /// Whether node i, a replica, has its link to its primary up (INFO: master_link_status).
+  bool link_up(std::size_t i) const {
+    try {
+      const auto replica = nodes_.at(i)->connect();
+      const reply_ptr info = command(replica.get(), {"INFO", "replication"});
+      return std::string(info->str, info->len).find("master_link_status:up") != std::string::npos;
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+
   /// REPLICAOF NO ONE on node i, then every other running node made its replica.
   void promote(std::size_t i) {
     const auto promoted = nodes_.at(i)->connect();
@@ -248,6 +304,22 @@ class replicated_redis {
     return -1;
   }
 
+  // The Sentinel's flags for the primary: "master" alone once no failover is under way.
+  static std::string sentinel_flags(const private_sentinel& sentinel) {
+    try {
+      const context_ptr context = connect_raw("127.0.0.1", sentinel.port());
+      const reply_ptr reply = command(context.get(), {"SENTINEL", "MASTER", master});
+      for (std::size_t i = 0; i + 1 < reply->elements; i += 2) {
+        if (std::string(reply->element[i]->str, reply->element[i]->len) == "flags") {
+          return std::string(reply->element[i + 1]->str, reply->element[i + 1]->len);
+        }
+      }
+    } catch (const std::exception&) {
+    }
+    return {};
+  }
+
+  std::vector<std::string> extra_;
   std::vector<std::unique_ptr<private_redis>> nodes_;
   std::vector<std::unique_ptr<private_sentinel>> sentinels_;
 };

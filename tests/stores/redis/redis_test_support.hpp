@@ -244,7 +244,12 @@ class private_redis {
     return options;
   }
 
-  /// Starts the server (again: same port, same data) and waits until it answers PING.
+  /// Starts the server (again: same port, same data) and waits until it answers PING; with
+  /// `config`, that configuration from now on (a primary restarted as a replica, say).
+  void start(std::vector<std::string> config) {
+    config_ = std::move(config);
+    start();
+  }
   void start() {
     if (!running() && !launch()) FAIL("redis-server exited at start; its log:\n" << log());
   }

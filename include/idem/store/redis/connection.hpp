@@ -372,12 +372,12 @@ class redis_client {
   }
 
  public:
-  // Script calls, sent in one write, every reply read; `then`, when not empty, is a plain
-  // command sent after them in the same write (the store's WAIT), its reply last. EVALSHA
+  // Script calls, sent in one write, every reply read; `then` are plain commands sent after them
+  // in the same write (the store's WAIT), their replies last. EVALSHA
   // first; if the server lost the scripts (NOSCRIPT: a restart, SCRIPT FLUSH), the whole batch
   // again with EVAL, so the order of the commands is kept.
   std::vector<redis_reply> exchange(std::span<const redis_command> commands, const char* operation,
-                                    std::span<const std::string_view> then = {}) {
+                                    std::span<const std::span<const std::string_view>> then = {}) {
     return over_connection(operation, true,
                            [&](redisContext* context, std::vector<redis_reply>& replies) {
                              if (!send(context, commands, then, true, replies)) return false;
@@ -525,7 +525,7 @@ class redis_client {
   }
 
   bool send(redisContext* context, std::span<const redis_command> commands,
-            std::span<const std::string_view> then, bool by_digest,
+            std::span<const std::span<const std::string_view>> then, bool by_digest,
             std::vector<redis_reply>& replies) const {
     constexpr std::size_t most = 3 + redis_command::max_keys + redis_command::max_args;
     for (const redis_command& each : commands) {
@@ -554,10 +554,10 @@ class redis_client {
         return false;
       }
     }
-    if (!then.empty()) {
+    for (const std::span<const std::string_view> words : then) {
       std::vector<const char*> argv;
       std::vector<std::size_t> lengths;
-      for (const std::string_view word : then) {
+      for (const std::string_view word : words) {
         argv.push_back(word.empty() ? "" : word.data());
         lengths.push_back(word.size());
       }
@@ -566,7 +566,7 @@ class redis_client {
         return false;
       }
     }
-    return read_replies(context, commands.size() + (then.empty() ? 0 : 1), replies);
+    return read_replies(context, commands.size() + then.size(), replies);
   }
 
   redis_settings settings_;

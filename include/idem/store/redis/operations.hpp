@@ -78,7 +78,10 @@ class redis_operations {
         registry_(redis_registry_of(settings_.prefix)),
         wait_replicas_(redis_decimal(settings_.replicas)),
         wait_timeout_(redis_decimal(settings_.replica_timeout.count())),
-        wait_words_{"WAIT", wait_replicas_, wait_timeout_} {}
+        wait_words_{"WAIT", wait_replicas_, wait_timeout_},
+        publish_words_{"PUBLISH", registry_, ""},
+        after_claim_{std::span<const std::string_view>(publish_words_),
+                     std::span<const std::string_view>(wait_words_)} {}
   redis_operations(const redis_operations&) = delete;
   redis_operations& operator=(const redis_operations&) = delete;
   ~redis_operations() = default;
@@ -205,27 +208,32 @@ class redis_operations {
   }
 
   // What follows the script calls of claim, complete, release and checkpoint in the same round
-  // trip, on the same connection: WAIT replicas timeout, when writes wait for replicas (an
-  // empty span when they do not). WAIT counts the replicas that hold everything this connection
-  // wrote, and everything the primary held when the script ran: a claim that answered an
-  // existing record waits for that record too, so a replayed response is as replicated as the
-  // one it repeats.
-  std::span<const std::string_view> wait_for_replicas() const noexcept {
+  // trip, on the same connection, when writes wait for replicas (nothing when they do not):
+  // WAIT replicas timeout, which counts the replicas that hold everything this connection
+  // wrote. A claim that answers an existing record writes nothing, and WAIT alone would then
+  // wait only for this connection's earlier writes, not for the record it read, which another
+  // connection may have written a moment ago and no replica holds yet: a replay of that record
+  // could be lost in a failover after its caller was given it. So a claim sends PUBLISH to a
+  // channel nobody reads before its WAIT: it is replicated (as every PUBLISH is), so WAIT then
+  // waits for everything the primary held when the claim read it.
+  std::span<const std::span<const std::string_view>> wait_for_replicas(bool claim) const noexcept {
     if (settings_.replicas == 0) return {};
-    return wait_words_;
+    return claim ? std::span<const std::span<const std::string_view>>(after_claim_)
+                 : std::span<const std::span<const std::string_view>>(after_claim_).last(1);
   }
 
-  // The replies of an operation sent with wait_for_replicas(), WAIT's answer taken off the end
-  // and checked: fewer replicas than asked is store_error(unavailable), ambiguous as a timeout
-  // (the write applied at the primary, and may or may not survive its failover). A script that
-  // failed wrote nothing, so WAIT's answer does not matter then: the script's error is the one
-  // the operation's decoding reports.
-  std::vector<redis_reply> replicated(std::vector<redis_reply> replies,
-                                      const char* operation) const {
-    if (settings_.replicas == 0) return replies;
-    if (replies.empty()) throw malformed(operation);
+  // The replies of an operation sent with wait_for_replicas(claim), the replies of the commands
+  // it added taken off the end and WAIT's checked: fewer replicas than asked is
+  // store_error(unavailable), ambiguous as a timeout (the write applied at the primary, and may
+  // or may not survive its failover). A script that failed wrote nothing, so WAIT's answer does
+  // not matter then: the script's error is the one the operation's decoding reports.
+  std::vector<redis_reply> replicated(std::vector<redis_reply> replies, const char* operation,
+                                      bool claim) const {
+    const std::size_t added = wait_for_replicas(claim).size();
+    if (added == 0) return replies;
+    if (replies.size() <= added) throw malformed(operation);
     const redis_reply acknowledged = std::move(replies.back());
-    replies.pop_back();
+    replies.resize(replies.size() - added);
     if (std::any_of(replies.begin(), replies.end(),
                     [](const redis_reply& reply) { return is_error(reply.get()); })) {
       return replies;
@@ -371,7 +379,9 @@ class redis_operations {
   std::string registry_;
   std::string wait_replicas_;
   std::string wait_timeout_;
-  std::string_view wait_words_[3];  // WAIT replicas timeout, views of the two above
+  std::string_view wait_words_[3];     // WAIT replicas timeout, views of the two above
+  std::string_view publish_words_[3];  // PUBLISH registry "": a replicated write of no key
+  std::span<const std::string_view> after_claim_[2];  // PUBLISH, WAIT
 };
 
 // The registry's SSCAN, one page from `cursor`.
