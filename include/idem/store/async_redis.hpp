@@ -112,7 +112,7 @@ class async_redis_store {
     auto wire = waited(state().operations.claim(request, to_wire), true);
     return run<claim_result>(
         std::forward<Token>(token), "claim", std::move(wire),
-        replicated{"claim",
+        replicated{"claim", true,
                    [](const shared_state& state, const std::vector<detail::redis_reply>& replies) {
                      return state.operations.claim_result_of(replies);
                    }});
