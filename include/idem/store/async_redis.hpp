@@ -31,6 +31,10 @@
 // As with redis_store, a claim, complete, release or checkpoint repeated after an ambiguous
 // failure is safe: a repeated claim answers `existing`, the others are fenced.
 //
+// Replicas: options::replicas and replica_timeout as redis_store has them (WAIT pipelined after
+// each write, from the operations layer both stores share). Sentinel discovery is redis_store's
+// only: this store connects to host:port.
+//
 // Threads. Operations may be started from any thread: each runs on a strand of the executor the
 // store was made with, and completes on its handler's associated executor (that executor when
 // the handler has none). The views an operation is given are copied into the commands when it

@@ -48,6 +48,15 @@
 // kill the process (unless the process ignores SIGPIPE when the store is made: then it costs
 // nothing; keep it ignored). Sweep and stuck pipeline their per-scope scripts.
 //
+// Replicas. With `options::replicas` N > 0, each claim, complete, release and checkpoint sends
+// WAIT N after its script in the same round trip (a claim a PUBLISH first, so that a claim that
+// only read a record waits for that record's replication too), and fewer than N acknowledgements
+// within `replica_timeout` throw store_error(unavailable): ambiguous, as a timeout is. WAIT is
+// not consensus: a failover that promotes a replica that did not acknowledge still loses the
+// write (docs/stores/redis.md, "Replicas and failover"). With `options::sentinels`, each new
+// connection asks the Sentinels for the primary and checks ROLE, and a write answered READONLY
+// (a demoted primary) drops every connection and is sent once more to the primary found again.
+//
 // Durability is Redis's: see docs/stores/redis.md (appendfsync always vs everysec, failover).
 // Needs Redis 7.0 or newer (one script declares the allow-oom flag). Every option and its
 // default: docs/stores/redis.md. The parts, in store/redis/: the scripts (scripts.hpp), the keys'

@@ -284,21 +284,28 @@ class redis_client {
       try {
         const std::optional<redis_address> primary = ask_sentinel(sentinel);
         if (!primary) {
-          failures +=
-              "; Sentinel " + sentinel + " knows no primary named '" + settings_.master_name + "'";
+          failures.append("; Sentinel ")
+              .append(sentinel)
+              .append(" knows no primary named '")
+              .append(settings_.master_name)
+              .append("'");
           continue;
         }
         redis_connection made = open(primary->host, primary->port);
         const std::string named = primary->host + ":" + std::to_string(primary->port);
         if (!redis_role_is_primary(ask(made.get(), {"ROLE"}).get())) {
-          failures += "; Sentinel " + sentinel + " named " + named +
-                      ", which is not a master (ROLE): a replica, or a demoted primary, is "
-                      "never written to";
+          failures.append("; Sentinel ")
+              .append(sentinel)
+              .append(" named ")
+              .append(named)
+              .append(
+                  ", which is not a master (ROLE): a replica, or a demoted primary, is never "
+                  "written to");
           continue;
         }
         return made;
       } catch (const store_error& failed) {
-        failures += std::string("; ") + failed.what();
+        failures.append("; ").append(failed.what());
       }
     }
     throw store_error(store_failure::unavailable, settings_.who + ": no primary of '" +
