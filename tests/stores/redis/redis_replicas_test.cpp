@@ -197,7 +197,7 @@ TEST_CASE("replicas 2 with one replica connected: every write is unavailable",
   replicated_redis servers(1);
   auto options = servers.options();
   options.replicas = 2;
-  options.replica_timeout = 100ms;
+  options.replica_timeout = 300ms;
   idem::redis_store store(options);
   try {
     (void)store.claim(claim_now("s", "k"));

@@ -163,6 +163,18 @@ class replicated_redis {
       nodes_.push_back(std::make_unique<private_redis>(config));
     }
     REQUIRE(eventually([&] { return connected_replicas(primary_port) == replica_count; }));
+    // In sync is not yet acknowledging: a replica acknowledges what it applied when the
+    // primary asks (WAIT) or once a second. A write every replica has acknowledged, so a test's
+    // first WAIT does not race a replica's first acknowledgement on a loaded machine.
+    if (replica_count > 0) {
+      const auto primary = nodes_.front()->connect();
+      REQUIRE(eventually([&] {
+        (void)command(primary.get(), {"SET", "idem-test:replicas-ready", "1"});
+        const reply_ptr acknowledged =
+            command(primary.get(), {"WAIT", std::to_string(replica_count), "200"});
+        return acknowledged->type == REDIS_REPLY_INTEGER && acknowledged->integer == replica_count;
+      }));
+    }
     for (int i = 0; i < sentinel_count; ++i)
       sentinels_.push_back(std::make_unique<private_sentinel>(master, primary_port));
     // Every Sentinel has found every replica (through the primary's INFO) and the other
@@ -265,46 +277,55 @@ class replicated_redis {
   /// replica in one command, so none of them is cut later than another (one acknowledging
   /// writes the others lack would make the Sentinels' choice of replica matter).
   void cut_links(std::size_t primary, const std::vector<std::size_t>& replicas) {
-    for (const std::size_t i : replicas) {
-      const auto replica = nodes_.at(i)->connect();
-      REQUIRE(command(replica.get(), {"CONFIG", "SET", "masterauth", "idem-cut-link"})->type ==
-              REDIS_REPLY_STATUS);
-    }
-    const auto from = nodes_.at(primary)->connect();
-    (void)command(from.get(), {"CLIENT", "KILL", "TYPE", "replica"});
+    for (const std::size_t i : replicas)
+      REQUIRE(on_node(i, {"CONFIG", "SET", "masterauth", "idem-cut-link"}) == REDIS_REPLY_STATUS);
+    (void)on_node(primary, {"CLIENT", "KILL", "TYPE", "replica"});
     // A replica that was between two attempts to connect when its password changed may get
     // through once more: dropped again.
     REQUIRE(eventually([&] {
       const bool cut =
           std::none_of(replicas.begin(), replicas.end(), [&](std::size_t i) { return link_up(i); });
-      if (!cut) (void)command(from.get(), {"CLIENT", "KILL", "TYPE", "replica"});
+      if (!cut) (void)on_node(primary, {"CLIENT", "KILL", "TYPE", "replica"});
       return cut;
     }));
   }
   void heal_link(std::size_t i) {
-    const auto replica = nodes_.at(i)->connect();
-    REQUIRE(command(replica.get(), {"CONFIG", "SET", "masterauth", ""})->type ==
-            REDIS_REPLY_STATUS);
+    REQUIRE(on_node(i, {"CONFIG", "SET", "masterauth", ""}) == REDIS_REPLY_STATUS);
   }
-  /// Whether node i, a replica, has its link to its primary up (INFO: master_link_status).
+
+  /// `words` sent to node i on a fresh connection; the reply's type. Sent again (up to 50
+  /// times, 20 ms apart) when the connection is closed under it: the Sentinels close every
+  /// client of a node they reconfigure (CLIENT KILL TYPE normal).
+  int on_node(std::size_t i, const std::vector<std::string>& words) {
+    for (int attempt = 1;; ++attempt) {
+      try {
+        const auto connection = nodes_.at(i)->connect();
+        return command(connection.get(), words)->type;
+      } catch (const std::runtime_error&) {
+        if (attempt == 50) throw;
+        std::this_thread::sleep_for(std::chrono::milliseconds{20});
+      }
+    }
+  }
+
+  /// Whether node i, a replica, has its link to its primary up (INFO: master_link_status); true
+  /// when it cannot tell.
   bool link_up(std::size_t i) const {
     try {
       const auto replica = nodes_.at(i)->connect();
       const reply_ptr info = command(replica.get(), {"INFO", "replication"});
       return std::string(info->str, info->len).find("master_link_status:up") != std::string::npos;
     } catch (const std::exception&) {
-      return false;
+      return true;  // not known (a Sentinel closed the connection): not taken as cut
     }
   }
 
   /// REPLICAOF NO ONE on node i, then every other running node made its replica.
   void promote(std::size_t i) {
-    const auto promoted = nodes_.at(i)->connect();
-    REQUIRE(command(promoted.get(), {"REPLICAOF", "NO", "ONE"})->type == REDIS_REPLY_STATUS);
+    REQUIRE(on_node(i, {"REPLICAOF", "NO", "ONE"}) == REDIS_REPLY_STATUS);
     for (std::size_t j = 0; j < nodes_.size(); ++j) {
       if (j == i || !nodes_[j]->running()) continue;
-      const auto other = nodes_[j]->connect();
-      (void)command(other.get(), {"REPLICAOF", "127.0.0.1", std::to_string(nodes_[i]->port())});
+      (void)on_node(j, {"REPLICAOF", "127.0.0.1", std::to_string(nodes_[i]->port())});
     }
   }
 
