@@ -128,14 +128,20 @@ std::size_t node_on_port(replicated_redis& servers, int port) {
 // Waits until a majority of the Sentinels name a primary that says it is one, other than
 // `old_port`, with `replicas` replicas in sync; its node.
 std::size_t settled_primary(replicated_redis& servers, int old_port, int replicas) {
+  // Two minutes: a Sentinel whose timer ran late by more than 2 s (a starved machine) enters
+  // TILT mode and does nothing for 30 s.
   std::optional<int> port;
-  REQUIRE(eventually(
+  const bool settled = eventually(
       [&] {
         port = servers.majority_primary();
         return port && *port != old_port && role_of(*port) == "master" &&
                replicated_redis::connected_replicas(*port) >= replicas;
       },
-      60s));
+      120s);
+  INFO("the Sentinels' majority names port " << port.value_or(0) << " (the old primary: "
+                                             << old_port << "), whose ROLE is "
+                                             << (port ? role_of(*port) : std::string("-")));
+  REQUIRE(settled);
   return node_on_port(servers, *port);
 }
 

@@ -286,3 +286,41 @@ TEST_CASE(
     CHECK_THAT(error.what(), Contains("not a master (ROLE)"));
   }
 }
+
+TEST_CASE(
+    "with replicas 1, a claim that finds a record no replica has acknowledged yet is "
+    "unavailable, not a replay",
+    "[redis][replicas]") {
+  replicated_redis servers(1);
+  // One store writes without waiting; the replica is paused, so the write reaches it later.
+  auto unsafe = servers.options();
+  idem::redis_store writer(unsafe);
+  servers.node(1).pause();
+  const auto claimed = writer.claim(claim_now("s", "k"));
+  REQUIRE(claimed.status == claim_status::claimed);
+  REQUIRE(writer.complete({"s", "k", claimed.fence}, "stored", {}));
+  // Another store, waiting for the replica, on a connection of its own that has written
+  // nothing. Were WAIT to wait only for this connection's writes, as it is documented to, it
+  // would count the replica and the replay would be given while the record is on the primary
+  // only: the claim's PUBLISH prevents that. (Redis 7.0 also records the offset of read-only
+  // commands, so there this passes without the PUBLISH too: checked by hand.)
+  auto safe = unsafe;
+  safe.replicas = 1;
+  safe.replica_timeout = 200ms;
+  idem::redis_store reader(safe);
+  try {
+    const auto replay = reader.claim(claim_now("s", "k"));
+    FAIL("a record on the primary only was answered: " << static_cast<int>(replay.status));
+  } catch (const idem::store_error& error) {
+    CHECK(error.failure() == store_failure::unavailable);
+    CHECK_THAT(error.what(), Contains("0 of the 1 replicas"));
+  }
+  servers.node(1).resume();
+  CHECK(idem_redis_test::eventually([&] {
+    try {
+      return reader.claim(claim_now("s", "k")).status == claim_status::existing;
+    } catch (const idem::store_error&) {
+      return false;
+    }
+  }));
+}

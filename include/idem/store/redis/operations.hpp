@@ -209,13 +209,13 @@ class redis_operations {
 
   // What follows the script calls of claim, complete, release and checkpoint in the same round
   // trip, on the same connection, when writes wait for replicas (nothing when they do not):
-  // WAIT replicas timeout, which counts the replicas that hold everything this connection
-  // wrote. A claim that answers an existing record writes nothing, and WAIT alone would then
-  // wait only for this connection's earlier writes, not for the record it read, which another
-  // connection may have written a moment ago and no replica holds yet: a replay of that record
-  // could be lost in a failover after its caller was given it. So a claim sends PUBLISH to a
-  // channel nobody reads before its WAIT: it is replicated (as every PUBLISH is), so WAIT then
-  // waits for everything the primary held when the claim read it.
+  // WAIT replicas timeout. WAIT is documented to wait for the writes of its own connection. A
+  // claim that answers an existing record writes nothing, and the record it read may have been
+  // written a moment ago on another connection, on no replica yet: a replay of it could be lost
+  // in a failover after its caller was given it. Redis 7.0 in fact records the offset after every
+  // command, read-only ones too (so WAIT alone waits for the record there), but that is not its
+  // contract, so a claim also sends PUBLISH to a channel nobody reads before its WAIT: a PUBLISH
+  // is replicated, which makes it a write of this connection at the current offset.
   std::span<const std::span<const std::string_view>> wait_for_replicas(bool claim) const noexcept {
     if (settings_.replicas == 0) return {};
     return claim ? std::span<const std::span<const std::string_view>>(after_claim_)
