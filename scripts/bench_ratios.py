@@ -26,7 +26,7 @@ DRIVER_PARTS = ("iterations:", "min_time:", "repeats:", "min_warmup_time:")
 
 # Benchmarks whose two sides are both idem name the side measured against the other: the
 # outbox_publish pair compares a handler that publishes with the same handler without it.
-MEASURED_SIDES = ("with_publish",)
+MEASURED_SIDES = ("with_publish", "with_wait")
 
 
 def is_ours(impl):

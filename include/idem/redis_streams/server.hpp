@@ -38,6 +38,8 @@ inline idem::detail::redis_settings client_settings(const server& where, std::si
   return {.host = where.host,
           .port = where.port,
           .unix_socket = where.unix_socket,
+          .sentinels = {},
+          .master_name = {},
           .username = where.username,
           .password = where.password,
           .database = where.database,

@@ -31,6 +31,10 @@
 // As with redis_store, a claim, complete, release or checkpoint repeated after an ambiguous
 // failure is safe: a repeated claim answers `existing`, the others are fenced.
 //
+// Replicas: options::replicas and replica_timeout as redis_store has them (WAIT pipelined after
+// each write, from the operations layer both stores share). Sentinel discovery is redis_store's
+// only: this store connects to host:port.
+//
 // Threads. Operations may be started from any thread: each runs on a strand of the executor the
 // store was made with, and completes on its handler's associated executor (that executor when
 // the handler has none). The views an operation is given are copied into the commands when it
@@ -91,6 +95,10 @@ class async_redis_store {
     std::chrono::milliseconds caller_time_margin{std::chrono::minutes{10}};
     std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
     bool verify_eviction_policy = true;
+    /// WAIT after each claim, complete, release and checkpoint, pipelined with its script (see
+    /// redis_store::options). Sentinel discovery is redis_store's only.
+    std::size_t replicas = 0;
+    std::chrono::milliseconds replica_timeout{1000};
   };
 
   /// An unconnected handle, for option structs that hold a store before it is configured:
@@ -105,23 +113,26 @@ class async_redis_store {
 
   template <class Token>
   auto async_claim(const claim_request& request, Token&& token) {
-    auto wire = state().operations.claim(request, to_wire);
+    auto wire = waited(state().operations.claim(request, to_wire), true);
     return run<claim_result>(
         std::forward<Token>(token), "claim", std::move(wire),
-        [](const shared_state& state, const std::vector<detail::redis_reply>& replies) {
-          return state.operations.claim_result_of(replies);
-        });
+        replicated{"claim", true,
+                   [](const shared_state& state, const std::vector<detail::redis_reply>& replies) {
+                     return state.operations.claim_result_of(replies);
+                   }});
   }
   template <class Token>
   auto async_complete(const fenced_key& held, std::string_view bytes, store_time /*now*/,
                       Token&& token) {
     return run<bool>(std::forward<Token>(token), "complete",
-                     state().operations.complete(held, bytes, to_wire), applied{"complete"});
+                     waited(state().operations.complete(held, bytes, to_wire)),
+                     replicated{"complete", false, applied{"complete"}});
   }
   template <class Token>
   auto async_release(const fenced_key& held, Token&& token) {
     return run<bool>(std::forward<Token>(token), "release",
-                     state().operations.release(held, to_wire), applied{"release"});
+                     waited(state().operations.release(held, to_wire)),
+                     replicated{"release", false, applied{"release"}});
   }
   /// With redis_time::server, `lease_until` is read as a duration from this machine's clock
   /// when the operation starts, and added to the server's time.
@@ -129,8 +140,8 @@ class async_redis_store {
   auto async_checkpoint(const fenced_key& held, std::string_view bytes, store_time lease_until,
                         Token&& token) {
     return run<bool>(std::forward<Token>(token), "checkpoint",
-                     state().operations.checkpoint(held, bytes, lease_until, to_wire),
-                     applied{"checkpoint"});
+                     waited(state().operations.checkpoint(held, bytes, lease_until, to_wire)),
+                     replicated{"checkpoint", false, applied{"checkpoint"}});
   }
   template <class Token>
   auto async_find(std::string_view scope, std::string_view key, store_time now, Token&& token) {
@@ -181,7 +192,7 @@ class async_redis_store {
  private:
   struct shared_state {
     shared_state(asio::any_io_executor given, options settings_given)
-        : settings(std::move(settings_given)),
+        : settings(checked(std::move(settings_given))),
           executor(std::move(given)),
           operations(record_settings(settings), "idem::async_redis_store",
                      detail::redis_where(client_settings(settings))),
@@ -204,6 +215,18 @@ class async_redis_store {
     detail::redis_operations operations;
     std::shared_ptr<detail::redis_async_pool> pool;
 
+    // WAIT must end before the operation's own timeout does (see redis_store).
+    static options checked(options given) {
+      if (given.replicas > 0 && given.replica_timeout >= given.command_timeout) {
+        throw std::invalid_argument("idem::async_redis_store: replica_timeout (" +
+                                    std::to_string(given.replica_timeout.count()) +
+                                    " ms) must be shorter than command_timeout (" +
+                                    std::to_string(given.command_timeout.count()) +
+                                    " ms), which the WAIT is part of");
+      }
+      return given;
+    }
+
     static const asio::any_io_executor& checked(const asio::any_io_executor& executor) {
       if (!executor) {
         throw std::invalid_argument("idem::async_redis_store: the executor is empty");
@@ -215,13 +238,17 @@ class async_redis_store {
       return {.prefix = given.prefix,
               .time = given.time,
               .caller_time_margin = given.caller_time_margin,
-              .max_records_per_scope = given.max_records_per_scope};
+              .max_records_per_scope = given.max_records_per_scope,
+              .replicas = given.replicas,
+              .replica_timeout = given.replica_timeout};
     }
 
     static detail::redis_settings client_settings(const options& given) {
       return {.host = given.host,
               .port = given.port,
               .unix_socket = {},
+              .sentinels = {},
+              .master_name = {},
               .username = given.username,
               .password = given.password,
               .database = given.database,
@@ -247,6 +274,29 @@ class async_redis_store {
     }
   };
 
+  // A write's commands, with WAIT after them when writes wait for replicas.
+  std::vector<detail::redis_wire_command> waited(std::vector<detail::redis_wire_command> wire,
+                                                 bool claim = false) const {
+    for (const std::span<const std::string_view> words :
+         state().operations.wait_for_replicas(claim)) {
+      wire.push_back(detail::redis_wire_of(words));
+    }
+    return wire;
+  }
+
+  // The decoding of a write sent with waited(): WAIT's answer checked and taken off first.
+  template <class Decode>
+  struct replicated {
+    const char* operation;
+    bool claim;
+    Decode decode;
+    auto operator()(const shared_state& state, std::vector<detail::redis_reply> replies) const {
+      return decode(state, state.operations.replicated(std::move(replies), operation, claim));
+    }
+  };
+  template <class Decode>
+  replicated(const char*, bool, Decode) -> replicated<Decode>;
+
   // One exchange, its replies decoded by `decode(state, replies)`.
   template <class T, class Token, class Decode>
   auto run(Token&& token, const char* operation, std::vector<detail::redis_wire_command> wire,
@@ -255,10 +305,10 @@ class async_redis_store {
         std::forward<Token>(token),
         [state = shared(), operation, wire = std::move(wire),
          decode = std::move(decode)]() mutable -> asio::awaitable<T, detail::redis_strand> {
-          const std::vector<detail::redis_reply> replies =
+          std::vector<detail::redis_reply> replies =
               co_await detail::async_redis_exchange(state->pool, std::move(wire), operation,
                                                     asio::use_awaitable_t<detail::redis_strand>{});
-          co_return decode(*state, replies);
+          co_return decode(*state, std::move(replies));
         });
   }
 

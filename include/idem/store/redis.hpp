@@ -48,6 +48,15 @@
 // kill the process (unless the process ignores SIGPIPE when the store is made: then it costs
 // nothing; keep it ignored). Sweep and stuck pipeline their per-scope scripts.
 //
+// Replicas. With `options::replicas` N > 0, each claim, complete, release and checkpoint sends
+// WAIT N after its script in the same round trip (a claim a PUBLISH first, so that a claim that
+// only read a record waits for that record's replication too), and fewer than N acknowledgements
+// within `replica_timeout` throw store_error(unavailable): ambiguous, as a timeout is. WAIT is
+// not consensus: a failover that promotes a replica that did not acknowledge still loses the
+// write (docs/stores/redis.md, "Replicas and failover"). With `options::sentinels`, each new
+// connection asks the Sentinels for the primary and checks ROLE, and a write answered READONLY
+// (a demoted primary) drops every connection and is sent once more to the primary found again.
+//
 // Durability is Redis's: see docs/stores/redis.md (appendfsync always vs everysec, failover).
 // Needs Redis 7.0 or newer (one script declares the allow-oom flag). Every option and its
 // default: docs/stores/redis.md. The parts, in store/redis/: the scripts (scripts.hpp), the keys'
@@ -116,6 +125,19 @@ class redis_store {
     /// Check at construction that the server cannot evict records (maxmemory-policy). Set to
     /// false only when CONFIG is unavailable and you know the policy is noeviction.
     bool verify_eviction_policy = true;
+    /// Replicas each claim, complete, release and checkpoint waits for (WAIT, in the same round
+    /// trip) before it answers; fewer acknowledgements within `replica_timeout` throw
+    /// store_error(unavailable), ambiguous as a timeout is. 0 (the default): no waiting, Redis's
+    /// asynchronous replication. What this does and does not promise: docs/stores/redis.md.
+    std::size_t replicas = 0;
+    /// How long one write waits for its replicas: positive, and shorter than command_timeout.
+    std::chrono::milliseconds replica_timeout{1000};
+    /// Sentinel discovery: "host:port" of each Sentinel, asked in order for the address of the
+    /// primary named `sentinel_master`; host, port and unix_socket are then not used. Each new
+    /// connection asks again and checks that the server is a master (ROLE), so after a failover
+    /// the store reconnects to the new primary and never writes to a demoted one.
+    std::vector<std::string> sentinels;
+    std::string sentinel_master;
   };
 
   /// An unconnected handle, for option structs that hold a store before it is configured
@@ -132,27 +154,25 @@ class redis_store {
 
   claim_result claim(const claim_request& request) {
     const auto& calls = state().operations;
-    return calls.claim_result_of(calls.claim(request, send{&state().client, "claim"}));
+    return calls.claim_result_of(calls.claim(request, write("claim", true)));
   }
 
   bool complete(const fenced_key& held, std::string_view response, store_time /*now*/) {
     const auto& calls = state().operations;
-    return calls.applied(calls.complete(held, response, send{&state().client, "complete"}),
-                         "complete");
+    return calls.applied(calls.complete(held, response, write("complete")), "complete");
   }
 
   bool release(const fenced_key& held) {
     const auto& calls = state().operations;
-    return calls.applied(calls.release(held, send{&state().client, "release"}), "release");
+    return calls.applied(calls.release(held, write("release")), "release");
   }
 
   /// With redis_time::server, `lease_until` is read as a duration from this machine's clock
   /// (lease_until - system_clock::now()) and added to the server's time.
   bool checkpoint(const fenced_key& held, std::string_view recovery, store_time lease_until) {
     const auto& calls = state().operations;
-    return calls.applied(
-        calls.checkpoint(held, recovery, lease_until, send{&state().client, "checkpoint"}),
-        "checkpoint");
+    return calls.applied(calls.checkpoint(held, recovery, lease_until, write("checkpoint")),
+                         "checkpoint");
   }
 
   std::optional<record> find(std::string_view scope, std::string_view key, store_time now) const {
@@ -184,7 +204,7 @@ class redis_store {
   // holds the connections.
   struct shared_state {
     explicit shared_state(options given)
-        : settings(std::move(given)),
+        : settings(checked(std::move(given))),
           operations(record_settings(settings), "idem::redis_store",
                      detail::redis_where(client_settings(settings))),
           client(client_settings(settings)) {}
@@ -198,17 +218,33 @@ class redis_store {
     detail::redis_operations operations;
     detail::redis_client client;
 
+    // What no part checks alone: WAIT must end before the exchange's own timeout does, or a
+    // replica that is slow would read as a server that is gone.
+    static options checked(options given) {
+      if (given.replicas > 0 && given.replica_timeout >= given.command_timeout) {
+        throw std::invalid_argument(
+            "idem::redis_store: replica_timeout (" + std::to_string(given.replica_timeout.count()) +
+            " ms) must be shorter than command_timeout (" +
+            std::to_string(given.command_timeout.count()) + " ms), which the WAIT is part of");
+      }
+      return given;
+    }
+
     static detail::redis_record_settings record_settings(const options& given) {
       return {.prefix = given.prefix,
               .time = given.time,
               .caller_time_margin = given.caller_time_margin,
-              .max_records_per_scope = given.max_records_per_scope};
+              .max_records_per_scope = given.max_records_per_scope,
+              .replicas = given.replicas,
+              .replica_timeout = given.replica_timeout};
     }
 
     static detail::redis_settings client_settings(const options& given) {
       return {.host = given.host,
               .port = given.port,
               .unix_socket = given.unix_socket,
+              .sentinels = given.sentinels,
+              .master_name = given.sentinel_master,
               .username = given.username,
               .password = given.password,
               .database = given.database,
@@ -233,6 +269,25 @@ class redis_store {
                                   : client->exchange(step.scripts, operation);
     }
   };
+
+  // What a claim, complete, release or checkpoint is given: its script calls and, when writes
+  // wait for replicas, WAIT after them in the same round trip, whose answer is checked (and
+  // taken off) before the operation decodes the rest.
+  struct write_send {
+    const detail::redis_operations* operations;
+    detail::redis_client* client;
+    const char* operation;
+    bool claim;
+    std::vector<detail::redis_reply> operator()(
+        std::span<const detail::redis_command> commands) const {
+      return operations->replicated(
+          client->exchange(commands, operation, operations->wait_for_replicas(claim)), operation,
+          claim);
+    }
+  };
+  write_send write(const char* operation, bool claim = false) const {
+    return write_send{&state().operations, &state().client, operation, claim};
+  }
 
   shared_state& state() const {
     if (!state_) {

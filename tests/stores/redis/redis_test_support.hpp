@@ -223,6 +223,14 @@ class private_redis {
   ~private_redis() { kill9(); }  // then directory_ removes its files
 
   int port() const noexcept { return port_; }
+  pid_t pid() const noexcept { return pid_; }
+  /// SIGSTOP and SIGCONT: a paused server keeps its connections open and answers nothing.
+  void pause() const noexcept {
+    if (pid_ > 0) ::kill(pid_, SIGSTOP);
+  }
+  void resume() const noexcept {
+    if (pid_ > 0) ::kill(pid_, SIGCONT);
+  }
   std::string socket_path() const { return (directory_.path() / "redis.sock").string(); }
   bool running() const noexcept { return pid_ > 0; }
 
@@ -236,7 +244,12 @@ class private_redis {
     return options;
   }
 
-  /// Starts the server (again: same port, same data) and waits until it answers PING.
+  /// Starts the server (again: same port, same data) and waits until it answers PING; with
+  /// `config`, that configuration from now on (a primary restarted as a replica, say).
+  void start(std::vector<std::string> config) {
+    config_ = std::move(config);
+    start();
+  }
   void start() {
     if (!running() && !launch()) FAIL("redis-server exited at start; its log:\n" << log());
   }
@@ -245,6 +258,7 @@ class private_redis {
   void kill9() noexcept {
     if (pid_ <= 0) return;
     ::kill(pid_, SIGKILL);
+    ::kill(pid_, SIGCONT);  // a paused process dies on SIGKILL too; this only makes sure
     int status = 0;
     ::waitpid(pid_, &status, 0);
     pid_ = -1;

@@ -1,11 +1,15 @@
 // redis_client: how redis_store, and the outbox's Redis Streams sink, talk to their server.
 // Connecting (TCP or a unix socket, AUTH, SELECT, timeouts), the store's checks at start (Redis
 // 7.0 or newer; a maxmemory-policy that cannot evict records), loading the scripts, and the
-// exchanges every operation makes on a pooled connection: script calls pipelined with EVALSHA,
-// sent again with EVAL when the server lost its scripts, plain commands pipelined (the sink's
-// XADDs), and once more on a fresh connection when the server had closed a reused one. The
-// checks are free functions of what the server answered, so that they are tested without a
-// server (tests/stores/redis/redis_connection_test.cpp).
+// exchanges every operation makes on a pooled connection: script calls pipelined with EVALSHA
+// (and a plain command after them, the store's WAIT), sent again with EVAL when the server lost
+// its scripts, plain commands pipelined (the sink's XADDs), and once more on a fresh connection
+// when the server had closed a reused one or answered that it is a replica now (READONLY).
+// With Sentinel discovery, each new connection asks the Sentinels for the primary's address and
+// checks that the server it reached calls itself a master (ROLE), so a demoted primary is never
+// written to and, after a failover, the next connection finds the new primary. The checks are
+// free functions of what the server answered, so that they are tested without a server
+// (tests/stores/redis/redis_connection_test.cpp).
 #ifndef IDEM_STORE_REDIS_CONNECTION_HPP
 #define IDEM_STORE_REDIS_CONNECTION_HPP
 
@@ -20,6 +24,7 @@
 #include <ctime>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -48,6 +53,10 @@ struct redis_settings {
   std::string host;
   int port = 0;
   std::string unix_socket;
+  // Sentinel discovery (when not empty): "host:port" of each Sentinel, asked in order for the
+  // primary of `master_name`; host, port and unix_socket are then not used.
+  std::vector<std::string> sentinels;
+  std::string master_name;
   std::string username;
   std::string password;
   int database = 0;
@@ -110,10 +119,61 @@ inline void redis_check_eviction_policy(const redisReply* policy, const std::str
   }
 }
 
-// Where the server is, as messages name it: host:port, or the socket's path.
+// One Sentinel's address, from "host:port" (the last ':' ends the host, so "[::1]:26379" and
+// "::1:26379" both read); nothing when it is not that form or the port is not a TCP port.
+struct redis_address {
+  std::string host;
+  int port = 0;
+};
+inline std::optional<redis_address> redis_address_of(std::string_view text) {
+  const std::size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size()) return {};
+  std::string_view host = text.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  int port = 0;
+  const std::string_view digits = text.substr(colon + 1);
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), port);
+  if (error != std::errc{} || end != digits.data() + digits.size() || port <= 0 || port > 65535) {
+    return {};
+  }
+  return redis_address{std::string(host), port};
+}
+
+// Where the server is, as messages name it: host:port, the socket's path, or the primary a
+// Sentinel names.
 inline std::string redis_where(const redis_settings& settings) {
+  if (!settings.sentinels.empty()) {
+    std::string where = "the primary of '" + settings.master_name + "' (Sentinel";
+    for (const std::string& sentinel : settings.sentinels)
+      where += " " + sentinel;
+    return where + ")";
+  }
   return settings.unix_socket.empty() ? settings.host + ":" + std::to_string(settings.port)
                                       : settings.unix_socket;
+}
+
+// The primary's address in a Sentinel's answer to SENTINEL get-master-addr-by-name: nothing
+// when it knows no primary of that name (a nil answer), or answered anything else.
+inline std::optional<redis_address> redis_sentinel_primary(const redisReply* answer) {
+  if (answer->type != REDIS_REPLY_ARRAY || answer->elements != 2 ||
+      answer->element[0]->type != REDIS_REPLY_STRING ||
+      answer->element[1]->type != REDIS_REPLY_STRING) {
+    return {};
+  }
+  int port = 0;
+  const std::string_view digits = reply_text(answer->element[1]);
+  std::from_chars(digits.data(), digits.data() + digits.size(), port);
+  if (port <= 0 || port > 65535) return {};
+  return redis_address{std::string(reply_text(answer->element[0])), port};
+}
+
+// Whether a server's answer to ROLE says it is a primary ("master"): a replica, or an old
+// primary demoted after a failover, is never written to.
+inline bool redis_role_is_primary(const redisReply* answer) noexcept {
+  return answer->type == REDIS_REPLY_ARRAY && answer->elements >= 1 &&
+         reply_text(answer->element[0]) == "master";
 }
 
 // Refuses settings no connection could use, in the order users meet them: what a client checks
@@ -122,7 +182,29 @@ inline redis_settings redis_checked_settings(redis_settings given) {
   if (given.pool_size == 0) {
     throw std::invalid_argument(given.who + ": pool_size must be at least 1");
   }
-  if (given.unix_socket.empty() && (given.port <= 0 || given.port > 65535)) {
+  if (given.sentinels.empty() && !given.master_name.empty()) {
+    throw std::invalid_argument(given.who +
+                                ": sentinel_master is set but no sentinels are: "
+                                "name the Sentinels to ask for its primary");
+  }
+  if (!given.sentinels.empty()) {
+    if (given.master_name.empty()) {
+      throw std::invalid_argument(given.who +
+                                  ": sentinels are set but sentinel_master is empty: name the "
+                                  "primary the Sentinels monitor (their `sentinel monitor NAME`)");
+    }
+    if (!given.unix_socket.empty()) {
+      throw std::invalid_argument(given.who +
+                                  ": unix_socket and sentinels cannot both be set: the Sentinels "
+                                  "name the primary by host and port");
+    }
+    for (const std::string& sentinel : given.sentinels) {
+      if (!redis_address_of(sentinel)) {
+        throw std::invalid_argument(given.who + ": sentinel '" + sentinel +
+                                    "' is not host:port with a TCP port");
+      }
+    }
+  } else if (given.unix_socket.empty() && (given.port <= 0 || given.port > 65535)) {
     throw std::invalid_argument(given.who + ": port " + std::to_string(given.port) +
                                 " is not a TCP port");
   }
@@ -192,28 +274,87 @@ class redis_client {
   }
 
   // A new connection, authenticated and on its database: what the pool opens. Throws
-  // store_error(unavailable) when the server cannot be reached or refuses AUTH or SELECT.
+  // store_error(unavailable) when the server cannot be reached or refuses AUTH or SELECT. With
+  // Sentinel discovery: to the primary the first Sentinel that answers names, once it says
+  // (ROLE) that it is a master; the next Sentinel when that fails.
   redis_connection connect() const {
+    if (settings_.sentinels.empty()) return open(settings_.host, settings_.port);
+    std::string failures;
+    for (const std::string& sentinel : settings_.sentinels) {
+      try {
+        const std::optional<redis_address> primary = ask_sentinel(sentinel);
+        if (!primary) {
+          failures.append("; Sentinel ")
+              .append(sentinel)
+              .append(" knows no primary named '")
+              .append(settings_.master_name)
+              .append("'");
+          continue;
+        }
+        redis_connection made = open(primary->host, primary->port);
+        const std::string named = primary->host + ":" + std::to_string(primary->port);
+        if (!redis_role_is_primary(ask(made.get(), {"ROLE"}).get())) {
+          failures.append("; Sentinel ")
+              .append(sentinel)
+              .append(" named ")
+              .append(named)
+              .append(
+                  ", which is not a master (ROLE): a replica, or a demoted primary, is never "
+                  "written to");
+          continue;
+        }
+        return made;
+      } catch (const store_error& failed) {
+        failures.append("; ").append(failed.what());
+      }
+    }
+    throw store_error(store_failure::unavailable, settings_.who + ": no primary of '" +
+                                                      settings_.master_name + "' could be reached" +
+                                                      failures);
+  }
+
+ private:
+  // The primary a Sentinel names; nothing when it knows none by that name.
+  std::optional<redis_address> ask_sentinel(const std::string& sentinel) const {
+    const std::optional<redis_address> address = redis_address_of(sentinel);
+    redis_connection made = dial(address->host, address->port, "Sentinel " + sentinel);
+    return redis_sentinel_primary(
+        ask(made.get(), {"SENTINEL", "get-master-addr-by-name", settings_.master_name.c_str()})
+            .get());
+  }
+
+  // A connection with the timeouts set, to host:port (the socket when the settings name one and
+  // `host` is empty); `what` names it in messages.
+  redis_connection dial(const std::string& host, int port, const std::string& what) const {
     timeval limit{};
     limit.tv_sec = static_cast<time_t>(settings_.connect_timeout.count() / 1000);
     limit.tv_usec = static_cast<suseconds_t>((settings_.connect_timeout.count() % 1000) * 1000);
-    redis_connection made(
-        settings_.unix_socket.empty()
-            ? redisConnectWithTimeout(settings_.host.c_str(), settings_.port, limit)
-            : redisConnectUnixWithTimeout(settings_.unix_socket.c_str(), limit));
+    const bool by_socket = host.empty();
+    redis_connection made(by_socket
+                              ? redisConnectUnixWithTimeout(settings_.unix_socket.c_str(), limit)
+                              : redisConnectWithTimeout(host.c_str(), port, limit));
     if (!made) {
       throw store_error(store_failure::unavailable,
-                        settings_.who + ": cannot connect to " + where_ + ": out of memory");
+                        settings_.who + ": cannot connect to " + what + ": out of memory");
     }
     if (made->err != 0) {
       throw store_error(store_failure::unavailable,
-                        settings_.who + ": cannot connect to " + where_ + ": " + made->errstr);
+                        settings_.who + ": cannot connect to " + what + ": " + made->errstr);
     }
     timeval each{};
     each.tv_sec = static_cast<time_t>(settings_.command_timeout.count() / 1000);
     each.tv_usec = static_cast<suseconds_t>((settings_.command_timeout.count() % 1000) * 1000);
     redisSetTimeout(made.get(), each);
-    if (settings_.unix_socket.empty()) redisEnableKeepAlive(made.get());
+    if (!by_socket) redisEnableKeepAlive(made.get());
+    return made;
+  }
+
+  // A connection to the server at host:port (the settings' socket when it is set and there are
+  // no Sentinels), authenticated and on its database.
+  redis_connection open(const std::string& host, int port) const {
+    const bool by_socket = settings_.sentinels.empty() && !settings_.unix_socket.empty();
+    redis_connection made = dial(by_socket ? std::string() : host, port,
+                                 by_socket ? where_ : host + ":" + std::to_string(port));
     if (!settings_.password.empty()) {
       const redis_reply reply =
           settings_.username.empty()
@@ -237,17 +378,19 @@ class redis_client {
     return made;
   }
 
-  // Script calls, sent in one write, every reply read. EVALSHA first; if the server lost the
-  // scripts (NOSCRIPT: a restart, SCRIPT FLUSH), the whole batch again with EVAL, so the order
-  // of the commands is kept.
-  std::vector<redis_reply> exchange(std::span<const redis_command> commands,
-                                    const char* operation) {
-    return over_connection(operation,
+ public:
+  // Script calls, sent in one write, every reply read; `then` are plain commands sent after them
+  // in the same write (the store's WAIT), their replies last. EVALSHA
+  // first; if the server lost the scripts (NOSCRIPT: a restart, SCRIPT FLUSH), the whole batch
+  // again with EVAL, so the order of the commands is kept.
+  std::vector<redis_reply> exchange(std::span<const redis_command> commands, const char* operation,
+                                    std::span<const std::span<const std::string_view>> then = {}) {
+    return over_connection(operation, true,
                            [&](redisContext* context, std::vector<redis_reply>& replies) {
-                             if (!send(context, commands, true, replies)) return false;
+                             if (!send(context, commands, then, true, replies)) return false;
                              if (!any_noscript(replies)) return true;
                              replies.clear();
-                             return send(context, commands, false, replies);
+                             return send(context, commands, then, false, replies);
                            });
   }
 
@@ -255,7 +398,7 @@ class redis_client {
   std::vector<redis_reply> plain(std::span<const std::vector<std::string_view>> commands,
                                  const char* operation) {
     return over_connection(
-        operation, [&](redisContext* context, std::vector<redis_reply>& replies) {
+        operation, false, [&](redisContext* context, std::vector<redis_reply>& replies) {
           std::vector<const char*> argv;
           std::vector<std::size_t> lengths;
           for (const std::vector<std::string_view>& words : commands) {
@@ -302,9 +445,11 @@ class redis_client {
   // Runs `talk(context, replies)` on a pooled connection: it answers false after an I/O
   // error, with errno as the failing call left it. A failure on a reused connection that the
   // server had closed (a restart) is tried once more on a fresh connection; any other failure
-  // throws store_error(unavailable).
+  // throws store_error(unavailable). With `find_primary`, an answer that says the server is a
+  // replica now (READONLY) is one too: the script calls' (the store's); the plain commands'
+  // callers (the Redis Streams sink) read READONLY themselves.
   template <class Talk>
-  std::vector<redis_reply> over_connection(const char* operation, Talk&& talk) {
+  std::vector<redis_reply> over_connection(const char* operation, bool find_primary, Talk&& talk) {
     for (int attempt = 0;; ++attempt) {
       auto connection = connections_.acquire();
       std::vector<redis_reply> replies;
@@ -318,9 +463,19 @@ class redis_client {
           blocked.consume_pending();
         }
       }
-      if (answered) {
+      if (answered && !(find_primary && any_readonly(replies))) {
         connection.give_back();
         return replies;
+      }
+      if (answered) {
+        // A replica now (a failover demoted it, or REPLICAOF): nothing was written. Every
+        // connection goes, the next one finds the primary again (through the Sentinels), and
+        // the call is sent once more there.
+        connection.discard_all();
+        if (attempt == 0) continue;
+        throw store_error(store_failure::unavailable,
+                          settings_.who + ": " + operation + " failed: the server at " + where_ +
+                              " is a replica (READONLY): " + std::string(readonly_text(replies)));
       }
       const int kind = connection.get()->err;
       const bool closed_by_server =
@@ -353,6 +508,18 @@ class redis_client {
     });
   }
 
+  static bool any_readonly(const std::vector<redis_reply>& replies) noexcept {
+    return !readonly_text(replies).empty();
+  }
+  static std::string_view readonly_text(const std::vector<redis_reply>& replies) noexcept {
+    for (const redis_reply& reply : replies) {
+      if (reply->type == REDIS_REPLY_ERROR && reply_text(reply.get()).starts_with("READONLY")) {
+        return reply_text(reply.get());
+      }
+    }
+    return {};
+  }
+
   static bool read_replies(redisContext* context, std::size_t count,
                            std::vector<redis_reply>& replies) {
     replies.reserve(count);
@@ -364,7 +531,8 @@ class redis_client {
     return true;
   }
 
-  bool send(redisContext* context, std::span<const redis_command> commands, bool by_digest,
+  bool send(redisContext* context, std::span<const redis_command> commands,
+            std::span<const std::span<const std::string_view>> then, bool by_digest,
             std::vector<redis_reply>& replies) const {
     constexpr std::size_t most = 3 + redis_command::max_keys + redis_command::max_args;
     for (const redis_command& each : commands) {
@@ -393,7 +561,19 @@ class redis_client {
         return false;
       }
     }
-    return read_replies(context, commands.size(), replies);
+    for (const std::span<const std::string_view> words : then) {
+      std::vector<const char*> argv;
+      std::vector<std::size_t> lengths;
+      for (const std::string_view word : words) {
+        argv.push_back(word.empty() ? "" : word.data());
+        lengths.push_back(word.size());
+      }
+      if (redisAppendCommandArgv(context, static_cast<int>(argv.size()), argv.data(),
+                                 lengths.data()) != REDIS_OK) {
+        return false;
+      }
+    }
+    return read_replies(context, commands.size() + then.size(), replies);
   }
 
   redis_settings settings_;

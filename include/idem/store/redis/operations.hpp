@@ -45,14 +45,20 @@ enum class redis_time : std::uint8_t {
 
 namespace idem::detail {
 
-// What the records' keys and the scripts' arguments depend on: the options of that name, whose
-// comments (redis_store::options) say what each is.
+// What the records' keys and the scripts' arguments depend on, and how long a write waits for
+// replicas: the options of that name, whose comments (redis_store::options) say what each is.
 struct redis_record_settings {
   std::string prefix;
   redis_time time = redis_time::server;
   std::chrono::milliseconds caller_time_margin{};
   std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
+  std::size_t replicas = 0;
+  std::chrono::milliseconds replica_timeout{1000};
 };
+
+// The most replicas a write may wait for: more than any deployment has, and what keeps the
+// count a small decimal.
+inline constexpr std::size_t redis_max_replicas = 1000;
 
 // One round trip of a walk: script calls or plain commands (never both); none when it is over.
 struct redis_step {
@@ -69,7 +75,16 @@ class redis_operations {
       : settings_(checked(std::move(settings), who)),
         who_(std::move(who)),
         where_(std::move(where)),
-        registry_(redis_registry_of(settings_.prefix)) {}
+        registry_(redis_registry_of(settings_.prefix)),
+        wait_replicas_(redis_decimal(settings_.replicas)),
+        wait_timeout_(redis_decimal(settings_.replica_timeout.count())),
+        wait_words_{"WAIT", wait_replicas_, wait_timeout_},
+        publish_words_{"PUBLISH", registry_, ""},
+        after_claim_{std::span<const std::string_view>(publish_words_),
+                     std::span<const std::string_view>(wait_words_)} {}
+  redis_operations(const redis_operations&) = delete;
+  redis_operations& operator=(const redis_operations&) = delete;
+  ~redis_operations() = default;
 
   const redis_record_settings& settings() const noexcept { return settings_; }
   const std::string& registry() const noexcept { return registry_; }
@@ -192,6 +207,57 @@ class redis_operations {
     return send(std::span<const redis_command>(commands));
   }
 
+  // What follows the script calls of claim, complete, release and checkpoint in the same round
+  // trip, on the same connection, when writes wait for replicas (nothing when they do not):
+  // WAIT replicas timeout. WAIT is documented to wait for the writes of its own connection. A
+  // claim that answers an existing record writes nothing, and the record it read may have been
+  // written a moment ago on another connection, on no replica yet: a replay of it could be lost
+  // in a failover after its caller was given it. Redis 7.0 in fact records the offset after every
+  // command, read-only ones too (so WAIT alone waits for the record there), but that is not its
+  // contract, so a claim also sends PUBLISH to a channel nobody reads before its WAIT: a PUBLISH
+  // is replicated, which makes it a write of this connection at the current offset.
+  std::span<const std::span<const std::string_view>> wait_for_replicas(bool claim) const noexcept {
+    if (settings_.replicas == 0) return {};
+    return claim ? std::span<const std::span<const std::string_view>>(after_claim_)
+                 : std::span<const std::span<const std::string_view>>(after_claim_).last(1);
+  }
+
+  // The replies of an operation sent with wait_for_replicas(claim), the replies of the commands
+  // it added taken off the end and WAIT's checked: fewer replicas than asked is
+  // store_error(unavailable), ambiguous as a timeout (the write applied at the primary, and may
+  // or may not survive its failover). A script that failed wrote nothing, so WAIT's answer does
+  // not matter then: the script's error is the one the operation's decoding reports.
+  std::vector<redis_reply> replicated(std::vector<redis_reply> replies, const char* operation,
+                                      bool claim) const {
+    const std::size_t added = wait_for_replicas(claim).size();
+    if (added == 0) return replies;
+    if (replies.size() <= added) throw malformed(operation);
+    const redis_reply acknowledged = std::move(replies.back());
+    replies.resize(replies.size() - added);
+    if (std::any_of(replies.begin(), replies.end(),
+                    [](const redis_reply& reply) { return is_error(reply.get()); })) {
+      return replies;
+    }
+    if (is_error(acknowledged.get())) {
+      throw store_error(
+          store_failure::unavailable,
+          who_ + ": " + operation + " was sent, but the server at " + where_ +
+              " refused to WAIT for replicas: " + std::string(reply_text(acknowledged.get())) +
+              "; the write may or may not survive a failover");
+    }
+    if (acknowledged->type != REDIS_REPLY_INTEGER) throw malformed(operation);
+    if (acknowledged->integer < static_cast<long long>(settings_.replicas)) {
+      throw store_error(store_failure::unavailable,
+                        who_ + ": " + operation + " applied at the server at " + where_ +
+                            ", but only " + std::to_string(acknowledged->integer) + " of the " +
+                            std::to_string(settings_.replicas) +
+                            " replicas asked for acknowledged it within " +
+                            std::to_string(settings_.replica_timeout.count()) +
+                            " ms; it may or may not survive a failover");
+    }
+    return replies;
+  }
+
   // The answer of complete, release and checkpoint: whether the fenced write applied.
   bool applied(const std::vector<redis_reply>& replies, const char* operation) const {
     const redisReply* answer = replies.at(0).get();
@@ -278,6 +344,19 @@ class redis_operations {
     if (given.caller_time_margin < std::chrono::milliseconds::zero()) {
       throw std::invalid_argument(who + ": caller_time_margin cannot be negative");
     }
+    if (given.replicas > redis_max_replicas) {
+      throw std::invalid_argument(who + ": replicas is " + std::to_string(given.replicas) +
+                                  "; at most " + std::to_string(redis_max_replicas) +
+                                  " replicas can be waited for");
+    }
+    // WAIT's timeout 0 means "wait forever": a write would block as long as a replica is
+    // down, so a positive timeout is required whenever writes wait.
+    if (given.replicas > 0 && given.replica_timeout <= std::chrono::milliseconds::zero()) {
+      throw std::invalid_argument(
+          who +
+          ": replica_timeout must be positive when replicas is not 0 (WAIT with a "
+          "timeout of 0 would wait forever for a replica that is down)");
+    }
     return given;
   }
 
@@ -298,6 +377,11 @@ class redis_operations {
   std::string who_;
   std::string where_;
   std::string registry_;
+  std::string wait_replicas_;
+  std::string wait_timeout_;
+  std::string_view wait_words_[3];     // WAIT replicas timeout, views of the two above
+  std::string_view publish_words_[3];  // PUBLISH registry "": a replicated write of no key
+  std::span<const std::string_view> after_claim_[2];  // PUBLISH, WAIT
 };
 
 // The registry's SSCAN, one page from `cursor`.
