@@ -1,5 +1,5 @@
 // postgres_store on a replicated pair (a primary and its synchronous standby, started by the
-// test through scripts/servers/postgres-replicated.sh): the store finds the new primary through a
+// test through scripts/failover/postgres-replicated.sh): the store finds the new primary through a
 // multi-host connection string after a failover, and a COMMIT whose answer was lost when the
 // primary died is reported as ambiguous, never as "not applied", so that the retry after the
 // failover is answered exactly once. The effect is a row written in the transaction that

@@ -1,5 +1,5 @@
 // A replicated PostgreSQL pair of a test's own: a primary and its synchronous streaming standby,
-// started through scripts/servers/postgres-replicated.sh in a temporary folder, which the test
+// started through scripts/failover/postgres-replicated.sh in a temporary folder, which the test
 // may crash (kill -9), pause and promote. Stopped, and its folder removed, however the test ends.
 #pragma once
 
@@ -32,7 +32,7 @@ class replicated_pair {
     }
     if (conninfo_.empty() || primary_.empty() || standby_.empty()) {
       script("stop");
-      throw std::runtime_error("scripts/servers/postgres-replicated.sh wrote no conninfo");
+      throw std::runtime_error("scripts/failover/postgres-replicated.sh wrote no conninfo");
     }
   }
   replicated_pair(const replicated_pair&) = delete;
@@ -99,7 +99,7 @@ class replicated_pair {
                              dir_ + "' >>'" + dir_ + "/script.log' 2>&1";
     // NOLINTNEXTLINE(concurrency-mt-unsafe): called from the test's main thread only
     if (std::system(line.c_str()) != 0) {
-      throw std::runtime_error(std::string("scripts/servers/postgres-replicated.sh ") + command +
+      throw std::runtime_error(std::string("scripts/failover/postgres-replicated.sh ") + command +
                                " failed; see " + dir_ + "/script.log");
     }
   }

@@ -45,6 +45,16 @@ class borrowed_connection {
     fail(result.get(), what, retryable_as_postgres_error);
   }
 
+  // Runs SQL that is not one of the prepared statements (a sweep of one partition), with
+  // parameters whose types its text casts; returns its result, or throws store_error.
+  result_ptr run_sql(const std::string& sql, const parameters& values, const char* what) {
+    result_ptr result{PQexecParams(get(), sql.c_str(), values.count(), nullptr, values.values(),
+                                   values.lengths(), parameters::formats(), 1)};
+    const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
+    if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) return result;
+    fail(result.get(), what, false);
+  }
+
   // Runs SQL text (no parameters), for transaction control.
   void run_text(const char* sql, const char* what, bool retryable_as_postgres_error = false) {
     const result_ptr result{PQexec(get(), sql)};

@@ -36,6 +36,8 @@ struct session_options {
   std::string table;  // unquoted, as configured: the index names derive from it
   // Who opens it, leading every error's message ("idem::postgres_store").
   std::string who;
+  // When the migration creates the table: PARTITION BY HASH (scope) into this many; zero, plain.
+  std::size_t hash_partitions = 0;
 };
 
 // Opens connections for one store: every copy of the store, every connection of its pool.
@@ -58,6 +60,12 @@ class session_opener {
       throw std::invalid_argument(options_.who + ": the connection string is invalid: " + message);
     }
     PQconninfoFree(parsed);
+    if (options_.hash_partitions == 1 || options_.hash_partitions > max_hash_partitions) {
+      throw std::invalid_argument(options_.who +
+                                  ": hash_partitions must be 0 (a plain table) or 2 to " +
+                                  std::to_string(max_hash_partitions) + ", not " +
+                                  std::to_string(options_.hash_partitions));
+    }
     names_ = quote_names(options_.schema, options_.table);
     sql_ = statement_sql(names_.table);
   }
@@ -100,7 +108,7 @@ class session_opener {
       // One migration per process; the advisory lock orders processes.
       const std::lock_guard lock(migrate_mutex_);
       if (!migrated_) {
-        migrate(connection.get(), names_, options_.table);
+        migrate(connection.get(), names_, options_.table, options_.hash_partitions);
         migrated_ = true;
       }
     }

@@ -23,6 +23,9 @@
 #   postgres-replicated.sh restart NODE DIR  start a crashed node again on its data and port
 #   postgres-replicated.sh promote NODE DIR  pg_ctl promote: the standby becomes a primary
 #
+# It is not in scripts/servers/, whose every script scripts/test.sh and scripts/bench.sh start
+# for the whole run: each failover test kills its pair, so each starts one of its own.
+#
 # PostgreSQL refuses to run as root: as root, the servers run as the unprivileged `postgres`
 # user the Debian package creates (or `idem-pg`, created when there is neither), as in
 # scripts/servers/postgres.sh. fsync stays on.
