@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -94,6 +95,49 @@ TEST_CASE("a multi-host connection string follows the primary through a failover
                        std::chrono::system_clock::now()));
   pgtest::connection promoted(pair.standby());
   CHECK(promoted.scalar("SELECT count(*) FROM \"" + table + "\" WHERE state = 1") == 2);
+}
+
+TEST_CASE("a commit whose wait for the standby is cancelled is reported ambiguous, not done",
+          "[postgres][failover]") {
+  pgtest::replicated_pair pair;
+  const std::string table = pgtest::unique_table("cancelled_wait");
+  idem::postgres_store store{replicated_options(pair, table)};
+  const auto claimed = store.claim(
+      {"tenant", "k", idem::testing::print(1), std::chrono::system_clock::now(), 30s, 1h});
+  REQUIRE(claimed.status == idem::claim_status::claimed);
+
+  pair.pause_wal_receiver();
+  std::optional<idem::store_error> thrown;
+  bool applied = false;
+  std::thread holder([&] {
+    try {
+      applied =
+          store.complete({"tenant", "k", claimed.fence}, "done", std::chrono::system_clock::now());
+    } catch (const idem::store_error& error) {
+      thrown = error;
+    }
+  });
+  pgtest::replicated_pair::wait_for(
+      pair.primary(), "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'", 1, 30s,
+      "the completion to wait for the standby");
+  // An operator cancels the wait: PostgreSQL answers the UPDATE's commit as done, with a
+  // WARNING, while the standby has not got it.
+  pgtest::connection(pair.primary())
+      .exec("SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'");
+  holder.join();
+  CHECK_FALSE(applied);
+  REQUIRE(thrown);
+  CHECK(thrown->failure() == idem::store_failure::unavailable);
+  CHECK_THAT(thrown->what(), Catch::Contains("wait for the synchronous standby was cancelled"));
+  // On the primary the completion stands: which is why "done" would have been a promise the
+  // standby cannot keep.
+  CHECK(pgtest::connection(pair.primary())
+            .scalar("SELECT count(*) FROM \"" + table + "\" WHERE state = 1") == 1);
+  pair.resume_wal_receiver();
+  // The connection was sound, and serves the next call.
+  const auto found = store.find("tenant", "k", std::chrono::system_clock::now());
+  REQUIRE(found);
+  CHECK(found->state == idem::record_state::completed);
 }
 
 namespace {

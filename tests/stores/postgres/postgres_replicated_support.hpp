@@ -70,6 +70,11 @@ class replicated_pair {
     if (::kill(paused_, SIGSTOP) != 0)
       throw std::runtime_error("SIGSTOP of the WAL receiver failed");
   }
+  /// SIGCONT of the receiver pause_wal_receiver stopped.
+  void resume_wal_receiver() {
+    if (paused_ > 0) ::kill(paused_, SIGCONT);
+    paused_ = 0;
+  }
   /// Forget the paused receiver (its node was crashed: nothing to continue).
   void forget_paused() { paused_ = 0; }
 

@@ -94,10 +94,9 @@ class session_opener {
       throw store_error(store_failure::unavailable,
                         options_.who + ": cannot connect to PostgreSQL: " + message);
     }
-    // Notices (a harmless WARNING, a NOTICE from IF NOT EXISTS) are the server talking to a
-    // person; a library has no business printing them on the application's stderr.
-    PQsetNoticeProcessor(
-        connection.get(), [](void*, const char*) {}, nullptr);
+    // Notices are dropped, but for the one that says a commit's wait for the synchronous
+    // standby was cancelled (receive_notice).
+    PQsetNoticeReceiver(connection.get(), receive_notice, nullptr);
     const std::string settings =
         "SET default_transaction_isolation = 'read committed'; SET statement_timeout = " +
         std::to_string(options_.statement_timeout.count()) +
