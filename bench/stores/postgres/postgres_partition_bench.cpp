@@ -4,14 +4,14 @@
 //   partitioned_claim/plain/records:N     postgres_store::claim of a new key in one of the
 //                                         table's scopes, the table holding N records
 //   partitioned_claim/hash:16/records:N   the same on a table of 16 hash partitions
-//   partitioned_sweep/plain/records:N     one sweep of that table, which removes the tenth of
-//                                         its records that have expired; counter ns_per_removed
+//   partitioned_sweep/plain/records:N     one sweep of that table, which removes N / 10 expired
+//                                         records; counter ns_per_removed
 //   partitioned_sweep/hash:16/records:N   the same, partition by partition
 //
 // Each table is the store's own (its migrations and indexes), filled once per layout and size
-// by one INSERT ... SELECT over generate_series: 10,000 scopes (N / 10,000 keys each), a tenth
-// of the records expired, then VACUUM ANALYZE. The claims run in registration order before the
-// sweeps, which then remove what the fill left expired (and nothing the claims added). One
+// by one INSERT ... SELECT over generate_series: 10,000 scopes (N / 10,000 keys each), then
+// VACUUM ANALYZE. Each sweep first adds N / 10 expired records over every scope (untimed), then
+// removes them (and nothing else: the records of the fill and the claims are live). One
 // pooled connection, caller time, commits that do not wait for the WAL flush
 // (synchronous_commit=off): a flush costs the same on both sides and would hide the difference
 // measured. The server is the one scripts/servers/postgres.sh starts (IDEM_TEST_PG_CONNINFO).
@@ -65,6 +65,7 @@ struct filled_table {
   PGconn* raw = nullptr;
   idem::postgres_store store;
   std::int64_t next_key = 0;
+  int sweeps = 0;
 
   filled_table(std::size_t layout_partitions, std::int64_t records)
       : table("bench_partition_" + std::to_string(::getpid()) + "_" +
@@ -81,17 +82,7 @@ struct filled_table {
     options.clock = idem::postgres_store::time_source::caller;
     options.hash_partitions = layout_partitions;
     store = idem::postgres_store{options};
-    const std::string t = std::to_string(nanoseconds(now));
-    const std::string day = std::to_string(std::chrono::nanoseconds{24h}.count());
-    // Record i: scope i % scopes, key i; every tenth expired a second ago.
-    exec("INSERT INTO \"" + table +
-         "\" (scope, key, fingerprint, state, fence, taken_over, created_at, lease_until, "
-         "expires_at, response, recovery) SELECT convert_to('scope-' || (i % " +
-         std::to_string(scopes) + "), 'UTF8'), convert_to('key-' || i, 'UTF8'), '\\x" +
-         std::string(32, 'a') + "'::bytea, 1, 1, false, " + t + " - " + day + ", " + t + " - " +
-         day + ", CASE WHEN i % 10 = 0 THEN " + t + " - 1000000000 ELSE " + t + " + " + day +
-         " END, convert_to(repeat('r', 64), 'UTF8'), NULL FROM generate_series(0, " +
-         std::to_string(records - 1) + ") AS i");
+    fill("key-", records, false);
     exec("VACUUM ANALYZE \"" + table + "\"");
     next_key = records;
   }
@@ -101,6 +92,21 @@ struct filled_table {
     store = idem::postgres_store{};  // its connection closed before the table goes
     drop();
     PQfinish(raw);
+  }
+
+  // `count` records, record i in scope i % scopes under key <prefix>i: live for a day more, or
+  // expired a second ago.
+  void fill(const std::string& prefix, std::int64_t count, bool expired) {
+    const std::string t = std::to_string(nanoseconds(now));
+    const std::string day = std::to_string(std::chrono::nanoseconds{24h}.count());
+    exec("INSERT INTO \"" + table +
+         "\" (scope, key, fingerprint, state, fence, taken_over, created_at, lease_until, "
+         "expires_at, response, recovery) SELECT convert_to('scope-' || (i % " +
+         std::to_string(scopes) + "), 'UTF8'), convert_to('" + prefix + "' || i, 'UTF8'), '\\x" +
+         std::string(32, 'a') + "'::bytea, 1, 1, false, " + t + " - " + day + ", " + t + " - " +
+         day + ", " + t + (expired ? " - 1000000000" : " + " + day) +
+         ", convert_to(repeat('r', 64), 'UTF8'), NULL FROM generate_series(0, " +
+         std::to_string(count - 1) + ") AS i");
   }
 
   void exec(const std::string& sql) {
@@ -159,14 +165,18 @@ void partitioned_sweep(benchmark::State& state, std::size_t layout_partitions,
                        std::int64_t records) {
   if (!have_server(state)) return;
   filled_table& filled = table_of(layout_partitions, records);
+  // What this run removes: a tenth as many records as the table holds, expired, spread over
+  // every scope (keys of their own, so each repetition adds and removes its own).
+  const std::int64_t expired = records / 10;
+  filled.fill("expired-" + std::to_string(filled.sweeps++) + "-", expired, true);
   std::size_t removed = 0;
   std::chrono::nanoseconds took{0};
   for (auto _ : state) {
     const auto began = std::chrono::steady_clock::now();
-    removed += filled.store.sweep(now);  // the first run removes the expired tenth
+    removed += filled.store.sweep(now);
     took += std::chrono::steady_clock::now() - began;
   }
-  if (removed != static_cast<std::size_t>(records / 10)) {
+  if (removed != static_cast<std::size_t>(expired)) {
     state.SkipWithError("the sweep did not remove the expired tenth");
     return;
   }
