@@ -3,7 +3,8 @@
 //
 //   partitioned_claim/plain/records:N     postgres_store::claim of a new key in one of the
 //                                         table's scopes, the table holding N records
-//   partitioned_claim/hash:16/records:N   the same on a table of 16 hash partitions
+//   partitioned_claim/hash:16/records:N   the same on a table of 16 hash partitions (and of 4:
+//                                         hash:4)
 //   partitioned_sweep/plain/records:N     one sweep of that table, which removes N / 10 expired
 //                                         records; counter ns_per_removed
 //   partitioned_sweep/hash:16/records:N   the same, partition by partition
@@ -191,6 +192,8 @@ void partitioned_sweep(benchmark::State& state, std::size_t layout_partitions,
     const std::string size = "/records:" + std::to_string(records);
     benchmark::RegisterBenchmark(("partitioned_claim/plain" + size).c_str(), partitioned_claim,
                                  std::size_t{0}, records);
+    benchmark::RegisterBenchmark(("partitioned_claim/hash:4" + size).c_str(), partitioned_claim,
+                                 std::size_t{4}, records);
     benchmark::RegisterBenchmark(("partitioned_claim/hash:16" + size).c_str(), partitioned_claim,
                                  partitions, records);
   }

@@ -136,8 +136,9 @@ class postgres_store {
     /// constructor throws std::invalid_argument. Every statement that names a scope (claim,
     /// complete, release, checkpoint, find, the per-scope cap) is pruned to the one partition
     /// the scope hashes to, its uniqueness check included (the primary key holds the scope);
-    /// sweep runs partition by partition. A table that exists keeps the layout it was made with,
-    /// whatever this says (docs/stores/postgres.md, "Partitioning").
+    /// sweep runs partition by partition. A table that exists keeps the layout it was made with:
+    /// one made otherwise is refused, store_error(unavailable), when the store first connects
+    /// (docs/stores/postgres.md, "Partitioning").
     std::size_t hash_partitions = 0;
   };
 
@@ -241,20 +242,24 @@ class postgres_store {
 
   std::size_t sweep(store_time now) {
     namespace pg = detail::postgres;
-    pg::parameters values;
-    pg::add_now(values, caller_time(), now);
     pool& shared = state_checked();
     auto connection = shared.acquire();
     if (shared.partition_sweeps.empty()) {
+      pg::parameters values;
+      pg::add_now(values, caller_time(), now);
       return pg::affected(connection.run(pg::sweep, values, "sweep").get());
     }
     // A partitioned table, one partition at a time: each statement walks that partition's
     // scopes through its own primary key, where one on the parent would merge every
     // partition's index at each step; and each commits on its own, so locks are held for one
     // partition's expired records at most.
+    // The time is written into the SQL (a number, or NULL for the server's clock), not passed
+    // as a parameter, which this session would plan generically (plan_cache_mode, session.hpp):
+    // planned for its value, the walk over the scopes is chosen as on a plain table.
+    const std::string time = caller_time() ? std::to_string(pg::to_nanoseconds(now)) : "NULL";
     std::size_t removed = 0;
     for (const std::string& sql : shared.partition_sweeps) {
-      removed += pg::affected(connection.run_sql(sql, values, "sweep").get());
+      removed += pg::affected(connection.run_sql(pg::with_time(sql, time), "sweep").get());
     }
     return removed;
   }

@@ -176,3 +176,19 @@ TEST_CASE("sweep on a partitioned table removes the expired records of every par
   CHECK(store.sweep(start + 2h) == 40 * 3);
   CHECK(check.scalar("SELECT count(*) FROM \"" + table.name + "\"") == 0);
 }
+
+TEST_CASE("a store asking for partitions refuses a table made with another layout",
+          "[postgres][partitioned]") {
+  pgtest::table_guard table{pgtest::unique_table("layout")};
+  idem::postgres_store::options config = pgtest::caller_time_options(table.name);
+  { idem::postgres_store plain{config}; }
+  config.hash_partitions = 4;
+  try {
+    idem::postgres_store partitioned{config};
+    FAIL("a plain table was taken for a partitioned one");
+  } catch (const idem::store_error& error) {
+    CHECK(error.failure() == idem::store_failure::unavailable);
+    CHECK_THAT(error.what(), Catch::Contains("exists with another layout: hash_partitions asks "
+                                             "for 4 hash partitions, it has 0"));
+  }
+}

@@ -47,12 +47,11 @@ class borrowed_connection {
     fail(result.get(), what, retryable_as_postgres_error);
   }
 
-  // Runs SQL that is not one of the prepared statements (a sweep of one partition), with
-  // parameters whose types its text casts; returns its result, or throws store_error.
-  result_ptr run_sql(const std::string& sql, const parameters& values, const char* what) {
+  // Runs SQL that is not one of the prepared statements (a sweep of one partition), without
+  // parameters; returns its result, or throws store_error.
+  result_ptr run_sql(const std::string& sql, const char* what) {
     synchronous_wait_cancelled = false;
-    result_ptr result{PQexecParams(get(), sql.c_str(), values.count(), nullptr, values.values(),
-                                   values.lengths(), parameters::formats(), 1)};
+    result_ptr result{PQexec(get(), sql.c_str())};
     const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
     if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK)
       return answered(std::move(result), what);

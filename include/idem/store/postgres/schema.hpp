@@ -60,7 +60,7 @@ inline std::string records_table(const quoted_names& names, std::string_view pla
 // The schema versions: entry i takes the table from version i to i + 1. `plain_table` is the
 // configured table name, unquoted, that the index names are derived from; `partitions`, when
 // not zero, makes version 1's table partitioned (records_table). Only a table's creation reads
-// it: a table that exists keeps the layout it was made with.
+// it: a table that exists keeps the layout it was made with (migrate checks it).
 inline std::vector<std::string> migrations(const quoted_names& names, std::string_view plain_table,
                                            std::size_t partitions = 0) {
   const std::string table(plain_table);
@@ -187,6 +187,32 @@ inline std::int64_t migration_lock_key(std::string_view qualified_table) noexcep
   return static_cast<std::int64_t>(hash);
 }
 
+// A store asked for `partitions` hash partitions finds its table made so: one made before,
+// plain or with another count, would leave it sweeping partitions that do not exist.
+inline void check_partitions(PGconn* connection, const quoted_names& names,
+                             std::size_t partitions) {
+  const std::string sql =
+      "SELECT count(*) FROM pg_inherits i JOIN pg_partitioned_table p ON "
+      "p.partrelid = i.inhparent WHERE p.partstrat = 'h' AND i.inhparent = "
+      "'" +
+      names.table + "'::regclass";
+  const result_ptr result{PQexec(connection, sql.c_str())};
+  if (!result || PQresultStatus(result.get()) != PGRES_TUPLES_OK) {
+    throw store_error(store_failure::unavailable,
+                      "idem::postgres_store: migrating: reading the table's partitions: " +
+                          describe(connection, result.get()));
+  }
+  const std::string found = PQgetvalue(result.get(), 0, 0);
+  if (found != std::to_string(partitions)) {
+    throw store_error(store_failure::unavailable,
+                      "idem::postgres_store: the table " + names.table +
+                          " exists with another layout: hash_partitions asks for " +
+                          std::to_string(partitions) + " hash partitions, it has " + found +
+                          "; a table keeps the layout it was made with (docs/stores/postgres.md, "
+                          "\"Partitioning\")");
+  }
+}
+
 // Schema versions, applied in order inside one transaction under an advisory lock keyed by
 // the table's name, so that replicas starting at once migrate it exactly once. Creates the
 // schema and the meta table when missing; refuses a table at a version newer than this idem
@@ -230,6 +256,7 @@ inline void migrate(PGconn* connection, const quoted_names& names, std::string_v
     for (; version < versions.size(); ++version) {
       exec_or_throw(connection, versions[version].c_str(), "migrating");
     }
+    if (partitions > 0) check_partitions(connection, names, partitions);
     exec_or_throw(
         connection,
         ("UPDATE " + names.meta + " SET version = " + std::to_string(versions.size())).c_str(),

@@ -131,6 +131,22 @@ inline std::string sweep_sql(const std::string& table) {
          " t USING scopes s, clock WHERE t.scope = s.scope AND t.expires_at <= clock.n";
 }
 
+// `sql` with its parameter $1 (the clock, in sweep_sql) replaced by `time`: digits, or NULL.
+inline std::string with_time(std::string_view sql, std::string_view time) {
+  std::string out;
+  out.reserve(sql.size() + 2 * time.size());
+  for (std::size_t at = 0; at < sql.size();) {
+    const std::size_t found = sql.find("$1", at);
+    if (found == std::string_view::npos) {
+      out.append(sql.substr(at));
+      break;
+    }
+    out.append(sql.substr(at, found - at)).append(time);
+    at = found + 2;
+  }
+  return out;
+}
+
 // The SQL of every statement, by index, on `table` (quoted and qualified: quoted_names::table).
 inline std::array<std::string, statement::count> statement_sql(const std::string& table) {
   std::array<std::string, statement::count> sql;
