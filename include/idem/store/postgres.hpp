@@ -90,7 +90,10 @@ class postgres_store {
 
   struct options {
     /// A libpq connection string ("host=... dbname=... user=...") or URI. Empty: libpq's
-    /// defaults and PG* environment variables.
+    /// defaults and PG* environment variables. With a primary and standbys, list every host
+    /// with target_session_attrs=read-write ("host=a,b port=5432,5432 ..."): each connection
+    /// the pool opens reaches whichever is the primary then, so the store follows a failover
+    /// (docs/stores/postgres.md, "Replication and failover").
     std::string conninfo;
     /// Where the records live; plain identifiers (letters, digits, underscores). The schema is
     /// created when missing.
