@@ -90,7 +90,10 @@ class postgres_store {
 
   struct options {
     /// A libpq connection string ("host=... dbname=... user=...") or URI. Empty: libpq's
-    /// defaults and PG* environment variables.
+    /// defaults and PG* environment variables. With a primary and standbys, list every host
+    /// with target_session_attrs=read-write ("host=a,b port=5432,5432 ..."): each connection
+    /// the pool opens reaches whichever is the primary then, so the store follows a failover
+    /// (docs/stores/postgres.md, "Replication and failover").
     std::string conninfo;
     /// Where the records live; plain identifiers (letters, digits, underscores). The schema is
     /// created when missing.
@@ -131,6 +134,15 @@ class postgres_store {
     /// std::invalid_argument at publish, and the handler's transaction rolls back. 1 MiB by
     /// default (idem::default_max_outbox_payload_bytes).
     std::size_t max_outbox_payload_bytes = default_max_outbox_payload_bytes;
+    /// When the store creates its table: PARTITION BY HASH (scope) into this many partitions,
+    /// <table>_p0 ... <table>_p<n-1>; 0 (the default) makes a plain table. 2 to 1024, or the
+    /// constructor throws std::invalid_argument. Every statement that names a scope (claim,
+    /// complete, release, checkpoint, find, the per-scope cap) is pruned to the one partition
+    /// the scope hashes to, its uniqueness check included (the primary key holds the scope);
+    /// sweep runs partition by partition. A table that exists keeps the layout it was made with:
+    /// one made otherwise is refused, store_error(unavailable), when the store first connects
+    /// (docs/stores/postgres.md, "Partitioning").
+    std::size_t hash_partitions = 0;
   };
 
   class transaction;
@@ -233,10 +245,26 @@ class postgres_store {
 
   std::size_t sweep(store_time now) {
     namespace pg = detail::postgres;
-    pg::parameters values;
-    pg::add_now(values, caller_time(), now);
-    auto connection = state_checked().acquire();
-    return pg::affected(connection.run(pg::sweep, values, "sweep").get());
+    pool& shared = state_checked();
+    auto connection = shared.acquire();
+    if (shared.partition_sweeps.empty()) {
+      pg::parameters values;
+      pg::add_now(values, caller_time(), now);
+      return pg::affected(connection.run(pg::sweep, values, "sweep").get());
+    }
+    // A partitioned table, one partition at a time: each statement walks that partition's
+    // scopes through its own primary key, where one on the parent would merge every
+    // partition's index at each step; and each commits on its own, so locks are held for one
+    // partition's expired records at most.
+    // The time is written into the SQL (a number, or NULL for the server's clock), not passed
+    // as a parameter, which this session would plan generically (plan_cache_mode, session.hpp):
+    // planned for its value, the walk over the scopes is chosen as on a plain table.
+    const std::string time = caller_time() ? std::to_string(pg::to_nanoseconds(now)) : "NULL";
+    std::size_t removed = 0;
+    for (const std::string& sql : shared.partition_sweeps) {
+      removed += pg::affected(connection.run_sql(pg::with_time(sql, time), "sweep").get());
+    }
+    return removed;
   }
 
   std::vector<record> stuck(store_time now, std::size_t limit) const {
@@ -281,6 +309,10 @@ class postgres_store {
    public:
     explicit pool(options given) : config(with_pool(std::move(given))) {
       outbox_insert = detail::postgres::outbox_insert_sql(names.outbox);
+      for (const std::string& partition :
+           detail::postgres::partition_names(names.schema, config.table, config.hash_partitions)) {
+        partition_sweeps.push_back(detail::postgres::sweep_sql(partition));
+      }
     }
     pool(const pool&) = delete;
     pool& operator=(const pool&) = delete;
@@ -293,6 +325,8 @@ class postgres_store {
     detail::postgres::session_opener opener{session_options_of(config, "idem::postgres_store")};
     const detail::postgres::quoted_names& names = opener.names();
     std::string outbox_insert;
+    // With hash_partitions: the sweep's SQL on each partition; empty for a plain table.
+    std::vector<std::string> partition_sweeps;
     connection_pool connections{config.pool_size, pool_hooks()};
 
    private:
@@ -343,7 +377,8 @@ class postgres_store {
             config.idle_in_transaction_timeout,
             config.schema,
             config.table,
-            std::move(who)};
+            std::move(who),
+            config.hash_partitions};
   }
 
   bool caller_time() const { return state_checked().config.clock == time_source::caller; }

@@ -38,19 +38,52 @@ class borrowed_connection {
   // postgres_error when `retryable_as_postgres_error` and the failure is 40001/40P01.
   result_ptr run(statement which, const parameters& values, const char* what,
                  bool retryable_as_postgres_error = false) {
+    synchronous_wait_cancelled = false;
     result_ptr result{PQexecPrepared(get(), statement_names[which], values.count(), values.values(),
                                      values.lengths(), parameters::formats(), 1)};
     const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
-    if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) return result;
+    if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK)
+      return answered(std::move(result), what);
     fail(result.get(), what, retryable_as_postgres_error);
+  }
+
+  // Runs SQL that is not one of the prepared statements (a sweep of one partition), without
+  // parameters; returns its result, or throws store_error.
+  result_ptr run_sql(const std::string& sql, const char* what) {
+    synchronous_wait_cancelled = false;
+    result_ptr result{PQexec(get(), sql.c_str())};
+    const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
+    if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK)
+      return answered(std::move(result), what);
+    fail(result.get(), what, false);
   }
 
   // Runs SQL text (no parameters), for transaction control.
   void run_text(const char* sql, const char* what, bool retryable_as_postgres_error = false) {
+    synchronous_wait_cancelled = false;
     const result_ptr result{PQexec(get(), sql)};
     const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
-    if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) return;
+    if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) {
+      (void)answered(nullptr, what);
+      return;
+    }
     fail(result.get(), what, retryable_as_postgres_error);
+  }
+
+  // A statement the server answered: its result, unless it committed on the primary alone
+  // because its wait for the synchronous standby was cancelled. The server calls that done;
+  // a failover to the standby may lose it, so the call is ambiguous: store_error(unavailable),
+  // as a commit whose answer was lost (docs/stores/postgres.md, "Replication and failover").
+  // The connection itself is sound and goes back to the pool.
+  static result_ptr answered(result_ptr result, const char* what) {
+    if (synchronous_wait_cancelled) {
+      synchronous_wait_cancelled = false;
+      throw store_error(store_failure::unavailable,
+                        std::string("idem::postgres_store: ") + what +
+                            ": the commit's wait for the synchronous standby was cancelled; it "
+                            "stands on the primary alone, and a failover may lose it");
+    }
+    return result;
   }
 
   [[noreturn]] void fail(const PGresult* result, const char* what,

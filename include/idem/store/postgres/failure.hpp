@@ -35,6 +35,26 @@ inline failure_kind classify(PGconn* connection, const PGresult* result) noexcep
   return failure_kind::other;
 }
 
+// Set on this thread when a notice PostgreSQL sent while a statement ran says that the wait of a
+// COMMIT for the synchronous standby was cancelled (an operator's pg_cancel_backend, or the
+// session ending). The server then answers the COMMIT as done, with that WARNING, although the
+// commit stands on the primary alone and a failover may lose it: the store reports such a call
+// as ambiguous instead (borrowed_connection). Told apart by the function that raised it, which
+// the server names in every notice, whatever language its messages are in. Notices are
+// delivered on the thread that reads the result, inside PQexec*, so a flag of the thread is
+// enough: cleared before each statement, read after it.
+inline thread_local bool synchronous_wait_cancelled = false;
+
+// The notice receiver of every connection the stores open: the notices themselves are the
+// server talking to a person (a harmless WARNING, a NOTICE from IF NOT EXISTS), and a library
+// has no business printing them on the application's stderr; only the cancelled wait is noted.
+inline void receive_notice(void* /*unused*/, const PGresult* notice) {
+  const char* function = PQresultErrorField(notice, PG_DIAG_SOURCE_FUNCTION);
+  if (function != nullptr && std::string_view(function) == "SyncRepWaitForLSN") {
+    synchronous_wait_cancelled = true;
+  }
+}
+
 // Before complete_within runs the handler again: a random wait, its bound doubling with each
 // retry, from a generator of this thread's own.
 inline void wait_before_retry(const full_jitter& backoff, unsigned attempt) {

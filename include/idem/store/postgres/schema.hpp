@@ -31,10 +31,38 @@ inline void exec_or_throw(PGconn* connection, const char* sql, const char* what)
   }
 }
 
+// Version 1's records table: plain, or with `partitions` (not zero) PARTITION BY HASH (scope),
+// <table>_p0 ... _p<n-1> (partition_names). The primary key (scope, key) holds the partition
+// key, as PostgreSQL demands of a unique index on a partitioned table: so each partition keeps
+// its own unique index, a claim's uniqueness check probes the one partition its scope hashes
+// to, and every statement that names the scope (all but sweep and stuck) is pruned to it. The
+// indexes created on the parent below are made on every partition. fillfactor is a partition's
+// setting: a partitioned parent stores nothing.
+inline std::string records_table(const quoted_names& names, std::string_view plain_table,
+                                 std::size_t partitions) {
+  const std::string columns =
+      " ("
+      "scope bytea NOT NULL, key bytea NOT NULL, fingerprint bytea NOT NULL, "
+      "state int2 NOT NULL, fence int8 NOT NULL, taken_over bool NOT NULL, "
+      "created_at int8 NOT NULL, lease_until int8 NOT NULL, expires_at int8 NOT NULL, "
+      "response bytea, recovery bytea, PRIMARY KEY (scope, key))";
+  if (partitions == 0) return "CREATE TABLE " + names.table + columns + " WITH (fillfactor = 80)";
+  std::string sql = "CREATE TABLE " + names.table + columns + " PARTITION BY HASH (scope)";
+  const std::vector<std::string> parts = partition_names(names.schema, plain_table, partitions);
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    sql += "; CREATE TABLE " + parts[i] + " PARTITION OF " + names.table +
+           " FOR VALUES WITH (MODULUS " + std::to_string(partitions) + ", REMAINDER " +
+           std::to_string(i) + ") WITH (fillfactor = 80)";
+  }
+  return sql;
+}
+
 // The schema versions: entry i takes the table from version i to i + 1. `plain_table` is the
-// configured table name, unquoted, that the index names are derived from.
-inline std::vector<std::string> migrations(const quoted_names& names,
-                                           std::string_view plain_table) {
+// configured table name, unquoted, that the index names are derived from; `partitions`, when
+// not zero, makes version 1's table partitioned (records_table). Only a table's creation reads
+// it: a table that exists keeps the layout it was made with (migrate checks it).
+inline std::vector<std::string> migrations(const quoted_names& names, std::string_view plain_table,
+                                           std::size_t partitions = 0) {
   const std::string table(plain_table);
   const std::string index_prefix = quoted_identifier(table + "_by_expiry", "table", 63);
   const std::string by_lease_index = quoted_identifier(table + "_by_lease", "table", 63);
@@ -48,12 +76,8 @@ inline std::vector<std::string> migrations(const quoted_names& names,
           // (predicate locks there are page-sized). That was chosen over a partial index on
           // state after a 64-thread storm of completions met ~6,000 serialization failures with
           // one. Version 4 brings such an index back, for stuck(), and pays that price (below).
-          "CREATE TABLE " + names.table +
-              " ("
-              "scope bytea NOT NULL, key bytea NOT NULL, fingerprint bytea NOT NULL, "
-              "state int2 NOT NULL, fence int8 NOT NULL, taken_over bool NOT NULL, "
-              "created_at int8 NOT NULL, lease_until int8 NOT NULL, expires_at int8 NOT NULL, "
-              "response bytea, recovery bytea, PRIMARY KEY (scope, key)) WITH (fillfactor = 80); "
+          records_table(names, plain_table, partitions) +
+              "; "
               "CREATE INDEX " +
               index_prefix + " ON " + names.table +
               " (scope, expires_at); "
@@ -163,12 +187,40 @@ inline std::int64_t migration_lock_key(std::string_view qualified_table) noexcep
   return static_cast<std::int64_t>(hash);
 }
 
+// A store asked for `partitions` hash partitions finds its table made so: one made before,
+// plain or with another count, would leave it sweeping partitions that do not exist.
+inline void check_partitions(PGconn* connection, const quoted_names& names,
+                             std::size_t partitions) {
+  const std::string sql =
+      "SELECT count(*) FROM pg_inherits i JOIN pg_partitioned_table p ON "
+      "p.partrelid = i.inhparent WHERE p.partstrat = 'h' AND i.inhparent = "
+      "'" +
+      names.table + "'::regclass";
+  const result_ptr result{PQexec(connection, sql.c_str())};
+  if (!result || PQresultStatus(result.get()) != PGRES_TUPLES_OK) {
+    throw store_error(store_failure::unavailable,
+                      "idem::postgres_store: migrating: reading the table's partitions: " +
+                          describe(connection, result.get()));
+  }
+  const std::string found = PQgetvalue(result.get(), 0, 0);
+  if (found != std::to_string(partitions)) {
+    throw store_error(store_failure::unavailable,
+                      "idem::postgres_store: the table " + names.table +
+                          " exists with another layout: hash_partitions asks for " +
+                          std::to_string(partitions) + " hash partitions, it has " + found +
+                          "; a table keeps the layout it was made with (docs/stores/postgres.md, "
+                          "\"Partitioning\")");
+  }
+}
+
 // Schema versions, applied in order inside one transaction under an advisory lock keyed by
 // the table's name, so that replicas starting at once migrate it exactly once. Creates the
 // schema and the meta table when missing; refuses a table at a version newer than this idem
-// knows. The connection must be outside a transaction; it is left outside one.
-inline void migrate(PGconn* connection, const quoted_names& names, std::string_view plain_table) {
-  const std::vector<std::string> versions = migrations(names, plain_table);
+// knows. The connection must be outside a transaction; it is left outside one. `partitions`:
+// records_table's.
+inline void migrate(PGconn* connection, const quoted_names& names, std::string_view plain_table,
+                    std::size_t partitions = 0) {
+  const std::vector<std::string> versions = migrations(names, plain_table, partitions);
   exec_or_throw(connection, "BEGIN", "migrating: begin");
   try {
     const std::string lock =
@@ -204,6 +256,7 @@ inline void migrate(PGconn* connection, const quoted_names& names, std::string_v
     for (; version < versions.size(); ++version) {
       exec_or_throw(connection, versions[version].c_str(), "migrating");
     }
+    if (partitions > 0) check_partitions(connection, names, partitions);
     exec_or_throw(
         connection,
         ("UPDATE " + names.meta + " SET version = " + std::to_string(versions.size())).c_str(),

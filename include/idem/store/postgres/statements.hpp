@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <idem/store/postgres/wire.hpp>
 
@@ -87,15 +88,69 @@ inline quoted_names quote_names(std::string_view schema, std::string_view table)
   return names;
 }
 
+// The most partitions options::hash_partitions may ask for. Each is a table with its three
+// indexes, and a sweep runs one statement per partition: a thousand is already far past the
+// point where more partitions shrink anything a claim touches.
+inline constexpr std::size_t max_hash_partitions = 1024;
+
+// The partitions of a table created PARTITION BY HASH (scope): <table>_p0 ... <table>_p<n-1>, in
+// `schema` (quoted), quoted and qualified; none when `partitions` is zero.
+inline std::vector<std::string> partition_names(const std::string& schema, std::string_view table,
+                                                std::size_t partitions) {
+  std::vector<std::string> names;
+  names.reserve(partitions);
+  for (std::size_t i = 0; i < partitions; ++i) {
+    names.push_back(schema + "." +
+                    quoted_identifier(std::string(table) + "_p" + std::to_string(i), "table", 63));
+  }
+  return names;
+}
+
+// The server's clock in int8 nanoseconds (microsecond resolution), unless the caller's `now`
+// was passed as parameter `parameter`.
+inline std::string now_sql(int parameter) {
+  return "COALESCE($" + std::to_string(parameter) +
+         "::int8, (extract(epoch FROM clock_timestamp()) * 1000000000)::int8)";
+}
+
+// The distinct scopes of `table`, walked in the primary key's order (a loose index scan: one
+// index probe per scope, whatever the table holds), and the clock ($1): the head of the
+// statements that read across scopes.
+inline std::string scopes_sql(const std::string& table) {
+  return "WITH RECURSIVE clock AS (SELECT " + now_sql(1) +
+         " AS n), scopes AS ((SELECT scope FROM " + table +
+         " ORDER BY scope LIMIT 1) UNION ALL SELECT (SELECT t.scope FROM " + table +
+         " t WHERE t.scope > s.scope ORDER BY t.scope LIMIT 1) FROM scopes s WHERE s.scope IS "
+         "NOT NULL) ";
+}
+
+// The sweep of `table` ($1: now, or NULL for the server's clock): every expired record, scope
+// by scope. Run on a partition of a partitioned table, it walks that partition's scopes only.
+inline std::string sweep_sql(const std::string& table) {
+  return scopes_sql(table) + "DELETE FROM " + table +
+         " t USING scopes s, clock WHERE t.scope = s.scope AND t.expires_at <= clock.n";
+}
+
+// `sql` with its parameter $1 (the clock, in sweep_sql) replaced by `time`: digits, or NULL.
+inline std::string with_time(std::string_view sql, std::string_view time) {
+  std::string out;
+  out.reserve(sql.size() + 2 * time.size());
+  for (std::size_t at = 0; at < sql.size();) {
+    const std::size_t found = sql.find("$1", at);
+    if (found == std::string_view::npos) {
+      out.append(sql.substr(at));
+      break;
+    }
+    out.append(sql.substr(at, found - at)).append(time);
+    at = found + 2;
+  }
+  return out;
+}
+
 // The SQL of every statement, by index, on `table` (quoted and qualified: quoted_names::table).
 inline std::array<std::string, statement::count> statement_sql(const std::string& table) {
   std::array<std::string, statement::count> sql;
-  // The server's clock in int8 nanoseconds (microsecond resolution), unless the caller's
-  // `now` was passed.
-  const auto now = [](int parameter) {
-    return "COALESCE($" + std::to_string(parameter) +
-           "::int8, (extract(epoch FROM clock_timestamp()) * 1000000000)::int8)";
-  };
+  const auto now = [](int parameter) { return now_sql(parameter); };
   const std::string columns =
       "fence, fingerprint, state, created_at, lease_until, expires_at, response, recovery";
   // A live in-progress record is taken over (same fingerprint, lease passed: the WHERE) and
@@ -140,14 +195,8 @@ inline std::array<std::string, statement::count> statement_sql(const std::string
   // Scope leads every index, so reading across scopes walks the distinct scopes first (a
   // loose index scan of the primary key), then each scope's index range: the cost follows
   // the scopes and what is found, not what the table holds.
-  const std::string scopes =
-      "WITH RECURSIVE clock AS (SELECT " + now(1) + " AS n), scopes AS ((SELECT scope FROM " +
-      table + " ORDER BY scope LIMIT 1) UNION ALL SELECT (SELECT t.scope FROM " + table +
-      " t WHERE t.scope > s.scope ORDER BY t.scope LIMIT 1) FROM scopes s WHERE s.scope IS "
-      "NOT NULL) ";
-  sql[sweep] = scopes + "DELETE FROM " + table +
-               " t USING scopes s, clock WHERE t.scope = s.scope AND t.expires_at <= "
-               "clock.n";
+  const std::string scopes = scopes_sql(table);
+  sql[sweep] = sweep_sql(table);
   sql[stuck] = scopes + "SELECT t.scope, t.key, t.fence, t.fingerprint, t.state, " +
                "t.created_at, t.lease_until, t.expires_at, t.response, t.recovery " +
                "FROM scopes s CROSS JOIN clock CROSS JOIN LATERAL (SELECT * FROM " + table +
