@@ -126,7 +126,8 @@ TEST_CASE("a callback observer skips the events it has no function for") {
   idem::callback_observer observer;
   int attempts = 0;
   observer.attempt = [&](const idem::attempt_event&) { ++attempts; };
-  const idem::attempt_record record{1, idem::disposition::success, 200, false, {}, {}, false, false};
+  const idem::attempt_record record{1,    idem::disposition::success, 200, false, {}, {}, false,
+                                    false};
   observer.on_attempt(idem::attempt_event{idem::redacted_key{"key"}, record, {}});
   observer.on_delay(idem::delay_event{idem::redacted_key{"key"}, 2, {}, false});
   observer.on_finish(
