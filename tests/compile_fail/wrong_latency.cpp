@@ -1,4 +1,4 @@
-// expect: Policies::latency must be copyable and provide record(nanoseconds)
+// expect: Policies::latency must be copyable and provide record
 // A user's policies struct with a latency tracker that keeps durations but cannot answer a
 // quantile; the control build swaps in idem's own.
 #include <idem/idem.hpp>
