@@ -382,23 +382,28 @@ class redis_client {
   // Script calls, sent in one write, every reply read; `then` are plain commands sent after them
   // in the same write (the store's WAIT), their replies last. EVALSHA
   // first; if the server lost the scripts (NOSCRIPT: a restart, SCRIPT FLUSH), the whole batch
-  // again with EVAL, so the order of the commands is kept.
+  // again with EVAL, so the order of the commands is kept. With `asking` (a cluster node's ASK
+  // redirect), ASKING goes first, and its reply is not among those answered.
   std::vector<redis_reply> exchange(std::span<const redis_command> commands, const char* operation,
-                                    std::span<const std::span<const std::string_view>> then = {}) {
+                                    std::span<const std::span<const std::string_view>> then = {},
+                                    bool asking = false) {
     return over_connection(operation, true,
                            [&](redisContext* context, std::vector<redis_reply>& replies) {
-                             if (!send(context, commands, then, true, replies)) return false;
+                             if (!send(context, commands, then, true, asking, replies)) {
+                               return false;
+                             }
                              if (!any_noscript(replies)) return true;
                              replies.clear();
-                             return send(context, commands, then, false, replies);
+                             return send(context, commands, then, false, asking, replies);
                            });
   }
 
-  // Plain commands (no scripts), pipelined the same way.
+  // Plain commands (no scripts), pipelined the same way; `asking` as for exchange.
   std::vector<redis_reply> plain(std::span<const std::vector<std::string_view>> commands,
-                                 const char* operation) {
+                                 const char* operation, bool asking = false) {
     return over_connection(
         operation, false, [&](redisContext* context, std::vector<redis_reply>& replies) {
+          if (asking && !append_asking(context)) return false;
           std::vector<const char*> argv;
           std::vector<std::size_t> lengths;
           for (const std::vector<std::string_view>& words : commands) {
@@ -413,7 +418,7 @@ class redis_client {
               return false;
             }
           }
-          return read_replies(context, commands.size(), replies);
+          return read_replies(context, commands.size(), asking, replies);
         });
   }
 
@@ -520,8 +525,14 @@ class redis_client {
     return {};
   }
 
-  static bool read_replies(redisContext* context, std::size_t count,
+  // Reads `count` replies, after ASKING's (read and dropped) when `asking`.
+  static bool read_replies(redisContext* context, std::size_t count, bool asking,
                            std::vector<redis_reply>& replies) {
+    if (asking) {
+      void* raw = nullptr;
+      if (redisGetReply(context, &raw) != REDIS_OK) return false;
+      freeReplyObject(raw);
+    }
     replies.reserve(count);
     for (std::size_t i = 0; i < count; ++i) {
       void* raw = nullptr;
@@ -531,10 +542,17 @@ class redis_client {
     return true;
   }
 
+  static bool append_asking(redisContext* context) {
+    const char* argv[] = {"ASKING"};
+    const std::size_t lengths[] = {6};
+    return redisAppendCommandArgv(context, 1, argv, lengths) == REDIS_OK;
+  }
+
   bool send(redisContext* context, std::span<const redis_command> commands,
-            std::span<const std::span<const std::string_view>> then, bool by_digest,
+            std::span<const std::span<const std::string_view>> then, bool by_digest, bool asking,
             std::vector<redis_reply>& replies) const {
     constexpr std::size_t most = 3 + redis_command::max_keys + redis_command::max_args;
+    if (asking && !append_asking(context)) return false;
     for (const redis_command& each : commands) {
       const char* argv[most];
       std::size_t lengths[most];
@@ -573,7 +591,7 @@ class redis_client {
         return false;
       }
     }
-    return read_replies(context, commands.size() + then.size(), replies);
+    return read_replies(context, commands.size() + then.size(), asking, replies);
   }
 
   redis_settings settings_;

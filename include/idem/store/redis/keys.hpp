@@ -12,12 +12,16 @@
 //   P{sHEX}#lease    sorted set: in-progress records by lease deadline (what stuck reads)
 //   P#scopes         set: the tags of the scopes that may hold records (how redis_store keeps
 //                    it: the top of idem/store/redis.hpp)
+//   P#scopes{N}      redis_cluster_store's registries instead: one per hash slot, N a tag in
+//                    that slot, each naming the scopes whose keys are in it
 #ifndef IDEM_STORE_REDIS_KEYS_HPP
 #define IDEM_STORE_REDIS_KEYS_HPP
 
+#include <array>
 #include <charconv>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -98,6 +102,78 @@ inline redis_keys redis_keys_of(std::string_view prefix, std::string_view scope,
 // The set of every scope's tag; it spans slots, so no script writes it.
 inline std::string redis_registry_of(std::string_view prefix) {
   return std::string(prefix) + "#scopes";
+}
+
+// Redis Cluster's slots, for redis_cluster_store: the slot of a key is the CRC16 of its hash
+// tag, modulo 16384, so every key of one scope is in the slot of the scope's tag.
+inline constexpr std::size_t redis_slot_count = 16384;
+
+// CRC16 as Redis Cluster computes it (CCITT, XMODEM: polynomial 0x1021, initial value 0).
+inline std::uint16_t redis_crc16(std::string_view bytes) noexcept {
+  static constexpr std::array<std::uint16_t, 256> table = [] {
+    std::array<std::uint16_t, 256> made{};
+    for (std::size_t byte = 0; byte < 256; ++byte) {
+      auto crc = static_cast<std::uint16_t>(byte << 8);
+      for (int bit = 0; bit < 8; ++bit) {
+        crc = static_cast<std::uint16_t>((crc & 0x8000) != 0 ? (crc << 1) ^ 0x1021 : crc << 1);
+      }
+      made[byte] = crc;
+    }
+    return made;
+  }();
+  std::uint16_t crc = 0;
+  for (const char c : bytes) {
+    const auto index = static_cast<std::uint8_t>((crc >> 8) ^ static_cast<std::uint8_t>(c));
+    crc = static_cast<std::uint16_t>((crc << 8) ^ table[index]);
+  }
+  return crc;
+}
+
+// The slot of a key: of the bytes between its first '{' and the first '}' after it, when there
+// are any; of the whole key otherwise.
+inline std::uint16_t redis_key_slot(std::string_view key) noexcept {
+  const std::size_t open = key.find('{');
+  if (open != std::string_view::npos) {
+    const std::size_t close = key.find('}', open + 1);
+    if (close != std::string_view::npos && close != open + 1) {
+      key = key.substr(open + 1, close - open - 1);
+    }
+  }
+  return static_cast<std::uint16_t>(redis_crc16(key) % redis_slot_count);
+}
+
+// The slot of a scope's tag (keys.hpp: every key of the scope carries `{tag}`).
+inline std::uint16_t redis_tag_slot(std::string_view tag) noexcept {
+  return static_cast<std::uint16_t>(redis_crc16(tag) % redis_slot_count);
+}
+
+// A short tag whose keys fall in `slot`: the smallest decimal number whose CRC16 lands there
+// (at most six digits; the table is made once, from about 170,000 CRCs of short strings).
+inline std::string_view redis_slot_tag(std::uint16_t slot) {
+  struct table {
+    std::array<std::array<char, 8>, redis_slot_count> names{};
+    table() {
+      std::size_t filled = 0;
+      for (std::uint32_t n = 0; filled < redis_slot_count; ++n) {
+        std::array<char, 8> digits{};
+        const auto written = std::to_chars(digits.data(), digits.data() + 7, n);
+        const auto at = redis_key_slot(std::string_view(digits.data(), written.ptr));
+        if (names[at][0] != '\0') continue;
+        names[at] = digits;
+        ++filled;
+      }
+    }
+  };
+  static const table made;
+  return std::string_view(made.names.at(slot).data());
+}
+
+// The name of the scope registry of `slot` (what sweep and stuck read there): `P#scopes{N}`,
+// with N a tag in that slot.
+inline std::string redis_slot_registry(std::string_view prefix, std::uint16_t slot) {
+  std::string name(prefix);
+  name.append("#scopes{").append(redis_slot_tag(slot)).push_back('}');
+  return name;
 }
 
 template <class Integer>

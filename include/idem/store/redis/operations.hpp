@@ -54,6 +54,10 @@ struct redis_record_settings {
   std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
   std::size_t replicas = 0;
   std::chrono::milliseconds replica_timeout{1000};
+  // redis_cluster_store: one scope registry per hash slot (keys.hpp), in the slot of the scopes
+  // it names, instead of the one P#scopes: a claim's enrolment then goes to the node of its
+  // record, and a registry moves with its slot.
+  bool slot_registries = false;
 };
 
 // The most replicas a write may wait for: more than any deployment has, and what keeps the
@@ -88,6 +92,17 @@ class redis_operations {
 
   const redis_record_settings& settings() const noexcept { return settings_; }
   const std::string& registry() const noexcept { return registry_; }
+  // The registry that names the scope of `tag`: registry(), or with slot_registries the one of
+  // the tag's slot (written into `storage`).
+  std::string_view registry_of(std::string_view tag, std::string& storage) const {
+    if (!settings_.slot_registries) return registry_;
+    storage = redis_slot_registry(settings_.prefix, redis_tag_slot(tag));
+    return storage;
+  }
+  // The registry of `slot`, with slot_registries.
+  std::string slot_registry(std::uint16_t slot) const {
+    return redis_slot_registry(settings_.prefix, slot);
+  }
   const std::string& who() const noexcept { return who_; }
 
   template <class Send>
@@ -102,6 +117,7 @@ class redis_operations {
     const std::string retention = redis_decimal(request.retention.count());
     const std::string extra = redis_decimal(extra_ttl_ms());
     const std::string cap = scope_cap();
+    std::string registry;
     const std::string_view fingerprint{reinterpret_cast<const char*>(request.fingerprint.data()),
                                        request.fingerprint.size()};
     const redis_command commands[] = {
@@ -109,7 +125,7 @@ class redis_operations {
             redis_script::claim,
             {names.record, names.expiry, names.lease},
             {now, lease, retention, fingerprint, request.key, extra, cap, request.recovery}},
-        redis_command{redis_script::enroll, {registry_}, {names.tag}},
+        redis_command{redis_script::enroll, {registry_of(names.tag, registry)}, {names.tag}},
     };
     return send(std::span<const redis_command>(commands));
   }
@@ -238,11 +254,18 @@ class redis_operations {
                     [](const redis_reply& reply) { return is_error(reply.get()); })) {
       return replies;
     }
-    if (is_error(acknowledged.get())) {
+    check_replicated(acknowledged.get(), operation);
+    return replies;
+  }
+
+  // WAIT's answer to a write that applied: fewer replicas than asked is
+  // store_error(unavailable).
+  void check_replicated(const redisReply* acknowledged, const char* operation) const {
+    if (is_error(acknowledged)) {
       throw store_error(
           store_failure::unavailable,
           who_ + ": " + operation + " was sent, but the server at " + where_ +
-              " refused to WAIT for replicas: " + std::string(reply_text(acknowledged.get())) +
+              " refused to WAIT for replicas: " + std::string(reply_text(acknowledged)) +
               "; the write may or may not survive a failover");
     }
     if (acknowledged->type != REDIS_REPLY_INTEGER) throw malformed(operation);
@@ -255,7 +278,6 @@ class redis_operations {
                             std::to_string(settings_.replica_timeout.count()) +
                             " ms; it may or may not survive a failover");
     }
-    return replies;
   }
 
   // The answer of complete, release and checkpoint: whether the fenced write applied.
@@ -384,10 +406,10 @@ class redis_operations {
   std::span<const std::string_view> after_claim_[2];  // PUBLISH, WAIT
 };
 
-// The registry's SSCAN, one page from `cursor`.
-inline std::vector<std::string_view> redis_scope_scan(const redis_operations& operations,
+// A registry's SSCAN, one page from `cursor`.
+inline std::vector<std::string_view> redis_scope_scan(std::string_view registry,
                                                       const std::string& cursor) {
-  return {"SSCAN", operations.registry(), cursor, "COUNT", "256"};
+  return {"SSCAN", registry, cursor, "COUNT", "256"};
 }
 
 // One page of the scope registry as a walk reads it (SSCAN's cursor and scope tags), and the
@@ -426,8 +448,12 @@ class redis_sweep_walk {
  public:
   static constexpr std::size_t batch = 512;
 
-  redis_sweep_walk(const redis_operations& operations, store_time now)
-      : operations_(operations), when_(operations.now_argument(now)) {}
+  // Over `registry` (the store's one registry when empty).
+  redis_sweep_walk(const redis_operations& operations, store_time now,
+                   std::string_view registry = {})
+      : operations_(operations),
+        when_(operations.now_argument(now)),
+        registry_(registry.empty() ? operations.registry() : std::string(registry)) {}
   redis_sweep_walk(const redis_sweep_walk&) = delete;
   redis_sweep_walk& operator=(const redis_sweep_walk&) = delete;
   ~redis_sweep_walk() = default;
@@ -439,7 +465,7 @@ class redis_sweep_walk {
   redis_step next() {
     switch (phase_) {
       case phase::scan:
-        plain_ = {redis_scope_scan(operations_, page_.cursor)};
+        plain_ = {redis_scope_scan(registry_, page_.cursor)};
         return {{}, plain_};
       case phase::round:
         return {page_.commands, {}};
@@ -495,7 +521,7 @@ class redis_sweep_walk {
           const redisReply* left = replies.at(2 * i + 1).get();
           if (redis_operations::is_error(left)) throw operations_.failure("sweep", left);
           if (left->type == REDIS_REPLY_INTEGER && left->integer == 0) continue;
-          back.push_back({"SADD", operations_.registry(), page_.tags[empty_[i]]});
+          back.push_back({"SADD", registry_, page_.tags[empty_[i]]});
         }
         if (back.empty()) return next_page();
         plain_ = std::move(back);
@@ -548,7 +574,7 @@ class redis_sweep_walk {
     if (empty_.empty()) return next_page();
     plain_.clear();
     for (const std::size_t i : empty_) {
-      plain_.push_back({"SREM", operations_.registry(), page_.tags[i]});
+      plain_.push_back({"SREM", registry_, page_.tags[i]});
       plain_.push_back({"ZCARD", page_.scopes[i].expiry});
     }
     phase_ = phase::forget;
@@ -562,6 +588,7 @@ class redis_sweep_walk {
 
   const redis_operations& operations_;
   const std::string when_;
+  const std::string registry_;
   const std::string batch_ = redis_decimal(batch);
   const std::string zero_ = "0";
   phase phase_ = phase::scan;
@@ -581,8 +608,13 @@ class redis_stuck_walk {
  public:
   static constexpr std::size_t batch = 256;
 
-  redis_stuck_walk(const redis_operations& operations, store_time now, std::size_t limit)
-      : operations_(operations), when_(operations.now_argument(now)), limit_(limit) {
+  // Over `registry` (the store's one registry when empty).
+  redis_stuck_walk(const redis_operations& operations, store_time now, std::size_t limit,
+                   std::string_view registry = {})
+      : operations_(operations),
+        when_(operations.now_argument(now)),
+        registry_(registry.empty() ? operations.registry() : std::string(registry)),
+        limit_(limit) {
     if (limit_ == 0) phase_ = phase::done;
   }
   redis_stuck_walk(const redis_stuck_walk&) = delete;
@@ -595,7 +627,7 @@ class redis_stuck_walk {
   redis_step next() {
     switch (phase_) {
       case phase::scan:
-        plain_ = {redis_scope_scan(operations_, page_.cursor)};
+        plain_ = {redis_scope_scan(registry_, page_.cursor)};
         return {{}, plain_};
       case phase::round:
         return {page_.commands, {}};
@@ -686,6 +718,7 @@ class redis_stuck_walk {
 
   const redis_operations& operations_;
   const std::string when_;
+  const std::string registry_;
   const std::size_t limit_;
   const std::string batch_ = redis_decimal(batch);
   const std::string zero_ = "0";
