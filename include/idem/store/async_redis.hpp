@@ -32,8 +32,11 @@
 // failure is safe: a repeated claim answers `existing`, the others are fenced.
 //
 // Replicas: options::replicas and replica_timeout as redis_store has them (WAIT pipelined after
-// each write, from the operations layer both stores share). Sentinel discovery is redis_store's
-// only: this store connects to host:port.
+// each write, from the operations layer both stores share). Sentinel discovery as redis_store
+// has it (options::sentinels, sentinel_master): each new connection asks the Sentinels for the
+// primary and checks ROLE. One difference: a write answered READONLY (a primary demoted under an
+// open connection) fails as store_error(unavailable) (nothing was written) and its connection is
+// replaced, where redis_store sends it once more itself.
 //
 // Threads. Operations may be started from any thread: each runs on a strand of the executor the
 // store was made with, and completes on its handler's associated executor (that executor when
@@ -96,9 +99,14 @@ class async_redis_store {
     std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
     bool verify_eviction_policy = true;
     /// WAIT after each claim, complete, release and checkpoint, pipelined with its script (see
-    /// redis_store::options). Sentinel discovery is redis_store's only.
+    /// redis_store::options).
     std::size_t replicas = 0;
     std::chrono::milliseconds replica_timeout{1000};
+    /// Sentinel discovery (see redis_store::options): "host:port" of each Sentinel, asked for
+    /// the primary named `sentinel_master` by every new connection; host and port are then not
+    /// used.
+    std::vector<std::string> sentinels;
+    std::string sentinel_master;
   };
 
   /// An unconnected handle, for option structs that hold a store before it is configured:
@@ -247,8 +255,8 @@ class async_redis_store {
       return {.host = given.host,
               .port = given.port,
               .unix_socket = {},
-              .sentinels = {},
-              .master_name = {},
+              .sentinels = given.sentinels,
+              .master_name = given.sentinel_master,
               .username = given.username,
               .password = given.password,
               .database = given.database,

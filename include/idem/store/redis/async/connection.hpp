@@ -13,6 +13,14 @@
 // may come, late, and the ones behind it are good). But if nothing at all is read for another
 // command timeout after that, the server or the path to it is taken as gone: the connection
 // closes, so that a half-open connection is not kept forever.
+//
+// Sentinel discovery (settings.sentinels): before connecting, the connection asks a Sentinel for
+// the primary's address (SENTINEL get-master-addr-by-name, on a short connection of its own), the
+// next Sentinel when one does not answer or names none, and the handshake checks that the server
+// it reached calls itself a master (ROLE). The Sentinel asked first is the one after the last one
+// whose answer was refused, so a Sentinel that has not heard of a failover is not asked first
+// again and again. A reply READONLY (a primary demoted while this connection was open) closes
+// the connection once its exchange has its answer, so the next one finds the primary again.
 #ifndef IDEM_STORE_REDIS_ASYNC_CONNECTION_HPP
 #define IDEM_STORE_REDIS_ASYNC_CONNECTION_HPP
 
@@ -26,8 +34,11 @@
 #include <exception>
 #include <memory>
 #include <new>
+#include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -56,6 +67,7 @@ struct redis_async_common {
   redis_settings settings;
   std::string where;
   std::string digests[redis_script_count];  // from SCRIPT LOAD, the same on every connection
+  std::size_t first_sentinel = 0;           // the Sentinel a new connection asks first
 };
 
 // What a connection tells its owner: it is ready, or it closed (`was_ready`: after it had
@@ -78,6 +90,7 @@ class redis_async_connection : public std::enable_shared_from_this<redis_async_c
         strand_(strand),
         owner_(std::move(owner)),
         socket_(strand),
+        sentinel_socket_(strand),
         resolver_(strand),
         connect_timer_(strand),
         stall_timer_(strand),
@@ -86,7 +99,10 @@ class redis_async_connection : public std::enable_shared_from_this<redis_async_c
   }
   redis_async_connection(const redis_async_connection&) = delete;
   redis_async_connection& operator=(const redis_async_connection&) = delete;
-  ~redis_async_connection() { redisReaderFree(reader_); }
+  ~redis_async_connection() {
+    redisReaderFree(reader_);
+    if (sentinel_reader_ != nullptr) redisReaderFree(sentinel_reader_);
+  }
 
   bool ready() const noexcept { return state_ == state::ready; }
   // Reply slots not yet answered (those of completed exchanges too).
@@ -102,18 +118,11 @@ class redis_async_connection : public std::enable_shared_from_this<redis_async_c
                     std::to_string(self->common_->settings.connect_timeout.count()) + " ms");
       }
     });
-    resolver_.async_resolve(
-        common_->settings.host, std::to_string(common_->settings.port),
-        [self](const asio_error_code& error, const asio::ip::tcp::resolver::results_type& found) {
-          if (self->state_ == state::closed) return;
-          if (error) return self->close("cannot resolve the host: " + error.message());
-          asio::async_connect(self->socket_, found,
-                              [self](const asio_error_code& failed, const auto& /*endpoint*/) {
-                                if (self->state_ == state::closed) return;
-                                if (failed) return self->close(failed.message());
-                                self->connected();
-                              });
-        });
+    if (common_->settings.sentinels.empty()) {
+      dial(common_->settings.host, common_->settings.port);
+    } else {
+      ask_sentinel(0);
+    }
   }
 
   // Sends an exchange's commands (ready connections only).
@@ -153,6 +162,7 @@ class redis_async_connection : public std::enable_shared_from_this<redis_async_c
     state_ = state::closed;
     asio_error_code ignored;
     socket_.close(ignored);
+    sentinel_socket_.close(ignored);
     resolver_.cancel();
     connect_timer_.cancel();
     stall_timer_.cancel();
@@ -171,6 +181,104 @@ class redis_async_connection : public std::enable_shared_from_this<redis_async_c
 
  private:
   enum class state : std::uint8_t { connecting, ready, closed };
+
+  // Resolves and connects to the server at host:port, then sends the handshake.
+  void dial(const std::string& host, int port) {
+    resolver_.async_resolve(
+        host, std::to_string(port),
+        [self = shared_from_this()](const asio_error_code& error,
+                                    const asio::ip::tcp::resolver::results_type& found) {
+          if (self->state_ == state::closed) return;
+          if (error) return self->close("cannot resolve the host: " + error.message());
+          asio::async_connect(self->socket_, found,
+                              [self](const asio_error_code& failed, const auto& /*endpoint*/) {
+                                if (self->state_ == state::closed) return;
+                                if (failed) return self->close(failed.message());
+                                self->connected();
+                              });
+        });
+  }
+
+  // Asks the Sentinel `tried` places after the first one for the primary, and dials it; the
+  // next Sentinel when this one fails. Closes when none named a primary.
+  void ask_sentinel(std::size_t tried) {
+    const std::vector<std::string>& sentinels = common_->settings.sentinels;
+    if (tried == sentinels.size()) {
+      return close("no primary of '" + common_->settings.master_name +
+                   "' could be found through the Sentinels" + sentinel_failures_);
+    }
+    asking_ = (common_->first_sentinel + tried) % sentinels.size();
+    const std::optional<redis_address> address = redis_address_of(sentinels[asking_]);
+    auto self = shared_from_this();
+    const auto next = [self, tried](const std::string& why) {
+      asio_error_code ignored;
+      self->sentinel_socket_.close(ignored);
+      self->sentinel_failures_.append("; Sentinel ")
+          .append(self->common_->settings.sentinels[self->asking_])
+          .append(": ")
+          .append(why);
+      self->ask_sentinel(tried + 1);
+    };
+    resolver_.async_resolve(address->host, std::to_string(address->port),
+                            [self, next](const asio_error_code& error,
+                                         const asio::ip::tcp::resolver::results_type& found) {
+                              if (self->state_ == state::closed) return;
+                              if (error) return next("cannot resolve it: " + error.message());
+                              asio::async_connect(self->sentinel_socket_, found,
+                                                  [self, next](const asio_error_code& failed,
+                                                               const auto& /*endpoint*/) {
+                                                    if (self->state_ == state::closed) return;
+                                                    if (failed) return next(failed.message());
+                                                    self->sentinel_query(next);
+                                                  });
+                            });
+  }
+
+  // On the Sentinel's connection: SENTINEL get-master-addr-by-name, and its one reply.
+  template <class Next>
+  void sentinel_query(Next next) {
+    const std::string_view words[] = {"SENTINEL", "get-master-addr-by-name",
+                                      common_->settings.master_name};
+    sentinel_request_.clear();
+    redis_append_wire(sentinel_request_, redis_wire_of(std::span<const std::string_view>(words)),
+                      nullptr);
+    if (sentinel_reader_ != nullptr) redisReaderFree(sentinel_reader_);
+    sentinel_reader_ = redisReaderCreate();
+    if (sentinel_reader_ == nullptr) throw std::bad_alloc();
+    asio::async_write(sentinel_socket_, asio::buffer(sentinel_request_),
+                      [self = shared_from_this(), next](const asio_error_code& error, std::size_t) {
+                        if (self->state_ == state::closed) return;
+                        if (error) return next(error.message());
+                        self->sentinel_read(next);
+                      });
+  }
+
+  template <class Next>
+  void sentinel_read(Next next) {
+    sentinel_socket_.async_read_some(
+        asio::buffer(buffer_),
+        [self = shared_from_this(), next](const asio_error_code& error, std::size_t size) {
+          if (self->state_ == state::closed) return;
+          if (error) return next(error.message());
+          if (redisReaderFeed(self->sentinel_reader_, self->buffer_.data(), size) != REDIS_OK) {
+            return next("unreadable reply");
+          }
+          void* raw = nullptr;
+          if (redisReaderGetReply(self->sentinel_reader_, &raw) != REDIS_OK) {
+            return next("unreadable reply");
+          }
+          if (raw == nullptr) return self->sentinel_read(next);
+          const redis_reply answer(static_cast<redisReply*>(raw));
+          const std::optional<redis_address> primary = redis_sentinel_primary(answer.get());
+          if (!primary) {
+            return next("knows no primary named '" + self->common_->settings.master_name + "'");
+          }
+          asio_error_code ignored;
+          self->sentinel_socket_.close(ignored);
+          self->dialled_ = primary->host + ":" + std::to_string(primary->port);
+          self->dial(primary->host, primary->port);
+        });
+  }
 
   void connected() {
     asio_error_code ignored;
@@ -199,6 +307,7 @@ class redis_async_connection : public std::enable_shared_from_this<redis_async_c
     for (std::size_t i = 0; i < redis_script_count; ++i) {
       words.push_back({"SCRIPT", "LOAD", redis_script_text(static_cast<redis_script>(i))});
     }
+    if (!settings.sentinels.empty()) words.push_back({"ROLE"});
     std::vector<redis_wire_command> commands;
     commands.reserve(words.size());
     for (const auto& each : words)
@@ -239,6 +348,13 @@ class redis_async_connection : public std::enable_shared_from_this<redis_async_c
         return close("the server refused a script: " + std::string(reply_text(reply)));
       }
       common_->digests[i] = reply_text(reply);
+    }
+    if (!settings.sentinels.empty() && !redis_role_is_primary(replies.at(at++).get())) {
+      // The next connection asks the next Sentinel first.
+      common_->first_sentinel = (asking_ + 1) % settings.sentinels.size();
+      return close("Sentinel " + settings.sentinels[asking_] + " named " + dialled_ +
+                   ", which is not a master (ROLE): a replica, or a demoted primary, is never "
+                   "written to");
     }
     state_ = state::ready;
     connect_timer_.cancel();
@@ -303,7 +419,17 @@ class redis_async_connection : public std::enable_shared_from_this<redis_async_c
       exchange->replies.clear();
       return send(exchange);
     }
+    const bool demoted = any_readonly(exchange->replies);
     exchange->finish(nullptr);
+    // A replica now: its exchange has the answer (nothing was written), and this connection is
+    // replaced by one to the primary found again.
+    if (demoted) close("the server answered READONLY: it is a replica now");
+  }
+
+  static bool any_readonly(const std::vector<redis_reply>& replies) noexcept {
+    return std::any_of(replies.begin(), replies.end(), [](const redis_reply& reply) {
+      return reply->type == REDIS_REPLY_ERROR && reply_text(reply.get()).starts_with("READONLY");
+    });
   }
 
   static bool any_noscript(const std::vector<redis_reply>& replies) noexcept {
@@ -316,10 +442,16 @@ class redis_async_connection : public std::enable_shared_from_this<redis_async_c
   redis_strand strand_;
   std::weak_ptr<redis_async_connection_owner> owner_;
   asio::basic_stream_socket<asio::ip::tcp, redis_strand> socket_;
+  asio::basic_stream_socket<asio::ip::tcp, redis_strand> sentinel_socket_;  // while asking one
   asio::ip::basic_resolver<asio::ip::tcp, redis_strand> resolver_;
   redis_timer connect_timer_;
   redis_timer stall_timer_;
   redisReader* reader_;
+  redisReader* sentinel_reader_ = nullptr;
+  std::string sentinel_request_;
+  std::string sentinel_failures_;  // why each Sentinel asked named no primary
+  std::size_t asking_ = 0;         // the Sentinel asked last
+  std::string dialled_;            // host:port it named
   state state_ = state::connecting;
   std::deque<std::shared_ptr<redis_exchange>> fifo_;  // one entry per reply awaited
   std::string outgoing_;                              // what the next write sends
