@@ -238,6 +238,11 @@ TEST_CASE(
     thread.join();
   migrator.join();
 
+  std::cout << "redis cluster, storm during a slot migration: " << calls << " answers (" << executed
+            << " executed, " << replayed << " replayed), " << conflicts << " 409s asked again, "
+            << errors << " errors, " << wrong << " wrong; " << moved
+            << " keys migrated between answers " << calls_at_start << " and " << calls_at_end
+            << "; slot map read " << store.slot_map_reads() << " times" << std::endl;
   INFO("calls " << calls << ": executed " << executed << ", replayed " << replayed << ", 409 "
                 << conflicts << ", wrong " << wrong << ", errors " << errors << "; migration of "
                 << moved << " keys between calls " << calls_at_start << " and " << calls_at_end);
@@ -322,6 +327,9 @@ TEST_CASE(
       }
     }
   }
+  std::cout << "redis cluster, kill -9 of a primary: " << scopes.size()
+            << " completed records read back after the failover, " << failures
+            << " operations unavailable meanwhile" << std::endl;
   INFO("operations that failed while the store found the new primary: "
        << failures << "; the last: " << failed_with);
   CHECK(failures <= 2);
