@@ -225,13 +225,8 @@ class async_redis_store {
 
     // WAIT must end before the operation's own timeout does (see redis_store).
     static options checked(options given) {
-      if (given.replicas > 0 && given.replica_timeout >= given.command_timeout) {
-        throw std::invalid_argument("idem::async_redis_store: replica_timeout (" +
-                                    std::to_string(given.replica_timeout.count()) +
-                                    " ms) must be shorter than command_timeout (" +
-                                    std::to_string(given.command_timeout.count()) +
-                                    " ms), which the WAIT is part of");
-      }
+      detail::redis_check_replica_timeout("idem::async_redis_store", given.replicas,
+                                          given.replica_timeout, given.command_timeout);
       return given;
     }
 

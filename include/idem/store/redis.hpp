@@ -218,15 +218,10 @@ class redis_store {
     detail::redis_operations operations;
     detail::redis_client client;
 
-    // What no part checks alone: WAIT must end before the exchange's own timeout does, or a
-    // replica that is slow would read as a server that is gone.
+    // WAIT must end before the exchange's own timeout does (redis_check_replica_timeout).
     static options checked(options given) {
-      if (given.replicas > 0 && given.replica_timeout >= given.command_timeout) {
-        throw std::invalid_argument(
-            "idem::redis_store: replica_timeout (" + std::to_string(given.replica_timeout.count()) +
-            " ms) must be shorter than command_timeout (" +
-            std::to_string(given.command_timeout.count()) + " ms), which the WAIT is part of");
-      }
+      detail::redis_check_replica_timeout("idem::redis_store", given.replicas,
+                                          given.replica_timeout, given.command_timeout);
       return given;
     }
 

@@ -532,13 +532,8 @@ class redis_cluster_store {
       if (given.retry_pause <= std::chrono::milliseconds::zero()) {
         throw std::invalid_argument(std::string(who) + ": retry_pause must be positive");
       }
-      if (given.replicas > 0 && given.replica_timeout >= given.command_timeout) {
-        throw std::invalid_argument(std::string(who) + ": replica_timeout (" +
-                                    std::to_string(given.replica_timeout.count()) +
-                                    " ms) must be shorter than command_timeout (" +
-                                    std::to_string(given.command_timeout.count()) +
-                                    " ms), which the WAIT is part of");
-      }
+      detail::redis_check_replica_timeout(who, given.replicas, given.replica_timeout,
+                                          given.command_timeout);
       return given;
     }
 

@@ -64,6 +64,19 @@ struct redis_record_settings {
 // count a small decimal.
 inline constexpr std::size_t redis_max_replicas = 1000;
 
+// What no part checks alone, for every store that waits for replicas: WAIT must end before the
+// exchange's own timeout does, or a replica that is slow would read as a server that is gone.
+inline void redis_check_replica_timeout(const std::string& who, std::size_t replicas,
+                                        std::chrono::milliseconds replica_timeout,
+                                        std::chrono::milliseconds command_timeout) {
+  if (replicas > 0 && replica_timeout >= command_timeout) {
+    throw std::invalid_argument(
+        who + ": replica_timeout (" + std::to_string(replica_timeout.count()) +
+        " ms) must be shorter than command_timeout (" + std::to_string(command_timeout.count()) +
+        " ms), which the WAIT is part of");
+  }
+}
+
 // One round trip of a walk: script calls or plain commands (never both); none when it is over.
 struct redis_step {
   std::span<const redis_command> scripts;
