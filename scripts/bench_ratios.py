@@ -95,9 +95,12 @@ def pairs(results):
         impls = groups[key]
         ours = [impl for impl in impls if is_ours(impl)]
         peers = [(impl, ns) for impl, ns in impls.items() if not is_ours(impl)]
-        if len(ours) != 1 or not peers:
+        if not peers:
             continue
-        rows.append((key[0], key[1], ours[0], impls[ours[0]], peers))
+        # Several of ours under one workload (limiter_acquire's token and window limiters):
+        # each beside the same peers.
+        for impl in ours:
+            rows.append((key[0], key[1], impl, impls[impl], peers))
     return rows
 
 
@@ -124,7 +127,8 @@ def table_lines(results, markdown=False):
         lines.append(header)
         lines.append("-" * len(header))
     for workload, args, ours, ours_ns, peers in rows:
-        label = "/".join((workload,) + args)
+        # Our side is named when it is not plain `idem` (idem_token beside idem_window).
+        label = "/".join((workload,) + ((ours,) if ours != "idem" else ()) + args)
         for peer, peer_ns in peers:
             ratio = ours_ns / peer_ns if peer_ns > 0 else float("inf")
             if markdown:
