@@ -39,7 +39,7 @@ namespace {
 
 // The cluster the conformance suites share: started once, on first use.
 private_cluster& shared_cluster() {
-  static private_cluster cluster;
+  static private_cluster cluster(3, 0);  // no replicas: none of its users needs one
   return cluster;
 }
 
