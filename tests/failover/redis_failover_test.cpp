@@ -35,6 +35,7 @@
 #include <idem/idem.hpp>
 #include <idem/store/redis.hpp>
 
+#include "failover/clients.hpp"
 #include "failover/history.hpp"
 #include "redis_replication_support.hpp"
 
@@ -46,62 +47,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct policies : idem::default_policies {
-  using store = idem::redis_store;
-  using clock = idem::system_clock;
-};
-
-// The handler: one effect in the ledger, whose token is the response.
-struct effect_handler {
-  failover::ledger* effects;
-  std::string operator()(idem::handler_context& ctx, const std::string&) const {
-    return effects->effect(ctx.key());
-  }
-};
-using guarded = idem::idempotent<effect_handler, policies>;
-
-guarded make_guarded(const idem::redis_store& store, failover::ledger& effects) {
-  guarded::options parts;
-  parts.store = store;
-  // Longer than the test: a claim whose completion was ambiguous stays in progress (409) and is
-  // never taken over, so a second effect can only come from a record the store lost.
-  parts.lease = std::chrono::hours{1};
-  return guarded(effect_handler{&effects}, std::move(parts));
-}
-
-// One call through `wrapper`, as its client saw it.
-failover::call call_once(guarded& wrapper, const std::string& key, bool final) {
-  failover::call made;
-  made.key = key;
-  made.final = final;
-  made.invoked = failover::now_ns();
-  try {
-    auto outcome = wrapper("s", key, std::string("body"));
-    switch (outcome.verdict()) {
-      case idem::verdict::executed:
-        made.executed = true;
-        made.result =
-            outcome.recorded() ? failover::answer::acknowledged : failover::answer::ambiguous;
-        made.response = *outcome;
-        break;
-      case idem::verdict::replayed:
-        made.result = failover::answer::acknowledged;
-        made.response = *outcome;
-        break;
-      case idem::verdict::store_unavailable:
-      case idem::verdict::store_full:
-        made.result = failover::answer::ambiguous;
-        break;
-      default:
-        made.result = failover::answer::refused;
-        break;
-    }
-  } catch (const std::exception&) {
-    made.result = failover::answer::ambiguous;
-  }
-  made.returned = failover::now_ns();
-  return made;
-}
+using guarded = failover::guarded<idem::redis_store>;
+using failover::call_once;
+using failover::make_guarded;
 
 int rounds() {
   const char* given = std::getenv("IDEM_FAILOVER_ROUNDS");
