@@ -66,6 +66,7 @@
 #include <utility>
 
 #include <idem/asio/config.hpp>
+#include <idem/asio/detail/async_call.hpp>
 #include <idem/asio/detail/layer.hpp>
 #include <idem/asio/detail/recycled.hpp>
 #include <idem/asio/timer.hpp>
@@ -80,63 +81,6 @@ IDEM_ASIO_CODE_BEGIN
 namespace idem {
 
 namespace detail {
-
-// What an initiating function is given as its completion token.
-using error_to =
-    decltype(asio::redirect_error(asio::use_awaitable, std::declval<asio_error_code&>()));
-
-// The four forms of an asynchronous call, in the order they are tried.
-enum class async_form { none, awaits_with_context, awaits, initiates_with_context, initiates };
-
-template <class Call, class... Args>
-constexpr async_form async_form_of() {
-  if constexpr (requires(Call & call, const attempt_context& context, Args&... args) {
-                  { std::invoke(call, context, args...) } -> an_awaitable;
-                }) {
-    return async_form::awaits_with_context;
-  } else if constexpr (requires(Call & call, Args & ... args) {
-                         { std::invoke(call, args...) } -> an_awaitable;
-                       }) {
-    return async_form::awaits;
-  } else if constexpr (requires(Call & call, const attempt_context& context, Args&... args,
-                                error_to token) {
-                         { std::invoke(call, context, args..., token) } -> an_awaitable;
-                       }) {
-    return async_form::initiates_with_context;
-  } else if constexpr (requires(Call & call, Args & ... args, error_to token) {
-                         { std::invoke(call, args..., token) } -> an_awaitable;
-                       }) {
-    return async_form::initiates;
-  } else {
-    return async_form::none;
-  }
-}
-
-template <async_form Form, class Call, class... Args>
-struct async_call_awaitable {
-  using type = void;
-};
-template <class Call, class... Args>
-struct async_call_awaitable<async_form::awaits_with_context, Call, Args...> {
-  using type = std::invoke_result_t<Call&, const attempt_context&, Args&...>;
-};
-template <class Call, class... Args>
-struct async_call_awaitable<async_form::awaits, Call, Args...> {
-  using type = std::invoke_result_t<Call&, Args&...>;
-};
-template <class Call, class... Args>
-struct async_call_awaitable<async_form::initiates_with_context, Call, Args...> {
-  using type = std::invoke_result_t<Call&, const attempt_context&, Args&..., error_to>;
-};
-template <class Call, class... Args>
-struct async_call_awaitable<async_form::initiates, Call, Args...> {
-  using type = std::invoke_result_t<Call&, Args&..., error_to>;
-};
-
-/// What an attempt of `Call` with `Args` produces (void for none of the four forms).
-template <class Call, class... Args>
-using async_call_result_t = typename awaited<
-    typename async_call_awaitable<async_form_of<Call, Args...>(), Call, Args...>::type>::type;
 
 // A completion token's type as async_initiate wants it, from a forward_as_tuple element.
 template <class Element>

@@ -65,6 +65,7 @@
 #include <idem/store/redis/async/wire.hpp>
 #include <idem/store/redis/connection.hpp>
 #include <idem/store/redis/operations.hpp>
+#include <idem/store/redis/walks.hpp>
 
 IDEM_ASIO_CODE_BEGIN
 

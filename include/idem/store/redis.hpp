@@ -61,7 +61,7 @@
 // Needs Redis 7.0 or newer (one script declares the allow-oom flag). Every option and its
 // default: docs/stores/redis.md. The parts, in store/redis/: the scripts (scripts.hpp), the keys'
 // names and the scripts' arguments (keys.hpp), each operation's script calls, the decoding of
-// their answers and sweep's and stuck's walks (operations.hpp, shared with async_redis_store),
+// their answers (operations.hpp), sweep's and stuck's walks (walks.hpp; both shared with async_redis_store),
 // a script call (command.hpp), connecting, the checks at start and the exchanges
 // (connection.hpp), the decoding of a record (reply.hpp), SIGPIPE (sigpipe.hpp).
 #ifndef IDEM_STORE_REDIS_HPP
@@ -87,6 +87,7 @@
 #include <idem/store/contract.hpp>
 #include <idem/store/redis/connection.hpp>
 #include <idem/store/redis/operations.hpp>
+#include <idem/store/redis/walks.hpp>
 
 namespace idem {
 

@@ -72,6 +72,7 @@
 #include <idem/store/redis/connection.hpp>
 #include <idem/store/redis/keys.hpp>
 #include <idem/store/redis/operations.hpp>
+#include <idem/store/redis/walks.hpp>
 
 namespace idem {
 

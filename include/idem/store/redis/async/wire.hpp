@@ -15,6 +15,7 @@
 #include <idem/store/redis/command.hpp>
 #include <idem/store/redis/keys.hpp>
 #include <idem/store/redis/operations.hpp>
+#include <idem/store/redis/walks.hpp>
 #include <idem/store/redis/scripts.hpp>
 
 namespace idem::detail {
