@@ -244,17 +244,21 @@ class sqlite_group_committer {
       auto connection = acquire();
       sqlite_connection& c = *connection.get();
       sqlite_write_transaction writing(c);
+      // A group of one needs no savepoint: its transaction is the operation's own, and rolls
+      // back whole (when `writing` goes) if the operation throws.
+      const bool alone = first->next == nullptr;
       for (pending* op = first; op != nullptr; op = op->next) {
-        execute(c, "SAVEPOINT idem_group_operation", "open an operation's savepoint");
+        if (!alone) execute(c, "SAVEPOINT idem_group_operation", "open an operation's savepoint");
         try {
           op->invoke(op->context, c);
         } catch (...) {
           op->error = std::current_exception();
           op->failed_alone = true;
+          if (alone) return false;
           roll_back_operation(c);
           continue;
         }
-        execute(c, "RELEASE idem_group_operation", "release an operation's savepoint");
+        if (!alone) execute(c, "RELEASE idem_group_operation", "release an operation's savepoint");
       }
       writing.commit();
       return true;
