@@ -8,6 +8,11 @@
 //                                                whatever queued while the last group committed.
 //   sqlite_full_cycle/idem_group_wait/threads:N  group commit with max_wait = 100 us: does
 //                                                waiting for more operations help?
+//   sqlite_group_overhead/{idem_group,idem_single}/threads:1
+//                                                the same cycle with synchronous = normal (no
+//                                                fsync): what group commit costs one thread in
+//                                                CPU, without a disk's fsync times, which vary
+//                                                by milliseconds, drowning it.
 //
 // The file lives on a real disk, not tmpfs, for the fsync is the point: a new directory under
 // $IDEM_BENCH_DISK_DIR, or /var/tmp. Every thread uses keys of its own ("t<thread>-<n>"); each
@@ -62,10 +67,11 @@ class disk_directory {
 struct shared_store {
   disk_directory directory;
   idem::sqlite_store store;
-  explicit shared_store(idem::sqlite_group_commit_options group) {
+  shared_store(idem::sqlite_group_commit_options group, bool full) {
     idem::sqlite_store::options options;
     options.path = directory.file("full.sqlite3");
-    options.synchronous = idem::sqlite_store::synchronous_mode::full;
+    options.synchronous = full ? idem::sqlite_store::synchronous_mode::full
+                               : idem::sqlite_store::synchronous_mode::normal;
     options.group_commit = group;
     store = idem::sqlite_store{options};
   }
@@ -75,8 +81,9 @@ struct shared_store {
 // the loop's start and end, so the others see it whole.
 std::unique_ptr<shared_store> current;
 
-void full_cycle(benchmark::State& state, idem::sqlite_group_commit_options group) {
-  if (state.thread_index() == 0) current = std::make_unique<shared_store>(group);
+void full_cycle(benchmark::State& state, idem::sqlite_group_commit_options group,
+                bool full = true) {
+  if (state.thread_index() == 0) current = std::make_unique<shared_store>(group, full);
   const std::uint8_t bytes[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
   const idem::digest print{bytes};
   const std::string prefix = "t" + std::to_string(state.thread_index()) + "-";
@@ -94,8 +101,8 @@ void full_cycle(benchmark::State& state, idem::sqlite_group_commit_options group
   if (state.thread_index() == 0) {
     const idem::sqlite_group_commit_stats stats = current->store.group_commit_stats();
     if (stats.groups != 0) {
-      state.counters["ops_per_commit"] = static_cast<double>(stats.operations) /
-                                         static_cast<double>(stats.groups);
+      state.counters["ops_per_commit"] =
+          static_cast<double>(stats.operations) / static_cast<double>(stats.groups);
     }
     current.reset();
   }
@@ -111,6 +118,14 @@ void sqlite_full_cycle_group(benchmark::State& state) {
 
 void sqlite_full_cycle_group_wait(benchmark::State& state) {
   full_cycle(state, {.enabled = true, .max_operations = 256, .max_wait = 100us});
+}
+
+void sqlite_group_overhead_single(benchmark::State& state) {
+  full_cycle(state, {}, false);
+}
+
+void sqlite_group_overhead_group(benchmark::State& state) {
+  full_cycle(state, {.enabled = true, .max_operations = 256, .max_wait = 0us}, false);
 }
 
 }  // namespace
@@ -129,4 +144,12 @@ BENCHMARK(sqlite_full_cycle_group_wait)
     ->Name("sqlite_full_cycle/idem_group_wait")
     ->Threads(1)
     ->Threads(16)
+    ->UseRealTime();
+BENCHMARK(sqlite_group_overhead_single)
+    ->Name("sqlite_group_overhead/idem_single")
+    ->Threads(1)
+    ->UseRealTime();
+BENCHMARK(sqlite_group_overhead_group)
+    ->Name("sqlite_group_overhead/idem_group")
+    ->Threads(1)
     ->UseRealTime();
