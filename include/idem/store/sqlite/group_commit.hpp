@@ -92,10 +92,13 @@ struct sqlite_group_savepoint {
 
 // complete, release and checkpoint as a group's operations: the same statements as
 // sqlite_store's own, inside the group's savepoint. `bounds` is null for an unbounded store.
+// one_statement(): the operation is one write statement, which SQLite runs atomically on its
+// own, so a group of one such operation needs no BEGIN and COMMIT around it.
 struct sqlite_group_complete {
   const sqlite_bounds* bounds;
   const fenced_key& held;
   std::string_view response;
+  bool one_statement() const noexcept { return bounds == nullptr; }
   bool operator()(sqlite_connection& c) const {
     if (bounds != nullptr) {
       const std::optional<sqlite_held_size> sizes = sqlite_held_sizes(c, held);
@@ -108,6 +111,7 @@ struct sqlite_group_complete {
 
 struct sqlite_group_release {
   const fenced_key& held;
+  static bool one_statement() noexcept { return true; }
   bool operator()(sqlite_connection& c) const {
     return sqlite_fenced_write(c, sqlite_statement::release, held, {});
   }
@@ -118,6 +122,7 @@ struct sqlite_group_checkpoint {
   const fenced_key& held;
   std::string_view recovery;
   store_time lease_until;
+  bool one_statement() const noexcept { return bounds == nullptr; }
   bool operator()(sqlite_connection& c) const {
     if (bounds != nullptr)
       return sqlite_bounded_checkpoint(c, *bounds, held, recovery, lease_until);
@@ -150,6 +155,9 @@ class sqlite_group_committer {
       std::optional<result_type> result;
     } mine{&operation, std::nullopt};
     pending op;
+    if constexpr (requires { operation.one_statement(); }) {
+      op.one_statement = operation.one_statement();
+    }
     op.context = &mine;
     op.invoke = [](void* context, sqlite_connection& c) {
       auto& self = *static_cast<frame*>(context);
@@ -177,6 +185,7 @@ class sqlite_group_committer {
     void* context = nullptr;
     pending* next = nullptr;
     std::exception_ptr error;
+    bool one_statement = false;
     bool failed_alone = false;
     bool done = false;
     bool lead = false;
@@ -243,6 +252,17 @@ class sqlite_group_committer {
     try {
       auto connection = acquire();
       sqlite_connection& c = *connection.get();
+      if (first->next == nullptr && first->one_statement) {
+        // Alone, and one statement: an autocommit statement, as without group commit.
+        try {
+          first->invoke(first->context, c);
+        } catch (...) {
+          first->error = std::current_exception();
+          first->failed_alone = true;
+          return false;
+        }
+        return true;
+      }
       sqlite_write_transaction writing(c);
       // A group of one needs no savepoint: its transaction is the operation's own, and rolls
       // back whole (when `writing` goes) if the operation throws.
