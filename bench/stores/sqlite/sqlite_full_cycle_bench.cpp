@@ -8,6 +8,13 @@
 //                                                whatever queued while the last group committed.
 //   sqlite_full_cycle/idem_group_wait/threads:N  group commit with max_wait = 100 us: does
 //                                                waiting for more operations help?
+//   sqlite_full_cycle/paired                     1 thread, both stores side by side (two files in
+//                                                one directory), a cycle on each per iteration
+//                                                in alternating order: single_us, group_us and
+//                                                their ratio group_over_single, each cycle timed
+//                                                alone, so that the disk's fsync times, which
+//                                                drift by milliseconds between repetitions, fall
+//                                                on both sides alike.
 //   sqlite_group_overhead/{idem_group,idem_single}/threads:1
 //                                                the same cycle with synchronous = normal (no
 //                                                fsync): what group commit costs one thread in
@@ -120,6 +127,41 @@ void sqlite_full_cycle_group_wait(benchmark::State& state) {
   full_cycle(state, {.enabled = true, .max_operations = 256, .max_wait = 100us});
 }
 
+void cycle(benchmark::State& state, idem::sqlite_store& store, const idem::digest& print,
+           const std::string& key) {
+  const idem::claim_result claimed = store.claim({"tenant", key, print, now, 30s, 24h});
+  if (claimed.status != idem::claim_status::claimed) state.SkipWithError("not claimed");
+  if (!store.complete({"tenant", key, claimed.fence}, response, now)) {
+    state.SkipWithError("not completed");
+  }
+}
+
+void sqlite_full_cycle_paired(benchmark::State& state) {
+  shared_store single({}, true);
+  shared_store grouped({.enabled = true, .max_operations = 256, .max_wait = 0us}, true);
+  const std::uint8_t bytes[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  const idem::digest print{bytes};
+  std::chrono::nanoseconds single_time{}, group_time{};
+  std::uint64_t next = 0;
+  for (auto _ : state) {
+    const std::string key = "k-" + std::to_string(next);
+    const bool single_first = next++ % 2 == 0;
+    for (int side = 0; side < 2; ++side) {
+      const bool on_single = (side == 0) == single_first;
+      const auto start = std::chrono::steady_clock::now();
+      cycle(state, on_single ? single.store : grouped.store, print, key);
+      (on_single ? single_time : group_time) += std::chrono::steady_clock::now() - start;
+    }
+  }
+  const auto per = [&](std::chrono::nanoseconds total) {
+    return static_cast<double>(total.count()) / 1000.0 / static_cast<double>(state.iterations());
+  };
+  state.counters["single_us"] = per(single_time);
+  state.counters["group_us"] = per(group_time);
+  state.counters["group_over_single"] =
+      static_cast<double>(group_time.count()) / static_cast<double>(single_time.count());
+}
+
 void sqlite_group_overhead_single(benchmark::State& state) {
   full_cycle(state, {}, false);
 }
@@ -145,6 +187,7 @@ BENCHMARK(sqlite_full_cycle_group_wait)
     ->Threads(1)
     ->Threads(16)
     ->UseRealTime();
+BENCHMARK(sqlite_full_cycle_paired)->Name("sqlite_full_cycle/paired")->UseRealTime();
 BENCHMARK(sqlite_group_overhead_single)
     ->Name("sqlite_group_overhead/idem_single")
     ->Threads(1)
