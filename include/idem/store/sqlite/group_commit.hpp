@@ -307,17 +307,18 @@ class sqlite_group_committer {
   }
 
   // Every operation that did not fail on its own gets the group's failure, each its own copy.
-  static void fail_group(pending* first, store_failure failure, std::string_view why) {
-    const std::string message =
-        "idem::sqlite_store: the group commit this operation joined failed, nothing of it was "
-        "written: " +
-        std::string(why);
+  // Never throws: out of memory, each gets the std::bad_alloc.
+  static void fail_group(pending* first, store_failure failure, std::string_view why) noexcept {
     for (pending* op = first; op != nullptr; op = op->next) {
       if (op->failed_alone) continue;
       try {
-        op->error = std::make_exception_ptr(store_error(failure, message));
+        op->error = std::make_exception_ptr(store_error(
+            failure,
+            "idem::sqlite_store: the group commit this operation joined failed, nothing of it "
+            "was written: " +
+                std::string(why)));
       } catch (...) {
-        op->error = std::current_exception();  // std::bad_alloc
+        op->error = std::current_exception();
       }
     }
   }
