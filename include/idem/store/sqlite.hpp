@@ -72,6 +72,7 @@
 #include <idem/store/sqlite/bounds.hpp>
 #include <idem/store/sqlite/connection.hpp>
 #include <idem/store/sqlite/error.hpp>
+#include <idem/store/sqlite/group_commit.hpp>
 #include <idem/store/sqlite/handler_sql.hpp>
 #include <idem/store/sqlite/outbox.hpp>
 #include <idem/store/sqlite/record.hpp>
@@ -120,6 +121,10 @@ class sqlite_store {
     /// std::invalid_argument at publish, and the handler's transaction rolls back. 1 MiB by
     /// default (idem::default_max_outbox_payload_bytes).
     std::size_t max_outbox_payload_bytes = default_max_outbox_payload_bytes;
+    /// Group commit: concurrent claims, completions, releases and checkpoints of this store
+    /// share one write transaction and its one fsync (store/sqlite/group_commit.hpp,
+    /// docs/stores/sqlite.md). Off by default.
+    sqlite_group_commit_options group_commit{};
   };
 
   /// A value of the handler's own SQL that is bound as a BLOB (strings are bound as TEXT).
@@ -155,10 +160,27 @@ class sqlite_store {
         }
       }
     }
+    if (state_->group.enabled()) {
+      connection.give_back();  // the group's leader writes on a connection of its own
+      auto write = [&](detail::sqlite_connection& leader) {
+        detail::sqlite_group_savepoint in_group;
+        return claim_writing(leader, request, absent, now, in_group);
+      };
+      return grouped(write);
+    }
     // Atomic: BEGIN IMMEDIATE takes the database's one write lock before the statements below,
     // and COMMIT lets it go, so no connection in any thread or process writes this record
     // between our read and our write.
     detail::sqlite_write_transaction writing(c);
+    return claim_writing(c, request, absent, now, writing);
+  }
+
+ private:
+  // The claim's writing part, under the write lock: in `writing` (a transaction of its own, or
+  // a group commit's savepoint), whose commit() makes it final.
+  template <class Writing>
+  claim_result claim_writing(detail::sqlite_connection& c, const claim_request& request,
+                             bool absent, std::int64_t now, Writing& writing) {
     const bool capped =
         state_->settings.max_records_per_scope != std::numeric_limits<std::size_t>::max();
     if (absent && !state_->bounded && !capped) {
@@ -241,7 +263,9 @@ class sqlite_store {
     return {claim_status::claimed, fence, {}};
   }
 
+ public:
   bool complete(const fenced_key& held, std::string_view response, store_time /*now*/) {
+    if (grouping()) return grouped(detail::sqlite_group_complete{limits(), held, response});
     lease connection = acquire();
     detail::sqlite_connection& c = *connection.get();
     if (!state_->bounded)
@@ -258,12 +282,16 @@ class sqlite_store {
   }
 
   bool release(const fenced_key& held) {
+    if (grouping()) return grouped(detail::sqlite_group_release{held});
     lease connection = acquire();
     return detail::sqlite_fenced_write(*connection.get(), detail::sqlite_statement::release, held,
                                        {});
   }
 
   bool checkpoint(const fenced_key& held, std::string_view recovery, store_time lease_until) {
+    if (grouping()) {
+      return grouped(detail::sqlite_group_checkpoint{limits(), held, recovery, lease_until});
+    }
     lease connection = acquire();
     detail::sqlite_connection& c = *connection.get();
     if (!state_->bounded) {
@@ -345,6 +373,12 @@ class sqlite_store {
   template <class Produce>
   bool complete_within(const fenced_key& held, store_time now, Produce&& produce);
 
+  /// What group commit has done since this store was opened (zeros when it is off).
+  sqlite_group_commit_stats group_commit_stats() const {
+    require();
+    return state_->group.stats();
+  }
+
   /// The file this store keeps its records in.
   const std::string& path() const {
     require();
@@ -372,6 +406,7 @@ class sqlite_store {
     bool bounded = false;
     detail::connection_pool<std::unique_ptr<detail::sqlite_connection>> connections{
         settings.pool_size, pool_hooks()};
+    detail::sqlite_group_committer group{settings.group_commit};
 
    private:
     detail::connection_pool<std::unique_ptr<detail::sqlite_connection>>::hooks pool_hooks() {
@@ -415,6 +450,7 @@ class sqlite_store {
     if (settings.busy_timeout < std::chrono::milliseconds::zero()) {
       throw std::invalid_argument("idem::sqlite_store: the busy timeout cannot be negative");
     }
+    detail::sqlite_check_group_commit(settings.group_commit);
     return settings;
   }
 
@@ -436,6 +472,21 @@ class sqlite_store {
                             "' stayed busy past the busy timeout");
     }
     return connection;
+  }
+
+  bool grouping() const {
+    require();
+    return state_->group.enabled();
+  }
+  const detail::sqlite_bounds* limits() const {
+    return state_->bounded ? &state_->limits : nullptr;
+  }
+
+  // Runs `write(connection&)` in the next group commit (store/sqlite/group_commit.hpp).
+  template <class Write>
+  std::invoke_result_t<Write&, detail::sqlite_connection&> grouped(Write&& write) {
+    auto lend = [this] { return acquire(); };
+    return state_->group.run(lend, write);
   }
 
   // Creates, migrates or checks the schema. Inside BEGIN IMMEDIATE, so processes that open a

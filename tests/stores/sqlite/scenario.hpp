@@ -169,4 +169,20 @@ inline std::string body_for(std::string_view key) {
   return "order " + std::string(key);
 }
 
+/// The group commit crash test's records (worker.cpp's `group`): one fingerprint, and a
+/// recovery and a response that name their key, long enough that a torn write would show.
+inline digest group_fingerprint() {
+  const std::uint8_t bytes[16] = {7, 1, 7, 1, 7, 1, 7, 1, 7, 1, 7, 1, 7, 1, 7, 1};
+  return digest{bytes};
+}
+inline std::string group_recovery(std::string_view key) {
+  return "recovery of " + std::string(key);
+}
+inline std::string group_response(std::string_view key) {
+  std::string out = "response of " + std::string(key) + ":";
+  while (out.size() < 300)
+    out += std::string(key) + ";";
+  return out;
+}
+
 }  // namespace idem::testing::scenario

@@ -11,6 +11,11 @@
 //                               "at KEY" and, when BLOCK is 1, stops there until it is killed.
 //                               Prints "ack KEY HEX(RESPONSE)" for each response it would reply.
 //   sweep DB NOW_NS BATCH       prints "at", sweeps what expired by NOW_NS, prints "done N".
+//   group DB ROUND THREADS      THREADS threads claim and complete new keys ROUND-T-N through
+//                               one store with group commit on and synchronous = full, until
+//                               killed; each prints "claimed KEY FENCE" once its claim returned
+//                               and "completed KEY" once its completion returned
+//                               (sqlite_group_commit_test.cpp).
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +26,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "stores/sqlite/scenario.hpp"
@@ -149,13 +155,45 @@ int sweep(const std::string& path, std::int64_t now, std::size_t batch) {
   return 0;
 }
 
+int group(const std::string& path, const std::string& round, int threads) {
+  idem::sqlite_store::options options;
+  options.path = path;
+  options.synchronous = idem::sqlite_store::synchronous_mode::full;
+  options.busy_timeout = std::chrono::seconds{30};
+  options.pool_size = 4;
+  options.group_commit.enabled = true;
+  idem::sqlite_store store{options};
+  say("ready");
+  std::vector<std::thread> running;
+  for (int t = 0; t < threads; ++t) {
+    running.emplace_back([&store, &round, t] {
+      for (int n = 0;; ++n) {
+        const std::string key = round + "-" + std::to_string(t) + "-" + std::to_string(n);
+        const idem::claim_result claimed = store.claim(
+            {"group", key, scenario::group_fingerprint(), scenario::epoch(),
+             std::chrono::seconds{30}, std::chrono::hours{24}, scenario::group_recovery(key)});
+        if (claimed.status != idem::claim_status::claimed) std::_Exit(5);
+        say("claimed " + key + " " + std::to_string(claimed.fence));
+        if (!store.complete({"group", key, claimed.fence}, scenario::group_response(key),
+                            scenario::epoch())) {
+          std::_Exit(6);
+        }
+        say("completed " + key);
+      }
+    });
+  }
+  for (std::thread& thread : running)
+    thread.join();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   return idem::testing::worker_main(
       "idem_sqlite_worker",
       "idem_sqlite_worker storm DB WORKER KEYS | requests DB DIR HANDLER POINT CRASH_KEY BLOCK "
-      "KEY... | sweep DB NOW_NS BATCH (see worker.cpp)",
+      "KEY... | sweep DB NOW_NS BATCH | group DB ROUND THREADS (see worker.cpp)",
       [&] {
         const worker_arguments arguments(argc, argv);
         const std::string& command = arguments.word(0);
@@ -167,6 +205,10 @@ int main(int argc, char** argv) {
         if (command == "sweep" && arguments.words() == 4) {
           return sweep(arguments.word(1), arguments.word_number(2),
                        static_cast<std::size_t>(arguments.word_number(3)));
+        }
+        if (command == "group" && arguments.words() == 4) {
+          return group(arguments.word(1), arguments.word(2),
+                       static_cast<int>(arguments.word_number(3)));
         }
         throw idem::testing::worker_usage_error("no such command, or not its arguments");
       });
