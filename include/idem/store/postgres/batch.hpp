@@ -122,8 +122,9 @@ inline batch_statements batch_sql(const std::string& table) {
               on_conflict + " RETURNING r.scope, r.key, r.taken_over, " + columns("r") +
               ") SELECT true, d.scope, d.key, d.taken_over, " + columns("d") +
               ", NULL::int8 FROM decided d UNION ALL SELECT false, t.scope, t.key, false, " +
-              columns("t") + ", clock.n FROM input i JOIN " + table +
-              " t ON t.scope = i.scope AND t.key = i.key CROSS JOIN clock WHERE NOT EXISTS "
+              columns("t") + ", clock.n FROM input i CROSS JOIN LATERAL (SELECT * FROM " + table +
+              " x WHERE x.scope = i.scope AND x.key = i.key LIMIT 1) t CROSS JOIN clock WHERE "
+              "NOT EXISTS "
               "(SELECT 1 FROM decided d WHERE d.scope = i.scope AND d.key = i.key)";
   sql.complete = "UPDATE " + table +
                  " AS t SET state = 1, response = u.response, recovery = NULL FROM "
