@@ -14,7 +14,9 @@
 //     with the first occurrence's response when it has one, else the first occurrence's answer.
 // A throwing function: the ids whose function already returned are recorded, the one that threw
 // and those not yet run are released (so the redelivery runs them), and the exception passes
-// through. With a transactional function the whole batch rolls back and every id is released.
+// through. With a transactional function the whole batch rolls back and every id is released
+// (where the store completes each id in a transaction of its own, those committed before the
+// throw stay recorded).
 #ifndef IDEM_SERVER_DETAIL_BATCH_HPP
 #define IDEM_SERVER_DETAIL_BATCH_HPP
 
