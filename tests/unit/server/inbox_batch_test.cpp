@@ -8,6 +8,10 @@
 
 #include "support/batch_inbox_cases.hpp"
 
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -15,6 +19,38 @@ namespace {
 
 struct locked_policies : idem::default_policies {
   using store = idem::locked_store;
+};
+
+// Counts what it hears; copies share the counts.
+class counting_observer {
+ public:
+  void on_call(const idem::server_call_event& e) {
+    const std::lock_guard lock(counts_->mutex);
+    ++counts_->verdicts[e.verdict];
+  }
+  void on_handler(const idem::handler_event& e) {
+    const std::lock_guard lock(counts_->mutex);
+    ++(e.threw ? counts_->threw : counts_->ran);
+  }
+  std::map<idem::verdict, int> verdicts() const {
+    const std::lock_guard lock(counts_->mutex);
+    return counts_->verdicts;
+  }
+  int ran() const { return counts_->ran; }
+  int threw() const { return counts_->threw; }
+
+ private:
+  struct counts {
+    std::mutex mutex;
+    std::map<idem::verdict, int> verdicts;
+    int ran = 0;
+    int threw = 0;
+  };
+  std::shared_ptr<counts> counts_ = std::make_shared<counts>();
+};
+
+struct observed_policies : idem::default_policies {
+  using server_observer = counting_observer;
 };
 
 idem::inbox<>::options memory_options(const idem::memory_store& store) {
@@ -66,4 +102,22 @@ TEST_CASE("overlapping batches from many threads run each event once on the memo
   idem::memory_store store;
   idem_test::batch::overlapping_batches([&] { return idem::inbox<>(memory_options(store)); },
                                         "orders", 20, 8, 64);
+}
+
+TEST_CASE("the server observer hears each id of a batch and each run of its function") {
+  counting_observer heard;
+  idem::inbox<observed_policies>::options parts;
+  parts.server_observer = heard;
+  idem::inbox<observed_policies> inbox(std::move(parts));
+  const std::vector<std::string> ids{"a", "b", "a", ""};
+  (void)inbox.deduplicate_batch("orders", ids, [](std::size_t) {});
+  CHECK(heard.verdicts() == std::map<idem::verdict, int>{{idem::verdict::executed, 2},
+                                                         {idem::verdict::replayed, 1},
+                                                         {idem::verdict::invalid_key, 1}});
+  CHECK(heard.ran() == 2);
+  const std::vector<std::string> failing{"c"};
+  CHECK_THROWS_AS(inbox.deduplicate_batch("orders", failing,
+                                          [](std::size_t) { throw std::runtime_error("no"); }),
+                  std::runtime_error);
+  CHECK(heard.threw() == 1);
 }
