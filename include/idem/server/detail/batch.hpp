@@ -119,7 +119,7 @@ class inbox_batch {
     out.reserve(ids_.size());
     for (std::size_t i = 0; i < ids_.size(); ++i) {
       if (first_[i] == i) {
-        out.push_back(std::move(*answers_[i]));
+        out.push_back(std::move(answers_[i]).value());  // every id is answered
       } else {
         const outcome_type& first = out[first_[i]];
         out.push_back(first.has_value() ? outcome_type::replayed(*first) : first);
