@@ -31,6 +31,7 @@
 
 #include <idem/key.hpp>
 #include <idem/policies.hpp>
+#include <idem/server/detail/batch.hpp>
 #include <idem/server/detail/checks.hpp>
 #include <idem/server/detail/engine.hpp>
 #include <idem/server/failure.hpp>
@@ -94,6 +95,16 @@ class inbox {
         }
       }
     }
+  }
+
+  /// deduplicate for a batch of events, claimed in one call of the store (docs/server.md,
+  /// "Batches"): `fn(std::size_t index)`, or with a TransactionalStore
+  /// `fn(std::size_t index, Store::transaction&)`, runs once per new event id, `index` being its
+  /// position in `event_ids`. Answers one outcome per id, in input order. Rules:
+  /// idem/server/detail/batch.hpp.
+  template <class Ids, class F>
+  auto deduplicate_batch(std::string_view scope, const Ids& event_ids, F&& fn) {
+    return detail::deduplicate_batch<observes>(engine_, observer_, scope, event_ids, fn);
   }
 
   std::size_t sweep() { return engine_.sweep(); }

@@ -49,6 +49,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -58,6 +59,7 @@
 #include <idem/client/policy/backoff.hpp>
 #include <idem/outbox/message.hpp>
 #include <idem/server/fingerprint/digest.hpp>
+#include <idem/store/batch.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/detail/connection_pool.hpp>
 #include <idem/store/postgres/connection.hpp>
@@ -73,6 +75,9 @@
 namespace idem {
 
 class postgres_version_gate;
+namespace detail::postgres {
+struct batch_access;
+}
 
 class postgres_store {
  public:
@@ -285,6 +290,13 @@ class postgres_store {
   template <class Produce>
   bool complete_within(const fenced_key& held, store_time now, Produce&& produce);
 
+  /// Batches (idem/store/batch.hpp), each one statement: store/postgres/batch.hpp.
+  std::vector<claim_result> claim_batch(std::span<const claim_request> requests);
+  std::vector<bool> complete_batch(std::span<const batch_completion> done, store_time now);
+  template <class Produce>
+  std::vector<bool> complete_batch_within(std::span<const fenced_key> held, store_time now,
+                                          Produce&& produce);
+
   /// The options the store was made with (its table, isolation, time source).
   const options& configuration() const { return state_checked().config; }
 
@@ -300,6 +312,7 @@ class postgres_store {
   // The version gate (store/postgres/version_gate.hpp) borrows this store's connections and
   // runs its consumer in a transaction of this type.
   friend class postgres_version_gate;
+  friend struct detail::postgres::batch_access;
   class pool;
   using connection_pool = detail::connection_pool<detail::postgres::connection_ptr>;
   using borrowed = detail::postgres::borrowed_connection;
@@ -476,6 +489,7 @@ class postgres_store::transaction {
  private:
   friend class postgres_store;
   friend class postgres_version_gate;
+  friend struct detail::postgres::batch_access;
   transaction(postgres_store* store, borrowed* connection, const fenced_key& held,
               std::optional<std::int64_t> now) noexcept
       : store_(store), connection_(connection), held_(held), now_(now) {}
@@ -560,5 +574,7 @@ bool postgres_store::complete_within(const fenced_key& held, store_time now, Pro
 }
 
 }  // namespace idem
+
+#include <idem/store/postgres/batch.hpp>
 
 #endif  // IDEM_STORE_POSTGRES_HPP

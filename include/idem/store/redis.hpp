@@ -61,9 +61,9 @@
 // Needs Redis 7.0 or newer (one script declares the allow-oom flag). Every option and its
 // default: docs/stores/redis.md. The parts, in store/redis/: the scripts (scripts.hpp), the keys'
 // names and the scripts' arguments (keys.hpp), each operation's script calls, the decoding of
-// their answers (operations.hpp), sweep's and stuck's walks (walks.hpp; both shared with async_redis_store),
-// a script call (command.hpp), connecting, the checks at start and the exchanges
-// (connection.hpp), the decoding of a record (reply.hpp), SIGPIPE (sigpipe.hpp).
+// their answers (operations.hpp), sweep's and stuck's walks (walks.hpp; both shared with
+// async_redis_store), a script call (command.hpp), connecting, the checks at start and the
+// exchanges (connection.hpp), the decoding of a record (reply.hpp), SIGPIPE (sigpipe.hpp).
 #ifndef IDEM_STORE_REDIS_HPP
 #define IDEM_STORE_REDIS_HPP
 
@@ -84,12 +84,16 @@
 #include <vector>
 
 #include <idem/server/fingerprint/digest.hpp>
+#include <idem/store/batch.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/redis/connection.hpp>
 #include <idem/store/redis/operations.hpp>
 #include <idem/store/redis/walks.hpp>
 
 namespace idem {
+namespace detail {
+struct redis_batch_access;
+}
 
 class redis_store {
  public:
@@ -200,7 +204,12 @@ class redis_store {
 
   const options& settings() const { return state().settings; }
 
+  /// Batches (idem/store/batch.hpp), each pipelined in one round trip: store/redis/batch.hpp.
+  std::vector<claim_result> claim_batch(std::span<const claim_request> requests);
+  std::vector<bool> complete_batch(std::span<const batch_completion> done, store_time now);
+
  private:
+  friend struct detail::redis_batch_access;
   // The shared part of every copy: the options, the operations' calls, and the client that
   // holds the connections.
   struct shared_state {
@@ -298,5 +307,7 @@ class redis_store {
 };
 
 }  // namespace idem
+
+#include <idem/store/redis/batch.hpp>
 
 #endif  // IDEM_STORE_REDIS_HPP

@@ -67,6 +67,7 @@
 
 #include <idem/outbox/message.hpp>
 #include <idem/server/fingerprint/digest.hpp>
+#include <idem/store/batch.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/detail/connection_pool.hpp>
 #include <idem/store/sqlite/bounds.hpp>
@@ -81,6 +82,9 @@
 namespace idem {
 
 class sqlite_version_gate;
+namespace detail {
+struct sqlite_batch_access;
+}
 
 class sqlite_store {
  public:
@@ -379,6 +383,13 @@ class sqlite_store {
     return state_->group.stats();
   }
 
+  /// Batches (idem/store/batch.hpp), each in one write transaction: store/sqlite/batch.hpp.
+  std::vector<claim_result> claim_batch(std::span<const claim_request> requests);
+  std::vector<bool> complete_batch(std::span<const batch_completion> done, store_time now);
+  template <class Produce>
+  std::vector<bool> complete_batch_within(std::span<const fenced_key> held, store_time now,
+                                          Produce&& produce);
+
   /// The file this store keeps its records in.
   const std::string& path() const {
     require();
@@ -526,6 +537,7 @@ class sqlite_store {
   // The version gate (store/sqlite/version_gate.hpp) borrows this store's connections and runs
   // its consumer in a transaction of this type.
   friend class sqlite_version_gate;
+  friend struct detail::sqlite_batch_access;
 
   std::shared_ptr<state> state_;
 };
@@ -603,6 +615,7 @@ class sqlite_store::transaction {
  private:
   friend class sqlite_store;
   friend class sqlite_version_gate;
+  friend struct detail::sqlite_batch_access;
   transaction(detail::sqlite_connection& connection, state& owner, const fenced_key& held,
               store_time now) noexcept
       : connection_(&connection), owner_(&owner), held_(held), now_(now) {}
@@ -646,5 +659,7 @@ bool sqlite_store::complete_within(const fenced_key& held, store_time now, Produ
 }
 
 }  // namespace idem
+
+#include <idem/store/sqlite/batch.hpp>
 
 #endif  // IDEM_STORE_SQLITE_HPP
