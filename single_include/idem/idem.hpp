@@ -14819,7 +14819,8 @@ class locked_store {
 //     not kept: the engine's claim answered {claimed, fence} with no expiry to keep it under (a
 //     store on server time sets its own), so a key's first repeat reads the durable store once
 //     and its later repeats hit.
-//   * sweep: the durable store's, then the tier drops what has expired.
+//   * sweep: the durable store's, then the tier drops what has expired (a walk of the tier, which
+//     max_bytes bounds).
 // A record is served from the tier only while now + expiry_margin < expires_at, with the `now`
 // each call is given; at or past that it is never served, and the call goes to the durable
 // store as any other.
@@ -14961,23 +14962,30 @@ class tier {
     }
     if (const auto at = s.index.find(h); at != s.index.end()) drop(s, at->second);
     make_room(s, bytes);
-    std::uint32_t index = 0;
-    if (!s.free.empty()) {
-      index = s.free.back();
-      s.free.pop_back();
-    } else {
-      index = static_cast<std::uint32_t>(s.slots.size());
-      s.slots.emplace_back();
+    // Out of memory while keeping it: the record is simply not kept (the slot, if one was
+    // taken, stays unused and unindexed, so it is never served).
+    try {
+      std::uint32_t index = 0;
+      if (!s.free.empty()) {
+        index = s.free.back();
+        s.free.pop_back();
+      } else {
+        index = static_cast<std::uint32_t>(s.slots.size());
+        s.slots.emplace_back();
+      }
+      slot& fresh = s.slots[index];
+      fresh.kept = found;
+      fresh.kept.scope = scope;
+      fresh.kept.key = key;
+      s.index.emplace(h, index);
+      fresh.hash = h;
+      fresh.bytes = bytes;
+      fresh.used = true;
+      fresh.referenced = false;
+    } catch (const std::bad_alloc&) {
+      ++s.refused;
+      return;
     }
-    slot& fresh = s.slots[index];
-    fresh.kept = found;
-    fresh.kept.scope = scope;
-    fresh.kept.key = key;
-    fresh.hash = h;
-    fresh.bytes = bytes;
-    fresh.used = true;
-    fresh.referenced = false;
-    s.index.emplace(h, index);
     s.bytes += bytes;
     ++s.inserts;
   }
@@ -15219,7 +15227,8 @@ class tiered_store : public detail::tiered::transaction_of<Durable> {
     return out;
   }
 
-  /// The durable store's sweep (its count), then the tier drops what it may no longer serve.
+  /// The durable store's sweep (its count), then the tier drops what it may no longer serve: a
+  /// walk of every kept record, under each shard's lock in turn.
   std::size_t sweep(store_time now) {
     const std::size_t removed = durable_.sweep(now);
     (void)tier_->drop_expired(now);

@@ -18,7 +18,8 @@
 //     not kept: the engine's claim answered {claimed, fence} with no expiry to keep it under (a
 //     store on server time sets its own), so a key's first repeat reads the durable store once
 //     and its later repeats hit.
-//   * sweep: the durable store's, then the tier drops what has expired.
+//   * sweep: the durable store's, then the tier drops what has expired (a walk of the tier, which
+//     max_bytes bounds).
 // A record is served from the tier only while now + expiry_margin < expires_at, with the `now`
 // each call is given; at or past that it is never served, and the call goes to the durable
 // store as any other.
@@ -158,7 +159,8 @@ class tiered_store : public detail::tiered::transaction_of<Durable> {
     return out;
   }
 
-  /// The durable store's sweep (its count), then the tier drops what it may no longer serve.
+  /// The durable store's sweep (its count), then the tier drops what it may no longer serve: a
+  /// walk of every kept record, under each shard's lock in turn.
   std::size_t sweep(store_time now) {
     const std::size_t removed = durable_.sweep(now);
     (void)tier_->drop_expired(now);

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -125,23 +126,30 @@ class tier {
     }
     if (const auto at = s.index.find(h); at != s.index.end()) drop(s, at->second);
     make_room(s, bytes);
-    std::uint32_t index = 0;
-    if (!s.free.empty()) {
-      index = s.free.back();
-      s.free.pop_back();
-    } else {
-      index = static_cast<std::uint32_t>(s.slots.size());
-      s.slots.emplace_back();
+    // Out of memory while keeping it: the record is simply not kept (the slot, if one was
+    // taken, stays unused and unindexed, so it is never served).
+    try {
+      std::uint32_t index = 0;
+      if (!s.free.empty()) {
+        index = s.free.back();
+        s.free.pop_back();
+      } else {
+        index = static_cast<std::uint32_t>(s.slots.size());
+        s.slots.emplace_back();
+      }
+      slot& fresh = s.slots[index];
+      fresh.kept = found;
+      fresh.kept.scope = scope;
+      fresh.kept.key = key;
+      s.index.emplace(h, index);
+      fresh.hash = h;
+      fresh.bytes = bytes;
+      fresh.used = true;
+      fresh.referenced = false;
+    } catch (const std::bad_alloc&) {
+      ++s.refused;
+      return;
     }
-    slot& fresh = s.slots[index];
-    fresh.kept = found;
-    fresh.kept.scope = scope;
-    fresh.kept.key = key;
-    fresh.hash = h;
-    fresh.bytes = bytes;
-    fresh.used = true;
-    fresh.referenced = false;
-    s.index.emplace(h, index);
     s.bytes += bytes;
     ++s.inserts;
   }
