@@ -43,9 +43,11 @@
 // The reconciler: finishes abandoned work, reports what it cannot.
 #include <idem/reconciler.hpp>
 
-// Stores: the contract, the memory store and the locked reference model.
+// Stores: the contract, the memory store, the locked reference model, and the local tier any
+// store can sit behind (tiered_store).
 #include <idem/store/contract.hpp>
 #include <idem/store/locked.hpp>
 #include <idem/store/memory.hpp>
+#include <idem/store/tiered.hpp>
 
 #endif  // IDEM_IDEM_HPP

@@ -15009,7 +15009,8 @@ class reconciler {
 #endif  // IDEM_RECONCILER_HPP
 // end idem/reconciler.hpp
 
-// Stores: the contract, the memory store and the locked reference model.
+// Stores: the contract, the memory store, the locked reference model, and the local tier any
+// store can sit behind (tiered_store).
 // begin idem/store/locked.hpp
 // locked_store: one mutex around one sorted list. The reference model of the store contract.
 //
@@ -15289,6 +15290,507 @@ class locked_store {
 
 #endif  // IDEM_STORE_LOCKED_HPP
 // end idem/store/locked.hpp
+// begin idem/store/tiered.hpp
+// tiered_store<Durable>: repeats of a completed key answered from process memory.
+//
+//   idem::tiered_store<idem::postgres_store> store{idem::postgres_store{config}};
+//   struct my_policies : idem::default_policies {
+//     using store = idem::tiered_store<idem::postgres_store>;
+//   };
+//
+// A completed record does not change until it expires, so a process that has once seen it
+// completed may answer its repeats itself, without a round trip. tiered_store keeps such records
+// in a local tier (idem/store/tiered/tier.hpp: bounded in bytes, CLOCK eviction, sharded) and
+// sends everything else to the durable store:
+//   * claim: a live completed record in the tier answers {existing, 0, snapshot}, exactly what
+//     the durable store would answer (the engine compares fingerprints, so another request under
+//     the key is still a mismatch). Otherwise the durable store answers; a completed record it
+//     answers is kept.
+//   * find: the same, with the snapshot's scope and key.
+//   * complete, release, checkpoint, complete_within, stuck: the durable store's. A completion is
+//     not kept: the engine's claim answered {claimed, fence} with no expiry to keep it under (a
+//     store on server time sets its own), so a key's first repeat reads the durable store once
+//     and its later repeats hit.
+//   * sweep: the durable store's, then the tier drops what has expired (a walk of the tier, which
+//     max_bytes bounds).
+// A record is served from the tier only while now + expiry_margin < expires_at, with the `now`
+// each call is given; at or past that it is never served, and the call goes to the durable
+// store as any other.
+//
+// What it assumes (docs/stores/tiered.md says it at length):
+//   1. A completed record is never written again before it expires: no complete, release or
+//      checkpoint under its fence once it is completed. idempotent and inbox never do; the
+//      contract would allow it. In this process it is honoured even so (a local write drops the
+//      key from the tier and bars it until the write returns); in another process it is not: a
+//      tier that already holds the record keeps answering it until it expires.
+//   2. Nothing outside idem deletes or edits records (a DELETE by hand, a Redis eviction or
+//      FLUSHDB, a restore of an older backup): a tier keeps answering what it saw.
+//   3. The clocks that give `now` to the processes sharing the durable store agree within
+//      expiry_margin (and within the skew the durable store itself tolerates). A process whose
+//      clock runs behind serves a record that another process already sees expired and may have
+//      claimed anew; with a store on server time, the same holds between this clock and the
+//      server's. Time never steps back past a record's expiry.
+// Under these the tier answers what the durable store would have answered at that moment.
+//
+// Concurrency: every member may be called from many threads at once. A tier lookup takes its
+// shard's mutex for a hash-index probe and a copy of the record; the durable store's calls are
+// made outside any tier lock. Copies share the tier and the durable store (a store is a handle).
+//
+// never_blocks stays false: a miss is the durable store's round trip.
+#ifndef IDEM_STORE_TIERED_HPP
+#define IDEM_STORE_TIERED_HPP
+
+// begin idem/store/tiered/tier.hpp
+// The local tier of tiered_store (idem/store/tiered.hpp): completed records kept in process
+// memory, bounded in bytes, evicted by CLOCK (second chance), sharded for concurrency.
+//
+// Shards: a power of two of them (64 by default), each a mutex, a hash index from the record's
+// bucket hash to a slot, a vector of slots and a clock hand. Records are placed by the memory
+// store's keyed hash (SipHash-1-3 under the process's key, memory/bucket_hash.hpp), so clients
+// cannot aim keys at one shard; the hash's top bits pick the shard, its low bits one of 64
+// write stripes in it. One slot per hash: two keys whose 64-bit hashes meet evict each other,
+// and every hit compares scope and key in full, so a meeting costs a miss, never a wrong answer.
+//
+// Budget: each shard holds at most max_bytes / shards, counted per record as scope + key +
+// response + recovery bytes + entry_overhead_bytes (the slot and its index node). Inserting
+// past it evicts by CLOCK: a hit sets the slot's reference bit, the hand clears set bits and
+// evicts the first clear one. A record larger than a shard's budget is not kept.
+//
+// Local writes: tiered_store brackets every complete, release, checkpoint and complete_within
+// with begin_write / end_write on the key's stripe. While a write is in flight on a stripe,
+// lookups of its keys miss (they go to the durable store) and nothing is inserted for them;
+// both brackets drop the key's slot and bump the stripe's epoch. An insert offers the epoch it
+// read before its durable read (`ticket`), and is refused if the epoch moved since. So a record
+// the durable store answered before a local write applied is never kept, or served, after it.
+#ifndef IDEM_STORE_TIERED_TIER_HPP
+#define IDEM_STORE_TIERED_TIER_HPP
+
+namespace idem::detail::tiered {
+
+/// What the tier holds and did, summed over its shards (tiered_store::tier_statistics).
+struct tier_stats {
+  std::size_t entries = 0;
+  std::size_t bytes = 0;        // as the budget counts them
+  std::uint64_t hits = 0;       // lookups answered from the tier
+  std::uint64_t misses = 0;     // lookups that went to the durable store
+  std::uint64_t inserts = 0;    // records kept
+  std::uint64_t evictions = 0;  // records dropped to make room
+  std::uint64_t refused = 0;    // records not kept: a local write in flight, or too large
+};
+
+/// What a lookup answers: a hit (the record was written), or the ticket an insert of what the
+/// durable store answers must present.
+struct lookup_result {
+  bool hit = false;
+  std::uint64_t ticket = 0;
+};
+
+// Lazy: instantiated only where a tiered_store is (idem/detail/lazy.hpp explains why).
+template <class Lazy>
+class tier {
+ public:
+  /// The memory one kept record takes beyond its scope, key, response and recovery bytes.
+  static constexpr std::size_t entry_overhead_bytes = sizeof(record) + 64;
+
+  tier(std::size_t max_bytes, std::size_t shards, std::chrono::nanoseconds expiry_margin)
+      : hash_key_(process_hash_key()),
+        shift_(shards <= 1 ? 64 : 64 - log2(shards)),
+        margin_(expiry_margin),
+        shards_(shards) {
+    for (shard& each : shards_)
+      each.budget = max_bytes / shards;
+  }
+
+  std::uint64_t hash(std::string_view scope, std::string_view key) const noexcept {
+    return memory::bucket_hash(hash_key_, scope, key);
+  }
+
+  /// A live completed record for (scope, key) at `now` into `out` (scope and key too, when
+  /// `with_id`), or a miss and the ticket for an insert.
+  lookup_result lookup(std::uint64_t h, std::string_view scope, std::string_view key,
+                       store_time now, record& out, bool with_id) {
+    shard& s = shard_for(h);
+    const std::lock_guard<std::mutex> lock(s.mutex);
+    stripe& w = s.writes[h & (stripes - 1)];
+    const lookup_result miss{false, w.epoch};
+    if (w.writers != 0) {
+      ++s.misses;
+      return miss;
+    }
+    const auto at = s.index.find(h);
+    if (at == s.index.end()) {
+      ++s.misses;
+      return miss;
+    }
+    slot& found = s.slots[at->second];
+    if (found.kept.scope != scope || found.kept.key != key) {
+      ++s.misses;
+      return miss;
+    }
+    if (!servable(found.kept, now)) {  // never served again: drop it now
+      drop(s, at->second);
+      ++s.misses;
+      return miss;
+    }
+    found.referenced = true;
+    ++s.hits;
+    copy_into(out, found.kept, with_id);
+    return {true, 0};
+  }
+
+  /// Keeps `found` (a completed record the durable store answered for (scope, key) at `now`),
+  /// unless a local write on its stripe began since `ticket` was read, or is in flight.
+  void offer(std::uint64_t h, std::uint64_t ticket, std::string_view scope, std::string_view key,
+             const record& found, store_time now) {
+    if (found.state != record_state::completed || !servable(found, now)) return;
+    const std::size_t bytes = scope.size() + key.size() + found.response.size() +
+                              found.recovery.size() + entry_overhead_bytes;
+    shard& s = shard_for(h);
+    const std::lock_guard<std::mutex> lock(s.mutex);
+    const stripe& w = s.writes[h & (stripes - 1)];
+    if (w.writers != 0 || w.epoch != ticket || bytes > s.budget) {
+      ++s.refused;
+      return;
+    }
+    if (const auto at = s.index.find(h); at != s.index.end()) drop(s, at->second);
+    make_room(s, bytes);
+    // Out of memory while keeping it: the record is simply not kept (the slot, if one was
+    // taken, stays unused and unindexed, so it is never served).
+    try {
+      std::uint32_t index = 0;
+      if (!s.free.empty()) {
+        index = s.free.back();
+        s.free.pop_back();
+      } else {
+        index = static_cast<std::uint32_t>(s.slots.size());
+        s.slots.emplace_back();
+      }
+      slot& fresh = s.slots[index];
+      fresh.kept = found;
+      fresh.kept.scope = scope;
+      fresh.kept.key = key;
+      s.index.emplace(h, index);
+      fresh.hash = h;
+      fresh.bytes = bytes;
+      fresh.used = true;
+      fresh.referenced = false;
+    } catch (const std::bad_alloc&) {
+      ++s.refused;
+      return;
+    }
+    s.bytes += bytes;
+    ++s.inserts;
+  }
+
+  /// A local write of (scope, key) begins: its slot goes, and its stripe misses until end_write.
+  void begin_write(std::uint64_t h) { bracket(h, 1); }
+  /// ...and ends, applied or not, returned or thrown.
+  void end_write(std::uint64_t h) { bracket(h, -1); }
+
+  /// Drops every record that can no longer be served at `now`; answers how many.
+  std::size_t drop_expired(store_time now) {
+    std::size_t dropped = 0;
+    for (shard& s : shards_) {
+      const std::lock_guard<std::mutex> lock(s.mutex);
+      for (std::uint32_t i = 0; i < s.slots.size(); ++i) {
+        if (s.slots[i].used && !servable(s.slots[i].kept, now)) {
+          drop(s, i);
+          ++dropped;
+        }
+      }
+    }
+    return dropped;
+  }
+
+  tier_stats statistics() {
+    tier_stats total;
+    for (shard& s : shards_) {
+      const std::lock_guard<std::mutex> lock(s.mutex);
+      total.entries += s.index.size();
+      total.bytes += s.bytes;
+      total.hits += s.hits;
+      total.misses += s.misses;
+      total.inserts += s.inserts;
+      total.evictions += s.evictions;
+      total.refused += s.refused;
+    }
+    return total;
+  }
+
+ private:
+  static constexpr std::size_t stripes = 64;
+
+  struct slot {
+    record kept;  // completed; scope and key filled
+    std::uint64_t hash = 0;
+    std::size_t bytes = 0;
+    bool used = false;
+    bool referenced = false;
+  };
+  struct stripe {
+    std::uint64_t epoch = 0;
+    std::uint32_t writers = 0;
+  };
+  struct alignas(64) shard {
+    std::mutex mutex;
+    std::unordered_map<std::uint64_t, std::uint32_t> index;
+    std::vector<slot> slots;
+    std::vector<std::uint32_t> free;
+    std::size_t hand = 0;
+    std::size_t bytes = 0;
+    std::size_t budget = 0;
+    std::array<stripe, stripes> writes{};
+    std::uint64_t hits = 0, misses = 0, inserts = 0, evictions = 0, refused = 0;
+  };
+
+  static int log2(std::size_t n) noexcept {
+    int bits = 0;
+    while ((std::size_t{1} << bits) < n)
+      ++bits;
+    return bits;
+  }
+
+  shard& shard_for(std::uint64_t h) noexcept {
+    return shards_[shift_ >= 64 ? 0 : static_cast<std::size_t>(h >> shift_)];
+  }
+
+  // A record is served strictly before its expiry, less the margin.
+  bool servable(const record& r, store_time now) const noexcept {
+    return now + margin_ < r.expires_at;
+  }
+
+  static void copy_into(record& out, const record& kept, bool with_id) {
+    if (with_id) {
+      out.scope = kept.scope;
+      out.key = kept.key;
+    }
+    out.fingerprint = kept.fingerprint;
+    out.state = kept.state;
+    out.fence = kept.fence;
+    out.created_at = kept.created_at;
+    out.lease_until = kept.lease_until;
+    out.expires_at = kept.expires_at;
+    out.response = kept.response;
+    out.recovery = kept.recovery;
+  }
+
+  void bracket(std::uint64_t h, int step) {
+    shard& s = shard_for(h);
+    const std::lock_guard<std::mutex> lock(s.mutex);
+    stripe& w = s.writes[h & (stripes - 1)];
+    w.writers = static_cast<std::uint32_t>(static_cast<int>(w.writers) + step);
+    ++w.epoch;
+    if (const auto at = s.index.find(h); at != s.index.end()) drop(s, at->second);
+  }
+
+  static void drop(shard& s, std::uint32_t index) {
+    slot& gone = s.slots[index];
+    s.index.erase(gone.hash);
+    s.bytes -= gone.bytes;
+    gone.kept = record{};  // gives its strings back now
+    gone.used = false;
+    gone.referenced = false;
+    s.free.push_back(index);
+  }
+
+  // CLOCK: two turns of the hand clear every reference bit, so room is found within them.
+  static void make_room(shard& s, std::size_t bytes) {
+    std::size_t steps = 2 * s.slots.size() + 1;
+    while (s.bytes + bytes > s.budget && !s.index.empty() && steps-- > 0) {
+      if (s.hand >= s.slots.size()) s.hand = 0;
+      slot& candidate = s.slots[s.hand];
+      if (candidate.used) {
+        if (candidate.referenced) {
+          candidate.referenced = false;
+        } else {
+          drop(s, static_cast<std::uint32_t>(s.hand));
+          ++s.evictions;
+        }
+      }
+      ++s.hand;
+    }
+  }
+
+  siphash_key hash_key_;
+  int shift_;
+  std::chrono::nanoseconds margin_;
+  std::vector<shard> shards_;
+};
+
+}  // namespace idem::detail::tiered
+
+#endif  // IDEM_STORE_TIERED_TIER_HPP
+// end idem/store/tiered/tier.hpp
+
+namespace idem {
+
+namespace detail::tiered {
+
+/// tiered_store's options (tiered_store<D>::options).
+struct tier_options {
+  /// The most the tier holds, counted per record as scope + key + response + recovery bytes
+  /// plus tier_overhead_bytes. Split evenly between the shards; a record larger than one
+  /// shard's share is never kept. Must be at least `shards`.
+  std::size_t max_bytes = std::size_t{64} << 20;
+  /// How many independently locked parts the tier has: a power of two, 1 to 4096.
+  std::size_t shards = 64;
+  /// A record is served from the tier only while now + expiry_margin < expires_at: the clock
+  /// skew between the processes sharing the durable store (or between this clock and a
+  /// server's, for a store on server time) that the tier allows for. Not negative.
+  std::chrono::nanoseconds expiry_margin{0};
+};
+
+// The durable store's transaction type, where it has one (TransactionalStore).
+template <class Durable>
+struct transaction_of {};
+template <class Durable>
+requires requires {
+  typename Durable::transaction;
+}
+struct transaction_of<Durable> {
+  using transaction = typename Durable::transaction;
+};
+
+}  // namespace detail::tiered
+
+template <Store Durable>
+class tiered_store : public detail::tiered::transaction_of<Durable> {
+  using tier_type = detail::tiered::tier<Durable>;
+
+ public:
+  /// The durable store's answer (idem::reads_completion_time): completions go to it.
+  static constexpr bool reads_completion_time = idem::reads_completion_time<Durable>;
+
+  /// The tier's settings (the same type for every durable store).
+  using options = detail::tiered::tier_options;
+
+  using tier_stats = detail::tiered::tier_stats;
+
+  /// The memory each kept record takes beyond its scope, key, response and recovery bytes.
+  static constexpr std::size_t tier_overhead_bytes = tier_type::entry_overhead_bytes;
+
+  /// A default-made durable store (idempotent's options default-construct the store policy).
+  tiered_store() requires std::default_initializable<Durable> : tiered_store(Durable{}) {}
+  explicit tiered_store(Durable durable) : tiered_store(std::move(durable), options{}) {}
+  tiered_store(Durable durable, const options& settings)
+      : durable_(std::move(durable)), tier_(make_tier(settings)) {}
+
+  claim_result claim(const claim_request& request) {
+    const std::uint64_t h = tier_->hash(request.scope, request.key);
+    claim_result out;
+    const detail::tiered::lookup_result looked =
+        tier_->lookup(h, request.scope, request.key, request.now, out.existing, false);
+    if (looked.hit) {
+      out.status = claim_status::existing;
+      out.fence = 0;
+      return out;
+    }
+    out = durable_.claim(request);
+    if (out.status == claim_status::existing && out.existing.state == record_state::completed) {
+      tier_->offer(h, looked.ticket, request.scope, request.key, out.existing, request.now);
+    }
+    return out;
+  }
+
+  bool complete(const fenced_key& held, std::string_view response, store_time now) {
+    const write_bracket bracket(*tier_, held);
+    return durable_.complete(held, response, now);
+  }
+
+  bool release(const fenced_key& held) {
+    const write_bracket bracket(*tier_, held);
+    return durable_.release(held);
+  }
+
+  bool checkpoint(const fenced_key& held, std::string_view recovery, store_time lease_until) {
+    const write_bracket bracket(*tier_, held);
+    return durable_.checkpoint(held, recovery, lease_until);
+  }
+
+  std::optional<record> find(std::string_view scope, std::string_view key, store_time now) const {
+    const std::uint64_t h = tier_->hash(scope, key);
+    std::optional<record> out(std::in_place);
+    const detail::tiered::lookup_result looked = tier_->lookup(h, scope, key, now, *out, true);
+    if (looked.hit) return out;
+    out = durable_.find(scope, key, now);
+    if (out && out->state == record_state::completed) {
+      tier_->offer(h, looked.ticket, scope, key, *out, now);
+    }
+    return out;
+  }
+
+  /// The durable store's sweep (its count), then the tier drops what it may no longer serve: a
+  /// walk of every kept record, under each shard's lock in turn.
+  std::size_t sweep(store_time now) {
+    const std::size_t removed = durable_.sweep(now);
+    (void)tier_->drop_expired(now);
+    return removed;
+  }
+
+  std::vector<record> stuck(store_time now, std::size_t limit) const {
+    return durable_.stuck(now, limit);
+  }
+
+  /// The durable store's complete_within (TransactionalStore), bracketed like complete.
+  template <class Produce>
+  requires TransactionalStore<Durable>
+  bool complete_within(const fenced_key& held, store_time now, Produce&& produce) {
+    const write_bracket bracket(*tier_, held);
+    return durable_.complete_within(held, now, std::forward<Produce>(produce));
+  }
+
+  /// The durable store this one sends to (a handle sharing its records).
+  Durable& durable() noexcept { return durable_; }
+  const Durable& durable() const noexcept { return durable_; }
+
+  /// What the tier holds and has done so far.
+  tier_stats tier_statistics() const { return tier_->statistics(); }
+
+ private:
+  // A local write's bracket on the tier (tier.hpp, "Local writes"), however the write ends.
+  class write_bracket {
+   public:
+    write_bracket(tier_type& tier, const fenced_key& held)
+        : tier_(tier), hash_(tier.hash(held.scope, held.key)) {
+      tier_.begin_write(hash_);
+    }
+    write_bracket(const write_bracket&) = delete;
+    write_bracket& operator=(const write_bracket&) = delete;
+    ~write_bracket() { tier_.end_write(hash_); }
+
+   private:
+    tier_type& tier_;
+    std::uint64_t hash_;
+  };
+
+  static std::shared_ptr<tier_type> make_tier(const options& settings) {
+    const auto refuse = [](const std::string& why) {
+      throw std::invalid_argument("idem::tiered_store: " + why);
+    };
+    if (settings.max_bytes == 0) refuse("options::max_bytes is 0: the tier could hold nothing");
+    if (settings.shards == 0 || settings.shards > 4096 ||
+        (settings.shards & (settings.shards - 1)) != 0) {
+      refuse("options::shards must be a power of two from 1 to 4096, not " +
+             std::to_string(settings.shards));
+    }
+    if (settings.max_bytes < settings.shards) {
+      refuse("options::max_bytes (" + std::to_string(settings.max_bytes) +
+             ") is less than one byte per shard (" + std::to_string(settings.shards) + " shards)");
+    }
+    if (settings.expiry_margin < std::chrono::nanoseconds::zero()) {
+      refuse("options::expiry_margin is negative: the tier would serve expired records");
+    }
+    return std::make_shared<tier_type>(settings.max_bytes, settings.shards, settings.expiry_margin);
+  }
+
+  mutable Durable durable_;  // a handle: find and stuck, const here, need not be const there
+  std::shared_ptr<tier_type> tier_;
+};
+
+}  // namespace idem
+
+#endif  // IDEM_STORE_TIERED_HPP
+// end idem/store/tiered.hpp
 
 #endif  // IDEM_IDEM_HPP
 // end idem/idem.hpp
