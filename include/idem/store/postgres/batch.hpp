@@ -36,57 +36,10 @@
 #include <idem/store/batch.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/postgres.hpp>
+#include <idem/store/postgres/binary_array.hpp>
 #include <idem/store/postgres/wire.hpp>
 
 namespace idem::detail::postgres {
-
-inline constexpr Oid bytea_array_oid = 1001;
-inline constexpr Oid int8_array_oid = 1016;
-
-// A one-dimensional array in PostgreSQL's binary format: ndim, has-null flag, element type,
-// length, lower bound, then each element as its length (-1: NULL) and bytes.
-class binary_array {
- public:
-  binary_array(Oid element, std::size_t count) : element_(element) {
-    put32(1);
-    put32(0);  // has nulls: patched by null()
-    put32(static_cast<std::int32_t>(element));
-    put32(static_cast<std::int32_t>(count));
-    put32(1);
-  }
-  binary_array& bytes(std::string_view value) {
-    put32(static_cast<std::int32_t>(value.size()));
-    data_.append(value);
-    return *this;
-  }
-  binary_array& bytes(const digest& value) {
-    return bytes(std::string_view{reinterpret_cast<const char*>(value.data()), value.size()});
-  }
-  binary_array& int8(std::int64_t value) {
-    put32(8);
-    std::array<char, 8> raw{};
-    put_int8(raw, value);
-    data_.append(raw.data(), raw.size());
-    return *this;
-  }
-  binary_array& null() {
-    put32(-1);
-    data_[7] = 1;
-    return *this;
-  }
-  std::string_view view() const noexcept { return data_; }
-  Oid element() const noexcept { return element_; }
-
- private:
-  void put32(std::int32_t value) {
-    const auto bits = static_cast<std::uint32_t>(value);
-    for (int shift = 24; shift >= 0; shift -= 8) {
-      data_.push_back(static_cast<char>((bits >> shift) & 0xff));
-    }
-  }
-  Oid element_;
-  std::string data_;
-};
 
 // The batch statements' SQL on `table` (quoted and qualified), given the single claim's SQL
 // (statement_sql(table)[claim]) so that the batch decides with the very same condition.
@@ -144,7 +97,8 @@ using batch_index = std::map<std::pair<std::string_view, std::string_view>, std:
 class batch_parameters {
  public:
   batch_parameters& array(const binary_array& value) {
-    add(value.element() == int8_oid ? int8_array_oid : bytea_array_oid, value.view());
+    arrays_.at(count_) = value.bytes();
+    add(value.element() == int8_oid ? int8_array_oid : bytea_array_oid, arrays_.at(count_));
     return *this;
   }
   batch_parameters& int8(std::int64_t value) {
@@ -187,6 +141,7 @@ class batch_parameters {
   std::array<const char*, 8> values_{};
   std::array<int, 8> lengths_{};
   std::array<std::array<char, 8>, 8> integers_{};
+  std::array<std::string, 8> arrays_{};
   std::size_t count_ = 0;
 };
 
@@ -240,20 +195,20 @@ struct batch_access {
         first.retention <= std::chrono::nanoseconds::zero()) {
       throw std::invalid_argument("idem::postgres_store: lease and retention must be positive");
     }
-    binary_array scopes(bytea_oid, requests.size());
-    binary_array keys(bytea_oid, requests.size());
-    binary_array prints(bytea_oid, requests.size());
-    binary_array recoveries(bytea_oid, requests.size());
+    binary_array scopes(bytea_oid);
+    binary_array keys(bytea_oid);
+    binary_array prints(bytea_oid);
+    binary_array recoveries(bytea_oid);
     batch_index where;
     for (std::size_t i = 0; i < requests.size(); ++i) {
       const claim_request& request = requests[i];
-      scopes.bytes(request.scope);
-      keys.bytes(request.key);
-      prints.bytes(request.fingerprint);
+      scopes.add(request.scope);
+      keys.add(request.key);
+      prints.add(request.fingerprint);
       if (request.recovery.empty()) {
-        recoveries.null();
+        recoveries.add_null();
       } else {
-        recoveries.bytes(request.recovery);
+        recoveries.add(request.recovery);
       }
       if (!where.emplace(std::pair{request.scope, request.key}, i).second) {
         throw std::invalid_argument(
@@ -318,10 +273,10 @@ struct batch_access {
                                             binary_array& fences, binary_array& responses,
                                             batch_index& where) {
     for (std::size_t i = 0; i < done.size(); ++i) {
-      scopes.bytes(done[i].held.scope);
-      keys.bytes(done[i].held.key);
-      fences.int8(fence_of(done[i].held));
-      responses.bytes(done[i].response);
+      scopes.add(done[i].held.scope);
+      keys.add(done[i].held.key);
+      fences.add(fence_of(done[i].held));
+      responses.add(done[i].response);
       where.emplace(std::pair{done[i].held.scope, done[i].held.key}, i);
     }
     batch_parameters values;
@@ -347,10 +302,10 @@ struct batch_access {
                                           std::span<const batch_completion> done) {
     std::vector<bool> applied(done.size(), false);
     if (done.empty()) return applied;
-    binary_array scopes(bytea_oid, done.size());
-    binary_array keys(bytea_oid, done.size());
-    binary_array fences(int8_oid, done.size());
-    binary_array responses(bytea_oid, done.size());
+    binary_array scopes(bytea_oid);
+    binary_array keys(bytea_oid);
+    binary_array fences(int8_oid);
+    binary_array responses(bytea_oid);
     batch_index where;
     const batch_parameters values = completion_values(done, scopes, keys, fences, responses, where);
     const std::string& sql = statements(store).complete;
@@ -400,12 +355,12 @@ std::vector<bool> detail::postgres::batch_access::complete_batch_within(
   } else if (shared.config.transaction_isolation == postgres_store::isolation::serializable) {
     begin = "BEGIN ISOLATION LEVEL SERIALIZABLE";
   }
-  binary_array lock_scopes(bytea_oid, held.size());
-  binary_array lock_keys(bytea_oid, held.size());
+  binary_array lock_scopes(bytea_oid);
+  binary_array lock_keys(bytea_oid);
   batch_index where;
   for (std::size_t i = 0; i < held.size(); ++i) {
-    lock_scopes.bytes(held[i].scope);
-    lock_keys.bytes(held[i].key);
+    lock_scopes.add(held[i].scope);
+    lock_keys.add(held[i].key);
     where.emplace(std::pair{held[i].scope, held[i].key}, i);
   }
   batch_parameters lock_values;
@@ -457,10 +412,10 @@ std::vector<bool> detail::postgres::batch_access::complete_batch_within(
         connection.roll_back();
         return applied;
       }
-      binary_array scopes(bytea_oid, done.size());
-      binary_array keys(bytea_oid, done.size());
-      binary_array fences(int8_oid, done.size());
-      binary_array bytes(bytea_oid, done.size());
+      binary_array scopes(bytea_oid);
+      binary_array keys(bytea_oid);
+      binary_array fences(int8_oid);
+      binary_array bytes(bytea_oid);
       batch_index completed;
       const batch_parameters values =
           completion_values(done, scopes, keys, fences, bytes, completed);

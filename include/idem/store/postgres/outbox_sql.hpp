@@ -1,6 +1,6 @@
-// The SQL of the PostgreSQL outbox reader (store/postgres/outbox_reader.hpp), and the binary
-// array format its batched statements take. Text and bytes only, no connection, so the SQL can
-// be checked without a server.
+// The SQL of the PostgreSQL outbox reader (store/postgres/outbox_reader.hpp); its batched
+// statements take binary arrays (binary_array.hpp). Text and bytes only, no connection, so the SQL
+// can be checked without a server.
 #ifndef IDEM_STORE_POSTGRES_OUTBOX_SQL_HPP
 #define IDEM_STORE_POSTGRES_OUTBOX_SQL_HPP
 
@@ -11,71 +11,11 @@
 #include <string>
 #include <string_view>
 
+#include <idem/store/postgres/binary_array.hpp>
 #include <idem/store/postgres/outbox.hpp>
 #include <idem/store/postgres/statements.hpp>
 
 namespace idem::detail::postgres {
-
-inline constexpr Oid int4_oid = 23;
-inline constexpr Oid int8_array_oid = 1016;
-inline constexpr Oid text_array_oid = 1009;
-
-// A one-dimensional array without NULLs in PostgreSQL's binary format (array_recv): the number
-// of dimensions, a has-nulls flag, the element type, the length and lower bound, then each
-// element as a length and its bytes; integers big-endian. A whole batch's settlements travel as
-// a few such arrays, unnested by one statement: one round trip however large the batch.
-class binary_array {
- public:
-  explicit binary_array(Oid element) : element_(element) {}
-
-  binary_array& add(std::int64_t value) {
-    put(8);
-    put64(value);
-    ++count_;
-    return *this;
-  }
-  binary_array& add(std::string_view bytes) {
-    put(static_cast<std::uint32_t>(bytes.size()));
-    body_.append(bytes);
-    ++count_;
-    return *this;
-  }
-  std::size_t size() const noexcept { return count_; }
-
-  // The whole value, ready to be a binary parameter. No elements: zero dimensions, which is
-  // how PostgreSQL writes an empty array.
-  std::string bytes() const {
-    std::string out;
-    const auto put_to = [&out](std::uint32_t value) {
-      for (int shift = 24; shift >= 0; shift -= 8)
-        out += static_cast<char>((value >> shift) & 0xff);
-    };
-    put_to(count_ == 0 ? 0 : 1);
-    put_to(0);
-    put_to(element_);
-    if (count_ > 0) {
-      put_to(static_cast<std::uint32_t>(count_));
-      put_to(1);
-    }
-    out += body_;
-    return out;
-  }
-
- private:
-  void put(std::uint32_t value) {
-    for (int shift = 24; shift >= 0; shift -= 8)
-      body_ += static_cast<char>((value >> shift) & 0xff);
-  }
-  void put64(std::int64_t value) {
-    const auto bits = static_cast<std::uint64_t>(value);
-    for (int shift = 56; shift >= 0; shift -= 8)
-      body_ += static_cast<char>((bits >> shift) & 0xff);
-  }
-
-  Oid element_;
-  std::string body_;
-  std::size_t count_ = 0;
-};
 
 // The columns of a fetched row and of a dead letter, in the order the reader decodes them.
 inline constexpr const char* outbox_entry_columns =
