@@ -49,6 +49,7 @@
 #include <idem/server/detail/admission.hpp>
 #include <idem/server/detail/checks.hpp>
 #include <idem/server/detail/engine.hpp>
+#include <idem/server/detail/one_commit.hpp>
 #include <idem/server/failure.hpp>
 #include <idem/server/fingerprint/fingerprint.hpp>
 #include <idem/server/fingerprint/xxh3.hpp>
@@ -68,6 +69,7 @@ class idempotent {
   static_assert(detail::check_server_policies<Policies>());
   static_assert(detail::check_fingerprint<fingerprint_for<typename Policies::fingerprint>>());
   static_assert(detail::check_server_observer<typename Policies::server_observer>());
+  static_assert(detail::check_commit_mode<Policies>());
 
  public:
   using store_type = typename Policies::store;
@@ -293,6 +295,11 @@ class idempotent {
     }
     if (deadline && detail::too_late(*deadline, settings.minimum_time_left)) {
       return detail::deadline_refusal<Response>(*deadline, settings.minimum_time_left);
+    }
+    if constexpr (detail::commit_mode_of<Policies> == commit_mode::one_commit) {
+      // Claim, handler and record in one transaction (idem/server/detail/one_commit.hpp).
+      static_assert(detail::check_one_commit_handler<transactional>());
+      return detail::run_one_commit<Response>(engine_, scope, *key, print, run);
     }
     constexpr detail::completion how =
         transactional ? detail::completion::in_transaction : detail::completion::direct;
