@@ -10,7 +10,7 @@
 //     store_type make(std::chrono::milliseconds lock_wait);  // a fresh store on the caller's
 //                                                      // time (the `now` it is given), whose
 //                                                      // wait for a key's transaction is lock_wait
-//     static void write_effect(store_type::transaction&, const std::string& id);  // one row
+//     void write_effect(store_type::transaction&, const std::string& id) const;  // one row
 //     long long effects(const std::string& id);        // rows written for `id`, committed
 //   };
 //   IDEM_ONE_COMMIT_CONFORMANCE_TESTS(my_fixture)
@@ -57,6 +57,7 @@ struct policies : default_policies {
 template <class Fixture>
 struct effect_handler {
   using transaction = typename Fixture::store_type::transaction;
+  const Fixture* fixture = nullptr;
   std::function<void()> before_effect{};  // a test's hook: block, throw
   std::function<void()> after_effect{};
   std::atomic<int>* runs = nullptr;
@@ -64,7 +65,7 @@ struct effect_handler {
                          transaction& txn) const {
     if (runs != nullptr) ++*runs;
     if (before_effect) before_effect();
-    Fixture::write_effect(txn, std::string(context.key()));
+    fixture->write_effect(txn, std::string(context.key()));
     if (after_effect) after_effect();
     return "paid " + body + " under fence " + std::to_string(context.fence());
   }
@@ -74,8 +75,9 @@ template <class Fixture, commit_mode Mode = commit_mode::one_commit>
 using guarded = idempotent<effect_handler<Fixture>, policies<typename Fixture::store_type, Mode>>;
 
 template <class Fixture, commit_mode Mode = commit_mode::one_commit>
-guarded<Fixture, Mode> make_guarded(typename Fixture::store_type store, manual_clock clock,
-                                    effect_handler<Fixture> handler = {}) {
+guarded<Fixture, Mode> make_guarded(const Fixture& fixture, typename Fixture::store_type store,
+                                    manual_clock clock, effect_handler<Fixture> handler = {}) {
+  handler.fixture = &fixture;
   typename guarded<Fixture, Mode>::options parts;
   parts.store = std::move(store);
   parts.clock = std::move(clock);
@@ -110,7 +112,7 @@ void a_new_key_commits_effect_and_record_together_and_repeats_replay() {
   Fixture fixture;
   auto store = fixture.make(generous_wait);
   manual_clock clock;
-  auto guard = make_guarded<Fixture>(store, clock);
+  auto guard = make_guarded<Fixture>(fixture, store, clock);
   const auto first = guard("tenant", std::string_view{"k1"}, std::string("10 EUR"));
   REQUIRE(first.verdict() == verdict::executed);
   REQUIRE(first.value() == "paid 10 EUR under fence 1");
@@ -139,7 +141,7 @@ void a_throwing_handler_leaves_neither_record_nor_effect() {
   handler.after_effect = [&] {
     if (fail) throw std::runtime_error("card declined");
   };
-  auto guard = make_guarded<Fixture>(store, clock, handler);
+  auto guard = make_guarded<Fixture>(fixture, store, clock, handler);
   CHECK_THROWS_WITH(guard("tenant", std::string_view{"k1"}, std::string("10 EUR")),
                     "card declined");
   CHECK(fixture.effects("k1") == 0);
@@ -160,7 +162,7 @@ void recovery_points_run_and_record_nothing() {
   auto handler = [&](handler_context& context, const std::string& body,
                      typename Fixture::store_type::transaction& txn) -> std::string {
     const int charged = context.step("charge", [&] { return ++step_runs; });
-    Fixture::write_effect(txn, std::string(context.key()));
+    fixture.write_effect(txn, std::string(context.key()));
     if (fail) throw std::runtime_error("after the step");
     return body + " charged " + std::to_string(charged);
   };
@@ -211,7 +213,7 @@ void a_live_claim_of_the_two_commit_path_is_honoured_and_an_expired_one_taken_ov
       ++step_runs;
       return std::string("ch_2");
     });
-    Fixture::write_effect(txn, std::string(context.key()));
+    fixture.write_effect(txn, std::string(context.key()));
     return body + " " + charge + (context.resumed() ? " resumed" : "");
   };
   using policies_type = policies<typename Fixture::store_type>;
@@ -250,7 +252,7 @@ void a_duplicate_waits_for_the_transaction_and_replays_it() {
       finish.wait();
     }
   };
-  auto guard = make_guarded<Fixture>(store, clock, handler);
+  auto guard = make_guarded<Fixture>(fixture, store, clock, handler);
   std::string first_answer;
   verdict first_verdict = verdict::in_progress;  // Catch2's assertions stay on this thread
   std::thread first([&] {
@@ -297,7 +299,7 @@ void a_wait_past_the_lock_timeout_answers_in_progress() {
       finish.wait();
     }
   };
-  auto guard = make_guarded<Fixture>(store, clock, handler);
+  auto guard = make_guarded<Fixture>(fixture, store, clock, handler);
   verdict first_verdict = verdict::in_progress;
   std::thread first(
       [&] { first_verdict = guard("tenant", std::string_view{"k1"}, std::string("7")).verdict(); });
@@ -323,7 +325,7 @@ void a_storm_on_one_key_has_one_effect_and_identical_replays() {
   std::atomic<int> runs{0};
   effect_handler<Fixture> handler;
   handler.runs = &runs;
-  auto guard = make_guarded<Fixture>(store, clock, handler);
+  auto guard = make_guarded<Fixture>(fixture, store, clock, handler);
   for (int round = 0; round < 3; ++round) {
     const std::string key = "storm-" + std::to_string(round);
     std::atomic<int> executed{0};
@@ -374,7 +376,7 @@ void an_inbox_in_one_commit_acts_once_per_event() {
   bool fail = true;
   const auto consume = [&](typename Fixture::store_type::transaction& txn) {
     ++runs;
-    Fixture::write_effect(txn, "event-1");
+    fixture.write_effect(txn, "event-1");
     if (fail) throw std::runtime_error("poison");
   };
   CHECK_THROWS_WITH(consumed.deduplicate("orders", "event-1", consume), "poison");

@@ -33,7 +33,7 @@ struct sqlite_one_commit_fixture {
     db.exec("CREATE TABLE IF NOT EXISTS effects (id TEXT NOT NULL)");
     return store;
   }
-  static void write_effect(idem::sqlite_store::transaction& txn, const std::string& id) {
+  void write_effect(idem::sqlite_store::transaction& txn, const std::string& id) const {
     txn.exec("INSERT INTO effects (id) VALUES (?1)", id);
   }
   long long effects(const std::string& id) const {
