@@ -14,7 +14,7 @@
 //   after_effect   in the handler, after its effect row
 //   before_commit  after the record's completion, before COMMIT (SQLite: the commit hook;
 //                  PostgreSQL: a NOTICE a trigger raises as the record completes, which the
-//                  worker hears before it sends COMMIT)
+//                  worker hears with its COMMIT in flight: claim_within pipelines the two)
 //   after_commit   after the call returned executed, before it prints its answer
 // Without --die it prints "answer VERDICT BODY" (a worker told to die that gets there prints
 // "survived" and exits 6). --inspect prints "state none|in_progress|completed effects N".
@@ -173,7 +173,7 @@ int on_postgres(const worker_arguments& arguments, const std::string& key, bool 
         txn.exec(insert, {id});
       },
       [](idem::postgres_store::transaction& txn) {
-        // Heard while the completion's UPDATE is answered: COMMIT is not sent yet.
+        // Heard while the completion is answered; the COMMIT behind it is already sent.
         PQsetNoticeReceiver(
             txn.connection(),
             [](void*, const PGresult* notice) {

@@ -14,6 +14,8 @@
 
 #include <libpq-fe.h>
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -21,6 +23,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <idem/store/contract.hpp>
 #include <idem/store/one_commit.hpp>
@@ -36,6 +39,79 @@ inline bool lock_timed_out(const PGresult* result) noexcept {
   return state != nullptr && std::string_view(state) == "55P03";
 }
 
+// Sends the `count` queries `send` queues as one pipeline (one round trip) and answers their
+// results in order; a result is null where the connection failed before it.
+template <class Send>
+std::vector<result_ptr> pipelined(borrowed_connection& connection, std::size_t count,
+                                  const char* what, Send send) {
+  PGconn* c = connection.get();
+  synchronous_wait_cancelled = false;
+  if (PQenterPipelineMode(c) != 1) connection.fail(nullptr, what, false);
+  const bool sent = send(c) && PQpipelineSync(c) == 1;
+  std::vector<result_ptr> got(count);
+  if (sent) {
+    for (result_ptr& each : got) {
+      each.reset(PQgetResult(c));
+      if (!each) break;                      // the connection failed
+      const result_ptr end{PQgetResult(c)};  // the null that ends each query's results
+    }
+    const result_ptr sync{PQgetResult(c)};  // PGRES_PIPELINE_SYNC
+  }
+  if (PQexitPipelineMode(c) != 1 || !sent) connection.fail(nullptr, what, false);
+  return got;
+}
+
+inline bool succeeded(const result_ptr& result) noexcept {
+  const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
+  return status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
+}
+
+// BEGIN, SET LOCAL lock_timeout and the claim in one round trip. Answers the claim's result;
+// null when it passed the lock timeout (the transaction is then aborted); throws as
+// borrowed_connection::run does for anything else.
+inline result_ptr begin_and_claim(borrowed_connection& connection, const std::string& begin,
+                                  const std::string& lock_timeout, const parameters& values) {
+  std::vector<result_ptr> got = pipelined(connection, 3, "claim_within: begin", [&](PGconn* c) {
+    return PQsendQueryParams(c, begin.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 1) == 1 &&
+           PQsendQueryParams(c, lock_timeout.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 1) ==
+               1 &&
+           PQsendQueryPrepared(c, statement_names[claim], values.count(), values.values(),
+                               values.lengths(), parameters::formats(), 1) == 1;
+  });
+  const char* steps[] = {"claim_within: begin", "claim_within: set the lock timeout",
+                         "claim_within: claim"};
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (succeeded(got[i])) continue;
+    if (i == 2 && lock_timed_out(got[i].get())) return nullptr;
+    connection.fail(got[i].get(), steps[i], true);
+  }
+  return std::move(got[2]);
+}
+
+// The completion, checked, and COMMIT in one round trip. The check makes a completion that
+// finds no record in progress under the fence (the handler's own SQL changed it) an error
+// (division by zero, SQLSTATE 22012), so that the COMMIT queued behind it never runs: answers
+// false then, with the transaction still open (aborted). Throws as borrowed_connection::run
+// does for anything else; a COMMIT whose wait for a synchronous standby was cancelled is
+// ambiguous: store_error(unavailable).
+inline bool complete_and_commit(borrowed_connection& connection, const std::string& checked,
+                                const parameters& values) {
+  static constexpr Oid types[] = {17, 17, 20, 17};  // bytea scope, key; int8 fence; bytea
+  std::vector<result_ptr> got = pipelined(connection, 2, "claim_within: complete", [&](PGconn* c) {
+    return PQsendQueryParams(c, checked.c_str(), values.count(), types, values.values(),
+                             values.lengths(), parameters::formats(), 1) == 1 &&
+           PQsendQueryParams(c, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 1) == 1;
+  });
+  if (!succeeded(got[0])) {
+    const char* state = got[0] ? PQresultErrorField(got[0].get(), PG_DIAG_SQLSTATE) : nullptr;
+    if (state != nullptr && std::string_view(state) == "22012") return false;
+    connection.fail(got[0].get(), "claim_within: complete", true);
+  }
+  if (!succeeded(got[1])) connection.fail(got[1].get(), "claim_within: commit", true);
+  (void)borrowed_connection::answered(nullptr, "claim_within: commit");
+  return true;
+}
+
 }  // namespace detail::postgres
 
 template <class Produce>
@@ -45,15 +121,21 @@ one_commit_result postgres_store::claim_within(const claim_request& request, Pro
                 "transaction&, idem::claim_result&): it returns the encoded response.");
   namespace pg = detail::postgres;
   pool& shared = state_checked();
-  const char* isolation_sql = "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL lock_timeout = ";
+  std::string begin = "BEGIN ISOLATION LEVEL READ COMMITTED";
   if (shared.config.transaction_isolation == isolation::repeatable_read) {
-    isolation_sql = "BEGIN ISOLATION LEVEL REPEATABLE READ; SET LOCAL lock_timeout = ";
+    begin = "BEGIN ISOLATION LEVEL REPEATABLE READ";
   } else if (shared.config.transaction_isolation == isolation::serializable) {
-    isolation_sql = "BEGIN ISOLATION LEVEL SERIALIZABLE; SET LOCAL lock_timeout = ";
+    begin = "BEGIN ISOLATION LEVEL SERIALIZABLE";
   }
-  // One round trip: the transaction and its bound on lock waits. 0 would wait forever: 1 ms.
-  const std::string begin = isolation_sql + std::to_string(std::max<std::int64_t>(
-                                                1, shared.config.one_commit_lock_timeout.count()));
+  // The bound on lock waits, for this transaction only. 0 would wait forever: 1 ms.
+  const std::string lock_timeout =
+      "SET LOCAL lock_timeout = " +
+      std::to_string(std::max<std::int64_t>(1, shared.config.one_commit_lock_timeout.count()));
+  // complete, made to fail when it changes no row (see pg::complete_and_commit).
+  const std::string complete_checked =
+      "WITH done AS (UPDATE " + shared.names.table +
+      " SET state = 1, response = $4, recovery = NULL WHERE scope = $1 AND key = $2 AND fence = "
+      "$3 AND state <> 2 RETURNING 1) SELECT 1 / count(*)::int4 FROM done";
   const bool capped =
       shared.config.max_records_per_scope != std::numeric_limits<std::size_t>::max();
   for (unsigned attempt = 0;; ++attempt) {
@@ -73,8 +155,20 @@ one_commit_result postgres_store::claim_within(const claim_request& request, Pro
     };
     std::optional<transaction> txn;
     try {
-      connection.run_text(begin.c_str(), "claim_within: begin", true);
-      if (capped) {
+      pg::parameters values;
+      pg::claim_parameters(values, request, caller_time());
+      std::optional<claim_result> claimed;
+      if (!capped) {
+        // The common case: the transaction, its lock timeout and the claim in one round trip.
+        const pg::result_ptr result = pg::begin_and_claim(connection, begin, lock_timeout, values);
+        if (!result) {
+          connection.roll_back();
+          return {one_commit_status::busy, 0, {}};
+        }
+        claimed = pg::claim_answer(result.get(), request);
+      } else {
+        connection.run_text(begin.c_str(), "claim_within: begin", true);
+        connection.run_text(lock_timeout.c_str(), "claim_within: set the lock timeout", true);
         // As claim does with a cap: the scope's turn, then its room; held to the commit.
         pg::parameters scope;
         pg::scope_parameters(scope, request);
@@ -91,12 +185,9 @@ one_commit_result postgres_store::claim_within(const claim_request& request, Pro
           return {one_commit_status::full, 0, {}};
         }
       }
-      pg::parameters values;
-      pg::claim_parameters(values, request, caller_time());
       // READ COMMITTED: a claim that waited for a duplicate's transaction and found its row
       // committed reports it only from the next statement's snapshot (claim_answer says ask
       // again).
-      std::optional<claim_result> claimed;
       for (int ask = 0; ask < 1000 && !claimed; ++ask) {
         const pg::result_ptr result = waiting(pg::claim, values, "claim_within: claim");
         if (!result) {
@@ -128,14 +219,11 @@ one_commit_result postgres_store::claim_within(const claim_request& request, Pro
       pg::parameters completion;
       pg::held_parameters(completion, held);
       completion.bytes(bytes);
-      if (pg::affected(
-              connection.run(pg::complete, completion, "claim_within: complete", true).get()) !=
-          1) {
+      if (!pg::complete_and_commit(connection, complete_checked, completion)) {
         throw store_error(store_failure::unavailable,
                           "idem::postgres_store: claim_within: the record was changed inside the "
-                          "transaction (by the handler's own SQL)");
+                          "transaction (by the handler's own SQL); nothing was committed");
       }
-      connection.run_text("COMMIT", "claim_within: commit", true);
       return {one_commit_status::committed, claimed->fence, {}};
     } catch (const postgres_error& error) {
       connection.roll_back();
