@@ -9630,6 +9630,9 @@ class handler_context {
 // With a store that keeps records in a database (TransactionalStore: SQLite, PostgreSQL), a
 // handler taking the store's transaction as a third parameter runs inside the transaction that
 // completes its record: its own writes and the record commit together, or neither does.
+// With `commit = idem::commit_mode::one_commit` in the policies (a OneCommitStore), the claim
+// joins that transaction too: one commit per new key, a duplicate waits instead of 409, and a
+// throw or crash leaves nothing. Only for effects local to the database (docs/one_commit.md).
 //
 // A handler that throws releases the key by default (idem/server/failure.hpp says why, and how to
 // store chosen failures instead); its exception passes through unchanged.
