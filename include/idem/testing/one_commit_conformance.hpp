@@ -319,6 +319,7 @@ void a_wait_past_the_lock_timeout_answers_in_progress() {
 template <class Fixture>
 void a_storm_on_one_key_has_one_effect_and_identical_replays() {
   constexpr int threads = 64;
+  constexpr int rounds = 10;
   Fixture fixture;
   auto store = fixture.make(generous_wait);
   manual_clock clock;
@@ -326,7 +327,7 @@ void a_storm_on_one_key_has_one_effect_and_identical_replays() {
   effect_handler<Fixture> handler;
   handler.runs = &runs;
   auto guard = make_guarded<Fixture>(fixture, store, clock, handler);
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < rounds; ++round) {
     const std::string key = "storm-" + std::to_string(round);
     std::atomic<int> executed{0};
     std::atomic<int> replayed{0};
@@ -360,7 +361,7 @@ void a_storm_on_one_key_has_one_effect_and_identical_replays() {
       CHECK(answer == "paid 42 under fence 1");
     CHECK(fixture.effects(key) == 1);
   }
-  CHECK(runs.load() == 3);
+  CHECK(runs.load() == rounds);
 }
 
 template <class Fixture>
