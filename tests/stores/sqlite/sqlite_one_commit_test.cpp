@@ -6,6 +6,7 @@
 #include <idem/store/sqlite.hpp>
 #include <idem/testing/one_commit_conformance.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -45,3 +46,28 @@ struct sqlite_one_commit_fixture {
 }  // namespace
 
 IDEM_ONE_COMMIT_CONFORMANCE_TESTS(sqlite_one_commit_fixture)
+
+// The bounded store claims through the slow path (the usage row is checked under the lock): a new
+// key past max_records answers store_full, and its handler never runs.
+TEST_CASE("one commit on a bounded SQLite store answers store_full past max_records") {
+  sqlite_one_commit_fixture fixture;
+  idem::sqlite_store::options options;
+  options.path = fixture.path;
+  options.synchronous = idem::sqlite_store::synchronous_mode::normal;
+  options.max_records = 1;
+  idem::sqlite_store store(options);
+  (void)fixture.make(std::chrono::seconds{5});  // the effect table
+  idem::manual_clock clock;
+  std::atomic<int> runs{0};
+  idem::testing::one_commit::effect_handler<sqlite_one_commit_fixture> handler;
+  handler.runs = &runs;
+  auto guard = idem::testing::one_commit::make_guarded(fixture, store, clock, handler);
+  CHECK(guard("tenant", std::string_view{"k1"}, std::string("1")).verdict() ==
+        idem::verdict::executed);
+  const auto refused = guard("tenant", std::string_view{"k2"}, std::string("2"));
+  CHECK(refused.verdict() == idem::verdict::store_full);
+  CHECK(runs.load() == 1);
+  CHECK(fixture.effects("k2") == 0);
+  CHECK(guard("tenant", std::string_view{"k1"}, std::string("1")).verdict() ==
+        idem::verdict::replayed);
+}

@@ -75,12 +75,14 @@ one_commit_result sqlite_store::claim_within(const claim_request& request, Produ
   lease connection = acquire();
   detail::sqlite_connection& c = *connection.get();
   const std::int64_t now = detail::sqlite_nanoseconds(request.now);
+  bool absent = true;
   {
     // A replay, a mismatch or a live claim of the two-commit path changes nothing: answered
     // from a plain read, without the write lock.
     detail::sqlite_use read(c.statement(detail::sqlite_statement::read_record));
     detail::sqlite_bind_key(c, read.get(), request.scope, request.key);
     if (c.step(read.get(), "read a record") == SQLITE_ROW) {
+      absent = false;
       const detail::sqlite_row found = detail::sqlite_read_row(read.get(), 0);
       if (detail::sqlite_decide(found, request, now) == detail::sqlite_decision::existing) {
         return {one_commit_status::existing, 0, detail::sqlite_snapshot(read.get(), 0, found)};
@@ -93,7 +95,22 @@ one_commit_result sqlite_store::claim_within(const claim_request& request, Produ
   claim_result claimed;
   std::optional<detail::sqlite_row> found;
   std::int64_t found_bytes = 0;
-  {
+  const bool capped =
+      state_->settings.max_records_per_scope != std::numeric_limits<std::size_t>::max();
+  bool made = false;  // by the fast path's insert
+  if (absent && !state_->bounded && !capped) {
+    // As claim does: the key was absent a moment ago and most likely still is; the unique key
+    // decides under the write lock, and only a record that appeared in between is read below.
+    detail::sqlite_use insert(c.statement(detail::sqlite_statement::create_if_absent));
+    detail::sqlite_bind_new_record(c, insert.get(), request, 1);
+    c.step(insert.get(), "claim a record");
+    made = sqlite3_changes64(c.db()) == 1;
+    if (made) {
+      claimed.status = claim_status::claimed;
+      claimed.fence = 1;
+    }
+  }
+  if (!made) {
     detail::sqlite_use read(c.statement(detail::sqlite_statement::read_record));
     detail::sqlite_bind_key(c, read.get(), request.scope, request.key);
     if (c.step(read.get(), "read a record") == SQLITE_ROW) {
@@ -117,7 +134,9 @@ one_commit_result sqlite_store::claim_within(const claim_request& request, Produ
       claimed.fence = found ? found->fence + 1 : 1;
     }
   }
-  if (claimed.status == claim_status::taken_over) {
+  if (made) {
+    // The record is there: nothing more to write for the claim.
+  } else if (claimed.status == claim_status::taken_over) {
     detail::sqlite_use update(c.statement(detail::sqlite_statement::take_over));
     detail::sqlite_bind_key(c, update.get(), request.scope, request.key);
     detail::sqlite_bind_integer(c, update.get(), 3, static_cast<std::int64_t>(claimed.fence));
@@ -125,7 +144,7 @@ one_commit_result sqlite_store::claim_within(const claim_request& request, Produ
                                 detail::sqlite_nanoseconds(claimed.existing.lease_until));
     c.step(update.get(), "take over a claim");
   } else {
-    if (state_->settings.max_records_per_scope != std::numeric_limits<std::size_t>::max()) {
+    if (capped) {
       detail::sqlite_use count(c.statement(detail::sqlite_statement::count_live_in_scope));
       detail::sqlite_bind_bytes(c, count.get(), 1, request.scope);
       detail::sqlite_bind_integer(c, count.get(), 2, now);
