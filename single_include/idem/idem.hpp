@@ -9630,6 +9630,9 @@ class handler_context {
 // With a store that keeps records in a database (TransactionalStore: SQLite, PostgreSQL), a
 // handler taking the store's transaction as a third parameter runs inside the transaction that
 // completes its record: its own writes and the record commit together, or neither does.
+// With `commit = idem::commit_mode::one_commit` in the policies (a OneCommitStore), the claim
+// joins that transaction too: one commit per new key, a duplicate waits instead of 409, and a
+// throw or crash leaves nothing. Only for effects local to the database (docs/one_commit.md).
 //
 // A handler that throws releases the key by default (idem/server/failure.hpp says why, and how to
 // store chosen failures instead); its exception passes through unchanged.
@@ -11085,6 +11088,204 @@ std::optional<idempotent_outcome<Response>> admit(const Options& settings, std::
 
 #endif  // IDEM_SERVER_DETAIL_ADMISSION_HPP
 // end idem/server/detail/admission.hpp
+// begin idem/server/detail/one_commit.hpp
+// The run path of commit_mode::one_commit (idem/store/one_commit.hpp, docs/one_commit.md):
+// what idempotent and inbox call instead of engine::run when their policies ask for one commit.
+//
+// The store claims, calls the handler and completes the record in one transaction
+// (OneCommitStore::claim_within); this turns what it answers into the call's outcome:
+//   committed  executed (or response_too_large, as on the two-commit path);
+//   existing   as for any claim that found a record: replayed, mismatch (422), or in_progress
+//              for a live claim of the two-commit path;
+//   busy       in_progress: a duplicate's transaction held the key past the lock timeout;
+//   full       store_full.
+// A handler that throws rolls everything back: nothing is recorded, so there is nothing for the
+// failure policy to release or store, and the exception passes through unchanged.
+//
+// Recovery points. Everything of a run commits at once, so a recovery point has nothing to make
+// durable before the end: ctx.step runs its function and keeps the result in the context only,
+// and a crash leaves no record to resume from. Steps recorded by an attempt of the two-commit
+// path on the same key (a record it left in progress past its lease, taken over here) are still
+// honoured: they are not run again. renew_lease does nothing (the row is locked, not leased).
+#ifndef IDEM_SERVER_DETAIL_ONE_COMMIT_HPP
+#define IDEM_SERVER_DETAIL_ONE_COMMIT_HPP
+
+// begin idem/store/one_commit.hpp
+// One commit for a local effect: the claim, the handler's own writes and the completion of its
+// record in ONE transaction of the store's database (docs/one_commit.md).
+//
+// The two-commit path (claim; run; complete) commits the claim first, so that a duplicate sees
+// it at once and is answered in_progress (409), and a handler with external effects has a record
+// to resume from. When the whole effect is writes in the store's own database, that first commit
+// buys nothing: claim, effect and record can commit together, one commit and one fsync per new
+// key, and a crash at any point leaves nothing at all (the idempotency key is, in effect, a unique
+// constraint on the effect's own transaction). The price is the semantics below, which is why it
+// is an explicit opt-in (commit_mode::one_commit in the policies).
+//
+// claim_within(request, produce) — what a OneCommitStore provides:
+//   begins a write transaction, and in it claims as claim() does (contract.hpp): a new key, or an
+//   expired or released record, is created; an in-progress record of the two-commit path whose
+//   lease passed (same fingerprint) is taken over, keeping its recovery bytes. Then
+//     * claimed or taken over: calls produce(transaction&, claim_result&) (the claim_result says
+//       claimed or taken_over, the fence, and for a takeover the record with its recovery bytes),
+//       which runs the handler and answers the encoded response; completes the record under its
+//       fence in the same transaction; commits; answers {committed, fence}.
+//     * any other live record: changes nothing; answers {existing, 0, snapshot}.
+//     * no room for a new record: {full}.
+//   A concurrent claim_within or claim of the same key WAITS until this transaction ends (the
+//   key's unique index on PostgreSQL, the database's write lock on SQLite), then sees what it
+//   committed: a replay, or, if it rolled back, a free key it claims itself. The wait is bounded
+//   (PostgreSQL: options::one_commit_lock_timeout; SQLite: the busy timeout): past it the answer
+//   is {busy}, and nothing was written.
+//   produce throwing rolls everything back (no record, no effect) and rethrows the exception.
+//   The store's own failures roll back and throw store_error; a commit whose answer was lost
+//   throws store_error(unavailable) too, and may have committed: everything or nothing, never
+//   a part. A store may call produce again after a rollback it caused (a serialization
+//   failure), so produce starts from scratch each time.
+#ifndef IDEM_STORE_ONE_COMMIT_HPP
+#define IDEM_STORE_ONE_COMMIT_HPP
+
+namespace idem {
+
+/// How idempotent and inbox commit a new key's work (Policies::commit, optional; default
+/// two_commits). one_commit needs a OneCommitStore and a handler taking Store::transaction&.
+enum class commit_mode : std::uint8_t {
+  /// Claim (commit), run, complete (commit): duplicates in flight answer in_progress (409); the
+  /// handler may have external effects and recovery points.
+  two_commits,
+  /// Claim, run and complete in one transaction, one commit: for effects that are writes in the
+  /// store's own database only. Duplicates in flight wait for the transaction (bounded: then
+  /// in_progress); a throw or a crash leaves nothing; recovery points record nothing.
+  one_commit,
+};
+
+enum class one_commit_status : std::uint8_t {
+  committed,  // claimed, produced, completed and committed under `fence`
+  existing,   // a record the caller may not run; `existing` is its snapshot
+  busy,       // another transaction held the key past the lock timeout; nothing was written
+  full,       // no room for a new record
+};
+
+struct one_commit_result {
+  one_commit_status status = one_commit_status::busy;
+  std::uint64_t fence = 0;  // committed: the fence the record was completed under
+  record existing;          // existing: the record's snapshot
+};
+
+/// A TransactionalStore that can also claim inside the transaction that completes the record
+/// (see the top of this header).
+template <class S>
+concept OneCommitStore = TransactionalStore<S> &&
+    requires(S& store, const claim_request& request,
+             std::string (&produce)(typename S::transaction&, claim_result&)) {
+  { store.claim_within(request, produce) } -> std::same_as<one_commit_result>;
+};
+
+namespace detail {
+
+// Policies::commit when the policies name one, else two_commits: default_policies need not.
+template <class Policies>
+inline constexpr commit_mode commit_mode_of = commit_mode::two_commits;
+template <class Policies>
+requires requires {
+  Policies::commit;
+}
+inline constexpr commit_mode commit_mode_of<Policies> = static_cast<commit_mode>(Policies::commit);
+
+}  // namespace detail
+
+}  // namespace idem
+
+#endif  // IDEM_STORE_ONE_COMMIT_HPP
+// end idem/store/one_commit.hpp
+
+namespace idem::detail {
+
+/// Policies::commit == one_commit needs a store that can claim inside the completing transaction.
+template <class Policies>
+constexpr bool check_commit_mode() {
+  static_assert(commit_mode_of<Policies> != commit_mode::one_commit ||
+                    OneCommitStore<typename Policies::store>,
+                "commit_mode::one_commit needs a OneCommitStore (idem::sqlite_store or "
+                "idem::postgres_store, with their headers included): one whose claim, handler "
+                "and completion can share one transaction of the database the effect is "
+                "written to. Use commit_mode::two_commits with this store.");
+  return true;
+}
+
+/// Under one_commit the handler writes its effect in the store's transaction, so it must take it.
+template <bool takes_transaction>
+constexpr bool check_one_commit_handler() {
+  static_assert(takes_transaction,
+                "commit_mode::one_commit: the handler must take the store's transaction as its "
+                "last parameter (Store::transaction&) and write its effect through it: one "
+                "commit is only for effects local to the store's database.");
+  return true;
+}
+
+/// Runs `run(handler_context&, Store::transaction&)` for (scope, key) under commit_mode::one_commit
+/// on `owner`'s store; `kept`: a resumable wrapper's kept request, or null.
+template <class Response, class Engine, class Run>
+idempotent_outcome<Response> run_one_commit(Engine& owner, std::string_view scope,
+                                            std::string_view key, const digest& print, Run& run,
+                                            const kept_bytes* kept = nullptr) {
+  using outcome_type = idempotent_outcome<Response>;
+  using store_type = typename Engine::store_type;
+  using transaction_type = typename store_type::transaction;
+  using completion_bytes = typename Engine::completion_bytes;
+  store_time claimed_at{};
+  const claim_request request =
+      owner.claim_request_for(scope, key, print, claimed_at, Engine::kept_stored(kept));
+  std::optional<Response> response;
+  std::optional<held_claim> claim;
+  completion_bytes done;
+  bool handler_threw = false;
+  // Called once per transaction the store runs (again after a serialization failure), so each
+  // call starts from what the claim found, not from the rolled-back call's steps.
+  auto produce = [&](transaction_type& transaction, claim_result& claimed) -> std::string {
+    handler_threw = false;
+    response.reset();
+    done = completion_bytes{};
+    claim.emplace(owner.hold(scope, key, claimed, claimed_at, kept));
+    handler_context context{
+        scope,           key,    claim->held.fence, claim->resumed,
+        claim->recovery, nullptr};  // steps are kept in memory: see the top of this header
+    try {
+      response.emplace(run(context, transaction));
+    } catch (...) {
+      handler_threw = true;
+      throw;
+    }
+    owner.completion_for(*response, done);
+    return std::string(done.bytes);
+  };
+  one_commit_result result;
+  try {
+    result = owner.store().claim_within(request, produce);
+  } catch (const store_error& error) {
+    if (handler_threw) throw;  // the handler's own SQL failing is the handler's exception
+    return Engine::template refused<Response>(error, "the one-commit transaction did not commit: ");
+  }
+  switch (result.status) {
+    case one_commit_status::committed:
+      return owner.recorded(*claim, std::move(*response), done);
+    case one_commit_status::existing:
+      return owner.template answer_existing<Response>(result.existing, print, claimed_at);
+    case one_commit_status::busy:
+      return outcome_type{verdict::in_progress,
+                          "another request with this key held its transaction past the lock "
+                          "timeout; it is still being processed",
+                          std::chrono::nanoseconds::zero()};
+    case one_commit_status::full:
+      break;
+  }
+  return Engine::template no_room<Response>();
+}
+
+}  // namespace idem::detail
+
+#endif  // IDEM_SERVER_DETAIL_ONE_COMMIT_HPP
+// end idem/server/detail/one_commit.hpp
 // begin idem/server/observer.hpp
 // Server observers: telemetry for every guarded call and every run of its handler.
 //
@@ -13296,6 +13497,7 @@ class idempotent {
   static_assert(detail::check_server_policies<Policies>());
   static_assert(detail::check_fingerprint<fingerprint_for<typename Policies::fingerprint>>());
   static_assert(detail::check_server_observer<typename Policies::server_observer>());
+  static_assert(detail::check_commit_mode<Policies>());
 
  public:
   using store_type = typename Policies::store;
@@ -13521,6 +13723,11 @@ class idempotent {
     }
     if (deadline && detail::too_late(*deadline, settings.minimum_time_left)) {
       return detail::deadline_refusal<Response>(*deadline, settings.minimum_time_left);
+    }
+    if constexpr (detail::commit_mode_of<Policies> == commit_mode::one_commit) {
+      // Claim, handler and record in one transaction (idem/server/detail/one_commit.hpp).
+      static_assert(detail::check_one_commit_handler<transactional>());
+      return detail::run_one_commit<Response>(engine_, scope, *key, print, run);
     }
     constexpr detail::completion how =
         transactional ? detail::completion::in_transaction : detail::completion::direct;
@@ -14102,6 +14309,7 @@ template <class Policies = default_policies>
 class inbox {
   static_assert(detail::check_server_policies<Policies>());
   static_assert(detail::check_server_observer<typename Policies::server_observer>());
+  static_assert(detail::check_commit_mode<Policies>());
 
  public:
   using store_type = typename Policies::store;
@@ -14228,6 +14436,11 @@ class inbox {
         return answer_of<Response>(call);
       }
     };
+    if constexpr (detail::commit_mode_of<Policies> == commit_mode::one_commit) {
+      // Claim, fn and record in one transaction (idem/server/detail/one_commit.hpp).
+      static_assert(detail::check_one_commit_handler<transactional>());
+      return detail::run_one_commit<Response>(engine_, scope, event_id, digest{}, run);
+    }
     constexpr detail::completion how =
         transactional ? detail::completion::in_transaction : detail::completion::direct;
     return engine_.template run<Response, how>(scope, event_id, digest{}, run, release_on_failure{},

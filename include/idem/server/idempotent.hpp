@@ -23,6 +23,9 @@
 // With a store that keeps records in a database (TransactionalStore: SQLite, PostgreSQL), a
 // handler taking the store's transaction as a third parameter runs inside the transaction that
 // completes its record: its own writes and the record commit together, or neither does.
+// With `commit = idem::commit_mode::one_commit` in the policies (a OneCommitStore), the claim
+// joins that transaction too: one commit per new key, a duplicate waits instead of 409, and a
+// throw or crash leaves nothing. Only for effects local to the database (docs/one_commit.md).
 //
 // A handler that throws releases the key by default (idem/server/failure.hpp says why, and how to
 // store chosen failures instead); its exception passes through unchanged.
@@ -49,6 +52,7 @@
 #include <idem/server/detail/admission.hpp>
 #include <idem/server/detail/checks.hpp>
 #include <idem/server/detail/engine.hpp>
+#include <idem/server/detail/one_commit.hpp>
 #include <idem/server/failure.hpp>
 #include <idem/server/fingerprint/fingerprint.hpp>
 #include <idem/server/fingerprint/xxh3.hpp>
@@ -68,6 +72,7 @@ class idempotent {
   static_assert(detail::check_server_policies<Policies>());
   static_assert(detail::check_fingerprint<fingerprint_for<typename Policies::fingerprint>>());
   static_assert(detail::check_server_observer<typename Policies::server_observer>());
+  static_assert(detail::check_commit_mode<Policies>());
 
  public:
   using store_type = typename Policies::store;
@@ -293,6 +298,11 @@ class idempotent {
     }
     if (deadline && detail::too_late(*deadline, settings.minimum_time_left)) {
       return detail::deadline_refusal<Response>(*deadline, settings.minimum_time_left);
+    }
+    if constexpr (detail::commit_mode_of<Policies> == commit_mode::one_commit) {
+      // Claim, handler and record in one transaction (idem/server/detail/one_commit.hpp).
+      static_assert(detail::check_one_commit_handler<transactional>());
+      return detail::run_one_commit<Response>(engine_, scope, *key, print, run);
     }
     constexpr detail::completion how =
         transactional ? detail::completion::in_transaction : detail::completion::direct;

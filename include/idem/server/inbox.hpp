@@ -34,6 +34,7 @@
 #include <idem/server/detail/batch.hpp>
 #include <idem/server/detail/checks.hpp>
 #include <idem/server/detail/engine.hpp>
+#include <idem/server/detail/one_commit.hpp>
 #include <idem/server/failure.hpp>
 #include <idem/server/fingerprint/xxh3.hpp>
 #include <idem/server/handler_context.hpp>
@@ -49,6 +50,7 @@ template <class Policies = default_policies>
 class inbox {
   static_assert(detail::check_server_policies<Policies>());
   static_assert(detail::check_server_observer<typename Policies::server_observer>());
+  static_assert(detail::check_commit_mode<Policies>());
 
  public:
   using store_type = typename Policies::store;
@@ -175,6 +177,11 @@ class inbox {
         return answer_of<Response>(call);
       }
     };
+    if constexpr (detail::commit_mode_of<Policies> == commit_mode::one_commit) {
+      // Claim, fn and record in one transaction (idem/server/detail/one_commit.hpp).
+      static_assert(detail::check_one_commit_handler<transactional>());
+      return detail::run_one_commit<Response>(engine_, scope, event_id, digest{}, run);
+    }
     constexpr detail::completion how =
         transactional ? detail::completion::in_transaction : detail::completion::direct;
     return engine_.template run<Response, how>(scope, event_id, digest{}, run, release_on_failure{},

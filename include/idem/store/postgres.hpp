@@ -62,6 +62,7 @@
 #include <idem/store/batch.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/detail/connection_pool.hpp>
+#include <idem/store/one_commit.hpp>
 #include <idem/store/postgres/connection.hpp>
 #include <idem/store/postgres/error.hpp>
 #include <idem/store/postgres/failure.hpp>
@@ -148,6 +149,11 @@ class postgres_store {
     /// one made otherwise is refused, store_error(unavailable), when the store first connects
     /// (docs/stores/postgres.md, "Partitioning").
     std::size_t hash_partitions = 0;
+    /// claim_within (commit_mode::one_commit): how long its claim waits for another
+    /// transaction holding the same key (SET LOCAL lock_timeout) before it answers busy
+    /// (in_progress). Keep it below statement_timeout, which would throw instead. It bounds
+    /// the handler's own lock waits in that transaction too (SQLSTATE 55P03).
+    std::chrono::milliseconds one_commit_lock_timeout{2000};
   };
 
   class transaction;
@@ -296,6 +302,13 @@ class postgres_store {
   template <class Produce>
   std::vector<bool> complete_batch_within(std::span<const fenced_key> held, store_time now,
                                           Produce&& produce);
+
+  /// Claims, runs `produce(transaction&, claim_result&) -> std::string` and completes the
+  /// record in ONE transaction, one commit (OneCommitStore, idem/store/one_commit.hpp): a
+  /// duplicate waits on the key's index (at most one_commit_lock_timeout: then busy). Defined
+  /// in store/postgres/one_commit.hpp.
+  template <class Produce>
+  one_commit_result claim_within(const claim_request& request, Produce&& produce);
 
   /// The options the store was made with (its table, isolation, time source).
   const options& configuration() const { return state_checked().config; }
@@ -576,5 +589,6 @@ bool postgres_store::complete_within(const fenced_key& held, store_time now, Pro
 }  // namespace idem
 
 #include <idem/store/postgres/batch.hpp>
+#include <idem/store/postgres/one_commit.hpp>
 
 #endif  // IDEM_STORE_POSTGRES_HPP

@@ -70,6 +70,7 @@
 #include <idem/store/batch.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/detail/connection_pool.hpp>
+#include <idem/store/one_commit.hpp>
 #include <idem/store/sqlite/bounds.hpp>
 #include <idem/store/sqlite/connection.hpp>
 #include <idem/store/sqlite/error.hpp>
@@ -390,6 +391,13 @@ class sqlite_store {
   std::vector<bool> complete_batch_within(std::span<const fenced_key> held, store_time now,
                                           Produce&& produce);
 
+  /// Claims, runs `produce(transaction&, claim_result&) -> std::string` and completes the
+  /// record in ONE write transaction, one commit (OneCommitStore, idem/store/one_commit.hpp):
+  /// a duplicate waits on the write lock (at most the busy timeout: then busy). Defined in
+  /// store/sqlite/one_commit.hpp.
+  template <class Produce>
+  one_commit_result claim_within(const claim_request& request, Produce&& produce);
+
   /// The file this store keeps its records in.
   const std::string& path() const {
     require();
@@ -661,5 +669,6 @@ bool sqlite_store::complete_within(const fenced_key& held, store_time now, Produ
 }  // namespace idem
 
 #include <idem/store/sqlite/batch.hpp>
+#include <idem/store/sqlite/one_commit.hpp>
 
 #endif  // IDEM_STORE_SQLITE_HPP
