@@ -18,7 +18,9 @@ struct handler {
     return body;
   }
 #else
-  std::string operator()(idem::handler_context&, const std::string& body) const { return body; }
+  std::string operator()(idem::handler_context&, const std::string& body) const {
+    return body;
+  }
 #endif
 };
 

@@ -33,9 +33,10 @@ constexpr const char* lease_ms = "--lease-ms=300";
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("a batch consumer killed mid-batch or after a batch's commit leaves each "
-                   "event's effect exactly once after the batches are delivered again",
-                   "[crash][batch_inbox][concurrency]", on_sqlite, on_postgres) {
+TEMPLATE_TEST_CASE(
+    "a batch consumer killed mid-batch or after a batch's commit leaves each "
+    "event's effect exactly once after the batches are delivered again",
+    "[crash][batch_inbox][concurrency]", on_sqlite, on_postgres) {
   const std::string point = GENERATE(as<std::string>{}, "in_batch", "after_commit");
   const int runs = idem_crash::runs_per_point(8);
   for (int first = 0; first < runs; first += idem_crash::runs_at_once) {

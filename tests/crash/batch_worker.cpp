@@ -60,7 +60,8 @@ std::vector<std::vector<std::string>> batches() {
   std::vector<std::vector<std::string>> all;
   for (int first : {0, 12, 24}) {
     std::vector<std::string> ids;
-    for (int i = first; i < first + 16; ++i) ids.push_back("ev-" + std::to_string(i));
+    for (int i = first; i < first + 16; ++i)
+      ids.push_back("ev-" + std::to_string(i));
     ids.push_back(ids.front());  // a duplicate inside the batch
     all.push_back(std::move(ids));
   }
