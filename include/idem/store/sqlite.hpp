@@ -151,24 +151,13 @@ class sqlite_store {
     detail::sqlite_connection& c = *connection.get();
     const std::int64_t now = detail::sqlite_nanoseconds(request.now);
     bool absent = true;
-    {
-      // Read first without the write lock: a replay, a 409 or a mismatch changes nothing, and
-      // in WAL mode such a read never waits for a writer. The answer is the state at this
-      // read's snapshot, which lies within the call.
-      detail::sqlite_use read(c.statement(detail::sqlite_statement::read_record));
-      detail::sqlite_bind_key(c, read.get(), request.scope, request.key);
-      if (c.step(read.get(), "read a record") == SQLITE_ROW) {
-        absent = false;
-        const detail::sqlite_row found = detail::sqlite_read_row(read.get(), 0);
-        if (detail::sqlite_decide(found, request, now) == detail::sqlite_decision::existing) {
-          return {claim_status::existing, 0, detail::sqlite_snapshot(read.get(), 0, found)};
-        }
-      }
+    if (std::optional<record> existing = read_before_writing(c, request, now, absent)) {
+      return {claim_status::existing, 0, std::move(*existing)};
     }
     if (state_->group.enabled()) {
       connection.give_back();  // the group's leader writes on a connection of its own
       auto write = [&](detail::sqlite_connection& leader) {
-        detail::sqlite_group_savepoint in_group;
+        detail::sqlite_enclosed_write in_group;
         return claim_writing(leader, request, absent, now, in_group);
       };
       return grouped(write);
@@ -181,6 +170,24 @@ class sqlite_store {
   }
 
  private:
+  // Read first without the write lock: a replay, a 409 or a mismatch changes nothing, and in WAL
+  // mode such a read never waits for a writer. The snapshot of a record the caller may not run
+  // (the state at this read's snapshot, which lies within the call), or nothing; `absent` is
+  // cleared when the key has a record at all.
+  static std::optional<record> read_before_writing(detail::sqlite_connection& c,
+                                                   const claim_request& request, std::int64_t now,
+                                                   bool& absent) {
+    detail::sqlite_use read(c.statement(detail::sqlite_statement::read_record));
+    detail::sqlite_bind_key(c, read.get(), request.scope, request.key);
+    if (c.step(read.get(), "read a record") != SQLITE_ROW) return std::nullopt;
+    absent = false;
+    const detail::sqlite_row found = detail::sqlite_read_row(read.get(), 0);
+    if (detail::sqlite_decide(found, request, now) != detail::sqlite_decision::existing) {
+      return std::nullopt;
+    }
+    return detail::sqlite_snapshot(read.get(), 0, found);
+  }
+
   // The claim's writing part, under the write lock: in `writing` (a transaction of its own, or
   // a group commit's savepoint), whose commit() makes it final.
   template <class Writing>

@@ -241,13 +241,20 @@ class sqlite_use {
   sqlite3_stmt* statement_;
 };
 
+// Says that the caller began the write transaction itself (one_commit.hpp's
+// sqlite_begin_or_busy, which answers busy rather than throwing).
+struct sqlite_begun_t {};
+inline constexpr sqlite_begun_t sqlite_begun{};
+
 // BEGIN IMMEDIATE on construction (the database's one write lock, taken before any statement
-// reads); ROLLBACK unless committed.
+// reads), unless the caller began it (sqlite_begun); ROLLBACK unless committed.
 class sqlite_write_transaction {
  public:
   explicit sqlite_write_transaction(sqlite_connection& connection) : connection_(connection) {
     connection_.run(sqlite_statement::begin_immediate, "begin a write transaction");
   }
+  sqlite_write_transaction(sqlite_connection& connection, sqlite_begun_t) noexcept
+      : connection_(connection) {}
   sqlite_write_transaction(const sqlite_write_transaction&) = delete;
   sqlite_write_transaction& operator=(const sqlite_write_transaction&) = delete;
   void commit() {
@@ -272,6 +279,13 @@ class sqlite_write_transaction {
  private:
   sqlite_connection& connection_;
   bool committed_ = false;
+};
+
+// What the claim's writing part (sqlite_store::claim_writing) takes when its writes stay in a
+// transaction its caller commits: a group commit's savepoint, which the committer releases, or
+// a one-commit transaction, which commits with the handler's writes and the completion.
+struct sqlite_enclosed_write {
+  void commit() noexcept {}
 };
 
 }  // namespace idem::detail

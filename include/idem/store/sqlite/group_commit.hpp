@@ -84,12 +84,6 @@ inline void sqlite_check_group_commit(const sqlite_group_commit_options& options
   }
 }
 
-// What claim's writing part takes for its write transaction inside a group: the group's
-// savepoint, which the committer releases; committing it is the committer's business.
-struct sqlite_group_savepoint {
-  void commit() noexcept {}
-};
-
 // complete, release and checkpoint as a group's operations: the same statements as
 // sqlite_store's own, inside the group's savepoint. `bounds` is null for an unbounded store.
 // one_statement(): the operation is one write statement, which SQLite runs atomically on its

@@ -13,7 +13,6 @@
 #include <sqlite3.h>
 
 #include <cstdint>
-#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -27,32 +26,6 @@
 namespace idem {
 
 namespace detail {
-
-// A write transaction begun by sqlite_begin_or_busy: rolled back when the scope ends, unless
-// committed.
-class sqlite_one_commit_transaction {
- public:
-  explicit sqlite_one_commit_transaction(sqlite_connection& connection) noexcept
-      : connection_(connection) {}
-  sqlite_one_commit_transaction(const sqlite_one_commit_transaction&) = delete;
-  sqlite_one_commit_transaction& operator=(const sqlite_one_commit_transaction&) = delete;
-  ~sqlite_one_commit_transaction() {
-    if (committed_ || sqlite3_get_autocommit(connection_.db()) != 0) return;
-    try {
-      connection_.run(sqlite_statement::rollback, "roll back");
-    } catch (const store_error&) {
-      // The pool drops a connection left inside a transaction.
-    }
-  }
-  void commit() {
-    connection_.run(sqlite_statement::commit, "commit");
-    committed_ = true;
-  }
-
- private:
-  sqlite_connection& connection_;
-  bool committed_ = false;
-};
 
 // BEGIN IMMEDIATE: true once the write lock is held; false when another connection kept it past
 // the busy timeout (the busy handler gave up); throws store_error for any other failure.
@@ -76,101 +49,22 @@ one_commit_result sqlite_store::claim_within(const claim_request& request, Produ
   detail::sqlite_connection& c = *connection.get();
   const std::int64_t now = detail::sqlite_nanoseconds(request.now);
   bool absent = true;
-  {
-    // A replay, a mismatch or a live claim of the two-commit path changes nothing: answered
-    // from a plain read, without the write lock.
-    detail::sqlite_use read(c.statement(detail::sqlite_statement::read_record));
-    detail::sqlite_bind_key(c, read.get(), request.scope, request.key);
-    if (c.step(read.get(), "read a record") == SQLITE_ROW) {
-      absent = false;
-      const detail::sqlite_row found = detail::sqlite_read_row(read.get(), 0);
-      if (detail::sqlite_decide(found, request, now) == detail::sqlite_decision::existing) {
-        return {one_commit_status::existing, 0, detail::sqlite_snapshot(read.get(), 0, found)};
-      }
-    }
+  // A replay, a mismatch or a live claim of the two-commit path changes nothing: answered from
+  // a plain read, without the write lock.
+  if (std::optional<record> existing = read_before_writing(c, request, now, absent)) {
+    return {one_commit_status::existing, 0, std::move(*existing)};
   }
   if (!detail::sqlite_begin_or_busy(c)) return {one_commit_status::busy, 0, {}};
-  detail::sqlite_one_commit_transaction writing(c);
-  // Under the write lock: the record as it is now, and what a claim does with it.
-  claim_result claimed;
-  std::optional<detail::sqlite_row> found;
-  std::int64_t found_bytes = 0;
-  const bool capped =
-      state_->settings.max_records_per_scope != std::numeric_limits<std::size_t>::max();
-  bool made = false;  // by the fast path's insert
-  if (absent && !state_->bounded && !capped) {
-    // As claim does: the key was absent a moment ago and most likely still is; the unique key
-    // decides under the write lock, and only a record that appeared in between is read below.
-    detail::sqlite_use insert(c.statement(detail::sqlite_statement::create_if_absent));
-    detail::sqlite_bind_new_record(c, insert.get(), request, 1);
-    c.step(insert.get(), "claim a record");
-    made = sqlite3_changes64(c.db()) == 1;
-    if (made) {
-      claimed.status = claim_status::claimed;
-      claimed.fence = 1;
-    }
+  detail::sqlite_write_transaction writing(c, detail::sqlite_begun);
+  // Under the write lock, claim's own writing part decides and writes the claim, which stays in
+  // this transaction (an enclosed write commits nothing): a record that appeared or changed
+  // since the read above is decided again here.
+  detail::sqlite_enclosed_write enclosed;
+  claim_result claimed = claim_writing(c, request, absent, now, enclosed);
+  if (claimed.status == claim_status::existing) {
+    return {one_commit_status::existing, 0, std::move(claimed.existing)};
   }
-  if (!made) {
-    detail::sqlite_use read(c.statement(detail::sqlite_statement::read_record));
-    detail::sqlite_bind_key(c, read.get(), request.scope, request.key);
-    if (c.step(read.get(), "read a record") == SQLITE_ROW) {
-      found = detail::sqlite_read_row(read.get(), 0);
-      found_bytes = static_cast<std::int64_t>(request.scope.size() + request.key.size()) +
-                    sqlite3_column_bytes(read.get(), 6) + sqlite3_column_bytes(read.get(), 7);
-    }
-    const detail::sqlite_decision decided =
-        found ? detail::sqlite_decide(*found, request, now) : detail::sqlite_decision::create;
-    if (decided == detail::sqlite_decision::existing) {
-      return {one_commit_status::existing, 0, detail::sqlite_snapshot(read.get(), 0, *found)};
-    }
-    if (decided == detail::sqlite_decision::take_over) {
-      claimed.status = claim_status::taken_over;
-      claimed.existing = detail::sqlite_snapshot(read.get(), 0, *found);
-      claimed.fence = found->fence + 1;
-      claimed.existing.fence = claimed.fence;
-      claimed.existing.lease_until = request.now + request.lease;
-    } else {
-      claimed.status = claim_status::claimed;
-      claimed.fence = found ? found->fence + 1 : 1;
-    }
-  }
-  if (made) {
-    // The record is there: nothing more to write for the claim.
-  } else if (claimed.status == claim_status::taken_over) {
-    detail::sqlite_use update(c.statement(detail::sqlite_statement::take_over));
-    detail::sqlite_bind_key(c, update.get(), request.scope, request.key);
-    detail::sqlite_bind_integer(c, update.get(), 3, static_cast<std::int64_t>(claimed.fence));
-    detail::sqlite_bind_integer(c, update.get(), 4,
-                                detail::sqlite_nanoseconds(claimed.existing.lease_until));
-    c.step(update.get(), "take over a claim");
-  } else {
-    if (capped) {
-      detail::sqlite_use count(c.statement(detail::sqlite_statement::count_live_in_scope));
-      detail::sqlite_bind_bytes(c, count.get(), 1, request.scope);
-      detail::sqlite_bind_integer(c, count.get(), 2, now);
-      c.step(count.get(), "count the scope's records");
-      std::int64_t live = sqlite3_column_int64(count.get(), 0);
-      if (found && now < found->expires_at) --live;  // the record this claim replaces
-      if (live >= 0 && static_cast<std::uint64_t>(live) >= state_->settings.max_records_per_scope) {
-        return {one_commit_status::full, 0, {}};
-      }
-    }
-    if (state_->bounded &&
-        !detail::sqlite_has_room(c, state_->limits, request, found.has_value(), found_bytes)) {
-      // Expired records are not live: make room from them before saying full.
-      detail::sqlite_use removal(c.statement(detail::sqlite_statement::delete_expired));
-      detail::sqlite_bind_integer(c, removal.get(), 1, now);
-      c.step(removal.get(), "remove expired records");
-      const bool replaced_was_swept = found && found->expires_at <= now;
-      if (!detail::sqlite_has_room(c, state_->limits, request, found && !replaced_was_swept,
-                                   replaced_was_swept ? 0 : found_bytes)) {
-        return {one_commit_status::full, 0, {}};
-      }
-    }
-    detail::sqlite_use insert(c.statement(detail::sqlite_statement::create_record));
-    detail::sqlite_bind_new_record(c, insert.get(), request, claimed.fence);
-    c.step(insert.get(), "claim a record");
-  }
+  if (claimed.status == claim_status::full) return {one_commit_status::full, 0, {}};
   const fenced_key held{request.scope, request.key, claimed.fence};
   transaction open(c, *state_, held, request.now);
   const std::string response = produce(open, claimed);
