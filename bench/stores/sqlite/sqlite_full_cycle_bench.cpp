@@ -52,8 +52,9 @@ class disk_directory {
  public:
   disk_directory() {
     const char* base = std::getenv("IDEM_BENCH_DISK_DIR");
+    // mkdtemp's template: six trailing X characters it replaces.
     std::string pattern = std::string(base != nullptr && *base != '\0' ? base : "/var/tmp") +
-                          "/idem-full-cycle-XXXXXX";
+                          "/idem-full-cycle-" + std::string(6, 'X');
     if (mkdtemp(pattern.data()) == nullptr) {
       throw std::runtime_error("cannot create a directory from " + pattern);
     }

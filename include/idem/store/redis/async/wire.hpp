@@ -15,8 +15,8 @@
 #include <idem/store/redis/command.hpp>
 #include <idem/store/redis/keys.hpp>
 #include <idem/store/redis/operations.hpp>
-#include <idem/store/redis/walks.hpp>
 #include <idem/store/redis/scripts.hpp>
+#include <idem/store/redis/walks.hpp>
 
 namespace idem::detail {
 
