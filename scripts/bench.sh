@@ -113,7 +113,7 @@ if ((compile_cost_only)); then
     exit 2
   fi
   source scripts/lib/packages.sh
-  idem_ensure_packages scripts/bench.sh g++ clang python3
+  idem_install scripts/bench.sh build compilers
   echo "== compile cost"
   compile_json="$(mktemp --suffix=.json)"
   status=0
@@ -132,13 +132,14 @@ if ! compgen -G 'bench/*.cpp' >/dev/null; then
 fi
 
 source scripts/lib/packages.sh
-idem_ensure_packages scripts/bench.sh g++ cmake ninja-build libbenchmark-dev libxxhash-dev libssl-dev \
-  libcuckoo-dev libtbb-dev libabsl-dev pkg-config libsqlite3-dev libpq-dev postgresql \
-  libhiredis-dev redis-server python3 libboost1.81-dev libasio-dev nlohmann-json3-dev
+# The store benchmarks join where their adapters are found: every adapter is installed.
+configuration=(-DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Release
+  "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" -DIDEM_BUILD_BENCH=ON -DIDEM_BUILD_TESTS=OFF
+  -DIDEM_BUILD_EXAMPLES=OFF -DIDEM_SANITIZE=)
+idem_configure_uses "${configuration[@]}"
+idem_install scripts/bench.sh build adapters servers bench
 
-cmake -S . -B build/bench -G Ninja -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Release \
-  "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" \
-  -DIDEM_BUILD_BENCH=ON -DIDEM_BUILD_TESTS=OFF -DIDEM_BUILD_EXAMPLES=OFF -DIDEM_SANITIZE=
+cmake -S . -B build/bench -G Ninja "${configuration[@]}" $(idem_compiler_launcher)
 cmake --build build/bench --target idem_bench
 
 root="$PWD"

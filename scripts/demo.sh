@@ -67,16 +67,16 @@ fi
 source "$root/scripts/lib/packages.sh"
 
 if [[ -z "$bin" ]]; then
-  packages=(g++ cmake ninja-build pkg-config python3 libsqlite3-dev libpq-dev libhiredis-dev
-    libcpp-httplib-dev nlohmann-json3-dev libboost1.81-dev redis-server
-    libgrpc++-dev libprotobuf-dev prometheus-cpp-dev)
-  [[ "$store" != postgres ]] || packages+=(postgresql)
-  idem_ensure_packages scripts/demo.sh "${packages[@]}"
+  purposes=(build adapters examples)
+  [[ "$store" != postgres ]] || purposes+=(servers)
+  configuration=(-DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Release
+    "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" -DIDEM_BUILD_EXAMPLES=ON -DIDEM_BUILD_TESTS=OFF
+    -DIDEM_BUILD_BENCH=OFF -DIDEM_SANITIZE= -DIDEM_REQUIRE_ADAPTERS=ON)
+  idem_configure_uses "${configuration[@]}"
+  idem_install scripts/demo.sh "${purposes[@]}"
   echo "== building the demo in build/demo" >&2
-  cmake -S "$root" -B "$root/build/demo" -G Ninja -DCMAKE_CXX_COMPILER=g++ \
-    -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" \
-    -DIDEM_BUILD_EXAMPLES=ON -DIDEM_BUILD_TESTS=OFF -DIDEM_BUILD_BENCH=OFF -DIDEM_SANITIZE= \
-    -DIDEM_REQUIRE_ADAPTERS=ON >/dev/null
+  cmake -S "$root" -B "$root/build/demo" -G Ninja "${configuration[@]}" \
+    $(idem_compiler_launcher) >/dev/null
   cmake --build "$root/build/demo" --target payments_processor payments_server payments_chaos \
     payments_reconcile payments_relay payments_receipts >&2
   bin="$root/build/demo/examples/payments"

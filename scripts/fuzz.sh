@@ -56,13 +56,14 @@ for name in "${targets[@]}"; do
 done
 
 source "$root/scripts/lib/packages.sh"
-idem_ensure_packages scripts/fuzz.sh clang libclang-rt-14-dev cmake ninja-build pkg-config \
-  libsqlite3-dev libpq-dev libhiredis-dev
+configuration=(-DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g"
+  -DIDEM_BUILD_FUZZ=ON -DIDEM_BUILD_TESTS=OFF -DIDEM_BUILD_EXAMPLES=OFF -DIDEM_BUILD_BENCH=OFF
+  -DIDEM_SANITIZE=)
+idem_configure_uses "${configuration[@]}"
+idem_install scripts/fuzz.sh build sanitizers adapters
 
 echo "== configure $build"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug \
-  "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" -DIDEM_BUILD_FUZZ=ON -DIDEM_BUILD_TESTS=OFF \
-  -DIDEM_BUILD_EXAMPLES=OFF -DIDEM_BUILD_BENCH=OFF -DIDEM_SANITIZE= >/dev/null
+cmake -S "$root" -B "$build" -G Ninja "${configuration[@]}" $(idem_compiler_launcher) >/dev/null
 echo "== build ${targets[*]}"
 cmake --build "$build" -j 2 --target "${targets[@]/#/idem_fuzz_}"
 

@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root="$PWD"
 source "$root/scripts/lib/packages.sh"
-idem_ensure_packages scripts/hedging.sh g++ libboost1.81-dev python3 gnuplot-nox
+idem_install scripts/hedging.sh build adapters plots
 
 mkdir -p build/hedging
 g++ -std=c++20 -O2 -Iinclude -Itests/support bench/tools/hedging_cdf.cpp \

@@ -17,7 +17,7 @@ fi
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root="$PWD"
 source scripts/lib/packages.sh
-idem_ensure_packages scripts/hot_path_ab.sh g++ git valgrind
+idem_install scripts/hot_path_ab.sh ab callgrind
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

@@ -44,7 +44,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root="$PWD"
 work="$root/build/mutants"
 source "$root/scripts/lib/packages.sh"
-idem_ensure_packages scripts/mutants.sh g++ catch2 patch libsqlite3-dev
+idem_install scripts/mutants.sh build tests adapters
 cxx="${CXX:-g++}"
 # -O1: fast to compile, still optimised enough for the concurrency tests to race. Warnings are
 # off: a mutant may leave a variable unused, and that is not what is being tested.

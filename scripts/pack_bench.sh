@@ -24,13 +24,13 @@ out="$(mkdir -p "$1" && cd "$1" && pwd)"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 source scripts/lib/packages.sh
-idem_ensure_packages scripts/pack_bench.sh g++ cmake ninja-build libbenchmark-dev libxxhash-dev \
-  libssl-dev libcuckoo-dev libtbb-dev libabsl-dev pkg-config libsqlite3-dev libpq-dev libhiredis-dev
-
 # The same build as scripts/bench.sh's, in the same tree.
-cmake -S . -B build/bench -G Ninja -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Release \
-  "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" \
-  -DIDEM_BUILD_BENCH=ON -DIDEM_BUILD_TESTS=OFF -DIDEM_BUILD_EXAMPLES=OFF -DIDEM_SANITIZE= >/dev/null
+configuration=(-DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Release
+  "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" -DIDEM_BUILD_BENCH=ON -DIDEM_BUILD_TESTS=OFF
+  -DIDEM_BUILD_EXAMPLES=OFF -DIDEM_SANITIZE=)
+idem_configure_uses "${configuration[@]}"
+idem_install scripts/pack_bench.sh build adapters bench
+cmake -S . -B build/bench -G Ninja "${configuration[@]}" $(idem_compiler_launcher) >/dev/null
 cmake --build build/bench --target idem_bench
 
 binary=build/bench/bench/idem_bench

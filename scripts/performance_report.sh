@@ -11,5 +11,5 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 source scripts/lib/packages.sh
-idem_ensure_packages scripts/performance_report.sh gnuplot-nox python3
+idem_install scripts/performance_report.sh plots
 exec python3 scripts/performance_report.py "$@"

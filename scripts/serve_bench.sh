@@ -67,19 +67,19 @@ done
 # shellcheck disable=SC1091
 source "$root/scripts/lib/packages.sh"
 if [[ -z "$bin" ]]; then
-  idem_ensure_packages scripts/serve_bench.sh g++ cmake ninja-build pkg-config python3 \
-    libsqlite3-dev libpq-dev libhiredis-dev libcpp-httplib-dev nlohmann-json3-dev \
-    libboost1.81-dev postgresql libgrpc++-dev libprotobuf-dev prometheus-cpp-dev
+  configuration=(-DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Release
+    "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" -DIDEM_BUILD_EXAMPLES=ON -DIDEM_BUILD_TESTS=OFF
+    -DIDEM_BUILD_BENCH=OFF -DIDEM_SANITIZE= -DIDEM_REQUIRE_ADAPTERS=ON)
+  idem_configure_uses "${configuration[@]}"
+  idem_install scripts/serve_bench.sh build adapters examples servers
   echo "== building the payments programs in build/serve-bench" >&2
-  cmake -S "$root" -B "$root/build/serve-bench" -G Ninja -DCMAKE_CXX_COMPILER=g++ \
-    -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" \
-    -DIDEM_BUILD_EXAMPLES=ON -DIDEM_BUILD_TESTS=OFF -DIDEM_BUILD_BENCH=OFF -DIDEM_SANITIZE= \
-    -DIDEM_REQUIRE_ADAPTERS=ON >/dev/null
+  cmake -S "$root" -B "$root/build/serve-bench" -G Ninja "${configuration[@]}" \
+    $(idem_compiler_launcher) >/dev/null
   cmake --build "$root/build/serve-bench" --target payments_processor payments_server \
     payments_chaos >&2
   bin="$root/build/serve-bench/examples/payments"
 else
-  idem_ensure_packages scripts/serve_bench.sh postgresql python3
+  idem_install scripts/serve_bench.sh servers
 fi
 bin="$(cd "$bin" && pwd)"
 

@@ -32,7 +32,7 @@ shift 2
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root="$PWD"
 source scripts/lib/packages.sh
-idem_ensure_packages scripts/store_ab.sh g++ git
+idem_install scripts/store_ab.sh ab
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

@@ -43,13 +43,56 @@ test_jobs="${test_jobs:-$((jobs + 1))}"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root="$PWD"
 
-# --- packages --------------------------------------------------------------------------------
+# --- the builds' configurations ----------------------------------------------------------------
+# 1: g++, all targets. RelWithDebInfo for the optimiser's warnings, with its -DNDEBUG dropped so
+# asserts stay on. Every build here uses -g1, line tables only: backtraces and sanitizer reports
+# still name the file and line, and compiling takes a third less time than with -g under g++ and
+# a sixth less under clang++ (measured on one store test: 12.3 s against 8.2 s, 15.1 s against
+# 12.6 s). --quick leaves out what is slow to build or run and rarely what an edit breaks: the
+# benchmarks, the examples (the payments demo and its end-to-end tests), the single-header build,
+# the asynchronous tests' second build on standalone Asio, and the compile-fail and consumer
+# tests (each a compiler or CMake run). The full run has them all; the sanitizer builds below
+# build the asynchronous tests on Boost.Asio only.
+full=ON
+((quick)) && full=OFF
+gcc_configuration=(-DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1"
+  -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=$full -DIDEM_BUILD_BENCH=$full
+  -DIDEM_TEST_SINGLE_HEADER=$full -DIDEM_TEST_ASIO_STANDALONE=$full -DIDEM_SANITIZE=
+  -DIDEM_REQUIRE_ADAPTERS=ON)
+# 2: clang++, AddressSanitizer + UndefinedBehaviorSanitizer, and clang-tidy.
+asan_configuration=(-DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug
+  "-DCMAKE_CXX_FLAGS_DEBUG=-O0 -g1"
+  -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=ON -DIDEM_BUILD_BENCH=OFF
+  -DIDEM_SANITIZE=address,undefined -DIDEM_CLANG_TIDY=ON -DIDEM_REQUIRE_ADAPTERS=ON
+  -DIDEM_TEST_ASIO_STANDALONE=OFF -DIDEM_TEST_SINGLE_HEADER=OFF)
+# 3: clang++, ThreadSanitizer, the [concurrency] test cases.
+tsan_configuration=(-DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug
+  "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1"
+  -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=OFF -DIDEM_BUILD_BENCH=OFF
+  -DIDEM_SANITIZE=thread -DIDEM_REQUIRE_ADAPTERS=ON -DIDEM_TEST_ASIO_STANDALONE=OFF)
+# 4: the fuzz targets (libFuzzer with ASan + UBSan).
+fuzz_configuration=(-DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug
+  "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1"
+  -DIDEM_BUILD_FUZZ=ON -DIDEM_FUZZ_SECONDS=10 -DIDEM_BUILD_TESTS=OFF -DIDEM_BUILD_EXAMPLES=OFF
+  -DIDEM_BUILD_BENCH=OFF -DIDEM_SANITIZE= -DIDEM_REQUIRE_ADAPTERS=ON)
+
+# --- packages: every purpose's, in one apt-get command ----------------------------------------
 source "$root/scripts/lib/packages.sh"
-idem_ensure_packages scripts/test.sh g++ clang clang-tidy libclang-rt-14-dev cmake ninja-build catch2 libbenchmark-dev python3 \
-  libxxhash-dev libssl-dev libcuckoo-dev libtbb-dev libabsl-dev \
-  pkg-config libsqlite3-dev sqlite3 libpq-dev postgresql libhiredis-dev redis-server \
-  libcpp-httplib-dev prometheus-cpp-dev nlohmann-json3-dev librapidcheck-dev patch libboost1.81-dev libasio-dev \
-  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+idem_configure_uses "${gcc_configuration[@]}"
+idem_configure_uses "${asan_configuration[@]}"
+idem_configure_uses "${tsan_configuration[@]}"
+idem_configure_uses "${fuzz_configuration[@]}"
+idem_install scripts/test.sh build adapters servers examples tests sanitizers bench
+# ccache in front of the compilers where it is installed (CCACHE_DIR says where its cache is).
+launcher=($(idem_compiler_launcher))
+# Sanitizer reports with function names and lines: llvm-symbolizer (package llvm-14) is not on
+# the PATH under that name on Debian, so the runtimes are told where it is.
+if [[ -x /usr/lib/llvm-14/bin/llvm-symbolizer ]]; then
+  export ASAN_SYMBOLIZER_PATH="${ASAN_SYMBOLIZER_PATH:-/usr/lib/llvm-14/bin/llvm-symbolizer}"
+  export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}:external_symbolizer_path=/usr/lib/llvm-14/bin/llvm-symbolizer"
+  export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}:external_symbolizer_path=/usr/lib/llvm-14/bin/llvm-symbolizer"
+fi
 
 # --- bookkeeping -----------------------------------------------------------------------------
 total_passed=0
@@ -83,6 +126,14 @@ run_ctest() {
 }
 
 finish() {
+  # Where the time went: each build's most expensive targets and slowest tests.
+  local builds=() dir
+  for dir in build/gcc build/clang-asan build/tsan build/fuzz; do [[ -d $dir ]] && builds+=("$dir"); done
+  if ((${#builds[@]})); then
+    echo
+    echo "== where the time went (scripts/time_table.py)"
+    python3 "$root/scripts/time_table.py" --top 8 "${builds[@]}" || true
+  fi
   echo
   echo "== summary"
   local line
@@ -215,37 +266,16 @@ if ((${#idem_servers_failed[@]})); then
   total_failed=$((total_failed + ${#idem_servers_failed[@]}))
 fi
 
-# --- 1: g++, all targets ---------------------------------------------------------------------
-# RelWithDebInfo for the optimiser's warnings, with its -DNDEBUG dropped so asserts stay on.
-# Every build here uses -g1, line tables only: backtraces and sanitizer reports still name the
-# file and line, and compiling takes a third less time than with -g under g++ and a sixth less
-# under clang++ (measured on one store test: 12.3 s against 8.2 s, 15.1 s against 12.6 s).
-# --quick leaves out what is slow to build or run and rarely what an edit breaks: the benchmarks,
-# the examples (the payments demo and its end-to-end tests), the single-header build, the
-# asynchronous tests' second build on standalone Asio, and the compile-fail and consumer tests
-# (each a compiler or CMake run). The full run has them all; the sanitizer builds below build the
-# asynchronous tests on Boost.Asio only.
-full=ON
+# --- 1: g++, all targets (its configuration above) ---------------------------------------------
 gcc_ctest_args=()
 if ((quick)); then
-  full=OFF
-  gcc_ctest_args=(-LE '^(compile_fail|consumer)$')
+  gcc_ctest_args=(-LE '^(compile_fail|consumer|packages)$')
   few_crash_runs
 fi
-configure_and_build gcc build/gcc "" \
-  -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1" \
-  -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=$full -DIDEM_BUILD_BENCH=$full \
-  -DIDEM_TEST_SINGLE_HEADER=$full -DIDEM_TEST_ASIO_STANDALONE=$full -DIDEM_SANITIZE= \
-  -DIDEM_REQUIRE_ADAPTERS=ON ||
-  exit 1
+configure_and_build gcc build/gcc "" "${gcc_configuration[@]}" "${launcher[@]}" || exit 1
 if ((!quick)); then
   # --- 2's build, ahead: clang++, AddressSanitizer + UndefinedBehaviorSanitizer (below) ------
-  build_ahead clang-asan build/clang-asan "" \
-    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O0 -g1" \
-    -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=ON -DIDEM_BUILD_BENCH=OFF \
-    -DIDEM_SANITIZE=address,undefined -DIDEM_CLANG_TIDY=ON -DIDEM_REQUIRE_ADAPTERS=ON \
-    -DIDEM_TEST_ASIO_STANDALONE=OFF -DIDEM_TEST_SINGLE_HEADER=OFF
+  build_ahead clang-asan build/clang-asan "" "${asan_configuration[@]}" "${launcher[@]}"
 fi
 run_ctest gcc build/gcc "$test_jobs" "${gcc_ctest_args[@]}"
 
@@ -261,10 +291,7 @@ if ((!quick)); then
   few_crash_runs  # here and in the TSan build
   collect_ahead || exit 1
   # 3's build, ahead, beside these tests.
-  build_ahead tsan build/tsan idem_concurrency_tests \
-    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" \
-    -DIDEM_BUILD_TESTS=ON -DIDEM_BUILD_EXAMPLES=OFF -DIDEM_BUILD_BENCH=OFF \
-    -DIDEM_SANITIZE=thread -DIDEM_REQUIRE_ADAPTERS=ON -DIDEM_TEST_ASIO_STANDALONE=OFF
+  build_ahead tsan build/tsan idem_concurrency_tests "${tsan_configuration[@]}" "${launcher[@]}"
   # The consumer tests (label consumer: a CMake install and a consumer project configured and
   # built against it, five of them) check the package, not the code: the g++ build runs them,
   # and here they took 208 s of test time for nothing a sanitizer could find.
@@ -273,7 +300,7 @@ if ((!quick)); then
   # --- 3: clang++, ThreadSanitizer, the [concurrency] test cases -----------------------------
   # They carry the ctest label "concurrency" (tests/CMakeLists.txt); --no-tests=error makes an
   # empty selection a failure rather than a silent pass.
-  export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}"
+  export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}"  # (set above with the symbolizer where there is one)
   # Clang 14's TSan cannot map its shadow memory on kernels with more than 28 bits of mmap
   # randomness ("unexpected memory mapping"); running without ASLR avoids that.
   if [[ -r /proc/sys/vm/mmap_rnd_bits ]] && (($(cat /proc/sys/vm/mmap_rnd_bits) > 28)) &&
@@ -282,10 +309,7 @@ if ((!quick)); then
   fi
   collect_ahead || exit 1
   # 4's build, ahead, beside these tests.
-  build_ahead fuzz build/fuzz idem_fuzz_targets \
-    -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1" \
-    -DIDEM_BUILD_FUZZ=ON -DIDEM_FUZZ_SECONDS=10 -DIDEM_BUILD_TESTS=OFF -DIDEM_BUILD_EXAMPLES=OFF \
-    -DIDEM_BUILD_BENCH=OFF -DIDEM_SANITIZE= -DIDEM_REQUIRE_ADAPTERS=ON
+  build_ahead fuzz build/fuzz idem_fuzz_targets "${fuzz_configuration[@]}" "${launcher[@]}"
   run_ctest tsan build/tsan "$jobs" -L concurrency --no-tests=error
 
   # --- 4: fuzz targets: libFuzzer with ASan + UBSan, each for a short bounded time -----------
