@@ -77,7 +77,7 @@ function(idem_missing component why)
     FATAL_ERROR
       "idem: ${why} needs ${what}, which was not found. "
       "Install the Debian package: apt-get install ${packages} "
-      "(scripts/lib/packages.sh lists it; the scripts install it).")
+      "(idem's scripts install what scripts/lib/packages.sh lists).")
 endfunction()
 
 # Written at the end of the top-level CMakeLists.txt: one line per component this configuration
@@ -102,53 +102,5 @@ function(idem_write_required_packages file)
     @ONLY)
 endfunction()
 
-# idem_pkg_config_target(PREFIX MODULE): what pkg_check_modules(PREFIX IMPORTED_TARGET GLOBAL
-# MODULE) gives (PREFIX_FOUND and the target PkgConfig::PREFIX: MODULE's include directories,
-# other compile flags and link line, in pkg-config's order), from two pkg-config calls whose
-# answers are cached, for modules whose twenty calls cost too much (grpc++). A consumer's
-# find_package(idem COMPONENTS grpc) still uses pkg_check_modules (cmake/idemConfig.cmake.in).
-function(idem_pkg_config_target prefix module)
-  if(NOT DEFINED CACHE{${prefix}_PKG_CONFIG_LIBS})
-    foreach(question IN ITEMS cflags libs)
-      execute_process(
-        COMMAND ${PKG_CONFIG_EXECUTABLE} --${question} ${module}
-        OUTPUT_VARIABLE answer
-        RESULT_VARIABLE status
-        ERROR_QUIET OUTPUT_STRIP_TRAILING_WHITESPACE)
-      if(NOT status EQUAL 0)
-        set(${prefix}_FOUND
-            FALSE
-            PARENT_SCOPE)
-        return()
-      endif()
-      separate_arguments(answer UNIX_COMMAND "${answer}")
-      set(${question} "${answer}")
-    endforeach()
-    set(${prefix}_PKG_CONFIG_CFLAGS
-        "${cflags}"
-        CACHE INTERNAL "pkg-config --cflags ${module}")
-    set(${prefix}_PKG_CONFIG_LIBS
-        "${libs}"
-        CACHE INTERNAL "pkg-config --libs ${module}")
-  endif()
-  set(includes)
-  set(options)
-  foreach(flag IN LISTS ${prefix}_PKG_CONFIG_CFLAGS)
-    if(flag MATCHES "^-I(.+)$")
-      list(APPEND includes "${CMAKE_MATCH_1}")
-    else()
-      list(APPEND options "${flag}")
-    endif()
-  endforeach()
-  if(NOT TARGET PkgConfig::${prefix})
-    add_library(PkgConfig::${prefix} INTERFACE IMPORTED GLOBAL)
-    set_target_properties(
-      PkgConfig::${prefix}
-      PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${includes}"
-                 INTERFACE_COMPILE_OPTIONS "${options}"
-                 INTERFACE_LINK_LIBRARIES "${${prefix}_PKG_CONFIG_LIBS}")
-  endif()
-  set(${prefix}_FOUND
-      TRUE
-      PARENT_SCOPE)
-endfunction()
+# idem_pkg_config_target (installed too: the package config uses it for grpc++).
+include(${CMAKE_CURRENT_LIST_DIR}/idemPkgConfigTarget.cmake)

@@ -22,7 +22,8 @@
 # however the command ends, every process left in the root is killed, everything is unmounted
 # and the root removed (unless --keep). Exits with the command's status; 2 when the root could
 # not be made (not root, no mmdebstrap, the mirror unreachable after three tries), with a
-# message that says which, and nothing of the host changed but the cache folder.
+# message that says which, and nothing of the host changed (mmdebstrap, if it had to be
+# installed, stays).
 set -euo pipefail
 
 usage() { sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
@@ -66,6 +67,8 @@ make_base() {
       mmdebstrap; } >&2 ||
       refuse "could not install mmdebstrap (is the Debian mirror reachable?); no root made"
   fi
+  local made_cache=0
+  [[ -d "$cache_dir" ]] || made_cache=1
   mkdir -p "$cache_dir"
   local part="$cache_dir/bookworm.part.$$.tar" attempt
   for attempt in 1 2 3; do
@@ -79,6 +82,7 @@ make_base() {
     rm -f "$part"
     ((attempt == 3)) || sleep 10
   done
+  ((made_cache)) && rmdir "$cache_dir" 2>/dev/null
   refuse "could not make a Debian 12 root: the mirror $mirror did not answer after 3 tries; nothing was run"
 }
 started=$SECONDS
