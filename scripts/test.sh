@@ -84,8 +84,12 @@ idem_configure_uses "${asan_configuration[@]}"
 idem_configure_uses "${tsan_configuration[@]}"
 idem_configure_uses "${fuzz_configuration[@]}"
 idem_install scripts/test.sh build adapters servers examples tests sanitizers bench
-# ccache in front of the compilers where it is installed (CCACHE_DIR says where its cache is).
+# ccache in front of the compilers where it is installed (CCACHE_DIR says where its cache is):
+# room for the four builds' objects, and the sloppiness that lets it cache what is compiled with
+# a precompiled header (the Clang builds' tests: idem_test_pch in tests/CMakeLists.txt).
 launcher=($(idem_compiler_launcher))
+export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-12G}"
+export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 # Sanitizer reports with function names and lines: llvm-symbolizer (package llvm-14) is not on
 # the PATH under that name on Debian, so the runtimes are told where it is.
 if [[ -x /usr/lib/llvm-14/bin/llvm-symbolizer ]]; then
