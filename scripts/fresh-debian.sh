@@ -20,13 +20,14 @@
 # still installed afresh in each root; only the download is saved, so a slow mirror cannot fail
 # a run). The root is made in /tmp with proc, sys, dev and an 8 GiB tmpfs at /dev/shm mounted;
 # however the command ends, every process left in the root is killed, everything is unmounted
-# and the root removed (unless --keep). Exits with the command's status; 2 when the root could
-# not be made (not root, no mmdebstrap, the mirror unreachable after three tries), with a
+# and the root removed (unless --keep). Exits with the command's status; 3 when this machine
+# cannot make a root (not root, mounting not allowed); 2 when the root could not be made (no
+# mmdebstrap, the mirror unreachable after three tries), with a
 # message that says which, and nothing of the host changed (mmdebstrap, if it had to be
 # installed, stays).
 set -euo pipefail
 
-usage() { sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 keep=0
 caches=1
@@ -50,7 +51,16 @@ command_line="$1"
 say() { echo "fresh-debian: $*" >&2; }
 refuse() { say "$*"; exit 2; }
 
-((EUID == 0)) || refuse "needs root (it mounts proc, sys and dev in the new root and chroots)"
+# This machine must be able to make a root at all: root, and allowed to mount. Exit 3 when not
+# (.ci/run tells that apart from a root that failed to be made).
+((EUID == 0)) || { say "needs root (it mounts proc, sys and dev in the new root and chroots)"; exit 3; }
+probe="$(mktemp -d /tmp/idem-fresh-debian-probe.XXXXXX)"
+if ! mount -t tmpfs -o size=1m tmpfs "$probe" 2>/dev/null; then
+  rmdir "$probe"
+  say "this machine does not allow mounting (a container without CAP_SYS_ADMIN?): no root can be made here"
+  exit 3
+fi
+umount "$probe" && rmdir "$probe"
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && git rev-parse --show-toplevel)"
 mirror="${mirror%/}"
 security="${IDEM_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}"
