@@ -114,35 +114,23 @@ run_figures run_nemesis(replication mode) {
   const idem::postgres_store store(config);
   failover::ledger effects;
   failover::history calls;
-  std::atomic<bool> stop{false};
   std::atomic<int> acknowledged{0};
   std::atomic<int> executed_while_lagging{0};
   // From this time on (ns) the standby's receiver is paused; no pause yet: never.
   std::atomic<std::int64_t> lagging_since{std::numeric_limits<std::int64_t>::max()};
 
-  // The clients stop and are joined however this function ends (a failed REQUIRE throws), before
-  // the pair they call is stopped.
-  struct joined_threads : std::vector<std::thread> {
-    std::atomic<bool>* stop;
-    explicit joined_threads(std::atomic<bool>* flag) : stop(flag) {}
-    joined_threads(const joined_threads&) = delete;
-    joined_threads& operator=(const joined_threads&) = delete;
-    ~joined_threads() {
-      *stop = true;
-      for (std::thread& thread : *this)
-        if (thread.joinable()) thread.join();
-    }
-  };
-  joined_threads threads(&stop);
+  // After everything the clients use: they stop and are joined however this function ends (a
+  // failed REQUIRE throws), before any of it is destroyed and before the pair is stopped.
+  failover::client_threads threads;
   for (int id = 0; id < clients; ++id) {
-    threads.emplace_back([&, id] {
+    threads.start([&, id](const auto& stopping) {
       guarded wrapper = make_guarded(store, effects);
       std::mt19937 random(static_cast<unsigned>(1000 + id));
       std::vector<std::string> mine;
       int next = 0;
       std::string key;
       bool answered = true;
-      while (!stop.load()) {
+      while (!stopping()) {
         // Mostly new keys; one call in four repeats one of this client's keys; an ambiguous
         // answer (503) is retried with its key, as a client does. No two clients share a key, so
         // a key's calls never overlap until the final reads.
@@ -221,9 +209,7 @@ run_figures run_nemesis(replication mode) {
   std::this_thread::sleep_for(500ms);
   REQUIRE(eventually([&] { return acknowledged_after() >= 100; }, 60s));
   event("100 calls acknowledged after the promotion; the clients stop");
-  stop = true;
-  for (std::thread& thread : threads)
-    thread.join();
+  threads.stop_and_join();
   figures.acknowledged_after_promotion = acknowledged_after();
 
   // Every key read once more, the keys shared out among as many readers as there were clients.
@@ -231,12 +217,12 @@ run_figures run_nemesis(replication mode) {
   for (const failover::call& made : calls.calls())
     every.insert(made.key);
   const std::vector<std::string> keys(every.begin(), every.end());
-  std::vector<std::thread> readers;
-  readers.reserve(clients);
+  failover::client_threads readers;  // after the keys they read
   for (int id = 0; id < clients; ++id) {
-    readers.emplace_back([&, id] {
+    readers.start([&, id](const auto& stopping) {
       guarded reader = make_guarded(store, effects);
-      for (std::size_t i = static_cast<std::size_t>(id); i < keys.size(); i += clients) {
+      for (std::size_t i = static_cast<std::size_t>(id); i < keys.size() && !stopping();
+           i += clients) {
         for (int attempt = 0; attempt < 50; ++attempt) {
           const failover::call made = call_once(reader, keys[i], true);
           calls.add(made);
@@ -246,8 +232,7 @@ run_figures run_nemesis(replication mode) {
       }
     });
   }
-  for (std::thread& reader : readers)
-    reader.join();
+  readers.join();  // each reads its share of the keys, then returns
   event("every key read back");
 
   // Counted from the history: what the old primary answered before it died (the counter above

@@ -20,7 +20,6 @@
 // run ("redis failover (safety on): ...").
 #include <catch2/catch.hpp>
 
-#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
@@ -108,30 +107,18 @@ run_figures run_nemesis(std::size_t wait_for) {
   const idem::redis_store store(options);
   failover::ledger effects;
   failover::history calls;
-  std::atomic<bool> stop{false};
 
   constexpr int clients = 4;
-  // The clients stop and are joined however this function ends (a failed REQUIRE throws).
-  struct joined_threads : std::vector<std::thread> {
-    std::atomic<bool>* stop;
-    explicit joined_threads(std::atomic<bool>* flag) : stop(flag) {}
-    joined_threads(const joined_threads&) = delete;
-    joined_threads& operator=(const joined_threads&) = delete;
-    ~joined_threads() {
-      *stop = true;
-      for (std::thread& thread : *this)
-        if (thread.joinable()) thread.join();
-    }
-  };
-  joined_threads threads(&stop);
-  std::vector<std::vector<std::string>> keys(clients);
+  // After the store, the ledger and the history the clients use: joined before them however
+  // this function ends (a failed REQUIRE throws). Whatever else a client uses is its own.
+  failover::client_threads threads;
   for (int id = 0; id < clients; ++id) {
-    threads.emplace_back([&, id] {
+    threads.start([&store, &effects, &calls, id](const auto& stopping) {
       guarded wrapper = make_guarded(store, effects);
       std::mt19937 random(static_cast<unsigned>(1000 + id));
-      std::vector<std::string>& mine = keys[static_cast<std::size_t>(id)];
+      std::vector<std::string> mine;
       int next = 0;
-      while (!stop.load()) {
+      while (!stopping()) {
         // Mostly new keys; one call in four repeats one of this client's keys.
         if (mine.empty() || random() % 4 != 0) {
           mine.push_back("c" + std::to_string(id) + "-" + std::to_string(next++));
@@ -190,9 +177,7 @@ run_figures run_nemesis(std::size_t wait_for) {
     event("node " + std::to_string(primary) + " back as a replica");
     primary = promoted;
   }
-  stop = true;
-  for (std::thread& thread : threads)
-    thread.join();
+  threads.stop_and_join();
 
   // Healed: every key read once more, through the primary the Sentinels name now.
   std::set<std::string> every;
