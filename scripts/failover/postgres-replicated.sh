@@ -78,9 +78,18 @@ crash() {
     pkill -STOP -P "$pid" 2>/dev/null || true
     pkill -KILL -P "$pid" 2>/dev/null || true
     kill -KILL "$pid" 2>/dev/null || true
-    # Reaped by init, not by this shell: wait until it is gone.
+    # Reaped by init, not by this shell: wait until it is gone (a restart on this data refuses
+    # while the pid in postmaster.pid is alive, zombie or not). A killed process is torn down and
+    # reaped by the kernel and init alone, with nothing of ours to wait for: 10 s, then say so.
     local tries=0
-    while kill -0 "$pid" 2>/dev/null && ((tries++ < 200)); do sleep 0.05; done
+    while kill -0 "$pid" 2>/dev/null; do
+      ((tries++ < 200)) || {
+        echo "postgres-replicated.sh: the $1's postmaster $pid outlived kill -9 by 10 s" \
+          "(state $(ps -o stat= -p "$pid" 2>/dev/null || echo gone))" >&2
+        return 1
+      }
+      sleep 0.05
+    done
   fi
 }
 
@@ -100,6 +109,11 @@ stop() {
   stop_node primary
 }
 
+# pg_ctl -w's patience (start, promote), in seconds: it stops waiting as soon as the postmaster
+# exits, so the bound only ends a server that is alive and still starting (a crash recovery
+# replaying WAL on a loaded machine): a ceiling, not a guess at the machine's speed.
+pg_ctl_patience=300
+
 # Starts a node on its data and port; the settings are the command line's, so a restart or a
 # promotion keeps them.
 start_node() {
@@ -108,7 +122,7 @@ start_node() {
   ((EUID != 0)) || chown -R "$user" "$home/$name"
   # synchronous_standby_names is the primary's alone (its postgresql.auto.conf, set after the
   # copy): a promoted standby has no standby of its own and must not wait for one.
-  "${run_as[@]}" "$bin/pg_ctl" -D "$home/$name/data" -l "$home/$name/server.log" -w -t 60 \
+  "${run_as[@]}" "$bin/pg_ctl" -D "$home/$name/data" -l "$home/$name/server.log" -w -t "$pg_ctl_patience" \
     -o "-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories=$home/$name \
         -c max_connections=100 -c shared_buffers=32MB -c fsync=on -c wal_level=replica \
         -c max_wal_senders=4 -c wal_keep_size=64MB -c hot_standby=on \
@@ -151,10 +165,20 @@ CONF
   # (set once the standby exists: CREATE DATABASE above would have waited for it).
   sql primary postgres "ALTER SYSTEM SET synchronous_standby_names = 'idem_standby'" >/dev/null
   sql primary postgres "SELECT pg_reload_conf()" >/dev/null
-  local tries=0
-  until [[ "$(sql primary postgres \
-    "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'idem_standby' AND state = 'streaming' AND sync_state = 'sync'")" == 1 ]]; do
-    ((tries++ < 300)) || { echo "postgres-replicated.sh: the standby never streamed" >&2; exit 1; }
+  # The standby streams once its WAL receiver has connected and caught up; a receiver that
+  # failed tries again every wal_retrieve_retry_interval (5 s). The wait goes on while what the
+  # primary shows of it changes (startup, catchup, streaming; async, then sync after the reload),
+  # and gives up after 30 s (six retries) without a change, saying what it saw.
+  local seen="" last="" since=$SECONDS
+  until [[ "$seen" == "streaming sync" ]]; do
+    seen="$(sql primary postgres "SELECT coalesce(string_agg(state || ' ' || sync_state, ', '), \
+      'no WAL sender') FROM pg_stat_replication WHERE application_name = 'idem_standby'" || echo "no answer")"
+    [[ "$seen" == "$last" ]] || { last="$seen"; since=$SECONDS; }
+    ((SECONDS - since < 30)) || {
+      echo "postgres-replicated.sh: the standby never streamed as the synchronous standby;" \
+        "for 30 s the primary showed: $seen" >&2
+      exit 1
+    }
     sleep 0.1
   done
   cat >"$dir/postgres-replicated.env" <<ENV
@@ -170,6 +194,6 @@ case "$command" in
   stop) stop ;;
   crash) crash "$node" ;;
   restart) start_node "$node" ;;
-  promote) "${run_as[@]}" "$bin/pg_ctl" -D "$home/$node/data" -w -t 60 promote >/dev/null ;;
+  promote) "${run_as[@]}" "$bin/pg_ctl" -D "$home/$node/data" -w -t "$pg_ctl_patience" promote >/dev/null ;;
   *) echo "postgres-replicated.sh: unknown command '$command'" >&2; exit 2 ;;
 esac

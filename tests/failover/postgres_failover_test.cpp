@@ -81,15 +81,41 @@ struct run_figures {
   std::string timeline;  // the calls of the first keys with a violation
 };
 
-// Waits until `done` holds, `patience` at most; whether it did.
-template <typename Condition>
-bool eventually(Condition done, std::chrono::seconds patience) {
-  const auto deadline = std::chrono::steady_clock::now() + patience;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
+// The longest one call of a client may take while a node answers, from the store's own timeouts:
+// a connection tried on each of the two hosts, then the claim's and the completion's statements.
+std::chrono::milliseconds call_bound(const idem::postgres_store::options& config) {
+  return 2 * std::chrono::duration_cast<std::chrono::milliseconds>(config.connect_timeout) +
+         2 * config.statement_timeout;
+}
+
+// Waits until `count()` reaches `wanted`, as long as it rises: a wait on the clients' progress
+// (calls acknowledged), not on a guess at the machine's speed. It gives up when the count stood
+// still for `quiet` (no call acknowledged in that time while every call ends within its own
+// timeouts: nothing more will come), or after `ceiling` in all; whether it got there. `seen` says
+// where the count stood, and for how long it had stood there.
+template <typename Count>
+bool progressed_to(Count count, std::int64_t wanted, std::chrono::milliseconds quiet,
+                   std::chrono::milliseconds ceiling, std::string& seen) {
+  const auto start = std::chrono::steady_clock::now();
+  auto last_rise = start;
+  std::int64_t last = static_cast<std::int64_t>(count());
+  for (;;) {
+    const auto now = std::chrono::steady_clock::now();
+    const auto ms = [](auto duration) {
+      return std::chrono::duration_cast<std::chrono::milliseconds>(duration).count();
+    };
+    seen = std::to_string(last) + " of " + std::to_string(wanted) + " after " +
+           std::to_string(ms(now - start)) + " ms, the last rise " +
+           std::to_string(ms(now - last_rise)) + " ms before";
+    if (last >= wanted) return true;
+    if (now - last_rise >= quiet || now - start >= ceiling) return false;
     std::this_thread::sleep_for(10ms);
+    const auto next = static_cast<std::int64_t>(count());
+    if (next > last) {
+      last = next;
+      last_rise = std::chrono::steady_clock::now();
+    }
   }
-  return true;
 }
 
 run_figures run_nemesis(replication mode) {
@@ -112,37 +138,29 @@ run_figures run_nemesis(replication mode) {
   // Loopback: a node that is down refuses at once; this bounds only a node that hangs.
   config.connect_timeout = 2s;
   const idem::postgres_store store(config);
+  // Patience: a wait on the clients gives up when no call was acknowledged for two calls' worth
+  // of the store's own timeouts; ten minutes in all however the calls go on.
+  const std::chrono::milliseconds quiet = 2 * call_bound(config);
+  constexpr std::chrono::milliseconds ceiling = 10min;
   failover::ledger effects;
   failover::history calls;
-  std::atomic<bool> stop{false};
   std::atomic<int> acknowledged{0};
   std::atomic<int> executed_while_lagging{0};
   // From this time on (ns) the standby's receiver is paused; no pause yet: never.
   std::atomic<std::int64_t> lagging_since{std::numeric_limits<std::int64_t>::max()};
 
-  // The clients stop and are joined however this function ends (a failed REQUIRE throws), before
-  // the pair they call is stopped.
-  struct joined_threads : std::vector<std::thread> {
-    std::atomic<bool>* stop;
-    explicit joined_threads(std::atomic<bool>* flag) : stop(flag) {}
-    joined_threads(const joined_threads&) = delete;
-    joined_threads& operator=(const joined_threads&) = delete;
-    ~joined_threads() {
-      *stop = true;
-      for (std::thread& thread : *this)
-        if (thread.joinable()) thread.join();
-    }
-  };
-  joined_threads threads(&stop);
+  // After everything the clients use: they stop and are joined however this function ends (a
+  // failed REQUIRE throws), before any of it is destroyed and before the pair is stopped.
+  failover::client_threads threads;
   for (int id = 0; id < clients; ++id) {
-    threads.emplace_back([&, id] {
+    threads.start([&, id](const auto& stopping) {
       guarded wrapper = make_guarded(store, effects);
       std::mt19937 random(static_cast<unsigned>(1000 + id));
       std::vector<std::string> mine;
       int next = 0;
       std::string key;
       bool answered = true;
-      while (!stop.load()) {
+      while (!stopping()) {
         // Mostly new keys; one call in four repeats one of this client's keys; an ambiguous
         // answer (503) is retried with its key, as a client does. No two clients share a key, so
         // a key's calls never overlap until the final reads.
@@ -173,7 +191,12 @@ run_figures run_nemesis(replication mode) {
   };
   // Warm-up: both nodes healthy, more than 100 calls acknowledged.
   std::this_thread::sleep_for(500ms);
-  REQUIRE(eventually([&] { return acknowledged.load() > 100; }, 60s));
+  std::string seen;
+  {
+    const bool warm = progressed_to([&] { return acknowledged.load(); }, 101, quiet, ceiling, seen);
+    INFO("calls acknowledged before the nemesis: " << seen);
+    REQUIRE(warm);
+  }
   event(std::to_string(acknowledged.load()) + " acknowledged; pause the standby's WAL receiver");
 
   // The standby lags: its receiver stopped, it flushes (and acknowledges) no more WAL.
@@ -187,7 +210,10 @@ run_figures run_nemesis(replication mode) {
   if (mode == replication::asynchronous) {
     // Deterministic loss: at least 20 keys executed and acknowledged that the standby never
     // received (on a slow machine the 600 ms above may hold fewer).
-    REQUIRE(eventually([&] { return executed_while_lagging.load() >= 20; }, 60s));
+    const bool lost =
+        progressed_to([&] { return executed_while_lagging.load(); }, 20, quiet, ceiling, seen);
+    INFO("calls executed and acknowledged while the standby lagged: " << seen);
+    REQUIRE(lost);
   }
   event(std::to_string(executed_while_lagging.load()) +
         " executed and acknowledged while the standby lagged; kill -9 of the primary");
@@ -219,11 +245,14 @@ run_figures run_nemesis(replication mode) {
     return count;
   };
   std::this_thread::sleep_for(500ms);
-  REQUIRE(eventually([&] { return acknowledged_after() >= 100; }, 60s));
+  {
+    const bool healed = progressed_to(acknowledged_after, 100, quiet, ceiling, seen);
+    INFO("calls acknowledged after the promotion: " << seen << "; the nemesis:\n"
+                                                    << figures.events);
+    REQUIRE(healed);
+  }
   event("100 calls acknowledged after the promotion; the clients stop");
-  stop = true;
-  for (std::thread& thread : threads)
-    thread.join();
+  threads.stop_and_join();
   figures.acknowledged_after_promotion = acknowledged_after();
 
   // Every key read once more, the keys shared out among as many readers as there were clients.
@@ -231,12 +260,12 @@ run_figures run_nemesis(replication mode) {
   for (const failover::call& made : calls.calls())
     every.insert(made.key);
   const std::vector<std::string> keys(every.begin(), every.end());
-  std::vector<std::thread> readers;
-  readers.reserve(clients);
+  failover::client_threads readers;  // after the keys they read
   for (int id = 0; id < clients; ++id) {
-    readers.emplace_back([&, id] {
+    readers.start([&, id](const auto& stopping) {
       guarded reader = make_guarded(store, effects);
-      for (std::size_t i = static_cast<std::size_t>(id); i < keys.size(); i += clients) {
+      for (std::size_t i = static_cast<std::size_t>(id); i < keys.size() && !stopping();
+           i += clients) {
         for (int attempt = 0; attempt < 50; ++attempt) {
           const failover::call made = call_once(reader, keys[i], true);
           calls.add(made);
@@ -246,8 +275,7 @@ run_figures run_nemesis(replication mode) {
       }
     });
   }
-  for (std::thread& reader : readers)
-    reader.join();
+  readers.join();  // each reads its share of the keys, then returns
   event("every key read back");
 
   // Counted from the history: what the old primary answered before it died (the counter above

@@ -78,14 +78,17 @@ class replicated_pair {
   /// Forget the paused receiver (its node was crashed: nothing to continue).
   void forget_paused() { paused_ = 0; }
 
-  /// Waits until `sql` answers `wanted` on `info`, or throws after `patience`.
+  /// Waits until `sql` answers `wanted` on `info`, or throws after `patience` saying what it
+  /// answered last.
   static void wait_for(const std::string& info, const std::string& sql, long long wanted,
                        std::chrono::seconds patience, const char* what) {
     const auto deadline = std::chrono::steady_clock::now() + patience;
     connection on(info);
-    while (on.scalar(sql) != wanted) {
+    for (long long answer = on.scalar(sql); answer != wanted; answer = on.scalar(sql)) {
       if (std::chrono::steady_clock::now() > deadline) {
-        throw std::runtime_error(std::string("waited in vain for ") + what);
+        throw std::runtime_error(std::string("waited ") + std::to_string(patience.count()) +
+                                 " s in vain for " + what + ": `" + sql + "` answered " +
+                                 std::to_string(answer) + ", not " + std::to_string(wanted));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
