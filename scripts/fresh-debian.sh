@@ -6,6 +6,8 @@
 #
 #   scripts/fresh-debian.sh [OPTIONS] 'COMMAND'
 #     --keep            keep the root afterwards (its path is printed)
+#     --reuse DIR       run in a root kept earlier (its clone and build trees as they were), and
+#                       keep it: e.g. `scripts/test.sh --quick` on the trees a full run built
 #     --no-caches       use neither the compiler cache nor the kept .deb files (a cold run)
 #     --cache DIR       where the base root, the compiler cache and the .deb files are kept
 #                       (default $IDEM_FRESH_CACHE, else /var/cache/idem-fresh-debian)
@@ -27,15 +29,17 @@
 # installed, stays).
 set -euo pipefail
 
-usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 keep=0
+reuse=""
 caches=1
 cache_dir="${IDEM_FRESH_CACHE:-/var/cache/idem-fresh-debian}"
 mirror="${IDEM_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 while (($#)); do
   case "$1" in
     --keep) keep=1 ;;
+    --reuse) reuse="${2:?--reuse needs a root kept with --keep}"; shift ;;
     --no-caches) caches=0 ;;
     --cache) cache_dir="${2:?--cache needs a folder}"; shift ;;
     --mirror) mirror="${2:?--mirror needs a URL}"; shift ;;
@@ -96,10 +100,16 @@ make_base() {
   refuse "could not make a Debian 12 root: the mirror $mirror did not answer after 3 tries; nothing was run"
 }
 started=$SECONDS
-[[ -s "$base" ]] || make_base
+if [[ -n "$reuse" ]]; then
+  [[ -d "$reuse/home/newcomer/idem" ]] || refuse "--reuse $reuse: not a root this script kept"
+  root="$(cd "$reuse" && pwd)"
+  keep=1
+else
+  [[ -s "$base" ]] || make_base
+  root="$(mktemp -d /tmp/idem-fresh-debian.XXXXXX)"
+fi
 
 # --- a new root from it ----------------------------------------------------------------------
-root="$(mktemp -d /tmp/idem-fresh-debian.XXXXXX)"
 cleanup() {
   local status=$?
   # Processes started in the root (servers a command left, a build's children) hold its mounts:
@@ -125,7 +135,7 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-tar -xf "$base" -C "$root"
+[[ -n "$reuse" ]] || tar -xf "$base" -C "$root"
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 mount -t proc proc "$root/proc"
 mount -t sysfs sys "$root/sys"
@@ -139,8 +149,10 @@ if ((caches)); then
   # Debian's apt keeps what it downloads unless told otherwise; said here so it is certain.
   echo 'APT::Keep-Downloaded-Packages "true";' >"$root/etc/apt/apt.conf.d/10idem-keep-debs"
 fi
-mkdir -p "$root/home/newcomer"
-git clone -q "$repo" "$root/home/newcomer/idem"
+if [[ -z "$reuse" ]]; then
+  mkdir -p "$root/home/newcomer"
+  git clone -q "$repo" "$root/home/newcomer/idem"
+fi
 say "root ready in $((SECONDS - started)) s: $root"
 
 ccache_env=()
