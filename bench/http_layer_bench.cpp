@@ -17,9 +17,9 @@
 // is what the protocol the draft and RFC 9457 ask for costs over it.
 #include <benchmark/benchmark.h>
 
+#include <idem/core/request.hpp>
 #include <idem/http.hpp>
 #include <idem/server/outcome.hpp>
-#include <idem/server/request.hpp>
 
 #include <nlohmann/json.hpp>
 

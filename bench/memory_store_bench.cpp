@@ -88,7 +88,7 @@
 // The allocs_per_op counter comes from the replaced operator new of tests/support.
 #include <benchmark/benchmark.h>
 
-#include <idem/server/fingerprint/digest.hpp>
+#include <idem/core/fingerprint/digest.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/memory.hpp>
 

@@ -13,7 +13,7 @@
 #include <openssl/evp.h>
 #include <openssl/sha.h>
 
-#include <idem/server/fingerprint/sha256.hpp>
+#include <idem/core/fingerprint/sha256.hpp>
 
 #include <cstddef>
 #include <cstdint>

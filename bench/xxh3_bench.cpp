@@ -13,7 +13,7 @@
 #include <benchmark/benchmark.h>
 #include <xxhash.h>
 
-#include <idem/server/fingerprint/xxh3.hpp>
+#include <idem/core/fingerprint/xxh3.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -115,7 +115,7 @@ def standard_headers(include_dir):
         if path in seen_files:
             continue
         seen_files.add(path)
-        # `#if __has_include(<h>)` ... `#else` (a fallback, e.g. detail/entropy.hpp's <random>
+        # `#if __has_include(<h>)` ... `#else` (a fallback, e.g. core/detail/entropy.hpp's <random>
         # where there is no <sys/random.h>): the first branch is the one a build here compiles,
         # so the #else branch's headers are not counted. Other conditionals count both ways.
         conditionals = []  # per open #if: "has_include", "fallback" (its #else), or "other"

@@ -8,8 +8,8 @@
 #define IDEM_IDEM_HPP
 
 // What both sides share.
-#include <idem/clock.hpp>
-#include <idem/key.hpp>
+#include <idem/core/clock.hpp>
+#include <idem/core/key.hpp>
 #include <idem/policies.hpp>
 #include <idem/version.hpp>
 
@@ -23,20 +23,20 @@
 #include <idem/http.hpp>
 
 // Server side: idem::idempotent, idem::inbox, fingerprints and codecs.
-#include <idem/server/codec.hpp>
-#include <idem/server/fingerprint/canonical_json.hpp>
-#include <idem/server/fingerprint/canonicalize_json.hpp>
-#include <idem/server/fingerprint/digest.hpp>
-#include <idem/server/fingerprint/fingerprint.hpp>
-#include <idem/server/fingerprint/sha256.hpp>
-#include <idem/server/fingerprint/xxh3.hpp>
+#include <idem/core/codec.hpp>
+#include <idem/core/fingerprint/canonical_json.hpp>
+#include <idem/core/fingerprint/canonicalize_json.hpp>
+#include <idem/core/fingerprint/digest.hpp>
+#include <idem/core/fingerprint/fingerprint.hpp>
+#include <idem/core/fingerprint/sha256.hpp>
+#include <idem/core/fingerprint/xxh3.hpp>
+#include <idem/core/request.hpp>
 #include <idem/server/handler_context.hpp>
 #include <idem/server/idempotent.hpp>
 #include <idem/server/inbox.hpp>
 #include <idem/server/lookup.hpp>
 #include <idem/server/observer.hpp>
 #include <idem/server/outcome.hpp>
-#include <idem/server/request.hpp>
 #include <idem/server/response_codec.hpp>
 #include <idem/server/resumption.hpp>
 

@@ -26,23 +26,23 @@
 #include <cstddef>
 #include <string_view>
 
-#include <idem/client/policy/backoff.hpp>
 #include <idem/client/policy/breaker.hpp>
-#include <idem/client/policy/budget.hpp>
 #include <idem/client/policy/classifier.hpp>
 #include <idem/client/policy/hedging.hpp>
 #include <idem/client/policy/key_generator.hpp>
 #include <idem/client/policy/latency.hpp>
 #include <idem/client/policy/limiter.hpp>
 #include <idem/client/policy/observer.hpp>
-#include <idem/client/policy/random.hpp>
-#include <idem/clock.hpp>
-#include <idem/key.hpp>
+#include <idem/core/clock.hpp>
+#include <idem/core/key.hpp>
+#include <idem/core/policy/backoff.hpp>
+#include <idem/core/policy/budget.hpp>
+#include <idem/core/policy/random.hpp>
 
 namespace idem {
 
 // The server side's defaults, defined in the headers idem/server/idempotent.hpp and
-// idem/server/inbox.hpp include: idem/store/memory.hpp, idem/server/fingerprint/xxh3.hpp,
+// idem/server/inbox.hpp include: idem/store/memory.hpp, idem/core/fingerprint/xxh3.hpp,
 // idem/server/failure.hpp, idem/server/response_codec.hpp, idem/server/observer.hpp.
 template <class Lazy>
 class basic_memory_store;

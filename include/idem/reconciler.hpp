@@ -56,10 +56,10 @@
 #include <vector>
 
 #include <idem/client/redacted_key.hpp>
-#include <idem/clock.hpp>
+#include <idem/core/clock.hpp>
+#include <idem/core/codec.hpp>
 #include <idem/reconcile/observer.hpp>
 #include <idem/reconcile/report.hpp>
-#include <idem/server/codec.hpp>
 #include <idem/server/detail/recovery_bytes.hpp>
 #include <idem/server/handler_context.hpp>
 #include <idem/server/lookup.hpp>
@@ -157,7 +157,7 @@ class reconciler {
   static_assert(Store<store_type>,
                 "A reconciler's store must satisfy idem::Store (idem/store/contract.hpp).");
   static_assert(Clock<clock_type>,
-                "A reconciler's clock must satisfy idem::Clock (idem/clock.hpp).");
+                "A reconciler's clock must satisfy idem::Clock (idem/core/clock.hpp).");
   static_assert(ResponseCodec<response_codec_type>,
                 "A reconciler's response_codec must satisfy idem::ResponseCodec "
                 "(idem/server/response_codec.hpp).");

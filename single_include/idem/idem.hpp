@@ -18,7 +18,7 @@
 #define IDEM_IDEM_HPP
 
 // What both sides share.
-// begin idem/clock.hpp
+// begin idem/core/clock.hpp
 // Clocks: where the retry loop reads the time and how it waits.
 //
 // A clock gives two readings: `now()`, monotonic, for deadlines and delays (it never jumps when
@@ -28,8 +28,8 @@
 // backoff run in microseconds and can assert the exact delays. Its wakes (wake_at, wake_after)
 // are what the asynchronous drivers' timers wait on under it: advancing the time runs the wakes
 // that fell due, so asynchronous tests are as deterministic as blocking ones.
-#ifndef IDEM_CLOCK_HPP
-#define IDEM_CLOCK_HPP
+#ifndef IDEM_CORE_CLOCK_HPP
+#define IDEM_CORE_CLOCK_HPP
 
 #include <atomic>
 #include <chrono>
@@ -259,16 +259,16 @@ class manual_clock {
 
 }  // namespace idem
 
-#endif  // IDEM_CLOCK_HPP
-// end idem/clock.hpp
-// begin idem/key.hpp
+#endif  // IDEM_CORE_CLOCK_HPP
+// end idem/core/clock.hpp
+// begin idem/core/key.hpp
 // Idempotency keys: the text that names one logical operation across all its attempts.
 //
 // A key is held inline (no heap), so generating one on every call costs no allocation. Keys are
 // at most max_key_length bytes of visible ASCII (RFC 5234 VCHAR, 0x21-0x7E): what survives being
 // sent as an HTTP header value, logged, and stored as a database key without quoting surprises.
-#ifndef IDEM_KEY_HPP
-#define IDEM_KEY_HPP
+#ifndef IDEM_CORE_KEY_HPP
+#define IDEM_CORE_KEY_HPP
 
 #include <algorithm>
 #include <cstddef>
@@ -382,8 +382,8 @@ class key_buffer {
 
 }  // namespace idem
 
-#endif  // IDEM_KEY_HPP
-// end idem/key.hpp
+#endif  // IDEM_CORE_KEY_HPP
+// end idem/core/key.hpp
 // begin idem/policies.hpp
 // The policies struct: every choice a retrying or idempotent wrapper makes, in one place.
 //
@@ -409,318 +409,6 @@ class key_buffer {
 #ifndef IDEM_POLICIES_HPP
 #define IDEM_POLICIES_HPP
 
-// begin idem/client/policy/backoff.hpp
-// Backoff: how long to wait before the next attempt.
-//
-// Retrying at once, or at the same fixed intervals, makes every client that failed together
-// retry together, and the retries arrive as a wave that knocks the dependency over again.
-// Jitter spreads them. The formulas follow Marc Brooker, "Exponential Backoff And Jitter"
-// (AWS Architecture Blog, 2015), where full jitter does the least total work:
-//
-//   full jitter         random(0, min(cap, base * 2^n))                      (the default)
-//   equal jitter        t/2 + random(0, t/2), t = min(cap, base * 2^n)
-//   decorrelated jitter min(cap, random(base, previous * 3))
-//   exponential_backoff min(cap, base * 2^n)                                  (no jitter)
-//   constant_backoff    value
-//
-// n counts retries from 0: the wait before the second attempt uses n = 0. The defaults, base
-// 100 ms and cap 20 s, are those of the AWS SDKs' standard retry mode.
-#ifndef IDEM_CLIENT_POLICY_BACKOFF_HPP
-#define IDEM_CLIENT_POLICY_BACKOFF_HPP
-
-// begin idem/client/policy/random.hpp
-// Random sources for the policies that need chance: jittered backoff and key generation.
-//
-// A retrying object owns 256 bits of seed material. Each logical operation gets its own engine,
-// seeded from that material and a counter unique to the operation, so operations on different
-// threads never share engine state (no lock, no data race), and a test that fixes the seed sees
-// the same delays and keys every run. The material is 256 bits, not one 64-bit word, because
-// idempotency keys come from these engines: keys made by different processes must not collide
-// even across billions of operations, which a 64-bit seed cannot promise (the birthday bound of
-// 2^64 is reached at about 2^32 operations).
-#ifndef IDEM_CLIENT_POLICY_RANDOM_HPP
-#define IDEM_CLIENT_POLICY_RANDOM_HPP
-
-#include <array>
-#include <bit>
-#include <limits>
-
-// begin idem/detail/entropy.hpp
-// Bytes nobody chose, from the operating system: the seeds of production retrying objects and
-// the memory store's bucketing key.
-//
-// Where the platform has <sys/random.h> (Linux, the BSDs, macOS), getentropy(3) reads the
-// kernel's cryptographic generator directly; std::random_device on those platforms draws on
-// the same source, but <random> costs a build that includes idem about a quarter of its
-// baseline compile time, for one function. Elsewhere it falls back to std::random_device.
-#ifndef IDEM_DETAIL_ENTROPY_HPP
-#define IDEM_DETAIL_ENTROPY_HPP
-
-#if __has_include(<sys/random.h>)
-#include <sys/random.h>
-
-#include <cerrno>
-#include <system_error>
-#else
-#include <random>
-#endif
-
-namespace idem::detail {
-
-/// Fills `words` with random bits from the operating system. Throws std::system_error when the
-/// system has none to give (as std::random_device does).
-inline void fill_with_entropy(std::uint64_t* words, std::size_t count) {
-#if __has_include(<sys/random.h>)
-  // getentropy gives at most 256 bytes a call, and either all it was asked for or an error.
-  constexpr std::size_t words_per_call = 256 / sizeof(std::uint64_t);
-  while (count > 0) {
-    const std::size_t now = count < words_per_call ? count : words_per_call;
-    if (getentropy(words, now * sizeof(std::uint64_t)) != 0) {
-      throw std::system_error(errno, std::generic_category(),
-                              "idem: getentropy could not supply random bytes");
-    }
-    words += now;
-    count -= now;
-  }
-#else
-  std::random_device device;
-  for (std::size_t i = 0; i < count; ++i)
-    words[i] = (static_cast<std::uint64_t>(device()) << 32) ^ device();
-#endif
-}
-
-}  // namespace idem::detail
-
-#endif  // IDEM_DETAIL_ENTROPY_HPP
-// end idem/detail/entropy.hpp
-
-namespace idem {
-
-/// The seed of one engine: 256 bits.
-struct random_seed {
-  std::array<std::uint64_t, 4> words{};
-};
-
-namespace detail {
-
-/// std::uniform_random_bit_generator, word for word as the standard defines it
-/// ([rand.req.urng]); spelled out here because only <random> declares it, and <random> would
-/// cost every build that includes idem about a quarter of its baseline compile time.
-template <class G>
-concept uniform_random_bit_generator =
-    std::invocable<G&> && std::unsigned_integral<std::invoke_result_t<G&>> && requires {
-  { G::min() } -> std::same_as<std::invoke_result_t<G&>>;
-  { G::max() } -> std::same_as<std::invoke_result_t<G&>>;
-  requires std::bool_constant<(G::min() < G::max())>::value;
-};
-
-}  // namespace detail
-
-/// What a `random` policy must be: a standard uniform random bit generator over 64-bit words
-/// that can be constructed from an idem::random_seed (idem::xoshiro256ss is; a standard engine
-/// needs a small wrapper whose constructor feeds it the four words).
-template <class R>
-concept RandomSource = detail::uniform_random_bit_generator<R> &&
-                       std::constructible_from<R, const random_seed&> &&
-                       std::same_as<typename R::result_type, std::uint64_t> &&(R::min() == 0) &&
-                       (R::max() == std::numeric_limits<std::uint64_t>::max());
-
-namespace detail {
-
-/// SplitMix64 (Steele, Lea, Flood 2014): turns any 64-bit value, even 0 or a counter, into a
-/// well-mixed one. Used to expand a seed into engine state and to separate per-operation streams.
-constexpr std::uint64_t splitmix64(std::uint64_t& state) noexcept {
-  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-// 64x64->128-bit products for exact bounded random numbers; __extension__ keeps -Wpedantic quiet
-// about a type both GCC and Clang have on every 64-bit target.
-__extension__ typedef unsigned __int128 uint128;
-
-}  // namespace detail
-
-/// xoshiro256** 1.0 (Blackman and Vigna): small, fast, statistically strong for simulation and
-/// jitter. Not cryptographic: keys it generates are unique with overwhelming probability, but
-/// guessable by someone who sees many of them. Use a cryptographic source where that matters.
-class xoshiro256ss {
- public:
-  using result_type = std::uint64_t;
-
-  constexpr explicit xoshiro256ss(std::uint64_t seed) noexcept {
-    // The state must not be all zero; SplitMix64 output for four consecutive steps never is.
-    for (auto& word : state_)
-      word = detail::splitmix64(seed);
-  }
-
-  /// Uses the four words as the state; the all-zero state, the one xoshiro cannot leave, is
-  /// replaced by the expansion of seed 0.
-  constexpr explicit xoshiro256ss(const random_seed& seed) noexcept {
-    std::uint64_t any = 0;
-    for (std::size_t i = 0; i < 4; ++i)
-      any |= (state_[i] = seed.words[i]);
-    if (any == 0) *this = xoshiro256ss(std::uint64_t{0});
-  }
-
-  static constexpr result_type min() noexcept { return 0; }
-  static constexpr result_type max() noexcept { return std::numeric_limits<result_type>::max(); }
-
-  constexpr result_type operator()() noexcept {
-    const std::uint64_t result = std::rotl(state_[1] * 5, 7) * 9;
-    const std::uint64_t t = state_[1] << 17;
-    state_[2] ^= state_[0];
-    state_[3] ^= state_[1];
-    state_[1] ^= state_[2];
-    state_[0] ^= state_[3];
-    state_[2] ^= t;
-    state_[3] = std::rotl(state_[3], 45);
-    return result;
-  }
-
- private:
-  std::uint64_t state_[4]{};
-};
-
-/// A uniformly distributed integer in [0, bound] (both ends included), exactly uniform:
-/// Lemire's multiply-and-reject method (ACM TOMS 2019), one multiplication in the common case.
-template <RandomSource R>
-constexpr std::uint64_t uniform_up_to(R& rng, std::uint64_t bound) noexcept {
-  if (bound == std::numeric_limits<std::uint64_t>::max()) return rng();
-  const std::uint64_t range = bound + 1;
-  detail::uint128 product = static_cast<detail::uint128>(rng()) * range;
-  auto low = static_cast<std::uint64_t>(product);
-  if (low < range) {
-    const std::uint64_t threshold = (0 - range) % range;
-    while (low < threshold) {
-      product = static_cast<detail::uint128>(rng()) * range;
-      low = static_cast<std::uint64_t>(product);
-    }
-  }
-  return static_cast<std::uint64_t>(product >> 64);
-}
-
-/// 256 bits expanded from one 64-bit value, for tests that want to replay.
-constexpr random_seed seed_from(std::uint64_t value) noexcept {
-  random_seed seed;
-  for (auto& word : seed.words)
-    word = detail::splitmix64(value);
-  return seed;
-}
-
-/// 256 bits nobody chose, from the operating system's random source (getentropy where the
-/// platform has it, else std::random_device): what production objects use, so that keys and
-/// jitter differ between processes. Throws std::system_error if the system has none to give.
-inline random_seed nondeterministic_seed() {
-  random_seed seed;
-  detail::fill_with_entropy(seed.words.data(), seed.words.size());
-  return seed;
-}
-
-}  // namespace idem
-
-#endif  // IDEM_CLIENT_POLICY_RANDOM_HPP
-// end idem/client/policy/random.hpp
-
-namespace idem {
-
-/// What a `backoff` policy must provide: the delay before retry number `retry_index` (0 for the
-/// first retry), given the delay chosen before the previous retry (zero for the first), drawing
-/// any chance it needs from `rng`.
-template <class B, class R>
-concept Backoff = RandomSource<R> &&
-    requires(const B& backoff, int retry_index, std::chrono::nanoseconds previous, R& rng) {
-  { backoff.delay(retry_index, previous, rng) } -> std::same_as<std::chrono::nanoseconds>;
-};
-
-namespace detail {
-
-/// min(cap, base * 2^n) without overflow, for any n >= 0.
-constexpr std::chrono::nanoseconds capped_exponential(std::chrono::nanoseconds base,
-                                                      std::chrono::nanoseconds cap,
-                                                      int n) noexcept {
-  if (base <= std::chrono::nanoseconds::zero()) return std::chrono::nanoseconds::zero();
-  if (base >= cap) return cap;
-  // base >= 1 ns, so from n = 63 on the product exceeds any int64 count, and so any cap.
-  if (n >= 63 || base.count() > (cap.count() >> n)) return cap;
-  return base * (std::int64_t{1} << n);
-}
-
-template <class R>
-std::chrono::nanoseconds random_up_to(R& rng, std::chrono::nanoseconds bound) noexcept {
-  if (bound <= std::chrono::nanoseconds::zero()) return std::chrono::nanoseconds::zero();
-  return std::chrono::nanoseconds{
-      static_cast<std::int64_t>(uniform_up_to(rng, static_cast<std::uint64_t>(bound.count())))};
-}
-
-}  // namespace detail
-
-/// random(0, min(cap, base * 2^n)): the default.
-struct full_jitter {
-  std::chrono::nanoseconds base = std::chrono::milliseconds{100};
-  std::chrono::nanoseconds cap = std::chrono::seconds{20};
-
-  template <RandomSource R>
-  std::chrono::nanoseconds delay(int retry_index, std::chrono::nanoseconds, R& rng) const noexcept {
-    return detail::random_up_to(rng, detail::capped_exponential(base, cap, retry_index));
-  }
-};
-
-/// t/2 + random(0, t/2) with t = min(cap, base * 2^n): never shorter than half the exponential
-/// delay, for dependencies that must not see an early retry.
-struct equal_jitter {
-  std::chrono::nanoseconds base = std::chrono::milliseconds{100};
-  std::chrono::nanoseconds cap = std::chrono::seconds{20};
-
-  template <RandomSource R>
-  std::chrono::nanoseconds delay(int retry_index, std::chrono::nanoseconds, R& rng) const noexcept {
-    const auto t = detail::capped_exponential(base, cap, retry_index);
-    const auto half = t / 2;
-    return (t - half) + detail::random_up_to(rng, half);
-  }
-};
-
-/// min(cap, random(base, previous * 3)): grows from the delay actually taken, not the count.
-struct decorrelated_jitter {
-  std::chrono::nanoseconds base = std::chrono::milliseconds{100};
-  std::chrono::nanoseconds cap = std::chrono::seconds{20};
-
-  template <RandomSource R>
-  std::chrono::nanoseconds delay(int, std::chrono::nanoseconds previous, R& rng) const noexcept {
-    if (base >= cap) return cap;
-    const auto last = std::max(previous, base);
-    // previous * 3, saturating at cap: beyond it the draw is clipped anyway.
-    const auto upper = last > cap / 3 ? cap : last * 3;
-    return std::min(cap, base + detail::random_up_to(rng, upper - base));
-  }
-};
-
-/// min(cap, base * 2^n): no jitter. Predictable, and therefore synchronised across clients.
-struct exponential_backoff {
-  std::chrono::nanoseconds base = std::chrono::milliseconds{100};
-  std::chrono::nanoseconds cap = std::chrono::seconds{20};
-
-  template <RandomSource R>
-  std::chrono::nanoseconds delay(int retry_index, std::chrono::nanoseconds, R&) const noexcept {
-    return detail::capped_exponential(base, cap, retry_index);
-  }
-};
-
-/// The same delay every time.
-struct constant_backoff {
-  std::chrono::nanoseconds value = std::chrono::milliseconds{100};
-
-  template <RandomSource R>
-  std::chrono::nanoseconds delay(int, std::chrono::nanoseconds, R&) const noexcept {
-    return value;
-  }
-};
-
-}  // namespace idem
-
-#endif  // IDEM_CLIENT_POLICY_BACKOFF_HPP
-// end idem/client/policy/backoff.hpp
 // begin idem/client/policy/breaker.hpp
 // Circuit breakers: may this call go at all?
 //
@@ -740,6 +428,8 @@ struct constant_backoff {
 // listeners hear the changes in the order they happened, and it must not call the breaker back.
 #ifndef IDEM_CLIENT_POLICY_BREAKER_HPP
 #define IDEM_CLIENT_POLICY_BREAKER_HPP
+
+#include <bit>
 
 namespace idem {
 
@@ -1019,142 +709,6 @@ class failure_rate_breaker {
 
 #endif  // IDEM_CLIENT_POLICY_BREAKER_HPP
 // end idem/client/policy/breaker.hpp
-// begin idem/client/policy/budget.hpp
-// Retry budgets: may this retry go at all?
-//
-// When a dependency is down, every caller retrying multiplies the load exactly when it can least
-// take it. A budget caps retries at a share of the traffic, so an outage costs at most that much
-// extra. token_bucket follows the AWS SDKs' retry quota (a bucket of 500 tokens; a retry takes 5,
-// a retry after a timeout 10; a success gives back) and adds the refill of gRPC's retry
-// throttling and Finagle's RetryBudget: every first attempt deposits `retry_ratio` of a retry's
-// cost. Under total failure the bucket drains and then retries settle at `retry_ratio` of first
-// attempts (half that when every failure is a timeout, as those cost double).
-#ifndef IDEM_CLIENT_POLICY_BUDGET_HPP
-#define IDEM_CLIENT_POLICY_BUDGET_HPP
-
-namespace idem {
-
-/// Why a retry is wanted, which sets its price: in the AWS SDKs a retry after a timeout costs
-/// twice as much, since a dependency that times out is likelier overloaded.
-enum class retry_reason : std::uint8_t {
-  none,       // no retry: with on_success, the first attempt succeeded
-  transient,  // the failure did not take effect
-  ambiguous,  // it may have (a timeout, a connection lost after sending)
-};
-
-/// What a `budget` policy must provide. Copies of a budget share its state, so one budget can
-/// guard every call to one dependency; all members must be safe to call from many threads.
-template <class B>
-concept Budget = std::copy_constructible<B> && requires(B& budget, retry_reason reason) {
-  budget.on_request();                                         // a first attempt is about to go
-  { budget.try_acquire_retry(reason) } -> std::same_as<bool>;  // may a retry go for this reason?
-  budget.on_success(reason);  // an operation succeeded; `reason`: that of the retry that did it
-};
-
-/// Never refuses a retry. Only for dependencies that cannot be overloaded by their callers.
-struct unlimited_budget {
-  void on_request() const noexcept {}
-  bool try_acquire_retry(retry_reason) const noexcept { return true; }
-  void on_success(retry_reason) const noexcept {}
-};
-
-/// A token bucket shared by its copies. Tokens are kept in thousandths so that fractional
-/// deposits (0.1 x 5 = 0.5 token) add up exactly.
-class token_bucket {
- public:
-  struct settings {
-    double max_tokens = 500;           // AWS SDK INITIAL_RETRY_TOKENS; also the bucket's size
-    double retry_cost = 5;             // AWS SDK RETRY_COST
-    double ambiguous_retry_cost = 10;  // AWS SDK TIMEOUT_RETRY_COST
-    double success_deposit = 1;        // AWS SDK NO_RETRY_INCREMENT: a first-attempt success
-    double retry_ratio = 0.1;          // gRPC retry throttling's example tokenRatio
-  };
-
-  token_bucket() : token_bucket(settings{}) {}
-  explicit token_bucket(settings s) : state_(std::make_shared<state>(validated(s))) {}
-
-  void on_request() noexcept { deposit(state_->request_deposit); }
-
-  bool try_acquire_retry(retry_reason reason) noexcept {
-    const std::int64_t cost = cost_of(reason);
-    auto& tokens = state_->tokens;
-    std::int64_t current = tokens.load(std::memory_order_relaxed);
-    do {
-      if (current < cost) return false;
-    } while (!tokens.compare_exchange_weak(current, current - cost, std::memory_order_relaxed));
-    return true;
-  }
-
-  void on_success(retry_reason reason) noexcept {
-    // A retry that worked gives back what it took (AWS SDK): it was worth spending.
-    deposit(reason == retry_reason::none ? state_->success_deposit : cost_of(reason));
-  }
-
-  /// Tokens left, for tests and dashboards.
-  double tokens() const noexcept {
-    return static_cast<double>(state_->tokens.load(std::memory_order_relaxed)) / scale;
-  }
-
- private:
-  static constexpr double scale = 1000;
-
-  struct state {
-    explicit state(const settings& s)
-        : capacity(milli(s.max_tokens)),
-          cost(milli(s.retry_cost)),
-          ambiguous_cost(milli(s.ambiguous_retry_cost)),
-          success_deposit(milli(s.success_deposit)),
-          request_deposit(milli(s.retry_ratio * s.retry_cost)),
-          tokens(capacity) {}
-    std::int64_t capacity, cost, ambiguous_cost, success_deposit, request_deposit;
-    std::atomic<std::int64_t> tokens;
-  };
-
-  // std::llround and std::isfinite are the only things this header would want from <cmath>,
-  // which costs a build that includes idem more than all of the policies together (its C++17
-  // special functions); the compilers' builtins are the same functions.
-  static std::int64_t milli(double tokens) { return __builtin_llround(tokens * scale); }
-  static bool finite(double value) noexcept { return __builtin_isfinite(value); }
-
-  std::int64_t cost_of(retry_reason reason) const noexcept {
-    return reason == retry_reason::ambiguous ? state_->ambiguous_cost : state_->cost;
-  }
-
-  static const settings& validated(const settings& s) {
-    const bool all_finite = finite(s.max_tokens) && finite(s.retry_cost) &&
-                            finite(s.ambiguous_retry_cost) && finite(s.success_deposit) &&
-                            finite(s.retry_ratio);
-    if (!all_finite || s.max_tokens < 0 || s.max_tokens > 1e12 || s.retry_cost < 1 / scale ||
-        s.ambiguous_retry_cost < 1 / scale || s.retry_cost > s.max_tokens + 1 ||
-        s.success_deposit < 0 || s.retry_ratio < 0 || s.retry_ratio > 1e6) {
-      throw std::invalid_argument(
-          "idem::token_bucket: tokens and costs must be finite, costs at least 0.001 token "
-          "(the bucket counts thousandths), and the deposits and ratio non-negative");
-    }
-    return s;
-  }
-
-  void deposit(std::int64_t amount) noexcept {
-    auto& tokens = state_->tokens;
-    const std::int64_t capacity = state_->capacity;
-    std::int64_t current = tokens.load(std::memory_order_relaxed);
-    // The common case, a healthy dependency, keeps the bucket full: then this is one load and
-    // no write, so callers on many cores do not fight over the cache line.
-    while (current < capacity) {
-      if (tokens.compare_exchange_weak(current, std::min(capacity, current + amount),
-                                       std::memory_order_relaxed)) {
-        return;
-      }
-    }
-  }
-
-  std::shared_ptr<state> state_;
-};
-
-}  // namespace idem
-
-#endif  // IDEM_CLIENT_POLICY_BUDGET_HPP
-// end idem/client/policy/budget.hpp
 // begin idem/client/policy/classifier.hpp
 // Classifiers: was that a success, a failure worth repeating, or one that repeating cannot fix?
 //
@@ -1755,6 +1309,200 @@ inline constexpr bool hedges = !std::is_same_v<H, no_hedging>;
 // keys sort by creation time and index well in B-tree stores.
 #ifndef IDEM_CLIENT_POLICY_KEY_GENERATOR_HPP
 #define IDEM_CLIENT_POLICY_KEY_GENERATOR_HPP
+
+// begin idem/core/policy/random.hpp
+// Random sources for the policies that need chance: jittered backoff and key generation.
+//
+// A retrying object owns 256 bits of seed material. Each logical operation gets its own engine,
+// seeded from that material and a counter unique to the operation, so operations on different
+// threads never share engine state (no lock, no data race), and a test that fixes the seed sees
+// the same delays and keys every run. The material is 256 bits, not one 64-bit word, because
+// idempotency keys come from these engines: keys made by different processes must not collide
+// even across billions of operations, which a 64-bit seed cannot promise (the birthday bound of
+// 2^64 is reached at about 2^32 operations).
+#ifndef IDEM_CORE_POLICY_RANDOM_HPP
+#define IDEM_CORE_POLICY_RANDOM_HPP
+
+#include <array>
+#include <limits>
+
+// begin idem/core/detail/entropy.hpp
+// Bytes nobody chose, from the operating system: the seeds of production retrying objects and
+// the memory store's bucketing key.
+//
+// Where the platform has <sys/random.h> (Linux, the BSDs, macOS), getentropy(3) reads the
+// kernel's cryptographic generator directly; std::random_device on those platforms draws on
+// the same source, but <random> costs a build that includes idem about a quarter of its
+// baseline compile time, for one function. Elsewhere it falls back to std::random_device.
+#ifndef IDEM_CORE_DETAIL_ENTROPY_HPP
+#define IDEM_CORE_DETAIL_ENTROPY_HPP
+
+#if __has_include(<sys/random.h>)
+#include <sys/random.h>
+
+#include <cerrno>
+#include <system_error>
+#else
+#include <random>
+#endif
+
+namespace idem::detail {
+
+/// Fills `words` with random bits from the operating system. Throws std::system_error when the
+/// system has none to give (as std::random_device does).
+inline void fill_with_entropy(std::uint64_t* words, std::size_t count) {
+#if __has_include(<sys/random.h>)
+  // getentropy gives at most 256 bytes a call, and either all it was asked for or an error.
+  constexpr std::size_t words_per_call = 256 / sizeof(std::uint64_t);
+  while (count > 0) {
+    const std::size_t now = count < words_per_call ? count : words_per_call;
+    if (getentropy(words, now * sizeof(std::uint64_t)) != 0) {
+      throw std::system_error(errno, std::generic_category(),
+                              "idem: getentropy could not supply random bytes");
+    }
+    words += now;
+    count -= now;
+  }
+#else
+  std::random_device device;
+  for (std::size_t i = 0; i < count; ++i)
+    words[i] = (static_cast<std::uint64_t>(device()) << 32) ^ device();
+#endif
+}
+
+}  // namespace idem::detail
+
+#endif  // IDEM_CORE_DETAIL_ENTROPY_HPP
+// end idem/core/detail/entropy.hpp
+
+namespace idem {
+
+/// The seed of one engine: 256 bits.
+struct random_seed {
+  std::array<std::uint64_t, 4> words{};
+};
+
+namespace detail {
+
+/// std::uniform_random_bit_generator, word for word as the standard defines it
+/// ([rand.req.urng]); spelled out here because only <random> declares it, and <random> would
+/// cost every build that includes idem about a quarter of its baseline compile time.
+template <class G>
+concept uniform_random_bit_generator =
+    std::invocable<G&> && std::unsigned_integral<std::invoke_result_t<G&>> && requires {
+  { G::min() } -> std::same_as<std::invoke_result_t<G&>>;
+  { G::max() } -> std::same_as<std::invoke_result_t<G&>>;
+  requires std::bool_constant<(G::min() < G::max())>::value;
+};
+
+}  // namespace detail
+
+/// What a `random` policy must be: a standard uniform random bit generator over 64-bit words
+/// that can be constructed from an idem::random_seed (idem::xoshiro256ss is; a standard engine
+/// needs a small wrapper whose constructor feeds it the four words).
+template <class R>
+concept RandomSource = detail::uniform_random_bit_generator<R> &&
+                       std::constructible_from<R, const random_seed&> &&
+                       std::same_as<typename R::result_type, std::uint64_t> &&(R::min() == 0) &&
+                       (R::max() == std::numeric_limits<std::uint64_t>::max());
+
+namespace detail {
+
+/// SplitMix64 (Steele, Lea, Flood 2014): turns any 64-bit value, even 0 or a counter, into a
+/// well-mixed one. Used to expand a seed into engine state and to separate per-operation streams.
+constexpr std::uint64_t splitmix64(std::uint64_t& state) noexcept {
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// 64x64->128-bit products for exact bounded random numbers; __extension__ keeps -Wpedantic quiet
+// about a type both GCC and Clang have on every 64-bit target.
+__extension__ typedef unsigned __int128 uint128;
+
+}  // namespace detail
+
+/// xoshiro256** 1.0 (Blackman and Vigna): small, fast, statistically strong for simulation and
+/// jitter. Not cryptographic: keys it generates are unique with overwhelming probability, but
+/// guessable by someone who sees many of them. Use a cryptographic source where that matters.
+class xoshiro256ss {
+ public:
+  using result_type = std::uint64_t;
+
+  constexpr explicit xoshiro256ss(std::uint64_t seed) noexcept {
+    // The state must not be all zero; SplitMix64 output for four consecutive steps never is.
+    for (auto& word : state_)
+      word = detail::splitmix64(seed);
+  }
+
+  /// Uses the four words as the state; the all-zero state, the one xoshiro cannot leave, is
+  /// replaced by the expansion of seed 0.
+  constexpr explicit xoshiro256ss(const random_seed& seed) noexcept {
+    std::uint64_t any = 0;
+    for (std::size_t i = 0; i < 4; ++i)
+      any |= (state_[i] = seed.words[i]);
+    if (any == 0) *this = xoshiro256ss(std::uint64_t{0});
+  }
+
+  static constexpr result_type min() noexcept { return 0; }
+  static constexpr result_type max() noexcept { return std::numeric_limits<result_type>::max(); }
+
+  constexpr result_type operator()() noexcept {
+    const std::uint64_t result = std::rotl(state_[1] * 5, 7) * 9;
+    const std::uint64_t t = state_[1] << 17;
+    state_[2] ^= state_[0];
+    state_[3] ^= state_[1];
+    state_[1] ^= state_[2];
+    state_[0] ^= state_[3];
+    state_[2] ^= t;
+    state_[3] = std::rotl(state_[3], 45);
+    return result;
+  }
+
+ private:
+  std::uint64_t state_[4]{};
+};
+
+/// A uniformly distributed integer in [0, bound] (both ends included), exactly uniform:
+/// Lemire's multiply-and-reject method (ACM TOMS 2019), one multiplication in the common case.
+template <RandomSource R>
+constexpr std::uint64_t uniform_up_to(R& rng, std::uint64_t bound) noexcept {
+  if (bound == std::numeric_limits<std::uint64_t>::max()) return rng();
+  const std::uint64_t range = bound + 1;
+  detail::uint128 product = static_cast<detail::uint128>(rng()) * range;
+  auto low = static_cast<std::uint64_t>(product);
+  if (low < range) {
+    const std::uint64_t threshold = (0 - range) % range;
+    while (low < threshold) {
+      product = static_cast<detail::uint128>(rng()) * range;
+      low = static_cast<std::uint64_t>(product);
+    }
+  }
+  return static_cast<std::uint64_t>(product >> 64);
+}
+
+/// 256 bits expanded from one 64-bit value, for tests that want to replay.
+constexpr random_seed seed_from(std::uint64_t value) noexcept {
+  random_seed seed;
+  for (auto& word : seed.words)
+    word = detail::splitmix64(value);
+  return seed;
+}
+
+/// 256 bits nobody chose, from the operating system's random source (getentropy where the
+/// platform has it, else std::random_device): what production objects use, so that keys and
+/// jitter differ between processes. Throws std::system_error if the system has none to give.
+inline random_seed nondeterministic_seed() {
+  random_seed seed;
+  detail::fill_with_entropy(seed.words.data(), seed.words.size());
+  return seed;
+}
+
+}  // namespace idem
+
+#endif  // IDEM_CORE_POLICY_RANDOM_HPP
+// end idem/core/policy/random.hpp
 
 namespace idem {
 
@@ -2427,7 +2175,7 @@ static_assert(Limiter<sliding_window_limiter>);
 #ifndef IDEM_CLIENT_REDACTED_KEY_HPP
 #define IDEM_CLIENT_REDACTED_KEY_HPP
 
-// begin idem/server/fingerprint/sha256.hpp
+// begin idem/core/fingerprint/sha256.hpp
 // idem::sha256: SHA-256 (FIPS 180-4) as an idem::HashFunction, for request fingerprints that
 // are stored and compared across processes, machines and versions, so they must be bit-exact
 // with the standard (and with OpenSSL, which the tests check against).
@@ -2442,19 +2190,19 @@ static_assert(Limiter<sliding_window_limiter>);
 //
 // A state is a plain value: copy it to hash several inputs with a common prefix. Different
 // states may be used on different threads at once; one state is not for concurrent updates.
-#ifndef IDEM_SERVER_FINGERPRINT_SHA256_HPP
-#define IDEM_SERVER_FINGERPRINT_SHA256_HPP
+#ifndef IDEM_CORE_FINGERPRINT_SHA256_HPP
+#define IDEM_CORE_FINGERPRINT_SHA256_HPP
 
 #include <span>
 
-// begin idem/server/fingerprint/detail/sha256_portable.hpp
+// begin idem/core/fingerprint/detail/sha256_portable.hpp
 // SHA-256's compression function in portable C++ (FIPS 180-4, section 6.2.2), the path every
 // platform can take and the reference the x86 SHA-extensions path is tested against.
 //
 // Message words are read big-endian with shifts, byte by byte, so the result is the same on any
 // byte order and any alignment; compilers turn the shifts into one load and a byte swap.
-#ifndef IDEM_SERVER_FINGERPRINT_DETAIL_SHA256_PORTABLE_HPP
-#define IDEM_SERVER_FINGERPRINT_DETAIL_SHA256_PORTABLE_HPP
+#ifndef IDEM_CORE_FINGERPRINT_DETAIL_SHA256_PORTABLE_HPP
+#define IDEM_CORE_FINGERPRINT_DETAIL_SHA256_PORTABLE_HPP
 
 namespace idem::detail {
 
@@ -2554,9 +2302,9 @@ constexpr void sha256_compress_portable(sha256_state_words& state, const unsigne
 
 }  // namespace idem::detail
 
-#endif  // IDEM_SERVER_FINGERPRINT_DETAIL_SHA256_PORTABLE_HPP
-// end idem/server/fingerprint/detail/sha256_portable.hpp
-// begin idem/server/fingerprint/detail/sha256_x86.hpp
+#endif  // IDEM_CORE_FINGERPRINT_DETAIL_SHA256_PORTABLE_HPP
+// end idem/core/fingerprint/detail/sha256_portable.hpp
+// begin idem/core/fingerprint/detail/sha256_x86.hpp
 // SHA-256's compression function on the x86 SHA extensions (sha256rnds2, sha256msg1,
 // sha256msg2), and the run-time check that the CPU has them.
 //
@@ -2564,8 +2312,8 @@ constexpr void sha256_compress_portable(sha256_state_words& state, const unsigne
 // -msha: the compiler emits the instructions for this function only, and idem calls it only
 // after CPUID has said they exist. On other architectures the header declares nothing but
 // sha256_sha_extensions_available(), which says no.
-#ifndef IDEM_SERVER_FINGERPRINT_DETAIL_SHA256_X86_HPP
-#define IDEM_SERVER_FINGERPRINT_DETAIL_SHA256_X86_HPP
+#ifndef IDEM_CORE_FINGERPRINT_DETAIL_SHA256_X86_HPP
+#define IDEM_CORE_FINGERPRINT_DETAIL_SHA256_X86_HPP
 
 // Written with the compilers' vector extensions and the builtins behind the intrinsics (the
 // same names and types in GCC and Clang), which compile to the same instructions, rather than
@@ -2754,17 +2502,17 @@ constexpr bool sha256_sha_extensions_available() noexcept {
 
 }  // namespace idem::detail
 
-#endif  // IDEM_SERVER_FINGERPRINT_DETAIL_SHA256_X86_HPP
-// end idem/server/fingerprint/detail/sha256_x86.hpp
-// begin idem/server/fingerprint/digest.hpp
+#endif  // IDEM_CORE_FINGERPRINT_DETAIL_SHA256_X86_HPP
+// end idem/core/fingerprint/detail/sha256_x86.hpp
+// begin idem/core/fingerprint/digest.hpp
 // Digests: the fixed-size values a hash function produces, and what a hash function must provide.
 //
 // A digest is stored in every record as the request's fingerprint, so it is a plain value of at
 // most 32 bytes (SHA-256's size), compared byte for byte, independent of which hash made it:
 // two configurations with different hash functions still share one record type. Bytes past
 // size() are always zero, so equality can compare the whole array.
-#ifndef IDEM_SERVER_FINGERPRINT_DIGEST_HPP
-#define IDEM_SERVER_FINGERPRINT_DIGEST_HPP
+#ifndef IDEM_CORE_FINGERPRINT_DIGEST_HPP
+#define IDEM_CORE_FINGERPRINT_DIGEST_HPP
 
 namespace idem {
 
@@ -2835,8 +2583,8 @@ concept HashFunction = std::default_initializable<typename H::state> &&
 
 }  // namespace idem
 
-#endif  // IDEM_SERVER_FINGERPRINT_DIGEST_HPP
-// end idem/server/fingerprint/digest.hpp
+#endif  // IDEM_CORE_FINGERPRINT_DIGEST_HPP
+// end idem/core/fingerprint/digest.hpp
 
 namespace idem {
 
@@ -2967,8 +2715,8 @@ static_assert(HashFunction<sha256>, "idem::sha256 must model idem::HashFunction.
 
 }  // namespace idem
 
-#endif  // IDEM_SERVER_FINGERPRINT_SHA256_HPP
-// end idem/server/fingerprint/sha256.hpp
+#endif  // IDEM_CORE_FINGERPRINT_SHA256_HPP
+// end idem/core/fingerprint/sha256.hpp
 
 namespace idem {
 
@@ -3158,11 +2906,264 @@ struct callback_observer {
 
 #endif  // IDEM_CLIENT_POLICY_OBSERVER_HPP
 // end idem/client/policy/observer.hpp
+// begin idem/core/policy/backoff.hpp
+// Backoff: how long to wait before the next attempt.
+//
+// Retrying at once, or at the same fixed intervals, makes every client that failed together
+// retry together, and the retries arrive as a wave that knocks the dependency over again.
+// Jitter spreads them. The formulas follow Marc Brooker, "Exponential Backoff And Jitter"
+// (AWS Architecture Blog, 2015), where full jitter does the least total work:
+//
+//   full jitter         random(0, min(cap, base * 2^n))                      (the default)
+//   equal jitter        t/2 + random(0, t/2), t = min(cap, base * 2^n)
+//   decorrelated jitter min(cap, random(base, previous * 3))
+//   exponential_backoff min(cap, base * 2^n)                                  (no jitter)
+//   constant_backoff    value
+//
+// n counts retries from 0: the wait before the second attempt uses n = 0. The defaults, base
+// 100 ms and cap 20 s, are those of the AWS SDKs' standard retry mode.
+#ifndef IDEM_CORE_POLICY_BACKOFF_HPP
+#define IDEM_CORE_POLICY_BACKOFF_HPP
+
+namespace idem {
+
+/// What a `backoff` policy must provide: the delay before retry number `retry_index` (0 for the
+/// first retry), given the delay chosen before the previous retry (zero for the first), drawing
+/// any chance it needs from `rng`.
+template <class B, class R>
+concept Backoff = RandomSource<R> &&
+    requires(const B& backoff, int retry_index, std::chrono::nanoseconds previous, R& rng) {
+  { backoff.delay(retry_index, previous, rng) } -> std::same_as<std::chrono::nanoseconds>;
+};
+
+namespace detail {
+
+/// min(cap, base * 2^n) without overflow, for any n >= 0.
+constexpr std::chrono::nanoseconds capped_exponential(std::chrono::nanoseconds base,
+                                                      std::chrono::nanoseconds cap,
+                                                      int n) noexcept {
+  if (base <= std::chrono::nanoseconds::zero()) return std::chrono::nanoseconds::zero();
+  if (base >= cap) return cap;
+  // base >= 1 ns, so from n = 63 on the product exceeds any int64 count, and so any cap.
+  if (n >= 63 || base.count() > (cap.count() >> n)) return cap;
+  return base * (std::int64_t{1} << n);
+}
+
+template <class R>
+std::chrono::nanoseconds random_up_to(R& rng, std::chrono::nanoseconds bound) noexcept {
+  if (bound <= std::chrono::nanoseconds::zero()) return std::chrono::nanoseconds::zero();
+  return std::chrono::nanoseconds{
+      static_cast<std::int64_t>(uniform_up_to(rng, static_cast<std::uint64_t>(bound.count())))};
+}
+
+}  // namespace detail
+
+/// random(0, min(cap, base * 2^n)): the default.
+struct full_jitter {
+  std::chrono::nanoseconds base = std::chrono::milliseconds{100};
+  std::chrono::nanoseconds cap = std::chrono::seconds{20};
+
+  template <RandomSource R>
+  std::chrono::nanoseconds delay(int retry_index, std::chrono::nanoseconds, R& rng) const noexcept {
+    return detail::random_up_to(rng, detail::capped_exponential(base, cap, retry_index));
+  }
+};
+
+/// t/2 + random(0, t/2) with t = min(cap, base * 2^n): never shorter than half the exponential
+/// delay, for dependencies that must not see an early retry.
+struct equal_jitter {
+  std::chrono::nanoseconds base = std::chrono::milliseconds{100};
+  std::chrono::nanoseconds cap = std::chrono::seconds{20};
+
+  template <RandomSource R>
+  std::chrono::nanoseconds delay(int retry_index, std::chrono::nanoseconds, R& rng) const noexcept {
+    const auto t = detail::capped_exponential(base, cap, retry_index);
+    const auto half = t / 2;
+    return (t - half) + detail::random_up_to(rng, half);
+  }
+};
+
+/// min(cap, random(base, previous * 3)): grows from the delay actually taken, not the count.
+struct decorrelated_jitter {
+  std::chrono::nanoseconds base = std::chrono::milliseconds{100};
+  std::chrono::nanoseconds cap = std::chrono::seconds{20};
+
+  template <RandomSource R>
+  std::chrono::nanoseconds delay(int, std::chrono::nanoseconds previous, R& rng) const noexcept {
+    if (base >= cap) return cap;
+    const auto last = std::max(previous, base);
+    // previous * 3, saturating at cap: beyond it the draw is clipped anyway.
+    const auto upper = last > cap / 3 ? cap : last * 3;
+    return std::min(cap, base + detail::random_up_to(rng, upper - base));
+  }
+};
+
+/// min(cap, base * 2^n): no jitter. Predictable, and therefore synchronised across clients.
+struct exponential_backoff {
+  std::chrono::nanoseconds base = std::chrono::milliseconds{100};
+  std::chrono::nanoseconds cap = std::chrono::seconds{20};
+
+  template <RandomSource R>
+  std::chrono::nanoseconds delay(int retry_index, std::chrono::nanoseconds, R&) const noexcept {
+    return detail::capped_exponential(base, cap, retry_index);
+  }
+};
+
+/// The same delay every time.
+struct constant_backoff {
+  std::chrono::nanoseconds value = std::chrono::milliseconds{100};
+
+  template <RandomSource R>
+  std::chrono::nanoseconds delay(int, std::chrono::nanoseconds, R&) const noexcept {
+    return value;
+  }
+};
+
+}  // namespace idem
+
+#endif  // IDEM_CORE_POLICY_BACKOFF_HPP
+// end idem/core/policy/backoff.hpp
+// begin idem/core/policy/budget.hpp
+// Retry budgets: may this retry go at all?
+//
+// When a dependency is down, every caller retrying multiplies the load exactly when it can least
+// take it. A budget caps retries at a share of the traffic, so an outage costs at most that much
+// extra. token_bucket follows the AWS SDKs' retry quota (a bucket of 500 tokens; a retry takes 5,
+// a retry after a timeout 10; a success gives back) and adds the refill of gRPC's retry
+// throttling and Finagle's RetryBudget: every first attempt deposits `retry_ratio` of a retry's
+// cost. Under total failure the bucket drains and then retries settle at `retry_ratio` of first
+// attempts (half that when every failure is a timeout, as those cost double).
+#ifndef IDEM_CORE_POLICY_BUDGET_HPP
+#define IDEM_CORE_POLICY_BUDGET_HPP
+
+namespace idem {
+
+/// Why a retry is wanted, which sets its price: in the AWS SDKs a retry after a timeout costs
+/// twice as much, since a dependency that times out is likelier overloaded.
+enum class retry_reason : std::uint8_t {
+  none,       // no retry: with on_success, the first attempt succeeded
+  transient,  // the failure did not take effect
+  ambiguous,  // it may have (a timeout, a connection lost after sending)
+};
+
+/// What a `budget` policy must provide. Copies of a budget share its state, so one budget can
+/// guard every call to one dependency; all members must be safe to call from many threads.
+template <class B>
+concept Budget = std::copy_constructible<B> && requires(B& budget, retry_reason reason) {
+  budget.on_request();                                         // a first attempt is about to go
+  { budget.try_acquire_retry(reason) } -> std::same_as<bool>;  // may a retry go for this reason?
+  budget.on_success(reason);  // an operation succeeded; `reason`: that of the retry that did it
+};
+
+/// Never refuses a retry. Only for dependencies that cannot be overloaded by their callers.
+struct unlimited_budget {
+  void on_request() const noexcept {}
+  bool try_acquire_retry(retry_reason) const noexcept { return true; }
+  void on_success(retry_reason) const noexcept {}
+};
+
+/// A token bucket shared by its copies. Tokens are kept in thousandths so that fractional
+/// deposits (0.1 x 5 = 0.5 token) add up exactly.
+class token_bucket {
+ public:
+  struct settings {
+    double max_tokens = 500;           // AWS SDK INITIAL_RETRY_TOKENS; also the bucket's size
+    double retry_cost = 5;             // AWS SDK RETRY_COST
+    double ambiguous_retry_cost = 10;  // AWS SDK TIMEOUT_RETRY_COST
+    double success_deposit = 1;        // AWS SDK NO_RETRY_INCREMENT: a first-attempt success
+    double retry_ratio = 0.1;          // gRPC retry throttling's example tokenRatio
+  };
+
+  token_bucket() : token_bucket(settings{}) {}
+  explicit token_bucket(settings s) : state_(std::make_shared<state>(validated(s))) {}
+
+  void on_request() noexcept { deposit(state_->request_deposit); }
+
+  bool try_acquire_retry(retry_reason reason) noexcept {
+    const std::int64_t cost = cost_of(reason);
+    auto& tokens = state_->tokens;
+    std::int64_t current = tokens.load(std::memory_order_relaxed);
+    do {
+      if (current < cost) return false;
+    } while (!tokens.compare_exchange_weak(current, current - cost, std::memory_order_relaxed));
+    return true;
+  }
+
+  void on_success(retry_reason reason) noexcept {
+    // A retry that worked gives back what it took (AWS SDK): it was worth spending.
+    deposit(reason == retry_reason::none ? state_->success_deposit : cost_of(reason));
+  }
+
+  /// Tokens left, for tests and dashboards.
+  double tokens() const noexcept {
+    return static_cast<double>(state_->tokens.load(std::memory_order_relaxed)) / scale;
+  }
+
+ private:
+  static constexpr double scale = 1000;
+
+  struct state {
+    explicit state(const settings& s)
+        : capacity(milli(s.max_tokens)),
+          cost(milli(s.retry_cost)),
+          ambiguous_cost(milli(s.ambiguous_retry_cost)),
+          success_deposit(milli(s.success_deposit)),
+          request_deposit(milli(s.retry_ratio * s.retry_cost)),
+          tokens(capacity) {}
+    std::int64_t capacity, cost, ambiguous_cost, success_deposit, request_deposit;
+    std::atomic<std::int64_t> tokens;
+  };
+
+  // std::llround and std::isfinite are the only things this header would want from <cmath>,
+  // which costs a build that includes idem more than all of the policies together (its C++17
+  // special functions); the compilers' builtins are the same functions.
+  static std::int64_t milli(double tokens) { return __builtin_llround(tokens * scale); }
+  static bool finite(double value) noexcept { return __builtin_isfinite(value); }
+
+  std::int64_t cost_of(retry_reason reason) const noexcept {
+    return reason == retry_reason::ambiguous ? state_->ambiguous_cost : state_->cost;
+  }
+
+  static const settings& validated(const settings& s) {
+    const bool all_finite = finite(s.max_tokens) && finite(s.retry_cost) &&
+                            finite(s.ambiguous_retry_cost) && finite(s.success_deposit) &&
+                            finite(s.retry_ratio);
+    if (!all_finite || s.max_tokens < 0 || s.max_tokens > 1e12 || s.retry_cost < 1 / scale ||
+        s.ambiguous_retry_cost < 1 / scale || s.retry_cost > s.max_tokens + 1 ||
+        s.success_deposit < 0 || s.retry_ratio < 0 || s.retry_ratio > 1e6) {
+      throw std::invalid_argument(
+          "idem::token_bucket: tokens and costs must be finite, costs at least 0.001 token "
+          "(the bucket counts thousandths), and the deposits and ratio non-negative");
+    }
+    return s;
+  }
+
+  void deposit(std::int64_t amount) noexcept {
+    auto& tokens = state_->tokens;
+    const std::int64_t capacity = state_->capacity;
+    std::int64_t current = tokens.load(std::memory_order_relaxed);
+    // The common case, a healthy dependency, keeps the bucket full: then this is one load and
+    // no write, so callers on many cores do not fight over the cache line.
+    while (current < capacity) {
+      if (tokens.compare_exchange_weak(current, std::min(capacity, current + amount),
+                                       std::memory_order_relaxed)) {
+        return;
+      }
+    }
+  }
+
+  std::shared_ptr<state> state_;
+};
+
+}  // namespace idem
+
+#endif  // IDEM_CORE_POLICY_BUDGET_HPP
+// end idem/core/policy/budget.hpp
 
 namespace idem {
 
 // The server side's defaults, defined in the headers idem/server/idempotent.hpp and
-// idem/server/inbox.hpp include: idem/store/memory.hpp, idem/server/fingerprint/xxh3.hpp,
+// idem/server/inbox.hpp include: idem/store/memory.hpp, idem/core/fingerprint/xxh3.hpp,
 // idem/server/failure.hpp, idem/server/response_codec.hpp, idem/server/observer.hpp.
 template <class Lazy>
 class basic_memory_store;
@@ -5431,6 +5432,146 @@ inline attempt_field_values attempt_fields(const attempt_context& attempt,
 #ifndef IDEM_HTTP_EXCHANGE_HPP
 #define IDEM_HTTP_EXCHANGE_HPP
 
+// begin idem/core/request.hpp
+// Requests and responses as the server side sees them.
+//
+// A fingerprint covers what makes two requests "the same": method, target, body and the headers
+// a service chooses. request_view is that, without owning anything, so a service's own request
+// type only has to say where those parts are (a `view()` member, or a conversion). http_request
+// and http_response are small owning types for services and tests that have none of their own;
+// http_response is also a response type that idempotent stores and replays byte for byte.
+#ifndef IDEM_CORE_REQUEST_HPP
+#define IDEM_CORE_REQUEST_HPP
+
+namespace idem {
+
+/// One header: name and value as they arrived.
+struct header_field {
+  std::string_view name;
+  std::string_view value;
+};
+
+/// HTTP header names are case-insensitive (RFC 9110, 5.1); values are compared exactly.
+constexpr bool header_name_equals(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; };
+    if (lower(a[i]) != lower(b[i])) return false;
+  }
+  return true;
+}
+
+/// The parts of a request a fingerprint may cover. Nothing is owned: the viewed request must
+/// outlive the view.
+///
+/// Headers are looked up by name, because a fingerprint covers only the few a service chooses:
+/// either from `headers`, or, for a request type that keeps its headers its own way, through
+/// `header_lookup(header_source, name)`, which then takes precedence.
+struct request_view {
+  std::string_view method{};
+  std::string_view target{};
+  std::string_view body{};
+  std::span<const header_field> headers{};
+  const void* header_source = nullptr;
+  std::string_view (*header_lookup)(const void* source, std::string_view name) = nullptr;
+
+  /// The first value of the header `name` (case-insensitive). Absent is a null view (data() is
+  /// nullptr), which find_header turns into std::nullopt; a lookup must keep to that.
+  constexpr std::string_view header(std::string_view name) const noexcept {
+    if (header_lookup != nullptr) return header_lookup(header_source, name);
+    for (const header_field& field : headers) {
+      if (header_name_equals(field.name, name)) return field.value;
+    }
+    return {};
+  }
+  /// The header's value, or std::nullopt when the request has no such header.
+  constexpr std::optional<std::string_view> find_header(std::string_view name) const noexcept {
+    const std::string_view value = header(name);
+    if (value.data() == nullptr) return std::nullopt;
+    return value;
+  }
+};
+
+namespace detail {
+
+inline std::string_view find_header_in(
+    const std::vector<std::pair<std::string, std::string>>& headers,
+    std::string_view name) noexcept {
+  for (const auto& [field_name, value] : headers) {
+    if (header_name_equals(field_name, name)) return value;
+  }
+  return {};
+}
+
+}  // namespace detail
+
+/// An owning request, for services without a request type of their own.
+struct http_request {
+  std::string method;
+  std::string target;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+
+  /// The first value of the header `name` (case-insensitive); a null view when absent.
+  std::string_view header(std::string_view name) const noexcept {
+    return detail::find_header_in(headers, name);
+  }
+  /// The header's value, or std::nullopt when absent.
+  std::optional<std::string_view> find_header(std::string_view name) const noexcept {
+    return view().find_header(name);
+  }
+
+  request_view view() const noexcept {
+    return {method, target, body, {}, this, [](const void* self, std::string_view name) {
+              return static_cast<const http_request*>(self)->header(name);
+            }};
+  }
+};
+
+/// An owning response: what a handler returns and what a replay gives back, byte for byte.
+struct http_response {
+  int status = 200;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+
+  std::string_view header(std::string_view name) const noexcept {
+    return detail::find_header_in(headers, name);
+  }
+
+  friend bool operator==(const http_response&, const http_response&) = default;
+};
+
+namespace detail {
+
+template <class Request>
+concept has_request_view = requires(const Request& request) {
+  { request.view() } -> std::convertible_to<request_view>;
+};
+
+}  // namespace detail
+
+/// Whether idempotent can fingerprint a request of this type: it converts to request_view, has
+/// a `view()` member returning one, or is text (taken as the body alone).
+template <class Request>
+concept Fingerprintable = std::convertible_to<const Request&, request_view> ||
+    detail::has_request_view<Request> || std::convertible_to<const Request&, std::string_view>;
+
+/// The fingerprinted parts of `request`.
+template <Fingerprintable Request>
+constexpr request_view view_of(const Request& request) noexcept {
+  if constexpr (std::convertible_to<const Request&, request_view>) {
+    return request;
+  } else if constexpr (detail::has_request_view<Request>) {
+    return request.view();
+  } else {
+    return request_view{.body = std::string_view{request}};
+  }
+}
+
+}  // namespace idem
+
+#endif  // IDEM_CORE_REQUEST_HPP
+// end idem/core/request.hpp
 // begin idem/http/problem.hpp
 // Refusals as RFC 9457 problem details (application/problem+json), one stable problem type per
 // way idem refuses a request. Standard library only.
@@ -6114,146 +6255,6 @@ inline std::string specification_html(const specification& spec) {
 
 #endif  // IDEM_HTTP_SPECIFICATION_HPP
 // end idem/http/specification.hpp
-// begin idem/server/request.hpp
-// Requests and responses as the server side sees them.
-//
-// A fingerprint covers what makes two requests "the same": method, target, body and the headers
-// a service chooses. request_view is that, without owning anything, so a service's own request
-// type only has to say where those parts are (a `view()` member, or a conversion). http_request
-// and http_response are small owning types for services and tests that have none of their own;
-// http_response is also a response type that idempotent stores and replays byte for byte.
-#ifndef IDEM_SERVER_REQUEST_HPP
-#define IDEM_SERVER_REQUEST_HPP
-
-namespace idem {
-
-/// One header: name and value as they arrived.
-struct header_field {
-  std::string_view name;
-  std::string_view value;
-};
-
-/// HTTP header names are case-insensitive (RFC 9110, 5.1); values are compared exactly.
-constexpr bool header_name_equals(std::string_view a, std::string_view b) noexcept {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; };
-    if (lower(a[i]) != lower(b[i])) return false;
-  }
-  return true;
-}
-
-/// The parts of a request a fingerprint may cover. Nothing is owned: the viewed request must
-/// outlive the view.
-///
-/// Headers are looked up by name, because a fingerprint covers only the few a service chooses:
-/// either from `headers`, or, for a request type that keeps its headers its own way, through
-/// `header_lookup(header_source, name)`, which then takes precedence.
-struct request_view {
-  std::string_view method{};
-  std::string_view target{};
-  std::string_view body{};
-  std::span<const header_field> headers{};
-  const void* header_source = nullptr;
-  std::string_view (*header_lookup)(const void* source, std::string_view name) = nullptr;
-
-  /// The first value of the header `name` (case-insensitive). Absent is a null view (data() is
-  /// nullptr), which find_header turns into std::nullopt; a lookup must keep to that.
-  constexpr std::string_view header(std::string_view name) const noexcept {
-    if (header_lookup != nullptr) return header_lookup(header_source, name);
-    for (const header_field& field : headers) {
-      if (header_name_equals(field.name, name)) return field.value;
-    }
-    return {};
-  }
-  /// The header's value, or std::nullopt when the request has no such header.
-  constexpr std::optional<std::string_view> find_header(std::string_view name) const noexcept {
-    const std::string_view value = header(name);
-    if (value.data() == nullptr) return std::nullopt;
-    return value;
-  }
-};
-
-namespace detail {
-
-inline std::string_view find_header_in(
-    const std::vector<std::pair<std::string, std::string>>& headers,
-    std::string_view name) noexcept {
-  for (const auto& [field_name, value] : headers) {
-    if (header_name_equals(field_name, name)) return value;
-  }
-  return {};
-}
-
-}  // namespace detail
-
-/// An owning request, for services without a request type of their own.
-struct http_request {
-  std::string method;
-  std::string target;
-  std::vector<std::pair<std::string, std::string>> headers;
-  std::string body;
-
-  /// The first value of the header `name` (case-insensitive); a null view when absent.
-  std::string_view header(std::string_view name) const noexcept {
-    return detail::find_header_in(headers, name);
-  }
-  /// The header's value, or std::nullopt when absent.
-  std::optional<std::string_view> find_header(std::string_view name) const noexcept {
-    return view().find_header(name);
-  }
-
-  request_view view() const noexcept {
-    return {method, target, body, {}, this, [](const void* self, std::string_view name) {
-              return static_cast<const http_request*>(self)->header(name);
-            }};
-  }
-};
-
-/// An owning response: what a handler returns and what a replay gives back, byte for byte.
-struct http_response {
-  int status = 200;
-  std::vector<std::pair<std::string, std::string>> headers;
-  std::string body;
-
-  std::string_view header(std::string_view name) const noexcept {
-    return detail::find_header_in(headers, name);
-  }
-
-  friend bool operator==(const http_response&, const http_response&) = default;
-};
-
-namespace detail {
-
-template <class Request>
-concept has_request_view = requires(const Request& request) {
-  { request.view() } -> std::convertible_to<request_view>;
-};
-
-}  // namespace detail
-
-/// Whether idempotent can fingerprint a request of this type: it converts to request_view, has
-/// a `view()` member returning one, or is text (taken as the body alone).
-template <class Request>
-concept Fingerprintable = std::convertible_to<const Request&, request_view> ||
-    detail::has_request_view<Request> || std::convertible_to<const Request&, std::string_view>;
-
-/// The fingerprinted parts of `request`.
-template <Fingerprintable Request>
-constexpr request_view view_of(const Request& request) noexcept {
-  if constexpr (std::convertible_to<const Request&, request_view>) {
-    return request;
-  } else if constexpr (detail::has_request_view<Request>) {
-    return request.view();
-  } else {
-    return request_view{.body = std::string_view{request}};
-  }
-}
-
-}  // namespace idem
-
-#endif  // IDEM_SERVER_REQUEST_HPP
-// end idem/server/request.hpp
 
 namespace idem::http {
 
@@ -6436,7 +6437,7 @@ void conditional_exchange(Guarded& guarded, std::string_view scope, const FieldV
 // end idem/http.hpp
 
 // Server side: idem::idempotent, idem::inbox, fingerprints and codecs.
-// begin idem/server/codec.hpp
+// begin idem/core/codec.hpp
 // Codecs: how a response, or a recovery point's result, becomes the bytes a store keeps.
 //
 // Stores keep bytes, never types, so one store serves handlers of every response type and a
@@ -6456,8 +6457,8 @@ void conditional_exchange(Guarded& guarded, std::string_view scope, const FieldV
 // Provided: std::string, byte vectors, http_response, integers, floating point and bool. A
 // replay decodes exactly what was encoded, so a replayed http_response equals the original
 // field for field and its body byte for byte.
-#ifndef IDEM_SERVER_CODEC_HPP
-#define IDEM_SERVER_CODEC_HPP
+#ifndef IDEM_CORE_CODEC_HPP
+#define IDEM_CORE_CODEC_HPP
 
 #include <variant>
 
@@ -6702,9 +6703,9 @@ T decode(std::string_view bytes) {
 
 }  // namespace idem
 
-#endif  // IDEM_SERVER_CODEC_HPP
-// end idem/server/codec.hpp
-// begin idem/server/fingerprint/canonical_json.hpp
+#endif  // IDEM_CORE_CODEC_HPP
+// end idem/core/codec.hpp
+// begin idem/core/fingerprint/canonical_json.hpp
 // canonical_json<Inner>: a fingerprint of a JSON request that ignores what JSON does not mean.
 //
 // Two bodies that differ only in member order, whitespace or number spelling ({"a":1.0,"b":2}
@@ -6715,10 +6716,10 @@ T decode(std::string_view bytes) {
 //
 // A body that is not valid JSON throws json_error (a std::invalid_argument): the call's verdict
 // is invalid_request, and nothing is claimed. An empty body is fingerprinted as it is.
-#ifndef IDEM_SERVER_FINGERPRINT_CANONICAL_JSON_HPP
-#define IDEM_SERVER_FINGERPRINT_CANONICAL_JSON_HPP
+#ifndef IDEM_CORE_FINGERPRINT_CANONICAL_JSON_HPP
+#define IDEM_CORE_FINGERPRINT_CANONICAL_JSON_HPP
 
-// begin idem/detail/lazy.hpp
+// begin idem/core/detail/lazy.hpp
 // The one compile-cost device idem keeps: code that compiles only where it is used.
 //
 // A class that is not a template is compiled in every translation unit that includes it, used
@@ -6734,8 +6735,8 @@ T decode(std::string_view bytes) {
 // Kept only where a measurement shows it saves at least 10% of what #include <idem/idem.hpp>
 // adds to a typical translation unit (docs/performance.md, "Compile cost"): the memory store and
 // the JSON canonicalizer. Everything else is plain code.
-#ifndef IDEM_DETAIL_LAZY_HPP
-#define IDEM_DETAIL_LAZY_HPP
+#ifndef IDEM_CORE_DETAIL_LAZY_HPP
+#define IDEM_CORE_DETAIL_LAZY_HPP
 
 namespace idem::detail {
 
@@ -6750,9 +6751,9 @@ using lazy_t = typename lazy_type<Lazy, T>::type;
 
 }  // namespace idem::detail
 
-#endif  // IDEM_DETAIL_LAZY_HPP
-// end idem/detail/lazy.hpp
-// begin idem/server/fingerprint/canonicalize_json.hpp
+#endif  // IDEM_CORE_DETAIL_LAZY_HPP
+// end idem/core/detail/lazy.hpp
+// begin idem/core/fingerprint/canonicalize_json.hpp
 // JSON canonicalization (RFC 8785, the JSON Canonicalization Scheme) for fingerprinting bodies.
 //
 // A retried request must fingerprint like the original, and a different request must not. Two
@@ -6776,14 +6777,14 @@ using lazy_t = typename lazy_type<Lazy, T>::type;
 //
 // The machinery is in json/: the document (document.hpp), UTF-8 and UTF-16 (utf8.hpp), the
 // parser (parser.hpp), the excluded pointers (exclusions.hpp) and the writer (writer.hpp).
-#ifndef IDEM_SERVER_FINGERPRINT_CANONICALIZE_JSON_HPP
-#define IDEM_SERVER_FINGERPRINT_CANONICALIZE_JSON_HPP
+#ifndef IDEM_CORE_FINGERPRINT_CANONICALIZE_JSON_HPP
+#define IDEM_CORE_FINGERPRINT_CANONICALIZE_JSON_HPP
 
-// begin idem/server/fingerprint/json/document.hpp
+// begin idem/core/fingerprint/json/document.hpp
 // The parsed JSON document the canonicalizer works on
-// (idem/server/fingerprint/canonicalize_json.hpp), and the error it throws for input it refuses.
-#ifndef IDEM_SERVER_FINGERPRINT_JSON_DOCUMENT_HPP
-#define IDEM_SERVER_FINGERPRINT_JSON_DOCUMENT_HPP
+// (idem/core/fingerprint/canonicalize_json.hpp), and the error it throws for input it refuses.
+#ifndef IDEM_CORE_FINGERPRINT_JSON_DOCUMENT_HPP
+#define IDEM_CORE_FINGERPRINT_JSON_DOCUMENT_HPP
 
 namespace idem {
 
@@ -6868,12 +6869,12 @@ constexpr std::string_view literal_text(json_kind kind) noexcept {
 
 }  // namespace idem
 
-#endif  // IDEM_SERVER_FINGERPRINT_JSON_DOCUMENT_HPP
-// end idem/server/fingerprint/json/document.hpp
-// begin idem/server/fingerprint/json/exclusions.hpp
+#endif  // IDEM_CORE_FINGERPRINT_JSON_DOCUMENT_HPP
+// end idem/core/fingerprint/json/document.hpp
+// begin idem/core/fingerprint/json/exclusions.hpp
 // The JSON Pointers (RFC 6901) a canonical form leaves out, split into unescaped reference tokens.
-#ifndef IDEM_SERVER_FINGERPRINT_JSON_EXCLUSIONS_HPP
-#define IDEM_SERVER_FINGERPRINT_JSON_EXCLUSIONS_HPP
+#ifndef IDEM_CORE_FINGERPRINT_JSON_EXCLUSIONS_HPP
+#define IDEM_CORE_FINGERPRINT_JSON_EXCLUSIONS_HPP
 
 namespace idem {
 
@@ -6984,19 +6985,19 @@ class exclusion_set {
 
 }  // namespace idem
 
-#endif  // IDEM_SERVER_FINGERPRINT_JSON_EXCLUSIONS_HPP
-// end idem/server/fingerprint/json/exclusions.hpp
-// begin idem/server/fingerprint/json/parser.hpp
+#endif  // IDEM_CORE_FINGERPRINT_JSON_EXCLUSIONS_HPP
+// end idem/core/fingerprint/json/exclusions.hpp
+// begin idem/core/fingerprint/json/parser.hpp
 // The canonicalizer's JSON parser: strict RFC 8259 and I-JSON, one pass into a json_document.
-#ifndef IDEM_SERVER_FINGERPRINT_JSON_PARSER_HPP
-#define IDEM_SERVER_FINGERPRINT_JSON_PARSER_HPP
+#ifndef IDEM_CORE_FINGERPRINT_JSON_PARSER_HPP
+#define IDEM_CORE_FINGERPRINT_JSON_PARSER_HPP
 
 #include <charconv>
 
-// begin idem/server/fingerprint/json/utf8.hpp
+// begin idem/core/fingerprint/json/utf8.hpp
 // UTF-8 decoding and encoding, and the UTF-16 order RFC 8785 sorts member names in.
-#ifndef IDEM_SERVER_FINGERPRINT_JSON_UTF8_HPP
-#define IDEM_SERVER_FINGERPRINT_JSON_UTF8_HPP
+#ifndef IDEM_CORE_FINGERPRINT_JSON_UTF8_HPP
+#define IDEM_CORE_FINGERPRINT_JSON_UTF8_HPP
 
 namespace idem {
 
@@ -7098,8 +7099,8 @@ inline int utf16_compare(std::string_view a, std::string_view b) noexcept {
 
 }  // namespace idem
 
-#endif  // IDEM_SERVER_FINGERPRINT_JSON_UTF8_HPP
-// end idem/server/fingerprint/json/utf8.hpp
+#endif  // IDEM_CORE_FINGERPRINT_JSON_UTF8_HPP
+// end idem/core/fingerprint/json/utf8.hpp
 
 namespace idem {
 
@@ -7109,7 +7110,7 @@ namespace detail {
 // The parser: strict RFC 8259, one pass, recursive descent bounded by max_json_depth.
 //
 // The parser, exclusion_set and canonical_writer, and canonicalize_json itself, are templates
-// whose parameter means nothing (idem/detail/lazy.hpp): a translation unit that includes this
+// whose parameter means nothing (idem/core/detail/lazy.hpp): a translation unit that includes this
 // header (idem/idem.hpp does) and never canonicalizes then compiles none of it, which is about
 // an eighth of what idem.hpp adds to a typical unit (docs/performance.md, "Compile cost").
 template <class Lazy = void>
@@ -7548,13 +7549,13 @@ class json_parser {
 
 }  // namespace idem
 
-#endif  // IDEM_SERVER_FINGERPRINT_JSON_PARSER_HPP
-// end idem/server/fingerprint/json/parser.hpp
-// begin idem/server/fingerprint/json/writer.hpp
+#endif  // IDEM_CORE_FINGERPRINT_JSON_PARSER_HPP
+// end idem/core/fingerprint/json/parser.hpp
+// begin idem/core/fingerprint/json/writer.hpp
 // The canonical form written out (RFC 8785 §3.2): numbers as ECMAScript prints them, strings with
 // only the escapes JSON requires, members in UTF-16 order, excluded members left out.
-#ifndef IDEM_SERVER_FINGERPRINT_JSON_WRITER_HPP
-#define IDEM_SERVER_FINGERPRINT_JSON_WRITER_HPP
+#ifndef IDEM_CORE_FINGERPRINT_JSON_WRITER_HPP
+#define IDEM_CORE_FINGERPRINT_JSON_WRITER_HPP
 
 namespace idem {
 
@@ -7762,7 +7763,7 @@ class canonical_writer {
   }
 
   // Named through exclusion_set<Lazy> so that active_'s type depends on Lazy (see
-  // idem/detail/lazy.hpp).
+  // idem/core/detail/lazy.hpp).
   using pointer_index = typename exclusion_set<Lazy>::pointer_index;
 
   const json_document<Lazy>& document_;
@@ -7775,8 +7776,8 @@ class canonical_writer {
 
 }  // namespace idem
 
-#endif  // IDEM_SERVER_FINGERPRINT_JSON_WRITER_HPP
-// end idem/server/fingerprint/json/writer.hpp
+#endif  // IDEM_CORE_FINGERPRINT_JSON_WRITER_HPP
+// end idem/core/fingerprint/json/writer.hpp
 
 namespace idem {
 
@@ -7820,9 +7821,9 @@ inline std::string canonicalize_json(std::string_view json,
 
 }  // namespace idem
 
-#endif  // IDEM_SERVER_FINGERPRINT_CANONICALIZE_JSON_HPP
-// end idem/server/fingerprint/canonicalize_json.hpp
-// begin idem/server/fingerprint/fingerprint.hpp
+#endif  // IDEM_CORE_FINGERPRINT_CANONICALIZE_JSON_HPP
+// end idem/core/fingerprint/canonicalize_json.hpp
+// begin idem/core/fingerprint/fingerprint.hpp
 // Fingerprints: the digest that tells a repeat of a request from a different request under the
 // same key.
 //
@@ -7833,21 +7834,21 @@ inline std::string canonicalize_json(std::string_view json,
 //
 // Any HashFunction (xxh3_128, the default; sha256) is a fingerprint policy as it is; wrap it in
 // request_fingerprint to cover headers, or in canonical_json
-// (idem/server/fingerprint/canonical_json.hpp) so that key order and whitespace in a JSON body do
+// (idem/core/fingerprint/canonical_json.hpp) so that key order and whitespace in a JSON body do
 // not count. A fingerprint that cannot read a request throws std::invalid_argument (json_error is
 // one), and the call's verdict is invalid_request: nothing is claimed.
 //
 // The digest is persisted in records, so it must never change for the same request: it is not
 // the per-process keyed hash a memory store buckets by.
-#ifndef IDEM_SERVER_FINGERPRINT_FINGERPRINT_HPP
-#define IDEM_SERVER_FINGERPRINT_FINGERPRINT_HPP
+#ifndef IDEM_CORE_FINGERPRINT_FINGERPRINT_HPP
+#define IDEM_CORE_FINGERPRINT_FINGERPRINT_HPP
 
 #include <initializer_list>
 
-// begin idem/detail/le64.hpp
+// begin idem/core/detail/le64.hpp
 // Eight bytes, little-endian: how lengths are framed into hash inputs, and words read from them.
-#ifndef IDEM_DETAIL_LE64_HPP
-#define IDEM_DETAIL_LE64_HPP
+#ifndef IDEM_CORE_DETAIL_LE64_HPP
+#define IDEM_CORE_DETAIL_LE64_HPP
 
 namespace idem::detail {
 
@@ -7877,8 +7878,8 @@ inline std::uint64_t read_le64(const void* in) noexcept {
 
 }  // namespace idem::detail
 
-#endif  // IDEM_DETAIL_LE64_HPP
-// end idem/detail/le64.hpp
+#endif  // IDEM_CORE_DETAIL_LE64_HPP
+// end idem/core/detail/le64.hpp
 
 namespace idem {
 
@@ -7991,9 +7992,9 @@ using fingerprint_for = typename fingerprint_policy<F>::type;
 
 }  // namespace idem
 
-#endif  // IDEM_SERVER_FINGERPRINT_FINGERPRINT_HPP
-// end idem/server/fingerprint/fingerprint.hpp
-// begin idem/server/fingerprint/xxh3.hpp
+#endif  // IDEM_CORE_FINGERPRINT_FINGERPRINT_HPP
+// end idem/core/fingerprint/fingerprint.hpp
+// begin idem/core/fingerprint/xxh3.hpp
 // xxh3_128: XXH3's 128-bit hash (seed 0, default secret) as an idem::HashFunction, for request
 // fingerprints that are fast to compute and stable across platforms and versions.
 //
@@ -8004,10 +8005,10 @@ using fingerprint_for = typename fingerprint_policy<F>::type;
 //
 // Inputs up to 240 bytes take short, inlined paths; longer ones run the best kernel this CPU has
 // (AVX2 or SSE2 on x86-64, portable C++ elsewhere), chosen once per process.
-#ifndef IDEM_SERVER_FINGERPRINT_XXH3_HPP
-#define IDEM_SERVER_FINGERPRINT_XXH3_HPP
+#ifndef IDEM_CORE_FINGERPRINT_XXH3_HPP
+#define IDEM_CORE_FINGERPRINT_XXH3_HPP
 
-// begin idem/server/fingerprint/detail/xxh3_kernels.hpp
+// begin idem/core/fingerprint/detail/xxh3_kernels.hpp
 // XXH3's long-input kernels (the accumulate and scramble loop of "XXH3 Algorithm Description
 // (for large inputs)") for SSE2 and AVX2, and the run-time choice between them.
 //
@@ -8022,10 +8023,10 @@ using fingerprint_for = typename fingerprint_policy<F>::type;
 // every 64-byte load splits a cache line. Parts with full-width 512-bit units might gain, but
 // that is unmeasured, and older Intel ones lower the clock for 512-bit multiplies. The kernel
 // is in the history (the commit that added this header) for whoever can measure it there.
-#ifndef IDEM_SERVER_FINGERPRINT_DETAIL_XXH3_KERNELS_HPP
-#define IDEM_SERVER_FINGERPRINT_DETAIL_XXH3_KERNELS_HPP
+#ifndef IDEM_CORE_FINGERPRINT_DETAIL_XXH3_KERNELS_HPP
+#define IDEM_CORE_FINGERPRINT_DETAIL_XXH3_KERNELS_HPP
 
-// begin idem/server/fingerprint/detail/xxh3_portable.hpp
+// begin idem/core/fingerprint/detail/xxh3_portable.hpp
 // XXH3-128 (seed 0, default secret) in portable C++: the constants, the short- and medium-input
 // paths, and the scalar long-input kernel that every platform can run and that the SIMD kernels
 // of xxh3_x86.hpp are tested against. Section names below are those of the XXH3 part of the
@@ -8034,8 +8035,8 @@ using fingerprint_for = typename fingerprint_policy<F>::type;
 // Input and secret words are read little-endian through memcpy, so the result is the same on any
 // byte order and any alignment. Only seed 0 is supported, so every seed term of the
 // specification is dropped rather than carried as a zero.
-#ifndef IDEM_SERVER_FINGERPRINT_DETAIL_XXH3_PORTABLE_HPP
-#define IDEM_SERVER_FINGERPRINT_DETAIL_XXH3_PORTABLE_HPP
+#ifndef IDEM_CORE_FINGERPRINT_DETAIL_XXH3_PORTABLE_HPP
+#define IDEM_CORE_FINGERPRINT_DETAIL_XXH3_PORTABLE_HPP
 
 namespace idem::detail::xxh3 {
 
@@ -8383,8 +8384,8 @@ inline u128 hash_long(consume_function consume, const std::uint8_t* input,
 
 }  // namespace idem::detail::xxh3
 
-#endif  // IDEM_SERVER_FINGERPRINT_DETAIL_XXH3_PORTABLE_HPP
-// end idem/server/fingerprint/detail/xxh3_portable.hpp
+#endif  // IDEM_CORE_FINGERPRINT_DETAIL_XXH3_PORTABLE_HPP
+// end idem/core/fingerprint/detail/xxh3_portable.hpp
 
 // The kernels are written with the compilers' vector extensions and the builtins behind the few
 // intrinsics plain operators cannot express (pmuludq, pshufd; the same names and types in GCC
@@ -8713,8 +8714,8 @@ inline const kernel_functions& selected_functions() noexcept {
 
 }  // namespace idem::detail::xxh3
 
-#endif  // IDEM_SERVER_FINGERPRINT_DETAIL_XXH3_KERNELS_HPP
-// end idem/server/fingerprint/detail/xxh3_kernels.hpp
+#endif  // IDEM_CORE_FINGERPRINT_DETAIL_XXH3_KERNELS_HPP
+// end idem/core/fingerprint/detail/xxh3_kernels.hpp
 
 namespace idem {
 
@@ -9011,8 +9012,8 @@ static_assert(HashFunction<xxh3_128>);
 
 }  // namespace idem
 
-#endif  // IDEM_SERVER_FINGERPRINT_XXH3_HPP
-// end idem/server/fingerprint/xxh3.hpp
+#endif  // IDEM_CORE_FINGERPRINT_XXH3_HPP
+// end idem/core/fingerprint/xxh3.hpp
 
 namespace idem {
 
@@ -9045,8 +9046,8 @@ struct canonical_json {
 
 }  // namespace idem
 
-#endif  // IDEM_SERVER_FINGERPRINT_CANONICAL_JSON_HPP
-// end idem/server/fingerprint/canonical_json.hpp
+#endif  // IDEM_CORE_FINGERPRINT_CANONICAL_JSON_HPP
+// end idem/core/fingerprint/canonical_json.hpp
 // begin idem/server/handler_context.hpp
 // What a guarded handler is given: the key it runs under, the fence it holds, keys for the
 // downstream calls that hold the real side effects, and recovery points.
@@ -9414,7 +9415,7 @@ class handler_context {
     using result_type = std::invoke_result_t<F&>;
     static_assert(std::is_void_v<result_type> || Encodable<result_type>,
                   "A step's result must be storable: specialise idem::codec<R> for it (see "
-                  "idem/server/codec.hpp), or return void.");
+                  "idem/core/codec.hpp), or return void.");
     check_step_name(name);
     std::string_view recorded;
     if (find_recorded(name, recorded)) return recorded_result<result_type>(recorded);
@@ -9431,7 +9432,7 @@ class handler_context {
     using result_type = std::invoke_result_t<F&>;
     static_assert(std::is_void_v<result_type> || Encodable<result_type>,
                   "A step's result must be storable: specialise idem::codec<R> for it (see "
-                  "idem/server/codec.hpp), or return void.");
+                  "idem/core/codec.hpp), or return void.");
     static_assert(std::is_invocable_r_v<lookup_answer<result_type>, Lookup&, std::string_view>,
                   "A step's lookup must be callable as lookup(std::string_view reference) and "
                   "return idem::lookup_answer<R>, R being the step's result type.");
@@ -10768,7 +10769,7 @@ class engine {
       throw std::logic_error(
           std::string(who) +
           ": max_kept_request_bytes is set, but this request type cannot be kept: specialise "
-          "idem::codec<Request> for it (idem/server/codec.hpp)");
+          "idem::codec<Request> for it (idem/core/codec.hpp)");
     }
   }
 
@@ -11701,7 +11702,7 @@ namespace idem::detail::memory {
 inline constexpr std::size_t shared_stripe = 64;
 
 /// A template whose parameter means nothing, so that it compiles only where the memory store is
-/// used (idem/detail/lazy.hpp): stripe_lease<> is the lease.
+/// used (idem/core/detail/lazy.hpp): stripe_lease<> is the lease.
 template <class Lazy = void>
 class stripe_lease {
  public:
@@ -11884,7 +11885,7 @@ class record_counters {
 // freed by later passes (or when the process ends).
 //
 // Templates whose parameter means nothing, so that they compile only where the memory store is
-// used (idem/detail/lazy.hpp): epoch_guard<> is the guard.
+// used (idem/core/detail/lazy.hpp): epoch_guard<> is the guard.
 #ifndef IDEM_STORE_MEMORY_EPOCH_HPP
 #define IDEM_STORE_MEMORY_EPOCH_HPP
 
@@ -12144,7 +12145,7 @@ using ticket_order = std::greater<std::uint64_t>;
 /// only the drain changes `older` or `consumed` after a block is linked; a full block it has read
 /// whole is unlinked and retired, since a writer that loaded it just before may still be adding
 /// to `taken`. A template whose parameter means nothing, so that it compiles only where the
-/// memory store is used (idem/detail/lazy.hpp).
+/// memory store is used (idem/core/detail/lazy.hpp).
 template <class Lazy = void>
 class ticket_log {
  public:
@@ -12263,7 +12264,7 @@ namespace idem::detail::memory {
 /// One shard's lease tickets: appended by writers, lock-free, once a look has started them;
 /// looked at under a mutex of its own that the writers never take. A template whose parameter
 /// means nothing, so that it compiles only where the memory store is used
-/// (idem/detail/lazy.hpp).
+/// (idem/core/detail/lazy.hpp).
 template <class Lazy = void>
 class lease_schedule {
  public:
@@ -12413,7 +12414,7 @@ class lease_schedule {
 // its class takes no more memory than malloc would; at most 64 KiB a thread is kept.
 //
 // A template whose parameter means nothing, so that it compiles only where the memory store is
-// used (idem/detail/lazy.hpp): block_cache<> is the cache.
+// used (idem/core/detail/lazy.hpp): block_cache<> is the cache.
 #ifndef IDEM_STORE_MEMORY_BLOCK_CACHE_HPP
 #define IDEM_STORE_MEMORY_BLOCK_CACHE_HPP
 
@@ -12544,7 +12545,7 @@ struct node {
 
   // Nodes live in blocks of block_cache<Lazy>: the functions that make and free them are
   // templates (Lazy means nothing) so that the cache compiles only where they are used
-  // (idem/detail/lazy.hpp). node::make_claim(...) and node::destroy(n) use block_cache<>.
+  // (idem/core/detail/lazy.hpp). node::make_claim(...) and node::destroy(n) use block_cache<>.
 
   /// A node with room for its variable parts, the scope and key copied in, the rest zero.
   template <class Lazy = void>
@@ -12774,7 +12775,7 @@ inline bool replace(const position& at, node* next, epoch_guard<Lazy>& guard) {
 
 /// Removes the nodes of one chain that expired by `now`, calling removed(node) for each one this
 /// call removed, and counts them. Only one remover a chain at a time (the memory store holds its
-/// shard's sweep lock); claims and writes may race with it. Lazy: see idem/detail/lazy.hpp.
+/// shard's sweep lock); claims and writes may race with it. Lazy: see idem/core/detail/lazy.hpp.
 template <class Lazy = void, class OnRemoved>
 std::size_t remove_expired(std::atomic<std::uintptr_t>& head, std::int64_t now,
                            OnRemoved&& removed) {
@@ -12866,7 +12867,7 @@ class scope_expiries {
 };
 
 /// A template whose parameter means nothing, so that it compiles only where the memory store is
-/// used (idem/detail/lazy.hpp): scope_caps<> is the cap, scope_expiries<> a scope's expiries.
+/// used (idem/core/detail/lazy.hpp): scope_caps<> is the cap, scope_expiries<> a scope's expiries.
 template <class Lazy = void>
 class scope_caps {
  public:
@@ -12941,7 +12942,7 @@ namespace idem::detail::memory {
 
 /// One shard's tickets: appended by claims, lock-free; swept under a mutex of its own that the
 /// claims never wait for. A template whose parameter means nothing, so that it compiles only
-/// where the memory store is used (idem/detail/lazy.hpp): expiry_schedule<> is the schedule.
+/// where the memory store is used (idem/core/detail/lazy.hpp): expiry_schedule<> is the schedule.
 template <class Lazy = void>
 class expiry_schedule {
  public:
@@ -13027,11 +13028,11 @@ class expiry_schedule {
 namespace idem {
 
 // memory_store is basic_memory_store<>. The parameter means nothing: it is there so that the
-// store compiles only in a translation unit that uses it (idem/detail/lazy.hpp), as do its
+// store compiles only in a translation unit that uses it (idem/core/detail/lazy.hpp), as do its
 // parts, templates for the same reason. idem/policies.hpp declares both names too.
 template <class Lazy = void>
 class basic_memory_store {
-  // Through lazy_t, so that calls of node's functions depend on Lazy (idem/detail/lazy.hpp).
+  // Through lazy_t, so that calls of node's functions depend on Lazy (idem/core/detail/lazy.hpp).
   using node = detail::lazy_t<Lazy, detail::memory::node>;
   using node_state = detail::memory::node_state;
   using position = detail::memory::position;
@@ -13623,7 +13624,7 @@ class idempotent {
   resume_result resume(const record& stuck, std::string_view request) {
     static_assert(Encodable<Request>,
                   "A resumable wrapper keeps its requests: specialise idem::codec<Request> for "
-                  "the request type (idem/server/codec.hpp).");
+                  "the request type (idem/core/codec.hpp).");
     static_assert(detail::check_handler<Handler, Request, store_type>());
     using response_type = typename detail::handler_result<Handler, Request, store_type>::type;
     std::optional<Request> kept;
@@ -14901,7 +14902,7 @@ class reconciler {
   static_assert(Store<store_type>,
                 "A reconciler's store must satisfy idem::Store (idem/store/contract.hpp).");
   static_assert(Clock<clock_type>,
-                "A reconciler's clock must satisfy idem::Clock (idem/clock.hpp).");
+                "A reconciler's clock must satisfy idem::Clock (idem/core/clock.hpp).");
   static_assert(ResponseCodec<response_codec_type>,
                 "A reconciler's response_codec must satisfy idem::ResponseCodec "
                 "(idem/server/response_codec.hpp).");
@@ -15598,7 +15599,7 @@ struct lookup_result {
   std::uint64_t ticket = 0;
 };
 
-// Lazy: instantiated only where a tiered_store is (idem/detail/lazy.hpp explains why).
+// Lazy: instantiated only where a tiered_store is (idem/core/detail/lazy.hpp explains why).
 template <class Lazy>
 class tier {
  public:

@@ -1,5 +1,5 @@
-// Fuzz target: RFC 8785 canonical JSON (idem/server/fingerprint/canonicalize_json.hpp) and the
-// canonical_json fingerprint (idem/server/fingerprint/canonical_json.hpp), which read request
+// Fuzz target: RFC 8785 canonical JSON (idem/core/fingerprint/canonicalize_json.hpp) and the
+// canonical_json fingerprint (idem/core/fingerprint/canonical_json.hpp), which read request
 // bodies clients send.
 //
 // Input: one byte whose low two bits say how many excluded JSON Pointers follow (each a length
@@ -13,8 +13,8 @@
 //  * whitespace around the document changes nothing;
 //  * the canonical_json fingerprint of x equals the inner fingerprint of canon(x), and so the
 //    fingerprint of canon(x) as well.
-#include <idem/server/fingerprint/canonical_json.hpp>
-#include <idem/server/fingerprint/canonicalize_json.hpp>
+#include <idem/core/fingerprint/canonical_json.hpp>
+#include <idem/core/fingerprint/canonicalize_json.hpp>
 
 #include <cstddef>
 #include <cstdint>

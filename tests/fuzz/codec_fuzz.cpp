@@ -1,4 +1,4 @@
-// Fuzz target: decoding the bytes a store hands back (idem/server/codec.hpp and the recovery points
+// Fuzz target: decoding the bytes a store hands back (idem/core/codec.hpp and the recovery points
 // of idem/server/handler_context.hpp). Every store keeps a record's response and recovery points as
 // opaque bytes, so these decoders are what a damaged or foreign record reaches first, whatever
 // the store.
@@ -15,8 +15,8 @@
 //    codec_error and nothing else; when the bytes decode, every step result found by name is the
 //    first step of that name, idem's own entries are never found as steps, and writing the
 //    steps out again gives the same bytes.
+#include <idem/core/codec.hpp>
 #include <idem/reconciler.hpp>
-#include <idem/server/codec.hpp>
 #include <idem/server/handler_context.hpp>
 
 #include <cstddef>

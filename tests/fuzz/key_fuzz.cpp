@@ -1,4 +1,5 @@
-// Fuzz target: idempotency key validation (idem/key.hpp), and what idempotent answers for a key.
+// Fuzz target: idempotency key validation (idem/core/key.hpp), and what idempotent answers for a
+// key.
 //
 // Properties, for every input:
 //  * is_valid_key agrees with the rule spelled out independently here: 1 to max_length bytes,

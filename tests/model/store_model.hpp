@@ -31,7 +31,7 @@
 #include <utility>
 #include <vector>
 
-#include <idem/clock.hpp>
+#include <idem/core/clock.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/locked.hpp>
 

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <cstdint>
 
-#include <idem/server/fingerprint/digest.hpp>
+#include <idem/core/fingerprint/digest.hpp>
 #include <idem/store/contract.hpp>
 
 namespace idem::testing {

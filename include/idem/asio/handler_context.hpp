@@ -43,8 +43,8 @@
 #include <utility>
 
 #include <idem/asio/config.hpp>
-#include <idem/key.hpp>
-#include <idem/server/codec.hpp>
+#include <idem/core/codec.hpp>
+#include <idem/core/key.hpp>
 #include <idem/server/handler_context.hpp>
 #include <idem/server/lookup.hpp>
 
@@ -148,7 +148,7 @@ class async_handler_context : public handler_context {
     using result_type = typename detail::awaited<std::invoke_result_t<F&>>::type;
     static_assert(std::is_void_v<result_type> || Encodable<result_type>,
                   "A step's result must be storable: specialise idem::codec<R> for it (see "
-                  "idem/server/codec.hpp), or return void.");
+                  "idem/core/codec.hpp), or return void.");
     constexpr bool asking = !std::is_same_v<Lookup, no_lookup>;
     check_step_name(name);
     std::string_view recorded;

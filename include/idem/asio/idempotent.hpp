@@ -70,14 +70,14 @@
 #include <idem/asio/detail/async_engine.hpp>
 #include <idem/asio/detail/observed_handler.hpp>
 #include <idem/asio/handler_context.hpp>
+#include <idem/core/fingerprint/fingerprint.hpp>
+#include <idem/core/request.hpp>
 #include <idem/policies.hpp>
 #include <idem/server/deadline.hpp>
 #include <idem/server/detail/admission.hpp>
 #include <idem/server/detail/checks.hpp>
-#include <idem/server/fingerprint/fingerprint.hpp>
 #include <idem/server/observer.hpp>
 #include <idem/server/outcome.hpp>
-#include <idem/server/request.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/memory.hpp>
 

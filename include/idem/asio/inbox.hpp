@@ -38,7 +38,7 @@
 #include <idem/asio/detail/async_engine.hpp>
 #include <idem/asio/detail/observed_handler.hpp>
 #include <idem/asio/handler_context.hpp>
-#include <idem/key.hpp>
+#include <idem/core/key.hpp>
 #include <idem/policies.hpp>
 #include <idem/server/detail/checks.hpp>
 #include <idem/server/failure.hpp>

@@ -73,7 +73,7 @@
 #include <idem/client/attempt.hpp>
 #include <idem/client/detail/retry_core.hpp>
 #include <idem/client/retry_outcome.hpp>
-#include <idem/key.hpp>
+#include <idem/core/key.hpp>
 #include <idem/policies.hpp>
 
 IDEM_ASIO_CODE_BEGIN

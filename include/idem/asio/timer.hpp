@@ -26,7 +26,7 @@
 #include <utility>
 
 #include <idem/asio/config.hpp>
-#include <idem/clock.hpp>
+#include <idem/core/clock.hpp>
 
 namespace idem {
 

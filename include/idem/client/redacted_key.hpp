@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-#include <idem/server/fingerprint/sha256.hpp>
+#include <idem/core/fingerprint/sha256.hpp>
 
 namespace idem {
 

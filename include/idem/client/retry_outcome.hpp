@@ -23,7 +23,7 @@
 
 #include <idem/client/attempt.hpp>
 #include <idem/client/policy/observer.hpp>
-#include <idem/key.hpp>
+#include <idem/core/key.hpp>
 
 namespace idem {
 

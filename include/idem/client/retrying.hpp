@@ -44,7 +44,7 @@
 #include <idem/client/attempt.hpp>
 #include <idem/client/detail/retry_core.hpp>
 #include <idem/client/retry_outcome.hpp>
-#include <idem/key.hpp>
+#include <idem/core/key.hpp>
 #include <idem/policies.hpp>
 
 namespace idem {

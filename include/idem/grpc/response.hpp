@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include <idem/server/codec.hpp>
+#include <idem/core/codec.hpp>
 
 namespace idem {
 

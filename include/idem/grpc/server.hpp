@@ -62,13 +62,13 @@
 #include <utility>
 
 #include <idem/client/grpc_status.hpp>
+#include <idem/core/request.hpp>
 #include <idem/grpc/metadata.hpp>
 #include <idem/grpc/response.hpp>
 #include <idem/http/idempotency_key.hpp>
 #include <idem/http/problem.hpp>
 #include <idem/server/handler_context.hpp>
 #include <idem/server/outcome.hpp>
-#include <idem/server/request.hpp>
 
 namespace idem {
 

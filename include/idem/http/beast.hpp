@@ -61,12 +61,12 @@
 #include <utility>
 
 #include <idem/asio/detail/async_engine.hpp>
+#include <idem/core/request.hpp>
 #include <idem/http/exchange.hpp>
 #include <idem/http/idempotency_key.hpp>
 #include <idem/http/problem.hpp>
 #include <idem/http/specification.hpp>
 #include <idem/server/outcome.hpp>
-#include <idem/server/request.hpp>
 
 IDEM_ASIO_CODE_BEGIN
 

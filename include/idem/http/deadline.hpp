@@ -25,8 +25,8 @@
 #include <string_view>
 
 #include <idem/client/attempt.hpp>
+#include <idem/core/key.hpp>
 #include <idem/http/idempotency_key.hpp>
-#include <idem/key.hpp>
 #include <idem/server/deadline.hpp>
 
 namespace idem::http {

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include <idem/core/request.hpp>
 #include <idem/http/conditional.hpp>
 #include <idem/http/deadline.hpp>
 #include <idem/http/idempotency_key.hpp>
@@ -29,7 +30,6 @@
 #include <idem/http/specification.hpp>
 #include <idem/server/deadline.hpp>
 #include <idem/server/outcome.hpp>
-#include <idem/server/request.hpp>
 
 namespace idem::http {
 

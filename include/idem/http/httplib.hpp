@@ -28,9 +28,9 @@
 #include <utility>
 #include <vector>
 
+#include <idem/core/request.hpp>
 #include <idem/http/exchange.hpp>
 #include <idem/http/specification.hpp>
-#include <idem/server/request.hpp>
 
 namespace idem::http {
 

@@ -16,9 +16,9 @@
 #include <string>
 #include <string_view>
 
+#include <idem/core/key.hpp>
 #include <idem/http/idempotency_key.hpp>
 #include <idem/http/problem.hpp>
-#include <idem/key.hpp>
 
 namespace idem::http {
 

@@ -25,10 +25,10 @@
 #include <string_view>
 #include <vector>
 
-#include <idem/key.hpp>
+#include <idem/core/codec.hpp>
+#include <idem/core/fingerprint/sha256.hpp>
+#include <idem/core/key.hpp>
 #include <idem/outbox/headers.hpp>
-#include <idem/server/codec.hpp>
-#include <idem/server/fingerprint/sha256.hpp>
 
 namespace idem {
 

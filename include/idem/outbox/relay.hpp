@@ -36,10 +36,10 @@
 #include <string_view>
 #include <vector>
 
-#include <idem/client/policy/backoff.hpp>
-#include <idem/client/policy/budget.hpp>
-#include <idem/client/policy/random.hpp>
-#include <idem/clock.hpp>
+#include <idem/core/clock.hpp>
+#include <idem/core/policy/backoff.hpp>
+#include <idem/core/policy/budget.hpp>
+#include <idem/core/policy/random.hpp>
 #include <idem/outbox/detail/relay_rules.hpp>
 #include <idem/outbox/relay_observer.hpp>
 #include <idem/outbox/relay_policies.hpp>
@@ -100,10 +100,10 @@ class outbox_relay {
                 "idem::random_seed (idem::xoshiro256ss is one).");
   static_assert(Backoff<backoff_type, random_type>,
                 "Policies::backoff must provide delay(retry_index, previous, rng) answering "
-                "std::chrono::nanoseconds (any backoff of idem/client/policy/backoff.hpp).");
+                "std::chrono::nanoseconds (any backoff of idem/core/policy/backoff.hpp).");
   static_assert(Budget<budget_type>,
                 "Policies::budget must provide on_request(), try_acquire_retry(retry_reason) "
-                "answering bool and on_success(retry_reason) (idem/client/policy/budget.hpp).");
+                "answering bool and on_success(retry_reason) (idem/core/policy/budget.hpp).");
   static_assert(RelayObserver<observer_type>,
                 "Policies::observer must be copyable and provide on_pass, on_retry, "
                 "on_dead_letter, on_sink_unavailable, on_backlog, on_claim_lost and on_purge "

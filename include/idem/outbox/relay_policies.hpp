@@ -14,10 +14,10 @@
 
 #include <chrono>
 
-#include <idem/client/policy/backoff.hpp>
-#include <idem/client/policy/budget.hpp>
-#include <idem/client/policy/random.hpp>
-#include <idem/clock.hpp>
+#include <idem/core/clock.hpp>
+#include <idem/core/policy/backoff.hpp>
+#include <idem/core/policy/budget.hpp>
+#include <idem/core/policy/random.hpp>
 #include <idem/outbox/relay_observer.hpp>
 
 namespace idem {
@@ -40,7 +40,7 @@ struct default_relay_policies {
   /// The engine the backoff draws its jitter from.
   using random = idem::xoshiro256ss;
   /// The wait before a failed message is sent again: backoff.delay(attempts made before this
-  /// one, 0, random). Any idem backoff (client/policy/backoff.hpp).
+  /// one, 0, random). Any idem backoff (core/policy/backoff.hpp).
   using backoff = idem::relay_full_jitter;
   /// Caps retries at a share of first sends (the client side's token bucket): every message
   /// sent for the first time deposits, every retry takes. When the bucket is spent, a failed

@@ -30,7 +30,7 @@
 #include <string_view>
 #include <utility>
 
-#include <idem/key.hpp>
+#include <idem/core/key.hpp>
 #include <idem/outbox/headers.hpp>
 #include <idem/outbox/message.hpp>
 #include <idem/outbox/sink.hpp>

@@ -56,7 +56,7 @@
 #include <utility>
 #include <vector>
 
-#include <idem/key.hpp>
+#include <idem/core/key.hpp>
 #include <idem/outbox/message.hpp>
 #include <idem/outbox/sink.hpp>
 #include <idem/redis_streams/entry.hpp>

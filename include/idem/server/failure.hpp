@@ -20,7 +20,7 @@
 #include <optional>
 #include <string_view>
 
-#include <idem/server/request.hpp>
+#include <idem/core/request.hpp>
 
 namespace idem {
 

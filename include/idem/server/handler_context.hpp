@@ -48,10 +48,10 @@
 #include <type_traits>
 #include <utility>
 
-#include <idem/key.hpp>
-#include <idem/server/codec.hpp>
+#include <idem/core/codec.hpp>
+#include <idem/core/fingerprint/sha256.hpp>
+#include <idem/core/key.hpp>
 #include <idem/server/detail/recovery_bytes.hpp>
-#include <idem/server/fingerprint/sha256.hpp>
 #include <idem/server/lookup.hpp>
 
 namespace idem {
@@ -171,7 +171,7 @@ class handler_context {
     using result_type = std::invoke_result_t<F&>;
     static_assert(std::is_void_v<result_type> || Encodable<result_type>,
                   "A step's result must be storable: specialise idem::codec<R> for it (see "
-                  "idem/server/codec.hpp), or return void.");
+                  "idem/core/codec.hpp), or return void.");
     check_step_name(name);
     std::string_view recorded;
     if (find_recorded(name, recorded)) return recorded_result<result_type>(recorded);
@@ -188,7 +188,7 @@ class handler_context {
     using result_type = std::invoke_result_t<F&>;
     static_assert(std::is_void_v<result_type> || Encodable<result_type>,
                   "A step's result must be storable: specialise idem::codec<R> for it (see "
-                  "idem/server/codec.hpp), or return void.");
+                  "idem/core/codec.hpp), or return void.");
     static_assert(std::is_invocable_r_v<lookup_answer<result_type>, Lookup&, std::string_view>,
                   "A step's lookup must be callable as lookup(std::string_view reference) and "
                   "return idem::lookup_answer<R>, R being the step's result type.");

@@ -45,21 +45,21 @@
 #include <utility>
 #include <vector>
 
-#include <idem/key.hpp>
+#include <idem/core/codec.hpp>
+#include <idem/core/fingerprint/fingerprint.hpp>
+#include <idem/core/fingerprint/xxh3.hpp>
+#include <idem/core/key.hpp>
+#include <idem/core/request.hpp>
 #include <idem/policies.hpp>
-#include <idem/server/codec.hpp>
 #include <idem/server/deadline.hpp>
 #include <idem/server/detail/admission.hpp>
 #include <idem/server/detail/checks.hpp>
 #include <idem/server/detail/engine.hpp>
 #include <idem/server/detail/one_commit.hpp>
 #include <idem/server/failure.hpp>
-#include <idem/server/fingerprint/fingerprint.hpp>
-#include <idem/server/fingerprint/xxh3.hpp>
 #include <idem/server/handler_context.hpp>
 #include <idem/server/observer.hpp>
 #include <idem/server/outcome.hpp>
-#include <idem/server/request.hpp>
 #include <idem/server/response_codec.hpp>
 #include <idem/server/resumption.hpp>
 #include <idem/store/contract.hpp>
@@ -198,7 +198,7 @@ class idempotent {
   resume_result resume(const record& stuck, std::string_view request) {
     static_assert(Encodable<Request>,
                   "A resumable wrapper keeps its requests: specialise idem::codec<Request> for "
-                  "the request type (idem/server/codec.hpp).");
+                  "the request type (idem/core/codec.hpp).");
     static_assert(detail::check_handler<Handler, Request, store_type>());
     using response_type = typename detail::handler_result<Handler, Request, store_type>::type;
     std::optional<Request> kept;

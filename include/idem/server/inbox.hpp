@@ -29,14 +29,14 @@
 #include <variant>
 #include <vector>
 
-#include <idem/key.hpp>
+#include <idem/core/fingerprint/xxh3.hpp>
+#include <idem/core/key.hpp>
 #include <idem/policies.hpp>
 #include <idem/server/detail/batch.hpp>
 #include <idem/server/detail/checks.hpp>
 #include <idem/server/detail/engine.hpp>
 #include <idem/server/detail/one_commit.hpp>
 #include <idem/server/failure.hpp>
-#include <idem/server/fingerprint/xxh3.hpp>
 #include <idem/server/handler_context.hpp>
 #include <idem/server/observer.hpp>
 #include <idem/server/outcome.hpp>

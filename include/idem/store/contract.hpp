@@ -83,7 +83,7 @@
 #include <string_view>
 #include <vector>
 
-#include <idem/server/fingerprint/digest.hpp>
+#include <idem/core/fingerprint/digest.hpp>
 
 namespace idem {
 

@@ -60,7 +60,7 @@
 #include <string_view>
 #include <vector>
 
-#include <idem/detail/lazy.hpp>
+#include <idem/core/detail/lazy.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/memory/bucket_array.hpp>
 #include <idem/store/memory/bucket_hash.hpp>
@@ -76,11 +76,11 @@
 namespace idem {
 
 // memory_store is basic_memory_store<>. The parameter means nothing: it is there so that the
-// store compiles only in a translation unit that uses it (idem/detail/lazy.hpp), as do its
+// store compiles only in a translation unit that uses it (idem/core/detail/lazy.hpp), as do its
 // parts, templates for the same reason. idem/policies.hpp declares both names too.
 template <class Lazy = void>
 class basic_memory_store {
-  // Through lazy_t, so that calls of node's functions depend on Lazy (idem/detail/lazy.hpp).
+  // Through lazy_t, so that calls of node's functions depend on Lazy (idem/core/detail/lazy.hpp).
   using node = detail::lazy_t<Lazy, detail::memory::node>;
   using node_state = detail::memory::node_state;
   using position = detail::memory::position;

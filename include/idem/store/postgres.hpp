@@ -56,9 +56,9 @@
 #include <utility>
 #include <vector>
 
-#include <idem/client/policy/backoff.hpp>
+#include <idem/core/fingerprint/digest.hpp>
+#include <idem/core/policy/backoff.hpp>
 #include <idem/outbox/message.hpp>
-#include <idem/server/fingerprint/digest.hpp>
 #include <idem/store/batch.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/detail/connection_pool.hpp>

@@ -83,7 +83,7 @@
 #include <utility>
 #include <vector>
 
-#include <idem/server/fingerprint/digest.hpp>
+#include <idem/core/fingerprint/digest.hpp>
 #include <idem/store/batch.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/redis/connection.hpp>

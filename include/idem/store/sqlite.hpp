@@ -65,8 +65,8 @@
 #include <utility>
 #include <vector>
 
+#include <idem/core/fingerprint/digest.hpp>
 #include <idem/outbox/message.hpp>
-#include <idem/server/fingerprint/digest.hpp>
 #include <idem/store/batch.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/detail/connection_pool.hpp>

@@ -24,7 +24,7 @@
 #include <string>
 #include <string_view>
 
-#include <idem/key.hpp>
+#include <idem/core/key.hpp>
 
 namespace idem {
 
@@ -58,7 +58,7 @@ inline constexpr std::string_view default_version_gate_table = "idem_versions";
 
 namespace detail {
 
-// The entity id follows the idempotency key's rule (idem/key.hpp: 1 to max_length bytes of
+// The entity id follows the idempotency key's rule (idem/core/key.hpp: 1 to max_length bytes of
 // visible ASCII): ids of entities are database keys, UUIDs, "order-42", which it admits, and it
 // keeps control characters and invisible bytes out of a table operators read.
 inline void check_version_gate_event(std::string_view entity_id, std::int64_t version,

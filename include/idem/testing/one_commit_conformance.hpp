@@ -36,7 +36,7 @@
 #include <utility>
 #include <vector>
 
-#include <idem/clock.hpp>
+#include <idem/core/clock.hpp>
 #include <idem/policies.hpp>
 #include <idem/server/handler_context.hpp>
 #include <idem/server/idempotent.hpp>

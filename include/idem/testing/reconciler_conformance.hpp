@@ -34,9 +34,9 @@
 #include <thread>
 #include <vector>
 
-#include <idem/clock.hpp>
+#include <idem/core/clock.hpp>
+#include <idem/core/fingerprint/xxh3.hpp>
 #include <idem/reconciler.hpp>
-#include <idem/server/fingerprint/xxh3.hpp>
 #include <idem/server/idempotent.hpp>
 #include <idem/testing/conformance/support.hpp>
 

@@ -3,7 +3,7 @@
 // claimed, and hand the rest to the handler.
 #include <catch2/catch.hpp>
 
-#include <idem/clock.hpp>
+#include <idem/core/clock.hpp>
 #include <idem/http.hpp>
 #include <idem/policies.hpp>
 #include <idem/server/idempotent.hpp>

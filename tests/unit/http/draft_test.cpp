@@ -4,7 +4,7 @@
 // bindings run the same table over real sockets (tests/http).
 #include <catch2/catch.hpp>
 
-#include <idem/clock.hpp>
+#include <idem/core/clock.hpp>
 #include <idem/http.hpp>
 #include <idem/policies.hpp>
 #include <idem/server/idempotent.hpp>

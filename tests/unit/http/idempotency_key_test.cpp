@@ -3,8 +3,8 @@
 // names the section whose statement it checks.
 #include <catch2/catch.hpp>
 
+#include <idem/core/key.hpp>
 #include <idem/http/idempotency_key.hpp>
-#include <idem/key.hpp>
 
 #include <stdexcept>
 #include <string>

@@ -14,9 +14,9 @@
 #include <cstdint>
 #include <cstring>
 
-#include <idem/client/policy/random.hpp>
-#include <idem/clock.hpp>
-#include <idem/key.hpp>
+#include <idem/core/clock.hpp>
+#include <idem/core/key.hpp>
+#include <idem/core/policy/random.hpp>
 
 namespace idem {
 

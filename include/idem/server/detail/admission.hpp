@@ -11,12 +11,12 @@
 #include <string>
 #include <string_view>
 
-#include <idem/key.hpp>
+#include <idem/core/fingerprint/digest.hpp>
+#include <idem/core/key.hpp>
+#include <idem/core/request.hpp>
 #include <idem/server/deadline.hpp>
 #include <idem/server/detail/engine.hpp>
-#include <idem/server/fingerprint/digest.hpp>
 #include <idem/server/outcome.hpp>
-#include <idem/server/request.hpp>
 
 namespace idem::detail {
 

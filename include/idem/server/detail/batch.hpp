@@ -37,12 +37,12 @@
 #include <utility>
 #include <vector>
 
-#include <idem/key.hpp>
-#include <idem/server/codec.hpp>
+#include <idem/core/codec.hpp>
+#include <idem/core/fingerprint/digest.hpp>
+#include <idem/core/key.hpp>
 #include <idem/server/detail/checks.hpp>
 #include <idem/server/detail/held_claim.hpp>
 #include <idem/server/failure.hpp>
-#include <idem/server/fingerprint/digest.hpp>
 #include <idem/server/handler_context.hpp>
 #include <idem/server/observer.hpp>
 #include <idem/server/outcome.hpp>

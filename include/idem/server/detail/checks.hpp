@@ -17,10 +17,10 @@
 #include <type_traits>
 #include <variant>
 
-#include <idem/clock.hpp>
-#include <idem/server/codec.hpp>
+#include <idem/core/clock.hpp>
+#include <idem/core/codec.hpp>
+#include <idem/core/fingerprint/fingerprint.hpp>
 #include <idem/server/failure.hpp>
-#include <idem/server/fingerprint/fingerprint.hpp>
 #include <idem/server/handler_context.hpp>
 #include <idem/server/response_codec.hpp>
 #include <idem/store/contract.hpp>

@@ -8,7 +8,7 @@
 #include <chrono>
 #include <optional>
 
-#include <idem/server/fingerprint/digest.hpp>
+#include <idem/core/fingerprint/digest.hpp>
 #include <idem/store/contract.hpp>
 
 namespace idem::detail {

@@ -31,13 +31,13 @@
 #include <utility>
 #include <vector>
 
-#include <idem/server/codec.hpp>
+#include <idem/core/codec.hpp>
+#include <idem/core/fingerprint/digest.hpp>
 #include <idem/server/detail/checks.hpp>
 #include <idem/server/detail/coalescing.hpp>
 #include <idem/server/detail/held_claim.hpp>
 #include <idem/server/detail/recovery_bytes.hpp>
 #include <idem/server/failure.hpp>
-#include <idem/server/fingerprint/digest.hpp>
 #include <idem/server/handler_context.hpp>
 #include <idem/server/outcome.hpp>
 #include <idem/server/response_codec.hpp>
@@ -447,7 +447,7 @@ class engine {
       throw std::logic_error(
           std::string(who) +
           ": max_kept_request_bytes is set, but this request type cannot be kept: specialise "
-          "idem::codec<Request> for it (idem/server/codec.hpp)");
+          "idem::codec<Request> for it (idem/core/codec.hpp)");
     }
   }
 

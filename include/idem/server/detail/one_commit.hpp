@@ -25,9 +25,9 @@
 #include <string_view>
 #include <utility>
 
+#include <idem/core/fingerprint/digest.hpp>
 #include <idem/server/detail/engine.hpp>
 #include <idem/server/detail/held_claim.hpp>
-#include <idem/server/fingerprint/digest.hpp>
 #include <idem/server/handler_context.hpp>
 #include <idem/server/outcome.hpp>
 #include <idem/store/contract.hpp>

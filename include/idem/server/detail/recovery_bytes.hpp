@@ -24,7 +24,7 @@
 #include <string>
 #include <string_view>
 
-#include <idem/server/codec.hpp>
+#include <idem/core/codec.hpp>
 
 namespace idem::detail {
 

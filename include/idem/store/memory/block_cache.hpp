@@ -8,7 +8,7 @@
 // its class takes no more memory than malloc would; at most 64 KiB a thread is kept.
 //
 // A template whose parameter means nothing, so that it compiles only where the memory store is
-// used (idem/detail/lazy.hpp): block_cache<> is the cache.
+// used (idem/core/detail/lazy.hpp): block_cache<> is the cache.
 #ifndef IDEM_STORE_MEMORY_BLOCK_CACHE_HPP
 #define IDEM_STORE_MEMORY_BLOCK_CACHE_HPP
 
@@ -17,7 +17,7 @@
 #include <new>
 #include <vector>
 
-#include <idem/detail/lazy.hpp>
+#include <idem/core/detail/lazy.hpp>
 
 namespace idem::detail::memory {
 

@@ -11,7 +11,7 @@
 #include <initializer_list>
 #include <string_view>
 
-#include <idem/detail/le64.hpp>
+#include <idem/core/detail/le64.hpp>
 #include <idem/store/memory/siphash.hpp>
 
 namespace idem::detail::memory {

@@ -30,7 +30,7 @@ namespace idem::detail::memory {
 inline constexpr std::size_t shared_stripe = 64;
 
 /// A template whose parameter means nothing, so that it compiles only where the memory store is
-/// used (idem/detail/lazy.hpp): stripe_lease<> is the lease.
+/// used (idem/core/detail/lazy.hpp): stripe_lease<> is the lease.
 template <class Lazy = void>
 class stripe_lease {
  public:

@@ -12,7 +12,7 @@
 // freed by later passes (or when the process ends).
 //
 // Templates whose parameter means nothing, so that they compile only where the memory store is
-// used (idem/detail/lazy.hpp): epoch_guard<> is the guard.
+// used (idem/core/detail/lazy.hpp): epoch_guard<> is the guard.
 #ifndef IDEM_STORE_MEMORY_EPOCH_HPP
 #define IDEM_STORE_MEMORY_EPOCH_HPP
 

@@ -24,7 +24,7 @@
 #include <mutex>
 #include <vector>
 
-#include <idem/detail/lazy.hpp>
+#include <idem/core/detail/lazy.hpp>
 #include <idem/store/memory/ticket_log.hpp>
 
 namespace idem::detail::memory {
@@ -32,7 +32,7 @@ namespace idem::detail::memory {
 /// One shard's lease tickets: appended by writers, lock-free, once a look has started them;
 /// looked at under a mutex of its own that the writers never take. A template whose parameter
 /// means nothing, so that it compiles only where the memory store is used
-/// (idem/detail/lazy.hpp).
+/// (idem/core/detail/lazy.hpp).
 template <class Lazy = void>
 class lease_schedule {
  public:

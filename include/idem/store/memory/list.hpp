@@ -13,7 +13,7 @@
 #include <cstring>
 #include <string_view>
 
-#include <idem/detail/le64.hpp>
+#include <idem/core/detail/le64.hpp>
 #include <idem/store/memory/epoch.hpp>
 #include <idem/store/memory/node.hpp>
 
@@ -126,7 +126,7 @@ inline bool replace(const position& at, node* next, epoch_guard<Lazy>& guard) {
 
 /// Removes the nodes of one chain that expired by `now`, calling removed(node) for each one this
 /// call removed, and counts them. Only one remover a chain at a time (the memory store holds its
-/// shard's sweep lock); claims and writes may race with it. Lazy: see idem/detail/lazy.hpp.
+/// shard's sweep lock); claims and writes may race with it. Lazy: see idem/core/detail/lazy.hpp.
 template <class Lazy = void, class OnRemoved>
 std::size_t remove_expired(std::atomic<std::uintptr_t>& head, std::int64_t now,
                            OnRemoved&& removed) {

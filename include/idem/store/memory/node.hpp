@@ -70,7 +70,7 @@ struct node {
 
   // Nodes live in blocks of block_cache<Lazy>: the functions that make and free them are
   // templates (Lazy means nothing) so that the cache compiles only where they are used
-  // (idem/detail/lazy.hpp). node::make_claim(...) and node::destroy(n) use block_cache<>.
+  // (idem/core/detail/lazy.hpp). node::make_claim(...) and node::destroy(n) use block_cache<>.
 
   /// A node with room for its variable parts, the scope and key copied in, the rest zero.
   template <class Lazy = void>

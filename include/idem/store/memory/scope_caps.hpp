@@ -22,7 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include <idem/detail/lazy.hpp>
+#include <idem/core/detail/lazy.hpp>
 #include <idem/store/memory/siphash.hpp>
 
 namespace idem::detail::memory {
@@ -66,7 +66,7 @@ class scope_expiries {
 };
 
 /// A template whose parameter means nothing, so that it compiles only where the memory store is
-/// used (idem/detail/lazy.hpp): scope_caps<> is the cap, scope_expiries<> a scope's expiries.
+/// used (idem/core/detail/lazy.hpp): scope_caps<> is the cap, scope_expiries<> a scope's expiries.
 template <class Lazy = void>
 class scope_caps {
  public:

@@ -14,8 +14,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include <idem/detail/entropy.hpp>
-#include <idem/detail/le64.hpp>
+#include <idem/core/detail/entropy.hpp>
+#include <idem/core/detail/le64.hpp>
 
 namespace idem::detail {
 

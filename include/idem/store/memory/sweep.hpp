@@ -19,7 +19,7 @@
 #include <mutex>
 #include <vector>
 
-#include <idem/detail/lazy.hpp>
+#include <idem/core/detail/lazy.hpp>
 #include <idem/store/memory/epoch.hpp>
 #include <idem/store/memory/ticket_log.hpp>
 
@@ -27,7 +27,7 @@ namespace idem::detail::memory {
 
 /// One shard's tickets: appended by claims, lock-free; swept under a mutex of its own that the
 /// claims never wait for. A template whose parameter means nothing, so that it compiles only
-/// where the memory store is used (idem/detail/lazy.hpp): expiry_schedule<> is the schedule.
+/// where the memory store is used (idem/core/detail/lazy.hpp): expiry_schedule<> is the schedule.
 template <class Lazy = void>
 class expiry_schedule {
  public:

@@ -14,7 +14,7 @@
 #include <limits>
 #include <vector>
 
-#include <idem/detail/lazy.hpp>
+#include <idem/core/detail/lazy.hpp>
 #include <idem/store/memory/epoch.hpp>
 
 namespace idem::detail::memory {
@@ -52,7 +52,7 @@ using ticket_order = std::greater<std::uint64_t>;
 /// only the drain changes `older` or `consumed` after a block is linked; a full block it has read
 /// whole is unlinked and retired, since a writer that loaded it just before may still be adding
 /// to `taken`. A template whose parameter means nothing, so that it compiles only where the
-/// memory store is used (idem/detail/lazy.hpp).
+/// memory store is used (idem/core/detail/lazy.hpp).
 template <class Lazy = void>
 class ticket_log {
  public:

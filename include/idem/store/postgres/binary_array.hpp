@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-#include <idem/server/fingerprint/digest.hpp>
+#include <idem/core/fingerprint/digest.hpp>
 #include <idem/store/postgres/wire.hpp>
 
 namespace idem::detail::postgres {

@@ -10,8 +10,8 @@
 #include <string_view>
 #include <thread>
 
-#include <idem/client/policy/backoff.hpp>
-#include <idem/client/policy/random.hpp>
+#include <idem/core/policy/backoff.hpp>
+#include <idem/core/policy/random.hpp>
 
 namespace idem::detail::postgres {
 

@@ -61,7 +61,7 @@
 #include <string_view>
 #include <utility>
 
-#include <idem/key.hpp>
+#include <idem/core/key.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/postgres.hpp>
 #include <idem/store/postgres/connection.hpp>

@@ -13,7 +13,7 @@
 #include <span>
 #include <string_view>
 
-#include <idem/server/fingerprint/digest.hpp>
+#include <idem/core/fingerprint/digest.hpp>
 #include <idem/store/contract.hpp>
 
 namespace idem::detail {

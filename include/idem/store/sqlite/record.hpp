@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-#include <idem/server/fingerprint/digest.hpp>
+#include <idem/core/fingerprint/digest.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/sqlite/connection.hpp>
 #include <idem/store/sqlite/statements.hpp>

@@ -54,7 +54,7 @@
 #include <string_view>
 #include <utility>
 
-#include <idem/key.hpp>
+#include <idem/core/key.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/sqlite.hpp>
 #include <idem/store/sqlite/connection.hpp>

@@ -57,7 +57,7 @@ struct lookup_result {
   std::uint64_t ticket = 0;
 };
 
-// Lazy: instantiated only where a tiered_store is (idem/detail/lazy.hpp explains why).
+// Lazy: instantiated only where a tiered_store is (idem/core/detail/lazy.hpp explains why).
 template <class Lazy>
 class tier {
  public:

@@ -25,12 +25,12 @@
 #include <thread>
 #include <vector>
 
+#include <idem/core/codec.hpp>
+#include <idem/core/request.hpp>
 #include <idem/policies.hpp>
-#include <idem/server/codec.hpp>
 #include <idem/server/handler_context.hpp>
 #include <idem/server/idempotent.hpp>
 #include <idem/server/inbox.hpp>
-#include <idem/server/request.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/testing/faulty_store.hpp>
 
