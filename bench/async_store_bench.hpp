@@ -23,7 +23,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include <idem/asio/config.hpp>
+#include <idem/async/asio.hpp>
 #include <idem/store/contract.hpp>
 
 #include <time.h>

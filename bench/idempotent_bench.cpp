@@ -25,9 +25,9 @@
 #include <xxhash.h>
 
 #include <idem/idem.hpp>
-#include <idem/store/memory/bucket_hash.hpp>
-#include <idem/store/memory/epoch.hpp>
-#include <idem/store/memory/siphash.hpp>
+#include <idem/store/memory/detail/bucket_hash.hpp>
+#include <idem/store/memory/detail/epoch.hpp>
+#include <idem/store/memory/detail/siphash.hpp>
 
 #include <absl/container/flat_hash_map.h>
 #include <absl/hash/hash.h>

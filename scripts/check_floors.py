@@ -1,17 +1,15 @@
 #!/usr/bin/env python3
-"""The floors of include/idem: a header includes only headers on its own floor or below, and no
-two headers include each other.
+"""The floors of include/idem: a header includes only headers on its own floor or below, no two
+headers include each other, and what is standard library only never reaches Asio.
 
 Reads every header under include/idem, gives each a floor from FLOORS (the table at the top of
 docs/development.md, "Layout": change the two together) and fails, listing each offence as
 `file:line includes X (floor a -> floor b)`, when a header includes one on a higher floor, when
-two headers include each other, or when a header has no floor in the table.
+two headers include each other, when a header below the bindings without "async" in its path
+includes one with it (what needs Asio is named so), or when a header has no floor in the table.
+The last line is the summary:
 
-The house is rebuilt in steps (issue 50), so the back-includes and mutual includes that stand
-today are listed in KNOWN: a new one fails, and so does a KNOWN one that no longer exists, so
-that the list only shrinks. The last line is the summary:
-
-    floors: N headers, B back-includes (K known), M mutual (K known)
+    floors: N headers, B back-includes, M mutual, A reaching Asio
 
     scripts/check_floors.py                  check include/ of this checkout
     scripts/check_floors.py --include DIR    check DIR/idem instead (the test plants offences)
@@ -46,11 +44,13 @@ FLOORS = {
     # 0 ground
     "idem/core/": 0,
     "idem/version.hpp": 0,
-    # 1 contracts
+    # 1 contracts, and the asynchronous ground both async sides stand on
     "idem/store/contract.hpp": 1,
+    "idem/store/async_contract.hpp": 1,
     "idem/store/batch.hpp": 1,
     "idem/store/one_commit.hpp": 1,
     "idem/outbox/": 1,
+    "idem/async/": 1,
     # 2 engines, and the vocabulary of both sides (every server/ and client/ header not a face)
     "idem/server/": 2,
     "idem/client/": 2,
@@ -58,10 +58,13 @@ FLOORS = {
     "idem/policies.hpp": 2,
     # 3 backends
     "idem/store/": 3,
-    # 4 faces
+    # 4 faces: each blocking face beside its asynchronous twin
     "idem/server/idempotent.hpp": 4,
+    "idem/server/async_idempotent.hpp": 4,
     "idem/server/inbox.hpp": 4,
+    "idem/server/async_inbox.hpp": 4,
     "idem/client/retrying.hpp": 4,
+    "idem/client/async_retrying.hpp": 4,
     "idem/outbox/relay.hpp": 4,
     "idem/outbox/relay_policies.hpp": 4,
     "idem/outbox/relay_observer.hpp": 4,
@@ -69,9 +72,8 @@ FLOORS = {
     "idem/reconcile/": 4,
     # 5 umbrella
     "idem/idem.hpp": 5,
-    # 6 bindings (asio/ holds the async engine and faces too until they move down)
+    # 6 bindings
     "idem/asio.hpp": 6,
-    "idem/asio/": 6,
     "idem/http.hpp": 6,
     "idem/http/": 6,
     "idem/grpc.hpp": 6,
@@ -83,34 +85,16 @@ FLOORS = {
     "idem/testing/": 7,
 }
 
-# What stands today and goes in the next steps of issue 50. One line each:
-# "includer -> included" for a back-include, "a <-> b" (sorted) for a mutual pair.
-KNOWN = {
-    # The async stores include the async store contract and the Asio selection, which stay in
-    # asio/ (bindings) until they come down to the contracts floor.
-    "idem/store/async_postgres.hpp -> idem/asio/async_store.hpp",
-    "idem/store/async_postgres.hpp -> idem/asio/config.hpp",
-    "idem/store/async_redis.hpp -> idem/asio/async_store.hpp",
-    "idem/store/async_redis.hpp -> idem/asio/config.hpp",
-    "idem/store/postgres/async/job.hpp -> idem/asio/config.hpp",
-    "idem/store/postgres/async/link.hpp -> idem/asio/config.hpp",
-    "idem/store/postgres/async/operations.hpp -> idem/asio/config.hpp",
-    "idem/store/postgres/async/pool.hpp -> idem/asio/config.hpp",
-    "idem/store/postgres/async/session.hpp -> idem/asio/config.hpp",
-    "idem/store/redis/async/connection.hpp -> idem/asio/config.hpp",
-    "idem/store/redis/async/exchange.hpp -> idem/asio/config.hpp",
-    "idem/store/redis/async/pool.hpp -> idem/asio/config.hpp",
-    # The umbrella includes a binding: http.hpp leaves idem.hpp.
-    "idem/idem.hpp -> idem/http.hpp",
-    # A store's face includes, at its end, the definitions of its batch and one-commit members,
-    # and they include the face for the class they define: to be untangled so that one of the
-    # two includes the other and not back.
-    "idem/store/postgres.hpp <-> idem/store/postgres/batch.hpp",
-    "idem/store/postgres.hpp <-> idem/store/postgres/one_commit.hpp",
-    "idem/store/redis.hpp <-> idem/store/redis/batch.hpp",
-    "idem/store/sqlite.hpp <-> idem/store/sqlite/batch.hpp",
-    "idem/store/sqlite.hpp <-> idem/store/sqlite/one_commit.hpp",
-}
+# What needs Asio: a path with an "async" part (idem/async/, async_*.hpp, <backend>/async.hpp,
+# detail/async/). Below the bindings, a header without one never includes a header with one, so
+# the standard-library-only core never reaches Asio.
+ASYNC_RE = re.compile(r"(^|/)async([_/.])")
+FIRST_BINDING_FLOOR = 6
+
+
+def needs_asio(header: str) -> bool:
+    return ASYNC_RE.search(header) is not None
+
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*[<"](idem/[^>"]+)[>"]')
 
@@ -168,19 +152,23 @@ def check(include_dir: pathlib.Path) -> tuple[list[str], str]:
                                     f"include/{header}:{number} includes {included}, which "
                                     "includes it back")
 
-    for found in (back, mutual):
-        for key, message in sorted(found.items()):
-            if key not in KNOWN:
-                problems.append(message)
-    for key in sorted(KNOWN):
-        if key not in back and key not in mutual:
-            problems.append(f"KNOWN entry no longer found: {key} (remove it from KNOWN in "
-                            "scripts/check_floors.py: the list only shrinks)")
+    asio_leaks = 0
+    for header, includes in graph.items():
+        floor = floor_of(header)
+        if needs_asio(header) or floor is None or floor >= FIRST_BINDING_FLOOR:
+            continue
+        for number, included in includes:
+            if needs_asio(included):
+                asio_leaks += 1
+                problems.append(f"include/{header}:{number} includes {included}, which needs "
+                                "Asio: a header below the bindings without \"async\" in its "
+                                "path stays standard library only")
 
-    known_back = sum(1 for key in back if key in KNOWN)
-    known_mutual = sum(1 for key in mutual if key in KNOWN)
-    summary = (f"floors: {len(graph)} headers, {len(back)} back-includes ({known_back} known), "
-               f"{len(mutual)} mutual ({known_mutual} known)")
+    for found in (back, mutual):
+        problems.extend(message for _, message in sorted(found.items()))
+
+    summary = (f"floors: {len(graph)} headers, {len(back)} back-includes, {len(mutual)} mutual, "
+               f"{asio_leaks} reaching Asio")
     return problems, summary
 
 

@@ -31,8 +31,8 @@
 
 #include <idem/asio.hpp>
 #include <idem/http/beast.hpp>
-#include <idem/store/async_postgres.hpp>
-#include <idem/store/async_redis.hpp>
+#include <idem/store/postgres/async.hpp>
+#include <idem/store/redis/async.hpp>
 
 #include <boost/asio/thread_pool.hpp>
 

@@ -20,7 +20,6 @@
 #include <idem/client/retry_after.hpp>
 #include <idem/client/retry_outcome.hpp>
 #include <idem/client/retrying.hpp>
-#include <idem/http.hpp>
 
 // Server side: idem::idempotent, idem::inbox, fingerprints and codecs.
 #include <idem/core/codec.hpp>

@@ -1,5 +1,5 @@
 // The asynchronous driver of the guarded conformance cases
-// (idem/testing/conformance/guarded_cases.hpp): the same case bodies, each call made through
+// (idem/testing/detail/conformance/guarded_cases.hpp): the same case bodies, each call made through
 // async_idempotent or async_inbox and run to its end on an event loop of its own under the
 // cases' clock. The cases' blocking handlers become coroutines that run on that loop with the
 // async_handler_context as their handler_context, so their steps are recorded through the

@@ -1,10 +1,10 @@
-// The guarded conformance cases (idem/testing/conformance/guarded_cases.hpp) through the
+// The guarded conformance cases (idem/testing/detail/conformance/guarded_cases.hpp) through the
 // asynchronous driver: every server verdict, takeover, fencing, coalescing and the inbox, the
 // same case bodies the blocking wrappers pass, over the memory store and, where the adapter is
 // built, over SQLite with its calls on a thread pool.
 #include <catch2/catch.hpp>
 
-#include <idem/asio/blocking_store.hpp>
+#include <idem/async/blocking_store.hpp>
 #include <idem/store/memory.hpp>
 #include <idem/testing/posted_store.hpp>
 #include <idem/testing/store_conformance.hpp>

@@ -1,11 +1,11 @@
-// The asynchronous store contract (idem/asio/async_store.hpp) and blocking_store: the whole
+// The asynchronous store contract (idem/store/async_contract.hpp) and blocking_store: the whole
 // Store conformance suite run against an asynchronous store through blocking_store (the driver
 // every asynchronous store's tests use), here over posted_store, the reference asynchronous
 // store with no server behind it; and blocking_store's refusal on the store's own thread.
 #include <catch2/catch.hpp>
 
-#include <idem/asio/async_store.hpp>
-#include <idem/asio/blocking_store.hpp>
+#include <idem/async/blocking_store.hpp>
+#include <idem/store/async_contract.hpp>
 #include <idem/store/locked.hpp>
 #include <idem/store/memory.hpp>
 #include <idem/testing/posted_store.hpp>

@@ -8,7 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include <idem/asio.hpp>
-#include <idem/asio/async_store.hpp>
+#include <idem/store/async_contract.hpp>
 #include <idem/store/memory.hpp>
 #include <idem/testing/posted_store.hpp>
 

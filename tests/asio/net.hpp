@@ -12,7 +12,7 @@
 #include <boost/asio/experimental/awaitable_operators.hpp>
 #endif
 
-#include <idem/asio/config.hpp>
+#include <idem/async/asio.hpp>
 
 namespace test_net {
 namespace asio = idem::asio;

@@ -4,8 +4,8 @@
 // each sequence gets a store, and a key prefix, of its own.
 #include <catch2/catch.hpp>
 
-#include <idem/asio/blocking_store.hpp>
-#include <idem/store/async_redis.hpp>
+#include <idem/async/blocking_store.hpp>
+#include <idem/store/redis/async.hpp>
 
 #include "store_model.hpp"
 #include "stores/redis/redis_test_support.hpp"

@@ -4,7 +4,7 @@
 // scopes fall in different slots, so a sequence's operations go to several primaries.
 #include <catch2/catch.hpp>
 
-#include <idem/store/redis_cluster.hpp>
+#include <idem/store/redis/cluster.hpp>
 
 #include "store_model.hpp"
 #include "stores/redis/redis_cluster_support.hpp"

@@ -15,7 +15,7 @@
 
 #include <idem/idem.hpp>
 #include <idem/store/tiered.hpp>
-#include <idem/testing/conformance/guarded_handlers.hpp>
+#include <idem/testing/detail/conformance/guarded_handlers.hpp>
 
 #include <algorithm>
 #include <atomic>

@@ -25,8 +25,8 @@
 #include <unistd.h>
 
 #include <idem/asio.hpp>
-#include <idem/store/async_postgres.hpp>
 #include <idem/store/postgres.hpp>
+#include <idem/store/postgres/async.hpp>
 
 #include <cstdint>
 #include <cstdlib>

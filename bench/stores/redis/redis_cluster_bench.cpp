@@ -28,7 +28,7 @@
 #include <vector>
 
 #include <idem/store/redis.hpp>
-#include <idem/store/redis_cluster.hpp>
+#include <idem/store/redis/cluster.hpp>
 
 #include "redis_private_server.hpp"
 

@@ -15,8 +15,8 @@
 #include <hiredis/hiredis.h>
 
 #include <idem/asio.hpp>
-#include <idem/store/async_redis.hpp>
 #include <idem/store/redis.hpp>
+#include <idem/store/redis/async.hpp>
 
 #include <chrono>
 #include <cstdint>

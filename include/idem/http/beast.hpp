@@ -34,7 +34,7 @@
 #ifndef IDEM_HTTP_BEAST_HPP
 #define IDEM_HTTP_BEAST_HPP
 
-#include <idem/asio/config.hpp>
+#include <idem/async/asio.hpp>
 
 #if defined(IDEM_ASIO_STANDALONE)
 #error "idem/http/beast.hpp needs Boost.Asio: Boost.Beast is built on it, not on standalone Asio"
@@ -60,12 +60,12 @@
 #include <type_traits>
 #include <utility>
 
-#include <idem/asio/detail/async_engine.hpp>
 #include <idem/core/request.hpp>
 #include <idem/http/exchange.hpp>
 #include <idem/http/idempotency_key.hpp>
 #include <idem/http/problem.hpp>
 #include <idem/http/specification.hpp>
+#include <idem/server/detail/async_engine.hpp>
 #include <idem/server/outcome.hpp>
 
 IDEM_ASIO_CODE_BEGIN

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include <idem/client/redacted_key.hpp>
-#include <idem/core/fingerprint/json/utf8.hpp>
+#include <idem/core/fingerprint/json/detail/utf8.hpp>
 #include <idem/server/lookup.hpp>
 
 namespace idem {

@@ -54,7 +54,7 @@
 #include <idem/redis_streams/stream_error.hpp>
 #include <idem/server/inbox.hpp>
 #include <idem/store/contract.hpp>
-#include <idem/store/redis/connection.hpp>
+#include <idem/store/redis/detail/connection.hpp>
 
 namespace idem {
 

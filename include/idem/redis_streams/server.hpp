@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-#include <idem/store/redis/connection.hpp>
+#include <idem/store/redis/detail/connection.hpp>
 
 namespace idem::redis_streams {
 

@@ -1,5 +1,5 @@
 // idem::redis_streams::sink: the outbox Sink (idem/outbox/sink.hpp) on Redis Streams, through
-// hiredis and the Redis store's connections (store/redis/connection.hpp: pooled, AUTH, SELECT,
+// hiredis and the Redis store's connections (store/redis/detail/connection.hpp: pooled, AUTH, SELECT,
 // timeouts, SIGPIPE kept away, a reused connection the server closed tried once more).
 //
 //   idem::redis_streams::sink sink({.server = {.host = "redis"}, .stream_prefix = "outbox:"});
@@ -62,8 +62,8 @@
 #include <idem/redis_streams/entry.hpp>
 #include <idem/redis_streams/server.hpp>
 #include <idem/store/contract.hpp>
-#include <idem/store/redis/connection.hpp>
-#include <idem/store/redis/reply.hpp>
+#include <idem/store/redis/detail/connection.hpp>
+#include <idem/store/redis/detail/reply.hpp>
 
 namespace idem::redis_streams {
 

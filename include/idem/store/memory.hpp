@@ -62,16 +62,16 @@
 
 #include <idem/core/detail/lazy.hpp>
 #include <idem/store/contract.hpp>
-#include <idem/store/memory/bucket_array.hpp>
-#include <idem/store/memory/bucket_hash.hpp>
-#include <idem/store/memory/counters.hpp>
-#include <idem/store/memory/epoch.hpp>
-#include <idem/store/memory/leases.hpp>
-#include <idem/store/memory/list.hpp>
-#include <idem/store/memory/node.hpp>
-#include <idem/store/memory/scope_caps.hpp>
-#include <idem/store/memory/siphash.hpp>
-#include <idem/store/memory/sweep.hpp>
+#include <idem/store/memory/detail/bucket_array.hpp>
+#include <idem/store/memory/detail/bucket_hash.hpp>
+#include <idem/store/memory/detail/counters.hpp>
+#include <idem/store/memory/detail/epoch.hpp>
+#include <idem/store/memory/detail/leases.hpp>
+#include <idem/store/memory/detail/list.hpp>
+#include <idem/store/memory/detail/node.hpp>
+#include <idem/store/memory/detail/scope_caps.hpp>
+#include <idem/store/memory/detail/siphash.hpp>
+#include <idem/store/memory/detail/sweep.hpp>
 
 namespace idem {
 

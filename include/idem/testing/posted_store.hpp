@@ -1,4 +1,4 @@
-// posted_store<S>: an asynchronous store (idem/asio/async_store.hpp) made of a blocking Store
+// posted_store<S>: an asynchronous store (idem/store/async_contract.hpp) made of a blocking Store
 // that never waits (memory_store, locked_store): each operation is posted to the store's
 // executor, runs the blocking call there, and completes on the completion handler's executor.
 // A reference AsyncStore with no server behind it, for the drivers' tests: every operation
@@ -18,8 +18,8 @@
 #include <utility>
 #include <vector>
 
-#include <idem/asio/async_store.hpp>
-#include <idem/asio/config.hpp>
+#include <idem/async/asio.hpp>
+#include <idem/store/async_contract.hpp>
 #include <idem/store/contract.hpp>
 
 namespace idem::testing {

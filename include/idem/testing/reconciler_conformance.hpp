@@ -38,7 +38,7 @@
 #include <idem/core/fingerprint/xxh3.hpp>
 #include <idem/reconciler.hpp>
 #include <idem/server/idempotent.hpp>
-#include <idem/testing/conformance/support.hpp>
+#include <idem/testing/detail/conformance/support.hpp>
 
 namespace idem::testing {
 

@@ -23,10 +23,10 @@
 // The cases that go through a wrapper are registered apart too, for any driver of the wrappers:
 // IDEM_GUARDED_CONFORMANCE_TESTS(Factory, Driver, "name prefix: ") with Driver blocking_driver
 // (what IDEM_STORE_CONFORMANCE_TESTS uses) or an asynchronous driver's (tests/asio runs them
-// through async_idempotent and async_inbox; idem/testing/conformance/guarded_handlers.hpp says
+// through async_idempotent and async_inbox; idem/testing/detail/conformance/guarded_handlers.hpp says
 // what a driver provides).
 //
-// The cases live in idem/testing/conformance/: support.hpp, store_cases.hpp, guarded_cases.hpp
+// The cases live in idem/testing/detail/conformance/: support.hpp, store_cases.hpp, guarded_cases.hpp
 // (with guarded_handlers.hpp) and storm.hpp; this header registers them.
 #ifndef IDEM_TESTING_STORE_CONFORMANCE_HPP
 #define IDEM_TESTING_STORE_CONFORMANCE_HPP
@@ -35,10 +35,10 @@
 #error "Include <catch2/catch.hpp> before <idem/testing/store_conformance.hpp>."
 #endif
 
-#include <idem/testing/conformance/guarded_cases.hpp>
-#include <idem/testing/conformance/store_cases.hpp>
-#include <idem/testing/conformance/storm.hpp>
-#include <idem/testing/conformance/support.hpp>
+#include <idem/testing/detail/conformance/guarded_cases.hpp>
+#include <idem/testing/detail/conformance/store_cases.hpp>
+#include <idem/testing/detail/conformance/storm.hpp>
+#include <idem/testing/detail/conformance/support.hpp>
 
 // One Catch2 test case per behaviour, for the factory given. A macro only because Catch2
 // registers test cases with macros; each case is the function of the same name above.
@@ -52,7 +52,7 @@
   }
 
 // The cases that drive a store through a wrapper, for the factory given, called through
-// `Driver` (idem/testing/conformance/guarded_handlers.hpp: blocking_driver, or an asynchronous
+// `Driver` (idem/testing/detail/conformance/guarded_handlers.hpp: blocking_driver, or an asynchronous
 // driver's), each test named `prefix` and its behaviour.
 #define IDEM_GUARDED_CASE(Factory, Driver, prefix, behaviour, tags, function)        \
   TEMPLATE_TEST_CASE(prefix behaviour, tags, Factory) {                              \

@@ -3,8 +3,8 @@
 // an operation at its start, as each documents: the PostgreSQL store with
 // store_error(unavailable), the Redis store with std::logic_error. Exits 0 only then.
 #include <idem/asio.hpp>
-#include <idem/store/async_postgres.hpp>
-#include <idem/store/async_redis.hpp>
+#include <idem/store/postgres/async.hpp>
+#include <idem/store/redis/async.hpp>
 
 #include <boost/asio/io_context.hpp>
 

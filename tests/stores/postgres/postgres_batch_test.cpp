@@ -1,4 +1,4 @@
-// postgres_store's batches (store/postgres/batch.hpp) and inbox::deduplicate_batch over them,
+// postgres_store's batches (store/postgres/detail/batch.hpp) and inbox::deduplicate_batch over them,
 // against the real server: one statement claims a batch with the single claim's semantics per
 // id, and a transactional consumer's writes for the whole batch commit with its records.
 #include <catch2/catch.hpp>

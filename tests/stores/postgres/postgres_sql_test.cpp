@@ -1,11 +1,11 @@
 // postgres_store's parts on their own: the statements' SQL and parameter types
-// (store/postgres/statements.hpp), checked as text, without a server; and the table's
-// migration (store/postgres/schema.hpp), run on a plain libpq connection to the real server,
+// (store/postgres/detail/statements.hpp), checked as text, without a server; and the table's
+// migration (store/postgres/detail/schema.hpp), run on a plain libpq connection to the real server,
 // with no store around it.
 #include <catch2/catch.hpp>
 
-#include <idem/store/postgres/schema.hpp>
-#include <idem/store/postgres/statements.hpp>
+#include <idem/store/postgres/detail/schema.hpp>
+#include <idem/store/postgres/detail/statements.hpp>
 
 #include <libpq-fe.h>
 

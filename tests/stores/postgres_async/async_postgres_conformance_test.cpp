@@ -3,8 +3,8 @@
 // blocking_store, with caller time so that the suites' manual clock rules.
 #include <catch2/catch.hpp>
 
-#include <idem/asio/blocking_store.hpp>
-#include <idem/store/async_postgres.hpp>
+#include <idem/async/blocking_store.hpp>
+#include <idem/store/postgres/async.hpp>
 #include <idem/testing/reconciler_conformance.hpp>
 #include <idem/testing/store_conformance.hpp>
 

@@ -5,8 +5,8 @@
 // case checks that nothing is matched to the wrong operation afterwards.
 #include <catch2/catch.hpp>
 
-#include <idem/asio/blocking_store.hpp>
-#include <idem/store/async_postgres.hpp>
+#include <idem/async/blocking_store.hpp>
+#include <idem/store/postgres/async.hpp>
 
 #include <atomic>
 #include <chrono>

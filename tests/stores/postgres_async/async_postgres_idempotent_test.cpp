@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <idem/asio.hpp>
-#include <idem/store/async_postgres.hpp>
+#include <idem/store/postgres/async.hpp>
 
 #include <atomic>
 #include <chrono>

@@ -6,8 +6,8 @@
 // consecutive operations of a sequence share connections.
 #include <catch2/catch.hpp>
 
-#include <idem/asio/blocking_store.hpp>
-#include <idem/store/async_postgres.hpp>
+#include <idem/async/blocking_store.hpp>
+#include <idem/store/postgres/async.hpp>
 
 #include <string>
 

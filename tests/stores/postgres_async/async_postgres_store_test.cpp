@@ -3,9 +3,9 @@
 // postgres_store, the server's clock, options refused, and a server that cannot be reached.
 #include <catch2/catch.hpp>
 
-#include <idem/asio/blocking_store.hpp>
-#include <idem/store/async_postgres.hpp>
+#include <idem/async/blocking_store.hpp>
 #include <idem/store/postgres.hpp>
+#include <idem/store/postgres/async.hpp>
 
 #include <chrono>
 #include <cstddef>

@@ -4,9 +4,9 @@
 
 #include <catch2/catch.hpp>
 
-#include <idem/asio/blocking_store.hpp>
-#include <idem/store/async_postgres.hpp>
-#include <idem/testing/conformance/support.hpp>
+#include <idem/async/blocking_store.hpp>
+#include <idem/store/postgres/async.hpp>
+#include <idem/testing/detail/conformance/support.hpp>
 
 #include <chrono>
 #include <memory>

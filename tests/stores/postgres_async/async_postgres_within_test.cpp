@@ -2,7 +2,7 @@
 // connection, commits together with the record or not at all; postgres_store's semantics.
 #include <catch2/catch.hpp>
 
-#include <idem/store/async_postgres.hpp>
+#include <idem/store/postgres/async.hpp>
 
 #include <chrono>
 #include <optional>

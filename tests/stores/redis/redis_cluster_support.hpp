@@ -22,8 +22,8 @@
 #include <thread>
 #include <vector>
 
-#include <idem/store/redis/keys.hpp>
-#include <idem/store/redis_cluster.hpp>
+#include <idem/store/redis/cluster.hpp>
+#include <idem/store/redis/detail/keys.hpp>
 
 #include "redis_test_support.hpp"
 

@@ -24,7 +24,7 @@
 
 #include <idem/idem.hpp>
 #include <idem/store/redis/cluster.hpp>
-#include <idem/store/redis_cluster.hpp>
+#include <idem/store/redis/detail/cluster.hpp>
 #include <idem/testing/reconciler_conformance.hpp>
 #include <idem/testing/store_conformance.hpp>
 

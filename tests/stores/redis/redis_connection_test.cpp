@@ -1,4 +1,4 @@
-// redis_client (idem/store/redis/connection.hpp): the checks at start on answers as a server
+// redis_client (idem/store/redis/detail/connection.hpp): the checks at start on answers as a server
 // gives them (parsed from RESP by hiredis's reader, no server involved), the settings it
 // refuses, and against real servers: connecting (database, AUTH, SELECT), the eviction policy
 // refused at construction, a server without CONFIG, and scripts the server lost sent again
@@ -17,8 +17,8 @@
 #include <vector>
 
 #include <idem/store/redis.hpp>
-#include <idem/store/redis/connection.hpp>
-#include <idem/store/redis/keys.hpp>
+#include <idem/store/redis/detail/connection.hpp>
+#include <idem/store/redis/detail/keys.hpp>
 
 #include "redis_test_support.hpp"
 #include "support/store_errors.hpp"

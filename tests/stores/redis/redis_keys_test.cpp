@@ -1,5 +1,5 @@
 // The names of redis_store's keys and the encoding of its scripts' arguments
-// (idem/store/redis/keys.hpp), without a server: scopes of any bytes round-trip through their
+// (idem/store/redis/detail/keys.hpp), without a server: scopes of any bytes round-trip through their
 // hash tag, two scopes' keys never meet, and times are decimal nanoseconds since 1970.
 // redis_store_test.cpp checks on a server that the store writes exactly these names.
 #include <catch2/catch.hpp>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include <idem/store/redis/keys.hpp>
+#include <idem/store/redis/detail/keys.hpp>
 
 using idem::detail::redis_keys_of;
 using idem::detail::redis_scope_keys_of;

@@ -3,8 +3,8 @@
 // a connection killed mid-pipeline, a server down and back; and the handshake's refusals.
 #include <catch2/catch.hpp>
 
-#include <idem/store/async_redis.hpp>
 #include <idem/store/redis.hpp>
+#include <idem/store/redis/async.hpp>
 
 #include <chrono>
 #include <cstddef>

@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include <idem/store/async_redis.hpp>
+#include <idem/store/redis/async.hpp>
 
 #include "redis_async_test_support.hpp"
 #include "redis_replication_support.hpp"

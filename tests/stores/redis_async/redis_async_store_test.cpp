@@ -3,9 +3,9 @@
 // fallback, the executor an operation completes on, and the options it refuses.
 #include <catch2/catch.hpp>
 
-#include <idem/asio/blocking_store.hpp>
-#include <idem/store/async_redis.hpp>
+#include <idem/async/blocking_store.hpp>
 #include <idem/store/redis.hpp>
+#include <idem/store/redis/async.hpp>
 
 #include <chrono>
 #include <cstddef>

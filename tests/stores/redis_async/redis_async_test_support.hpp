@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include <idem/asio/blocking_store.hpp>
-#include <idem/store/async_redis.hpp>
+#include <idem/async/blocking_store.hpp>
+#include <idem/store/redis/async.hpp>
 
 #include "redis_test_support.hpp"
 

@@ -1,4 +1,4 @@
-// sqlite_store's batches (store/sqlite/batch.hpp) and inbox::deduplicate_batch over them, on
+// sqlite_store's batches (store/sqlite/detail/batch.hpp) and inbox::deduplicate_batch over them, on
 // real database files: a batch's claims in one write transaction with the single claim's
 // semantics per id, and a transactional consumer's writes for the whole batch committed with its
 // records in one transaction.

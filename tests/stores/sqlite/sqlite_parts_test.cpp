@@ -1,14 +1,14 @@
 // sqlite_store's parts, each on a connection of its own to a fresh file, without the store
-// around them: a record in and out of its statements (store/sqlite/record.hpp), the write
+// around them: a record in and out of its statements (store/sqlite/detail/record.hpp), the write
 // transaction (connection.hpp), the bounds (bounds.hpp) and the handler's own SQL
 // (handler_sql.hpp).
 #include <catch2/catch.hpp>
 
-#include <idem/store/sqlite/bounds.hpp>
-#include <idem/store/sqlite/connection.hpp>
-#include <idem/store/sqlite/handler_sql.hpp>
-#include <idem/store/sqlite/record.hpp>
-#include <idem/store/sqlite/statements.hpp>
+#include <idem/store/sqlite/detail/bounds.hpp>
+#include <idem/store/sqlite/detail/connection.hpp>
+#include <idem/store/sqlite/detail/handler_sql.hpp>
+#include <idem/store/sqlite/detail/record.hpp>
+#include <idem/store/sqlite/detail/statements.hpp>
 
 #include <sqlite3.h>
 

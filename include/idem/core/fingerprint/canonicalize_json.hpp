@@ -28,10 +28,10 @@
 #include <string>
 #include <string_view>
 
+#include <idem/core/fingerprint/json/detail/exclusions.hpp>
+#include <idem/core/fingerprint/json/detail/parser.hpp>
+#include <idem/core/fingerprint/json/detail/writer.hpp>
 #include <idem/core/fingerprint/json/document.hpp>
-#include <idem/core/fingerprint/json/exclusions.hpp>
-#include <idem/core/fingerprint/json/parser.hpp>
-#include <idem/core/fingerprint/json/writer.hpp>
 
 namespace idem {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include <idem/redis_streams/stream_error.hpp>
-#include <idem/store/redis/reply.hpp>
+#include <idem/store/redis/detail/reply.hpp>
 
 namespace idem::redis_streams::detail {
 

@@ -1,7 +1,7 @@
 // The machinery idempotent and inbox share: claim, run under the fence, record or release.
 //
 // One run path, in steps a driver can call apart (the blocking wrappers call run; the
-// asynchronous driver, idem/asio/detail/async_engine.hpp, calls the steps, each store call
+// asynchronous driver, idem/server/detail/async_engine.hpp, calls the steps, each store call
 // where its store's calls must run):
 //
 //   claim_waiting    claims (scope, key) in the store, waiting for a duplicate to settle where

@@ -10,7 +10,7 @@
 //
 // The table (<table>_outbox, beside the store's records) is made by postgres_store's migration:
 // construct a store on the database once before writing to it this way. Its columns:
-// store/postgres/schema.hpp; the rest: docs/outbox.md.
+// store/postgres/detail/schema.hpp; the rest: docs/outbox.md.
 #ifndef IDEM_STORE_POSTGRES_OUTBOX_HPP
 #define IDEM_STORE_POSTGRES_OUTBOX_HPP
 
@@ -27,10 +27,10 @@
 #include <idem/outbox/headers.hpp>
 #include <idem/outbox/message.hpp>
 #include <idem/store/contract.hpp>
+#include <idem/store/postgres/detail/failure.hpp>
+#include <idem/store/postgres/detail/statements.hpp>
+#include <idem/store/postgres/detail/wire.hpp>
 #include <idem/store/postgres/error.hpp>
-#include <idem/store/postgres/failure.hpp>
-#include <idem/store/postgres/statements.hpp>
-#include <idem/store/postgres/wire.hpp>
 
 namespace idem::detail::postgres {
 

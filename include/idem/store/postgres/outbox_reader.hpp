@@ -59,11 +59,11 @@
 #include <idem/outbox/sink.hpp>
 #include <idem/outbox/source.hpp>
 #include <idem/store/contract.hpp>
-#include <idem/store/postgres/failure.hpp>
-#include <idem/store/postgres/outbox_sql.hpp>
-#include <idem/store/postgres/schema.hpp>
-#include <idem/store/postgres/statements.hpp>
-#include <idem/store/postgres/wire.hpp>
+#include <idem/store/postgres/detail/failure.hpp>
+#include <idem/store/postgres/detail/outbox_sql.hpp>
+#include <idem/store/postgres/detail/schema.hpp>
+#include <idem/store/postgres/detail/statements.hpp>
+#include <idem/store/postgres/detail/wire.hpp>
 
 namespace idem::detail::postgres {
 

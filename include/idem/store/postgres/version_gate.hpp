@@ -64,11 +64,11 @@
 #include <idem/core/key.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/postgres.hpp>
-#include <idem/store/postgres/connection.hpp>
+#include <idem/store/postgres/detail/connection.hpp>
+#include <idem/store/postgres/detail/failure.hpp>
+#include <idem/store/postgres/detail/schema.hpp>
+#include <idem/store/postgres/detail/wire.hpp>
 #include <idem/store/postgres/error.hpp>
-#include <idem/store/postgres/failure.hpp>
-#include <idem/store/postgres/schema.hpp>
-#include <idem/store/postgres/wire.hpp>
 #include <idem/store/version_gate.hpp>
 
 namespace idem {

@@ -26,10 +26,10 @@
 #include <vector>
 
 #include <idem/store/contract.hpp>
-#include <idem/store/redis/command.hpp>
-#include <idem/store/redis/keys.hpp>
-#include <idem/store/redis/reply.hpp>
-#include <idem/store/redis/scripts.hpp>
+#include <idem/store/redis/detail/command.hpp>
+#include <idem/store/redis/detail/keys.hpp>
+#include <idem/store/redis/detail/reply.hpp>
+#include <idem/store/redis/detail/scripts.hpp>
 
 namespace idem {
 

@@ -42,10 +42,10 @@
 #include <utility>
 
 #include <idem/store/contract.hpp>
-#include <idem/store/sqlite/bounds.hpp>
-#include <idem/store/sqlite/connection.hpp>
-#include <idem/store/sqlite/record.hpp>
-#include <idem/store/sqlite/statements.hpp>
+#include <idem/store/sqlite/detail/bounds.hpp>
+#include <idem/store/sqlite/detail/connection.hpp>
+#include <idem/store/sqlite/detail/record.hpp>
+#include <idem/store/sqlite/detail/statements.hpp>
 
 namespace idem {
 

@@ -8,7 +8,7 @@
 //   sqlite3_exec(db, "COMMIT", ...);
 //
 // The table (idem_outbox) is part of sqlite_store's schema: open a store on the file once
-// before writing to it this way. Its columns: store/sqlite/statements.hpp; the rest:
+// before writing to it this way. Its columns: store/sqlite/detail/statements.hpp; the rest:
 // docs/outbox.md.
 #ifndef IDEM_STORE_SQLITE_OUTBOX_HPP
 #define IDEM_STORE_SQLITE_OUTBOX_HPP
@@ -24,8 +24,8 @@
 
 #include <idem/outbox/headers.hpp>
 #include <idem/outbox/message.hpp>
+#include <idem/store/sqlite/detail/handler_sql.hpp>
 #include <idem/store/sqlite/error.hpp>
-#include <idem/store/sqlite/handler_sql.hpp>
 
 namespace idem::detail {
 

@@ -41,9 +41,9 @@
 #include <idem/outbox/sink.hpp>
 #include <idem/outbox/source.hpp>
 #include <idem/store/contract.hpp>
-#include <idem/store/sqlite/connection.hpp>
-#include <idem/store/sqlite/record.hpp>
-#include <idem/store/sqlite/statements.hpp>
+#include <idem/store/sqlite/detail/connection.hpp>
+#include <idem/store/sqlite/detail/record.hpp>
+#include <idem/store/sqlite/detail/statements.hpp>
 
 namespace idem::detail {
 

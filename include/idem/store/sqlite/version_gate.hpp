@@ -57,9 +57,9 @@
 #include <idem/core/key.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/sqlite.hpp>
-#include <idem/store/sqlite/connection.hpp>
+#include <idem/store/sqlite/detail/connection.hpp>
+#include <idem/store/sqlite/detail/record.hpp>
 #include <idem/store/sqlite/error.hpp>
-#include <idem/store/sqlite/record.hpp>
 #include <idem/store/version_gate.hpp>
 
 namespace idem {

@@ -2,7 +2,7 @@
 // size class, and the cache keeps no more than its limit.
 #include <catch2/catch.hpp>
 
-#include <idem/store/memory/block_cache.hpp>
+#include <idem/store/memory/detail/block_cache.hpp>
 
 #include <cstddef>
 #include <set>

@@ -2,7 +2,7 @@
 // record, a power of two a shard.
 #include <catch2/catch.hpp>
 
-#include <idem/store/memory/bucket_array.hpp>
+#include <idem/store/memory/detail/bucket_array.hpp>
 
 #include <cstddef>
 #include <cstdint>

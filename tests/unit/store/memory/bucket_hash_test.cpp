@@ -2,7 +2,7 @@
 // which of its bits choose the shard and the hint.
 #include <catch2/catch.hpp>
 
-#include <idem/store/memory/bucket_hash.hpp>
+#include <idem/store/memory/detail/bucket_hash.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -2,7 +2,7 @@
 // exact in sum when each thread counts in a stripe of its own.
 #include <catch2/catch.hpp>
 
-#include <idem/store/memory/counters.hpp>
+#include <idem/store/memory/detail/counters.hpp>
 
 #include <atomic>
 #include <cstddef>

@@ -2,7 +2,7 @@
 // is still pinned, and then it is freed.
 #include <catch2/catch.hpp>
 
-#include <idem/store/memory/epoch.hpp>
+#include <idem/store/memory/detail/epoch.hpp>
 
 #include <atomic>
 #include <thread>

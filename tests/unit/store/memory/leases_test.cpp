@@ -3,7 +3,7 @@
 // however many are in progress or done, and costs what it finds.
 #include <catch2/catch.hpp>
 
-#include <idem/store/memory/leases.hpp>
+#include <idem/store/memory/detail/leases.hpp>
 
 #include <cstddef>
 #include <cstdint>

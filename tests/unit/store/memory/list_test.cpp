@@ -2,7 +2,7 @@
 // node by the record's next one, and removal of the expired.
 #include <catch2/catch.hpp>
 
-#include <idem/store/memory/list.hpp>
+#include <idem/store/memory/detail/list.hpp>
 
 #include <algorithm>
 #include <atomic>

@@ -2,7 +2,7 @@
 // chain nodes (address, removal mark and ordering hint in one word).
 #include <catch2/catch.hpp>
 
-#include <idem/store/memory/node.hpp>
+#include <idem/store/memory/detail/node.hpp>
 
 #include <chrono>
 #include <cstdint>

@@ -2,7 +2,7 @@
 // each scope on its own, and what is given back (or expires) makes room again.
 #include <catch2/catch.hpp>
 
-#include <idem/store/memory/scope_caps.hpp>
+#include <idem/store/memory/detail/scope_caps.hpp>
 
 #include <algorithm>
 #include <cstddef>

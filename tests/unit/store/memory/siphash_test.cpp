@@ -2,7 +2,7 @@
 // in one shot.
 #include <catch2/catch.hpp>
 
-#include <idem/store/memory/siphash.hpp>
+#include <idem/store/memory/detail/siphash.hpp>
 
 #include <string>
 #include <string_view>

@@ -2,7 +2,7 @@
 // whose tickets are due, so it removes exactly the expired entries however many are live.
 #include <catch2/catch.hpp>
 
-#include <idem/store/memory/sweep.hpp>
+#include <idem/store/memory/detail/sweep.hpp>
 
 #include <algorithm>
 #include <cstddef>

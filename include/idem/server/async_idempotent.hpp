@@ -1,0 +1,365 @@
+// idem::async_idempotent<Handler, Policies>: idem::idempotent for handlers that are coroutines on
+// an Asio event loop. The same verdicts, under the same rules (one engine,
+// idem/server/detail/engine.hpp), with the waits on the executor instead of a thread.
+//
+//   idem::async_idempotent payments{io.get_executor(),
+//       [&](idem::async_handler_context& ctx,
+//           const idem::http_request& request) -> asio::awaitable<idem::http_response> {
+//         auto id = co_await ctx.async_step("charge", [&]() -> asio::awaitable<std::string> {
+//           co_return co_await provider.async_charge(parse(request.body),
+//                                                    ctx.downstream_key("charge"));
+//         });
+//         co_return idem::http_response{201, {}, id};
+//       }};
+//   auto outcome = co_await payments.async_call(account_id, request, asio::use_awaitable);
+//
+// async_call(scope, [key,] request, token) takes any completion token (use_awaitable, a
+// callback, use_future, deferred) and completes with
+//
+//   void(std::exception_ptr, idem::idempotent_outcome<Response>)
+//
+// as co_spawn does: the exception is null and the outcome carries the verdict for every
+// expected ending; a handler's own exception passes through as the exception_ptr (with
+// use_awaitable or use_future, it is thrown), after the failure policy settled the key. The
+// call runs on the completion handler's associated executor (with use_awaitable, the calling
+// coroutine's), or on the wrapper's executor when the handler names none (a plain callback,
+// use_future), and completes through the handler's. That executor must not run two of the
+// call's parts at once: a strand, or an io_context run by one thread. scope, key and request are
+// read until the call completes, as Asio reads a buffer: keep them alive until then.
+//
+// What differs from the blocking wrapper (docs/async_server.md has the whole story):
+//   * a duplicate that coalesces waits on a timer (clock_timer), never a sleeping thread;
+//   * while the handler runs, a heartbeat renews the lease every third of it, so a downstream
+//     call may take longer than the lease; a renewal that finds the claim taken over cancels
+//     the handler, whose later steps throw lease_lost, and the call answers as the blocking
+//     wrapper answers a lost fence (options.heartbeat turns it off);
+//   * an AsyncStore (idem/store/async_contract.hpp: the asynchronous Redis and PostgreSQL stores)
+//     is awaited: its operations are in flight while the loop runs other calls, and a handler
+//     records its steps with async_step (a blocking step() waits for the store from the loop's
+//     thread, so it works only when the store's executor is run by other threads);
+//   * any other store that blocks (anything but memory_store and locked_store, see
+//     idem::never_blocks) has its calls run on options.store_executor, never on the event loop;
+//   * cancellation through the token's slot ends the call with verdict::cancelled (503).
+// A handler that takes the store's transaction, asio::awaitable<R>(async_handler_context&,
+// const Request&, Store::transaction&), runs inside the transaction that completes its record
+// (an AsyncTransactionalStore: the asynchronous PostgreSQL store), awaiting its own statements
+// on the transaction's connection: its writes and the record commit together or not at all.
+// A handler that also waits on the network (a processor's charge) answers
+// idem::commit_with<R, Store::transaction> instead (idem/store/async_contract.hpp): it runs as any
+// other, with the heartbeat, and its writes commit with the record once it has returned, so no
+// connection is held while it waits.
+#ifndef IDEM_SERVER_ASYNC_IDEMPOTENT_HPP
+#define IDEM_SERVER_ASYNC_IDEMPOTENT_HPP
+
+#include <chrono>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <idem/async/asio.hpp>
+#include <idem/async/blocking_store.hpp>
+#include <idem/core/fingerprint/fingerprint.hpp>
+#include <idem/core/request.hpp>
+#include <idem/policies.hpp>
+#include <idem/server/async_handler_context.hpp>
+#include <idem/server/deadline.hpp>
+#include <idem/server/detail/admission.hpp>
+#include <idem/server/detail/async_checks.hpp>
+#include <idem/server/detail/async_engine.hpp>
+#include <idem/server/detail/async_observed_handler.hpp>
+#include <idem/server/detail/checks.hpp>
+#include <idem/server/observer.hpp>
+#include <idem/server/outcome.hpp>
+#include <idem/store/async_contract.hpp>
+#include <idem/store/contract.hpp>
+#include <idem/store/memory.hpp>
+
+IDEM_ASIO_CODE_BEGIN
+
+namespace idem {
+
+template <class Handler, class Policies = default_policies>
+class async_idempotent {
+  static_assert(detail::check_server_policies<Policies, false>());
+  static_assert(Store<typename Policies::store> || AsyncStore<typename Policies::store>,
+                "Policies::store must be a Store (idem/store/contract.hpp) or an AsyncStore "
+                "(idem/store/async_contract.hpp).");
+  static_assert(detail::check_fingerprint<fingerprint_for<typename Policies::fingerprint>>());
+  static_assert(detail::check_server_observer<typename Policies::server_observer>());
+
+ public:
+  using executor_type = asio::any_io_executor;
+  using store_type = typename Policies::store;
+  using clock_type = typename Policies::clock;
+  using fingerprint_type = fingerprint_for<typename Policies::fingerprint>;
+  using failure_type = typename Policies::failure;
+  using response_codec_type = typename Policies::response_codec;
+  using server_observer_type = typename Policies::server_observer;
+
+  /// idempotent::options (idem/server/idempotent.hpp), each field meaning what it means there,
+  /// and two of the asynchronous driver's own.
+  ///
+  /// max_kept_request_bytes and name keep each request in its record exactly as idempotent
+  /// keeps it (the same bytes): idem::reconciler, which is blocking, resumes such a record
+  /// through an idempotent registered under the same name, whose handler does what this one
+  /// does with step() where this one has async_step() (docs/async_server.md).
+  struct options {
+    store_type store{};
+    clock_type clock{};
+    fingerprint_type fingerprint{};
+    failure_type failure{};
+    std::chrono::nanoseconds lease = Policies::lease;
+    std::chrono::nanoseconds retention = Policies::retention;
+    std::chrono::nanoseconds coalesce = Policies::coalesce;
+    std::size_t max_key_length = Policies::max_key_length;
+    bool require_key = Policies::require_key;
+    std::size_t max_body_bytes = Policies::max_body_bytes;
+    std::size_t max_response_bytes = Policies::max_response_bytes;
+    response_codec_type response_codec{};
+    std::string key_header = std::string(Policies::key_header);
+    std::size_t max_kept_request_bytes = 0;
+    std::string name{};
+    std::chrono::nanoseconds minimum_time_left{0};
+    /// Where the store's calls run when the store blocks (it does not declare never_blocks): an
+    /// asio::thread_pool's executor, or a strand of one. Required then; unused for a store
+    /// that never blocks, whose calls run inline, and for an AsyncStore, which is awaited.
+    executor_type store_executor{};
+    /// Renew the lease every third of it while the handler runs, and cancel the handler when a
+    /// renewal finds the claim taken over. Off, a handler that outlives its lease is taken over.
+    bool heartbeat = true;
+    /// Hears of each call's verdict and duration (idem/server/observer.hpp). The asynchronous
+    /// driver reports calls only: no handler_event, and coalesced is always false.
+    server_observer_type server_observer{};
+  };
+
+  /// `executor` runs a call whose completion handler has no associated executor of its own.
+  /// Throws std::invalid_argument for options that can never work, and for a store that blocks
+  /// with no store_executor.
+  async_idempotent(executor_type executor, Handler handler)
+      : async_idempotent(std::move(executor), std::move(handler), options{}) {}
+  async_idempotent(executor_type executor, Handler handler, options parts)
+      : executor_(std::move(executor)),
+        handler_(std::move(handler)),
+        observer_(parts.server_observer),
+        engine_(std::move(parts), "idem::async_idempotent") {}
+
+  async_idempotent(const async_idempotent&) = delete;
+  async_idempotent& operator=(const async_idempotent&) = delete;
+
+  executor_type get_executor() const noexcept { return executor_; }
+
+  /// Handles one request under (scope, key); `key` is std::nullopt when the request has none.
+  /// The handler is called as awaitable<R>(async_handler_context&, const Request&) or
+  /// awaitable<R>(const Request&); completes with (std::exception_ptr, idempotent_outcome<R>).
+  template <Fingerprintable Request, class Token>
+  auto async_call(std::string_view scope, std::optional<std::string_view> key,
+                  const Request& request, Token&& token) {
+    return async_call(scope, key, request, std::optional<caller_deadline>{},
+                      std::forward<Token>(token));
+  }
+
+  /// The same, for a caller that waits `deadline.time_left` at most (idempotent's overload).
+  template <Fingerprintable Request, class Token>
+  auto async_call(std::string_view scope, std::optional<std::string_view> key,
+                  const Request& request, std::optional<caller_deadline> deadline, Token&& token) {
+    static_assert(detail::check_async_handler<Handler, Request, store_type>());
+    if constexpr (detail::async_guardable<Handler, Request, store_type>) {
+      using response_type =
+          typename detail::async_handler_result<Handler, Request, store_type>::type;
+      static_assert(detail::check_response<response_type>());
+      if constexpr (detail::storable_response<response_type>) {
+        static_assert(detail::check_failure_policy<failure_type, response_type>());
+        using outcome_type = idempotent_outcome<response_type>;
+        if constexpr (detail::awaits_in_caller<Token>) {
+          // The caller's own coroutine runs the call: no coroutine of its own to spawn.
+          return observed<response_type>(scope, key, request, deadline);
+        } else {
+          return asio::async_initiate<Token, void(std::exception_ptr, outcome_type)>(
+              [this](auto handler, std::string_view scope, std::optional<std::string_view> key,
+                     const Request* request, std::optional<caller_deadline> deadline) {
+                const auto executor = detail::operation_executor(handler, executor_);
+                asio::co_spawn(executor,
+                               detail::hearing_every_cancellation(
+                                   observed<response_type>(scope, key, *request, deadline)),
+                               std::move(handler));
+              },
+              token, scope, key, &request, deadline);
+        }
+      }
+    }
+  }
+
+  /// The same, with the key read from the request's `key_header` (Idempotency-Key); an absent
+  /// header is a missing key, an empty one an invalid key.
+  template <Fingerprintable Request, class Token>
+  auto async_call(std::string_view scope, const Request& request, Token&& token) {
+    return async_call(scope, view_of(request).find_header(engine_.options().key_header), request,
+                      std::forward<Token>(token));
+  }
+
+  const options& settings() const noexcept { return engine_.options(); }
+
+  /// Removes expired records; answers how many. Calls the store on this thread; an AsyncStore's
+  /// operation is waited for here (blocking_store: never on a thread that runs its executor).
+  std::size_t sweep() { return engine_.sweep(); }
+  /// Claims in progress past their lease (see idempotent::stuck), called as sweep is.
+  std::vector<record> stuck(std::size_t limit = 1000) { return engine_.stuck(limit); }
+
+  Handler& handler() noexcept { return handler_; }
+  store_type& store() noexcept { return engine_.core().store(); }
+  clock_type& clock() noexcept { return engine_.core().clock(); }
+  const fingerprint_type& fingerprint() const noexcept { return engine_.options().fingerprint; }
+
+ private:
+  using engine_type = detail::async_engine<options>;
+
+  // handle, and the observer told of its verdict; for the default observer, handle itself.
+  template <class Response, class Request>
+  asio::awaitable<idempotent_outcome<Response>> observed(std::string_view scope,
+                                                         std::optional<std::string_view> key,
+                                                         const Request& request,
+                                                         std::optional<caller_deadline> deadline) {
+    if constexpr (detail::observes_server<server_observer_type>) {
+      return observed_call<Response>(scope, key, request, deadline);
+    } else {
+      return handle<Response>(scope, key, request, deadline);
+    }
+  }
+
+  template <class Response, class Request>
+  asio::awaitable<idempotent_outcome<Response>> observed_call(
+      std::string_view scope, std::optional<std::string_view> key, const Request& request,
+      std::optional<caller_deadline> deadline) {
+    const auto start = clock().now();
+    bool waited = false;
+    idempotent_outcome<Response> outcome =
+        co_await handle<Response>(scope, key, request, deadline, &waited);
+    observer_.on_call(server_call_event{
+        outcome.verdict(), waited && outcome.verdict() == verdict::replayed, since(start)});
+    co_return outcome;
+  }
+
+  std::chrono::nanoseconds since(typename clock_type::time_point start) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(clock().now() - start);
+  }
+
+  // `waited`: where an observed call learns that its claim waited for a duplicate (coalescing).
+  template <class Response, class Request>
+  asio::awaitable<idempotent_outcome<Response>> handle(std::string_view scope,
+                                                       std::optional<std::string_view> key,
+                                                       const Request& request,
+                                                       std::optional<caller_deadline> deadline,
+                                                       bool* waited = nullptr) {
+    // `run` is not a coroutine: the handler's own awaitable is awaited, with no frame between
+    // (but timed_handler's, for an observer that watches). A handler that takes the store's
+    // transaction is run with it (async_engine::run_held).
+    constexpr bool transactional = detail::takes_async_transaction<Handler, Request, store_type>;
+    constexpr detail::completion how =
+        transactional ? detail::completion::in_transaction : detail::completion::direct;
+    // The deadline on this wrapper's clock, from the time the caller had left on arrival.
+    const std::optional<typename clock_type::time_point> until =
+        detail::deadline_on(clock(), deadline);
+    auto invoke = [this, &request](async_handler_context& context, auto&... transaction) {
+      if constexpr (transactional) {
+        return std::invoke(handler_, context, request, transaction...);
+      } else if constexpr (detail::takes_async_context<Handler, Request>) {
+        return std::invoke(handler_, context, request);
+      } else {
+        return std::invoke(handler_, request);
+      }
+    };
+    auto run = [this, &invoke, &until](async_handler_context& context, auto&... transaction) {
+      if (until) context.set_deadline(clock(), *until);
+      return detail::observed_handler(observer_, clock(), invoke(context, transaction...));
+    };
+    detail::call_start<Response> started = start<Response>(scope, key, request, deadline);
+    if (started.answer) co_return std::move(*started.answer);
+    // One co_await of an outcome (see call_start): GCC gives each its own slot in the frame.
+    asio::awaitable<idempotent_outcome<Response>> rest;
+    if (!key) {
+      if constexpr (transactional) {
+        // The transaction is the one that completes a record: without a key there is none.
+        co_return idempotent_outcome<Response>{
+            verdict::missing_key,
+            "an idempotency key is required: this handler runs inside the transaction that "
+            "records its key"};
+      } else if constexpr (detail::commits_with_record<Handler, Request, store_type>) {
+        co_return idempotent_outcome<Response>{
+            verdict::missing_key,
+            "an idempotency key is required: this handler's writes commit in the transaction "
+            "that records its key"};
+      } else {
+        rest = engine_type::template run_unguarded<Response>(scope, run);
+      }
+    } else if (started.claim) {
+      rest = engine_.template run_held<Response, how>(std::move(*started.claim), started.print, run,
+                                                      engine_.options().failure);
+    } else {
+      rest = engine_.template run<Response, how>(
+          scope, *key, started.print, run, engine_.options().failure, started.kept.get(), waited);
+    }
+    co_return co_await std::move(rest);
+  }
+
+  // What a call does before its first suspension, in a plain function (see call_start): the
+  // checks and the fingerprint, the kept request of a resumable wrapper, and with a store that
+  // never blocks and no coalescing, the claim, so that a replay answers from the caller's frame.
+  template <class Response, class Request>
+  detail::call_start<Response> start(std::string_view scope, std::optional<std::string_view> key,
+                                     const Request& request,
+                                     const std::optional<caller_deadline>& deadline) {
+    const options& settings = engine_.options();
+    detail::call_start<Response> started;
+    const bool too_late = deadline && detail::too_late(*deadline, settings.minimum_time_left);
+    if (!key) {
+      if (settings.require_key) {
+        started.answer.emplace(detail::missing_key<Response>());
+      } else if (too_late) {
+        started.answer.emplace(
+            detail::deadline_refusal<Response>(*deadline, settings.minimum_time_left));
+      }
+      return started;
+    }
+    if (auto refused = detail::admit<Response>(settings, *key, view_of(request), started.print)) {
+      started.answer.emplace(std::move(*refused));
+      return started;
+    }
+    if (too_late) {
+      started.answer.emplace(
+          detail::deadline_refusal<Response>(*deadline, settings.minimum_time_left));
+      return started;
+    }
+    if (settings.max_kept_request_bytes != 0) {
+      started.kept = std::make_unique<detail::kept_bytes>();
+      if (auto refused = engine_.core().template keep_request<Response>(
+              request, settings.name, settings.max_kept_request_bytes, *started.kept,
+              "idem::async_idempotent")) {
+        started.answer.emplace(std::move(*refused));
+        return started;
+      }
+    }
+    if (engine_.claims_at_once()) engine_.claim_at_once(started, scope, *key, started.kept.get());
+    return started;
+  }
+
+  executor_type executor_;
+  Handler handler_;
+  [[no_unique_address]] server_observer_type observer_;
+  engine_type engine_;
+};
+
+template <class Handler>
+async_idempotent(asio::any_io_executor, Handler) -> async_idempotent<Handler, default_policies>;
+
+}  // namespace idem
+
+IDEM_ASIO_CODE_END
+
+#endif  // IDEM_SERVER_ASYNC_IDEMPOTENT_HPP

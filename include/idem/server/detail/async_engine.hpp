@@ -1,0 +1,662 @@
+// The asynchronous driver of the engine (idem/server/detail/engine.hpp): the same claim, run
+// under the fence, record or release, with every rule taken from the engine's steps, and only
+// the waiting done differently.
+//
+//   claim_at_once      engine::claim, inline and with no coroutine frame, for a store that never
+//                      blocks and no coalescing (a replay answers without suspending);
+//   claim_after_waits  the claim where the store's calls run, with coalescing's pauses waited
+//                      on a clock_timer instead of a sleeping thread; both hand the store a
+//                      resumable wrapper's kept request (engine::keep_request) in the claim, as
+//                      engine::run does, and a new claim starts from it (engine::hold);
+//   run_held           the handler (an asio::awaitable) under the claim, with a heartbeat that
+//                      renews the lease every third of it while the handler is suspended, and
+//                      cancels the handler (terminal cancellation) when a renewal finds the
+//                      fence lost; then engine::record_directly, settle_failure or answer_lost,
+//                      their store calls awaited (the engine's rules around them are its own).
+//
+// Every store call goes through store_calls: inline for a store that never blocks, the store's
+// own asynchronous operation for an AsyncStore, else on the store's executor. Cancellation (the
+// completion handler's slot, any type) is answered, never thrown: a wait for a duplicate ends with
+// verdict::cancelled and nothing claimed; a handler cancelled (or throwing after the caller
+// cancelled) is settled by the failure policy as a handler that threw, and the call ends with
+// verdict::cancelled; a handler that returned is recorded as usual, since its effect happened.
+//
+// As every Asio composed operation, one call's parts (the handler, the heartbeat) run on the
+// executor it was started on, which must not run them at once: a strand, or an io_context run
+// by one thread.
+#ifndef IDEM_SERVER_DETAIL_ASYNC_ENGINE_HPP
+#define IDEM_SERVER_DETAIL_ASYNC_ENGINE_HPP
+
+#include <chrono>
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <idem/async/asio.hpp>
+#include <idem/async/blocking_store.hpp>
+#include <idem/async/timer.hpp>
+#include <idem/server/async_handler_context.hpp>
+#include <idem/server/detail/async_claim_writer.hpp>
+#include <idem/server/detail/async_store_calls.hpp>
+#include <idem/server/detail/coalescing.hpp>
+#include <idem/server/detail/engine.hpp>
+#include <idem/server/detail/held_claim.hpp>
+#include <idem/server/outcome.hpp>
+#include <idem/store/async_contract.hpp>
+
+IDEM_ASIO_CODE_BEGIN
+
+namespace idem::detail {
+
+/// Whether a completion token is use_awaitable (on any_io_executor): the call is then the
+/// caller's awaitable itself, run in the caller's coroutine, as co_await of a sub-coroutine is,
+/// with no co_spawn. The completion is the same: the outcome, or the handler's exception thrown.
+/// The call then shares the caller's cancellation state, so it hears what the caller's filter
+/// lets through (terminal cancellation, by default).
+template <class Token>
+inline constexpr bool awaits_in_caller =
+    std::is_same_v<std::decay_t<Token>, asio::use_awaitable_t<asio::any_io_executor>>;
+
+/// A call on a coroutine of its own (co_spawn): it hears every cancellation type, where
+/// co_spawn's coroutines hear only terminal ones.
+template <class T>
+asio::awaitable<T> hearing_every_cancellation(asio::awaitable<T> call) {
+  co_await asio::this_coro::reset_cancellation_state(asio::enable_total_cancellation());
+  co_return co_await std::move(call);
+}
+
+// The executors a call may run on: an event loop's, any_io_executor (use_awaitable's), and
+// strands of them.
+template <class Executor>
+inline constexpr bool event_loop_executor =
+    std::is_same_v<Executor, asio::any_io_executor> ||
+    std::is_same_v<Executor, asio::io_context::executor_type>;
+template <class Executor>
+inline constexpr bool event_loop_executor<asio::strand<Executor>> = event_loop_executor<Executor>;
+
+/// Where one call runs: the completion handler's associated executor when it is an event loop's
+/// (with use_awaitable, the calling coroutine's, often a strand), else `fallback`, the
+/// wrapper's: a plain callback names the system executor, which would run the call on a thread
+/// of its own pool, and use_future's executor only completes a promise.
+template <class Handler>
+asio::any_io_executor operation_executor(const Handler& handler,
+                                         const asio::any_io_executor& fallback) {
+  auto associated = asio::get_associated_executor(handler, fallback);
+  if constexpr (event_loop_executor<decltype(associated)>) {
+    return associated;
+  } else {
+    return fallback;
+  }
+}
+
+template <class Response>
+idempotent_outcome<Response> cancelled_outcome(std::string_view when) {
+  return idempotent_outcome<Response>{verdict::cancelled,
+                                      "the call was cancelled " + std::string(when)};
+}
+
+/// What a call knows before its first suspension, made by plain functions so that a
+/// coroutine's frame keeps only this: Asio recycles frames of up to 1020 bytes, and a larger one
+/// costs a malloc and a free per call.
+template <class Response>
+struct call_start {
+  std::optional<idempotent_outcome<Response>> answer;  // the call is answered
+  std::optional<held_claim> claim;                     // else the claim held, made at once
+  digest print{};                                      // the request's fingerprint
+  // A resumable wrapper's kept request (engine::keep_request), or null: behind a pointer, so a
+  // call that keeps nothing adds 8 bytes to its frame, not two strings, and the view into them
+  // (kept_bytes::stored) stays valid however the call_start moves.
+  std::unique_ptr<kept_bytes> kept;
+};
+
+// Options: async_idempotent::options or async_inbox::options; the engine's fields, and
+// store_executor and heartbeat.
+template <class Options>
+class async_engine {
+ public:
+  using core_type = engine<Options>;
+  using store_type = typename core_type::store_type;
+  using clock_type = typename core_type::clock_type;
+
+  async_engine(Options options, const char* who)
+      : core_(std::move(options), who), calls_(core_.options().store_executor, who) {}
+
+  core_type& core() noexcept { return core_; }
+  const Options& options() const noexcept { return core_.options(); }
+
+  /// engine::sweep and engine::stuck, called on this thread; an AsyncStore's operation is
+  /// waited for here (blocking_store: never on a thread that runs the store's executor).
+  std::size_t sweep() {
+    if constexpr (AsyncStore<store_type>) {
+      return blocking_store<store_type>{core_.store()}.sweep(core_.clock().wall_now());
+    } else {
+      return core_.sweep();
+    }
+  }
+  std::vector<record> stuck(std::size_t limit) {
+    if constexpr (AsyncStore<store_type>) {
+      return blocking_store<store_type>{core_.store()}.stuck(core_.clock().wall_now(), limit);
+    } else {
+      return core_.stuck(limit);
+    }
+  }
+
+  /// Runs `run(async_handler_context&)` with no key and no claim: nothing is stored.
+  template <class Response, class Run>
+  static asio::awaitable<idempotent_outcome<Response>> run_unguarded(std::string_view scope,
+                                                                     Run run) {
+    async_handler_context context{scope, {}, 0};
+    co_return idempotent_outcome<Response>::unrecorded(verdict::executed, co_await run(context),
+                                                       "no idempotency key: not guarded");
+  }
+
+  /// Whether a claim is made at once, inline, with no coroutine frame: a store that never
+  /// blocks, and no coalescing to wait through. claim_at_once compiles to nothing otherwise.
+  bool claims_at_once() const noexcept {
+    return inline_store && options().coalesce <= std::chrono::nanoseconds::zero();
+  }
+
+  /// The claim of (scope, key) for a request with fingerprint `started.print`, made at once
+  /// (claims_at_once()): sets `started.answer` when this caller may not run (a replay, a
+  /// mismatch, a request in progress, a full store, a store's refusal), else `started.claim`,
+  /// for run_held. `kept`: the recovery bytes a new record starts with, or null (engine::run).
+  template <class Response>
+  void claim_at_once(call_start<Response>& started, std::string_view scope, std::string_view key,
+                     const kept_bytes* kept = nullptr) {
+    if constexpr (inline_store) {
+      store_time claimed_at{};
+      // Made in place: a replay's record (its response) is moved nowhere before it is answered.
+      made_later<claim_result> claimed;
+      try {
+        claimed.make([&] {
+          return core_.claim(scope, key, started.print, claimed_at, core_type::kept_stored(kept));
+        });
+      } catch (const store_error& error) {
+        started.answer.emplace(core_type::template refused<Response>(error));
+        return;
+      }
+      std::variant<idempotent_outcome<Response>, held_claim> first =
+          first_answer<Response>(scope, key, started.print, claimed.get(), claimed_at, kept);
+      if (auto* answer = std::get_if<idempotent_outcome<Response>>(&first)) {
+        started.answer.emplace(std::move(*answer));
+      } else {
+        started.claim.emplace(std::get<held_claim>(std::move(first)));
+      }
+    }
+  }
+
+  /// engine::run, awaited: claims (scope, key) for a request with fingerprint `print` and, when
+  /// the claim is this caller's, runs `run(async_handler_context&)` (an awaitable<Response>)
+  /// under it. A handler's own exception passes through after `failure` settled the key.
+  /// `kept` (engine::run's), when not null, must stay valid until the call completes.
+  /// With completion::in_transaction, `run(async_handler_context&, transaction&)` runs inside
+  /// the transaction that completes the record (an AsyncTransactionalStore's
+  /// async_complete_within), as engine::run's does. `waited`, when not null, is set when a
+  /// coalescing wait paused at least once (engine::run's).
+  template <class Response, completion How = completion::direct, class Run, class Failure>
+  asio::awaitable<idempotent_outcome<Response>> run(std::string_view scope, std::string_view key,
+                                                    digest print, Run run, const Failure& failure,
+                                                    const kept_bytes* kept = nullptr,
+                                                    bool* waited = nullptr) {
+    if (claims_at_once()) {
+      call_start<Response> started;
+      started.print = print;
+      claim_at_once(started, scope, key, kept);
+      if (started.answer) co_return std::move(*started.answer);
+      co_return co_await run_held<Response, How>(std::move(*started.claim), print, run, failure);
+    }
+    std::variant<idempotent_outcome<Response>, held_claim> first =
+        co_await claim_after_waits<Response>(scope, key, print, kept, waited);
+    if (auto* answer = std::get_if<idempotent_outcome<Response>>(&first)) {
+      co_return std::move(*answer);
+    }
+    co_return co_await run_held<Response, How>(std::get<held_claim>(std::move(first)), print, run,
+                                               failure);
+  }
+
+  /// The rest of run, once this caller holds the claim: the handler under it, then its response
+  /// recorded or the failure settled. With use_awaitable it runs in the caller's coroutine, so
+  /// the caller's cancellation setting is put back as it was, however the call ends.
+  template <class Response, completion How = completion::direct, class Run, class Failure>
+  asio::awaitable<idempotent_outcome<Response>> run_held(held_claim claim, const digest& print,
+                                                         Run& run, const Failure& failure) {
+    // A cancellation throws nowhere in here: each ending is a verdict.
+    const bool throwing = co_await asio::this_coro::throw_if_cancelled();
+    co_await asio::this_coro::throw_if_cancelled(false);
+    // GCC gives each co_await's result a slot of its own in the frame, and Asio recycles frames
+    // only up to 1020 bytes: few co_awaits of an outcome here, and none on the common path.
+    std::optional<idempotent_outcome<Response>> answer;
+    std::exception_ptr thrown;
+    writer_type writer{core_, claim.held, calls_, claim.recovery};
+    async_handler_context context{claim.held.scope,          claim.held.key,
+                                  claim.held.fence,          claim.resumed,
+                                  std::move(claim.recovery), &writer};
+    if constexpr (How == completion::in_transaction) {
+      try {
+        co_await run_in_transaction<Response>(answer, claim, print, context, writer, run, failure);
+      } catch (...) {
+        thrown = std::current_exception();
+      }
+    } else {
+      // The handler's answer: Response, or commit_with<Response, transaction> (after_run).
+      using result_type =
+          typename awaited<std::invoke_result_t<Run&, async_handler_context&>>::type;
+      handler_run<result_type> ran;
+      if (cancelled(co_await asio::this_coro::cancellation_state)) {
+        ran.thrown = aborted();  // settled below as a handler that threw before any step
+        ran.never_ran = true;
+      } else if (options().heartbeat) {
+        co_await run_with_heartbeat(context, run, writer, ran);
+      } else {
+        // The handler awaits in this coroutine: its operations see the caller's cancellation,
+        // and after one, throw as any coroutine's do.
+        co_await asio::this_coro::throw_if_cancelled(true);
+        try {
+          ran.response.emplace(co_await run(context));
+        } catch (...) {
+          ran.thrown = std::current_exception();
+        }
+        co_await asio::this_coro::throw_if_cancelled(false);
+      }
+      try {
+        bool recorded = false;
+        if constexpr (inline_store && !is_commit_with<result_type>) {
+          if (!ran.thrown) {
+            // The common ending, with no frame: the response recorded inline.
+            answer.emplace(
+                core_.template record_directly<Response>(claim, print, std::move(*ran.response)));
+            recorded = true;
+          }
+        }
+        if (!recorded) {
+          co_await after_run<Response>(answer, claim, print, failure, writer,
+                                       context.steps_recorded(), context.in_doubt(), ran);
+        }
+      } catch (...) {
+        thrown = std::current_exception();
+      }
+    }
+    co_await asio::this_coro::throw_if_cancelled(throwing);
+    if (thrown) std::rethrow_exception(thrown);
+    co_return std::move(*answer);
+  }
+
+ private:
+  using writer_type = claim_writer<core_type>;
+  static constexpr bool inline_store = store_calls<store_type>::inline_calls;
+
+  template <class Response>
+  struct handler_run {
+    std::optional<Response> response;
+    std::exception_ptr thrown;
+    bool returned = false;   // the handler's awaitable ended; its coroutine may still unwind
+    bool finished = false;   // its coroutine has unwound
+    bool never_ran = false;  // the caller cancelled before the handler started
+  };
+
+  static bool cancelled(const asio::cancellation_state& state) noexcept {
+    return state.cancelled() != asio::cancellation_type::none;
+  }
+
+  // The answer for what a claim (made with `kept`, or null) found: the outcome when this caller
+  // may not run, else the claim it holds.
+  template <class Response>
+  std::variant<idempotent_outcome<Response>, held_claim> first_answer(
+      std::string_view scope, std::string_view key, const digest& print, claim_result& claimed,
+      store_time claimed_at, const kept_bytes* kept) {
+    switch (claimed.status) {
+      case claim_status::full:
+        return core_type::template no_room<Response>();
+      case claim_status::existing:
+        return core_.template answer_existing<Response>(claimed.existing, print, claimed_at);
+      case claim_status::claimed:
+      case claim_status::taken_over:
+        break;
+    }
+    return core_.hold(scope, key, claimed, claimed_at, kept);
+  }
+
+  // The claim made where the store's calls run, and with coalescing engine's coalescing_wait
+  // pauses waited on a timer instead of a sleeping thread. A caller that cancels the wait gets
+  // verdict::cancelled, with nothing claimed. `waited`, when not null, is set at the first pause.
+  template <class Response>
+  asio::awaitable<std::variant<idempotent_outcome<Response>, held_claim>> claim_after_waits(
+      std::string_view scope, std::string_view key, const digest& print, const kept_bytes* kept,
+      bool* waited) {
+    store_time claimed_at{};
+    std::optional<claim_result> claimed;
+    try {
+      claim_request request =
+          core_.claim_request_for(scope, key, print, claimed_at, core_type::kept_stored(kept));
+      claimed.emplace(co_await calls_.claim(core_.store(), request));
+      coalescing_wait wait{options().coalesce};
+      std::optional<clock_timer<clock_type>> timer;
+      const auto start = core_.clock().now();
+      while (options().coalesce > std::chrono::nanoseconds::zero() &&
+             coalescing_wait::waits_on(*claimed, print)) {
+        const std::optional<std::chrono::nanoseconds> pause =
+            wait.next_pause(core_.clock().now() - start);
+        if (!pause) break;
+        if (cancelled(co_await asio::this_coro::cancellation_state)) {
+          claimed.reset();
+          break;
+        }
+        if (!timer) timer.emplace(co_await asio::this_coro::executor, core_.clock());
+        if (waited != nullptr) *waited = true;
+        asio_error_code error;
+        co_await timer->async_wait_for(*pause, asio::redirect_error(asio::use_awaitable, error));
+        if (error) {
+          claimed.reset();
+          break;
+        }
+        request =
+            core_.claim_request_for(scope, key, print, claimed_at, core_type::kept_stored(kept));
+        claimed.emplace(co_await calls_.claim(core_.store(), request));
+      }
+    } catch (const store_error& error) {
+      co_return core_type::template refused<Response>(error);
+    }
+    if (!claimed) {
+      co_return cancelled_outcome<Response>(
+          "while it waited for a duplicate in progress to settle; nothing was claimed");
+    }
+    co_return first_answer<Response>(scope, key, print, *claimed, claimed_at, kept);
+  }
+
+  // What a run leaves, into `answer`, but for a response recorded inline: the response
+  // recorded where the store's calls run; or for a throw, a lost fence answered as the blocking
+  // driver answers it, else the failure policy's settling, and the throw passed on (or, after
+  // the caller cancelled, verdict::cancelled).
+  // A handler that answered commit_with has its writes made in the transaction that completes
+  // the record (commit_writes); writes that throw end the call as a handler that threw.
+  template <class Response, class Failure, class Result>
+  asio::awaitable<void> after_run(std::optional<idempotent_outcome<Response>>& answer,
+                                  held_claim& claim, const digest& print, const Failure& failure,
+                                  const writer_type& writer, std::size_t steps, bool in_doubt,
+                                  handler_run<Result>& ran) {
+    const fenced_key& held = claim.held;
+    if constexpr (is_commit_with<Result>) {
+      if (!ran.thrown) {
+        ran.thrown = co_await commit_writes<Response>(answer, claim, print, *ran.response);
+        if (answer) co_return;
+      }
+    } else if (!ran.thrown) {
+      // engine::record_directly, its completion awaited.
+      typename core_type::completion_bytes done;
+      core_.completion_for(*ran.response, done);
+      bool applied = false;
+      try {
+        applied = co_await calls_.complete(core_.store(), held, done.bytes,
+                                           core_.completion_time(claim.claimed_at));
+      } catch (const store_error& error) {
+        answer.emplace(core_type::not_stored(claim, std::move(*ran.response), error));
+        co_return;
+      }
+      if (applied) {
+        answer.emplace(core_.recorded(claim, std::move(*ran.response), done));
+      } else {
+        co_await answer_lost<Response>(answer, held, print);
+      }
+      co_return;
+    }
+    if (ran.never_ran) {
+      // The claim is settled as the failure policy settles a handler that threw before any
+      // recovery point (released, by every policy idem provides).
+      co_await settle<Response>(held, 0, failure, ran.thrown);
+      answer.emplace(cancelled_outcome<Response>("before its handler ran; the key was settled"));
+      co_return;
+    }
+    if (writer.lost() || is_lease_lost(ran.thrown)) {
+      co_await answer_lost<Response>(answer, held, print);
+      co_return;
+    }
+    const bool cancelled_now = cancelled(co_await asio::this_coro::cancellation_state);
+    // A recovery point's store failed (its effect may not be recorded), or a step with a lookup
+    // cannot tell whether its effect landed: the claim stays for a takeover after the lease, as
+    // the blocking driver keeps it.
+    const bool keep = writer.failed() || in_doubt;
+    if (keep && !cancelled_now) std::rethrow_exception(ran.thrown);
+    if (!keep) co_await settle<Response>(held, steps, failure, ran.thrown);
+    if (!cancelled_now) std::rethrow_exception(ran.thrown);
+    answer.emplace(cancelled_outcome<Response>(
+        "while its handler ran; nothing was recorded, and the key was settled as for a handler "
+        "that threw"));
+  }
+
+  // commit_with's writes, in the transaction that completes the record (the store's
+  // async_complete_within), the handler's response encoded first. Answers into `answer` when
+  // the transaction committed (the response recorded), found the fence lost (answer_lost), or
+  // failed for the store's reasons (refused: the claim stays, as run_in_transaction keeps it);
+  // returns the exception of writes that threw, with `answer` left empty.
+  template <class Response, class Transaction>
+  asio::awaitable<std::exception_ptr> commit_writes(
+      std::optional<idempotent_outcome<Response>>& answer, held_claim& claim, const digest& print,
+      commit_with<Response, Transaction>& result) {
+    typename core_type::completion_bytes done;
+    core_.completion_for(result.response, done);
+    std::exception_ptr writes_threw;
+    auto produce = [&](Transaction& transaction) -> asio::awaitable<std::string> {
+      writes_threw = nullptr;
+      if (result.writes) {
+        try {
+          co_await result.writes(transaction);
+        } catch (...) {
+          writes_threw = std::current_exception();
+          throw;
+        }
+      }
+      co_return std::string(done.bytes);
+    };
+    const fenced_key& held = claim.held;
+    bool applied = false;
+    bool lost = false;
+    try {
+      applied = co_await calls_.complete_within(core_.store(), held,
+                                                core_.completion_time(claim.claimed_at), produce);
+    } catch (const lease_lost&) {
+      lost = true;
+    } catch (const store_error& error) {
+      if (!writes_threw) {
+        answer.emplace(
+            core_type::template refused<Response>(error, "the handler's writes did not commit: "));
+        co_return nullptr;
+      }
+    } catch (...) {
+      if (!writes_threw) throw;
+    }
+    if (writes_threw) co_return writes_threw;
+    if (lost || !applied) {
+      co_await answer_lost<Response>(answer, held, print);
+      co_return nullptr;
+    }
+    answer.emplace(core_.recorded(claim, std::move(result.response), done));
+    co_return nullptr;
+  }
+
+  // The handler on a coroutine of its own, and meanwhile a heartbeat in this one: every third
+  // of the lease a fenced renewal, until the handler finishes. A renewal that finds the fence
+  // lost, or the caller's cancellation, cancels the handler, and the heartbeat then waits for it
+  // to finish.
+  template <class Response, class Run>
+  asio::awaitable<void> run_with_heartbeat(async_handler_context& context, Run& run,
+                                           writer_type& writer, handler_run<Response>& ran) {
+    const asio::any_io_executor executor = co_await asio::this_coro::executor;
+    // Made at the first beat: a handler that never waits long costs no timer.
+    std::optional<clock_timer<clock_type>> beat;
+    asio::cancellation_signal stop_handler;
+    asio::co_spawn(
+        executor,
+        [&]() -> asio::awaitable<void> {
+          try {
+            ran.response.emplace(co_await run(context));
+          } catch (...) {
+            ran.thrown = std::current_exception();
+          }
+          ran.returned = true;
+        },
+        // Finished only in the completion, once the handler's coroutine has unwound: its
+        // cancellation state lives in stop_handler, which must outlive it.
+        asio::bind_cancellation_slot(stop_handler.slot(), [&](const std::exception_ptr&) {
+          ran.finished = true;
+          if (beat) beat->cancel();
+        }));
+    const std::chrono::nanoseconds period = options().lease / 3;
+    bool stopping = false;
+    auto stop = [&] {
+      if (stopping) return;
+      stopping = true;
+      stop_handler.emit(asio::cancellation_type::terminal);
+    };
+    while (!ran.finished) {
+      if (ran.returned) {
+        // A handler that never suspended for long (most of them) costs no timer: its coroutine
+        // is one posted step from unwound.
+        co_await asio::post(asio::use_awaitable);
+        continue;
+      }
+      if (cancelled(co_await asio::this_coro::cancellation_state)) stop();
+      asio_error_code error;
+      if (!beat) beat.emplace(executor, core_.clock());
+      co_await beat->async_wait_for(period, asio::redirect_error(asio::use_awaitable, error));
+      if (ran.finished) break;
+      if (error || stopping) continue;  // error: the caller cancelled, seen at the loop's top
+      bool kept = true;
+      try {
+        kept = co_await writer.renew();
+      } catch (const store_error&) {
+        // The store could not answer this beat; the next one tries again, and a step that
+        // cannot write stops the handler itself.
+      }
+      if (!kept) stop();
+    }
+  }
+
+  // engine::record_within, awaited: the handler runs inside the transaction that completes
+  // the record (async_complete_within runs `produce` where the store runs it), and its steps
+  // are written on the transaction's connection (claim_writer::within). No heartbeat: the
+  // transaction holds the record's row lock, so a takeover waits for it to end. One context
+  // for every call of produce, as engine::record_within's: a store that rolled back and calls
+  // again (a serialization failure) gets the steps of the rolled-back call from memory. The
+  // call's cancellation does not reach the transaction (the store does not watch it). Answers
+  // into `answer`; a handler's own exception is thrown after the failure policy settled the key.
+  template <class Response, class Run, class Failure>
+  asio::awaitable<void> run_in_transaction(std::optional<idempotent_outcome<Response>>& answer,
+                                           held_claim& claim, const digest& print,
+                                           async_handler_context& context, writer_type& writer,
+                                           Run& run, const Failure& failure) {
+    using transaction_type = typename store_type::transaction;
+    std::optional<Response> response;
+    typename core_type::completion_bytes done;
+    bool handler_threw = false;
+    auto produce = [&](transaction_type& transaction) -> asio::awaitable<std::string> {
+      const typename writer_type::scoped_transaction within{writer, transaction};
+      handler_threw = false;
+      response.reset();
+      try {
+        response.emplace(co_await run(context, transaction));
+      } catch (...) {
+        // As engine::run_claimed: a recovery point the store failed to write, or a step that
+        // cannot tell whether its effect landed, keeps the claim.
+        handler_threw = !writer.failed() && !context.in_doubt();
+        throw;
+      }
+      core_.completion_for(*response, done);
+      co_return std::string(done.bytes);
+    };
+    const fenced_key& held = claim.held;
+    std::exception_ptr thrown;
+    bool applied = false;
+    try {
+      applied = co_await calls_.complete_within(core_.store(), held,
+                                                core_.completion_time(claim.claimed_at), produce);
+    } catch (const lease_lost&) {
+      writer.lose();  // a step found the fence lost: answered as the blocking driver answers it
+    } catch (const store_error& error) {
+      if (!handler_threw) {
+        answer.emplace(core_type::template refused<Response>(
+            error, "the handler's transaction did not commit: "));
+        co_return;
+      }
+      thrown = std::current_exception();
+    } catch (...) {
+      thrown = std::current_exception();
+    }
+    if (writer.lost()) {
+      co_await answer_lost<Response>(answer, held, print);
+      co_return;
+    }
+    if (thrown) {
+      if (handler_threw) co_await settle<Response>(held, context.steps_recorded(), failure, thrown);
+      std::rethrow_exception(thrown);
+    }
+    if (!applied) {
+      co_await answer_lost<Response>(answer, held, print);
+      co_return;
+    }
+    answer.emplace(core_.recorded(claim, std::move(*response), done));
+  }
+
+  // engine::settle_failure, the store's call awaited.
+  template <class Response, class Failure>
+  asio::awaitable<void> settle(const fenced_key& held, std::size_t steps, const Failure& failure,
+                               std::exception_ptr error) {
+    if constexpr (!std::is_same_v<Failure, keep_claim_on_failure>) {
+      try {
+        const std::optional<std::string> bytes =
+            core_.template failure_response<Response>(held, steps, failure, error);
+        if (bytes) {
+          (void)co_await calls_.complete(core_.store(), held, *bytes, core_.clock().wall_now());
+        } else {
+          (void)co_await calls_.release(core_.store(), held);
+        }
+      } catch (const store_error&) {
+        // As engine::settle_failure: the handler's exception is what the caller must see.
+      }
+    }
+  }
+
+  // engine::answer_lost, the store's find awaited.
+  template <class Response>
+  asio::awaitable<void> answer_lost(std::optional<idempotent_outcome<Response>>& answer,
+                                    const fenced_key& held, const digest& print) {
+    std::optional<record> current;
+    const store_time now = core_.clock().wall_now();
+    try {
+      current = co_await calls_.find(core_.store(), held.scope, held.key, now);
+    } catch (const store_error& error) {
+      answer.emplace(core_type::template refused<Response>(error));
+      co_return;
+    }
+    answer.emplace(core_.template answer_current<Response>(current, print, now));
+  }
+
+  static bool is_lease_lost(const std::exception_ptr& thrown) {
+    try {
+      std::rethrow_exception(thrown);
+    } catch (const lease_lost&) {
+      return true;
+    } catch (...) {
+      return false;
+    }
+  }
+
+  static std::exception_ptr aborted() {
+    return std::make_exception_ptr(asio_system_error(asio::error::operation_aborted));
+  }
+
+  core_type core_;
+  store_calls<store_type> calls_;
+};
+
+}  // namespace idem::detail
+
+IDEM_ASIO_CODE_END
+
+#endif  // IDEM_SERVER_DETAIL_ASYNC_ENGINE_HPP

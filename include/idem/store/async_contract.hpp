@@ -1,0 +1,142 @@
+// The asynchronous store contract: AsyncStore, beside Store (idem/store/contract.hpp).
+//
+// An asynchronous store does what a Store does, with the same records and the same semantics
+// (the contract's text applies word for word), but each operation starts and returns at once
+// and completes later through an Asio completion token, so that an event loop keeps thousands
+// of them in flight on a few threads instead of a thread per call:
+//
+//   async_claim(request, token)               completes with claim_result
+//   async_complete(held, bytes, now, token)   completes with bool
+//   async_release(held, token)                completes with bool
+//   async_checkpoint(held, bytes, now, token) completes with bool
+//   async_find(scope, key, now, token)        completes with std::optional<record>
+//   async_sweep(now, token)                   completes with std::size_t
+//   async_stuck(now, limit, token)            completes with std::vector<record>
+//
+// Each completes with the signature void(std::exception_ptr, T) (async_store_signature<T>):
+// null and the answer, or the store_error the blocking call would throw (unavailable or full,
+// with the same meaning: nothing was written, or for a timeout, nothing is known) and T{}. With
+// asio::use_awaitable the error is thrown; with asio::use_future the future throws it.
+//
+// * Arguments. The views an operation is given (scope, key, bytes, the request's fields) must
+//   stay valid until it completes, as an Asio operation's buffers must.
+// * Threads. An operation may be started from any thread. It completes on the completion
+//   handler's associated executor (the store's own executor, get_executor(), when the handler
+//   has none), never inside the initiating call.
+// * Cancellation. A store may let an operation be cancelled through the handler's cancellation
+//   slot. A cancelled operation completes at once with store_error(unavailable): it may still
+//   take effect at the server (a request already sent is not recalled), so it is as ambiguous
+//   as a timeout. Operations in flight beside it are not affected. The asynchronous wrappers
+//   never cancel a store operation: a claim or completion cut off half way would leave its
+//   caller not knowing what it holds.
+// * Copies of a store share its records and its connections (a store type is a handle).
+//
+// Transactions (optional: AsyncTransactionalStore), TransactionalStore's asynchronously:
+//   async_complete_within(held, now, produce, token)  completes with bool
+// complete_within's semantics (idem/store/contract.hpp), with `produce(transaction&)` a
+// coroutine (asio::awaitable<std::string>) that awaits the handler's own statements on the
+// transaction's connection; transaction::checkpoint(held, recovery, lease_until) is an
+// awaitable<bool> on that connection. async_idempotent runs a handler that takes the
+// transaction this way (docs/async_server.md).
+//
+// A handler whose work is partly outside the database (a payment processor's charge) and partly
+// writes in it (the payment's row) answers commit_with<R, Store::transaction>: its response and
+// the writes to make in the transaction that completes its record. async_idempotent runs it
+// outside any transaction (its steps recorded as they happen, its lease kept by the heartbeat),
+// and only then opens the transaction: a connection is held for the writes, not while the
+// handler waits on the network.
+//
+// async_idempotent and async_inbox (idem/asio) use these operations when their store is an
+// AsyncStore, and run a blocking Store's calls on options.store_executor otherwise.
+// blocking_store (idem/async/blocking_store.hpp) turns an AsyncStore back into a Store for the
+// blocking wrappers, the reconciler and the conformance suite.
+#ifndef IDEM_STORE_ASYNC_CONTRACT_HPP
+#define IDEM_STORE_ASYNC_CONTRACT_HPP
+
+#include <concepts>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <idem/async/asio.hpp>
+#include <idem/store/contract.hpp>
+
+namespace idem {
+
+/// The completion signature of an asynchronous store's operation that answers T.
+template <class T>
+using async_store_signature = void(std::exception_ptr, T);
+
+/// What an asynchronous store must provide (see the top of this header).
+template <class S>
+concept AsyncStore = std::copy_constructible<S> &&
+    requires(S& store, const claim_request& request, const fenced_key& held, std::string_view bytes,
+             std::string_view scope, std::string_view key, store_time now, std::size_t limit) {
+  { store.get_executor() } -> std::convertible_to<asio::any_io_executor>;
+  {
+    store.async_claim(request, asio::use_awaitable)
+    } -> std::same_as<asio::awaitable<claim_result>>;
+  {
+    store.async_complete(held, bytes, now, asio::use_awaitable)
+    } -> std::same_as<asio::awaitable<bool>>;
+  { store.async_release(held, asio::use_awaitable) } -> std::same_as<asio::awaitable<bool>>;
+  {
+    store.async_checkpoint(held, bytes, now, asio::use_awaitable)
+    } -> std::same_as<asio::awaitable<bool>>;
+  {
+    store.async_find(scope, key, now, asio::use_awaitable)
+    } -> std::same_as<asio::awaitable<std::optional<record>>>;
+  { store.async_sweep(now, asio::use_awaitable) } -> std::same_as<asio::awaitable<std::size_t>>;
+  {
+    store.async_stuck(now, limit, asio::use_awaitable)
+    } -> std::same_as<asio::awaitable<std::vector<record>>>;
+};
+
+/// An AsyncStore that completes a record in the transaction of the handler's own writes (see
+/// the top of this header).
+template <class S>
+concept AsyncTransactionalStore = AsyncStore<S> && requires {
+  typename S::transaction;
+} && requires(S& store, typename S::transaction& transaction, const fenced_key& held,
+              std::string_view bytes, store_time now,
+              asio::awaitable<std::string> (&produce)(typename S::transaction&)) {
+  {
+    store.async_complete_within(held, now, produce, asio::use_awaitable)
+    } -> std::same_as<asio::awaitable<bool>>;
+  { transaction.checkpoint(held, bytes, now) } -> std::same_as<asio::awaitable<bool>>;
+};
+
+/// What an async_idempotent handler of an AsyncTransactionalStore may answer instead of its
+/// response alone: the response, and the writes that must commit with its record. The wrapper
+/// awaits `writes(transaction)` inside the transaction that completes the record (the store's
+/// async_complete_within), after the handler has returned:
+///   * the writes and the completed record commit together or not at all;
+///   * a store that retries its transaction (a serialization failure) calls `writes` again,
+///     on a fresh transaction: it must do the same thing each time, and may be called more
+///     than once;
+///   * writes that throw roll the transaction back, and the call ends as a handler that threw
+///     after its steps (the failure policy settles the key; the exception passes through);
+///   * a transaction that does not commit for the store's reasons (unavailable, full) answers
+///     store_unavailable or store_full and keeps the claim: a retry after the lease resumes
+///     the handler, its recorded steps replayed, and makes the writes then.
+/// The response is encoded before the transaction opens; an empty `writes` writes nothing.
+template <class Response, class Transaction>
+struct commit_with {
+  Response response;
+  std::function<asio::awaitable<void>(Transaction&)> writes;
+};
+
+namespace detail {
+template <class T>
+inline constexpr bool is_commit_with = false;
+template <class Response, class Transaction>
+inline constexpr bool is_commit_with<commit_with<Response, Transaction>> = true;
+}  // namespace detail
+
+}  // namespace idem
+
+#endif  // IDEM_STORE_ASYNC_CONTRACT_HPP

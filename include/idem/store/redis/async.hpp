@@ -1,0 +1,398 @@
+// async_redis_store: the asynchronous store contract (idem/store/async_contract.hpp) on Redis, on an
+// Asio executor, with no thread of its own and no blocking call.
+//
+// The same store as redis_store (idem/store/redis.hpp), whose header says what the records,
+// the keys, the scripts, the server's or the caller's time and the eviction check are: it runs
+// the same Lua scripts with the same arguments, written under the same keys, so the two can
+// share one database (a record one claims, the other sees).
+//
+// Connections. A store is a handle: copies share `connections` TCP connections (default 2),
+// opened when the first operations need them. Each carries many operations at once: what they
+// send is written in one write while the previous one is in flight, and the replies are matched
+// to the operations in the order they were sent (Redis answers in order). Operations are spread
+// over the ready connections in turn. A new connection sends AUTH, SELECT, the checks at start
+// (Redis 7.0 or newer; a maxmemory-policy that cannot evict records) and SCRIPT LOAD in one
+// round trip, and is used once every answer is right; a server refused by the checks is never
+// used, and every operation sent to it fails with store_error(unavailable) saying why. Scripts
+// go by EVALSHA, and again by EVAL after NOSCRIPT (SCRIPT FLUSH).
+//
+// Failures. Every operation completes with the answer, or with store_error(unavailable):
+//   * its connection lost (I/O error, the server closing it): what it sent may have run;
+//   * no answer within command_timeout: what it sent may still run. Its reply slot stays and
+//     the late reply is dropped when it comes, so no reply ever answers another operation; the
+//     connection stays, unless nothing at all is read for one more command_timeout, when it is
+//     taken as lost (a half-open connection, a server stopped by SIGSTOP) and closed;
+//   * cancelled through its handler's cancellation slot (any cancellation type): completes at
+//     once, ambiguous as a timeout; the reply is dropped the same way, others are unaffected;
+//   * no connection: a slot whose last attempt to connect failed waits reconnect_delay (doubling
+//     up to max_reconnect_delay) before the next, and fails what it is given meanwhile at once,
+//     so a server that is down is answered promptly. A connection lost after it was ready is
+//     replaced at the next operation without waiting.
+// As with redis_store, a claim, complete, release or checkpoint repeated after an ambiguous
+// failure is safe: a repeated claim answers `existing`, the others are fenced.
+//
+// Replicas: options::replicas and replica_timeout as redis_store has them (WAIT pipelined after
+// each write, from the operations layer both stores share). Sentinel discovery as redis_store
+// has it (options::sentinels, sentinel_master): each new connection asks the Sentinels for the
+// primary and checks ROLE. One difference: a write answered READONLY (a primary demoted under an
+// open connection) fails as store_error(unavailable) (nothing was written) and its connection is
+// replaced, where redis_store sends it once more itself.
+//
+// Threads. Operations may be started from any thread: each runs on a strand of the executor the
+// store was made with, and completes on its handler's associated executor (that executor when
+// the handler has none). The views an operation is given are copied into the commands when it
+// starts. Destroy the last copy of a store before the execution context of its executor: its
+// connections are closed by a function posted there.
+#ifndef IDEM_STORE_REDIS_ASYNC_HPP
+#define IDEM_STORE_REDIS_ASYNC_HPP
+
+#include <chrono>
+#include <cstddef>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <idem/async/asio.hpp>
+#include <idem/store/async_contract.hpp>
+#include <idem/store/contract.hpp>
+#include <idem/store/redis/detail/async/pool.hpp>
+#include <idem/store/redis/detail/async/wire.hpp>
+#include <idem/store/redis/detail/connection.hpp>
+#include <idem/store/redis/detail/walks.hpp>
+#include <idem/store/redis/operations.hpp>
+
+IDEM_ASIO_CODE_BEGIN
+
+namespace idem {
+
+class async_redis_store {
+ public:
+  /// Records keep no completion time (see redis_store).
+  static constexpr bool reads_completion_time = false;
+
+  /// Each field as redis_store::options has it, unless said otherwise.
+  struct options {
+    std::string host = "127.0.0.1";
+    int port = 6379;
+    std::string username;
+    std::string password;
+    int database = 0;
+    std::string prefix = "idem:";
+    /// The TCP connections the store keeps (each one pipelined).
+    std::size_t connections = 2;
+    /// Resolving, connecting and the handshake, together.
+    std::chrono::milliseconds connect_timeout{2000};
+    /// How long one operation may wait for its answer (from its start: waiting for a
+    /// connection counts) before store_error(unavailable).
+    std::chrono::milliseconds command_timeout{5000};
+    /// After a failed attempt to connect, how long a connection waits before the next one;
+    /// doubled after each failure in a row, up to max_reconnect_delay.
+    std::chrono::milliseconds reconnect_delay{100};
+    std::chrono::milliseconds max_reconnect_delay{5000};
+    redis_time time = redis_time::server;
+    std::chrono::milliseconds caller_time_margin{std::chrono::minutes{10}};
+    std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
+    bool verify_eviction_policy = true;
+    /// WAIT after each claim, complete, release and checkpoint, pipelined with its script (see
+    /// redis_store::options).
+    std::size_t replicas = 0;
+    std::chrono::milliseconds replica_timeout{1000};
+    /// Sentinel discovery (see redis_store::options): "host:port" of each Sentinel, asked for
+    /// the primary named `sentinel_master` by every new connection; host and port are then not
+    /// used.
+    std::vector<std::string> sentinels;
+    std::string sentinel_master;
+  };
+
+  /// An unconnected handle, for option structs that hold a store before it is configured:
+  /// assign a constructed store before use. Its operations throw std::logic_error.
+  async_redis_store() = default;
+  /// Checks the options (std::invalid_argument) and connects nothing yet: the first operations
+  /// open the connections.
+  async_redis_store(asio::any_io_executor executor, options settings)
+      : state_(std::make_shared<shared_state>(std::move(executor), std::move(settings))) {}
+
+  asio::any_io_executor get_executor() const { return state().executor; }
+
+  template <class Token>
+  auto async_claim(const claim_request& request, Token&& token) {
+    auto wire = waited(state().operations.claim(request, to_wire), true);
+    return run<claim_result>(
+        std::forward<Token>(token), "claim", std::move(wire),
+        replicated{"claim", true,
+                   [](const shared_state& state, const std::vector<detail::redis_reply>& replies) {
+                     return state.operations.claim_result_of(replies);
+                   }});
+  }
+  template <class Token>
+  auto async_complete(const fenced_key& held, std::string_view bytes, store_time /*now*/,
+                      Token&& token) {
+    return run<bool>(std::forward<Token>(token), "complete",
+                     waited(state().operations.complete(held, bytes, to_wire)),
+                     replicated{"complete", false, applied{"complete"}});
+  }
+  template <class Token>
+  auto async_release(const fenced_key& held, Token&& token) {
+    return run<bool>(std::forward<Token>(token), "release",
+                     waited(state().operations.release(held, to_wire)),
+                     replicated{"release", false, applied{"release"}});
+  }
+  /// With redis_time::server, `lease_until` is read as a duration from this machine's clock
+  /// when the operation starts, and added to the server's time.
+  template <class Token>
+  auto async_checkpoint(const fenced_key& held, std::string_view bytes, store_time lease_until,
+                        Token&& token) {
+    return run<bool>(std::forward<Token>(token), "checkpoint",
+                     waited(state().operations.checkpoint(held, bytes, lease_until, to_wire)),
+                     replicated{"checkpoint", false, applied{"checkpoint"}});
+  }
+  template <class Token>
+  auto async_find(std::string_view scope, std::string_view key, store_time now, Token&& token) {
+    return run<std::optional<record>>(
+        std::forward<Token>(token), "find", state().operations.find(scope, key, now, to_wire),
+        [scope = std::string(scope), key = std::string(key)](
+            const shared_state& state, const std::vector<detail::redis_reply>& replies) {
+          return state.operations.found(replies, scope, key);
+        });
+  }
+  /// redis_store::sweep's semantics and cost, each round trip awaited.
+  template <class Token>
+  auto async_sweep(store_time now, Token&& token) {
+    return spawn<std::size_t>(
+        std::forward<Token>(token),
+        [state = shared(), now]() -> asio::awaitable<std::size_t, detail::redis_strand> {
+          detail::redis_sweep_walk walk(state->operations, now);
+          co_await walk_through(*state, walk, "sweep");
+          co_return walk.removed();
+        });
+  }
+  /// redis_store::stuck's semantics. Reads only.
+  template <class Token>
+  auto async_stuck(store_time now, std::size_t limit, Token&& token) {
+    return spawn<std::vector<record>>(
+        std::forward<Token>(token),
+        [state = shared(), now,
+         limit]() -> asio::awaitable<std::vector<record>, detail::redis_strand> {
+          detail::redis_stuck_walk walk(state->operations, now, limit);
+          co_await walk_through(*state, walk, "stuck");
+          co_return walk.take();
+        });
+  }
+
+  const options& settings() const { return state().settings; }
+
+  /// How many connections are open and ready now; completes with std::size_t. For tests and
+  /// metrics.
+  template <class Token>
+  auto async_open_connections(Token&& token) {
+    return spawn<std::size_t>(
+        std::forward<Token>(token),
+        [state = shared()]() -> asio::awaitable<std::size_t, detail::redis_strand> {
+          co_return state->pool->open_connections();
+        });
+  }
+
+ private:
+  struct shared_state {
+    shared_state(asio::any_io_executor given, options settings_given)
+        : settings(checked(std::move(settings_given))),
+          executor(std::move(given)),
+          operations(record_settings(settings), "idem::async_redis_store",
+                     detail::redis_where(client_settings(settings))),
+          pool(std::make_shared<detail::redis_async_pool>(
+              checked(executor), client_settings(settings),
+              detail::redis_backoff{settings.reconnect_delay, settings.max_reconnect_delay})) {}
+    shared_state(const shared_state&) = delete;
+    shared_state& operator=(const shared_state&) = delete;
+    // The connections close on the strand: what is in flight there fails, nothing waits here.
+    ~shared_state() {
+      try {
+        asio::post(pool->strand(), [pool = pool] { pool->shut(); });
+      } catch (...) {
+        // Out of memory: the connections close when the pool's last owner lets it go.
+      }
+    }
+
+    options settings;
+    asio::any_io_executor executor;
+    detail::redis_operations operations;
+    std::shared_ptr<detail::redis_async_pool> pool;
+
+    // WAIT must end before the operation's own timeout does (see redis_store).
+    static options checked(options given) {
+      detail::redis_check_replica_timeout("idem::async_redis_store", given.replicas,
+                                          given.replica_timeout, given.command_timeout);
+      return given;
+    }
+
+    static const asio::any_io_executor& checked(const asio::any_io_executor& executor) {
+      if (!executor) {
+        throw std::invalid_argument("idem::async_redis_store: the executor is empty");
+      }
+      return executor;
+    }
+
+    static detail::redis_record_settings record_settings(const options& given) {
+      return {.prefix = given.prefix,
+              .time = given.time,
+              .caller_time_margin = given.caller_time_margin,
+              .max_records_per_scope = given.max_records_per_scope,
+              .replicas = given.replicas,
+              .replica_timeout = given.replica_timeout};
+    }
+
+    static detail::redis_settings client_settings(const options& given) {
+      return {.host = given.host,
+              .port = given.port,
+              .unix_socket = {},
+              .sentinels = given.sentinels,
+              .master_name = given.sentinel_master,
+              .username = given.username,
+              .password = given.password,
+              .database = given.database,
+              .pool_size = given.connections,
+              .connect_timeout = given.connect_timeout,
+              .command_timeout = given.command_timeout,
+              .verify_eviction_policy = given.verify_eviction_policy,
+              .who = "idem::async_redis_store"};
+    }
+  };
+
+  // What an operation's call is given: its commands, written out now.
+  static constexpr auto to_wire = [](std::span<const detail::redis_command> commands) {
+    return detail::redis_wire_of(commands);
+  };
+
+  // The decoding of complete, release and checkpoint: whether the fenced write applied.
+  struct applied {
+    const char* operation;
+    bool operator()(const shared_state& state,
+                    const std::vector<detail::redis_reply>& replies) const {
+      return state.operations.applied(replies, operation);
+    }
+  };
+
+  // A write's commands, with WAIT after them when writes wait for replicas.
+  std::vector<detail::redis_wire_command> waited(std::vector<detail::redis_wire_command> wire,
+                                                 bool claim = false) const {
+    for (const std::span<const std::string_view> words :
+         state().operations.wait_for_replicas(claim)) {
+      wire.push_back(detail::redis_wire_of(words));
+    }
+    return wire;
+  }
+
+  // The decoding of a write sent with waited(): WAIT's answer checked and taken off first.
+  template <class Decode>
+  struct replicated {
+    const char* operation;
+    bool claim;
+    Decode decode;
+    auto operator()(const shared_state& state, std::vector<detail::redis_reply> replies) const {
+      return decode(state, state.operations.replicated(std::move(replies), operation, claim));
+    }
+  };
+  template <class Decode>
+  replicated(const char*, bool, Decode) -> replicated<Decode>;
+
+  // One exchange, its replies decoded by `decode(state, replies)`.
+  template <class T, class Token, class Decode>
+  auto run(Token&& token, const char* operation, std::vector<detail::redis_wire_command> wire,
+           Decode decode) {
+    return spawn<T>(
+        std::forward<Token>(token),
+        [state = shared(), operation, wire = std::move(wire),
+         decode = std::move(decode)]() mutable -> asio::awaitable<T, detail::redis_strand> {
+          std::vector<detail::redis_reply> replies =
+              co_await detail::async_redis_exchange(state->pool, std::move(wire), operation,
+                                                    asio::use_awaitable_t<detail::redis_strand>{});
+          co_return decode(*state, std::move(replies));
+        });
+  }
+
+  // Runs a walk, one exchange per step.
+  template <class Walk>
+  static asio::awaitable<void, detail::redis_strand> walk_through(const shared_state& state,
+                                                                  Walk& walk,
+                                                                  const char* operation) {
+    for (detail::redis_step step = walk.next(); !step.done(); step = walk.next()) {
+      walk.feed(
+          co_await detail::async_redis_exchange(state.pool, detail::redis_wire_of(step), operation,
+                                                asio::use_awaitable_t<detail::redis_strand>{}));
+    }
+  }
+
+  // The coroutine `body` on the pool's strand, completing the token with void(exception_ptr,
+  // T) on the handler's associated executor (the store's executor when it has none, never the
+  // strand: a slow handler must not hold up the connections). Any cancellation type reaches the
+  // exchange awaited; a cancellation Asio reports itself (between two exchanges of a walk)
+  // becomes store_error(unavailable) too.
+  template <class T, class Token, class Body>
+  auto spawn(Token&& token, Body body) {
+    return asio::async_initiate<Token, async_store_signature<T>>(
+        [](auto handler, const std::shared_ptr<shared_state>& state, Body run) {
+          auto home = asio::get_associated_executor(handler, state->executor);
+          asio::co_spawn(state->pool->strand(), guarded<T>(std::move(run)),
+                         asio::bind_executor(std::move(home), std::move(handler)));
+        },
+        token, shared(), std::move(body));
+  }
+
+  template <class T, class Body>
+  static auto guarded(Body body) {
+    return [body = std::move(body)]() mutable -> asio::awaitable<T, detail::redis_strand> {
+      // A cancellation that came before the coroutine ran is kept: the reset below would
+      // forget it.
+      const asio::cancellation_state early = co_await asio::this_coro::cancellation_state;
+      if (early.cancelled() != asio::cancellation_type::none) {
+        throw store_error(store_failure::unavailable,
+                          "idem::async_redis_store: the operation was cancelled before it "
+                          "started; nothing was sent");
+      }
+      co_await asio::this_coro::reset_cancellation_state(asio::enable_total_cancellation());
+      std::optional<T> answer;
+      std::optional<std::string> cancelled;
+      try {
+        answer.emplace(co_await body());
+      } catch (const asio_system_error& error) {
+        cancelled = error.what();
+      }
+      if (cancelled) {
+        throw store_error(store_failure::unavailable,
+                          "idem::async_redis_store: the operation was cancelled (" + *cancelled +
+                              "); what it sent may still run at the server");
+      }
+      co_return std::move(*answer);
+    };
+  }
+
+  std::shared_ptr<shared_state> shared() const {
+    (void)state();
+    return state_;
+  }
+
+  shared_state& state() const {
+    if (!state_) {
+      throw std::logic_error(
+          "idem::async_redis_store: a default-constructed store has no server; assign one made "
+          "with async_redis_store(executor, options) first");
+    }
+    return *state_;
+  }
+
+  std::shared_ptr<shared_state> state_;
+};
+
+static_assert(AsyncStore<async_redis_store>);
+
+}  // namespace idem
+
+IDEM_ASIO_CODE_END
+
+#endif  // IDEM_STORE_REDIS_ASYNC_HPP
