@@ -9,7 +9,7 @@
 #   scripts/bench.sh --no-compile-cost      skip the compile-cost step
 #   scripts/bench.sh --compile-cost-only    measure compile cost alone, without building or
 #                                           running a benchmark (with --json FILE, FILE holds
-#                                           it and the machine: docs/performance/compile_cost.json)
+#                                           it and the machine: bench/results/compile_cost.json)
 #   scripts/bench.sh --max-threads N        run the threaded benchmarks at 1, 2, 4, ... N threads
 #                                           (default 4; IDEM_BENCH_MAX_THREADS)
 #   scripts/bench.sh --interleave REGEX     run the benchmarks matching REGEX first, their

@@ -3,7 +3,7 @@
 
     scripts/performance_report.py [--draft] [RESULTS.json]
 
-RESULTS.json (default docs/performance/results.json) is what `scripts/bench.sh --json FILE`
+RESULTS.json (default bench/results/results.json) is what `scripts/bench.sh --json FILE`
 wrote. The text comes from docs/performance/template.md, in which these are replaced:
 
     {{machine}}                 the machine, compiler and run date from the results
@@ -26,11 +26,11 @@ wrote. The text comes from docs/performance/template.md, in which these are repl
     {{compile_goal CXX LIMIT}}  the compile-cost ratio with CXX, and whether it is within LIMIT
     {{counter NAME COUNTER}}    a counter of NAME (allocs_per_op, bytes_per_record, ...)
     {{wide:...}}                any of the above, from the scaling run on a larger machine
-                                (docs/performance/results_wide.json: scripts/pack_bench.sh's
+                                (bench/results/results_wide.json: scripts/pack_bench.sh's
                                 binary run there with IDEM_BENCH_MAX_THREADS); its thread plots
                                 are wide_threads_*.svg
     {{later:...}}               any of the above, from a later run of scripts/bench.sh kept
-                                beside the main one (docs/performance/results_later.json, with
+                                beside the main one (bench/results/results_later.json, with
                                 its own compile cost); its thread plots are later_threads_*.svg
     {{compile CXX FIELD}}       idem_s, baseline_s or ratio of the compile cost with CXX, or the
                                 median of a unit (idem, baseline, standard_headers_of_idem, ...);
@@ -44,8 +44,8 @@ wrote. The text comes from docs/performance/template.md, in which these are repl
                                 gc_floor:UNIT and ratio:UNIT, from the compilers' own counters
                                 and the units' medians (see compile_counter)
 
-The compile cost comes from docs/performance/compile_cost.json where that file exists (a run of
-`scripts/bench.sh --compile-cost-only --json docs/performance/compile_cost.json`, which measures
+The compile cost comes from bench/results/compile_cost.json where that file exists (a run of
+`scripts/bench.sh --compile-cost-only --json bench/results/compile_cost.json`, which measures
 it alone, on the headers as they are, with the machine it ran on), and otherwise from
 RESULTS.json's own "compile_cost".
 
@@ -67,13 +67,15 @@ import bench_ratios  # noqa: E402
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 DOCS = os.path.join(ROOT, "docs")
+# The page's template and plots stay beside it; the runs it is made from are data, not docs.
 FIGURES = os.path.join(DOCS, "performance")
+RESULTS = os.path.join(ROOT, "bench", "results")
 # Runs kept beside the main one, each named in the template by its prefix ({{wide:time X}}).
 EXTRA_RUNS = {
-    "wide": os.path.join(FIGURES, "results_wide.json"),
-    "later": os.path.join(FIGURES, "results_later.json"),
+    "wide": os.path.join(RESULTS, "results_wide.json"),
+    "later": os.path.join(RESULTS, "results_later.json"),
 }
-COMPILE = os.path.join(FIGURES, "compile_cost.json")
+COMPILE = os.path.join(RESULTS, "compile_cost.json")
 
 # Workloads run at 1, 2 and 4 threads, and the arguments that pick one curve family.
 THREADED = [
@@ -280,7 +282,8 @@ def compile_run_text(results):
     if cost.get("commit"):
         text += f", of the headers of {cost['commit']}"
     if results.get("compile_machine"):
-        text += f" ([`{os.path.relpath(COMPILE, FIGURES)}`](performance/{os.path.relpath(COMPILE, FIGURES)}))"
+        # A link from docs/performance.md, which sits in DOCS, to the run beside the benchmarks.
+        text += f" ([`{os.path.basename(COMPILE)}`]({os.path.relpath(COMPILE, DOCS)}))"
     return text
 
 
@@ -451,7 +454,7 @@ def main(argv):
     args = argv[1:]
     draft = "--draft" in args
     args = [a for a in args if a != "--draft"]
-    results_path = args[0] if args else os.path.join(FIGURES, "results.json")
+    results_path = args[0] if args else os.path.join(RESULTS, "results.json")
     if results_path in ("-h", "--help"):
         print(__doc__.strip())
         return 0
