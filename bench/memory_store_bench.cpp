@@ -570,8 +570,8 @@ class idem_table {
   std::size_t sweep(idem::store_time now) { return store_.sweep(now); }
 
  private:
-  static typename S::limits limits_for(std::size_t expected_records) {
-    typename S::limits bounds{};
+  static typename S::options limits_for(std::size_t expected_records) {
+    typename S::options bounds{};
     if constexpr (requires { bounds.expected_records = expected_records; }) {
       bounds.expected_records = expected_records;
     }

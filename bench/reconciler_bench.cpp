@@ -28,7 +28,7 @@ struct memory_fixture : bench::filled<idem::memory_store> {
 
   explicit memory_fixture(std::size_t n) {
     records = n;
-    idem::memory_store::limits limits;
+    idem::memory_store::options limits;
     limits.expected_records = n;
     store = idem::memory_store{limits};
     const idem::digest print = bench::fingerprint();

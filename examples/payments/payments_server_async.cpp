@@ -335,7 +335,7 @@ std::optional<int> serve_async(const server_settings& config, const std::string&
     return serve(
         config,
         [options](const asio::any_io_executor& loop) {
-          return idem::async_postgres_store{options, loop};
+          return idem::async_postgres_store{loop, options};
         },
         book);
   }

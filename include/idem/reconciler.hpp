@@ -154,6 +154,8 @@ class reconciler {
   using clock_type = typename Policies::clock;
   using response_codec_type = typename Policies::response_codec;
   using observer_type = typename Policies::observer;
+  /// What a reconciler is built from (reconciler_options, above); settings() answers them.
+  using options = reconciler_options;
   static_assert(Store<store_type>,
                 "A reconciler's store must satisfy idem::Store (idem/store/contract.hpp).");
   static_assert(Clock<clock_type>,
@@ -257,7 +259,7 @@ class reconciler {
   store_type& store() noexcept { return store_; }
   clock_type& clock() noexcept { return clock_; }
   observer_type& observer() noexcept { return observer_; }
-  const reconciler_options& options() const noexcept { return options_; }
+  const reconciler_options& settings() const noexcept { return options_; }
 
  private:
   // One stuck record: resumed, or reported. Answers whether the record moved (no longer stuck

@@ -15,7 +15,7 @@ using namespace std::chrono_literals;
 TEST_CASE("a completed record costs its bytes plus a bounded overhead", "[memory_store]") {
   constexpr int records = 20'000;
   constexpr std::size_t response_size = 100;
-  idem::memory_store::limits bounds;
+  idem::memory_store::options bounds;
   bounds.expected_records = records;
   idem::memory_store store{bounds};
   const idem::store_time now{std::chrono::seconds{1767225600}};

@@ -27,7 +27,7 @@ namespace {
 struct async_memory_factory {
   static constexpr bool bounded = true;
   idem::memory_store make(const idem::testing::store_limits& limits) {
-    idem::memory_store::limits bounds;
+    idem::memory_store::options bounds;
     bounds.max_records = limits.max_records;
     bounds.max_bytes = limits.max_bytes;
     bounds.expected_records = 1024;

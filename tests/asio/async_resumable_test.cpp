@@ -11,7 +11,10 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "asio/event_loop.hpp"
 #include "asio/server_support.hpp"
@@ -255,4 +258,121 @@ TEST_CASE("an async wrapper without the option keeps nothing, and the reconciler
   CHECK(done->emails == 0);
   run_until(io, clock, [&] { return stalled.done; });  // its fence was taken for the report
   CHECK(stalled.take().verdict() == verdict::in_progress);
+}
+
+TEST_CASE("an async wrapper resumes its own stuck record with async_resume, as idempotent::resume") {
+  using policies = test_async::manual_policies;
+  asio::io_context io;
+  idem::manual_clock clock;
+  idem::memory_store store;
+  auto done = std::make_shared<effects>();
+  async_wrapper<policies> payments{io.get_executor(), async_payment{clock, done},
+                                   async_options<policies>(store, clock, 4096)};
+  const idem::http_request request = charge();
+  const std::string kept = idem::encode(request);
+
+  completion<outcome> stalled;
+  payments.async_call("tenant", request, stalled.handler());
+  run_until(io, clock, [&] { return clock.waiting_wakes() == 1; });
+  REQUIRE(done->charges == 1);
+  clock.advance(31s);  // past the lease: the record is stuck
+  const std::vector<idem::record> stuck = payments.stuck();
+  REQUIRE(stuck.size() == 1);
+
+  // A request that is not the one the record was claimed for is never run.
+  idem::http_request other = request;
+  other.body = "{\"amount\":999}";
+  const idem::resume_result refused = run_to_end(
+      io, clock,
+      payments.template async_resume<idem::http_request>(stuck[0], idem::encode(other),
+                                                         asio::use_awaitable));
+  CHECK(refused.what == idem::resumption::unreadable);
+  const idem::resume_result garbled = run_to_end(
+      io, clock,
+      payments.template async_resume<idem::http_request>(stuck[0], "not a request",
+                                                         asio::use_awaitable));
+  CHECK(garbled.what == idem::resumption::unreadable);
+  CHECK(done->emails == 0);
+
+  // The kept request: taken over (fence 2), the charge answered from its recovery point, the
+  // email sent, the response recorded.
+  const idem::resume_result resumed = run_to_end(
+      io, clock,
+      payments.template async_resume<idem::http_request>(stuck[0], kept, asio::use_awaitable));
+  CHECK(resumed.what == idem::resumption::resumed);
+  CHECK(resumed.fence == 2);
+  CHECK(done->charges == 1);
+  CHECK(done->emails == 1);
+
+  // Once more: nothing left to do.
+  const idem::resume_result again = run_to_end(
+      io, clock,
+      payments.template async_resume<idem::http_request>(stuck[0], kept, asio::use_awaitable));
+  CHECK(again.what == idem::resumption::settled);
+
+  // A client's retry replays what the resume finished; the stalled holder answers the same.
+  const outcome retried =
+      run_to_end(io, clock, payments.async_call("tenant", request, asio::use_awaitable));
+  REQUIRE(retried.verdict() == verdict::replayed);
+  CHECK(retried->body == "ch_1 for {\"amount\":100}");
+  run_until(io, clock, [&] { return stalled.done; });
+  CHECK(stalled.take().verdict() == verdict::replayed);
+  CHECK(done->charges == 1);
+  CHECK(done->emails == 1);
+}
+
+TEST_CASE("an async resume whose handler throws again keeps the claim and reports failed") {
+  // The first holder stalls after its charge (fence 1) and its lease runs out; a resume (fence
+  // 2) finds the charge recorded and throws before its email.
+  struct failing_payment {
+    idem::manual_clock clock;
+    std::shared_ptr<effects> done;
+    asio::awaitable<idem::http_response> operator()(idem::async_handler_context& ctx,
+                                                    const idem::http_request&) const {
+      co_await ctx.async_step("charge", [&]() -> asio::awaitable<std::string> {
+        ++done->charges;
+        co_return "ch_1";
+      });
+      if (ctx.fence() == 1) co_await downstream(clock, 1h);
+      throw std::runtime_error("the mail server is down");
+    }
+  };
+  using policies = test_async::manual_policies;
+  using failing_wrapper = idem::async_idempotent<failing_payment, policies>;
+  asio::io_context io;
+  idem::manual_clock clock;
+  idem::memory_store store;
+  auto done = std::make_shared<effects>();
+  failing_wrapper::options parts;
+  parts.store = store;
+  parts.clock = clock;
+  parts.heartbeat = false;
+  parts.max_kept_request_bytes = 4096;
+  parts.name = "payments";
+  failing_wrapper payments{io.get_executor(), failing_payment{clock, done}, parts};
+  const idem::http_request request = charge();
+
+  completion<outcome> stalled;
+  payments.async_call("tenant", request, stalled.handler());
+  run_until(io, clock, [&] { return clock.waiting_wakes() == 1; });
+  clock.advance(31s);
+  const std::vector<idem::record> stuck = payments.stuck();
+  REQUIRE(stuck.size() == 1);
+
+  const idem::resume_result failed = run_to_end(
+      io, clock,
+      payments.template async_resume<idem::http_request>(stuck[0], idem::encode(request),
+                                                         asio::use_awaitable));
+  CHECK(failed.what == idem::resumption::failed);
+  CHECK(failed.message == "the mail server is down");
+  CHECK(failed.fence == 2);
+  // The charge ran once; the recovery the resume left still holds it.
+  CHECK(done->charges == 1);
+  std::string_view charged;
+  CHECK(idem::detail::find_step(failed.recovery, "charge", charged));
+  // The claim is kept, not released: the record stays in progress under fence 2.
+  const std::optional<idem::record> kept = store.find("tenant", "order-1", clock.wall_now());
+  REQUIRE(kept);
+  CHECK(kept->state == idem::record_state::in_progress);
+  CHECK(kept->fence == 2);
 }

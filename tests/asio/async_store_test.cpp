@@ -41,7 +41,7 @@ struct posted_memory_factory {
   std::unique_ptr<asio::thread_pool> pool = std::make_unique<asio::thread_pool>(2);
 
   idem::blocking_store<posted_memory> make(const idem::testing::store_limits& limits) {
-    idem::memory_store::limits bounds;
+    idem::memory_store::options bounds;
     bounds.max_records = limits.max_records;
     bounds.max_bytes = limits.max_bytes;
     bounds.expected_records = 1024;
@@ -82,7 +82,7 @@ TEST_CASE("an asynchronous store's operations complete on the caller's executor,
 
   // A store_error reaches the awaiting coroutine as the blocking call throws it: a response
   // larger than a bounded store accepts.
-  posted_memory tiny{idem::memory_store{idem::memory_store::limits{.max_bytes = 1000}},
+  posted_memory tiny{idem::memory_store{idem::memory_store::options{.max_bytes = 1000}},
                      pool.get_executor()};
   std::optional<idem::store_failure> failure;
   loop.restart();

@@ -125,7 +125,7 @@ class records_on_redis {
   store_type store() const { return store_type(options_); }
 
  private:
-  idem::redis_store::options options_ = idem_redis_test::shared_options(idem::redis_time::server);
+  idem::redis_store::options options_ = idem_redis_test::shared_options(idem::time_source::server);
 };
 
 template <class Store>

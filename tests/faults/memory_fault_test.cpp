@@ -9,7 +9,7 @@ namespace {
 
 struct memory_factory {
   idem::memory_store operator()() const {
-    idem::memory_store::limits bounds;
+    idem::memory_store::options bounds;
     bounds.expected_records = 16;
     return idem::memory_store{bounds};
   }

@@ -23,14 +23,14 @@ namespace {
 
 struct redis_factory {
   idem_redis_test::shared_stores stores;
-  idem::redis_store operator()() { return stores.make(idem::redis_time::caller); }
+  idem::redis_store operator()() { return stores.make(idem::time_source::caller); }
 };
 
 // A private server that accepts DEBUG, with a store whose commands time out after 200 ms.
 struct sleepy_server {
   idem_redis_test::private_redis server{{"--appendonly", "no", "--enable-debug-command", "yes"}};
   idem::redis_store store = [this] {
-    idem::redis_store::options options = server.options(idem::redis_time::caller);
+    idem::redis_store::options options = server.options(idem::time_source::caller);
     options.command_timeout = 200ms;
     return idem::redis_store{options};
   }();

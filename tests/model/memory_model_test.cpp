@@ -13,7 +13,7 @@ namespace model = idem::testing::model;
 namespace {
 
 idem::memory_store small_memory_store() {
-  idem::memory_store::limits bounds;
+  idem::memory_store::options bounds;
   bounds.expected_records = 16;  // a handful of keys: small bucket arrays, cheap stuck()
   return idem::memory_store{bounds};
 }
@@ -133,7 +133,7 @@ TEST_CASE("memory_store caps each scope's records as the model does", "[model]")
   capped.scope_cap = 2;  // three keys a scope: the third claim of a scope finds it full
   model::require_model_agreement(
       [] {
-        idem::memory_store::limits bounds;
+        idem::memory_store::options bounds;
         bounds.expected_records = 16;
         bounds.max_records_per_scope = 2;
         return idem::memory_store{bounds};

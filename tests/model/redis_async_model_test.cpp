@@ -13,12 +13,12 @@
 namespace {
 
 idem::async_redis_store::options async_options(const idem_redis_test::private_redis& server) {
-  const idem::redis_store::options blocking = server.options(idem::redis_time::caller);
+  const idem::redis_store::options blocking = server.options(idem::time_source::caller);
   idem::async_redis_store::options options;
   options.host = blocking.host;
   options.port = blocking.port;
   options.prefix = blocking.prefix;
-  options.time = blocking.time;
+  options.clock = blocking.clock;
   return options;
 }
 

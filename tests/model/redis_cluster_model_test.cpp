@@ -33,7 +33,7 @@ TEST_CASE("redis_cluster_store answers every operation sequence as the locked_st
           "[model]") {
   const idem_redis_test::private_cluster cluster(3, 0);
   idem::testing::model::require_model_agreement(
-      [&] { return idem::redis_cluster_store{cluster.options(idem::redis_time::caller)}; },
+      [&] { return idem::redis_cluster_store{cluster.options(idem::time_source::caller)}; },
       idem::testing::model::budget{sequences, 100});
 }
 
@@ -43,7 +43,7 @@ TEST_CASE("redis_cluster_store caps each scope's records as the model does", "[m
   capped.scope_cap = 2;
   idem::testing::model::require_model_agreement(
       [&] {
-        idem::redis_cluster_store::options options = cluster.options(idem::redis_time::caller);
+        idem::redis_cluster_store::options options = cluster.options(idem::time_source::caller);
         options.max_records_per_scope = 2;
         return idem::redis_cluster_store{options};
       },

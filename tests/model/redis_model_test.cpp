@@ -13,7 +13,7 @@ TEST_CASE("redis_store answers every operation sequence as the locked_store mode
           "[model]") {
   const idem_redis_test::private_redis server({"--appendonly", "no"});
   idem::testing::model::require_model_agreement(
-      [&] { return idem::redis_store{server.options(idem::redis_time::caller)}; },
+      [&] { return idem::redis_store{server.options(idem::time_source::caller)}; },
       idem::testing::model::budget{300, 100});
 }
 
@@ -23,7 +23,7 @@ TEST_CASE("redis_store caps each scope's records as the model does", "[model]") 
   capped.scope_cap = 2;
   idem::testing::model::require_model_agreement(
       [&] {
-        idem::redis_store::options options = server.options(idem::redis_time::caller);
+        idem::redis_store::options options = server.options(idem::time_source::caller);
         options.max_records_per_scope = 2;
         return idem::redis_store{options};
       },

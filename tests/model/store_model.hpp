@@ -230,7 +230,7 @@ std::optional<std::string> first_difference(
     std::size_t scope_cap = std::numeric_limits<std::size_t>::max()) {
   coverage ignored;
   coverage& seen = reached != nullptr ? *reached : ignored;
-  locked_store::limits model_limits;
+  locked_store::options model_limits;
   model_limits.max_records_per_scope = scope_cap;
   locked_store reference{model_limits};
   manual_clock clock;  // 2026-01-01T00:00:00Z; moved forward and back by advance

@@ -182,7 +182,7 @@ TEST_CASE("two tiered_stores over one memory_store answer as the locked_store mo
           "[model][tiered]") {
   require_two_tiers_agree(
       [](std::uint64_t seed) {
-        idem::memory_store::limits bounds;
+        idem::memory_store::options bounds;
         bounds.expected_records = 64;
         return two_tiers<idem::memory_store>{idem::memory_store{bounds}, seed};
       },

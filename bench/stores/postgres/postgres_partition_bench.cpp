@@ -80,7 +80,7 @@ struct filled_table {
     options.conninfo = std::string(conninfo()) + " options='-c synchronous_commit=off'";
     options.table = table;
     options.pool_size = 1;
-    options.clock = idem::postgres_store::time_source::caller;
+    options.clock = idem::time_source::caller;
     options.hash_partitions = layout_partitions;
     store = idem::postgres_store{options};
     fill("key-", records, false);

@@ -117,7 +117,7 @@ struct postgres_fixture : bench::filled<idem::postgres_store> {
     options.conninfo = std::string(conninfo()) + " options='-c synchronous_commit=off'";
     options.table = table;
     options.pool_size = 1;
-    options.clock = idem::postgres_store::time_source::caller;
+    options.clock = idem::time_source::caller;
     store = idem::postgres_store{options};
 
     const std::string t = std::to_string(nanoseconds(clock.wall_now()));

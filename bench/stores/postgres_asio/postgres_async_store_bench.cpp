@@ -166,7 +166,7 @@ void single_async(benchmark::State& state) {
   const std::string table = table_name("async_one");
   try {
     bench::run_single(state, [&](asio::io_context& io) {
-      return idem::async_postgres_store(async_options(table, 1, 1), io.get_executor());
+      return idem::async_postgres_store(io.get_executor(), async_options(table, 1, 1));
     });
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());

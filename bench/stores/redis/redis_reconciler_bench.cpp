@@ -2,7 +2,7 @@
 // (bench/reconciler_bench.hpp says what both sides do and how they are named).
 //
 //   reconciler_pass/idem/redis/records:N       idem::reconciler over idem::redis_store
-//                                              (redis_time::caller: the manual clock)
+//                                              (time_source::caller: the manual clock)
 //   reconciler_pass/full_scan/redis/records:N  SCAN over the scope's record keys (COUNT 1000),
 //                                              each batch's state, lease and expiry read with
 //                                              pipelined HMGETs, the in-progress records past
@@ -142,7 +142,7 @@ struct redis_fixture : bench::filled<idem::redis_store> {
     options.port = std::atoi(server_port());
     options.prefix = prefix;
     options.pool_size = 1;
-    options.time = idem::redis_time::caller;
+    options.clock = idem::time_source::caller;
     store = idem::redis_store{options};
     // The takeovers do not wait for the append-only file's fsync: scripts/servers/redis.sh runs
     // with appendfsync always, and 1,000 takeovers each waiting for this machine's disk (about

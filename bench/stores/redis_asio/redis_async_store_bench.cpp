@@ -60,7 +60,7 @@ idem::async_redis_store::options async_options(const server_address& where) {
   options.host = where.host;
   options.port = where.port;
   options.prefix = unique_prefix("async-store-async");
-  options.connections = 1;
+  options.pool_size = 1;
   return options;
 }
 

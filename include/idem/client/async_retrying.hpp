@@ -129,8 +129,8 @@ class async_retrying {
                 "a second time while the first may be running: only keyed or naturally "
                 "idempotent calls (Policies::safety) may be.");
 
-  /// The blocking retrying's parts (idem/client/detail/retry_core.hpp), and:
-  struct options : core_type::options {
+  /// retry_options (idem/client/retry_options.hpp), the blocking retrying's, and:
+  struct options : retry_options<Policies> {
     /// An attempt still running after this long is cancelled and judged a timeout (ambiguous).
     /// Zero: attempts are not timed (the deadline still bounds the waits).
     std::chrono::nanoseconds attempt_timeout{0};
@@ -147,15 +147,15 @@ class async_retrying {
         call_(std::move(call)),
         attempt_timeout_(parts.attempt_timeout),
         hedge_(parts.hedge),
-        core_(std::move(static_cast<typename core_type::options&>(parts)), "idem::async_retrying") {
+        core_(std::move(static_cast<retry_options<Policies>&>(parts)), "idem::async_retrying") {
     if (attempt_timeout_ < std::chrono::nanoseconds::zero()) {
       throw std::invalid_argument("idem::async_retrying: attempt_timeout cannot be negative");
     }
     if constexpr (detail::hedges<hedge_type> && core_type::tracks_latency) {
-      if (!core_.latency().tracks(hedge_.config().quantile)) {
+      if (!core_.latency().tracks(hedge_.settings().quantile)) {
         throw std::invalid_argument(
             "idem::async_retrying: the latency tracker does not keep the hedging quantile (add "
-            "it to latency_tracker::settings::quantiles)");
+            "it to latency_tracker::options::quantiles)");
       }
     }
   }
@@ -435,7 +435,7 @@ class async_retrying {
   // The hedge's delay: the tracker's quantile (hedging's, 0.95 by default), or the start delay
   // before it can say; never below the floor.
   std::chrono::nanoseconds hedge_delay() {
-    const auto& config = hedge_.config();
+    const auto& config = hedge_.settings();
     std::chrono::nanoseconds delay = config.start_delay;
     if constexpr (core_type::tracks_latency) {
       if (const auto estimate = core_.latency().estimate(config.quantile)) delay = *estimate;

@@ -112,10 +112,10 @@ class retrying {
   using observer_type = typename core_type::observer_type;
   using key_generator_type = typename core_type::key_generator_type;
 
-  /// The parts a wrapper is built from (idem/client/detail/retry_core.hpp): clock, backoff,
-  /// budget, breaker, classifier, observer, key_generator, seed and limits, each defaulting to
-  /// its policy.
-  using options = typename core_type::options;
+  /// The parts a wrapper is built from (idem/client/retry_options.hpp): clock, backoff,
+  /// budget, breaker, classifier, observer, key_generator, latency, limiter, seed and limits,
+  /// each defaulting to its policy.
+  using options = retry_options<Policies>;
 
   explicit retrying(Call call) : retrying(std::move(call), options{}) {}
 

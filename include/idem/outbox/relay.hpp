@@ -92,6 +92,9 @@ class outbox_relay {
   using backoff_type = typename Policies::backoff;
   using budget_type = typename Policies::budget;
   using observer_type = typename Policies::observer;
+  /// What a relay is built from (relay_options, above): every configurable type has its
+  /// `options`, and settings() answers the ones it was given.
+  using options = relay_options;
 
   static_assert(Clock<clock_type>,
                 "Policies::clock must satisfy idem::Clock: now(), wall_now() and sleep_for().");
@@ -217,7 +220,7 @@ class outbox_relay {
     return waiting;
   }
 
-  const relay_options& options() const noexcept { return options_; }
+  const relay_options& settings() const noexcept { return options_; }
   observer_type& observer() noexcept { return observer_; }
   clock_type& clock() noexcept { return clock_; }
 

@@ -65,6 +65,7 @@
 
 #include <idem/async/asio.hpp>
 #include <idem/async/blocking_store.hpp>
+#include <idem/core/codec.hpp>
 #include <idem/core/fingerprint/fingerprint.hpp>
 #include <idem/core/request.hpp>
 #include <idem/policies.hpp>
@@ -76,7 +77,9 @@
 #include <idem/server/detail/async_observed_handler.hpp>
 #include <idem/server/detail/checks.hpp>
 #include <idem/server/observer.hpp>
+#include <idem/server/options.hpp>
 #include <idem/server/outcome.hpp>
+#include <idem/server/resumption.hpp>
 #include <idem/store/async_contract.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/memory.hpp>
@@ -103,30 +106,15 @@ class async_idempotent {
   using response_codec_type = typename Policies::response_codec;
   using server_observer_type = typename Policies::server_observer;
 
-  /// idempotent::options (idem/server/idempotent.hpp), each field meaning what it means there,
-  /// and two of the asynchronous driver's own.
+  /// idempotent_options (idem/server/options.hpp), the blocking idempotent's, each field meaning
+  /// what it means there, and two of the asynchronous driver's own. Its server_observer hears
+  /// of calls only: no handler_event, and coalesced is always false.
   ///
   /// max_kept_request_bytes and name keep each request in its record exactly as idempotent
   /// keeps it (the same bytes): idem::reconciler, which is blocking, resumes such a record
   /// through an idempotent registered under the same name, whose handler does what this one
   /// does with step() where this one has async_step() (docs/async_server.md).
-  struct options {
-    store_type store{};
-    clock_type clock{};
-    fingerprint_type fingerprint{};
-    failure_type failure{};
-    std::chrono::nanoseconds lease = Policies::lease;
-    std::chrono::nanoseconds retention = Policies::retention;
-    std::chrono::nanoseconds coalesce = Policies::coalesce;
-    std::size_t max_key_length = Policies::max_key_length;
-    bool require_key = Policies::require_key;
-    std::size_t max_body_bytes = Policies::max_body_bytes;
-    std::size_t max_response_bytes = Policies::max_response_bytes;
-    response_codec_type response_codec{};
-    std::string key_header = std::string(Policies::key_header);
-    std::size_t max_kept_request_bytes = 0;
-    std::string name{};
-    std::chrono::nanoseconds minimum_time_left{0};
+  struct options : idempotent_options<Policies> {
     /// Where the store's calls run when the store blocks (it does not declare never_blocks): an
     /// asio::thread_pool's executor, or a strand of one. Required then; unused for a store
     /// that never blocks, whose calls run inline, and for an AsyncStore, which is awaited.
@@ -134,9 +122,6 @@ class async_idempotent {
     /// Renew the lease every third of it while the handler runs, and cancel the handler when a
     /// renewal finds the claim taken over. Off, a handler that outlives its lease is taken over.
     bool heartbeat = true;
-    /// Hears of each call's verdict and duration (idem/server/observer.hpp). The asynchronous
-    /// driver reports calls only: no handler_event, and coalesced is always false.
-    server_observer_type server_observer{};
   };
 
   /// `executor` runs a call whose completion handler has no associated executor of its own.
@@ -202,6 +187,38 @@ class async_idempotent {
   auto async_call(std::string_view scope, const Request& request, Token&& token) {
     return async_call(scope, view_of(request).find_header(engine_.options().key_header), request,
                       std::forward<Token>(token));
+  }
+
+  /// idempotent::resume, awaited: resumes a stuck record of this wrapper, `request` being the
+  /// request the record kept, encoded. A request that does not decode or is not the one the
+  /// record was claimed for is `unreadable` and never run; else the record is taken over (fenced,
+  /// as a retry would take it) and the handler runs from its recovery points, its steps
+  /// answered from what the record holds. A handler that throws again keeps the claim
+  /// (`failed`). Completes with (std::exception_ptr, resume_result); every ending is a
+  /// resume_result, so the exception_ptr is null. `stuck` and `request` must stay valid until
+  /// the call completes.
+  template <Fingerprintable Request, class Token>
+  auto async_resume(const record& stuck, std::string_view request, Token&& token) {
+    static_assert(Encodable<Request>,
+                  "A resumable wrapper keeps its requests: specialise idem::codec<Request> for "
+                  "the request type (idem/core/codec.hpp).");
+    static_assert(detail::check_async_handler<Handler, Request, store_type>());
+    if constexpr (detail::async_guardable<Handler, Request, store_type>) {
+      using response_type =
+          typename detail::async_handler_result<Handler, Request, store_type>::type;
+      static_assert(detail::check_response<response_type>());
+      if constexpr (detail::storable_response<response_type>) {
+        return asio::async_initiate<Token, void(std::exception_ptr, resume_result)>(
+            [this](auto handler, const record* stuck, std::string_view request) {
+              const auto executor = detail::operation_executor(handler, executor_);
+              asio::co_spawn(executor,
+                             detail::hearing_every_cancellation(
+                                 resume<response_type, Request>(*stuck, request)),
+                             std::move(handler));
+            },
+            token, &stuck, request);
+      }
+    }
   }
 
   const options& settings() const noexcept { return engine_.options(); }
@@ -306,6 +323,53 @@ class async_idempotent {
           scope, *key, started.print, run, engine_.options().failure, started.kept.get(), waited);
     }
     co_return co_await std::move(rest);
+  }
+
+  // async_resume's coroutine: the kept request decoded and checked against the record, then
+  // the engine's resume with the handler run on it.
+  template <class Response, class Request>
+  asio::awaitable<resume_result> resume(const record& stuck, std::string_view encoded) {
+    std::optional<Request> kept;
+    try {
+      kept.emplace(codec<Request>::decode(encoded));
+    } catch (const std::exception& error) {
+      co_return resume_result{resumption::unreadable,
+                              std::string("the kept request does not decode: ") + error.what(),
+                              0,
+                              {}};
+    }
+    digest print;
+    try {
+      print = engine_.options().fingerprint(view_of(*kept));
+    } catch (const std::invalid_argument& error) {
+      co_return resume_result{
+          resumption::unreadable,
+          std::string("the kept request cannot be fingerprinted: ") + error.what(), 0, {}};
+    }
+    if (print != stuck.fingerprint) {
+      co_return resume_result{resumption::unreadable,
+                              "the kept request is not the request the record was claimed for "
+                              "(its fingerprint differs)",
+                              0,
+                              {}};
+    }
+    constexpr bool transactional = detail::takes_async_transaction<Handler, Request, store_type>;
+    constexpr detail::completion how =
+        transactional ? detail::completion::in_transaction : detail::completion::direct;
+    const Request& request = *kept;
+    auto run = [this, &request](async_handler_context& context, auto&... transaction) {
+      auto invoke = [&] {
+        if constexpr (transactional) {
+          return std::invoke(handler_, context, request, transaction...);
+        } else if constexpr (detail::takes_async_context<Handler, Request>) {
+          return std::invoke(handler_, context, request);
+        } else {
+          return std::invoke(handler_, request);
+        }
+      };
+      return detail::observed_handler(observer_, clock(), invoke());
+    };
+    co_return co_await engine_.template resume<Response, how>(stuck.scope, stuck.key, print, run);
   }
 
   // What a call does before its first suspension, in a plain function (see call_start): the

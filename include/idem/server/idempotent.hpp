@@ -59,6 +59,7 @@
 #include <idem/server/failure.hpp>
 #include <idem/server/handler_context.hpp>
 #include <idem/server/observer.hpp>
+#include <idem/server/options.hpp>
 #include <idem/server/outcome.hpp>
 #include <idem/server/response_codec.hpp>
 #include <idem/server/resumption.hpp>
@@ -82,54 +83,9 @@ class idempotent {
   using response_codec_type = typename Policies::response_codec;
   using server_observer_type = typename Policies::server_observer;
 
-  /// The parts a wrapper is built from; each defaults to its policy (idem/policies.hpp), and is
-  /// checked once, when the wrapper is built. A store is a handle: give several wrappers copies
-  /// of one store and they share its records.
-  struct options {
-    store_type store{};
-    clock_type clock{};
-    fingerprint_type fingerprint{};
-    failure_type failure{};
-    /// How long a claim is honoured before another attempt may take it over. Longer than the
-    /// handler's usual run time; each recovery point renews it.
-    std::chrono::nanoseconds lease = Policies::lease;
-    /// How long records are kept. A repeat after this runs again: choose it longer than your
-    /// clients retry for.
-    std::chrono::nanoseconds retention = Policies::retention;
-    /// How long a duplicate of a request in progress waits for its response before answering
-    /// in_progress; zero answers at once.
-    std::chrono::nanoseconds coalesce = Policies::coalesce;
-    /// The longest key accepted, in bytes.
-    std::size_t max_key_length = Policies::max_key_length;
-    /// Whether a call without a key is refused (missing_key) or run unguarded.
-    bool require_key = Policies::require_key;
-    /// The longest request body accepted, in bytes; a longer one answers body_too_large (413)
-    /// before anything is hashed or claimed.
-    std::size_t max_body_bytes = Policies::max_body_bytes;
-    /// The largest stored response, in bytes (after the response codec): a larger one is not
-    /// stored, its caller gets it with verdict response_too_large, and repeats answer
-    /// response_too_large (500) without running again.
-    std::size_t max_response_bytes = Policies::max_response_bytes;
-    /// Seals responses and recovery points before the store keeps them, opens them on replay.
-    response_codec_type response_codec{};
-    /// Where operator()(scope, request) finds the key.
-    std::string key_header = std::string(Policies::key_header);
-    /// Resumable records: each request is kept in its record (encoded by idem::codec<Request>,
-    /// sealed by the response codec) until the record completes, so that idem::reconciler can
-    /// finish the work of a client that gave up (docs/reconciler.md). The largest kept request,
-    /// in bytes as stored; a larger one answers body_too_large (413) before anything is claimed.
-    /// 0 keeps none: the records are not resumable.
-    std::size_t max_kept_request_bytes = 0;
-    /// The name a reconciler finds this wrapper by, kept with each request (resumable records
-    /// only): give each wrapper that shares a store its own.
-    std::string name{};
-    /// A call whose caller_deadline leaves less than this (or nothing) is refused with
-    /// deadline_exceeded before anything is claimed: the least the handler needs to finish.
-    std::chrono::nanoseconds minimum_time_left{0};
-    /// Hears of each call's verdict and each handler run (idem/server/observer.hpp): a handle,
-    /// so copies given to several wrappers report to one place.
-    [[no_unique_address]] server_observer_type server_observer{};
-  };
+  /// The parts a wrapper is built from (idem/server/options.hpp): each defaults to its policy,
+  /// and is checked once, when the wrapper is built.
+  using options = idempotent_options<Policies>;
 
   explicit idempotent(Handler handler) : idempotent(std::move(handler), options{}) {}
 

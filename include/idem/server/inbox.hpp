@@ -39,6 +39,7 @@
 #include <idem/server/failure.hpp>
 #include <idem/server/handler_context.hpp>
 #include <idem/server/observer.hpp>
+#include <idem/server/options.hpp>
 #include <idem/server/outcome.hpp>
 #include <idem/server/response_codec.hpp>
 #include <idem/store/contract.hpp>
@@ -57,21 +58,9 @@ class inbox {
   using clock_type = typename Policies::clock;
   using server_observer_type = typename Policies::server_observer;
 
-  /// The parts an inbox is built from; each defaults to its policy, and means what the field
-  /// of the same name in idempotent::options does.
-  struct options {
-    store_type store{};
-    clock_type clock{};
-    std::chrono::nanoseconds lease = Policies::lease;
-    std::chrono::nanoseconds retention = Policies::retention;
-    std::chrono::nanoseconds coalesce = Policies::coalesce;
-    /// The longest event id accepted, in bytes.
-    std::size_t max_key_length = Policies::max_key_length;
-    std::size_t max_response_bytes = Policies::max_response_bytes;
-    typename Policies::response_codec response_codec{};
-    /// Told of each delivery and each run of `fn` (Policies::server_observer).
-    [[no_unique_address]] server_observer_type server_observer{};
-  };
+  /// The parts an inbox is built from (idem/server/options.hpp): each defaults to its policy,
+  /// and means what the field of the same name in idempotent_options does.
+  using options = inbox_options<Policies>;
 
   inbox() : inbox(options{}) {}
   explicit inbox(options parts)
@@ -108,6 +97,8 @@ class inbox {
   auto deduplicate_batch(std::string_view scope, const Ids& event_ids, F&& fn) {
     return detail::deduplicate_batch<observes>(engine_, observer_, scope, event_ids, fn);
   }
+
+  const options& settings() const noexcept { return engine_.options(); }
 
   std::size_t sweep() { return engine_.sweep(); }
   std::vector<record> stuck(std::size_t limit = 1000) { return engine_.stuck(limit); }

@@ -36,7 +36,7 @@ class locked_store {
 
   /// How much the store may hold. A claim that would pass either bound answers `full`; a
   /// complete or checkpoint that would pass max_bytes throws store_error(full).
-  struct limits {
+  struct options {
     std::size_t max_records = std::numeric_limits<std::size_t>::max();
     /// Counted as scope + key + response + recovery bytes of every record held.
     std::size_t max_bytes = std::numeric_limits<std::size_t>::max();
@@ -46,8 +46,8 @@ class locked_store {
     std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
   };
 
-  locked_store() : locked_store(limits{}) {}
-  explicit locked_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
+  locked_store() : locked_store(options{}) {}
+  explicit locked_store(options bounds) : state_(std::make_shared<state>(bounds)) {}
 
   claim_result claim(const claim_request& request) {
     const std::lock_guard lock(state_->mutex);
@@ -169,7 +169,7 @@ class locked_store {
     const std::lock_guard lock(state_->mutex);
     return state_->records.size();
   }
-  /// Bytes held, counted as `limits::max_bytes` counts them.
+  /// Bytes held, counted as `options::max_bytes` counts them.
   std::size_t bytes() const {
     const std::lock_guard lock(state_->mutex);
     return state_->bytes;
@@ -191,14 +191,14 @@ class locked_store {
     bool operator<(by_id wanted) const noexcept { return std::string_view(id) < wanted.id; }
   };
   struct state {
-    explicit state(limits given) : bounds(given) {}
+    explicit state(options given) : bounds(given) {}
     mutable std::mutex mutex;
     // Sorted by id, so by (scope, key) through the length-prefixed id: what stuck() lists by,
     // and what keeps a scope's records together. A sorted vector rather than a std::map: the
     // model needs order, not speed, and <map> would cost every unit that includes idem.
     std::vector<entry> records;
     std::size_t bytes = 0;
-    limits bounds;
+    options bounds;
   };
 
   // The scope's length goes first, so ("a:b", "c") and ("a", "b:c") can never meet.
@@ -250,7 +250,7 @@ class locked_store {
   }
 
   bool has_room(std::size_t records, std::size_t bytes) const noexcept {
-    const limits& bounds = state_->bounds;
+    const options& bounds = state_->bounds;
     return state_->records.size() + records <= bounds.max_records &&
            state_->bytes <= bounds.max_bytes && bytes <= bounds.max_bytes - state_->bytes;
   }

@@ -23,7 +23,7 @@
 // chosen by SipHash-1-3 under a key drawn once per process (memory/bucket_hash.hpp), so clients
 // cannot aim their keys at one bucket; that hash is never stored. Each link carries a hint of 16
 // bits of the next node's hash, so a search for an absent key stops at the first larger hint
-// without reading that node. The bucket count is fixed from limits::expected_records (two a
+// without reading that node. The bucket count is fixed from options::expected_records (two a
 // record), in one array that takes huge pages where the platform gives them
 // (memory/bucket_array.hpp): beyond it chains grow. Reclaimed node blocks go to a small cache on
 // the thread that frees them (memory/block_cache.hpp), for the next node of the same size.
@@ -92,7 +92,7 @@ class basic_memory_store {
   /// Every call answers from memory (idem::never_blocks): asynchronous drivers call it inline.
   static constexpr bool never_blocks = true;
 
-  struct limits {
+  struct options {
     std::size_t max_records = std::numeric_limits<std::size_t>::max();
     /// Counted as scope + key + response + recovery bytes of every record held.
     std::size_t max_bytes = std::numeric_limits<std::size_t>::max();
@@ -126,8 +126,8 @@ class basic_memory_store {
   /// The longest scope, and the longest key, a record holds.
   static constexpr std::size_t max_id_bytes = std::numeric_limits<std::uint16_t>::max();
 
-  basic_memory_store() : basic_memory_store(limits{}) {}
-  explicit basic_memory_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
+  basic_memory_store() : basic_memory_store(options{}) {}
+  explicit basic_memory_store(options bounds) : state_(std::make_shared<state>(bounds)) {}
 
   claim_result claim(const claim_request& request) {
     if (request.scope.size() > max_id_bytes || request.key.size() > max_id_bytes) {
@@ -346,7 +346,7 @@ class basic_memory_store {
   static constexpr std::size_t shard_count = 64;
 
   struct state {
-    explicit state(limits given)
+    explicit state(options given)
         : counts(given.max_records, given.max_bytes),
           hash_key(detail::process_hash_key()),
           caps(given.max_records_per_scope, hash_key),

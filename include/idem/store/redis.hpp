@@ -12,11 +12,11 @@
 // Scripts are sent with EVALSHA (loaded at construction) and fall back to EVAL when the server
 // answers NOSCRIPT, as it does after a restart.
 //
-// Time. With `redis_time::server` (the default) every lease and expiry is computed from the
+// Time. With `time_source::server` (the default) every lease and expiry is computed from the
 // server's clock (`TIME` inside the scripts) and records carry a Redis TTL ending at their
 // expiry, so clients whose clocks disagree still agree on who holds a claim; the `now` the store
 // is given is not used (a checkpoint's lease_until is read as "this long from now"). With
-// `redis_time::caller` the store honours the `now` it is given, as the contract describes and as
+// `time_source::caller` the store honours the `now` it is given, as the contract describes and as
 // tests with a manual clock need; the Redis TTL is then the retention plus
 // `options::caller_time_margin`, so Redis never drops a record a caller still counts as live.
 //

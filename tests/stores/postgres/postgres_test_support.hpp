@@ -109,7 +109,7 @@ inline postgres_store::options caller_time_options(const std::string& table) {
   postgres_store::options config;
   config.conninfo = conninfo();
   config.table = table;
-  config.clock = postgres_store::time_source::caller;
+  config.clock = time_source::caller;
   // A sanitizer build's 64-connection storm, beside another build's, opened its last
   // connections after more than the default 10 s (CI of stop 44): the tests check effects,
   // not how fast PostgreSQL forks a backend on 2 busy cores.

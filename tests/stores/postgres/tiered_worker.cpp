@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
         idem::postgres_store::options config;
         config.conninfo = arguments.option("conninfo");
         config.table = arguments.option("table");
-        config.clock = idem::postgres_store::time_source::caller;
+        config.clock = idem::time_source::caller;
         config.pool_size = 1;
         idem::tiered_store<idem::postgres_store> store{idem::postgres_store{config}};
         idem::testing::say("ready");

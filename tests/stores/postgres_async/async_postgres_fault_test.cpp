@@ -74,7 +74,7 @@ TEST_CASE(
   config.pool_size = 1;
   config.operation_timeout = 300ms;
   config.statement_timeout = 0ms;  // only the operation's own timeout ends the wait
-  blocking store{idem::async_postgres_store{config, loop.executor()}};
+  blocking store{idem::async_postgres_store{loop.executor(), config}};
   const idem::claim_result held = store.claim({"tenant", "k", print(1), start, 30s, 24h});
   REQUIRE(held.status == idem::claim_status::claimed);
 
@@ -111,7 +111,7 @@ TEST_CASE(
   idem::async_postgres_store::options config = named_options(table.name);
   config.pool_size = 1;
   config.statement_timeout = 200ms;
-  blocking store{idem::async_postgres_store{config, loop.executor()}};
+  blocking store{idem::async_postgres_store{loop.executor(), config}};
   const idem::claim_result held = store.claim({"tenant", "k", print(1), start, 30s, 24h});
   row_lock lock(table.name, "k");
   const std::optional<idem::store_error> failed = failure_of([&] {

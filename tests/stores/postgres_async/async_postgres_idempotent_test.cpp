@@ -66,7 +66,7 @@ struct fixture {
     config.table = table.name;
     config.pool_size = pool_size;
     config.statement_timeout = statement_timeout;
-    store = idem::async_postgres_store{config, loop.executor()};
+    store = idem::async_postgres_store{loop.executor(), config};
     admin.exec("CREATE TABLE " + effects() + " (key text NOT NULL, note text)");
   }
   std::string effects() const { return "\"" + table.name + "_effects\""; }

@@ -34,7 +34,7 @@ void require_agreement(std::size_t cap) {
     limits.scope_cap = cap;
   }
   idem::blocking_store<idem::async_postgres_store> store{
-      idem::async_postgres_store{config, loop.executor()}};
+      idem::async_postgres_store{loop.executor(), config}};
   idem::testing::model::require_model_agreement(
       [&] {
         admin.exec("DELETE FROM \"" + table + "\"");

@@ -125,9 +125,9 @@ TEST_CASE("with server time, the async store ignores the caller's now", "[postgr
   idem::async_postgres_store::options config;
   config.conninfo = pgtest::conninfo();
   config.table = table.name;
-  REQUIRE(config.clock == idem::async_postgres_store::time_source::server);
+  REQUIRE(config.clock == idem::time_source::server);
   idem::blocking_store<idem::async_postgres_store> store{
-      idem::async_postgres_store{config, loop.executor()}};
+      idem::async_postgres_store{loop.executor(), config}};
   // A caller whose clock is a day behind: the server's clock decides.
   const idem::store_time wrong = std::chrono::system_clock::now() - 24h;
   const idem::claim_result claimed = store.claim({"tenant", "k", print(1), wrong, 30s, 48h});
@@ -153,7 +153,7 @@ TEST_CASE("a capped scope answers full past its cap, through the pipelined trans
   idem::async_postgres_store::options config = pgasync::caller_time_options(table.name);
   config.max_records_per_scope = 2;
   idem::blocking_store<idem::async_postgres_store> store{
-      idem::async_postgres_store{config, loop.executor()}};
+      idem::async_postgres_store{loop.executor(), config}};
   CHECK(store.claim({"tenant", "a", print(1), start, 30s, 1h}).status ==
         idem::claim_status::claimed);
   CHECK(store.claim({"tenant", "b", print(1), start, 30s, 1h}).status ==
@@ -223,7 +223,7 @@ TEST_CASE("a server that cannot be reached fails operations clearly, and none ha
   config.connect_at_start = false;
   config.connect_timeout = 2s;
   idem::blocking_store<idem::async_postgres_store> store{
-      idem::async_postgres_store{config, loop.executor()}};
+      idem::async_postgres_store{loop.executor(), config}};
   for (int attempt = 0; attempt < 3; ++attempt) {
     try {
       (void)store.find("tenant", "k", start);
@@ -235,5 +235,5 @@ TEST_CASE("a server that cannot be reached fails operations clearly, and none ha
   }
   // With connect_at_start, the constructor says so itself.
   config.connect_at_start = true;
-  CHECK_THROWS_AS((idem::async_postgres_store{config, loop.executor()}), idem::store_error);
+  CHECK_THROWS_AS((idem::async_postgres_store{loop.executor(), config}), idem::store_error);
 }

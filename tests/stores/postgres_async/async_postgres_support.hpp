@@ -50,7 +50,7 @@ inline async_postgres_store::options caller_time_options(const std::string& tabl
   async_postgres_store::options config;
   config.conninfo = postgres::conninfo();
   config.table = table;
-  config.clock = async_postgres_store::time_source::caller;
+  config.clock = time_source::caller;
   // A sanitizer build's 64-connection storm, beside another build's, opened its last
   // connections after more than the default 10 s (CI of stop 44): the tests check effects,
   // not how fast PostgreSQL forks a backend on 2 busy cores.
@@ -71,7 +71,7 @@ struct factory {
     // waiting for its own flush to disk, so commits group across connections, not within one.
     config.pool_size = 32;
     tables.push_back(config.table);
-    return blocking_store<async_postgres_store>{async_postgres_store{config, loop->executor()}};
+    return blocking_store<async_postgres_store>{async_postgres_store{loop->executor(), config}};
   }
   factory() = default;
   factory(const factory&) = delete;

@@ -33,7 +33,7 @@ struct fixture {
     idem::async_postgres_store::options config = pgasync::caller_time_options(table.name);
     config.conninfo = pgasync::with_application(table.name);
     config.pool_size = 2;
-    store = idem::async_postgres_store{config, loop.get_executor()};
+    store = idem::async_postgres_store{loop.get_executor(), config};
     admin.exec("CREATE TABLE \"" + table.name + "_effects\" (key text NOT NULL)");
   }
   std::string effects() const { return "\"" + table.name + "_effects\""; }

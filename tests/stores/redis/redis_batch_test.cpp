@@ -38,13 +38,13 @@ idem::claim_request ask(std::string_view key, idem::store_time now) {
 }  // namespace
 
 TEST_CASE("a redis batch runs each event once, duplicates inside it and across batches") {
-  idem::redis_store store{shared_options(idem::redis_time::server)};
+  idem::redis_store store{shared_options(idem::time_source::server)};
   redis_inbox inbox = inbox_on(store);
   idem_test::batch::duplicates_inside_and_across(inbox, "orders");
 }
 
 TEST_CASE("a redis batch answers bad input, a throwing function and a held id plainly") {
-  idem::redis_store store{shared_options(idem::redis_time::server)};
+  idem::redis_store store{shared_options(idem::time_source::server)};
   redis_inbox inbox = inbox_on(store);
   idem_test::batch::bad_input(inbox, "orders");
   idem_test::batch::throwing_function(inbox, "orders");
@@ -54,7 +54,7 @@ TEST_CASE("a redis batch answers bad input, a throwing function and a held id pl
 TEST_CASE(
     "redis claim_batch claims new, released and expired records and takes over abandoned "
     "claims in one round trip") {
-  idem::redis_store store{shared_options(idem::redis_time::caller)};
+  idem::redis_store store{shared_options(idem::time_source::caller)};
   const auto start = std::chrono::system_clock::now();
   REQUIRE(store.claim(ask("done", start)).status == idem::claim_status::claimed);
   REQUIRE(store.complete({"tenant", "done", 1}, "stored", start));
@@ -87,6 +87,6 @@ TEST_CASE(
 }
 
 TEST_CASE("overlapping redis batches from many threads run each event once", "[concurrency]") {
-  idem::redis_store store{shared_options(idem::redis_time::server)};
+  idem::redis_store store{shared_options(idem::time_source::server)};
   idem_test::batch::overlapping_batches([&] { return inbox_on(store); }, "orders", 8, 8, 48);
 }

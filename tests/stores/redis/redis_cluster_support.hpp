@@ -58,12 +58,12 @@ class private_cluster {
 
   /// Store options naming every node as a seed, a prefix of their own.
   idem::redis_cluster_store::options options(
-      idem::redis_time time = idem::redis_time::server) const {
+      idem::time_source time = idem::time_source::server) const {
     idem::redis_cluster_store::options made;
     for (const auto& node : nodes_)
       made.nodes.push_back("127.0.0.1:" + std::to_string(node->port()));
     made.prefix = unique_prefix();
-    made.time = time;
+    made.clock = time;
     return made;
   }
 

@@ -54,7 +54,7 @@ struct redis_cluster_factory {
       shared_cluster().remove_keys(prefix);
   }
   idem::redis_cluster_store make(const idem::testing::store_limits& /*limits*/) {
-    idem::redis_cluster_store::options options = shared_cluster().options(idem::redis_time::caller);
+    idem::redis_cluster_store::options options = shared_cluster().options(idem::time_source::caller);
     prefixes.push_back(options.prefix);
     return idem::redis_cluster_store(options);
   }
@@ -338,7 +338,7 @@ TEST_CASE(
 
 TEST_CASE("cluster: sweep and stuck walk every slot that holds scopes", "[redis][cluster]") {
   private_cluster& cluster = shared_cluster();
-  auto options = cluster.options(idem::redis_time::caller);
+  auto options = cluster.options(idem::time_source::caller);
   idem::redis_cluster_store store(options);
   const idem::store_time now{std::chrono::hours{24 * 365 * 50}};
   for (int i = 0; i < 30; ++i) {
@@ -359,7 +359,7 @@ TEST_CASE("cluster: sweep and stuck walk every slot that holds scopes", "[redis]
 TEST_CASE("cluster: sweep and stuck in the middle of a slot migration, and after it",
           "[redis][cluster]") {
   private_cluster cluster;
-  auto options = cluster.options(idem::redis_time::caller);
+  auto options = cluster.options(idem::time_source::caller);
   idem::redis_cluster_store store(options);
   const std::string scope = "migrating";
   const std::uint16_t slot = slot_of_scope(scope);

@@ -1,6 +1,6 @@
 // redis_store against the store conformance suite, on the real server scripts/test.sh started.
 // The suite moves time with a manual clock, so these stores follow the caller's time
-// (redis_time::caller); redis_store_test.cpp covers the server's time.
+// (time_source::caller); redis_store_test.cpp covers the server's time.
 #include <catch2/catch.hpp>
 
 #include <idem/store/redis.hpp>
@@ -17,7 +17,7 @@ namespace {
 struct redis_store_factory {
   static constexpr bool bounded = false;
   idem::redis_store make(const idem::testing::store_limits& /*limits*/) {
-    return stores.make(idem::redis_time::caller);
+    return stores.make(idem::time_source::caller);
   }
   idem_redis_test::shared_stores stores;
 };

@@ -25,7 +25,7 @@
 using namespace std::chrono_literals;
 using idem::claim_status;
 using idem::record_state;
-using idem::redis_time;
+using idem::time_source;
 using idem::store_failure;
 using idem_redis_test::claim_now;
 using idem_redis_test::config_set;

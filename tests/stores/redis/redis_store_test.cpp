@@ -26,7 +26,7 @@
 using namespace std::chrono_literals;
 using idem::claim_status;
 using idem::record_state;
-using idem::redis_time;
+using idem::time_source;
 
 using idem::testing::print;
 using idem::testing::start;
@@ -58,7 +58,7 @@ idem_redis_test::context_ptr raw_connection() {
 
 TEST_CASE("a record's keys share its scope's hash tag, whatever bytes the scope holds", "[redis]") {
   idem_redis_test::shared_stores stores;
-  const auto options = idem_redis_test::shared_options(redis_time::caller);
+  const auto options = idem_redis_test::shared_options(time_source::caller);
   idem::redis_store store = stores.make(options);
   const std::vector<std::string> scopes = {
       "", "tenant", "a:b", "a", "}", "{", "{x}", "}{", std::string("t\0x", 3), "#expiry"};
@@ -93,7 +93,7 @@ TEST_CASE("a record's keys share its scope's hash tag, whatever bytes the scope 
 }
 
 TEST_CASE("a prefix that would move the hash tag, or an empty pool, is refused", "[redis]") {
-  auto options = idem_redis_test::shared_options(redis_time::server);
+  auto options = idem_redis_test::shared_options(time_source::server);
   options.prefix = "app{1}:";
   CHECK_THROWS_AS(idem::redis_store(options), std::invalid_argument);
   options.prefix = "app:";
@@ -110,13 +110,13 @@ TEST_CASE("a default-constructed store says it has no server", "[redis]") {
   CHECK_THROWS_AS(unset.find("s", "k", start), std::logic_error);
   // Assigning a real one makes it usable.
   idem_redis_test::shared_stores stores;
-  unset = stores.make(redis_time::caller);
+  unset = stores.make(time_source::caller);
   CHECK(unset.claim(ask("s", "k", start)).status == claim_status::claimed);
 }
 
 TEST_CASE("with the server's time, clients whose clocks disagree agree on the lease", "[redis]") {
   idem_redis_test::shared_stores stores;
-  const auto options = idem_redis_test::shared_options(redis_time::server);
+  const auto options = idem_redis_test::shared_options(time_source::server);
   idem::redis_store early = stores.make(options);
   idem::redis_store late(options);  // a second client: its own pool, the same records
   const idem::store_time year_2000{std::chrono::seconds{946684800}};
@@ -140,7 +140,7 @@ TEST_CASE("with the server's time, clients whose clocks disagree agree on the le
 
 TEST_CASE("with the server's time, a claim past its real lease is taken over", "[redis]") {
   idem_redis_test::shared_stores stores;
-  idem::redis_store store = stores.make(redis_time::server);
+  idem::redis_store store = stores.make(time_source::server);
   const auto now = std::chrono::system_clock::now();
   const auto first = store.claim(ask("tenant", "k", now, 50ms, 1h));
   REQUIRE(first.status == claim_status::claimed);
@@ -158,7 +158,7 @@ TEST_CASE("with the server's time, a claim past its real lease is taken over", "
 TEST_CASE("with the server's time, a checkpoint's lease is counted from the server's clock",
           "[redis]") {
   idem_redis_test::shared_stores stores;
-  idem::redis_store store = stores.make(redis_time::server);
+  idem::redis_store store = stores.make(time_source::server);
   const auto claimed = store.claim(ask("tenant", "k", start, 30s, 24h));
   REQUIRE(store.checkpoint({"tenant", "k", claimed.fence}, "step",
                            std::chrono::system_clock::now() + 1h));
@@ -173,7 +173,7 @@ TEST_CASE("records carry a Redis TTL that ends at their expiry", "[redis]") {
   idem_redis_test::shared_stores stores;
   const auto raw = raw_connection();
   SECTION("server time: the retention") {
-    const auto options = idem_redis_test::shared_options(redis_time::server);
+    const auto options = idem_redis_test::shared_options(time_source::server);
     idem::redis_store store = stores.make(options);
     REQUIRE(store.claim(ask("t", "k", start, 30s, 1h)).status == claim_status::claimed);
     const std::string base = options.prefix + "{s" + hex("t") + "}";
@@ -188,7 +188,7 @@ TEST_CASE("records carry a Redis TTL that ends at their expiry", "[redis]") {
     CHECK(idem_redis_test::command(raw.get(), {"PTTL", base + ":k"})->integer > 0);
   }
   SECTION("caller time: the retention plus the margin") {
-    auto options = idem_redis_test::shared_options(redis_time::caller);
+    auto options = idem_redis_test::shared_options(time_source::caller);
     options.caller_time_margin = 10min;
     idem::redis_store store = stores.make(options);
     REQUIRE(store.claim(ask("t", "k", start, 30s, 1h)).status == claim_status::claimed);
@@ -201,7 +201,7 @@ TEST_CASE("records carry a Redis TTL that ends at their expiry", "[redis]") {
 
 TEST_CASE("sweep leaves nothing behind, and counts records Redis had already dropped", "[redis]") {
   idem_redis_test::shared_stores stores;
-  const auto options = idem_redis_test::shared_options(redis_time::caller);
+  const auto options = idem_redis_test::shared_options(time_source::caller);
   idem::redis_store store = stores.make(options);
   for (int i = 0; i < 700; ++i) {
     const std::string scope = "scope-" + std::to_string(i % 7);
@@ -228,7 +228,7 @@ TEST_CASE("sweep leaves nothing behind, and counts records Redis had already dro
 
 TEST_CASE("stuck pages through scopes and past expired claims", "[redis]") {
   idem_redis_test::shared_stores stores;
-  idem::redis_store store = stores.make(redis_time::caller);
+  idem::redis_store store = stores.make(time_source::caller);
   // 600 claims that expire first (in the lease index ahead of the others), then 300 stuck ones.
   for (int i = 0; i < 600; ++i)
     (void)store.claim(ask("s", "old-" + std::to_string(i), start, 1s, 2s));
@@ -246,7 +246,7 @@ TEST_CASE("stuck pages through scopes and past expired claims", "[redis]") {
 TEST_CASE("a scope that holds records stays enrolled while sweep prunes empty ones",
           "[redis][concurrency]") {
   idem_redis_test::shared_stores stores;
-  idem::redis_store store = stores.make(redis_time::caller);
+  idem::redis_store store = stores.make(time_source::caller);
   constexpr int rounds = 300;
   std::atomic<bool> done{false};
   std::atomic<int> sweeps{0};
@@ -273,7 +273,7 @@ TEST_CASE("a scope that holds records stays enrolled while sweep prunes empty on
 TEST_CASE("copies share one pool, and more threads than connections are all served",
           "[redis][concurrency]") {
   idem_redis_test::shared_stores stores;
-  auto options = idem_redis_test::shared_options(redis_time::caller);
+  auto options = idem_redis_test::shared_options(time_source::caller);
   options.pool_size = 2;
   const idem::redis_store store = stores.make(options);
   std::atomic<int> claimed{0};
@@ -318,7 +318,7 @@ TEST_CASE("64 threads on two clients storm 1000 keys with one effect per key",
   constexpr int threads = 64;
   constexpr int keys = 1000;
   idem_redis_test::shared_stores stores;
-  auto options = idem_redis_test::shared_options(redis_time::server);
+  auto options = idem_redis_test::shared_options(time_source::server);
   options.pool_size = 16;
   idem::redis_store first = stores.make(options);
   idem::redis_store second(options);

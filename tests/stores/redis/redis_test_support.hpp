@@ -62,13 +62,13 @@ inline std::pair<std::string, int> shared_server() {
   return {host, std::atoi(port)};
 }
 
-inline idem::redis_store::options shared_options(idem::redis_time time) {
+inline idem::redis_store::options shared_options(idem::time_source time) {
   const auto [host, port] = shared_server();
   idem::redis_store::options options;
   options.host = host;
   options.port = port;
   options.prefix = unique_prefix();
-  options.time = time;
+  options.clock = time;
   return options;
 }
 
@@ -150,7 +150,7 @@ class shared_stores {
     for (const auto& options : made_)
       remove_keys(options.host, options.port, options.prefix);
   }
-  idem::redis_store make(idem::redis_time time = idem::redis_time::caller) {
+  idem::redis_store make(idem::time_source time = idem::time_source::caller) {
     return make(shared_options(time));
   }
   idem::redis_store make(const idem::redis_store::options& options) {
@@ -234,12 +234,12 @@ class private_redis {
   std::string socket_path() const { return (directory_.path() / "redis.sock").string(); }
   bool running() const noexcept { return pid_ > 0; }
 
-  idem::redis_store::options options(idem::redis_time time = idem::redis_time::server) const {
+  idem::redis_store::options options(idem::time_source time = idem::time_source::server) const {
     idem::redis_store::options options;
     options.host = "127.0.0.1";
     options.port = port_;
     options.prefix = unique_prefix();
-    options.time = time;
+    options.clock = time;
     options.connect_timeout = std::chrono::milliseconds{2000};
     return options;
   }

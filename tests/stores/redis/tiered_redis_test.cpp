@@ -17,7 +17,7 @@ using tiered_redis = idem::tiered_store<idem::redis_store>;
 struct tiered_redis_factory {
   static constexpr bool bounded = false;
   tiered_redis make(const idem::testing::store_limits& /*limits*/) {
-    return tiered_redis{stores.make(idem::redis_time::caller)};
+    return tiered_redis{stores.make(idem::time_source::caller)};
   }
   idem_redis_test::shared_stores stores;
 };
@@ -25,7 +25,7 @@ struct tiered_redis_factory {
 // The keys of the stores the tiered cases made, deleted when the executable exits.
 idem::redis_store make_redis() {
   static idem_redis_test::shared_stores stores;
-  return stores.make(idem::redis_time::caller);
+  return stores.make(idem::time_source::caller);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // async_redis_store against the store and reconciler conformance suites, through blocking_store,
 // on the real server scripts/test.sh started; a pool of two threads the factory owns runs the
 // stores' executor. The suites move time with a manual clock, so these stores follow the
-// caller's time (redis_time::caller).
+// caller's time (time_source::caller).
 #include <catch2/catch.hpp>
 
 #include <idem/testing/reconciler_conformance.hpp>
@@ -14,7 +14,7 @@ namespace {
 struct async_redis_factory {
   static constexpr bool bounded = false;
   idem_redis_async_test::blocking_async make(const idem::testing::store_limits& /*limits*/) {
-    return stores.make_blocking(idem_redis_async_test::shared_options(idem::redis_time::caller));
+    return stores.make_blocking(idem_redis_async_test::shared_options(idem::time_source::caller));
   }
   idem_redis_async_test::store_maker stores;
 };

@@ -84,7 +84,7 @@ TEST_CASE(
   const idem_redis_test::private_redis server(debug_allowed);
   idem_redis_async_test::store_maker stores;
   auto options = idem_redis_async_test::private_options(server);
-  options.connections = 1;
+  options.pool_size = 1;
   options.command_timeout = 400ms;
   auto store = stores.make_blocking(options);
   REQUIRE(store.claim(claim_of("warm")).status == claim_status::claimed);
@@ -118,7 +118,7 @@ TEST_CASE(
   const idem_redis_test::private_redis server(debug_allowed);
   idem_redis_async_test::store_maker stores;
   auto options = idem_redis_async_test::private_options(server);
-  options.connections = 1;
+  options.pool_size = 1;
   options.command_timeout = 300ms;
   auto store = stores.make_blocking(options);
   REQUIRE(store.claim(claim_of("warm")).status == claim_status::claimed);
@@ -143,7 +143,7 @@ TEST_CASE(
   const idem_redis_test::private_redis server({"--appendonly", "no"});
   idem_redis_async_test::store_maker stores;
   auto options = idem_redis_async_test::private_options(server);
-  options.connections = 1;
+  options.pool_size = 1;
   constexpr std::size_t count = 2000;
   std::vector<std::string> keys;
   for (std::size_t i = 0; i < count; ++i)
@@ -224,7 +224,7 @@ TEST_CASE(
   idem_redis_test::private_redis server;  // appendfsync always: what it acknowledged survives
   idem_redis_async_test::store_maker stores;
   auto options = idem_redis_async_test::private_options(server);
-  options.connections = 2;
+  options.pool_size = 2;
   options.connect_timeout = 500ms;
   options.reconnect_delay = 50ms;
   options.max_reconnect_delay = 200ms;

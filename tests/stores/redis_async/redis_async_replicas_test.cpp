@@ -22,7 +22,7 @@ using namespace std::chrono_literals;
 TEST_CASE("an async store with a replica_timeout not shorter than command_timeout is refused",
           "[redis_async][replicas]") {
   idem_redis_async_test::store_maker stores;
-  auto options = idem_redis_async_test::options_at("127.0.0.1", 1, idem::redis_time::server);
+  auto options = idem_redis_async_test::options_at("127.0.0.1", 1, idem::time_source::server);
   options.replicas = 1;
   options.replica_timeout = options.command_timeout;
   CHECK_THROWS_WITH(stores.make(options), Contains("must be shorter than command_timeout"));
@@ -37,7 +37,7 @@ TEST_CASE(
   idem_redis_test::replicated_redis servers(1);
   idem_redis_async_test::store_maker stores;
   auto options = idem_redis_async_test::options_at("127.0.0.1", servers.node(0).port(),
-                                                   idem::redis_time::server);
+                                                   idem::time_source::server);
   options.replicas = 1;
   options.replica_timeout = 200ms;
   auto store = stores.make_blocking(options);
@@ -67,7 +67,7 @@ namespace {
 idem::async_redis_store::options through_sentinels(
     const idem_redis_test::replicated_redis& servers) {
   const idem::redis_store::options blocking = servers.options();
-  auto options = idem_redis_async_test::options_at("127.0.0.1", 1, idem::redis_time::server);
+  auto options = idem_redis_async_test::options_at("127.0.0.1", 1, idem::time_source::server);
   options.prefix = blocking.prefix;
   options.sentinels = blocking.sentinels;
   options.sentinel_master = blocking.sentinel_master;
@@ -83,7 +83,7 @@ idem::async_redis_store::options through_sentinels(
 TEST_CASE("an async store with sentinels but no sentinel_master is refused",
           "[redis_async][sentinel]") {
   idem_redis_async_test::store_maker stores;
-  auto options = idem_redis_async_test::options_at("127.0.0.1", 1, idem::redis_time::server);
+  auto options = idem_redis_async_test::options_at("127.0.0.1", 1, idem::time_source::server);
   options.sentinels = {"127.0.0.1:26379"};
   CHECK_THROWS_WITH(stores.make(options), Contains("sentinel_master is empty"));
   options.sentinel_master = "m";
@@ -135,7 +135,7 @@ TEST_CASE(
   idem_redis_test::replicated_redis servers(1, 3);
   idem_redis_async_test::store_maker stores;
   auto options = through_sentinels(servers);
-  options.connections = 1;
+  options.pool_size = 1;
   auto store = stores.make_blocking(options);
   REQUIRE(store.claim(claim_of("before")).status == claim_status::claimed);
   // Demoted behind the Sentinels' back: they still name it as the primary for a while.

@@ -21,7 +21,7 @@
 using namespace std::chrono_literals;
 using idem::claim_status;
 using idem::record_state;
-using idem::redis_time;
+using idem::time_source;
 namespace asio = idem::asio;
 using idem_redis_async_test::claim_of;
 
@@ -36,7 +36,7 @@ idem::redis_store::options blocking_twin(const idem::async_redis_store::options&
   twin.host = options.host;
   twin.port = options.port;
   twin.prefix = options.prefix;
-  twin.time = options.time;
+  twin.clock = options.clock;
   return twin;
 }
 
@@ -53,7 +53,7 @@ struct outcome {
 TEST_CASE("a record claimed by the asynchronous store is seen by the blocking one, and back",
           "[redis_async]") {
   idem_redis_async_test::store_maker stores;
-  const auto options = idem_redis_async_test::shared_options(redis_time::server);
+  const auto options = idem_redis_async_test::shared_options(time_source::server);
   auto async_store = stores.make_blocking(options);
   idem::redis_store blocking(blocking_twin(options));
 
@@ -95,7 +95,7 @@ TEST_CASE("64 claims started from one thread are pipelined on the pool's connect
   const idem_redis_test::private_redis server({"--appendonly", "no"});
   idem_redis_async_test::store_maker stores;
   auto options = idem_redis_async_test::private_options(server);
-  options.connections = 2;
+  options.pool_size = 2;
   idem::async_redis_store store = stores.make(options);
   const long long connections_before =
       idem_redis_async_test::info_number(server, "stats", "total_connections_received");
@@ -143,7 +143,7 @@ TEST_CASE(
   const idem_redis_test::private_redis server({"--appendonly", "no"});
   idem_redis_async_test::store_maker stores(2);
   auto options = idem_redis_async_test::private_options(server);
-  options.connections = 2;
+  options.pool_size = 2;
   // Half the keys are held already, each with recovery bytes naming it: their claims answer
   // `existing` with those bytes, the others `claimed`, so an answer given to the wrong claim
   // shows.
@@ -237,7 +237,7 @@ TEST_CASE("after SCRIPT FLUSH the store sends its scripts by EVAL and answers", 
   const idem_redis_test::private_redis server({"--appendonly", "no"});
   idem_redis_async_test::store_maker stores;
   auto options = idem_redis_async_test::private_options(server);
-  options.connections = 1;
+  options.pool_size = 1;
   auto store = stores.make_blocking(options);
   REQUIRE(store.claim(claim_of("before")).status == claim_status::claimed);
   {
@@ -256,7 +256,7 @@ TEST_CASE("an operation completes on its handler's executor, never inside the in
           "[redis_async]") {
   idem_redis_async_test::store_maker stores;
   idem::async_redis_store store =
-      stores.make(idem_redis_async_test::shared_options(redis_time::server));
+      stores.make(idem_redis_async_test::shared_options(time_source::server));
   asio::io_context loop;
   std::optional<idem::claim_result> claimed;
   bool on_loop = false;
@@ -291,12 +291,12 @@ TEST_CASE("an operation completes on its handler's executor, never inside the in
 TEST_CASE("bad options, an empty executor and a default store are refused", "[redis_async]") {
   asio::io_context loop;
   const auto refused = [&](auto change) {
-    auto options = idem_redis_async_test::options_at("127.0.0.1", 6379, redis_time::server);
+    auto options = idem_redis_async_test::options_at("127.0.0.1", 6379, time_source::server);
     change(options);
     CHECK_THROWS_AS(idem::async_redis_store(loop.get_executor(), options), std::invalid_argument);
   };
   refused([](auto& options) { options.prefix = "app{1}:"; });
-  refused([](auto& options) { options.connections = 0; });
+  refused([](auto& options) { options.pool_size = 0; });
   refused([](auto& options) { options.port = 70000; });
   refused([](auto& options) { options.command_timeout = 0ms; });
   refused([](auto& options) { options.caller_time_margin = -1ms; });
@@ -307,7 +307,7 @@ TEST_CASE("bad options, an empty executor and a default store are refused", "[re
   });
   CHECK_THROWS_AS(
       idem::async_redis_store(asio::any_io_executor{}, idem_redis_async_test::options_at(
-                                                           "127.0.0.1", 6379, redis_time::server)),
+                                                           "127.0.0.1", 6379, time_source::server)),
       std::invalid_argument);
   idem::async_redis_store unset;
   CHECK_THROWS_AS(unset.async_claim(claim_of("k"), asio::detached), std::logic_error);

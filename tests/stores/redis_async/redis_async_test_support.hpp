@@ -27,23 +27,23 @@ using blocking_async = idem::blocking_store<idem::async_redis_store>;
 
 /// Options for a store on the server at host:port, under a prefix of its own.
 inline idem::async_redis_store::options options_at(const std::string& host, int port,
-                                                   idem::redis_time time) {
+                                                   idem::time_source time) {
   idem::async_redis_store::options options;
   options.host = host;
   options.port = port;
   options.prefix = idem_redis_test::unique_prefix();
-  options.time = time;
+  options.clock = time;
   return options;
 }
 
-inline idem::async_redis_store::options shared_options(idem::redis_time time) {
+inline idem::async_redis_store::options shared_options(idem::time_source time) {
   const auto [host, port] = idem_redis_test::shared_server();
   return options_at(host, port, time);
 }
 
 inline idem::async_redis_store::options private_options(
     const idem_redis_test::private_redis& server,
-    idem::redis_time time = idem::redis_time::server) {
+    idem::time_source time = idem::time_source::server) {
   return options_at("127.0.0.1", server.port(), time);
 }
 

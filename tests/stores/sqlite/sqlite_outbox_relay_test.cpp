@@ -258,7 +258,7 @@ TEST_CASE(
     CHECK(pass.fetched == 3);
     CHECK(pass.published + pass.retried + pass.dead_lettered == 0);
     CHECK(pass.back_off > 0ns);
-    CHECK(pass.back_off <= relay.options().unavailable_cap);
+    CHECK(pass.back_off <= relay.settings().unavailable_cap);
     (void)relay.backlog();
     f.clock.advance(pass.back_off);
     ++passes;

@@ -19,7 +19,7 @@ using idem::breaker_state;
 using std::chrono::nanoseconds;
 
 idem::consecutive_failure_breaker consecutive(int threshold, nanoseconds open_for, int probes) {
-  idem::consecutive_failure_breaker::settings s;
+  idem::consecutive_failure_breaker::options s;
   s.threshold = threshold;
   s.open_for = open_for;
   s.probes = probes;
@@ -28,7 +28,7 @@ idem::consecutive_failure_breaker consecutive(int threshold, nanoseconds open_fo
 
 idem::failure_rate_breaker failure_rate(int window, int minimum_calls, int threshold_percent,
                                         nanoseconds open_for, int probes) {
-  idem::failure_rate_breaker::settings s;
+  idem::failure_rate_breaker::options s;
   s.window = window;
   s.minimum_calls = minimum_calls;
   s.threshold_percent = threshold_percent;
@@ -414,7 +414,7 @@ TEST_CASE("a storm of calls from many threads leaves a breaker consistent", "[co
 TEMPLATE_TEST_CASE("breaker: the listener hears each state change once, in order", "",
                    idem::consecutive_failure_breaker, idem::failure_rate_breaker) {
   std::vector<breaker_state> heard;
-  typename TestType::settings s;
+  typename TestType::options s;
   if constexpr (std::is_same_v<TestType, idem::failure_rate_breaker>) {
     s.window = 2;
     s.minimum_calls = 2;
@@ -445,7 +445,7 @@ TEST_CASE("breaker: copies report to the one listener, from many threads, in ord
   // The listener is called under the breaker's transition lock, so what it hears is one
   // sequence, each change a legal step from the one before.
   std::vector<breaker_state> heard;
-  idem::consecutive_failure_breaker::settings s;
+  idem::consecutive_failure_breaker::options s;
   s.threshold = 1;
   s.open_for = 0s;  // every allow after a failure is a probe at once
   s.probes = 1;

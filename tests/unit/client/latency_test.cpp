@@ -54,7 +54,7 @@ double relative_error(nanoseconds got, nanoseconds want) {
 }
 
 idem::latency_tracker tracker(std::uint32_t window, std::uint32_t min_samples = 1) {
-  idem::latency_tracker::settings s;
+  idem::latency_tracker::options s;
   s.window = window;
   s.min_samples = min_samples;
   return idem::latency_tracker{s};
@@ -130,7 +130,7 @@ TEST_CASE("latency tracker: after a shift it follows within two windows of sampl
 }
 
 TEST_CASE("latency tracker: no answer until min_samples, then one") {
-  idem::latency_tracker::settings s;
+  idem::latency_tracker::options s;
   s.window = 4096;
   s.min_samples = 100;
   idem::latency_tracker sketch{s};
@@ -163,7 +163,7 @@ TEST_CASE("latency tracker: copies share one sketch, and merge adds another's sa
 
 TEST_CASE("latency tracker: bad settings are refused with a sentence") {
   const auto refused = [](auto change) {
-    idem::latency_tracker::settings s;
+    idem::latency_tracker::options s;
     change(s);
     CHECK_THROWS_AS(idem::latency_tracker{s}, std::invalid_argument);
   };

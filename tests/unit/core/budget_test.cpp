@@ -40,7 +40,7 @@ long retries_under_total_failure(Budget budget, long operations, bool ambiguous)
   return retries;
 }
 
-std::string message_of_rejected(const idem::token_bucket::settings& s) {
+std::string message_of_rejected(const idem::token_bucket::options& s) {
   try {
     idem::token_bucket bucket{s};
   } catch (const std::invalid_argument& e) {
@@ -130,7 +130,7 @@ TEST_CASE("a first-attempt success deposits success_deposit") {
     CHECK(bucket.tokens() == 491);
   }
   SECTION("a chosen deposit") {
-    idem::token_bucket::settings s;
+    idem::token_bucket::options s;
     s.success_deposit = 2.5;
     idem::token_bucket bucket{s};
     REQUIRE(bucket.try_acquire_retry(idem::retry_reason::ambiguous));
@@ -156,7 +156,7 @@ TEST_CASE("every first attempt deposits retry_ratio of a retry's cost") {
 TEST_CASE("invalid token bucket settings are rejected with std::invalid_argument") {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
-  using settings = idem::token_bucket::settings;
+  using settings = idem::token_bucket::options;
   auto with = [](auto change) {
     settings s;
     change(s);
@@ -207,7 +207,7 @@ TEST_CASE("concurrent retries never overdraw the bucket", "[concurrency]") {
     CAPTURE(s.max_tokens, s.retry_cost);
     const auto expected = static_cast<long>(s.max_tokens / s.retry_cost);
     for (int repetition = 0; repetition < 20; ++repetition) {
-      idem::token_bucket::settings settings;
+      idem::token_bucket::options settings;
       settings.max_tokens = s.max_tokens;
       settings.retry_cost = s.retry_cost;
       idem::token_bucket bucket{settings};
@@ -241,7 +241,7 @@ TEST_CASE("threads racing for the last retries of many small buckets never overd
   // as it holds its last retries: where a check-then-take would grant one twice.
   constexpr int threads = 8;
   constexpr std::size_t buckets_count = 50'000;
-  idem::token_bucket::settings settings;
+  idem::token_bucket::options settings;
   settings.max_tokens = 10;  // two retries each
   std::vector<idem::token_bucket> buckets;
   buckets.reserve(buckets_count);
@@ -307,7 +307,7 @@ TEST_CASE("a successful retry after an ambiguous failure gives back the 10 token
 }
 
 TEST_CASE("a cost too small for the bucket's thousandths is rejected, not rounded to free") {
-  idem::token_bucket::settings tiny;
+  idem::token_bucket::options tiny;
   tiny.max_tokens = 1;
   tiny.retry_cost = 0.0004;
   CHECK_THROWS_AS(idem::token_bucket{tiny}, std::invalid_argument);

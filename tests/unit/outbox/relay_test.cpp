@@ -202,7 +202,7 @@ TEST_CASE(
   f.sink.fail_everything = true;
   // One retry's worth of tokens and no refill: the first failure retries on its backoff, the
   // second finds the bucket empty.
-  idem::token_bucket::settings tight;
+  idem::token_bucket::options tight;
   tight.max_tokens = 5;
   tight.retry_ratio = 0;
   idem::relay_options options;

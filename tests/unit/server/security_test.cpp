@@ -418,14 +418,14 @@ void one_tenant_cannot_fill_the_store(Store store) {
 
 TEST_CASE("a scope at max_records_per_scope gets 503 and leaves the others room - memory_store",
           "[security]") {
-  idem::memory_store::limits limits;
+  idem::memory_store::options limits;
   limits.max_records_per_scope = 2;
   one_tenant_cannot_fill_the_store(idem::memory_store{limits});
 }
 
 TEST_CASE("a scope at max_records_per_scope gets 503 and leaves the others room - locked_store",
           "[security]") {
-  idem::locked_store::limits limits;
+  idem::locked_store::options limits;
   limits.max_records_per_scope = 2;
   one_tenant_cannot_fill_the_store(idem::locked_store{limits});
 }

@@ -9,7 +9,7 @@ namespace {
 struct locked_store_factory {
   static constexpr bool bounded = true;
   idem::locked_store make(const idem::testing::store_limits& limits) {
-    return idem::locked_store{idem::locked_store::limits{limits.max_records, limits.max_bytes}};
+    return idem::locked_store{idem::locked_store::options{limits.max_records, limits.max_bytes}};
   }
 };
 

@@ -367,11 +367,14 @@ std::string describe(const key_model& m) {
 template <class S>
 S make_store(std::size_t max_records = unbounded, std::size_t max_bytes = unbounded,
              std::size_t expected_records = 0) {
-  if constexpr (requires { typename S::limits; }) {
-    typename S::limits bounds{};
+  if constexpr (requires(typename S::options & b) {
+                  b.max_records;
+                  b.max_bytes;
+                }) {
+    typename S::options bounds{};
     bounds.max_records = max_records;
     bounds.max_bytes = max_bytes;
-    if constexpr (requires(typename S::limits & b) { b.expected_records; }) {
+    if constexpr (requires(typename S::options & b) { b.expected_records; }) {
       if (expected_records != 0) bounds.expected_records = expected_records;
     }
     return S{bounds};
@@ -461,7 +464,7 @@ class check_then_act_store {
 // has now (read first, then written), so a holder that was taken over still overwrites.
 class fence_blind_store {
  public:
-  using limits = idem::locked_store::limits;
+  using limits = idem::locked_store::options;
   fence_blind_store() = default;
   explicit fence_blind_store(limits bounds) : inner_(bounds) {}
 

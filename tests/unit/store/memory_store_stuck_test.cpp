@@ -65,7 +65,7 @@ TEST_CASE("memory_store: stuck lists exactly the claims past their lease, throug
   // and sweeps over 600 keys, on a clock that mostly moves forward in steps around the tickets'
   // 2^30 ns and sometimes back; stuck is asked at times before and after the writes' own.
   constexpr std::size_t keys = 600;
-  idem::memory_store::limits bounds;
+  idem::memory_store::options bounds;
   bounds.expected_records = 64;  // crowded buckets: several records share a ticket's bucket
   idem::memory_store store{bounds};
   std::mt19937_64 random(20261204);
@@ -153,7 +153,7 @@ TEST_CASE("memory_store: writers racing looks leave stuck exact, stale clocks in
   constexpr int writers = 3;
   const std::int64_t tick = std::int64_t{1} << 30;
   for (int iteration = 0; iteration < 8; ++iteration) {
-    idem::memory_store::limits bounds;
+    idem::memory_store::options bounds;
     bounds.expected_records = 256;
     idem::memory_store store{bounds};
     std::atomic<std::int64_t> clock{0};

@@ -21,7 +21,7 @@ namespace {
 struct memory_store_factory {
   static constexpr bool bounded = true;
   idem::memory_store make(const idem::testing::store_limits& limits) {
-    idem::memory_store::limits bounds;
+    idem::memory_store::options bounds;
     bounds.max_records = limits.max_records;
     bounds.max_bytes = limits.max_bytes;
     bounds.expected_records = 1024;
@@ -225,7 +225,7 @@ TEST_CASE("a scope or key longer than a record holds is refused whole", "[memory
 
 TEST_CASE("a store of a million expected records finds every key in every shard",
           "[memory_store]") {
-  idem::memory_store::limits bounds;
+  idem::memory_store::options bounds;
   bounds.expected_records = std::size_t{1} << 20;  // 16 MiB of buckets: huge-page advised
   idem::memory_store store(bounds);
   constexpr int keys = 20000;
@@ -283,7 +283,7 @@ TEST_CASE("crowded chains: racing claims, finds and a concurrent sweep keep one 
           "[memory_store][concurrency]") {
   constexpr int threads = 4;
   constexpr int keys = 16384;
-  idem::memory_store::limits bounds;
+  idem::memory_store::options bounds;
   bounds.expected_records = 16;
   idem::memory_store store{bounds};
   const auto key_of = [](int generation, int i) {
@@ -357,7 +357,7 @@ TEST_CASE("crowded chains: racing claims, finds and a concurrent sweep keep one 
 // under this process's hash key (a birthday search over 65,536 keys of each length), for
 // lengths on every path of the byte comparison, and each key of a pair must stay its own record.
 TEST_CASE("keys that share a shard, bucket and hint stay distinct records", "[memory_store]") {
-  idem::memory_store::limits bounds;
+  idem::memory_store::options bounds;
   bounds.expected_records = 16;  // the smallest bucket arrays: 16 a shard, the hash's low 4 bits
   idem::memory_store store{bounds};
   const std::string_view scope = "collide";
@@ -410,10 +410,10 @@ TEST_CASE("a scope's cap counts its live records as the locked_store does, throu
   // re-claims of expired keys (their expiry leaves the middle of the list), sweeps and releases
   // must leave the count of live records exact: every claim answers as the reference store's.
   constexpr std::size_t cap = 20;
-  idem::memory_store::limits bounds;
+  idem::memory_store::options bounds;
   bounds.max_records_per_scope = cap;
   idem::memory_store store{bounds};
-  idem::locked_store::limits reference_bounds;
+  idem::locked_store::options reference_bounds;
   reference_bounds.max_records_per_scope = cap;
   idem::locked_store reference{reference_bounds};
 

@@ -18,7 +18,7 @@ namespace {
 using tiered_memory = idem::tiered_store<idem::memory_store>;
 
 idem::memory_store make_memory() {
-  idem::memory_store::limits bounds;
+  idem::memory_store::options bounds;
   bounds.expected_records = 1024;
   return idem::memory_store{bounds};
 }
@@ -26,7 +26,7 @@ idem::memory_store make_memory() {
 struct tiered_memory_factory {
   static constexpr bool bounded = true;
   tiered_memory make(const idem::testing::store_limits& limits) {
-    idem::memory_store::limits bounds;
+    idem::memory_store::options bounds;
     bounds.max_records = limits.max_records;
     bounds.max_bytes = limits.max_bytes;
     bounds.expected_records = 1024;
@@ -38,7 +38,7 @@ struct tiered_memory_factory {
 struct small_tier_memory_factory {
   static constexpr bool bounded = true;
   tiered_memory make(const idem::testing::store_limits& limits) {
-    idem::memory_store::limits bounds;
+    idem::memory_store::options bounds;
     bounds.max_records = limits.max_records;
     bounds.max_bytes = limits.max_bytes;
     bounds.expected_records = 1024;

@@ -40,18 +40,12 @@
 
 #include <idem/client/attempt.hpp>
 #include <idem/client/retry_after.hpp>
+#include <idem/client/retry_options.hpp>
 #include <idem/client/retry_outcome.hpp>
 #include <idem/core/key.hpp>
 #include <idem/policies.hpp>
 
 namespace idem {
-
-/// How many attempts one operation may make and how long it may take. Defaults come from the
-/// policies; a wrapper can be given others at construction.
-struct retry_limits {
-  int max_attempts;                   // the first attempt included; at least 1
-  std::chrono::nanoseconds deadline;  // for all attempts and waits together; positive
-};
 
 namespace detail {
 
@@ -188,31 +182,7 @@ class retry_core {
   static_assert(Policies::deadline > decltype(Policies::deadline)::zero(),
                 "Policies::deadline must be positive.");
 
-  /// The parts a wrapper is built from. Each is default-constructed from its policy type unless
-  /// given; budgets, breakers, manual clocks and counting observers share state with the copy
-  /// they were given, so one budget can guard several wrappers.
-  struct options {
-    clock_type clock{};
-    backoff_type backoff{};
-    budget_type budget{};
-    breaker_type breaker{};
-    classifier_type classifier{};
-    observer_type observer{};
-    key_generator_type key_generator{};
-    /// The dependency's latency (one tracker per dependency, shared by its wrappers).
-    latency_type latency{};
-    /// How an attempt's timeout comes from `latency` (ignored without a tracker).
-    attempt_timeouts timeouts{};
-    /// The dependency's rate limiter (one per dependency, shared by its wrappers).
-    limiter_type limiter{};
-    /// The longest an attempt waits for the limiter's permit, in all (never past the
-    /// deadline); zero: refused at once when there is none.
-    std::chrono::nanoseconds limiter_wait = std::chrono::seconds{5};
-    /// Seeds the jitter and the keys, for tests that replay; unset, 256 nondeterministic bits
-    /// are drawn. Never fix it in production: two processes with one seed make the same keys.
-    std::optional<std::uint64_t> seed{};
-    retry_limits limits{Policies::max_attempts, Policies::deadline};
-  };
+  using options = retry_options<Policies>;
 
   /// Throws std::invalid_argument, naming `who`, for limits that can never work.
   retry_core(options parts, const char* who)

@@ -10,7 +10,7 @@
 // Times are a clock's `time_since_epoch()`, so the breaker follows whatever clock the policies
 // choose, manual_clock in tests included. Copies share state; every member is thread-safe.
 //
-// A breaker can report its state changes (`settings::on_change`): a metrics gauge
+// A breaker can report its state changes (`options::on_change`): a metrics gauge
 // (idem::prometheus_observer::breaker_listener), a log line. Transitions are rare, so a listener
 // costs the hot path nothing; it is called while the breaker's transition lock is held, so that
 // listeners hear the changes in the order they happened, and it must not call the breaker back.
@@ -161,15 +161,15 @@ class breaker_machine {
 /// Opens after `threshold` failures in a row (Polly's "consecutive failures" breaker).
 class consecutive_failure_breaker {
  public:
-  struct settings {
+  struct options {
     int threshold = 5;                                             // failures in a row that open it
     std::chrono::nanoseconds open_for = std::chrono::seconds{30};  // before the first probe
     int probes = 1;                // successes in a row that close it
     breaker_listener on_change{};  // told of each state change (see above); none by default
   };
 
-  consecutive_failure_breaker() : consecutive_failure_breaker(settings{}) {}
-  explicit consecutive_failure_breaker(const settings& s) : state_(std::make_shared<shared>(s)) {
+  consecutive_failure_breaker() : consecutive_failure_breaker(options{}) {}
+  explicit consecutive_failure_breaker(const options& s) : state_(std::make_shared<shared>(s)) {
     if (s.threshold < 1) {
       throw std::invalid_argument(
           "idem::consecutive_failure_breaker: threshold must be at least 1");
@@ -203,7 +203,7 @@ class consecutive_failure_breaker {
 
  private:
   struct shared {
-    explicit shared(const settings& s)
+    explicit shared(const options& s)
         : machine(s.open_for, s.probes, s.on_change), threshold(s.threshold) {}
     detail::breaker_machine machine;
     int threshold;
@@ -219,7 +219,7 @@ class consecutive_failure_breaker {
 /// breaker only reads on success.
 class failure_rate_breaker {
  public:
-  struct settings {
+  struct options {
     int window = 100;            // calls remembered
     int minimum_calls = 100;     // calls before the rate is trusted
     int threshold_percent = 50;  // failure rate that opens it
@@ -228,8 +228,8 @@ class failure_rate_breaker {
     breaker_listener on_change{};  // told of each state change (see above); none by default
   };
 
-  failure_rate_breaker() : failure_rate_breaker(settings{}) {}
-  explicit failure_rate_breaker(const settings& s) : state_(std::make_shared<shared>(s)) {
+  failure_rate_breaker() : failure_rate_breaker(options{}) {}
+  explicit failure_rate_breaker(const options& s) : state_(std::make_shared<shared>(s)) {
     if (s.window < 1 || s.minimum_calls < 1 || s.minimum_calls > s.window ||
         s.threshold_percent < 1 || s.threshold_percent > 100) {
       throw std::invalid_argument(
@@ -265,7 +265,7 @@ class failure_rate_breaker {
 
  private:
   struct shared {
-    explicit shared(const settings& s)
+    explicit shared(const options& s)
         : machine(s.open_for, s.probes, s.on_change),
           window(s.window),
           minimum_calls(s.minimum_calls),

@@ -36,9 +36,9 @@ struct no_hedging {};
 /// When to hedge and how many: see above.
 class hedging {
  public:
-  struct settings {
+  struct options {
     /// The quantile of the latency tracker's durations after which the hedge goes out (the
-    /// tracker must keep it: latency_tracker::settings::quantiles has 0.95 by default).
+    /// tracker must keep it: latency_tracker::options::quantiles has 0.95 by default).
     double quantile = 0.95;
     /// The hedge's delay while the tracker has too few samples, or without a tracker.
     std::chrono::nanoseconds start_delay = std::chrono::milliseconds{100};
@@ -50,8 +50,8 @@ class hedging {
     double max_tokens = 10;
   };
 
-  hedging() : hedging(settings{}) {}
-  explicit hedging(const settings& s) : config_(s), tokens_(std::make_shared<budget>()) {
+  hedging() : hedging(options{}) {}
+  explicit hedging(const options& s) : config_(s), tokens_(std::make_shared<budget>()) {
     if (!(s.quantile > 0 && s.quantile < 1) || s.start_delay <= std::chrono::nanoseconds::zero() ||
         s.floor < std::chrono::nanoseconds::zero() || !(s.ratio > 0 && s.ratio <= 1) ||
         !(s.max_tokens >= 1 && s.max_tokens <= 1e6)) {
@@ -63,7 +63,7 @@ class hedging {
     tokens_->cap = static_cast<std::int64_t>(s.max_tokens * scale);
   }
 
-  const settings& config() const noexcept { return config_; }
+  const options& settings() const noexcept { return config_; }
 
   /// An operation starts: `ratio` of a token, up to the cap.
   void on_operation() noexcept {
@@ -102,7 +102,7 @@ class hedging {
     std::int64_t cap = 0;
   };
 
-  settings config_;
+  options config_;
   std::shared_ptr<budget> tokens_;
 };
 

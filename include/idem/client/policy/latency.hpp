@@ -24,8 +24,8 @@
 // The hot path takes no lock. record() is two relaxed atomic adds (the bucket, the window's
 // count) on memory that copies of the tracker share: one tracker per dependency, shared by every
 // wrapper and thread that calls it. A quantile is not computed per attempt: the tracker keeps
-// the latest answer for each quantile in `settings::quantiles`, recomputed (one read of the
-// 2 x 2,304 counts) by the record() whose count is a multiple of `settings::refresh_every`, when
+// the latest answer for each quantile in `options::quantiles`, recomputed (one read of the
+// 2 x 2,304 counts) by the record() whose count is a multiple of `options::refresh_every`, when
 // the window turns over and when min_samples is first reached, so that reading one is a load.
 #ifndef IDEM_CLIENT_POLICY_LATENCY_HPP
 #define IDEM_CLIENT_POLICY_LATENCY_HPP
@@ -68,7 +68,7 @@ struct no_latency_tracker {
 /// How retrying derives an attempt's timeout from its latency tracker.
 struct attempt_timeouts {
   /// The quantile of recent attempts' durations the timeout starts from; the tracker must keep
-  /// it (latency_tracker::settings::quantiles).
+  /// it (latency_tracker::options::quantiles).
   double quantile = 0.999;
   /// The quantile times this: room above it, so that a healthy dependency's slowest answers are
   /// not cut.
@@ -111,7 +111,7 @@ void check_attempt_timeouts(const Tracker& tracker, const attempt_timeouts& sett
   if (!tracker.tracks(settings.quantile)) {
     throw std::invalid_argument(std::string(who) +
                                 ": the latency tracker does not keep the timeouts' quantile (add "
-                                "it to latency_tracker::settings::quantiles)");
+                                "it to latency_tracker::options::quantiles)");
   }
 }
 
@@ -130,7 +130,7 @@ class latency_tracker {
   /// The most quantiles one tracker keeps answers for.
   static constexpr std::size_t max_quantiles = 4;
 
-  struct settings {
+  struct options {
     /// Samples per window; a quantile is read over the last `window` to 2 x `window`.
     std::uint32_t window = 4096;
     /// Samples needed before the tracker answers at all.
@@ -143,8 +143,8 @@ class latency_tracker {
     std::vector<double> quantiles{0.95, 0.999};
   };
 
-  latency_tracker() : latency_tracker(settings{}) {}
-  explicit latency_tracker(const settings& s) : state_(std::make_shared<shared>(s)) {
+  latency_tracker() : latency_tracker(options{}) {}
+  explicit latency_tracker(const options& s) : state_(std::make_shared<shared>(s)) {
     if (s.window < 1 || s.min_samples < 1 || s.min_samples > s.window || s.refresh_every < 1 ||
         !std::has_single_bit(s.refresh_every) || s.quantiles.empty() ||
         s.quantiles.size() > max_quantiles ||
@@ -197,7 +197,7 @@ class latency_tracker {
     }
   }
 
-  /// The kept answer for quantile `q` (one of settings::quantiles), or none while the tracker
+  /// The kept answer for quantile `q` (one of options::quantiles), or none while the tracker
   /// has fewer than min_samples samples. A load: what attempt timeouts read.
   std::optional<std::chrono::nanoseconds> estimate(double q) const noexcept {
     const shared& s = *state_;
@@ -258,7 +258,7 @@ class latency_tracker {
   };
 
   struct shared {
-    explicit shared(const settings& s)
+    explicit shared(const options& s)
         : window_size(s.window),
           min_samples(s.min_samples),
           refresh_every(s.refresh_every),

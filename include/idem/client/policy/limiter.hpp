@@ -55,15 +55,15 @@ struct no_limiter {
 /// word, the theoretical arrival time of the next permit; a permit moves it on by 1/rate.
 class token_bucket_limiter {
  public:
-  struct settings {
+  struct options {
     double rate = 100;  // permits a second
     int burst = 1;      // permits that may be taken at once
   };
 
   /// 100 permits a second, one at a time (a placeholder until options are given the
   /// dependency's own limiter, which copies then share).
-  token_bucket_limiter() : token_bucket_limiter(settings{}) {}
-  explicit token_bucket_limiter(settings s) : state_(std::make_shared<shared>()) {
+  token_bucket_limiter() : token_bucket_limiter(options{}) {}
+  explicit token_bucket_limiter(options s) : state_(std::make_shared<shared>()) {
     if (!(s.rate > 0) || s.rate > 1e9 || s.burst < 1) {
       throw std::invalid_argument(
           "idem::token_bucket_limiter: rate must be within (0, 1e9] permits a second and burst "
@@ -107,14 +107,14 @@ class token_bucket_limiter {
 /// so that starting a new window and counting in it are one compare-and-swap.
 class sliding_window_limiter {
  public:
-  struct settings {
+  struct options {
     std::int64_t limit = 100;                                   // permits a window
     std::chrono::nanoseconds window = std::chrono::seconds{1};  // the sliding window's length
   };
 
   /// 100 permits a second (a placeholder, as token_bucket_limiter's).
-  sliding_window_limiter() : sliding_window_limiter(settings{}) {}
-  explicit sliding_window_limiter(settings s) : state_(std::make_shared<shared>()) {
+  sliding_window_limiter() : sliding_window_limiter(options{}) {}
+  explicit sliding_window_limiter(options s) : state_(std::make_shared<shared>()) {
     if (s.limit < 1 || s.limit > max_count || s.window < std::chrono::microseconds{1}) {
       throw std::invalid_argument(
           "idem::sliding_window_limiter: limit must be within 1..16777215 and the window at "

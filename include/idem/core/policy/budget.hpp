@@ -47,7 +47,7 @@ struct unlimited_budget {
 /// deposits (0.1 x 5 = 0.5 token) add up exactly.
 class token_bucket {
  public:
-  struct settings {
+  struct options {
     double max_tokens = 500;           // AWS SDK INITIAL_RETRY_TOKENS; also the bucket's size
     double retry_cost = 5;             // AWS SDK RETRY_COST
     double ambiguous_retry_cost = 10;  // AWS SDK TIMEOUT_RETRY_COST
@@ -55,8 +55,8 @@ class token_bucket {
     double retry_ratio = 0.1;          // gRPC retry throttling's example tokenRatio
   };
 
-  token_bucket() : token_bucket(settings{}) {}
-  explicit token_bucket(settings s) : state_(std::make_shared<state>(validated(s))) {}
+  token_bucket() : token_bucket(options{}) {}
+  explicit token_bucket(options s) : state_(std::make_shared<state>(validated(s))) {}
 
   void on_request() noexcept { deposit(state_->request_deposit); }
 
@@ -84,7 +84,7 @@ class token_bucket {
   static constexpr double scale = 1000;
 
   struct state {
-    explicit state(const settings& s)
+    explicit state(const options& s)
         : capacity(milli(s.max_tokens)),
           cost(milli(s.retry_cost)),
           ambiguous_cost(milli(s.ambiguous_retry_cost)),
@@ -105,7 +105,7 @@ class token_bucket {
     return reason == retry_reason::ambiguous ? state_->ambiguous_cost : state_->cost;
   }
 
-  static const settings& validated(const settings& s) {
+  static const options& validated(const options& s) {
     const bool all_finite = finite(s.max_tokens) && finite(s.retry_cost) &&
                             finite(s.ambiguous_retry_cost) && finite(s.success_deposit) &&
                             finite(s.retry_ratio);

@@ -49,6 +49,7 @@
 #include <idem/server/detail/engine.hpp>
 #include <idem/server/detail/held_claim.hpp>
 #include <idem/server/outcome.hpp>
+#include <idem/server/resumption.hpp>
 #include <idem/store/async_contract.hpp>
 
 IDEM_ASIO_CODE_BEGIN
@@ -199,12 +200,13 @@ class async_engine {
   /// With completion::in_transaction, `run(async_handler_context&, transaction&)` runs inside
   /// the transaction that completes the record (an AsyncTransactionalStore's
   /// async_complete_within), as engine::run's does. `waited`, when not null, is set when a
-  /// coalescing wait paused at least once (engine::run's).
+  /// coalescing wait paused at least once (engine::run's). `may_wait` false answers a live
+  /// claim of another caller at once (in_progress), as a batch does, whatever `coalesce` says.
   template <class Response, completion How = completion::direct, class Run, class Failure>
   asio::awaitable<idempotent_outcome<Response>> run(std::string_view scope, std::string_view key,
                                                     digest print, Run run, const Failure& failure,
                                                     const kept_bytes* kept = nullptr,
-                                                    bool* waited = nullptr) {
+                                                    bool* waited = nullptr, bool may_wait = true) {
     if (claims_at_once()) {
       call_start<Response> started;
       started.print = print;
@@ -213,12 +215,86 @@ class async_engine {
       co_return co_await run_held<Response, How>(std::move(*started.claim), print, run, failure);
     }
     std::variant<idempotent_outcome<Response>, held_claim> first =
-        co_await claim_after_waits<Response>(scope, key, print, kept, waited);
+        co_await claim_after_waits<Response>(scope, key, print, kept, waited, may_wait);
     if (auto* answer = std::get_if<idempotent_outcome<Response>>(&first)) {
       co_return std::move(*answer);
     }
     co_return co_await run_held<Response, How>(std::get<held_claim>(std::move(first)), print, run,
                                                failure);
+  }
+
+  /// engine::resume, awaited: takes over the stuck record (scope, key), claimed for a request
+  /// with fingerprint `print`, and runs `run` under the claim from its recovery points; never
+  /// starts work anew (a record released or expired since it was listed is claimed back and
+  /// released at once). A handler that fails again keeps the claim. The store's calls run as
+  /// run's do; nothing here throws: every ending is a resume_result.
+  template <class Response, completion How, class Run>
+  asio::awaitable<resume_result> resume(std::string_view scope, std::string_view key,
+                                        digest print, Run run) {
+    store_time claimed_at{};
+    claim_result claimed;
+    try {
+      const claim_request request =
+          core_.claim_request_for(scope, key, print, claimed_at, core_type::kept_stored(nullptr));
+      claimed = co_await calls_.claim(core_.store(), request);
+    } catch (const store_error& error) {
+      co_return resume_result{resumption::store_failed, error.what(), 0, {}};
+    }
+    switch (claimed.status) {
+      case claim_status::full:
+        co_return resume_result{
+            resumption::settled, "the record is gone (its key has no record now)", 0, {}};
+      case claim_status::existing:
+        if (claimed.existing.state == record_state::completed) {
+          co_return resume_result{resumption::settled, "completed by another attempt", 0, {}};
+        }
+        if (claimed.existing.fingerprint != print) {
+          co_return resume_result{resumption::settled, "the key now holds another request", 0,
+                                  {}};
+        }
+        co_return resume_result{resumption::lost, "another attempt holds the claim", 0, {}};
+      case claim_status::claimed: {
+        // Released or expired after it was listed: nothing to finish; a new run is the
+        // client's to ask for. A failed release ends with its lease.
+        try {
+          (void)co_await calls_.release(core_.store(), fenced_key{scope, key, claimed.fence});
+        } catch (const store_error&) {
+        }
+        co_return resume_result{
+            resumption::settled, "released or expired since it was listed", 0, {}};
+      }
+      case claim_status::taken_over:
+        break;
+    }
+    const std::uint64_t fence = claimed.fence;
+    std::optional<idempotent_outcome<Response>> outcome;
+    std::optional<resume_result> failed;
+    try {
+      outcome.emplace(co_await run_held<Response, How>(core_.hold(scope, key, claimed, claimed_at),
+                                                       print, run, keep_claim_on_failure{}));
+    } catch (const std::exception& error) {
+      failed.emplace(resume_result{resumption::failed, error.what(), fence, {}});
+    } catch (...) {
+      failed.emplace(resume_result{resumption::failed, "the handler threw", fence, {}});
+    }
+    if (failed) {
+      failed->recovery = co_await recovery_left(scope, key, fence);
+      co_return std::move(*failed);
+    }
+    switch (outcome->verdict()) {
+      case verdict::executed:
+      case verdict::response_too_large:
+        co_return resume_result{resumption::resumed, std::string(outcome->message()), fence, {}};
+      case verdict::store_unavailable:
+      case verdict::store_full:
+        co_return resume_result{resumption::store_failed, std::string(outcome->message()), fence,
+                                {}};
+      case verdict::cancelled:
+        co_return resume_result{resumption::failed, std::string(outcome->message()), fence,
+                                co_await recovery_left(scope, key, fence)};
+      default:  // answer_lost: a takeover took the fence from this run
+        co_return resume_result{resumption::lost, std::string(outcome->message()), fence, {}};
+    }
   }
 
   /// The rest of run, once this caller holds the claim: the handler under it, then its response
@@ -329,7 +405,7 @@ class async_engine {
   template <class Response>
   asio::awaitable<std::variant<idempotent_outcome<Response>, held_claim>> claim_after_waits(
       std::string_view scope, std::string_view key, const digest& print, const kept_bytes* kept,
-      bool* waited) {
+      bool* waited, bool may_wait = true) {
     store_time claimed_at{};
     std::optional<claim_result> claimed;
     try {
@@ -339,7 +415,7 @@ class async_engine {
       coalescing_wait wait{options().coalesce};
       std::optional<clock_timer<clock_type>> timer;
       const auto start = core_.clock().now();
-      while (options().coalesce > std::chrono::nanoseconds::zero() &&
+      while (may_wait && options().coalesce > std::chrono::nanoseconds::zero() &&
              coalescing_wait::waits_on(*claimed, print)) {
         const std::optional<std::chrono::nanoseconds> pause =
             wait.next_pause(core_.clock().now() - start);
@@ -368,6 +444,21 @@ class async_engine {
           "while it waited for a duplicate in progress to settle; nothing was claimed");
     }
     co_return first_answer<Response>(scope, key, print, *claimed, claimed_at, kept);
+  }
+
+  // The recovery bytes a failed resume left in the record it still holds (opened), or none.
+  asio::awaitable<std::string> recovery_left(std::string_view scope, std::string_view key,
+                                             std::uint64_t fence) {
+    std::optional<record> found;
+    try {
+      found = co_await calls_.find(core_.store(), scope, key, core_.clock().wall_now());
+    } catch (const std::exception&) {
+      co_return std::string{};
+    }
+    if (!found || found->fence != fence || found->state != record_state::in_progress) {
+      co_return std::string{};
+    }
+    co_return core_.recovery_opened(std::move(found->recovery));
   }
 
   // What a run leaves, into `answer`, but for a response recorded inline: the response

@@ -261,6 +261,12 @@ class engine {
                       opened_recovery(std::move(claimed.existing.recovery)), claimed_at};
   }
 
+  /// A record's recovery bytes as a handler reads them (sealed by the response codec in the
+  /// store), for the asynchronous driver's resume.
+  std::string recovery_opened(std::string&& recovery) const {
+    return opened_recovery(std::move(recovery));
+  }
+
   /// The answer for a record this caller may not run, as the store found it at `now`.
   template <class Response>
   idempotent_outcome<Response> answer_existing(record& existing, const digest& print,

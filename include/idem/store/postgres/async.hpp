@@ -88,8 +88,6 @@ class async_postgres_store {
   /// Records keep no completion time, as postgres_store's (idem::reads_completion_time).
   static constexpr bool reads_completion_time = false;
 
-  using time_source = postgres_store::time_source;
-
   /// postgres_store's options (conninfo, schema, table, pool_size, max_records_per_scope,
   /// statement_timeout, idle_in_transaction_timeout, connect_timeout, clock, connect_at_start,
   /// and for async_complete_within transaction_isolation, max_serialization_retries,
@@ -117,7 +115,7 @@ class async_postgres_store {
   /// Checks the options (std::invalid_argument); with connect_at_start, opens the first
   /// connection and creates or migrates the table on this thread, blocking (store_error when
   /// the server cannot be reached). Completions go to `executor` when a handler has none.
-  async_postgres_store(options config, asio::any_io_executor executor) {
+  async_postgres_store(asio::any_io_executor executor, options config) {
     namespace pga = detail::postgres::async;
     const char* who = pga::store_name;
     if (config.pool_size == 0) {

@@ -208,7 +208,7 @@ class postgres_version_gate {
   // The time the messages consume publishes are written at: the server's, unless the store
   // reads the caller's clock (then this machine's: the gate is given no clock).
   static std::optional<std::int64_t> written_at(const postgres_store::options& config) {
-    if (config.clock == postgres_store::time_source::server) return std::nullopt;
+    if (config.clock == time_source::server) return std::nullopt;
     return detail::postgres::to_nanoseconds(std::chrono::system_clock::now());
   }
 

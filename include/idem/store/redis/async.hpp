@@ -6,7 +6,7 @@
 // the same Lua scripts with the same arguments, written under the same keys, so the two can
 // share one database (a record one claims, the other sees).
 //
-// Connections. A store is a handle: copies share `connections` TCP connections (default 2),
+// Connections. A store is a handle: copies share `pool_size` TCP connections (default 2),
 // opened when the first operations need them. Each carries many operations at once: what they
 // send is written in one write while the previous one is in flight, and the replies are matched
 // to the operations in the order they were sent (Redis answers in order). Operations are spread
@@ -65,7 +65,7 @@
 #include <idem/store/redis/detail/async/wire.hpp>
 #include <idem/store/redis/detail/connection.hpp>
 #include <idem/store/redis/detail/walks.hpp>
-#include <idem/store/redis/operations.hpp>
+#include <idem/store/redis/detail/operations.hpp>
 
 IDEM_ASIO_CODE_BEGIN
 
@@ -85,7 +85,7 @@ class async_redis_store {
     int database = 0;
     std::string prefix = "idem:";
     /// The TCP connections the store keeps (each one pipelined).
-    std::size_t connections = 2;
+    std::size_t pool_size = 2;
     /// Resolving, connecting and the handshake, together.
     std::chrono::milliseconds connect_timeout{2000};
     /// How long one operation may wait for its answer (from its start: waiting for a
@@ -95,7 +95,7 @@ class async_redis_store {
     /// doubled after each failure in a row, up to max_reconnect_delay.
     std::chrono::milliseconds reconnect_delay{100};
     std::chrono::milliseconds max_reconnect_delay{5000};
-    redis_time time = redis_time::server;
+    time_source clock = time_source::server;
     std::chrono::milliseconds caller_time_margin{std::chrono::minutes{10}};
     std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
     bool verify_eviction_policy = true;
@@ -143,7 +143,7 @@ class async_redis_store {
                      waited(state().operations.release(held, to_wire)),
                      replicated{"release", false, applied{"release"}});
   }
-  /// With redis_time::server, `lease_until` is read as a duration from this machine's clock
+  /// With time_source::server, `lease_until` is read as a duration from this machine's clock
   /// when the operation starts, and added to the server's time.
   template <class Token>
   auto async_checkpoint(const fenced_key& held, std::string_view bytes, store_time lease_until,
@@ -240,7 +240,7 @@ class async_redis_store {
 
     static detail::redis_record_settings record_settings(const options& given) {
       return {.prefix = given.prefix,
-              .time = given.time,
+              .clock = given.clock,
               .caller_time_margin = given.caller_time_margin,
               .max_records_per_scope = given.max_records_per_scope,
               .replicas = given.replicas,
@@ -256,7 +256,7 @@ class async_redis_store {
               .username = given.username,
               .password = given.password,
               .database = given.database,
-              .pool_size = given.connections,
+              .pool_size = given.pool_size,
               .connect_timeout = given.connect_timeout,
               .command_timeout = given.command_timeout,
               .verify_eviction_policy = given.verify_eviction_policy,

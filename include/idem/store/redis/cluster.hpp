@@ -72,7 +72,7 @@
 #include <idem/store/redis/detail/connection.hpp>
 #include <idem/store/redis/detail/keys.hpp>
 #include <idem/store/redis/detail/walks.hpp>
-#include <idem/store/redis/operations.hpp>
+#include <idem/store/redis/detail/operations.hpp>
 
 namespace idem {
 
@@ -94,7 +94,7 @@ class redis_cluster_store {
     std::size_t pool_size = 8;
     std::chrono::milliseconds connect_timeout{2000};
     std::chrono::milliseconds command_timeout{5000};
-    redis_time time = redis_time::server;
+    time_source clock = time_source::server;
     std::chrono::milliseconds caller_time_margin{std::chrono::minutes{10}};
     /// As redis_store's; a scope's records are on one primary, so this caps one node's index.
     std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
@@ -540,7 +540,7 @@ class redis_cluster_store {
 
     static detail::redis_record_settings record_settings(const options& given) {
       return {.prefix = given.prefix,
-              .time = given.time,
+              .clock = given.clock,
               .caller_time_margin = given.caller_time_margin,
               .max_records_per_scope = given.max_records_per_scope,
               .replicas = given.replicas,

@@ -29,7 +29,7 @@ namespace idem::detail::postgres {
 // What opening a connection needs, derived once from a store's options.
 struct session_options {
   std::string conninfo;
-  std::chrono::seconds connect_timeout{10};
+  std::chrono::milliseconds connect_timeout{10000};
   std::chrono::milliseconds statement_timeout{0};
   std::chrono::milliseconds idle_in_transaction_timeout{0};
   std::string schema;
@@ -82,7 +82,9 @@ class session_opener {
   connection_ptr open() {
     // The conninfo is expanded in place of dbname; later keywords would override it, so the
     // defaults come first and the user's own settings win.
-    const std::string timeout = std::to_string(options_.connect_timeout.count());
+    // libpq counts whole seconds (0: wait forever): a part of one rounds up, never down to 0.
+    const std::string timeout = std::to_string(
+        std::chrono::ceil<std::chrono::seconds>(options_.connect_timeout).count());
     const std::array<const char*, 4> keywords{"connect_timeout", "fallback_application_name",
                                               "dbname", nullptr};
     const std::array<const char*, 4> values{timeout.c_str(), "idem", options_.conninfo.c_str(),

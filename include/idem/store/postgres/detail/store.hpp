@@ -30,6 +30,7 @@
 #include <idem/store/contract.hpp>
 #include <idem/store/detail/connection_pool.hpp>
 #include <idem/store/one_commit.hpp>
+#include <idem/store/time_source.hpp>
 #include <idem/store/postgres/detail/connection.hpp>
 #include <idem/store/postgres/detail/failure.hpp>
 #include <idem/store/postgres/detail/requests.hpp>
@@ -55,12 +56,6 @@ class postgres_store {
 
   /// Isolation level of complete_within's transaction.
   enum class isolation : std::uint8_t { read_committed, repeatable_read, serializable };
-  /// Whose clock leases and expiry are read from.
-  enum class time_source : std::uint8_t {
-    server,  // the database server's clock_timestamp(): replicas with skewed clocks agree
-    caller,  // the `now` each call is given (a manual clock in tests)
-  };
-
   struct options {
     /// A libpq connection string ("host=... dbname=... user=...") or URI. Empty: libpq's
     /// defaults and PG* environment variables. With a primary and standbys, list every host
@@ -89,7 +84,7 @@ class postgres_store {
     /// transaction and a takeover must not wait for a stalled process.
     std::chrono::milliseconds idle_in_transaction_timeout{0};
     /// Connecting: libpq's connect_timeout, unless conninfo sets its own.
-    std::chrono::seconds connect_timeout{10};
+    std::chrono::milliseconds connect_timeout{10000};
     isolation transaction_isolation = isolation::read_committed;
     /// complete_within runs the handler at most 1 + this many times on 40001/40P01.
     unsigned max_serialization_retries = 10;

@@ -24,7 +24,7 @@
 #include <idem/store/redis/detail/command.hpp>
 #include <idem/store/redis/detail/keys.hpp>
 #include <idem/store/redis/detail/store.hpp>
-#include <idem/store/redis/operations.hpp>
+#include <idem/store/redis/detail/operations.hpp>
 
 namespace idem::detail {
 
@@ -53,7 +53,7 @@ struct redis_batch_access {
     const std::string lease = redis_decimal(first.lease.count());
     const std::string retention = redis_decimal(first.retention.count());
     const std::string extra = redis_decimal(
-        settings.time == redis_time::caller ? settings.caller_time_margin.count() : 0);
+        settings.clock == time_source::caller ? settings.caller_time_margin.count() : 0);
     const std::string cap =
         settings.max_records_per_scope == std::numeric_limits<std::size_t>::max()
             ? std::string()

@@ -25,7 +25,7 @@
 #include <idem/store/contract.hpp>
 #include <idem/store/redis/detail/connection.hpp>
 #include <idem/store/redis/detail/walks.hpp>
-#include <idem/store/redis/operations.hpp>
+#include <idem/store/redis/detail/operations.hpp>
 
 namespace idem {
 namespace detail {
@@ -56,8 +56,8 @@ class redis_store {
     /// How long one exchange may wait for the server before store_error(unavailable).
     std::chrono::milliseconds command_timeout{5000};
     /// Whose clock leases and expiry follow (see the top of this header).
-    redis_time time = redis_time::server;
-    /// redis_time::caller only: how long after a record's retention Redis's own TTL drops it,
+    time_source clock = time_source::server;
+    /// time_source::caller only: how long after a record's retention Redis's own TTL drops it,
     /// a margin for callers whose clocks disagree.
     std::chrono::milliseconds caller_time_margin{std::chrono::minutes{10}};
     /// The most records one scope may hold that have not expired (released ones included: they
@@ -109,7 +109,7 @@ class redis_store {
     return calls.applied(calls.release(held, write("release")), "release");
   }
 
-  /// With redis_time::server, `lease_until` is read as a duration from this machine's clock
+  /// With time_source::server, `lease_until` is read as a duration from this machine's clock
   /// (lease_until - system_clock::now()) and added to the server's time.
   bool checkpoint(const fenced_key& held, std::string_view recovery, store_time lease_until) {
     const auto& calls = state().operations;
@@ -122,7 +122,7 @@ class redis_store {
     return calls.found(calls.find(scope, key, now, send{&state().client, "find"}), scope, key);
   }
 
-  /// Removes the records that expired by `now` (with redis_time::server, by the server's
+  /// Removes the records that expired by `now` (with time_source::server, by the server's
   /// clock), and answers how many: those it deleted, and those Redis's TTL had already dropped
   /// whose index entries it removed. Costs one pipelined script per scope that holds records,
   /// plus what it removes.
@@ -174,7 +174,7 @@ class redis_store {
 
     static detail::redis_record_settings record_settings(const options& given) {
       return {.prefix = given.prefix,
-              .time = given.time,
+              .clock = given.clock,
               .caller_time_margin = given.caller_time_margin,
               .max_records_per_scope = given.max_records_per_scope,
               .replicas = given.replicas,

@@ -16,7 +16,7 @@
 #include <idem/store/redis/detail/keys.hpp>
 #include <idem/store/redis/detail/scripts.hpp>
 #include <idem/store/redis/detail/walks.hpp>
-#include <idem/store/redis/operations.hpp>
+#include <idem/store/redis/detail/operations.hpp>
 
 namespace idem::detail {
 

@@ -7,8 +7,8 @@
 // An operation's call is given `send`, which sends its commands (views into strings that live
 // until send returns) and answers what the caller wants: the replies for the blocking store,
 // the commands written out for the asynchronous one.
-#ifndef IDEM_STORE_REDIS_OPERATIONS_HPP
-#define IDEM_STORE_REDIS_OPERATIONS_HPP
+#ifndef IDEM_STORE_REDIS_DETAIL_OPERATIONS_HPP
+#define IDEM_STORE_REDIS_DETAIL_OPERATIONS_HPP
 
 #include <hiredis/hiredis.h>
 
@@ -26,20 +26,11 @@
 #include <vector>
 
 #include <idem/store/contract.hpp>
+#include <idem/store/time_source.hpp>
 #include <idem/store/redis/detail/command.hpp>
 #include <idem/store/redis/detail/keys.hpp>
 #include <idem/store/redis/detail/reply.hpp>
 #include <idem/store/redis/detail/scripts.hpp>
-
-namespace idem {
-
-/// Whose clock leases and expiry follow.
-enum class redis_time : std::uint8_t {
-  server,  // the Redis server's (TIME in the scripts): clients with skewed clocks agree
-  caller,  // the `now` each operation is given: tests with a manual clock, replays of time
-};
-
-}  // namespace idem
 
 namespace idem::detail {
 
@@ -47,7 +38,7 @@ namespace idem::detail {
 // replicas: the options of that name, whose comments (redis_store::options) say what each is.
 struct redis_record_settings {
   std::string prefix;
-  redis_time time = redis_time::server;
+  time_source clock = time_source::server;
   std::chrono::milliseconds caller_time_margin{};
   std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
   std::size_t replicas = 0;
@@ -205,7 +196,7 @@ class redis_operations {
     return send(std::span<const redis_command>(commands));
   }
 
-  // With redis_time::server, `lease_until` is read as a duration from this machine's clock
+  // With time_source::server, `lease_until` is read as a duration from this machine's clock
   // (lease_until - system_clock::now()) and added to the server's time.
   template <class Send>
   decltype(auto) checkpoint(const fenced_key& held, std::string_view recovery,
@@ -214,7 +205,7 @@ class redis_operations {
     const std::string fence = redis_decimal(held.fence);
     std::string until;
     std::string extension = "0";
-    if (settings_.time == redis_time::caller) {
+    if (settings_.clock == time_source::caller) {
       until = redis_time_argument(lease_until);
     } else {
       const auto ahead = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -317,9 +308,9 @@ class redis_operations {
     return redis_scope_keys_of(settings_.prefix, tag);
   }
 
-  // A time argument of the scripts: empty (the server's TIME) with redis_time::server.
+  // A time argument of the scripts: empty (the server's TIME) with time_source::server.
   std::string now_argument(store_time now) const {
-    if (settings_.time == redis_time::server) return {};
+    if (settings_.clock == time_source::server) return {};
     return redis_time_argument(now);
   }
 
@@ -396,7 +387,7 @@ class redis_operations {
   }
 
   std::int64_t extra_ttl_ms() const {
-    return settings_.time == redis_time::caller ? settings_.caller_time_margin.count() : 0;
+    return settings_.clock == time_source::caller ? settings_.caller_time_margin.count() : 0;
   }
 
   redis_record_settings settings_;
@@ -412,4 +403,4 @@ class redis_operations {
 
 }  // namespace idem::detail
 
-#endif  // IDEM_STORE_REDIS_OPERATIONS_HPP
+#endif  // IDEM_STORE_REDIS_DETAIL_OPERATIONS_HPP
