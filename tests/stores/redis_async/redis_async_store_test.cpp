@@ -313,3 +313,38 @@ TEST_CASE("bad options, an empty executor and a default store are refused", "[re
   CHECK_THROWS_AS(unset.async_claim(claim_of("k"), asio::detached), std::logic_error);
   CHECK_THROWS_AS(unset.get_executor(), std::logic_error);
 }
+
+TEST_CASE("the asynchronous store reaches a server through its unix socket", "[redis_async]") {
+  idem_redis_test::private_redis server;
+  idem_redis_async_test::store_maker stores;
+  auto options = idem_redis_async_test::private_options(server);
+  options.unix_socket = server.socket_path();
+  options.port = 1;  // not used with a socket: nothing listens there
+  auto store = stores.make_blocking(options);
+  const auto claimed = store.claim(claim_of("over-the-socket"));
+  REQUIRE(claimed.status == claim_status::claimed);
+  CHECK(store.complete({"s", "over-the-socket", claimed.fence}, "answered", {}));
+  CHECK(store.find("s", "over-the-socket", {})->response == "answered");
+
+  // The blocking store on the same socket reads what the asynchronous one wrote.
+  idem::redis_store::options twin;
+  twin.unix_socket = server.socket_path();
+  twin.port = 1;
+  twin.prefix = options.prefix;
+  idem::redis_store blocking(twin);
+  CHECK(blocking.find("s", "over-the-socket", {})->response == "answered");
+
+  // A socket with nothing behind it: unavailable, naming the path.
+  auto nowhere = options;
+  nowhere.unix_socket = server.socket_path() + ".gone";
+  nowhere.connect_timeout = 500ms;
+  nowhere.command_timeout = 500ms;
+  auto missing = stores.make_blocking(nowhere);
+  try {
+    (void)missing.claim(claim_of("never"));
+    FAIL("claimed through a socket nobody listens on");
+  } catch (const idem::store_error& error) {
+    CHECK(error.failure() == idem::store_failure::unavailable);
+    CHECK_THAT(error.what(), Catch::Matchers::Contains(nowhere.unix_socket));
+  }
+}

@@ -78,13 +78,15 @@ class async_redis_store {
 
   /// Each field as redis_store::options has it, unless said otherwise.
   struct options {
+    /// Where the server listens. When `unix_socket` is set, host and port are not used.
     std::string host = "127.0.0.1";
     int port = 6379;
+    std::string unix_socket;
     std::string username;
     std::string password;
     int database = 0;
     std::string prefix = "idem:";
-    /// The TCP connections the store keeps (each one pipelined).
+    /// The connections the store keeps (each one pipelined).
     std::size_t pool_size = 2;
     /// Resolving, connecting and the handshake, together.
     std::chrono::milliseconds connect_timeout{2000};
@@ -250,7 +252,7 @@ class async_redis_store {
     static detail::redis_settings client_settings(const options& given) {
       return {.host = given.host,
               .port = given.port,
-              .unix_socket = {},
+              .unix_socket = given.unix_socket,
               .sentinels = given.sentinels,
               .master_name = given.sentinel_master,
               .username = given.username,

@@ -52,11 +52,15 @@
 
 #if defined(IDEM_ASIO_STANDALONE)
 #include <asio/connect.hpp>
+#include <asio/generic/stream_protocol.hpp>
 #include <asio/ip/tcp.hpp>
+#include <asio/local/stream_protocol.hpp>
 #include <asio/write.hpp>
 #else
 #include <boost/asio/connect.hpp>
+#include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/write.hpp>
 #endif
 
@@ -118,7 +122,9 @@ class redis_async_connection : public std::enable_shared_from_this<redis_async_c
                     std::to_string(self->common_->settings.connect_timeout.count()) + " ms");
       }
     });
-    if (common_->settings.sentinels.empty()) {
+    if (common_->settings.sentinels.empty() && !common_->settings.unix_socket.empty()) {
+      dial_socket(common_->settings.unix_socket);
+    } else if (common_->settings.sentinels.empty()) {
       dial(common_->settings.host, common_->settings.port);
     } else {
       ask_sentinel(0);
@@ -190,13 +196,28 @@ class redis_async_connection : public std::enable_shared_from_this<redis_async_c
                                     const asio::ip::tcp::resolver::results_type& found) {
           if (self->state_ == state::closed) return;
           if (error) return self->close("cannot resolve the host: " + error.message());
-          asio::async_connect(self->socket_, found,
+          // The socket is a generic one (TCP or a unix socket): the addresses, as its kind.
+          std::vector<asio::generic::stream_protocol::endpoint> addresses;
+          for (const auto& entry : found)
+            addresses.emplace_back(entry.endpoint());
+          asio::async_connect(self->socket_, addresses,
                               [self](const asio_error_code& failed, const auto& /*endpoint*/) {
                                 if (self->state_ == state::closed) return;
                                 if (failed) return self->close(failed.message());
                                 self->connected();
                               });
         });
+  }
+
+  // Connects to the server's unix socket at `path`, then sends the handshake.
+  void dial_socket(const std::string& path) {
+    const asio::local::stream_protocol::endpoint local(path);
+    socket_.async_connect(asio::generic::stream_protocol::endpoint(local),
+                          [self = shared_from_this()](const asio_error_code& failed) {
+                            if (self->state_ == state::closed) return;
+                            if (failed) return self->close(failed.message());
+                            self->connected();
+                          });
   }
 
   // Asks the Sentinel `tried` places after the first one for the primary, and dials it; the
@@ -281,6 +302,7 @@ class redis_async_connection : public std::enable_shared_from_this<redis_async_c
   }
 
   void connected() {
+    // TCP only: a unix socket refuses both, and the refusal is of no consequence.
     asio_error_code ignored;
     socket_.set_option(asio::ip::tcp::no_delay(true), ignored);
     socket_.set_option(asio::socket_base::keep_alive(true), ignored);
@@ -441,7 +463,8 @@ class redis_async_connection : public std::enable_shared_from_this<redis_async_c
   std::shared_ptr<redis_async_common> common_;
   redis_strand strand_;
   std::weak_ptr<redis_async_connection_owner> owner_;
-  asio::basic_stream_socket<asio::ip::tcp, redis_strand> socket_;
+  // TCP or a unix socket (options.unix_socket): a generic stream socket holds either.
+  asio::basic_stream_socket<asio::generic::stream_protocol, redis_strand> socket_;
   asio::basic_stream_socket<asio::ip::tcp, redis_strand> sentinel_socket_;  // while asking one
   asio::ip::basic_resolver<asio::ip::tcp, redis_strand> resolver_;
   redis_timer connect_timer_;
