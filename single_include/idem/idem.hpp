@@ -422,7 +422,7 @@ class key_buffer {
 // Times are a clock's `time_since_epoch()`, so the breaker follows whatever clock the policies
 // choose, manual_clock in tests included. Copies share state; every member is thread-safe.
 //
-// A breaker can report its state changes (`settings::on_change`): a metrics gauge
+// A breaker can report its state changes (`options::on_change`): a metrics gauge
 // (idem::prometheus_observer::breaker_listener), a log line. Transitions are rare, so a listener
 // costs the hot path nothing; it is called while the breaker's transition lock is held, so that
 // listeners hear the changes in the order they happened, and it must not call the breaker back.
@@ -561,15 +561,15 @@ class breaker_machine {
 /// Opens after `threshold` failures in a row (Polly's "consecutive failures" breaker).
 class consecutive_failure_breaker {
  public:
-  struct settings {
+  struct options {
     int threshold = 5;                                             // failures in a row that open it
     std::chrono::nanoseconds open_for = std::chrono::seconds{30};  // before the first probe
     int probes = 1;                // successes in a row that close it
     breaker_listener on_change{};  // told of each state change (see above); none by default
   };
 
-  consecutive_failure_breaker() : consecutive_failure_breaker(settings{}) {}
-  explicit consecutive_failure_breaker(const settings& s) : state_(std::make_shared<shared>(s)) {
+  consecutive_failure_breaker() : consecutive_failure_breaker(options{}) {}
+  explicit consecutive_failure_breaker(const options& s) : state_(std::make_shared<shared>(s)) {
     if (s.threshold < 1) {
       throw std::invalid_argument(
           "idem::consecutive_failure_breaker: threshold must be at least 1");
@@ -603,7 +603,7 @@ class consecutive_failure_breaker {
 
  private:
   struct shared {
-    explicit shared(const settings& s)
+    explicit shared(const options& s)
         : machine(s.open_for, s.probes, s.on_change), threshold(s.threshold) {}
     detail::breaker_machine machine;
     int threshold;
@@ -619,7 +619,7 @@ class consecutive_failure_breaker {
 /// breaker only reads on success.
 class failure_rate_breaker {
  public:
-  struct settings {
+  struct options {
     int window = 100;            // calls remembered
     int minimum_calls = 100;     // calls before the rate is trusted
     int threshold_percent = 50;  // failure rate that opens it
@@ -628,8 +628,8 @@ class failure_rate_breaker {
     breaker_listener on_change{};  // told of each state change (see above); none by default
   };
 
-  failure_rate_breaker() : failure_rate_breaker(settings{}) {}
-  explicit failure_rate_breaker(const settings& s) : state_(std::make_shared<shared>(s)) {
+  failure_rate_breaker() : failure_rate_breaker(options{}) {}
+  explicit failure_rate_breaker(const options& s) : state_(std::make_shared<shared>(s)) {
     if (s.window < 1 || s.minimum_calls < 1 || s.minimum_calls > s.window ||
         s.threshold_percent < 1 || s.threshold_percent > 100) {
       throw std::invalid_argument(
@@ -665,7 +665,7 @@ class failure_rate_breaker {
 
  private:
   struct shared {
-    explicit shared(const settings& s)
+    explicit shared(const options& s)
         : machine(s.open_for, s.probes, s.on_change),
           window(s.window),
           minimum_calls(s.minimum_calls),
@@ -1205,7 +1205,7 @@ struct classify_with {
 // waits for its first answer. A spent budget never cancels a hedge already sent. Copies of a
 // hedging policy share the budget: one per dependency.
 //
-// Only async_retrying hedges (idem/asio/retrying.hpp): a blocking call has no way to wait for
+// Only async_retrying hedges (idem/client/async_retrying.hpp): a blocking call has no way to wait for
 // two answers at once. Only its outermost layer hedges, as only it retries: layers nested in its
 // attempts make one attempt each, so hedges and retries do not multiply.
 #ifndef IDEM_CLIENT_POLICY_HEDGING_HPP
@@ -1219,9 +1219,9 @@ struct no_hedging {};
 /// When to hedge and how many: see above.
 class hedging {
  public:
-  struct settings {
+  struct options {
     /// The quantile of the latency tracker's durations after which the hedge goes out (the
-    /// tracker must keep it: latency_tracker::settings::quantiles has 0.95 by default).
+    /// tracker must keep it: latency_tracker::options::quantiles has 0.95 by default).
     double quantile = 0.95;
     /// The hedge's delay while the tracker has too few samples, or without a tracker.
     std::chrono::nanoseconds start_delay = std::chrono::milliseconds{100};
@@ -1233,8 +1233,8 @@ class hedging {
     double max_tokens = 10;
   };
 
-  hedging() : hedging(settings{}) {}
-  explicit hedging(const settings& s) : config_(s), tokens_(std::make_shared<budget>()) {
+  hedging() : hedging(options{}) {}
+  explicit hedging(const options& s) : config_(s), tokens_(std::make_shared<budget>()) {
     if (!(s.quantile > 0 && s.quantile < 1) || s.start_delay <= std::chrono::nanoseconds::zero() ||
         s.floor < std::chrono::nanoseconds::zero() || !(s.ratio > 0 && s.ratio <= 1) ||
         !(s.max_tokens >= 1 && s.max_tokens <= 1e6)) {
@@ -1246,7 +1246,7 @@ class hedging {
     tokens_->cap = static_cast<std::int64_t>(s.max_tokens * scale);
   }
 
-  const settings& config() const noexcept { return config_; }
+  const options& settings() const noexcept { return config_; }
 
   /// An operation starts: `ratio` of a token, up to the cap.
   void on_operation() noexcept {
@@ -1285,7 +1285,7 @@ class hedging {
     std::int64_t cap = 0;
   };
 
-  settings config_;
+  options config_;
   std::shared_ptr<budget> tokens_;
 };
 
@@ -1627,8 +1627,8 @@ struct uuid_v7 {
 // The hot path takes no lock. record() is two relaxed atomic adds (the bucket, the window's
 // count) on memory that copies of the tracker share: one tracker per dependency, shared by every
 // wrapper and thread that calls it. A quantile is not computed per attempt: the tracker keeps
-// the latest answer for each quantile in `settings::quantiles`, recomputed (one read of the
-// 2 x 2,304 counts) by the record() whose count is a multiple of `settings::refresh_every`, when
+// the latest answer for each quantile in `options::quantiles`, recomputed (one read of the
+// 2 x 2,304 counts) by the record() whose count is a multiple of `options::refresh_every`, when
 // the window turns over and when min_samples is first reached, so that reading one is a load.
 #ifndef IDEM_CLIENT_POLICY_LATENCY_HPP
 #define IDEM_CLIENT_POLICY_LATENCY_HPP
@@ -1657,7 +1657,7 @@ struct no_latency_tracker {
 /// How retrying derives an attempt's timeout from its latency tracker.
 struct attempt_timeouts {
   /// The quantile of recent attempts' durations the timeout starts from; the tracker must keep
-  /// it (latency_tracker::settings::quantiles).
+  /// it (latency_tracker::options::quantiles).
   double quantile = 0.999;
   /// The quantile times this: room above it, so that a healthy dependency's slowest answers are
   /// not cut.
@@ -1700,7 +1700,7 @@ void check_attempt_timeouts(const Tracker& tracker, const attempt_timeouts& sett
   if (!tracker.tracks(settings.quantile)) {
     throw std::invalid_argument(std::string(who) +
                                 ": the latency tracker does not keep the timeouts' quantile (add "
-                                "it to latency_tracker::settings::quantiles)");
+                                "it to latency_tracker::options::quantiles)");
   }
 }
 
@@ -1719,7 +1719,7 @@ class latency_tracker {
   /// The most quantiles one tracker keeps answers for.
   static constexpr std::size_t max_quantiles = 4;
 
-  struct settings {
+  struct options {
     /// Samples per window; a quantile is read over the last `window` to 2 x `window`.
     std::uint32_t window = 4096;
     /// Samples needed before the tracker answers at all.
@@ -1732,8 +1732,8 @@ class latency_tracker {
     std::vector<double> quantiles{0.95, 0.999};
   };
 
-  latency_tracker() : latency_tracker(settings{}) {}
-  explicit latency_tracker(const settings& s) : state_(std::make_shared<shared>(s)) {
+  latency_tracker() : latency_tracker(options{}) {}
+  explicit latency_tracker(const options& s) : state_(std::make_shared<shared>(s)) {
     if (s.window < 1 || s.min_samples < 1 || s.min_samples > s.window || s.refresh_every < 1 ||
         !std::has_single_bit(s.refresh_every) || s.quantiles.empty() ||
         s.quantiles.size() > max_quantiles ||
@@ -1786,7 +1786,7 @@ class latency_tracker {
     }
   }
 
-  /// The kept answer for quantile `q` (one of settings::quantiles), or none while the tracker
+  /// The kept answer for quantile `q` (one of options::quantiles), or none while the tracker
   /// has fewer than min_samples samples. A load: what attempt timeouts read.
   std::optional<std::chrono::nanoseconds> estimate(double q) const noexcept {
     const shared& s = *state_;
@@ -1847,7 +1847,7 @@ class latency_tracker {
   };
 
   struct shared {
-    explicit shared(const settings& s)
+    explicit shared(const options& s)
         : window_size(s.window),
           min_samples(s.min_samples),
           refresh_every(s.refresh_every),
@@ -1980,15 +1980,15 @@ struct no_limiter {
 /// word, the theoretical arrival time of the next permit; a permit moves it on by 1/rate.
 class token_bucket_limiter {
  public:
-  struct settings {
+  struct options {
     double rate = 100;  // permits a second
     int burst = 1;      // permits that may be taken at once
   };
 
   /// 100 permits a second, one at a time (a placeholder until options are given the
   /// dependency's own limiter, which copies then share).
-  token_bucket_limiter() : token_bucket_limiter(settings{}) {}
-  explicit token_bucket_limiter(settings s) : state_(std::make_shared<shared>()) {
+  token_bucket_limiter() : token_bucket_limiter(options{}) {}
+  explicit token_bucket_limiter(options s) : state_(std::make_shared<shared>()) {
     if (!(s.rate > 0) || s.rate > 1e9 || s.burst < 1) {
       throw std::invalid_argument(
           "idem::token_bucket_limiter: rate must be within (0, 1e9] permits a second and burst "
@@ -2032,14 +2032,14 @@ class token_bucket_limiter {
 /// so that starting a new window and counting in it are one compare-and-swap.
 class sliding_window_limiter {
  public:
-  struct settings {
+  struct options {
     std::int64_t limit = 100;                                   // permits a window
     std::chrono::nanoseconds window = std::chrono::seconds{1};  // the sliding window's length
   };
 
   /// 100 permits a second (a placeholder, as token_bucket_limiter's).
-  sliding_window_limiter() : sliding_window_limiter(settings{}) {}
-  explicit sliding_window_limiter(settings s) : state_(std::make_shared<shared>()) {
+  sliding_window_limiter() : sliding_window_limiter(options{}) {}
+  explicit sliding_window_limiter(options s) : state_(std::make_shared<shared>()) {
     if (s.limit < 1 || s.limit > max_count || s.window < std::chrono::microseconds{1}) {
       throw std::invalid_argument(
           "idem::sliding_window_limiter: limit must be within 1..16777215 and the window at "
@@ -3066,7 +3066,7 @@ struct unlimited_budget {
 /// deposits (0.1 x 5 = 0.5 token) add up exactly.
 class token_bucket {
  public:
-  struct settings {
+  struct options {
     double max_tokens = 500;           // AWS SDK INITIAL_RETRY_TOKENS; also the bucket's size
     double retry_cost = 5;             // AWS SDK RETRY_COST
     double ambiguous_retry_cost = 10;  // AWS SDK TIMEOUT_RETRY_COST
@@ -3074,8 +3074,8 @@ class token_bucket {
     double retry_ratio = 0.1;          // gRPC retry throttling's example tokenRatio
   };
 
-  token_bucket() : token_bucket(settings{}) {}
-  explicit token_bucket(settings s) : state_(std::make_shared<state>(validated(s))) {}
+  token_bucket() : token_bucket(options{}) {}
+  explicit token_bucket(options s) : state_(std::make_shared<state>(validated(s))) {}
 
   void on_request() noexcept { deposit(state_->request_deposit); }
 
@@ -3103,7 +3103,7 @@ class token_bucket {
   static constexpr double scale = 1000;
 
   struct state {
-    explicit state(const settings& s)
+    explicit state(const options& s)
         : capacity(milli(s.max_tokens)),
           cost(milli(s.retry_cost)),
           ambiguous_cost(milli(s.ambiguous_retry_cost)),
@@ -3124,7 +3124,7 @@ class token_bucket {
     return reason == retry_reason::ambiguous ? state_->ambiguous_cost : state_->cost;
   }
 
-  static const settings& validated(const settings& s) {
+  static const options& validated(const options& s) {
     const bool all_finite = finite(s.max_tokens) && finite(s.retry_cost) &&
                             finite(s.ambiguous_retry_cost) && finite(s.success_deposit) &&
                             finite(s.retry_ratio);
@@ -3918,6 +3918,17 @@ class retry_outcome {
 #ifndef IDEM_CLIENT_DETAIL_RETRY_CORE_HPP
 #define IDEM_CLIENT_DETAIL_RETRY_CORE_HPP
 
+// begin idem/client/retry_options.hpp
+// The options of the client side's faces, declared once for both drivers: retry_options<Policies>
+// is retrying::options and the base of async_retrying::options, which adds only what is
+// asynchronous (an attempt's timeout, hedging). Every field means the same on both.
+//
+//   idem::retrying<Call>::options parts;    // idem::retry_options<idem::default_policies>
+//   parts.limits = {5, std::chrono::seconds(10)};
+//   parts.budget = shared_budget;           // one budget guarding several wrappers
+#ifndef IDEM_CLIENT_RETRY_OPTIONS_HPP
+#define IDEM_CLIENT_RETRY_OPTIONS_HPP
+
 namespace idem {
 
 /// How many attempts one operation may make and how long it may take. Defaults come from the
@@ -3926,6 +3937,40 @@ struct retry_limits {
   int max_attempts;                   // the first attempt included; at least 1
   std::chrono::nanoseconds deadline;  // for all attempts and waits together; positive
 };
+
+/// The parts a wrapper is built from. Each is default-constructed from its policy type unless
+/// given; budgets, breakers, manual clocks and counting observers share state with the copy
+/// they were given, so one budget can guard several wrappers.
+template <class Policies>
+struct retry_options {
+  typename Policies::clock clock{};
+  typename Policies::backoff backoff{};
+  typename Policies::budget budget{};
+  typename Policies::breaker breaker{};
+  typename Policies::classifier classifier{};
+  typename Policies::observer observer{};
+  typename Policies::key_generator key_generator{};
+  /// The dependency's latency (one tracker per dependency, shared by its wrappers).
+  typename Policies::latency latency{};
+  /// How an attempt's timeout comes from `latency` (ignored without a tracker).
+  attempt_timeouts timeouts{};
+  /// The dependency's rate limiter (one per dependency, shared by its wrappers).
+  typename Policies::limiter limiter{};
+  /// The longest an attempt waits for the limiter's permit, in all (never past the
+  /// deadline); zero: refused at once when there is none.
+  std::chrono::nanoseconds limiter_wait = std::chrono::seconds{5};
+  /// Seeds the jitter and the keys, for tests that replay; unset, 256 nondeterministic bits
+  /// are drawn. Never fix it in production: two processes with one seed make the same keys.
+  std::optional<std::uint64_t> seed{};
+  retry_limits limits{Policies::max_attempts, Policies::deadline};
+};
+
+}  // namespace idem
+
+#endif  // IDEM_CLIENT_RETRY_OPTIONS_HPP
+// end idem/client/retry_options.hpp
+
+namespace idem {
 
 namespace detail {
 
@@ -4062,31 +4107,7 @@ class retry_core {
   static_assert(Policies::deadline > decltype(Policies::deadline)::zero(),
                 "Policies::deadline must be positive.");
 
-  /// The parts a wrapper is built from. Each is default-constructed from its policy type unless
-  /// given; budgets, breakers, manual clocks and counting observers share state with the copy
-  /// they were given, so one budget can guard several wrappers.
-  struct options {
-    clock_type clock{};
-    backoff_type backoff{};
-    budget_type budget{};
-    breaker_type breaker{};
-    classifier_type classifier{};
-    observer_type observer{};
-    key_generator_type key_generator{};
-    /// The dependency's latency (one tracker per dependency, shared by its wrappers).
-    latency_type latency{};
-    /// How an attempt's timeout comes from `latency` (ignored without a tracker).
-    attempt_timeouts timeouts{};
-    /// The dependency's rate limiter (one per dependency, shared by its wrappers).
-    limiter_type limiter{};
-    /// The longest an attempt waits for the limiter's permit, in all (never past the
-    /// deadline); zero: refused at once when there is none.
-    std::chrono::nanoseconds limiter_wait = std::chrono::seconds{5};
-    /// Seeds the jitter and the keys, for tests that replay; unset, 256 nondeterministic bits
-    /// are drawn. Never fix it in production: two processes with one seed make the same keys.
-    std::optional<std::uint64_t> seed{};
-    retry_limits limits{Policies::max_attempts, Policies::deadline};
-  };
+  using options = retry_options<Policies>;
 
   /// Throws std::invalid_argument, naming `who`, for limits that can never work.
   retry_core(options parts, const char* who)
@@ -4536,10 +4557,10 @@ class retrying {
   using observer_type = typename core_type::observer_type;
   using key_generator_type = typename core_type::key_generator_type;
 
-  /// The parts a wrapper is built from (idem/client/detail/retry_core.hpp): clock, backoff,
-  /// budget, breaker, classifier, observer, key_generator, seed and limits, each defaulting to
-  /// its policy.
-  using options = typename core_type::options;
+  /// The parts a wrapper is built from (idem/client/retry_options.hpp): clock, backoff,
+  /// budget, breaker, classifier, observer, key_generator, latency, limiter, seed and limits,
+  /// each defaulting to its policy.
+  using options = retry_options<Policies>;
 
   explicit retrying(Call call) : retrying(std::move(call), options{}) {}
 
@@ -4663,774 +4684,32 @@ retrying(Call) -> retrying<Call, default_policies>;
 
 #endif  // IDEM_CLIENT_RETRYING_HPP
 // end idem/client/retrying.hpp
-// begin idem/http.hpp
-// The HTTP protocol layer: what a server needs around an idempotent wrapper to speak the IETF
-// Idempotency-Key draft (draft-ietf-httpapi-idempotency-key-header) and RFC 9457, whatever server
-// library it runs on. Standard library only; the server bindings are headers of their own
-// (idem/http/httplib.hpp, idem/http/beast.hpp) and need their libraries.
+
+// Server side: idem::idempotent, idem::inbox, fingerprints and codecs.
+// begin idem/core/codec.hpp
+// Codecs: how a response, or a recovery point's result, becomes the bytes a store keeps.
 //
-//   idempotency_key.hpp  the Idempotency-Key field read (sf-string or bare) and written
-//   deadline.hpp         the caller's deadline (Request-Timeout-Ms) read and written
-//   conditional.hpp      If-Match against a resource's version: idempotence without a key
-//   problem.hpp          refusals as application/problem+json, a stable type per refusal
-//   specification.hpp    the idempotency specification a resource publishes, as HTML and JSON
-//   exchange.hpp         one exchange: key read, wrapper called, outcome written
-#ifndef IDEM_HTTP_HPP
-#define IDEM_HTTP_HPP
-
-// begin idem/http/conditional.hpp
-// Conditional requests: If-Match against the version of the resource a request changes (RFC 9110
-// section 13.1.1), the cheap kind of idempotence. Standard library only.
+// Stores keep bytes, never types, so one store serves handlers of every response type and a
+// durable store can be read by the next version of the service. A type is storable when
+// idem::codec<T> is specialised for it with
 //
-// A client that read version "v7" and sends `PUT /accounts/1` with `If-Match: "v7"` changes the
-// account only while it is still at v7: the first attempt applies and moves it to v8, and a
-// repeat of that attempt (a retry after a lost answer, a duplicate) finds v8 and is refused with
-// 412, changing nothing. The request is idempotent by its condition, with no key and no record;
-// the server needs only the current version, which it has anyway (docs/natural_idempotence.md
-// compares this with keys).
+//   static void encode(const T& value, std::string& out);   // appends the bytes
+//   static T decode(std::string_view bytes);                 // throws idem::codec_error
 //
-//   auto condition = idem::http::parse_if_match_fields(request_values("If-Match"));
-//   if (!condition) return reply(400, condition.message());
-//   if (!idem::http::if_match_holds(condition, accounts.etag_of(id)))  // nullopt: no resource
-//     return reply(412, ...);
+// A codec whose bytes are the value itself may also provide
 //
-// exchange.hpp's conditional_exchange does this before anything is claimed, with the problem
-// types precondition-failed (412) and invalid-precondition (400).
+//   static std::string_view bytes_of(const T& value);         // the bytes encode would append
+//   static T adopt(std::string&& bytes);                      // decode, taking the bytes over
 //
-// The field's grammar (RFC 9110 sections 13.1.1 and 8.8.3): "*", or a comma-separated list of
-// entity-tags, each an opaque-tag in double quotes (%x21, %x23-7E and obs-text inside), weak ones
-// prefixed W/. Several If-Match fields are one list (RFC 9110 section 5.3). If-Match compares
-// strongly: a weak tag never matches.
-#ifndef IDEM_HTTP_CONDITIONAL_HPP
-#define IDEM_HTTP_CONDITIONAL_HPP
-
-namespace idem::http {
-
-/// The field a conditional request carries its expected version in.
-inline constexpr std::string_view if_match_field = "If-Match";
-
-/// One entity-tag of a list: its opaque part, without the quotes, and whether it is weak.
-struct entity_tag {
-  std::string_view opaque;
-  bool weak = false;
-  friend bool operator==(const entity_tag&, const entity_tag&) = default;
-};
-
-/// If-Match read: absent (no condition), "*", a list of entity-tags, or malformed.
-class parsed_if_match {
- public:
-  /// True unless the field was there and malformed: refuse the request (400).
-  explicit operator bool() const noexcept { return !malformed_; }
-  /// Whether the request carries a condition at all.
-  bool present() const noexcept { return present_; }
-  /// "*": any current version of the resource (it must exist).
-  bool any() const noexcept { return any_; }
-  /// The listed tags (views into the field values); empty for "*" or no field.
-  const std::vector<entity_tag>& tags() const noexcept { return tags_; }
-  /// What is wrong, for a problem body; empty when nothing is.
-  std::string_view message() const noexcept {
-    return malformed_ ? std::string_view{"the If-Match field is not \"*\" or a list of quoted "
-                                         "entity-tags (RFC 9110 section 13.1.1)"}
-                      : std::string_view{};
-  }
-
- private:
-  template <class Values>
-  friend parsed_if_match parse_if_match_fields(const Values& values);
-
-  bool present_ = false;
-  bool any_ = false;
-  bool malformed_ = false;
-  std::vector<entity_tag> tags_;
-};
-
-namespace detail {
-
-constexpr bool is_etagc(char c) noexcept {
-  const auto u = static_cast<unsigned char>(c);
-  return u == 0x21 || (u >= 0x23 && u <= 0x7e) || u >= 0x80;
-}
-
-/// Appends the entity-tags of one field value to `tags`; false when it is not a well-formed
-/// list. "*" sets `any` and must stand alone.
-inline bool read_if_match(std::string_view value, bool& any, std::vector<entity_tag>& tags) {
-  std::size_t i = 0;
-  const auto skip_ows = [&] {
-    while (i < value.size() && (value[i] == ' ' || value[i] == '\t'))
-      ++i;
-  };
-  skip_ows();
-  if (i < value.size() && value[i] == '*') {
-    ++i;
-    skip_ows();
-    if (i != value.size()) return false;
-    any = true;
-    return true;
-  }
-  bool listed = false;
-  while (true) {
-    skip_ows();
-    if (i == value.size()) break;
-    if (value[i] == ',') {  // empty list elements are allowed and ignored (RFC 9110 5.6.1)
-      ++i;
-      continue;
-    }
-    bool weak = false;
-    if (value.substr(i, 2) == "W/") {
-      weak = true;
-      i += 2;
-    }
-    if (i == value.size() || value[i] != '"') return false;
-    const std::size_t open = ++i;
-    while (i < value.size() && is_etagc(value[i]))
-      ++i;
-    if (i == value.size() || value[i] != '"') return false;
-    tags.push_back({value.substr(open, i - open), weak});
-    ++i;
-    listed = true;
-    skip_ows();
-    if (i == value.size()) break;
-    if (value[i] != ',') return false;
-    ++i;
-  }
-  return listed;
-}
-
-}  // namespace detail
-
-/// Reads every If-Match value of a request as one list (RFC 9110 section 5.3); none is no
-/// condition. "*" mixed with tags, an unquoted or unterminated tag, an empty field: malformed.
-template <class Values>
-parsed_if_match parse_if_match_fields(const Values& values) {
-  parsed_if_match parsed;
-  for (const auto& raw : values) {
-    const std::string_view value(raw);
-    parsed.present_ = true;
-    if (!detail::read_if_match(value, parsed.any_, parsed.tags_)) parsed.malformed_ = true;
-  }
-  if (parsed.any_ && !parsed.tags_.empty()) parsed.malformed_ = true;
-  if (parsed.malformed_) {
-    parsed.any_ = false;
-    parsed.tags_.clear();
-  }
-  return parsed;
-}
-
-/// Reads one If-Match field value.
-inline parsed_if_match parse_if_match(std::string_view value) {
-  const std::string_view values[] = {value};
-  return parse_if_match_fields(values);
-}
-
-/// Whether the condition holds for the resource's current entity-tag (its opaque part), or for
-/// no resource (std::nullopt): no condition always holds; "*" holds when the resource exists; a
-/// list holds when one of its strong tags is the current tag (strong comparison, RFC 9110
-/// section 8.8.3.2: a weak tag never matches). A malformed condition never holds.
-inline bool if_match_holds(const parsed_if_match& condition,
-                           std::optional<std::string_view> current) noexcept {
-  if (!condition) return false;
-  if (!condition.present()) return true;
-  if (!current) return false;
-  if (condition.any()) return true;
-  for (const entity_tag& tag : condition.tags()) {
-    if (!tag.weak && tag.opaque == *current) return true;
-  }
-  return false;
-}
-
-/// The ETag field value for a version: the opaque part in double quotes, W/ before a weak one.
-/// Throws std::invalid_argument for a character an entity-tag cannot hold (a double quote, a
-/// space, a control character).
-inline std::string format_etag(std::string_view opaque, bool weak = false) {
-  for (const char c : opaque) {
-    if (!detail::is_etagc(c)) {
-      throw std::invalid_argument(
-          "idem::http::format_etag: an entity-tag holds no double quote, space or control "
-          "character");
-    }
-  }
-  std::string out = weak ? "W/\"" : "\"";
-  out.append(opaque);
-  out += '"';
-  return out;
-}
-
-}  // namespace idem::http
-
-#endif  // IDEM_HTTP_CONDITIONAL_HPP
-// end idem/http/conditional.hpp
-// begin idem/http/deadline.hpp
-// The caller's deadline on HTTP: the Request-Timeout-Ms field, read and written. Standard
-// library only.
+// and idempotent then stores and replays the value without copying it into a buffer first.
 //
-//   Request-Timeout-Ms: 2500
-//
-// HTTP has no field for a deadline (gRPC sends its grpc-timeout with every call), so idem names
-// one: how many milliseconds the caller still waits for the answer, as a decimal integer. It is
-// relative, so that the caller's clock and the server's need not agree, and each hop sends what
-// is left of it when it calls the next (deadline propagation): a client sends its retrying
-// deadline's time left with each attempt (attempt_fields), a server reads it (parse_deadline),
-// refuses to start what cannot finish in time (verdict::deadline_exceeded, 504) and hands the
-// rest to its handler (handler_context::time_left), which sends it on.
-//
-// A value is 1 to 9 digits, nothing else (spaces and tabs around it aside, RFC 9110 section 5.5):
-// 999,999,999 ms, eleven days and a half, is more than any caller waits, and a longer value is
-// refused rather than cut. A sign, a fraction, an exponent, two fields: refused, never guessed.
-// 0 is well-formed: the caller has stopped waiting.
-#ifndef IDEM_HTTP_DEADLINE_HPP
-#define IDEM_HTTP_DEADLINE_HPP
+// Provided: std::string, byte vectors, http_response, integers, floating point and bool. A
+// replay decodes exactly what was encoded, so a replayed http_response equals the original
+// field for field and its body byte for byte.
+#ifndef IDEM_CORE_CODEC_HPP
+#define IDEM_CORE_CODEC_HPP
 
-// begin idem/http/idempotency_key.hpp
-// The Idempotency-Key header field's value, read and written as the IETF draft defines it
-// (draft-ietf-httpapi-idempotency-key-header, section 2.1: an Item Structured Field, RFC 8941,
-// whose value is a String) and as the clients that predate the draft send it (Stripe's: the bare
-// key). Standard library only.
-//
-//   idem::http::parsed_key key = idem::http::parse_key(R"("8e03978e-40d5")");
-//   if (key) use(key.value());                       // 8e03978e-40d5, without the quotes
-//   else reply(400, key.message());
-//
-//   request.headers.push_back({"Idempotency-Key", idem::http::format_key(generated)});
-//
-// parse_key reads one field value:
-//   * key_form::any (the default): a value that starts with a double quote is an sf-string
-//     (RFC 8941 section 3.3.3: printable ASCII between quotes, with \" and \\ as the only
-//     escapes), unwrapped and unescaped, and may carry parameters (section 3.1.2), which are
-//     checked and ignored; any other value is the bare key, as it is. So "k-1" and k-1 are one
-//     key. Spaces and tabs around the value are not part of it (RFC 9110 section 5.5).
-//   * key_form::sf_string: the draft's form only; a bare key is refused (not_a_string).
-// A value that is not a well-formed Item (an unterminated string, a bad escape, a character
-// outside printable ASCII, anything after the Item but parameters, such as a second key a
-// proxy joined to the first with a comma) is refused: the key is never guessed.
-// An empty key ("" or nothing) is refused too. Whether the key is acceptable beyond that (its
-// length, visible ASCII only) is idempotent's rule (is_valid_key), applied to value().
-//
-// format_key writes a key for a request: bare by default, as today's servers read it, or as the
-// draft's sf-string (key_form::sf_string). A key outside printable ASCII cannot be written as
-// an sf-string: std::invalid_argument.
-#ifndef IDEM_HTTP_IDEMPOTENCY_KEY_HPP
-#define IDEM_HTTP_IDEMPOTENCY_KEY_HPP
-
-namespace idem::http {
-
-/// The forms of an Idempotency-Key field value a server accepts, or a client writes.
-enum class key_form : std::uint8_t {
-  any,        ///< reading: the draft's sf-string or a bare key; writing: the bare key
-  sf_string,  ///< the draft's form: a quoted sf-string (RFC 8941 section 3.3.3)
-};
-
-/// Why a field value is not a key.
-enum class key_error : std::uint8_t {
-  none,
-  missing,         ///< no Idempotency-Key field at all (parse_key_fields)
-  empty,           ///< an empty value, or an empty sf-string
-  malformed,       ///< not a well-formed Item (RFC 8941 section 4.2)
-  not_a_string,    ///< a well-formed value that is not an sf-string, where only one is accepted
-  several_fields,  ///< more than one Idempotency-Key field in the request (draft section 2.1)
-};
-
-/// A field value read by parse_key: the key, or why there is none.
-class parsed_key {
- public:
-  parsed_key() = default;
-
-  explicit operator bool() const noexcept { return error_ == key_error::none; }
-  key_error error() const noexcept { return error_; }
-
-  /// The key (empty unless this holds one). A view into the parsed field value, or into this
-  /// object when the sf-string had escapes: valid while both live.
-  std::string_view value() const noexcept { return escaped_ ? std::string_view(unescaped_) : raw_; }
-
-  /// What is wrong, for a problem body; empty when this holds a key.
-  std::string_view message() const noexcept {
-    switch (error_) {
-      case key_error::none:
-        return {};
-      case key_error::missing:
-        return "the request has no Idempotency-Key field";
-      case key_error::empty:
-        return "the Idempotency-Key field is empty";
-      case key_error::malformed:
-        return "the Idempotency-Key field is not a well-formed Structured Field Item (RFC 8941): "
-               "send the key as a quoted string, \"like-this\"";
-      case key_error::not_a_string:
-        return "the Idempotency-Key field must be a quoted string (RFC 8941 sf-string), "
-               "\"like-this\"";
-      case key_error::several_fields:
-        return "the request has more than one Idempotency-Key field";
-    }
-    return {};
-  }
-
-  static parsed_key failed(key_error error) noexcept {
-    parsed_key result;
-    result.error_ = error;
-    return result;
-  }
-  static parsed_key of(std::string_view raw) noexcept {
-    parsed_key result;
-    result.raw_ = raw;
-    return result;
-  }
-  static parsed_key of_unescaped(std::string text) {
-    parsed_key result;
-    result.unescaped_ = std::move(text);
-    result.escaped_ = true;
-    return result;
-  }
-
- private:
-  key_error error_ = key_error::none;
-  bool escaped_ = false;
-  std::string_view raw_;
-  std::string unescaped_;
-};
-
-namespace detail::sf {
-
-constexpr bool is_sp(char c) noexcept {
-  return c == ' ';
-}
-constexpr bool is_ows(char c) noexcept {
-  return c == ' ' || c == '\t';
-}
-constexpr bool is_digit(char c) noexcept {
-  return c >= '0' && c <= '9';
-}
-constexpr bool is_lcalpha(char c) noexcept {
-  return c >= 'a' && c <= 'z';
-}
-constexpr bool is_alpha(char c) noexcept {
-  return is_lcalpha(c) || (c >= 'A' && c <= 'Z');
-}
-constexpr bool is_printable(char c) noexcept {
-  return c >= 0x20 && c <= 0x7e;
-}
-
-// RFC 9110 section 5.6.2: tchar, and token's own extras (":" and "/") from RFC 8941 3.3.4.
-constexpr bool is_tchar(char c) noexcept {
-  if (is_alpha(c) || is_digit(c)) return true;
-  switch (c) {
-    case '!':
-    case '#':
-    case '$':
-    case '%':
-    case '&':
-    case '\'':
-    case '*':
-    case '+':
-    case '-':
-    case '.':
-    case '^':
-    case '_':
-    case '`':
-    case '|':
-    case '~':
-      return true;
-    default:
-      return false;
-  }
-}
-
-// A cursor over the value; every reader advances it past what it read, or answers false.
-struct cursor {
-  std::string_view text;
-  std::size_t at = 0;
-
-  bool done() const noexcept { return at >= text.size(); }
-  char peek() const noexcept { return text[at]; }
-};
-
-// A character an sf-string holds as it is: printable, and neither the closing quote nor the
-// start of an escape.
-inline constexpr auto plain_string_chars = [] {
-  std::array<bool, 256> table{};
-  for (int c = 0x20; c <= 0x7e; ++c)
-    table[static_cast<std::size_t>(c)] = c != '"' && c != '\\';
-  return table;
-}();
-constexpr bool is_plain_string_char(char c) noexcept {
-  return plain_string_chars[static_cast<unsigned char>(c)];
-}
-
-// RFC 8941 4.2.5: a String, after its opening quote was seen; `out` gets the unescaped text and
-// `escaped` says whether it differs from the raw text between the quotes.
-inline bool read_string(cursor& in, std::string_view& raw, std::string& out, bool& escaped) {
-  ++in.at;  // the opening quote
-  const std::size_t start = in.at;
-  escaped = false;
-  while (!in.done()) {
-    const char c = in.peek();
-    ++in.at;
-    if (c == '\\') {
-      if (in.done()) return false;
-      const char next = in.peek();
-      if (next != '"' && next != '\\') return false;
-      if (!escaped) out.assign(in.text.substr(start, in.at - 1 - start));
-      escaped = true;
-      out.push_back(next);
-      ++in.at;
-    } else if (c == '"') {
-      raw = in.text.substr(start, in.at - 1 - start);
-      return true;
-    } else if (!is_printable(c)) {
-      return false;
-    } else if (escaped) {
-      out.push_back(c);
-    }
-  }
-  return false;  // no closing quote
-}
-
-// RFC 8941 4.2.4: an Integer or Decimal (checked, not kept).
-inline bool read_number(cursor& in) {
-  if (!in.done() && in.peek() == '-') ++in.at;
-  std::size_t integer_digits = 0;
-  while (!in.done() && is_digit(in.peek())) {
-    ++in.at;
-    if (++integer_digits > 15) return false;
-  }
-  if (integer_digits == 0) return false;
-  if (in.done() || in.peek() != '.') return true;
-  if (integer_digits > 12) return false;
-  ++in.at;
-  std::size_t fraction_digits = 0;
-  while (!in.done() && is_digit(in.peek())) {
-    ++in.at;
-    if (++fraction_digits > 3) return false;
-  }
-  return fraction_digits > 0;
-}
-
-// RFC 8941 4.2.7: a Byte Sequence, base64 between colons (checked, not kept).
-inline bool read_bytes(cursor& in) {
-  ++in.at;  // the opening colon
-  while (!in.done()) {
-    const char c = in.peek();
-    ++in.at;
-    if (c == ':') return true;
-    if (!(is_alpha(c) || is_digit(c) || c == '+' || c == '/' || c == '=')) return false;
-  }
-  return false;
-}
-
-// RFC 8941 4.2.6: a Token (checked, not kept).
-inline bool read_token(cursor& in) {
-  if (in.done() || !(is_alpha(in.peek()) || in.peek() == '*')) return false;
-  ++in.at;
-  while (!in.done() && (is_tchar(in.peek()) || in.peek() == ':' || in.peek() == '/'))
-    ++in.at;
-  return true;
-}
-
-// RFC 8941 4.2.3.1: any Bare Item, checked, not kept (a parameter's value).
-inline bool skip_bare_item(cursor& in) {
-  if (in.done()) return false;
-  const char c = in.peek();
-  if (c == '"') {
-    std::string_view raw;
-    std::string ignored;
-    bool escaped = false;
-    return read_string(in, raw, ignored, escaped);
-  }
-  if (c == '-' || is_digit(c)) return read_number(in);
-  if (c == ':') return read_bytes(in);
-  if (c == '?') {
-    ++in.at;
-    if (in.done() || (in.peek() != '0' && in.peek() != '1')) return false;
-    ++in.at;
-    return true;
-  }
-  return read_token(in);
-}
-
-// RFC 8941 4.2.3.2: Parameters, checked and ignored; true when well-formed.
-inline bool skip_parameters(cursor& in) {
-  while (!in.done() && in.peek() == ';') {
-    ++in.at;
-    while (!in.done() && is_sp(in.peek()))
-      ++in.at;
-    // 4.2.3.3: a key is lcalpha or "*", then lcalpha, DIGIT, "_", "-", "." or "*".
-    if (in.done() || !(is_lcalpha(in.peek()) || in.peek() == '*')) return false;
-    ++in.at;
-    while (!in.done()) {
-      const char c = in.peek();
-      if (!(is_lcalpha(c) || is_digit(c) || c == '_' || c == '-' || c == '.' || c == '*')) break;
-      ++in.at;
-    }
-    if (!in.done() && in.peek() == '=') {
-      ++in.at;
-      if (!skip_bare_item(in)) return false;
-    }
-  }
-  return true;
-}
-
-}  // namespace detail::sf
-
-/// Reads one Idempotency-Key field value (see the top of this header).
-inline parsed_key parse_key(std::string_view field, key_form form = key_form::any) {
-  using detail::sf::is_ows;
-  std::size_t first = 0;
-  std::size_t end = field.size();
-  while (first < end && is_ows(field[first]))
-    ++first;
-  while (end > first && is_ows(field[end - 1]))
-    --end;
-  const std::string_view value = field.substr(first, end - first);
-  if (value.empty()) return parsed_key::failed(key_error::empty);
-  if (value.front() != '"') {
-    if (form == key_form::sf_string) return parsed_key::failed(key_error::not_a_string);
-    return parsed_key::of(value);
-  }
-  // The common case first: a quoted key with no escape and nothing after it, read in one scan
-  // of a table (a UUID key: 15 ns, against 33 ns through the general reader below, which
-  // reads the same keys; the key_field fuzz target's properties hold through both).
-  std::size_t plain = 1;
-  while (plain < value.size() && detail::sf::is_plain_string_char(value[plain]))
-    ++plain;
-  if (plain + 1 == value.size() && value[plain] == '"') {
-    if (plain == 1) return parsed_key::failed(key_error::empty);
-    return parsed_key::of(value.substr(1, plain - 1));
-  }
-  detail::sf::cursor in{value};
-  std::string_view raw;
-  std::string unescaped;
-  bool escaped = false;
-  if (!detail::sf::read_string(in, raw, unescaped, escaped)) {
-    return parsed_key::failed(key_error::malformed);
-  }
-  if (!detail::sf::skip_parameters(in) || !in.done()) {
-    return parsed_key::failed(key_error::malformed);
-  }
-  if (escaped) {
-    if (unescaped.empty()) return parsed_key::failed(key_error::empty);
-    return parsed_key::of_unescaped(std::move(unescaped));
-  }
-  if (raw.empty()) return parsed_key::failed(key_error::empty);
-  return parsed_key::of(raw);
-}
-
-/// Reads the Idempotency-Key fields of a request, given every value it carried under that name
-/// (in any case): none is key_error::missing, two or more are refused (several_fields: the
-/// draft's section 2.1 forbids them), one is parse_key's.
-template <class Values>
-parsed_key parse_key_fields(const Values& values, key_form form = key_form::any) {
-  std::size_t count = 0;
-  std::string_view only;
-  for (const auto& value : values) {
-    if (++count > 1) return parsed_key::failed(key_error::several_fields);
-    only = value;
-  }
-  if (count == 0) return parsed_key::failed(key_error::missing);
-  return parse_key(only, form);
-}
-
-/// A key written for a request's Idempotency-Key field: as it is (key_form::any), or as the
-/// draft's sf-string. Throws std::invalid_argument for a key that cannot be an sf-string (a
-/// character outside printable ASCII), or, bare, for a key that a server would read otherwise
-/// (empty, outside visible ASCII, or starting with a double quote).
-inline std::string format_key(std::string_view key, key_form form = key_form::any) {
-  if (key.empty()) throw std::invalid_argument("an idempotency key cannot be empty");
-  if (form == key_form::any) {
-    for (const char c : key) {
-      if (c <= 0x20 || c > 0x7e) {
-        throw std::invalid_argument(
-            "a bare idempotency key must be visible ASCII; write it as an sf-string instead");
-      }
-    }
-    if (key.front() == '"') {
-      throw std::invalid_argument(
-          "a bare idempotency key cannot start with a double quote: a server reads it as an "
-          "sf-string; write it as one instead");
-    }
-    return std::string(key);
-  }
-  std::string out;
-  out.reserve(key.size() + 2);
-  out.push_back('"');
-  for (const char c : key) {
-    if (!detail::sf::is_printable(c)) {
-      throw std::invalid_argument(
-          "an idempotency key written as an sf-string must be printable ASCII");
-    }
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
-  }
-  out.push_back('"');
-  return out;
-}
-
-}  // namespace idem::http
-
-#endif  // IDEM_HTTP_IDEMPOTENCY_KEY_HPP
-// end idem/http/idempotency_key.hpp
-// begin idem/server/deadline.hpp
-// The caller's deadline, as a request brings it: how long the caller still waits for the answer
-// (an HTTP deadline field, gRPC's call deadline). A wrapper given one refuses to start work the
-// caller has already given up on (verdict::deadline_exceeded, nothing claimed), and hands what
-// is left of it to the handler (handler_context::time_left), so that the handler's own
-// downstream calls stop when the caller stops waiting: deadline propagation.
-#ifndef IDEM_SERVER_DEADLINE_HPP
-#define IDEM_SERVER_DEADLINE_HPP
-
-namespace idem {
-
-/// How long the caller still waits, measured when the request arrived. Relative, as HTTP and
-/// gRPC send it, so that the caller's clock and the server's need not agree.
-struct caller_deadline {
-  std::chrono::nanoseconds time_left{};
-};
-
-}  // namespace idem
-
-#endif  // IDEM_SERVER_DEADLINE_HPP
-// end idem/server/deadline.hpp
-
-namespace idem::http {
-
-/// The field idem reads and writes the caller's deadline in.
-inline constexpr std::string_view deadline_field = "Request-Timeout-Ms";
-
-/// The most digits a deadline value has.
-inline constexpr std::size_t max_deadline_digits = 9;
-
-/// Why a field value is not a deadline.
-enum class deadline_error : std::uint8_t {
-  none,
-  empty,           ///< nothing but spaces
-  negative,        ///< a minus sign
-  not_a_number,    ///< anything but digits: a plus sign, a fraction, letters, inner spaces
-  too_large,       ///< more than max_deadline_digits digits
-  several_fields,  ///< the field twice, or a list (a proxy joined two with a comma)
-};
-
-/// A deadline field read: the caller's deadline, none (no field), or why the value is wrong.
-class parsed_deadline {
- public:
-  parsed_deadline() = default;
-  explicit parsed_deadline(caller_deadline deadline) : deadline_(deadline) {}
-  explicit parsed_deadline(deadline_error error) : error_(error) {}
-
-  /// False when the field was there and wrong: refuse the request (400).
-  explicit operator bool() const noexcept { return error_ == deadline_error::none; }
-  deadline_error error() const noexcept { return error_; }
-  /// The caller's deadline; std::nullopt when the request had no field.
-  const std::optional<caller_deadline>& deadline() const noexcept { return deadline_; }
-
-  /// What is wrong, for a problem body; empty when nothing is.
-  std::string_view message() const noexcept {
-    switch (error_) {
-      case deadline_error::none:
-        return {};
-      case deadline_error::empty:
-        return "the Request-Timeout-Ms field is empty: send the milliseconds the caller still "
-               "waits, or no field";
-      case deadline_error::negative:
-        return "the Request-Timeout-Ms field is negative: send 0 when the caller no longer waits";
-      case deadline_error::not_a_number:
-        return "the Request-Timeout-Ms field is not a whole number of milliseconds";
-      case deadline_error::too_large:
-        return "the Request-Timeout-Ms field has more than 9 digits: send at most 999999999 ms";
-      case deadline_error::several_fields:
-        return "the request has more than one Request-Timeout-Ms value";
-    }
-    return "the Request-Timeout-Ms field is not valid";
-  }
-
- private:
-  std::optional<caller_deadline> deadline_;
-  deadline_error error_ = deadline_error::none;
-};
-
-/// Reads one Request-Timeout-Ms field value.
-inline parsed_deadline parse_deadline(std::string_view value) {
-  std::size_t first = 0;
-  std::size_t last = value.size();
-  while (first < last && detail::sf::is_ows(value[first]))
-    ++first;
-  while (last > first && detail::sf::is_ows(value[last - 1]))
-    --last;
-  value = value.substr(first, last - first);
-  if (value.empty()) return parsed_deadline{deadline_error::empty};
-  if (value.find(',') != std::string_view::npos) {
-    return parsed_deadline{deadline_error::several_fields};
-  }
-  if (value.front() == '-') return parsed_deadline{deadline_error::negative};
-  std::int64_t milliseconds = 0;
-  for (const char c : value) {
-    if (!detail::sf::is_digit(c)) return parsed_deadline{deadline_error::not_a_number};
-  }
-  if (value.size() > max_deadline_digits) return parsed_deadline{deadline_error::too_large};
-  for (const char c : value)
-    milliseconds = milliseconds * 10 + (c - '0');
-  return parsed_deadline{caller_deadline{std::chrono::milliseconds{milliseconds}}};
-}
-
-/// Reads every value the request carried under the field's name: none is no deadline, two or
-/// more are refused (which would the caller mean?), one is parse_deadline's.
-template <class Values>
-parsed_deadline parse_deadline_fields(const Values& values) {
-  auto it = values.begin();
-  if (it == values.end()) return {};
-  const std::string_view first = *it;
-  if (++it != values.end()) return parsed_deadline{deadline_error::several_fields};
-  return parse_deadline(first);
-}
-
-/// The field value for `time_left`: whole milliseconds, rounded down so that the next hop never
-/// waits past the caller; 0 when nothing is left; at most 999,999,999.
-inline std::string format_deadline(std::chrono::nanoseconds time_left) {
-  constexpr std::int64_t most = 999'999'999;
-  const std::int64_t ms =
-      time_left <= std::chrono::nanoseconds::zero()
-          ? 0
-          : std::chrono::duration_cast<std::chrono::milliseconds>(time_left).count();
-  return std::to_string(ms < most ? ms : most);
-}
-
-/// What a retrying client sends with each attempt: the operation's key and what is left of its
-/// deadline, as field values.
-///
-///   auto fields = idem::http::attempt_fields(attempt);
-///   headers.emplace(idem::http::key_field, fields.key);
-///   headers.emplace(idem::http::deadline_field, fields.deadline);
-struct attempt_field_values {
-  std::string key;       ///< the Idempotency-Key value, in the form asked for
-  std::string deadline;  ///< the Request-Timeout-Ms value
-};
-
-/// The field name of the key, for attempt_fields' key value.
-inline constexpr std::string_view key_field = idempotency_key_field;
-
-/// The fields for one attempt: its key (bare by default, key_form::sf_string for the draft's
-/// form) and its time left.
-inline attempt_field_values attempt_fields(const attempt_context& attempt,
-                                           key_form form = key_form::any) {
-  return {format_key(attempt.key(), form), format_deadline(attempt.time_left())};
-}
-
-}  // namespace idem::http
-
-#endif  // IDEM_HTTP_DEADLINE_HPP
-// end idem/http/deadline.hpp
-// begin idem/http/exchange.hpp
-// One HTTP exchange through an idempotent wrapper, whatever the server: the Idempotency-Key
-// and deadline fields read (idempotency_key.hpp, deadline.hpp), the guarded call made, and its
-// outcome written as the draft and RFC 9457 say (the response, a replay marked Idempotent-Replayed:
-// true, or a problem with its status, and a 409's Retry-After). The server bindings (httplib.hpp,
-// beast.hpp) are this plus the reading and writing of their own request and response types.
-// Standard library only.
-//
-//   idem::http::reply answer;
-//   idem::http::exchange(payments, account, idem::http::field_values_in(request), request, spec,
-//                        answer);
-//   send(answer.status, answer.headers, answer.content_type, answer.body);
-//
-// A writer is anything with set_status(int), add_header(name, value) and
-// set_body(content, content_type); reply is one that keeps what it is given.
-#ifndef IDEM_HTTP_EXCHANGE_HPP
-#define IDEM_HTTP_EXCHANGE_HPP
+#include <variant>
 
 // begin idem/core/request.hpp
 // Requests and responses as the server side sees them.
@@ -5572,895 +4851,6 @@ constexpr request_view view_of(const Request& request) noexcept {
 
 #endif  // IDEM_CORE_REQUEST_HPP
 // end idem/core/request.hpp
-// begin idem/http/problem.hpp
-// Refusals as RFC 9457 problem details (application/problem+json), one stable problem type per
-// way idem refuses a request. Standard library only.
-//
-//   idem::http::problem p = idem::http::problem_of(outcome.verdict(), outcome.message(),
-//   "/idempotency"); reply(p.status, idem::http::problem_media_type, p.json());
-//
-// A problem type is a URI: the page where the server publishes its idempotency specification
-// (the draft, section 2.5: the resource "MUST publish idempotency related specification"), with
-// a fragment naming the problem, "/idempotency#key-reused". The fragments are part of idem's
-// interface and never change (docs/http.md lists them); the page is the server's own, so a type
-// leads to the server's documentation, as the draft's examples do (section 2.7), and RFC 9457
-// section 3.1.1 asks of a type that is a locator. specification.hpp writes that page with an
-// anchor for each fragment.
-#ifndef IDEM_HTTP_PROBLEM_HPP
-#define IDEM_HTTP_PROBLEM_HPP
-
-// begin idem/server/outcome.hpp
-// What one guarded call returns: what happened (a verdict), the response when there is one, and
-// the HTTP status a service answers with.
-//
-// Every expected ending is a verdict the caller branches on, not an exception: a repeat (replay),
-// a concurrent duplicate (409), key misuse (422), a bad key (400), a store that cannot take the
-// claim (503). Only the handler's own exceptions pass through as exceptions. The type depends on
-// the response type alone, never on the policies.
-#ifndef IDEM_SERVER_OUTCOME_HPP
-#define IDEM_SERVER_OUTCOME_HPP
-
-namespace idem {
-
-enum class verdict : std::uint8_t {
-  executed,            // the handler ran under a new or taken-over claim; its response is returned
-  replayed,            // a completed record with the same fingerprint: the stored response
-  in_progress,         // another attempt holds a live claim on the key (HTTP 409)
-  mismatch,            // the key was used with another request (HTTP 422)
-  missing_key,         // no key where one is required (HTTP 400)
-  invalid_key,         // empty, too long, or not visible ASCII (HTTP 400)
-  invalid_request,     // the request cannot be fingerprinted, e.g. a body that is not JSON (400)
-  body_too_large,      // the body is longer than max_body_bytes; nothing is read or stored (413)
-  store_unavailable,   // the store cannot answer; nothing ran (HTTP 503)
-  store_full,          // the store has no room for the claim; nothing ran (HTTP 503)
-  response_too_large,  // the response passed max_response_bytes and was not stored (HTTP 500):
-                       // the first caller still has it; repeats are not run again
-  cancelled,           // an asynchronous call was cancelled (its cancellation slot) before it
-                       // ended: nothing was recorded for it, its claim was settled as a failure
-                       // (released by default), so a retry runs again (HTTP 503)
-  deadline_exceeded,   // the caller's deadline (idem::caller_deadline) leaves less time than the
-                       // wrapper's minimum_time_left: nothing was claimed or run (HTTP 504)
-};
-
-constexpr std::string_view to_string(verdict v) noexcept {
-  switch (v) {
-    case verdict::executed:
-      return "executed";
-    case verdict::replayed:
-      return "replayed";
-    case verdict::in_progress:
-      return "in_progress";
-    case verdict::mismatch:
-      return "mismatch";
-    case verdict::missing_key:
-      return "missing_key";
-    case verdict::invalid_key:
-      return "invalid_key";
-    case verdict::invalid_request:
-      return "invalid_request";
-    case verdict::body_too_large:
-      return "body_too_large";
-    case verdict::store_unavailable:
-      return "store_unavailable";
-    case verdict::store_full:
-      return "store_full";
-    case verdict::response_too_large:
-      return "response_too_large";
-    case verdict::cancelled:
-      return "cancelled";
-    case verdict::deadline_exceeded:
-      return "deadline_exceeded";
-  }
-  return "unknown";
-}
-
-/// The HTTP status for a verdict that carries no response of the handler's; 0 for executed and
-/// replayed, whose status is the response's own.
-constexpr int http_status(verdict v) noexcept {
-  switch (v) {
-    case verdict::executed:
-    case verdict::replayed:
-      return 0;
-    case verdict::in_progress:
-      return 409;  // RFC 9110 Conflict, as the IETF idempotency-key draft and Stripe answer
-    case verdict::mismatch:
-      return 422;  // Unprocessable Content: the key was reused for another request
-    case verdict::missing_key:
-    case verdict::invalid_key:
-    case verdict::invalid_request:
-      return 400;
-    case verdict::body_too_large:
-      return 413;  // RFC 9110 Content Too Large
-    case verdict::store_unavailable:
-    case verdict::store_full:
-    case verdict::cancelled:  // the service stopped working on it; a retry is safe and runs again
-      return 503;
-    case verdict::response_too_large:
-      return 500;  // the service cannot answer a repeat as it answered the first request
-    case verdict::deadline_exceeded:
-      return 504;  // as Google's APIs map gRPC's DEADLINE_EXCEEDED to HTTP
-  }
-  return 500;
-}
-
-/// Thrown by idempotent_outcome::value() when the verdict carries no response.
-class no_response_error : public std::logic_error {
- public:
-  explicit no_response_error(verdict v)
-      : std::logic_error("idem::idempotent_outcome: no response, the verdict is " +
-                         std::string(to_string(v))),
-        verdict_(v) {}
-  verdict which() const noexcept { return verdict_; }
-
- private:
-  verdict verdict_;
-};
-
-template <class Response>
-class idempotent_outcome {
- public:
-  /// A verdict without a response: a refusal (400, 409, 422, 503), with why in words.
-  idempotent_outcome() = default;
-  idempotent_outcome(idem::verdict v) : verdict_(v) {}
-  idempotent_outcome(idem::verdict v, std::string message)
-      : verdict_(v), message_(std::move(message)) {}
-  /// in_progress: another attempt holds the key, and its lease has `lease_left` to run before
-  /// a retry may take it over (what an HTTP 409's Retry-After says).
-  idempotent_outcome(idem::verdict v, std::string message, std::chrono::nanoseconds lease_left)
-      : verdict_(v), message_(std::move(message)), lease_left_(lease_left) {}
-
-  /// The handler ran under `fence` and its response was stored for repeats.
-  template <class R>
-  static idempotent_outcome executed(R&& response, std::uint64_t fence, bool resumed) {
-    return idempotent_outcome(idem::verdict::executed, std::forward<R>(response), fence, resumed,
-                              true);
-  }
-  /// The handler ran, but its response was not stored: `v` is executed when the store failed,
-  /// response_too_large when it did not fit; `message` says which.
-  template <class R>
-  static idempotent_outcome unrecorded(idem::verdict v, R&& response, std::string message,
-                                       std::uint64_t fence = 0, bool resumed = false) {
-    return idempotent_outcome(v, std::forward<R>(response), fence, resumed, false,
-                              std::move(message));
-  }
-  /// A repeat: the response stored by the call that ran.
-  template <class R>
-  static idempotent_outcome replayed(R&& response) {
-    return idempotent_outcome(idem::verdict::replayed, std::forward<R>(response), 0, false, true);
-  }
-
-  idem::verdict verdict() const noexcept { return verdict_; }
-  /// True when there is a response: executed or replayed.
-  bool has_value() const noexcept { return response_.has_value(); }
-  explicit operator bool() const noexcept { return has_value(); }
-
-  Response& value() & {
-    if (!response_) throw no_response_error(verdict_);
-    return *response_;
-  }
-  const Response& value() const& {
-    if (!response_) throw no_response_error(verdict_);
-    return *response_;
-  }
-  Response&& value() && {
-    if (!response_) throw no_response_error(verdict_);
-    return std::move(*response_);
-  }
-  /// The response, unchecked, as std::optional has it: only when has_value().
-  Response* operator->() noexcept { return &*response_; }
-  const Response* operator->() const noexcept { return &*response_; }
-  Response& operator*() & noexcept { return *response_; }
-  const Response& operator*() const& noexcept { return *response_; }
-  Response&& operator*() && noexcept { return std::move(*response_); }
-
-  /// Why there is no response (or why it was not stored), in words; empty otherwise.
-  std::string_view message() const noexcept { return message_; }
-  /// The fence the call ran under (executed), else 0.
-  std::uint64_t fence() const noexcept { return fence_; }
-  /// Executed: whether the response was stored for repeats. False when the store failed after
-  /// the handler ran (message() says how); the claim then stays in progress until its lease
-  /// ends, and stuck() lists it.
-  bool recorded() const noexcept { return recorded_; }
-  /// Executed after taking over an abandoned claim.
-  bool resumed() const noexcept { return resumed_; }
-  /// in_progress: how long the claim that holds the key has left before a retry may take it
-  /// over, as the store answered the claim; zero when it is not known or already over.
-  std::chrono::nanoseconds lease_left() const noexcept { return lease_left_; }
-
-  /// The status to answer with: the response's own `status` member when it has one (200 when it
-  /// has none), or the verdict's (409, 422, 400, 503).
-  int http_status() const noexcept {
-    if (response_) {
-      if constexpr (requires(const Response& r) { static_cast<int>(r.status); }) {
-        return static_cast<int>(response_->status);
-      } else {
-        return 200;
-      }
-    }
-    return idem::http_status(verdict_);
-  }
-
- private:
-  template <class R>
-  idempotent_outcome(idem::verdict v, R&& response, std::uint64_t fence, bool resumed,
-                     bool recorded, std::string message = {})
-      : verdict_(v),
-        response_(std::in_place, std::forward<R>(response)),
-        message_(std::move(message)),
-        fence_(fence),
-        recorded_(recorded),
-        resumed_(resumed) {}
-
-  idem::verdict verdict_ = idem::verdict::executed;
-  std::optional<Response> response_;
-  std::string message_;
-  std::uint64_t fence_ = 0;
-  std::chrono::nanoseconds lease_left_{};
-  bool recorded_ = false;
-  bool resumed_ = false;
-};
-
-}  // namespace idem
-
-#endif  // IDEM_SERVER_OUTCOME_HPP
-// end idem/server/outcome.hpp
-
-namespace idem::http {
-
-inline constexpr std::string_view problem_media_type = "application/problem+json";
-
-/// The ways a request is refused, each a problem type of its own.
-enum class problem_kind : std::uint8_t {
-  missing_key,           ///< 400: no Idempotency-Key where one is required
-  invalid_key,           ///< 400: a key that is malformed, empty, too long or not visible ASCII
-  several_keys,          ///< 400: more than one Idempotency-Key field (the draft, section 2.1)
-  key_reused,            ///< 422: the key was used with another request (section 2.7)
-  request_outstanding,   ///< 409: a request with the key is still being processed (section 2.7)
-  invalid_request,       ///< 400: the request cannot be fingerprinted
-  body_too_large,        ///< 413: the body is longer than the server accepts
-  store_unavailable,     ///< 503: the key store cannot answer; nothing ran
-  store_full,            ///< 503: the key store has no room; nothing ran
-  response_too_large,    ///< 500: the first response was too large to keep for repeats
-  cancelled,             ///< 503: the server stopped working on the request; a retry runs it
-  deadline_exceeded,     ///< 504: too little of the caller's deadline is left to start the work
-  invalid_deadline,      ///< 400: a deadline field that is not a number of milliseconds
-  precondition_failed,   ///< 412: If-Match names no current version of the resource
-  invalid_precondition,  ///< 400: an If-Match field that is not "*" or a list of entity-tags
-};
-
-/// A problem type: the fragment that names it, its status, its title (RFC 9457 section 3.1.3:
-/// the same for every occurrence of the type).
-struct problem_type {
-  std::string_view fragment;
-  int status;
-  std::string_view title;
-};
-
-constexpr problem_type type_of(problem_kind kind) noexcept {
-  switch (kind) {
-    case problem_kind::missing_key:
-      return {"missing-key", 400, "Idempotency-Key is missing"};
-    case problem_kind::invalid_key:
-      return {"invalid-key", 400, "Idempotency-Key is not valid"};
-    case problem_kind::several_keys:
-      return {"several-keys", 400, "More than one Idempotency-Key field"};
-    case problem_kind::key_reused:
-      return {"key-reused", 422, "Idempotency-Key is already used"};
-    case problem_kind::request_outstanding:
-      return {"request-outstanding", 409, "A request is outstanding for this Idempotency-Key"};
-    case problem_kind::invalid_request:
-      return {"invalid-request", 400, "The request cannot be fingerprinted"};
-    case problem_kind::body_too_large:
-      return {"body-too-large", 413, "The request body is too large"};
-    case problem_kind::store_unavailable:
-      return {"store-unavailable", 503, "The idempotency key store is unavailable"};
-    case problem_kind::store_full:
-      return {"store-full", 503, "The idempotency key store is full"};
-    case problem_kind::response_too_large:
-      return {"response-too-large", 500, "The response to this key was too large to keep"};
-    case problem_kind::cancelled:
-      return {"cancelled", 503, "The request was cancelled before it completed"};
-    case problem_kind::deadline_exceeded:
-      return {"deadline-exceeded", 504, "Too little time is left to process the request"};
-    case problem_kind::invalid_deadline:
-      return {"invalid-deadline", 400, "The request's deadline is not valid"};
-    case problem_kind::precondition_failed:
-      return {"precondition-failed", 412, "The resource is not in the expected version"};
-    case problem_kind::invalid_precondition:
-      return {"invalid-precondition", 400, "The If-Match field is not valid"};
-  }
-  return {"unknown", 500, "Unknown problem"};
-}
-
-/// Every problem kind, for documents and tests that list them.
-inline constexpr problem_kind all_problem_kinds[] = {
-    problem_kind::missing_key,
-    problem_kind::invalid_key,
-    problem_kind::several_keys,
-    problem_kind::key_reused,
-    problem_kind::request_outstanding,
-    problem_kind::invalid_request,
-    problem_kind::body_too_large,
-    problem_kind::store_unavailable,
-    problem_kind::store_full,
-    problem_kind::response_too_large,
-    problem_kind::cancelled,
-    problem_kind::deadline_exceeded,
-    problem_kind::invalid_deadline,
-    problem_kind::precondition_failed,
-    problem_kind::invalid_precondition,
-};
-
-/// The problem a verdict without a response is; std::nullopt for executed and replayed.
-constexpr std::optional<problem_kind> problem_for(verdict v) noexcept {
-  switch (v) {
-    case verdict::executed:
-    case verdict::replayed:
-      return std::nullopt;
-    case verdict::in_progress:
-      return problem_kind::request_outstanding;
-    case verdict::mismatch:
-      return problem_kind::key_reused;
-    case verdict::missing_key:
-      return problem_kind::missing_key;
-    case verdict::invalid_key:
-      return problem_kind::invalid_key;
-    case verdict::invalid_request:
-      return problem_kind::invalid_request;
-    case verdict::body_too_large:
-      return problem_kind::body_too_large;
-    case verdict::store_unavailable:
-      return problem_kind::store_unavailable;
-    case verdict::store_full:
-      return problem_kind::store_full;
-    case verdict::response_too_large:
-      return problem_kind::response_too_large;
-    case verdict::cancelled:
-      return problem_kind::cancelled;
-    case verdict::deadline_exceeded:
-      return problem_kind::deadline_exceeded;
-  }
-  return problem_kind::store_unavailable;
-}
-
-/// The problem a field value that is not a key is (parse_key, parse_key_fields).
-constexpr problem_kind problem_for(key_error error) noexcept {
-  switch (error) {
-    case key_error::missing:
-      return problem_kind::missing_key;
-    case key_error::several_fields:
-      return problem_kind::several_keys;
-    case key_error::none:
-    case key_error::empty:
-    case key_error::malformed:
-    case key_error::not_a_string:
-      break;
-  }
-  return problem_kind::invalid_key;
-}
-
-namespace detail {
-
-/// `text` as the contents of a JSON string (RFC 8259 section 7): quotes, backslashes and
-/// control characters escaped, UTF-8 passed through, and a byte that does not begin or continue
-/// a well-formed UTF-8 sequence written as U+FFFD, so that the body is always valid JSON.
-inline void append_json_string(std::string& out, std::string_view text) {
-  static constexpr char hex[] = "0123456789abcdef";
-  out += '"';
-  std::size_t i = 0;
-  while (i < text.size()) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c < 0x80) {
-      if (c == '"' || c == '\\') {
-        out += '\\';
-        out += static_cast<char>(c);
-      } else if (c < 0x20 || c == 0x7f) {
-        out += "\\u00";
-        out += hex[c >> 4];
-        out += hex[c & 0xf];
-      } else {
-        out += static_cast<char>(c);
-      }
-      ++i;
-      continue;
-    }
-    // The length of the sequence c begins, and the range its second byte must fall in
-    // (RFC 3629 section 4: no overlong forms, no surrogates, nothing past U+10FFFF).
-    std::size_t length = 0;
-    unsigned char low = 0x80, high = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf) {
-      length = 2;
-    } else if (c >= 0xe0 && c <= 0xef) {
-      length = 3;
-      if (c == 0xe0) low = 0xa0;
-      if (c == 0xed) high = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-      length = 4;
-      if (c == 0xf0) low = 0x90;
-      if (c == 0xf4) high = 0x8f;
-    }
-    bool whole = length != 0 && i + length <= text.size();
-    for (std::size_t k = 1; whole && k < length; ++k) {
-      const auto next = static_cast<unsigned char>(text[i + k]);
-      whole = k == 1 ? (next >= low && next <= high) : (next >= 0x80 && next <= 0xbf);
-    }
-    if (whole) {
-      out.append(text.substr(i, length));
-      i += length;
-    } else {
-      out += "\\ufffd";
-      ++i;
-    }
-  }
-  out += '"';
-}
-
-}  // namespace detail
-
-/// One problem: what a refusal's body says (RFC 9457 section 3.1) and the Retry-After it carries.
-struct problem {
-  problem_kind kind = problem_kind::store_unavailable;
-  int status = 503;
-  std::string type;        ///< the specification's address, '#', the type's fragment
-  std::string_view title;  ///< the type's title
-  std::string detail;      ///< this occurrence, in words
-  /// Retry-After, in whole seconds (409: the holder's lease left, rounded up); none when unset.
-  std::optional<std::chrono::seconds> retry_after;
-
-  /// The body, application/problem+json: type, title, status and detail (RFC 9457 section 3.1).
-  std::string json() const {
-    std::string out;
-    out.reserve(64 + type.size() + title.size() + detail.size());
-    out += "{\"type\":";
-    detail::append_json_string(out, type);
-    out += ",\"title\":";
-    detail::append_json_string(out, title);
-    out += ",\"status\":";
-    out += std::to_string(status);
-    out += ",\"detail\":";
-    detail::append_json_string(out, this->detail);
-    out += '}';
-    return out;
-  }
-};
-
-/// The problem of `kind`, typed under the specification published at `specification_uri`.
-inline problem make_problem(problem_kind kind, std::string_view detail,
-                            std::string_view specification_uri) {
-  const problem_type type = type_of(kind);
-  problem p;
-  p.kind = kind;
-  p.status = type.status;
-  p.type.reserve(specification_uri.size() + 1 + type.fragment.size());
-  p.type.append(specification_uri).append(1, '#').append(type.fragment);
-  p.title = type.title;
-  p.detail = std::string(detail.empty() ? type.title : detail);
-  return p;
-}
-
-/// Whole seconds to wait for `left` to pass: rounded up, so that a retry after it finds the
-/// lease over (RFC 9110 section 10.2.3: Retry-After is a non-negative number of seconds).
-constexpr std::chrono::seconds whole_seconds_after(std::chrono::nanoseconds left) noexcept {
-  if (left <= std::chrono::nanoseconds::zero()) return std::chrono::seconds::zero();
-  return std::chrono::ceil<std::chrono::seconds>(left);
-}
-
-/// The problem a refused outcome is: its verdict's type, its message as the detail, and for
-/// in_progress a Retry-After of the holder's lease left. Only for outcomes without a response.
-template <class Response>
-problem problem_of(const idempotent_outcome<Response>& outcome,
-                   std::string_view specification_uri) {
-  const std::optional<problem_kind> kind = problem_for(outcome.verdict());
-  problem p = make_problem(kind.value_or(problem_kind::store_unavailable), outcome.message(),
-                           specification_uri);
-  if (outcome.verdict() == verdict::in_progress &&
-      outcome.lease_left() > std::chrono::nanoseconds::zero()) {
-    p.retry_after = whole_seconds_after(outcome.lease_left());
-  }
-  return p;
-}
-
-}  // namespace idem::http
-
-#endif  // IDEM_HTTP_PROBLEM_HPP
-// end idem/http/problem.hpp
-// begin idem/http/specification.hpp
-// The idempotency specification a resource publishes (draft-ietf-httpapi-idempotency-key-header,
-// section 2.5: the resource server "MUST publish idempotency related specification", including
-// its expiration policy, section 2.3), as a document a server serves: HTML for people, with an
-// anchor for every problem type (problem.hpp types refusals as this page's address '#' the
-// type), and JSON for programs. Standard library only.
-//
-//   auto spec = idem::http::specification::of(payments, "/idempotency");
-//   server.Get("/idempotency", [spec](auto&, auto& res) {
-//     res.set_content(idem::http::specification_html(spec), "text/html");
-//   });
-#ifndef IDEM_HTTP_SPECIFICATION_HPP
-#define IDEM_HTTP_SPECIFICATION_HPP
-
-namespace idem::http {
-
-/// What a client must know to use a resource's idempotency keys, and where it is published.
-struct specification {
-  /// Where the document is served; problem types are this address '#' their fragment.
-  std::string uri = "/idempotency";
-  /// The request field that carries the key.
-  std::string key_field{idempotency_key_field};
-  /// Whether a request without a key is refused (400) or run without the guarantee.
-  bool key_required = true;
-  /// The key forms read: the draft's sf-string and the bare key, or the sf-string only.
-  key_form accepted = key_form::any;
-  /// The longest key, in bytes, of visible ASCII.
-  std::size_t max_key_length = idem::max_key_length;
-  /// How long a completed request's response is kept: a repeat within it is answered with it,
-  /// a repeat after it runs again (section 2.3, the expiration policy).
-  std::chrono::nanoseconds retention = std::chrono::hours{24};
-  /// How long a request being processed holds its key: a repeat meanwhile gets 409, with a
-  /// Retry-After of what is left; an attempt that stops answering loses it after this.
-  std::chrono::nanoseconds lease = std::chrono::seconds{30};
-  /// What makes a repeat the same request (the fingerprint, section 2.4), in words.
-  std::string fingerprint = "the method, the target and the body, byte for byte";
-  /// The request field that carries the caller's deadline, in milliseconds left
-  /// (idem/http/deadline.hpp); empty when the server does not read one.
-  std::string deadline_field{"Request-Timeout-Ms"};
-
-  /// The specification an idempotent (or async_idempotent) wrapper keeps: its key rule, lease
-  /// and retention, published at `uri`.
-  template <class Wrapper>
-  static specification of(const Wrapper& wrapper, std::string uri = "/idempotency") {
-    const auto& settings = wrapper.settings();
-    specification spec;
-    spec.uri = std::move(uri);
-    spec.key_field = settings.key_header;
-    spec.key_required = settings.require_key;
-    spec.max_key_length = settings.max_key_length;
-    spec.retention = settings.retention;
-    spec.lease = settings.lease;
-    return spec;
-  }
-};
-
-namespace detail {
-
-/// A duration in words for the document: whole seconds, or milliseconds under one second.
-inline std::string duration_words(std::chrono::nanoseconds d) {
-  using std::chrono::duration_cast;
-  if (d < std::chrono::seconds{1}) {
-    return std::to_string(duration_cast<std::chrono::milliseconds>(d).count()) + " ms";
-  }
-  return std::to_string(std::chrono::ceil<std::chrono::seconds>(d).count()) + " s";
-}
-
-/// `text` escaped for HTML text and attribute values.
-inline void append_html(std::string& out, std::string_view text) {
-  for (const char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-}
-
-inline std::string_view accepted_words(key_form form) {
-  return form == key_form::sf_string
-             ? "a String Structured Field (RFC 8941), quoted: \"8e03978e-40d5\""
-             : "a String Structured Field (RFC 8941), quoted, or the bare key: \"8e03978e-40d5\" "
-               "and 8e03978e-40d5 are the same key";
-}
-
-}  // namespace detail
-
-/// The specification as JSON (application/json): the key's rules, the expiration policy, and
-/// every problem type with its status and title.
-inline std::string specification_json(const specification& spec) {
-  using detail::append_json_string;
-  std::string out = "{\"key_field\":";
-  append_json_string(out, spec.key_field);
-  out += ",\"key_required\":";
-  out += spec.key_required ? "true" : "false";
-  out += ",\"key_format\":";
-  append_json_string(out, spec.accepted == key_form::sf_string ? "sf-string" : "sf-string or bare");
-  out += ",\"max_key_length\":" + std::to_string(spec.max_key_length);
-  out += ",\"retention_seconds\":" +
-         std::to_string(std::chrono::ceil<std::chrono::seconds>(spec.retention).count());
-  out += ",\"lease_seconds\":" +
-         std::to_string(std::chrono::ceil<std::chrono::seconds>(spec.lease).count());
-  out += ",\"fingerprint\":";
-  append_json_string(out, spec.fingerprint);
-  if (!spec.deadline_field.empty()) {
-    out += ",\"deadline_field\":";
-    append_json_string(out, spec.deadline_field);
-  }
-  out += ",\"problems\":[";
-  bool first = true;
-  for (const problem_kind kind : all_problem_kinds) {
-    const problem_type type = type_of(kind);
-    if (!first) out += ',';
-    first = false;
-    out += "{\"type\":";
-    append_json_string(out, spec.uri + "#" + std::string(type.fragment));
-    out += ",\"status\":" + std::to_string(type.status) + ",\"title\":";
-    append_json_string(out, type.title);
-    out += '}';
-  }
-  out += "]}";
-  return out;
-}
-
-/// The specification as an HTML page (text/html), with an element whose id is each problem
-/// type's fragment, so that a problem's type leads to its explanation.
-inline std::string specification_html(const specification& spec) {
-  using detail::append_html;
-  std::string out =
-      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-      "<title>Idempotency</title></head><body>\n<h1>Idempotency</h1>\n<p>Repeat a request under "
-      "the same key and it takes effect once: a repeat is answered with the first response, "
-      "byte for byte, marked <code>Idempotent-Replayed: true</code>.</p>\n<h2>The key</h2>\n<ul>"
-      "<li>Send it in the <code>";
-  append_html(out, spec.key_field);
-  out += "</code> field, once; ";
-  out += spec.key_required ? "a request without one is refused."
-                           : "a request without one runs without this guarantee.";
-  out += "</li><li>Format: ";
-  append_html(out, detail::accepted_words(spec.accepted));
-  out += ".</li><li>1 to " + std::to_string(spec.max_key_length) +
-         " bytes of visible ASCII. Use a UUID or another random value: one key per operation, "
-         "never reused for another request.</li><li>A repeat is the same request when ";
-  append_html(out, spec.fingerprint);
-  out += " match.</li>";
-  if (!spec.deadline_field.empty()) {
-    out += "<li>A deadline may be sent in <code>";
-    append_html(out, spec.deadline_field);
-    out +=
-        "</code>: the milliseconds the caller still waits; work that cannot start in time is "
-        "refused.</li>";
-  }
-  out += "</ul>\n<h2>Expiration</h2>\n<p>A completed request's response is kept for " +
-         detail::duration_words(spec.retention) +
-         "; a repeat after that runs as a new request. A request being processed holds its key "
-         "for up to " +
-         detail::duration_words(spec.lease) +
-         " without progress; a repeat meanwhile is answered 409 with a Retry-After.</p>\n"
-         "<h2>Problems</h2>\n<p>Refusals are <code>application/problem+json</code> (RFC 9457), "
-         "typed by this page's address and one of these anchors.</p>\n<dl>\n";
-  for (const problem_kind kind : all_problem_kinds) {
-    const problem_type type = type_of(kind);
-    out += "<dt id=\"";
-    append_html(out, type.fragment);
-    out += "\">" + std::to_string(type.status) + " ";
-    append_html(out, type.title);
-    out += "</dt><dd><code>";
-    append_html(out, spec.uri);
-    out += '#';
-    append_html(out, type.fragment);
-    out += "</code></dd>\n";
-  }
-  out += "</dl>\n</body></html>\n";
-  return out;
-}
-
-}  // namespace idem::http
-
-#endif  // IDEM_HTTP_SPECIFICATION_HPP
-// end idem/http/specification.hpp
-
-namespace idem::http {
-
-/// Marks a response that is a repeat's replay (the demo and Stripe's clients read it).
-inline constexpr std::string_view replayed_field = "Idempotent-Replayed";
-
-/// What an exchange writes its answer into.
-template <class Writer>
-concept reply_writer = requires(Writer& out, int status, std::string_view text) {
-  out.set_status(status);
-  out.add_header(text, text);
-  out.set_body(text, text);
-};
-
-/// A response an exchange can write: a status, headers as (name, value) pairs, a body
-/// (http_response is one).
-template <class Response>
-concept http_response_like = requires(const Response& response) {
-  static_cast<int>(response.status);
-  std::string_view(response.body);
-  std::string_view(response.headers.begin()->first);
-  std::string_view(response.headers.begin()->second);
-};
-
-/// An answer as an exchange wrote it, for servers without a response type of their own and for
-/// tests.
-struct reply {
-  int status = 200;
-  std::vector<std::pair<std::string, std::string>> headers;  // Content-Type aside
-  std::string content_type;
-  std::string body;
-
-  void set_status(int code) { status = code; }
-  void add_header(std::string_view name, std::string_view value) {
-    headers.emplace_back(std::string(name), std::string(value));
-  }
-  void set_body(std::string_view content, std::string_view type) {
-    body.assign(content);
-    content_type.assign(type);
-  }
-  /// The first value of `name` (case-insensitive); a null view when absent.
-  std::string_view header(std::string_view name) const noexcept {
-    return idem::detail::find_header_in(headers, name);
-  }
-};
-
-/// Writes a refusal: its status, Content-Language (the titles are English), Retry-After when it
-/// has one, and the problem body.
-template <reply_writer Writer>
-void write_problem(const problem& refusal, Writer& out) {
-  out.set_status(refusal.status);
-  out.add_header("Content-Language", "en");
-  if (refusal.retry_after)
-    out.add_header("Retry-After", std::to_string(refusal.retry_after->count()));
-  out.set_body(refusal.json(), problem_media_type);
-}
-
-/// Writes the response of an outcome that has one, as it was stored (its Content-Type given as
-/// the body's), a replay marked Idempotent-Replayed: true; else the outcome's problem.
-template <http_response_like Response, reply_writer Writer>
-void write_outcome(const idempotent_outcome<Response>& outcome, const specification& spec,
-                   Writer& out) {
-  if (!outcome) return write_problem(problem_of(outcome, spec.uri), out);
-  const Response& response = *outcome;
-  out.set_status(static_cast<int>(response.status));
-  std::string_view content_type;
-  for (const auto& [name, value] : response.headers) {
-    if (idem::header_name_equals(name, "Content-Type")) {
-      content_type = value;
-    } else {
-      out.add_header(name, value);
-    }
-  }
-  if (outcome.verdict() == verdict::replayed) out.add_header(replayed_field, "true");
-  out.set_body(response.body, content_type);
-}
-
-/// What a request's fields say about the call: its key (Idempotency-Key, read as the
-/// specification accepts it) and its deadline (the specification's deadline field), or the
-/// refusal a wrong one gets (400: two keys, a malformed key, a deadline that is not a number of
-/// milliseconds). `field_values(name)` answers every value the request carries under `name`, as
-/// string views into the request. Views into the request, or into this object: keep both while
-/// the key is used.
-class call_fields {
- public:
-  template <class FieldValues>
-  call_fields(const FieldValues& field_values, const specification& spec)
-      : key_(parse_key_fields(field_values(spec.key_field), spec.accepted)) {
-    if (!key_ && key_.error() != key_error::missing) {
-      refusal_.emplace(make_problem(problem_for(key_.error()), key_.message(), spec.uri));
-      return;
-    }
-    if (spec.deadline_field.empty()) return;
-    const parsed_deadline deadline = parse_deadline_fields(field_values(spec.deadline_field));
-    if (!deadline) {
-      refusal_.emplace(make_problem(problem_kind::invalid_deadline, deadline.message(), spec.uri));
-      return;
-    }
-    deadline_ = deadline.deadline();
-  }
-  call_fields(const call_fields&) = delete;
-  call_fields& operator=(const call_fields&) = delete;
-
-  /// The problem to answer instead of calling: a key or deadline field that is wrong.
-  const std::optional<problem>& refusal() const noexcept { return refusal_; }
-  /// The key; std::nullopt when the request has none (the wrapper decides: 400, or unguarded).
-  std::optional<std::string_view> key() const noexcept {
-    if (!key_) return std::nullopt;
-    return key_.value();
-  }
-  /// The caller's deadline; std::nullopt when the request has none.
-  const std::optional<caller_deadline>& deadline() const noexcept { return deadline_; }
-
- private:
-  parsed_key key_;
-  std::optional<caller_deadline> deadline_;
-  std::optional<problem> refusal_;
-};
-
-/// field_values for an http_request: every value of a header, by name (case-insensitive).
-inline auto field_values_in(const http_request& request) {
-  return [&request](std::string_view name) {
-    std::vector<std::string_view> values;
-    for (const auto& [field, value] : request.headers)
-      if (idem::header_name_equals(field, name)) values.emplace_back(value);
-    return values;
-  };
-}
-
-/// One exchange: the call's fields read (call_fields), the guarded call made under `scope` with
-/// the key and the caller's deadline, the answer written. A field that is wrong is refused (400)
-/// before anything is claimed; no key at all is the wrapper's missing key (400, or run unguarded
-/// where keys are optional); a deadline too short to start the work is the wrapper's
-/// deadline_exceeded (504), nothing claimed either.
-template <class Guarded, class Request, class FieldValues, reply_writer Writer>
-void exchange(Guarded& guarded, std::string_view scope, const FieldValues& field_values,
-              const Request& request, const specification& spec, Writer& out) {
-  const call_fields fields(field_values, spec);
-  if (fields.refusal()) return write_problem(*fields.refusal(), out);
-  write_outcome(guarded(scope, fields.key(), request, fields.deadline()), spec, out);
-}
-
-/// exchange for a request that changes a resource under a condition (If-Match, conditional.hpp):
-/// `current_tag()` answers the resource's current entity-tag (its opaque part), or std::nullopt
-/// when there is no such resource. A malformed If-Match is refused with 400, one that does not
-/// hold with 412, both before anything is claimed or run; a request without If-Match goes on as
-/// exchange's. The condition is checked before the key: a repeat of a keyed request whose first
-/// attempt changed the version is answered 412, which tells its client the change was made
-/// (docs/natural_idempotence.md).
-template <class Guarded, class Request, class FieldValues, reply_writer Writer, class CurrentTag>
-void conditional_exchange(Guarded& guarded, std::string_view scope, const FieldValues& field_values,
-                          const Request& request, const specification& spec, Writer& out,
-                          CurrentTag&& current_tag) {
-  const parsed_if_match condition = parse_if_match_fields(field_values(if_match_field));
-  if (!condition) {
-    return write_problem(
-        make_problem(problem_kind::invalid_precondition, condition.message(), spec.uri), out);
-  }
-  if (condition.present()) {
-    const std::optional<std::string> current{current_tag()};
-    if (!if_match_holds(condition, current)) {
-      return write_problem(
-          make_problem(problem_kind::precondition_failed,
-                       current ? "the resource is at another version than If-Match names"
-                               : "the resource does not exist, and If-Match asks for a version "
-                                 "of it",
-                       spec.uri),
-          out);
-    }
-  }
-  exchange(guarded, scope, field_values, request, spec, out);
-}
-
-}  // namespace idem::http
-
-#endif  // IDEM_HTTP_EXCHANGE_HPP
-// end idem/http/exchange.hpp
-
-#endif  // IDEM_HTTP_HPP
-// end idem/http.hpp
-
-// Server side: idem::idempotent, idem::inbox, fingerprints and codecs.
-// begin idem/core/codec.hpp
-// Codecs: how a response, or a recovery point's result, becomes the bytes a store keeps.
-//
-// Stores keep bytes, never types, so one store serves handlers of every response type and a
-// durable store can be read by the next version of the service. A type is storable when
-// idem::codec<T> is specialised for it with
-//
-//   static void encode(const T& value, std::string& out);   // appends the bytes
-//   static T decode(std::string_view bytes);                 // throws idem::codec_error
-//
-// A codec whose bytes are the value itself may also provide
-//
-//   static std::string_view bytes_of(const T& value);         // the bytes encode would append
-//   static T adopt(std::string&& bytes);                      // decode, taking the bytes over
-//
-// and idempotent then stores and replays the value without copying it into a buffer first.
-//
-// Provided: std::string, byte vectors, http_response, integers, floating point and bool. A
-// replay decodes exactly what was encoded, so a replayed http_response equals the original
-// field for field and its body byte for byte.
-#ifndef IDEM_CORE_CODEC_HPP
-#define IDEM_CORE_CODEC_HPP
-
-#include <variant>
 
 namespace idem {
 
@@ -6780,6 +5170,11 @@ using lazy_t = typename lazy_type<Lazy, T>::type;
 #ifndef IDEM_CORE_FINGERPRINT_CANONICALIZE_JSON_HPP
 #define IDEM_CORE_FINGERPRINT_CANONICALIZE_JSON_HPP
 
+// begin idem/core/fingerprint/json/detail/exclusions.hpp
+// The JSON Pointers (RFC 6901) a canonical form leaves out, split into unescaped reference tokens.
+#ifndef IDEM_CORE_FINGERPRINT_JSON_DETAIL_EXCLUSIONS_HPP
+#define IDEM_CORE_FINGERPRINT_JSON_DETAIL_EXCLUSIONS_HPP
+
 // begin idem/core/fingerprint/json/document.hpp
 // The parsed JSON document the canonicalizer works on
 // (idem/core/fingerprint/canonicalize_json.hpp), and the error it throws for input it refuses.
@@ -6871,10 +5266,6 @@ constexpr std::string_view literal_text(json_kind kind) noexcept {
 
 #endif  // IDEM_CORE_FINGERPRINT_JSON_DOCUMENT_HPP
 // end idem/core/fingerprint/json/document.hpp
-// begin idem/core/fingerprint/json/exclusions.hpp
-// The JSON Pointers (RFC 6901) a canonical form leaves out, split into unescaped reference tokens.
-#ifndef IDEM_CORE_FINGERPRINT_JSON_EXCLUSIONS_HPP
-#define IDEM_CORE_FINGERPRINT_JSON_EXCLUSIONS_HPP
 
 namespace idem {
 
@@ -6985,19 +5376,19 @@ class exclusion_set {
 
 }  // namespace idem
 
-#endif  // IDEM_CORE_FINGERPRINT_JSON_EXCLUSIONS_HPP
-// end idem/core/fingerprint/json/exclusions.hpp
-// begin idem/core/fingerprint/json/parser.hpp
+#endif  // IDEM_CORE_FINGERPRINT_JSON_DETAIL_EXCLUSIONS_HPP
+// end idem/core/fingerprint/json/detail/exclusions.hpp
+// begin idem/core/fingerprint/json/detail/parser.hpp
 // The canonicalizer's JSON parser: strict RFC 8259 and I-JSON, one pass into a json_document.
-#ifndef IDEM_CORE_FINGERPRINT_JSON_PARSER_HPP
-#define IDEM_CORE_FINGERPRINT_JSON_PARSER_HPP
+#ifndef IDEM_CORE_FINGERPRINT_JSON_DETAIL_PARSER_HPP
+#define IDEM_CORE_FINGERPRINT_JSON_DETAIL_PARSER_HPP
 
 #include <charconv>
 
-// begin idem/core/fingerprint/json/utf8.hpp
+// begin idem/core/fingerprint/json/detail/utf8.hpp
 // UTF-8 decoding and encoding, and the UTF-16 order RFC 8785 sorts member names in.
-#ifndef IDEM_CORE_FINGERPRINT_JSON_UTF8_HPP
-#define IDEM_CORE_FINGERPRINT_JSON_UTF8_HPP
+#ifndef IDEM_CORE_FINGERPRINT_JSON_DETAIL_UTF8_HPP
+#define IDEM_CORE_FINGERPRINT_JSON_DETAIL_UTF8_HPP
 
 namespace idem {
 
@@ -7099,8 +5490,8 @@ inline int utf16_compare(std::string_view a, std::string_view b) noexcept {
 
 }  // namespace idem
 
-#endif  // IDEM_CORE_FINGERPRINT_JSON_UTF8_HPP
-// end idem/core/fingerprint/json/utf8.hpp
+#endif  // IDEM_CORE_FINGERPRINT_JSON_DETAIL_UTF8_HPP
+// end idem/core/fingerprint/json/detail/utf8.hpp
 
 namespace idem {
 
@@ -7549,13 +5940,13 @@ class json_parser {
 
 }  // namespace idem
 
-#endif  // IDEM_CORE_FINGERPRINT_JSON_PARSER_HPP
-// end idem/core/fingerprint/json/parser.hpp
-// begin idem/core/fingerprint/json/writer.hpp
+#endif  // IDEM_CORE_FINGERPRINT_JSON_DETAIL_PARSER_HPP
+// end idem/core/fingerprint/json/detail/parser.hpp
+// begin idem/core/fingerprint/json/detail/writer.hpp
 // The canonical form written out (RFC 8785 §3.2): numbers as ECMAScript prints them, strings with
 // only the escapes JSON requires, members in UTF-16 order, excluded members left out.
-#ifndef IDEM_CORE_FINGERPRINT_JSON_WRITER_HPP
-#define IDEM_CORE_FINGERPRINT_JSON_WRITER_HPP
+#ifndef IDEM_CORE_FINGERPRINT_JSON_DETAIL_WRITER_HPP
+#define IDEM_CORE_FINGERPRINT_JSON_DETAIL_WRITER_HPP
 
 namespace idem {
 
@@ -7776,8 +6167,8 @@ class canonical_writer {
 
 }  // namespace idem
 
-#endif  // IDEM_CORE_FINGERPRINT_JSON_WRITER_HPP
-// end idem/core/fingerprint/json/writer.hpp
+#endif  // IDEM_CORE_FINGERPRINT_JSON_DETAIL_WRITER_HPP
+// end idem/core/fingerprint/json/detail/writer.hpp
 
 namespace idem {
 
@@ -9643,6 +8034,27 @@ class handler_context {
 #ifndef IDEM_SERVER_IDEMPOTENT_HPP
 #define IDEM_SERVER_IDEMPOTENT_HPP
 
+// begin idem/server/deadline.hpp
+// The caller's deadline, as a request brings it: how long the caller still waits for the answer
+// (an HTTP deadline field, gRPC's call deadline). A wrapper given one refuses to start work the
+// caller has already given up on (verdict::deadline_exceeded, nothing claimed), and hands what
+// is left of it to the handler (handler_context::time_left), so that the handler's own
+// downstream calls stop when the caller stops waiting: deadline propagation.
+#ifndef IDEM_SERVER_DEADLINE_HPP
+#define IDEM_SERVER_DEADLINE_HPP
+
+namespace idem {
+
+/// How long the caller still waits, measured when the request arrived. Relative, as HTTP and
+/// gRPC send it, so that the caller's clock and the server's need not agree.
+struct caller_deadline {
+  std::chrono::nanoseconds time_left{};
+};
+
+}  // namespace idem
+
+#endif  // IDEM_SERVER_DEADLINE_HPP
+// end idem/server/deadline.hpp
 // begin idem/server/detail/admission.hpp
 // What a request must pass before anything is claimed for it: a key (or none, where the
 // options allow), a valid key, a body within max_body_bytes, a fingerprint. The blocking
@@ -9655,7 +8067,7 @@ class handler_context {
 // The machinery idempotent and inbox share: claim, run under the fence, record or release.
 //
 // One run path, in steps a driver can call apart (the blocking wrappers call run; the
-// asynchronous driver, idem/asio/detail/async_engine.hpp, calls the steps, each store call
+// asynchronous driver, idem/server/detail/async_engine.hpp, calls the steps, each store call
 // where its store's calls must run):
 //
 //   claim_waiting    claims (scope, key) in the store, waiting for a duplicate to settle where
@@ -10313,6 +8725,221 @@ struct held_claim {
 
 #endif  // IDEM_SERVER_DETAIL_HELD_CLAIM_HPP
 // end idem/server/detail/held_claim.hpp
+// begin idem/server/outcome.hpp
+// What one guarded call returns: what happened (a verdict), the response when there is one, and
+// the HTTP status a service answers with.
+//
+// Every expected ending is a verdict the caller branches on, not an exception: a repeat (replay),
+// a concurrent duplicate (409), key misuse (422), a bad key (400), a store that cannot take the
+// claim (503). Only the handler's own exceptions pass through as exceptions. The type depends on
+// the response type alone, never on the policies.
+#ifndef IDEM_SERVER_OUTCOME_HPP
+#define IDEM_SERVER_OUTCOME_HPP
+
+namespace idem {
+
+enum class verdict : std::uint8_t {
+  executed,            // the handler ran under a new or taken-over claim; its response is returned
+  replayed,            // a completed record with the same fingerprint: the stored response
+  in_progress,         // another attempt holds a live claim on the key (HTTP 409)
+  mismatch,            // the key was used with another request (HTTP 422)
+  missing_key,         // no key where one is required (HTTP 400)
+  invalid_key,         // empty, too long, or not visible ASCII (HTTP 400)
+  invalid_request,     // the request cannot be fingerprinted, e.g. a body that is not JSON (400)
+  body_too_large,      // the body is longer than max_body_bytes; nothing is read or stored (413)
+  store_unavailable,   // the store cannot answer; nothing ran (HTTP 503)
+  store_full,          // the store has no room for the claim; nothing ran (HTTP 503)
+  response_too_large,  // the response passed max_response_bytes and was not stored (HTTP 500):
+                       // the first caller still has it; repeats are not run again
+  cancelled,           // an asynchronous call was cancelled (its cancellation slot) before it
+                       // ended: nothing was recorded for it, its claim was settled as a failure
+                       // (released by default), so a retry runs again (HTTP 503)
+  deadline_exceeded,   // the caller's deadline (idem::caller_deadline) leaves less time than the
+                       // wrapper's minimum_time_left: nothing was claimed or run (HTTP 504)
+};
+
+constexpr std::string_view to_string(verdict v) noexcept {
+  switch (v) {
+    case verdict::executed:
+      return "executed";
+    case verdict::replayed:
+      return "replayed";
+    case verdict::in_progress:
+      return "in_progress";
+    case verdict::mismatch:
+      return "mismatch";
+    case verdict::missing_key:
+      return "missing_key";
+    case verdict::invalid_key:
+      return "invalid_key";
+    case verdict::invalid_request:
+      return "invalid_request";
+    case verdict::body_too_large:
+      return "body_too_large";
+    case verdict::store_unavailable:
+      return "store_unavailable";
+    case verdict::store_full:
+      return "store_full";
+    case verdict::response_too_large:
+      return "response_too_large";
+    case verdict::cancelled:
+      return "cancelled";
+    case verdict::deadline_exceeded:
+      return "deadline_exceeded";
+  }
+  return "unknown";
+}
+
+/// The HTTP status for a verdict that carries no response of the handler's; 0 for executed and
+/// replayed, whose status is the response's own.
+constexpr int http_status(verdict v) noexcept {
+  switch (v) {
+    case verdict::executed:
+    case verdict::replayed:
+      return 0;
+    case verdict::in_progress:
+      return 409;  // RFC 9110 Conflict, as the IETF idempotency-key draft and Stripe answer
+    case verdict::mismatch:
+      return 422;  // Unprocessable Content: the key was reused for another request
+    case verdict::missing_key:
+    case verdict::invalid_key:
+    case verdict::invalid_request:
+      return 400;
+    case verdict::body_too_large:
+      return 413;  // RFC 9110 Content Too Large
+    case verdict::store_unavailable:
+    case verdict::store_full:
+    case verdict::cancelled:  // the service stopped working on it; a retry is safe and runs again
+      return 503;
+    case verdict::response_too_large:
+      return 500;  // the service cannot answer a repeat as it answered the first request
+    case verdict::deadline_exceeded:
+      return 504;  // as Google's APIs map gRPC's DEADLINE_EXCEEDED to HTTP
+  }
+  return 500;
+}
+
+/// Thrown by idempotent_outcome::value() when the verdict carries no response.
+class no_response_error : public std::logic_error {
+ public:
+  explicit no_response_error(verdict v)
+      : std::logic_error("idem::idempotent_outcome: no response, the verdict is " +
+                         std::string(to_string(v))),
+        verdict_(v) {}
+  verdict which() const noexcept { return verdict_; }
+
+ private:
+  verdict verdict_;
+};
+
+template <class Response>
+class idempotent_outcome {
+ public:
+  /// A verdict without a response: a refusal (400, 409, 422, 503), with why in words.
+  idempotent_outcome() = default;
+  idempotent_outcome(idem::verdict v) : verdict_(v) {}
+  idempotent_outcome(idem::verdict v, std::string message)
+      : verdict_(v), message_(std::move(message)) {}
+  /// in_progress: another attempt holds the key, and its lease has `lease_left` to run before
+  /// a retry may take it over (what an HTTP 409's Retry-After says).
+  idempotent_outcome(idem::verdict v, std::string message, std::chrono::nanoseconds lease_left)
+      : verdict_(v), message_(std::move(message)), lease_left_(lease_left) {}
+
+  /// The handler ran under `fence` and its response was stored for repeats.
+  template <class R>
+  static idempotent_outcome executed(R&& response, std::uint64_t fence, bool resumed) {
+    return idempotent_outcome(idem::verdict::executed, std::forward<R>(response), fence, resumed,
+                              true);
+  }
+  /// The handler ran, but its response was not stored: `v` is executed when the store failed,
+  /// response_too_large when it did not fit; `message` says which.
+  template <class R>
+  static idempotent_outcome unrecorded(idem::verdict v, R&& response, std::string message,
+                                       std::uint64_t fence = 0, bool resumed = false) {
+    return idempotent_outcome(v, std::forward<R>(response), fence, resumed, false,
+                              std::move(message));
+  }
+  /// A repeat: the response stored by the call that ran.
+  template <class R>
+  static idempotent_outcome replayed(R&& response) {
+    return idempotent_outcome(idem::verdict::replayed, std::forward<R>(response), 0, false, true);
+  }
+
+  idem::verdict verdict() const noexcept { return verdict_; }
+  /// True when there is a response: executed or replayed.
+  bool has_value() const noexcept { return response_.has_value(); }
+  explicit operator bool() const noexcept { return has_value(); }
+
+  Response& value() & {
+    if (!response_) throw no_response_error(verdict_);
+    return *response_;
+  }
+  const Response& value() const& {
+    if (!response_) throw no_response_error(verdict_);
+    return *response_;
+  }
+  Response&& value() && {
+    if (!response_) throw no_response_error(verdict_);
+    return std::move(*response_);
+  }
+  /// The response, unchecked, as std::optional has it: only when has_value().
+  Response* operator->() noexcept { return &*response_; }
+  const Response* operator->() const noexcept { return &*response_; }
+  Response& operator*() & noexcept { return *response_; }
+  const Response& operator*() const& noexcept { return *response_; }
+  Response&& operator*() && noexcept { return std::move(*response_); }
+
+  /// Why there is no response (or why it was not stored), in words; empty otherwise.
+  std::string_view message() const noexcept { return message_; }
+  /// The fence the call ran under (executed), else 0.
+  std::uint64_t fence() const noexcept { return fence_; }
+  /// Executed: whether the response was stored for repeats. False when the store failed after
+  /// the handler ran (message() says how); the claim then stays in progress until its lease
+  /// ends, and stuck() lists it.
+  bool recorded() const noexcept { return recorded_; }
+  /// Executed after taking over an abandoned claim.
+  bool resumed() const noexcept { return resumed_; }
+  /// in_progress: how long the claim that holds the key has left before a retry may take it
+  /// over, as the store answered the claim; zero when it is not known or already over.
+  std::chrono::nanoseconds lease_left() const noexcept { return lease_left_; }
+
+  /// The status to answer with: the response's own `status` member when it has one (200 when it
+  /// has none), or the verdict's (409, 422, 400, 503).
+  int http_status() const noexcept {
+    if (response_) {
+      if constexpr (requires(const Response& r) { static_cast<int>(r.status); }) {
+        return static_cast<int>(response_->status);
+      } else {
+        return 200;
+      }
+    }
+    return idem::http_status(verdict_);
+  }
+
+ private:
+  template <class R>
+  idempotent_outcome(idem::verdict v, R&& response, std::uint64_t fence, bool resumed,
+                     bool recorded, std::string message = {})
+      : verdict_(v),
+        response_(std::in_place, std::forward<R>(response)),
+        message_(std::move(message)),
+        fence_(fence),
+        recorded_(recorded),
+        resumed_(resumed) {}
+
+  idem::verdict verdict_ = idem::verdict::executed;
+  std::optional<Response> response_;
+  std::string message_;
+  std::uint64_t fence_ = 0;
+  std::chrono::nanoseconds lease_left_{};
+  bool recorded_ = false;
+  bool resumed_ = false;
+};
+
+}  // namespace idem
+
+#endif  // IDEM_SERVER_OUTCOME_HPP
+// end idem/server/outcome.hpp
 // begin idem/server/resumption.hpp
 // What resuming a stuck record answers: idempotent::resume, which idem::reconciler calls for each
 // stuck record that kept its request (idem/reconciler.hpp).
@@ -10581,6 +9208,20 @@ class engine {
     }
     return held_claim{fenced_key{scope, key, claimed.fence}, taken_over,
                       opened_recovery(std::move(claimed.existing.recovery)), claimed_at};
+  }
+
+  /// A record's recovery bytes as a handler reads them (sealed by the response codec in the
+  /// store), and so for the asynchronous driver's resume. Taken by reference: a parameter by
+  /// value would cost a claim a second move of the bytes.
+  std::string opened_recovery(std::string&& recovery) const {
+    if constexpr (seals) {
+      if (recovery.empty()) return std::move(recovery);
+      std::string plain;
+      options_.response_codec.open(recovery, plain);
+      return plain;
+    } else {
+      return std::move(recovery);
+    }
   }
 
   /// The answer for a record this caller may not run, as the store found it at `now`.
@@ -10977,19 +9618,6 @@ class engine {
     return true;
   }
 
-  // A recovery point as the store keeps it, and back. Taken by reference: a parameter by value
-  // would cost a claim a second move of the bytes.
-  std::string opened_recovery(std::string&& recovery) const {
-    if constexpr (seals) {
-      if (recovery.empty()) return std::move(recovery);
-      std::string plain;
-      options_.response_codec.open(recovery, plain);
-      return plain;
-    } else {
-      return std::move(recovery);
-    }
-  }
-
   // The recovery bytes a failed resumption left in the record it still holds under `fence`,
   // opened; empty when the store cannot say.
   std::string recovery_left(std::string_view scope, std::string_view key, std::uint64_t fence) {
@@ -11358,6 +9986,92 @@ constexpr bool check_server_observer() {
 
 #endif  // IDEM_SERVER_OBSERVER_HPP
 // end idem/server/observer.hpp
+// begin idem/server/options.hpp
+// The options of the server side's faces, declared once for both drivers of each:
+// idempotent_options<Policies> is idempotent::options and the base of async_idempotent::options,
+// inbox_options<Policies> is inbox::options and the base of async_inbox::options. The
+// asynchronous faces add only what is asynchronous (where a blocking store's calls run, the
+// heartbeat); every field here means the same on both.
+//
+//   idem::idempotent<H>::options parts;   // idem::idempotent_options<idem::default_policies>
+//   parts.lease = std::chrono::seconds(30);
+//   parts.max_kept_request_bytes = 64 * 1024;   // resumable records
+#ifndef IDEM_SERVER_OPTIONS_HPP
+#define IDEM_SERVER_OPTIONS_HPP
+
+namespace idem {
+
+/// The parts a wrapper is built from; each defaults to its policy (idem/policies.hpp), and is
+/// checked once, when the wrapper is built. A store is a handle: give several wrappers copies
+/// of one store and they share its records.
+template <class Policies>
+struct idempotent_options {
+  typename Policies::store store{};
+  typename Policies::clock clock{};
+  fingerprint_for<typename Policies::fingerprint> fingerprint{};
+  typename Policies::failure failure{};
+  /// How long a claim is honoured before another attempt may take it over. Longer than the
+  /// handler's usual run time; each recovery point renews it.
+  std::chrono::nanoseconds lease = Policies::lease;
+  /// How long records are kept. A repeat after this runs again: choose it longer than your
+  /// clients retry for.
+  std::chrono::nanoseconds retention = Policies::retention;
+  /// How long a duplicate of a request in progress waits for its response before answering
+  /// in_progress; zero answers at once.
+  std::chrono::nanoseconds coalesce = Policies::coalesce;
+  /// The longest key accepted, in bytes.
+  std::size_t max_key_length = Policies::max_key_length;
+  /// Whether a call without a key is refused (missing_key) or run unguarded.
+  bool require_key = Policies::require_key;
+  /// The longest request body accepted, in bytes; a longer one answers body_too_large (413)
+  /// before anything is hashed or claimed.
+  std::size_t max_body_bytes = Policies::max_body_bytes;
+  /// The largest stored response, in bytes (after the response codec): a larger one is not
+  /// stored, its caller gets it with verdict response_too_large, and repeats answer
+  /// response_too_large (500) without running again.
+  std::size_t max_response_bytes = Policies::max_response_bytes;
+  /// Seals responses and recovery points before the store keeps them, opens them on replay.
+  typename Policies::response_codec response_codec{};
+  /// Where operator()(scope, request) finds the key.
+  std::string key_header = std::string(Policies::key_header);
+  /// Resumable records: each request is kept in its record (encoded by idem::codec<Request>,
+  /// sealed by the response codec) until the record completes, so that idem::reconciler can
+  /// finish the work of a client that gave up (docs/reconciler.md). The largest kept request,
+  /// in bytes as stored; a larger one answers body_too_large (413) before anything is claimed.
+  /// 0 keeps none: the records are not resumable.
+  std::size_t max_kept_request_bytes = 0;
+  /// The name a reconciler finds this wrapper by, kept with each request (resumable records
+  /// only): give each wrapper that shares a store its own.
+  std::string name{};
+  /// A call whose caller_deadline leaves less than this (or nothing) is refused with
+  /// deadline_exceeded before anything is claimed: the least the handler needs to finish.
+  std::chrono::nanoseconds minimum_time_left{0};
+  /// Hears of each call's verdict and each handler run (idem/server/observer.hpp): a handle,
+  /// so copies given to several wrappers report to one place.
+  [[no_unique_address]] typename Policies::server_observer server_observer{};
+};
+
+/// The parts an inbox is built from; each defaults to its policy, and means what the field
+/// of the same name in idempotent_options does.
+template <class Policies>
+struct inbox_options {
+  typename Policies::store store{};
+  typename Policies::clock clock{};
+  std::chrono::nanoseconds lease = Policies::lease;
+  std::chrono::nanoseconds retention = Policies::retention;
+  std::chrono::nanoseconds coalesce = Policies::coalesce;
+  /// The longest event id accepted, in bytes.
+  std::size_t max_key_length = Policies::max_key_length;
+  std::size_t max_response_bytes = Policies::max_response_bytes;
+  typename Policies::response_codec response_codec{};
+  /// Told of each delivery and each run of `fn` (Policies::server_observer).
+  [[no_unique_address]] typename Policies::server_observer server_observer{};
+};
+
+}  // namespace idem
+
+#endif  // IDEM_SERVER_OPTIONS_HPP
+// end idem/server/options.hpp
 // begin idem/store/memory.hpp
 // memory_store: the embedded default store. Lock-free, sharded, bounded; not durable.
 //
@@ -11384,7 +10098,7 @@ constexpr bool check_server_observer() {
 // chosen by SipHash-1-3 under a key drawn once per process (memory/bucket_hash.hpp), so clients
 // cannot aim their keys at one bucket; that hash is never stored. Each link carries a hint of 16
 // bits of the next node's hash, so a search for an absent key stops at the first larger hint
-// without reading that node. The bucket count is fixed from limits::expected_records (two a
+// without reading that node. The bucket count is fixed from options::expected_records (two a
 // record), in one array that takes huge pages where the platform gives them
 // (memory/bucket_array.hpp): beyond it chains grow. Reclaimed node blocks go to a small cache on
 // the thread that frees them (memory/block_cache.hpp), for the next node of the same size.
@@ -11411,7 +10125,7 @@ constexpr bool check_server_observer() {
 #ifndef IDEM_STORE_MEMORY_HPP
 #define IDEM_STORE_MEMORY_HPP
 
-// begin idem/store/memory/bucket_array.hpp
+// begin idem/store/memory/detail/bucket_array.hpp
 // The memory store's buckets: every shard's chain heads in one zeroed allocation, on huge pages
 // where the platform gives them, and how many a shard gets.
 //
@@ -11421,8 +10135,8 @@ constexpr bool check_server_observer() {
 // transparent huge pages in "always" or "madvise" mode), asked to be backed by huge pages.
 // Measured on the claim_new workload (750 k keys, 16 MiB of buckets): about 10 ns a claim.
 // Elsewhere, or if the kernel declines, the array is ordinary memory and works the same.
-#ifndef IDEM_STORE_MEMORY_BUCKET_ARRAY_HPP
-#define IDEM_STORE_MEMORY_BUCKET_ARRAY_HPP
+#ifndef IDEM_STORE_MEMORY_DETAIL_BUCKET_ARRAY_HPP
+#define IDEM_STORE_MEMORY_DETAIL_BUCKET_ARRAY_HPP
 
 // Where the platform has madvise (Linux), large bucket arrays ask for transparent huge pages.
 #if __has_include(<sys/mman.h>)
@@ -11477,18 +10191,18 @@ class bucket_array {
 
 }  // namespace idem::detail::memory
 
-#endif  // IDEM_STORE_MEMORY_BUCKET_ARRAY_HPP
-// end idem/store/memory/bucket_array.hpp
-// begin idem/store/memory/bucket_hash.hpp
+#endif  // IDEM_STORE_MEMORY_DETAIL_BUCKET_ARRAY_HPP
+// end idem/store/memory/detail/bucket_array.hpp
+// begin idem/store/memory/detail/bucket_hash.hpp
 // The memory store's bucket hash: which shard and bucket a (scope, key) lives in, and the 16-bit
 // hint its chain is ordered by.
 //
 // Keyed (SipHash-1-3 under a key drawn once per process, siphash.hpp) so that clients cannot aim
 // their keys at one bucket; never stored, so free to differ from every other hash in idem.
-#ifndef IDEM_STORE_MEMORY_BUCKET_HASH_HPP
-#define IDEM_STORE_MEMORY_BUCKET_HASH_HPP
+#ifndef IDEM_STORE_MEMORY_DETAIL_BUCKET_HASH_HPP
+#define IDEM_STORE_MEMORY_DETAIL_BUCKET_HASH_HPP
 
-// begin idem/store/memory/siphash.hpp
+// begin idem/store/memory/detail/siphash.hpp
 // SipHash-1-3: the keyed hash the memory store buckets by.
 //
 // An attacker who can choose keys (every client chooses its idempotency keys) and knows the
@@ -11498,8 +10212,8 @@ class bucket_array {
 // variant (one compression round, three finalisation rounds) is what Rust's HashMap and
 // CPython use for the same purpose. The key is drawn once per process and never stored: this
 // hash is for memory only, never the persisted fingerprint.
-#ifndef IDEM_STORE_MEMORY_SIPHASH_HPP
-#define IDEM_STORE_MEMORY_SIPHASH_HPP
+#ifndef IDEM_STORE_MEMORY_DETAIL_SIPHASH_HPP
+#define IDEM_STORE_MEMORY_DETAIL_SIPHASH_HPP
 
 namespace idem::detail {
 
@@ -11626,8 +10340,8 @@ inline siphash_key process_hash_key() {
 
 }  // namespace idem::detail
 
-#endif  // IDEM_STORE_MEMORY_SIPHASH_HPP
-// end idem/store/memory/siphash.hpp
+#endif  // IDEM_STORE_MEMORY_DETAIL_SIPHASH_HPP
+// end idem/store/memory/detail/siphash.hpp
 
 namespace idem::detail::memory {
 
@@ -11674,9 +10388,9 @@ inline std::uint16_t hint_of(std::uint64_t hash) noexcept {
 
 }  // namespace idem::detail::memory
 
-#endif  // IDEM_STORE_MEMORY_BUCKET_HASH_HPP
-// end idem/store/memory/bucket_hash.hpp
-// begin idem/store/memory/counters.hpp
+#endif  // IDEM_STORE_MEMORY_DETAIL_BUCKET_HASH_HPP
+// end idem/store/memory/detail/bucket_hash.hpp
+// begin idem/store/memory/detail/counters.hpp
 // What the memory store counts: the records it holds and their bytes, exactly against
 // max_records and max_bytes when either is set, or else in per-thread stripes that cost a claim
 // no locked instruction.
@@ -11689,8 +10403,8 @@ inline std::uint16_t hint_of(std::uint64_t hash) noexcept {
 // stripe of its own counts in `global` with atomic adds. Counted per shard, as before, both
 // threads of a pair wrote every shard's line, and the claims also read the shard's buckets from
 // it.
-#ifndef IDEM_STORE_MEMORY_COUNTERS_HPP
-#define IDEM_STORE_MEMORY_COUNTERS_HPP
+#ifndef IDEM_STORE_MEMORY_DETAIL_COUNTERS_HPP
+#define IDEM_STORE_MEMORY_DETAIL_COUNTERS_HPP
 
 namespace idem::detail::memory {
 
@@ -11868,9 +10582,9 @@ class record_counters {
 
 }  // namespace idem::detail::memory
 
-#endif  // IDEM_STORE_MEMORY_COUNTERS_HPP
-// end idem/store/memory/counters.hpp
-// begin idem/store/memory/epoch.hpp
+#endif  // IDEM_STORE_MEMORY_DETAIL_COUNTERS_HPP
+// end idem/store/memory/detail/counters.hpp
+// begin idem/store/memory/detail/epoch.hpp
 // Epoch-based memory reclamation: when a lock-free structure may free what it unlinked.
 //
 // A reader pins the current global epoch for the length of one operation (an epoch_guard); a
@@ -11886,8 +10600,8 @@ class record_counters {
 //
 // Templates whose parameter means nothing, so that they compile only where the memory store is
 // used (idem/core/detail/lazy.hpp): epoch_guard<> is the guard.
-#ifndef IDEM_STORE_MEMORY_EPOCH_HPP
-#define IDEM_STORE_MEMORY_EPOCH_HPP
+#ifndef IDEM_STORE_MEMORY_DETAIL_EPOCH_HPP
+#define IDEM_STORE_MEMORY_DETAIL_EPOCH_HPP
 
 namespace idem::detail {
 
@@ -12081,9 +10795,9 @@ class epoch_guard {
 
 }  // namespace idem::detail
 
-#endif  // IDEM_STORE_MEMORY_EPOCH_HPP
-// end idem/store/memory/epoch.hpp
-// begin idem/store/memory/leases.hpp
+#endif  // IDEM_STORE_MEMORY_DETAIL_EPOCH_HPP
+// end idem/store/memory/detail/epoch.hpp
+// begin idem/store/memory/detail/leases.hpp
 // Leases for the memory store: each shard's lease tickets, so that stuck() costs what is stuck
 // (and the leases set since it last looked), not what the store holds.
 //
@@ -12099,16 +10813,16 @@ class epoch_guard {
 // So a look costs the stuck records it finds, plus the tickets that arrived since the last look
 // and fell due. sweep() drops the tickets nobody needs too, so the
 // log does not grow between looks.
-#ifndef IDEM_STORE_MEMORY_LEASES_HPP
-#define IDEM_STORE_MEMORY_LEASES_HPP
+#ifndef IDEM_STORE_MEMORY_DETAIL_LEASES_HPP
+#define IDEM_STORE_MEMORY_DETAIL_LEASES_HPP
 
-// begin idem/store/memory/ticket_log.hpp
+// begin idem/store/memory/detail/ticket_log.hpp
 // Tickets for the memory store's schedules: 8-byte due dates for the records of one bucket, and
 // the lock-free log a shard's writers append them to, which one reader at a time (under the
 // schedule's mutex) drains into a heap of its own. The expiry schedule (memory/sweep.hpp) and the
 // lease schedule (memory/leases.hpp) each keep one log a shard.
-#ifndef IDEM_STORE_MEMORY_TICKET_LOG_HPP
-#define IDEM_STORE_MEMORY_TICKET_LOG_HPP
+#ifndef IDEM_STORE_MEMORY_DETAIL_TICKET_LOG_HPP
+#define IDEM_STORE_MEMORY_DETAIL_TICKET_LOG_HPP
 
 namespace idem::detail::memory {
 
@@ -12256,8 +10970,8 @@ void heap_in_new_tickets(Tickets& due, std::size_t held) {
 
 }  // namespace idem::detail::memory
 
-#endif  // IDEM_STORE_MEMORY_TICKET_LOG_HPP
-// end idem/store/memory/ticket_log.hpp
+#endif  // IDEM_STORE_MEMORY_DETAIL_TICKET_LOG_HPP
+// end idem/store/memory/detail/ticket_log.hpp
 
 namespace idem::detail::memory {
 
@@ -12381,29 +11095,29 @@ class lease_schedule {
 
 }  // namespace idem::detail::memory
 
-#endif  // IDEM_STORE_MEMORY_LEASES_HPP
-// end idem/store/memory/leases.hpp
-// begin idem/store/memory/list.hpp
+#endif  // IDEM_STORE_MEMORY_DETAIL_LEASES_HPP
+// end idem/store/memory/detail/leases.hpp
+// begin idem/store/memory/detail/list.hpp
 // A memory store bucket's chain: Harris and Michael's lock-free ordered list of nodes, ordered by
 // (hint, scope, key), with replacement of a node by its record's next node in one step.
 //
 // A node is removed by marking its own link (node.hpp); whoever then swings its predecessor past
 // it retires it to epoch reclamation (epoch.hpp), so the caller of every function here holds an
 // epoch_guard, and no node it reads is freed under it.
-#ifndef IDEM_STORE_MEMORY_LIST_HPP
-#define IDEM_STORE_MEMORY_LIST_HPP
+#ifndef IDEM_STORE_MEMORY_DETAIL_LIST_HPP
+#define IDEM_STORE_MEMORY_DETAIL_LIST_HPP
 
-// begin idem/store/memory/node.hpp
+// begin idem/store/memory/detail/node.hpp
 // One memory store record as it lies in memory (a node: fixed fields, then its scope, key,
 // fingerprint, response and recovery bytes in the same allocation), and the tagged links that
 // chain nodes: an address, Harris's removal mark and a 16-bit ordering hint in one word.
 //
 // A node is immutable once linked except for `next`: a write makes the record's next node and
 // swaps it in whole, so a reader sees a whole record or the one after it, never a mix.
-#ifndef IDEM_STORE_MEMORY_NODE_HPP
-#define IDEM_STORE_MEMORY_NODE_HPP
+#ifndef IDEM_STORE_MEMORY_DETAIL_NODE_HPP
+#define IDEM_STORE_MEMORY_DETAIL_NODE_HPP
 
-// begin idem/store/memory/block_cache.hpp
+// begin idem/store/memory/detail/block_cache.hpp
 // A small cache, on each thread, of the memory store's freed node blocks, for the next node of
 // the same size class.
 //
@@ -12415,8 +11129,8 @@ class lease_schedule {
 //
 // A template whose parameter means nothing, so that it compiles only where the memory store is
 // used (idem/core/detail/lazy.hpp): block_cache<> is the cache.
-#ifndef IDEM_STORE_MEMORY_BLOCK_CACHE_HPP
-#define IDEM_STORE_MEMORY_BLOCK_CACHE_HPP
+#ifndef IDEM_STORE_MEMORY_DETAIL_BLOCK_CACHE_HPP
+#define IDEM_STORE_MEMORY_DETAIL_BLOCK_CACHE_HPP
 
 namespace idem::detail::memory {
 
@@ -12491,8 +11205,8 @@ class block_cache {
 
 }  // namespace idem::detail::memory
 
-#endif  // IDEM_STORE_MEMORY_BLOCK_CACHE_HPP
-// end idem/store/memory/block_cache.hpp
+#endif  // IDEM_STORE_MEMORY_DETAIL_BLOCK_CACHE_HPP
+// end idem/store/memory/detail/block_cache.hpp
 
 namespace idem::detail::memory {
 
@@ -12663,8 +11377,8 @@ inline bool orders_after(std::uintptr_t link, std::uint16_t hint) noexcept {
 
 }  // namespace idem::detail::memory
 
-#endif  // IDEM_STORE_MEMORY_NODE_HPP
-// end idem/store/memory/node.hpp
+#endif  // IDEM_STORE_MEMORY_DETAIL_NODE_HPP
+// end idem/store/memory/detail/node.hpp
 
 namespace idem::detail::memory {
 
@@ -12808,9 +11522,9 @@ retry:
 
 }  // namespace idem::detail::memory
 
-#endif  // IDEM_STORE_MEMORY_LIST_HPP
-// end idem/store/memory/list.hpp
-// begin idem/store/memory/scope_caps.hpp
+#endif  // IDEM_STORE_MEMORY_DETAIL_LIST_HPP
+// end idem/store/memory/detail/list.hpp
+// begin idem/store/memory/detail/scope_caps.hpp
 // The memory store's per-scope cap (limits::max_records_per_scope): how many records one scope
 // may hold that have not expired, so one tenant cannot fill a store others share.
 //
@@ -12821,8 +11535,8 @@ retry:
 // has not expired), is below the cap. Between the add and the claim's compare-and-swap the scope
 // may count one record too many: a concurrent claim at the edge then answers full, never one past
 // the cap. Unlimited, the cap keeps nothing and takes no lock.
-#ifndef IDEM_STORE_MEMORY_SCOPE_CAPS_HPP
-#define IDEM_STORE_MEMORY_SCOPE_CAPS_HPP
+#ifndef IDEM_STORE_MEMORY_DETAIL_SCOPE_CAPS_HPP
+#define IDEM_STORE_MEMORY_DETAIL_SCOPE_CAPS_HPP
 
 #include <unordered_map>
 
@@ -12922,9 +11636,9 @@ class scope_caps {
 
 }  // namespace idem::detail::memory
 
-#endif  // IDEM_STORE_MEMORY_SCOPE_CAPS_HPP
-// end idem/store/memory/scope_caps.hpp
-// begin idem/store/memory/sweep.hpp
+#endif  // IDEM_STORE_MEMORY_DETAIL_SCOPE_CAPS_HPP
+// end idem/store/memory/detail/scope_caps.hpp
+// begin idem/store/memory/detail/sweep.hpp
 // Expiry for the memory store: each shard's ticket log, which claims append to without a lock,
 // and the heap a sweep moves it into, so that a sweep costs what it removes rather than what the
 // store holds.
@@ -12935,8 +11649,8 @@ class scope_caps {
 // what it removes, plus the tickets that arrived since the last sweep and those due within the
 // current 2^30 ns. A ticket whose bucket holds nothing expired (the record was completed,
 // replaced or renewed) is simply dropped.
-#ifndef IDEM_STORE_MEMORY_SWEEP_HPP
-#define IDEM_STORE_MEMORY_SWEEP_HPP
+#ifndef IDEM_STORE_MEMORY_DETAIL_SWEEP_HPP
+#define IDEM_STORE_MEMORY_DETAIL_SWEEP_HPP
 
 namespace idem::detail::memory {
 
@@ -13022,8 +11736,8 @@ class expiry_schedule {
 
 }  // namespace idem::detail::memory
 
-#endif  // IDEM_STORE_MEMORY_SWEEP_HPP
-// end idem/store/memory/sweep.hpp
+#endif  // IDEM_STORE_MEMORY_DETAIL_SWEEP_HPP
+// end idem/store/memory/detail/sweep.hpp
 
 namespace idem {
 
@@ -13044,7 +11758,7 @@ class basic_memory_store {
   /// Every call answers from memory (idem::never_blocks): asynchronous drivers call it inline.
   static constexpr bool never_blocks = true;
 
-  struct limits {
+  struct options {
     std::size_t max_records = std::numeric_limits<std::size_t>::max();
     /// Counted as scope + key + response + recovery bytes of every record held.
     std::size_t max_bytes = std::numeric_limits<std::size_t>::max();
@@ -13078,8 +11792,8 @@ class basic_memory_store {
   /// The longest scope, and the longest key, a record holds.
   static constexpr std::size_t max_id_bytes = std::numeric_limits<std::uint16_t>::max();
 
-  basic_memory_store() : basic_memory_store(limits{}) {}
-  explicit basic_memory_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
+  basic_memory_store() : basic_memory_store(options{}) {}
+  explicit basic_memory_store(options bounds) : state_(std::make_shared<state>(bounds)) {}
 
   claim_result claim(const claim_request& request) {
     if (request.scope.size() > max_id_bytes || request.key.size() > max_id_bytes) {
@@ -13298,7 +12012,7 @@ class basic_memory_store {
   static constexpr std::size_t shard_count = 64;
 
   struct state {
-    explicit state(limits given)
+    explicit state(options given)
         : counts(given.max_records, given.max_bytes),
           hash_key(detail::process_hash_key()),
           caps(given.max_records_per_scope, hash_key),
@@ -13508,54 +12222,9 @@ class idempotent {
   using response_codec_type = typename Policies::response_codec;
   using server_observer_type = typename Policies::server_observer;
 
-  /// The parts a wrapper is built from; each defaults to its policy (idem/policies.hpp), and is
-  /// checked once, when the wrapper is built. A store is a handle: give several wrappers copies
-  /// of one store and they share its records.
-  struct options {
-    store_type store{};
-    clock_type clock{};
-    fingerprint_type fingerprint{};
-    failure_type failure{};
-    /// How long a claim is honoured before another attempt may take it over. Longer than the
-    /// handler's usual run time; each recovery point renews it.
-    std::chrono::nanoseconds lease = Policies::lease;
-    /// How long records are kept. A repeat after this runs again: choose it longer than your
-    /// clients retry for.
-    std::chrono::nanoseconds retention = Policies::retention;
-    /// How long a duplicate of a request in progress waits for its response before answering
-    /// in_progress; zero answers at once.
-    std::chrono::nanoseconds coalesce = Policies::coalesce;
-    /// The longest key accepted, in bytes.
-    std::size_t max_key_length = Policies::max_key_length;
-    /// Whether a call without a key is refused (missing_key) or run unguarded.
-    bool require_key = Policies::require_key;
-    /// The longest request body accepted, in bytes; a longer one answers body_too_large (413)
-    /// before anything is hashed or claimed.
-    std::size_t max_body_bytes = Policies::max_body_bytes;
-    /// The largest stored response, in bytes (after the response codec): a larger one is not
-    /// stored, its caller gets it with verdict response_too_large, and repeats answer
-    /// response_too_large (500) without running again.
-    std::size_t max_response_bytes = Policies::max_response_bytes;
-    /// Seals responses and recovery points before the store keeps them, opens them on replay.
-    response_codec_type response_codec{};
-    /// Where operator()(scope, request) finds the key.
-    std::string key_header = std::string(Policies::key_header);
-    /// Resumable records: each request is kept in its record (encoded by idem::codec<Request>,
-    /// sealed by the response codec) until the record completes, so that idem::reconciler can
-    /// finish the work of a client that gave up (docs/reconciler.md). The largest kept request,
-    /// in bytes as stored; a larger one answers body_too_large (413) before anything is claimed.
-    /// 0 keeps none: the records are not resumable.
-    std::size_t max_kept_request_bytes = 0;
-    /// The name a reconciler finds this wrapper by, kept with each request (resumable records
-    /// only): give each wrapper that shares a store its own.
-    std::string name{};
-    /// A call whose caller_deadline leaves less than this (or nothing) is refused with
-    /// deadline_exceeded before anything is claimed: the least the handler needs to finish.
-    std::chrono::nanoseconds minimum_time_left{0};
-    /// Hears of each call's verdict and each handler run (idem/server/observer.hpp): a handle,
-    /// so copies given to several wrappers report to one place.
-    [[no_unique_address]] server_observer_type server_observer{};
-  };
+  /// The parts a wrapper is built from (idem/server/options.hpp): each defaults to its policy,
+  /// and is checked once, when the wrapper is built.
+  using options = idempotent_options<Policies>;
 
   explicit idempotent(Handler handler) : idempotent(std::move(handler), options{}) {}
 
@@ -14317,21 +12986,9 @@ class inbox {
   using clock_type = typename Policies::clock;
   using server_observer_type = typename Policies::server_observer;
 
-  /// The parts an inbox is built from; each defaults to its policy, and means what the field
-  /// of the same name in idempotent::options does.
-  struct options {
-    store_type store{};
-    clock_type clock{};
-    std::chrono::nanoseconds lease = Policies::lease;
-    std::chrono::nanoseconds retention = Policies::retention;
-    std::chrono::nanoseconds coalesce = Policies::coalesce;
-    /// The longest event id accepted, in bytes.
-    std::size_t max_key_length = Policies::max_key_length;
-    std::size_t max_response_bytes = Policies::max_response_bytes;
-    typename Policies::response_codec response_codec{};
-    /// Told of each delivery and each run of `fn` (Policies::server_observer).
-    [[no_unique_address]] server_observer_type server_observer{};
-  };
+  /// The parts an inbox is built from (idem/server/options.hpp): each defaults to its policy,
+  /// and means what the field of the same name in idempotent_options does.
+  using options = inbox_options<Policies>;
 
   inbox() : inbox(options{}) {}
   explicit inbox(options parts)
@@ -14368,6 +13025,8 @@ class inbox {
   auto deduplicate_batch(std::string_view scope, const Ids& event_ids, F&& fn) {
     return detail::deduplicate_batch<observes>(engine_, observer_, scope, event_ids, fn);
   }
+
+  const options& settings() const noexcept { return engine_.options(); }
 
   std::size_t sweep() { return engine_.sweep(); }
   std::vector<record> stuck(std::size_t limit = 1000) { return engine_.stuck(limit); }
@@ -14899,6 +13558,8 @@ class reconciler {
   using clock_type = typename Policies::clock;
   using response_codec_type = typename Policies::response_codec;
   using observer_type = typename Policies::observer;
+  /// What a reconciler is built from (reconciler_options, above); settings() answers them.
+  using options = reconciler_options;
   static_assert(Store<store_type>,
                 "A reconciler's store must satisfy idem::Store (idem/store/contract.hpp).");
   static_assert(Clock<clock_type>,
@@ -15002,7 +13663,7 @@ class reconciler {
   store_type& store() noexcept { return store_; }
   clock_type& clock() noexcept { return clock_; }
   observer_type& observer() noexcept { return observer_; }
-  const reconciler_options& options() const noexcept { return options_; }
+  const reconciler_options& settings() const noexcept { return options_; }
 
  private:
   // One stuck record: resumed, or reported. Answers whether the record moved (no longer stuck
@@ -15250,7 +13911,7 @@ class locked_store {
 
   /// How much the store may hold. A claim that would pass either bound answers `full`; a
   /// complete or checkpoint that would pass max_bytes throws store_error(full).
-  struct limits {
+  struct options {
     std::size_t max_records = std::numeric_limits<std::size_t>::max();
     /// Counted as scope + key + response + recovery bytes of every record held.
     std::size_t max_bytes = std::numeric_limits<std::size_t>::max();
@@ -15260,8 +13921,8 @@ class locked_store {
     std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
   };
 
-  locked_store() : locked_store(limits{}) {}
-  explicit locked_store(limits bounds) : state_(std::make_shared<state>(bounds)) {}
+  locked_store() : locked_store(options{}) {}
+  explicit locked_store(options bounds) : state_(std::make_shared<state>(bounds)) {}
 
   claim_result claim(const claim_request& request) {
     const std::lock_guard lock(state_->mutex);
@@ -15383,7 +14044,7 @@ class locked_store {
     const std::lock_guard lock(state_->mutex);
     return state_->records.size();
   }
-  /// Bytes held, counted as `limits::max_bytes` counts them.
+  /// Bytes held, counted as `options::max_bytes` counts them.
   std::size_t bytes() const {
     const std::lock_guard lock(state_->mutex);
     return state_->bytes;
@@ -15405,14 +14066,14 @@ class locked_store {
     bool operator<(by_id wanted) const noexcept { return std::string_view(id) < wanted.id; }
   };
   struct state {
-    explicit state(limits given) : bounds(given) {}
+    explicit state(options given) : bounds(given) {}
     mutable std::mutex mutex;
     // Sorted by id, so by (scope, key) through the length-prefixed id: what stuck() lists by,
     // and what keeps a scope's records together. A sorted vector rather than a std::map: the
     // model needs order, not speed, and <map> would cost every unit that includes idem.
     std::vector<entry> records;
     std::size_t bytes = 0;
-    limits bounds;
+    options bounds;
   };
 
   // The scope's length goes first, so ("a:b", "c") and ("a", "b:c") can never meet.
@@ -15464,7 +14125,7 @@ class locked_store {
   }
 
   bool has_room(std::size_t records, std::size_t bytes) const noexcept {
-    const limits& bounds = state_->bounds;
+    const options& bounds = state_->bounds;
     return state_->records.size() + records <= bounds.max_records &&
            state_->bytes <= bounds.max_bytes && bytes <= bounds.max_bytes - state_->bytes;
   }
@@ -15514,7 +14175,7 @@ class locked_store {
 //
 // A completed record does not change until it expires, so a process that has once seen it
 // completed may answer its repeats itself, without a round trip. tiered_store keeps such records
-// in a local tier (idem/store/tiered/tier.hpp: bounded in bytes, CLOCK eviction, sharded) and
+// in a local tier (idem/store/tiered/detail/tier.hpp: bounded in bytes, CLOCK eviction, sharded) and
 // sends everything else to the durable store:
 //   * claim: a live completed record in the tier answers {existing, 0, snapshot}, exactly what
 //     the durable store would answer (the engine compares fingerprints, so another request under
@@ -15554,7 +14215,7 @@ class locked_store {
 #ifndef IDEM_STORE_TIERED_HPP
 #define IDEM_STORE_TIERED_HPP
 
-// begin idem/store/tiered/tier.hpp
+// begin idem/store/tiered/detail/tier.hpp
 // The local tier of tiered_store (idem/store/tiered.hpp): completed records kept in process
 // memory, bounded in bytes, evicted by CLOCK (second chance), sharded for concurrency.
 //
@@ -15576,8 +14237,8 @@ class locked_store {
 // both brackets drop the key's slot and bump the stripe's epoch. An insert offers the epoch it
 // read before its durable read (`ticket`), and is refused if the epoch moved since. So a record
 // the durable store answered before a local write applied is never kept, or served, after it.
-#ifndef IDEM_STORE_TIERED_TIER_HPP
-#define IDEM_STORE_TIERED_TIER_HPP
+#ifndef IDEM_STORE_TIERED_DETAIL_TIER_HPP
+#define IDEM_STORE_TIERED_DETAIL_TIER_HPP
 
 namespace idem::detail::tiered {
 
@@ -15833,8 +14494,8 @@ class tier {
 
 }  // namespace idem::detail::tiered
 
-#endif  // IDEM_STORE_TIERED_TIER_HPP
-// end idem/store/tiered/tier.hpp
+#endif  // IDEM_STORE_TIERED_DETAIL_TIER_HPP
+// end idem/store/tiered/detail/tier.hpp
 
 namespace idem {
 

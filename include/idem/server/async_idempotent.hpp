@@ -75,6 +75,7 @@
 #include <idem/server/detail/async_checks.hpp>
 #include <idem/server/detail/async_engine.hpp>
 #include <idem/server/detail/async_observed_handler.hpp>
+#include <idem/server/detail/async_resume.hpp>
 #include <idem/server/detail/checks.hpp>
 #include <idem/server/observer.hpp>
 #include <idem/server/options.hpp>
@@ -369,7 +370,8 @@ class async_idempotent {
       };
       return detail::observed_handler(observer_, clock(), invoke());
     };
-    co_return co_await engine_.template resume<Response, how>(stuck.scope, stuck.key, print, run);
+    co_return co_await detail::async_resume<Response, how>(engine_, stuck.scope, stuck.key, print,
+                                                     run);
   }
 
   // What a call does before its first suspension, in a plain function (see call_start): the

@@ -49,7 +49,6 @@
 #include <idem/server/detail/engine.hpp>
 #include <idem/server/detail/held_claim.hpp>
 #include <idem/server/outcome.hpp>
-#include <idem/server/resumption.hpp>
 #include <idem/store/async_contract.hpp>
 
 IDEM_ASIO_CODE_BEGIN
@@ -130,6 +129,8 @@ class async_engine {
       : core_(std::move(options), who), calls_(core_.options().store_executor, who) {}
 
   core_type& core() noexcept { return core_; }
+  /// Where the store's calls run (async_resume.hpp awaits them as run does).
+  const store_calls<store_type>& calls() const noexcept { return calls_; }
   const Options& options() const noexcept { return core_.options(); }
 
   /// engine::sweep and engine::stuck, called on this thread; an AsyncStore's operation is
@@ -221,80 +222,6 @@ class async_engine {
     }
     co_return co_await run_held<Response, How>(std::get<held_claim>(std::move(first)), print, run,
                                                failure);
-  }
-
-  /// engine::resume, awaited: takes over the stuck record (scope, key), claimed for a request
-  /// with fingerprint `print`, and runs `run` under the claim from its recovery points; never
-  /// starts work anew (a record released or expired since it was listed is claimed back and
-  /// released at once). A handler that fails again keeps the claim. The store's calls run as
-  /// run's do; nothing here throws: every ending is a resume_result.
-  template <class Response, completion How, class Run>
-  asio::awaitable<resume_result> resume(std::string_view scope, std::string_view key,
-                                        digest print, Run run) {
-    store_time claimed_at{};
-    claim_result claimed;
-    try {
-      const claim_request request =
-          core_.claim_request_for(scope, key, print, claimed_at, core_type::kept_stored(nullptr));
-      claimed = co_await calls_.claim(core_.store(), request);
-    } catch (const store_error& error) {
-      co_return resume_result{resumption::store_failed, error.what(), 0, {}};
-    }
-    switch (claimed.status) {
-      case claim_status::full:
-        co_return resume_result{
-            resumption::settled, "the record is gone (its key has no record now)", 0, {}};
-      case claim_status::existing:
-        if (claimed.existing.state == record_state::completed) {
-          co_return resume_result{resumption::settled, "completed by another attempt", 0, {}};
-        }
-        if (claimed.existing.fingerprint != print) {
-          co_return resume_result{resumption::settled, "the key now holds another request", 0,
-                                  {}};
-        }
-        co_return resume_result{resumption::lost, "another attempt holds the claim", 0, {}};
-      case claim_status::claimed: {
-        // Released or expired after it was listed: nothing to finish; a new run is the
-        // client's to ask for. A failed release ends with its lease.
-        try {
-          (void)co_await calls_.release(core_.store(), fenced_key{scope, key, claimed.fence});
-        } catch (const store_error&) {
-        }
-        co_return resume_result{
-            resumption::settled, "released or expired since it was listed", 0, {}};
-      }
-      case claim_status::taken_over:
-        break;
-    }
-    const std::uint64_t fence = claimed.fence;
-    std::optional<idempotent_outcome<Response>> outcome;
-    std::optional<resume_result> failed;
-    try {
-      outcome.emplace(co_await run_held<Response, How>(core_.hold(scope, key, claimed, claimed_at),
-                                                       print, run, keep_claim_on_failure{}));
-    } catch (const std::exception& error) {
-      failed.emplace(resume_result{resumption::failed, error.what(), fence, {}});
-    } catch (...) {
-      failed.emplace(resume_result{resumption::failed, "the handler threw", fence, {}});
-    }
-    if (failed) {
-      failed->recovery = co_await recovery_left(scope, key, fence);
-      co_return std::move(*failed);
-    }
-    switch (outcome->verdict()) {
-      case verdict::executed:
-      case verdict::response_too_large:
-        co_return resume_result{resumption::resumed, std::string(outcome->message()), fence, {}};
-      case verdict::store_unavailable:
-      case verdict::store_full:
-        co_return resume_result{resumption::store_failed, std::string(outcome->message()), fence,
-                                {}};
-      case verdict::cancelled:
-        co_return resume_result{resumption::failed, std::string(outcome->message()), fence,
-                                co_await recovery_left(scope, key, fence)};
-      default:  // answer_lost: a takeover took the fence from this run
-        co_return resume_result{resumption::lost, std::string(outcome->message()), fence, {}};
-    }
   }
 
   /// The rest of run, once this caller holds the claim: the handler under it, then its response
@@ -444,21 +371,6 @@ class async_engine {
           "while it waited for a duplicate in progress to settle; nothing was claimed");
     }
     co_return first_answer<Response>(scope, key, print, *claimed, claimed_at, kept);
-  }
-
-  // The recovery bytes a failed resume left in the record it still holds (opened), or none.
-  asio::awaitable<std::string> recovery_left(std::string_view scope, std::string_view key,
-                                             std::uint64_t fence) {
-    std::optional<record> found;
-    try {
-      found = co_await calls_.find(core_.store(), scope, key, core_.clock().wall_now());
-    } catch (const std::exception&) {
-      co_return std::string{};
-    }
-    if (!found || found->fence != fence || found->state != record_state::in_progress) {
-      co_return std::string{};
-    }
-    co_return core_.recovery_opened(std::move(found->recovery));
   }
 
   // What a run leaves, into `answer`, but for a response recorded inline: the response

@@ -262,9 +262,17 @@ class engine {
   }
 
   /// A record's recovery bytes as a handler reads them (sealed by the response codec in the
-  /// store), for the asynchronous driver's resume.
-  std::string recovery_opened(std::string&& recovery) const {
-    return opened_recovery(std::move(recovery));
+  /// store), and so for the asynchronous driver's resume. Taken by reference: a parameter by
+  /// value would cost a claim a second move of the bytes.
+  std::string opened_recovery(std::string&& recovery) const {
+    if constexpr (seals) {
+      if (recovery.empty()) return std::move(recovery);
+      std::string plain;
+      options_.response_codec.open(recovery, plain);
+      return plain;
+    } else {
+      return std::move(recovery);
+    }
   }
 
   /// The answer for a record this caller may not run, as the store found it at `now`.
@@ -659,19 +667,6 @@ class engine {
       return false;
     }
     return true;
-  }
-
-  // A recovery point as the store keeps it, and back. Taken by reference: a parameter by value
-  // would cost a claim a second move of the bytes.
-  std::string opened_recovery(std::string&& recovery) const {
-    if constexpr (seals) {
-      if (recovery.empty()) return std::move(recovery);
-      std::string plain;
-      options_.response_codec.open(recovery, plain);
-      return plain;
-    } else {
-      return std::move(recovery);
-    }
   }
 
   // The recovery bytes a failed resumption left in the record it still holds under `fence`,
