@@ -235,6 +235,27 @@ TEST_CASE("a rejected message is dead-lettered at once and no longer holds back 
 }
 
 TEST_CASE(
+    "a row the reader buries at fetch reaches the dead letters but not the relay's counts or "
+    "observer",
+    "[sqlite][outbox][relay]") {
+  relay_fixture f;
+  const std::string damaged = f.write("acct-1", "damaged");
+  f.write("acct-1", "after");
+  f.app.exec("UPDATE idem_outbox SET headers = x'393a' WHERE id = '" + damaged + "'");
+  auto relay = f.relay();
+  const idem::relay_pass pass = relay.run_once();
+  CHECK(pass.fetched == 1);
+  CHECK(pass.published == 1);
+  CHECK(pass.dead_lettered == 0);
+  CHECK(f.observer.dead_lettered() == 0);
+  const auto dead = f.outbox.dead_letters(10);
+  REQUIRE(dead.size() == 1);
+  CHECK(dead[0].entry.id == damaged);
+  CHECK(dead[0].entry.attempts == 1);
+  CHECK_THAT(dead[0].reason, Contains("idem::sqlite_outbox::reader: the row cannot be read:"));
+}
+
+TEST_CASE(
     "an operator's reader requeues while a relay holds the lease, without taking or moving it",
     "[sqlite][outbox][relay]") {
   relay_fixture f;
