@@ -62,6 +62,17 @@
 #include <idem/outbox/sink.hpp>
 #include <idem/outbox/source.hpp>
 
+// A report in a failed check's message: "{sequence: status}, ..." rather than Catch's "{?}".
+template <>
+struct Catch::StringMaker<idem::outbox_requeue_result> {
+  static std::string convert(const idem::outbox_requeue_result& result) {
+    static constexpr const char* names[] = {"requeued", "no_such_dead_letter",
+                                            "id_already_in_outbox"};
+    const auto status = static_cast<std::size_t>(result.status);
+    return std::to_string(result.sequence) + ": " + (status < 3 ? names[status] : "?");
+  }
+};
+
 namespace idem::testing {
 
 /// What IDEM_OUTBOX_CONFORMANCE_TESTS needs of its argument.
