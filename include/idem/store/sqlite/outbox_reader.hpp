@@ -166,7 +166,7 @@ class reader {
   /// idem schema or another version of it, saying which; std::invalid_argument for a lease or
   /// busy timeout that is not positive.
   explicit reader(std::string path) : reader(std::move(path), options{}) {}
-  reader(std::string path, options opts)
+  explicit reader(std::string path, options opts)
       : settings_(std::make_unique<detail::sqlite_settings>()), options_(std::move(opts)) {
     if (options_.lease.count() <= 0 || options_.busy_timeout.count() < 0) {
       throw std::invalid_argument(
