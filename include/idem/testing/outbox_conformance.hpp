@@ -10,8 +10,6 @@
 //     void write(const std::string& id, const std::string& partition_key,
 //                const std::string& payload);         // commits one message (see below)
 //     void corrupt_headers(const std::string& id);    // makes its stored headers unreadable
-//     bool requeue(my_reader& reader, std::int64_t sequence,
-//                  std::chrono::system_clock::time_point now);  // the operator's requeue
 //   };
 //   IDEM_OUTBOX_CONFORMANCE_TESTS(my_outbox_factory)
 //
@@ -20,12 +18,12 @@
 // "placed"}, through the store's own writer, in a transaction of its own, stamped with the time
 // of the writing (the tests fetch as of a minute later, so it is due at once). `make` answers a
 // new reader each call, with a connection (and, where the store has one, a lease holder name) of
-// its own. The reader provides, besides the Outbox concept, `dead_letters(limit, after)` (the
-// dead letters after that sequence, in sequence order; each with `entry`, `reason` and
-// `dead_at`); `requeue` answers whether the dead letter of that sequence went back into the
-// outbox. Each behaviour is one test case, "outbox conformance: <behaviour> - <factory>",
-// tagged [conformance]; each is the function of the same name in
-// idem::testing::outbox_conformance.
+// its own. The reader provides, besides the Outbox concept, the operator's calls of
+// idem/outbox/dead_letter.hpp: `dead_letters(limit, after)` (the dead letters after that
+// sequence, in sequence order, as outbox_dead_letter) and `requeue(sequences, now)` (answering
+// an outbox_requeue_report: what became of each sequence, in the order asked). Each behaviour is
+// one test case, "outbox conformance: <behaviour> - <factory>", tagged [conformance]; each is the
+// function of the same name in idem::testing::outbox_conformance.
 //
 // What it checks: a batch holds the due unpublished rows in sequence order, with every field
 // byte for byte; the limit; rows not yet due wait; a batch dropped unsettled changes nothing;
@@ -33,7 +31,9 @@
 // write nothing; the hold-back rule (a failed row, and a row left out of a batch, hold back the
 // later rows of their key and nothing else); dead letters (with reason, attempts and time; no
 // longer holding back their key; requeued under their id with a new sequence; not requeued
-// beside a message of the same id written since); a row whose headers cannot be read buried
+// beside a message of the same id written since; a requeue of several answering each one, in
+// the order asked, and requeueing in the old sequence order; an empty requeue; a sequence asked
+// twice refused with nothing requeued); a row whose headers cannot be read buried
 // with the reason instead of stopping the relay; purge; the backlog; and idem::outbox_relay
 // driving the reader through failures, a rejection and retention. Not checked (nothing
 // store-independent can): several relays at once, lost connections, schema versions; test
@@ -57,9 +57,21 @@
 #include <utility>
 #include <vector>
 
+#include <idem/outbox/dead_letter.hpp>
 #include <idem/outbox/relay.hpp>
 #include <idem/outbox/sink.hpp>
 #include <idem/outbox/source.hpp>
+
+// A report in a failed check's message: "{sequence: status}, ..." rather than Catch's "{?}".
+template <>
+struct Catch::StringMaker<idem::outbox_requeue_result> {
+  static std::string convert(const idem::outbox_requeue_result& result) {
+    static constexpr const char* names[] = {"requeued", "no_such_dead_letter",
+                                            "id_already_in_outbox"};
+    const auto status = static_cast<std::size_t>(result.status);
+    return std::to_string(result.sequence) + ": " + (status < 3 ? names[status] : "?");
+  }
+};
 
 namespace idem::testing {
 
@@ -72,9 +84,11 @@ concept OutboxFactory = std::default_initializable<F> &&
   factory.write(text, text, text);
   factory.corrupt_headers(text);
   {
-    factory.requeue(std::declval<decltype(factory.make())&>(), sequence, now)
-    } -> std::convertible_to<bool>;
-  {std::declval<decltype(factory.make())&>().dead_letters(std::size_t{}, sequence).size()};
+    std::declval<decltype(factory.make())&>().requeue(std::span<const std::int64_t>{}, now)
+    } -> std::same_as<outbox_requeue_report>;
+  {
+    std::declval<decltype(factory.make())&>().dead_letters(std::size_t{}, sequence)
+    } -> std::same_as<std::vector<outbox_dead_letter>>;
 };
 
 namespace outbox_conformance {
@@ -85,6 +99,14 @@ using time_point = std::chrono::system_clock::time_point;
 /// As of `ahead` from now: rows written during a test are due then.
 inline time_point later(std::chrono::minutes ahead = std::chrono::minutes{1}) {
   return std::chrono::system_clock::now() + ahead;
+}
+
+using status = outbox_requeue_status;
+
+/// Requeues the sequences given, as an operator would.
+template <class Reader>
+outbox_requeue_report requeue(Reader& reader, std::vector<std::int64_t> sequences, time_point now) {
+  return reader.requeue(std::span<const std::int64_t>(sequences), now);
 }
 
 template <class Batch>
@@ -315,9 +337,10 @@ void a_dead_row_becomes_a_dead_letter_and_is_requeued_under_its_id() {
     CHECK(ids(next) == std::vector<std::string>{"a2"});
     outbox.settle(next, all(1, kind::published), dead_at);
   }
-  CHECK(factory.requeue(outbox, buried, dead_at));
+  CHECK(requeue(outbox, {buried}, dead_at) == outbox_requeue_report{{buried, status::requeued}});
   CHECK(outbox.dead_letters(10, 0).empty());
-  CHECK_FALSE(factory.requeue(outbox, buried, dead_at));  // no such dead letter any more
+  CHECK(requeue(outbox, {buried}, dead_at) ==
+        outbox_requeue_report{{buried, status::no_such_dead_letter}});
   auto again = outbox.fetch(10, later(std::chrono::minutes{3}));
   REQUIRE(ids(again) == std::vector<std::string>{"a1"});
   CHECK(again.entries()[0].sequence > buried);
@@ -337,11 +360,91 @@ void a_dead_letter_whose_id_was_written_again_stays_a_dead_letter() {
   factory.write("a1", "a", "again");  // the same id, written again after it died
   const auto letters = outbox.dead_letters(10, 0);
   REQUIRE(letters.size() == 1);
-  CHECK_FALSE(factory.requeue(outbox, letters[0].entry.sequence, later()));
+  const std::int64_t sequence = letters[0].entry.sequence;
+  CHECK(requeue(outbox, {sequence}, later()) ==
+        outbox_requeue_report{{sequence, status::id_already_in_outbox}});
   CHECK(outbox.dead_letters(10, 0).size() == 1);
   auto batch = outbox.fetch(10, later());
   REQUIRE(ids(batch) == std::vector<std::string>{"a1"});
   CHECK(batch.entries()[0].message.payload == "again");
+}
+
+template <class Factory>
+void a_requeue_of_several_answers_each_sequence_in_the_order_asked() {
+  Factory factory;
+  factory.write("a1", "a", "first a");
+  factory.write("b1", "b", "first b");
+  factory.write("c1", "c", "first c");
+  factory.write("a2", "a", "second a");
+  auto outbox = factory.make();
+  {
+    auto batch = outbox.fetch(10, later());
+    REQUIRE(ids(batch) == std::vector<std::string>{"a1", "b1", "c1", "a2"});
+    outbox.settle(batch, all(4, kind::dead, "rejected"), later());
+  }
+  const auto letters = outbox.dead_letters(10, 0);
+  REQUIRE(letters.size() == 4);
+  const std::int64_t a1 = letters[0].entry.sequence;
+  const std::int64_t b1 = letters[1].entry.sequence;
+  const std::int64_t c1 = letters[2].entry.sequence;
+  const std::int64_t a2 = letters[3].entry.sequence;
+  const std::int64_t none = a2 + 1000;  // no dead letter has it
+  factory.write("c1", "c", "c again");  // c1's id is in the outbox again
+  // Asked out of order, with a sequence that is no dead letter and one whose id is queued.
+  const outbox_requeue_report report = requeue(outbox, {a2, none, c1, b1, a1}, later());
+  CHECK(report == outbox_requeue_report{{a2, status::requeued},
+                                        {none, status::no_such_dead_letter},
+                                        {c1, status::id_already_in_outbox},
+                                        {b1, status::requeued},
+                                        {a1, status::requeued}});
+  const auto left = outbox.dead_letters(10, 0);
+  REQUIRE(left.size() == 1);
+  CHECK(left[0].entry.sequence == c1);
+  CHECK(left[0].entry.message.payload == "first c");
+  // Requeued in their old order, whatever the order asked: a1 still before a2.
+  auto batch = outbox.fetch(10, later());
+  REQUIRE(ids(batch) == std::vector<std::string>{"c1", "a1", "b1", "a2"});
+  CHECK(batch.entries()[0].message.payload == "c again");
+  CHECK(batch.entries()[1].sequence > a2);
+  CHECK(batch.entries()[1].attempts == 0);
+  CHECK(batch.entries()[3].message.payload == "second a");
+}
+
+template <class Factory>
+void a_requeue_of_nothing_answers_nothing_and_changes_nothing() {
+  Factory factory;
+  factory.write("a1", "a", "p");
+  auto outbox = factory.make();
+  {
+    auto batch = outbox.fetch(10, later());
+    outbox.settle(batch, all(1, kind::dead, "rejected"), later());
+  }
+  CHECK(requeue(outbox, {}, later()).empty());
+  CHECK(outbox.dead_letters(10, 0).size() == 1);
+  CHECK(outbox.fetch(10, later()).entries().empty());
+}
+
+template <class Factory>
+void a_requeue_asking_a_sequence_twice_is_refused() {
+  Factory factory;
+  factory.write("a1", "a", "p");
+  factory.write("b1", "b", "p");
+  auto outbox = factory.make();
+  {
+    auto batch = outbox.fetch(10, later());
+    outbox.settle(batch, all(2, kind::dead, "rejected"), later());
+  }
+  const auto letters = outbox.dead_letters(10, 0);
+  REQUIRE(letters.size() == 2);
+  const std::int64_t a1 = letters[0].entry.sequence;
+  const std::int64_t b1 = letters[1].entry.sequence;
+  CHECK_THROWS_AS(requeue(outbox, {a1, b1, a1}, later()), std::invalid_argument);
+  CHECK(outbox.dead_letters(10, 0).size() == 2);
+  CHECK(outbox.fetch(10, later()).entries().empty());
+  // Asked once each, both go.
+  CHECK(requeue(outbox, {b1, a1}, later()) ==
+        outbox_requeue_report{{b1, status::requeued}, {a1, status::requeued}});
+  CHECK(ids(outbox.fetch(10, later())) == std::vector<std::string>{"a1", "b1"});
 }
 
 template <class Factory>
@@ -472,14 +575,14 @@ void the_relay_delivers_everything_once_through_failures_and_a_rejection() {
 
 // One Catch2 test case per behaviour, for the factory given. A macro only because Catch2
 // registers test cases with macros; each case is the function of the same name above.
-#define IDEM_OUTBOX_CONFORMANCE_CASE(Factory, behaviour, function)                       \
-  TEMPLATE_TEST_CASE("outbox conformance: " behaviour, "[conformance]", Factory) {       \
-    static_assert(::idem::testing::OutboxFactory<TestType>,                              \
-                  "An outbox conformance factory must be default-constructible and "     \
-                  "provide make() returning an Outbox with dead_letters(limit, after), " \
-                  "write(id, partition_key, payload), corrupt_headers(id) and "          \
-                  "requeue(reader, sequence, now) answering whether it requeued.");      \
-    ::idem::testing::outbox_conformance::function<TestType>();                           \
+#define IDEM_OUTBOX_CONFORMANCE_CASE(Factory, behaviour, function)                      \
+  TEMPLATE_TEST_CASE("outbox conformance: " behaviour, "[conformance]", Factory) {      \
+    static_assert(::idem::testing::OutboxFactory<TestType>,                             \
+                  "An outbox conformance factory must be default-constructible and "    \
+                  "provide make() returning an Outbox with dead_letters(limit, after) " \
+                  "and requeue(sequences, now) (idem/outbox/dead_letter.hpp), "         \
+                  "write(id, partition_key, payload) and corrupt_headers(id).");        \
+    ::idem::testing::outbox_conformance::function<TestType>();                          \
   }
 
 #define IDEM_OUTBOX_CONFORMANCE_TESTS(Factory)                                                   \
@@ -505,6 +608,14 @@ void the_relay_delivers_everything_once_through_failures_and_a_rejection() {
   IDEM_OUTBOX_CONFORMANCE_CASE(Factory,                                                          \
                                "a dead letter whose id was written again stays a dead letter",   \
                                a_dead_letter_whose_id_was_written_again_stays_a_dead_letter)     \
+  IDEM_OUTBOX_CONFORMANCE_CASE(Factory,                                                          \
+                               "a requeue of several answers each sequence, in the order asked", \
+                               a_requeue_of_several_answers_each_sequence_in_the_order_asked)    \
+  IDEM_OUTBOX_CONFORMANCE_CASE(Factory, "a requeue of nothing answers nothing, changes nothing", \
+                               a_requeue_of_nothing_answers_nothing_and_changes_nothing)         \
+  IDEM_OUTBOX_CONFORMANCE_CASE(Factory,                                                          \
+                               "a requeue asking a sequence twice is refused, requeues nothing", \
+                               a_requeue_asking_a_sequence_twice_is_refused)                     \
   IDEM_OUTBOX_CONFORMANCE_CASE(Factory,                                                          \
                                "a row whose headers cannot be read is buried with the reason",   \
                                a_row_whose_headers_cannot_be_read_is_buried_with_the_reason)     \

@@ -138,10 +138,6 @@ struct postgres_outbox_factory {
     fixture.check.exec("UPDATE " + fixture.outbox + " SET headers = 'not netstrings' WHERE id = '" +
                        id + "'");
   }
-  bool requeue(reader& outbox, std::int64_t sequence, std::chrono::system_clock::time_point now) {
-    const std::array<std::int64_t, 1> wanted{sequence};
-    return outbox.requeue(wanted, now) == 1;
-  }
 };
 
 }  // namespace
@@ -161,6 +157,32 @@ TEST_CASE("a batch whose transaction a later fetch of its reader ended is not se
   CHECK(f.count("published_at IS NULL") == 1);
   outbox.settle(second, all(1, kind::published), later());
   CHECK(f.count("published_at IS NULL") == 0);
+}
+
+TEST_CASE(
+    "a requeue rolls back the reader's open batch first, so dropping that batch cannot undo it",
+    "[postgres][outbox][relay]") {
+  reader_fixture f;
+  f.write("a1", "a");
+  f.write("b1", "b");
+  reader outbox = f.make_reader();
+  {
+    reader::batch batch = outbox.fetch(1, later());
+    REQUIRE(ids(batch) == std::vector<std::string>{"a1"});
+    outbox.settle(batch, all(1, kind::dead, "rejected"), later());
+  }
+  const std::int64_t a1 = outbox.dead_letters(10)[0].entry.sequence;
+  reader::batch open = outbox.fetch(10, later());
+  REQUIRE(ids(open) == std::vector<std::string>{"b1"});
+  const std::array<std::int64_t, 1> wanted{a1};
+  CHECK(outbox.requeue(wanted, later()) ==
+        idem::outbox_requeue_report{{a1, idem::outbox_requeue_status::requeued}});
+  CHECK_THROWS_AS(outbox.settle(open, all(1, kind::published), later()), idem::outbox_claim_lost);
+  { reader::batch dropped = std::move(open); }
+  // Seen from another connection: the requeue committed on its own.
+  CHECK(f.check.scalar("SELECT count(*) FROM " + f.dead) == 0);
+  CHECK(f.count("id = 'a1' AND published_at IS NULL") == 1);
+  CHECK(f.count("id = 'b1' AND published_at IS NULL") == 1);
 }
 
 TEST_CASE("a row another reader holds back the later rows of its key, not other keys",

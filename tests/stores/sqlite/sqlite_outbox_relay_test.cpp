@@ -15,6 +15,7 @@
 
 #include <sqlite3.h>
 
+#include <array>
 #include <chrono>
 #include <span>
 #include <stdexcept>
@@ -49,7 +50,7 @@ using scripted_relay = idem::outbox_relay<reader, idem::testing::scripted_sink, 
 reader::options quick_reader(const std::string& holder = "first") {
   reader::options options;
   options.holder = holder;
-  options.synchronous_full = false;
+  options.synchronous = sqlite_store::synchronous_mode::normal;
   return options;
 }
 
@@ -156,9 +157,6 @@ struct sqlite_outbox_factory {
     // A netstring's length with no payload behind it.
     fixture.app.exec("UPDATE idem_outbox SET headers = x'393a' WHERE id = '" + id + "'");
   }
-  bool requeue(reader& outbox, std::int64_t sequence, std::chrono::system_clock::time_point now) {
-    return outbox.requeue(sequence, now) == idem::sqlite_outbox::requeue_result::requeued;
-  }
 };
 
 }  // namespace
@@ -207,7 +205,7 @@ TEST_CASE(
   CHECK(last.dead_lettered == 1);
 
   CHECK(f.app.text("SELECT count(*) FROM idem_outbox") == "0");
-  const auto dead = f.outbox.dead_letters();
+  const auto dead = f.outbox.dead_letters(10);
   REQUIRE(dead.size() == 1);
   CHECK(dead[0].entry.id == id);
   CHECK(dead[0].entry.message.payload == "charged");
@@ -229,11 +227,56 @@ TEST_CASE("a rejected message is dead-lettered at once and no longer holds back 
   CHECK(pass.dead_lettered == 1);
   CHECK(pass.published == 1);
   CHECK(f.sink.payloads_of("acct-1") == std::vector<std::string>{"after"});
-  const auto dead = f.outbox.dead_letters();
+  const auto dead = f.outbox.dead_letters(10);
   REQUIRE(dead.size() == 1);
   CHECK(dead[0].entry.attempts == 1);
   CHECK(dead[0].reason == "larger than the stream allows");
   CHECK(dead[0].dead_at == f.clock.wall_now());
+}
+
+TEST_CASE(
+    "a row the reader buries at fetch reaches the dead letters but not the relay's counts or "
+    "observer",
+    "[sqlite][outbox][relay]") {
+  relay_fixture f;
+  const std::string damaged = f.write("acct-1", "damaged");
+  f.write("acct-1", "after");
+  f.app.exec("UPDATE idem_outbox SET headers = x'393a' WHERE id = '" + damaged + "'");
+  auto relay = f.relay();
+  const idem::relay_pass pass = relay.run_once();
+  CHECK(pass.fetched == 1);
+  CHECK(pass.published == 1);
+  CHECK(pass.dead_lettered == 0);
+  CHECK(f.observer.dead_lettered() == 0);
+  const auto dead = f.outbox.dead_letters(10);
+  REQUIRE(dead.size() == 1);
+  CHECK(dead[0].entry.id == damaged);
+  CHECK(dead[0].entry.attempts == 1);
+  CHECK_THAT(dead[0].reason, Contains("idem::sqlite_outbox::reader: the row cannot be read:"));
+}
+
+TEST_CASE(
+    "an operator's reader requeues while a relay holds the lease, without taking or moving it",
+    "[sqlite][outbox][relay]") {
+  relay_fixture f;
+  const std::string poison = f.write("acct-1", "poison");
+  f.sink.reject(poison, "rejected");
+  auto relay = f.relay();
+  CHECK(relay.run_once().dead_lettered == 1);
+  REQUIRE(f.outbox.lease().mine);
+  const std::int64_t fence = f.outbox.lease().fence;
+  const std::int64_t sequence = f.outbox.dead_letters(10)[0].entry.sequence;
+  reader operator_reader{f.path, quick_reader("operator")};
+  const std::array<std::int64_t, 1> wanted{sequence};
+  CHECK(operator_reader.requeue(wanted, f.clock.wall_now()) ==
+        idem::outbox_requeue_report{{sequence, idem::outbox_requeue_status::requeued}});
+  CHECK(f.outbox.lease().mine);
+  CHECK(f.outbox.lease().fence == fence);
+  CHECK(operator_reader.lease().holder == "first");
+  // The relay sends it at its next pass, under its own lease.
+  f.sink.rejections.clear();
+  CHECK(relay.run_once().published == 1);
+  CHECK(f.sink.payloads_of("acct-1") == std::vector<std::string>{"poison"});
 }
 
 TEST_CASE(
@@ -282,7 +325,7 @@ TEST_CASE(
   (void)relay.backlog();
   CHECK(f.observer.waiting() == 0);
   CHECK(f.observer.lag() == 0ns);
-  CHECK(f.outbox.dead_letters().empty());
+  CHECK(f.outbox.dead_letters(10).empty());
 }
 
 // ---- order ---------------------------------------------------------------------------------
@@ -462,7 +505,7 @@ TEST_CASE(
   }
   CHECK_THAT(message_of<idem::store_error>([&] { (void)reader{path}; }),
              Contains("schema version 5") && Contains("upgrade idem"));
-  idem::sqlite_outbox::reader_options zero;
+  reader::options zero;
   zero.lease = 0ms;
   CHECK_THROWS_AS(reader(path, zero), std::invalid_argument);
 }

@@ -55,6 +55,7 @@
 #include <utility>
 #include <vector>
 
+#include <idem/outbox/dead_letter.hpp>
 #include <idem/outbox/headers.hpp>
 #include <idem/outbox/sink.hpp>
 #include <idem/outbox/source.hpp>
@@ -150,17 +151,6 @@ struct outbox_session {
 }  // namespace idem::detail::postgres
 
 namespace idem::postgres_outbox {
-
-/// A dead letter: a message no sink would take, or one that failed its last attempt, out of
-/// the outbox and in <table>_outbox_dead.
-struct dead_letter {
-  /// The message as it was, with its sequence and its attempts (this last one counted). Its
-  /// headers are empty when the stored ones were not netstrings (the reason then says so).
-  outbox_entry entry{};
-  std::chrono::system_clock::time_point dead_at{};
-  /// The sink's error, or why the reader buried it.
-  std::string reason{};
-};
 
 /// Reads <schema>.<table>_outbox for a relay (see the top of this header). Satisfies
 /// idem::Outbox.
@@ -405,9 +395,9 @@ class reader {
     }
   }
 
-  /// The dead letters after sequence `after`, at most `limit`, in sequence order: page with the
-  /// last one's sequence.
-  std::vector<dead_letter> dead_letters(std::size_t limit, std::int64_t after = 0) {
+  /// The dead letters after sequence `after`, at most `limit`, in sequence order (oldest
+  /// first): page with the last one's sequence.
+  std::vector<outbox_dead_letter> dead_letters(std::size_t limit, std::int64_t after = 0) {
     namespace pg = detail::postgres;
     connected();
     pg::parameters values;
@@ -416,9 +406,9 @@ class reader {
     static constexpr std::array<Oid, 2> types{pg::int8_oid, pg::int8_oid};
     const pg::result_ptr result =
         run(pg::outbox_dead_letters_sql(names_), values, types.data(), "dead letters");
-    std::vector<dead_letter> letters;
+    std::vector<outbox_dead_letter> letters;
     for (int row = 0; row < PQntuples(result.get()); ++row) {
-      dead_letter letter;
+      outbox_dead_letter letter;
       letter.dead_at = pg::outbox_time(pg::get_int(result.get(), row, 8));
       letter.reason = pg::get_bytes(result.get(), row, 9);
       try {
@@ -438,16 +428,23 @@ class reader {
     return letters;
   }
 
-  /// Moves the dead letters with these sequences back into the outbox, due at `now`, with
-  /// attempts 0 and a new sequence (after everything their key wrote so far); their id, and so
-  /// consumers' deduplication, stays. Answers how many dead letters it took; sequences that
-  /// are no dead letter are ignored, and a dead letter whose id the outbox holds again (written
-  /// since) stays where it is, as consumers would deduplicate the second copy anyway. One
-  /// statement, one transaction.
-  std::size_t requeue(std::span<const std::int64_t> sequences,
-                      std::chrono::system_clock::time_point now) {
+  /// Moves the dead letters with these sequences back into the outbox, due at `now`, and
+  /// answers what became of each, in the order asked (idem/outbox/dead_letter.hpp). A requeued
+  /// one gets attempts 0 and a new sequence (after everything its key wrote so far); its id,
+  /// and so consumers' deduplication, stays. One statement in a transaction of its own: all of
+  /// it or, when it fails (store_error), none of it. Several are requeued in their old
+  /// sequence order, whatever the order asked. A batch still open on this reader is
+  /// rolled back first, as fetch does (settling it then throws outbox_claim_lost), so that the
+  /// requeue never rides on the batch's transaction. A sequence asked twice throws
+  /// std::invalid_argument, writing nothing; an empty span answers an empty report without
+  /// connecting.
+  outbox_requeue_report requeue(std::span<const std::int64_t> sequences,
+                                std::chrono::system_clock::time_point now) {
     namespace pg = detail::postgres;
-    if (sequences.empty()) return 0;
+    detail::check_requeue_sequences(sequences, "idem::postgres_outbox::reader::requeue: ");
+    outbox_requeue_report report;
+    if (sequences.empty()) return report;
+    session_->release_batch();
     connected();
     pg::binary_array wanted(pg::int8_oid);
     for (const std::int64_t sequence : sequences)
@@ -459,7 +456,15 @@ class reader {
     static constexpr std::array<Oid, 2> types{pg::int8_array_oid, pg::int8_oid};
     const pg::result_ptr result =
         run(pg::outbox_requeue_sql(names_), values, types.data(), "requeue");
-    return static_cast<std::size_t>(pg::get_int(result.get(), 0, 0));
+    static constexpr std::array<outbox_requeue_status, 3> statuses{
+        outbox_requeue_status::requeued, outbox_requeue_status::no_such_dead_letter,
+        outbox_requeue_status::id_already_in_outbox};
+    report.reserve(sequences.size());
+    for (int row = 0; row < PQntuples(result.get()); ++row) {
+      report.push_back({pg::get_int(result.get(), row, 0),
+                        statuses.at(static_cast<std::size_t>(pg::get_int(result.get(), row, 1)))});
+    }
+    return report;
   }
 
  private:

@@ -24,6 +24,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -37,6 +38,7 @@
 #include <utility>
 #include <vector>
 
+#include <idem/outbox/dead_letter.hpp>
 #include <idem/outbox/headers.hpp>
 #include <idem/outbox/sink.hpp>
 #include <idem/outbox/source.hpp>
@@ -44,6 +46,7 @@
 #include <idem/store/sqlite/detail/connection.hpp>
 #include <idem/store/sqlite/detail/record.hpp>
 #include <idem/store/sqlite/detail/statements.hpp>
+#include <idem/store/sqlite/detail/store.hpp>
 
 namespace idem::detail {
 
@@ -112,27 +115,6 @@ inline void sqlite_bind(sqlite3_stmt* statement, int index, std::string_view tex
 
 namespace idem::sqlite_outbox {
 
-/// A message the relay gave up on, as idem_outbox_dead keeps it.
-struct dead_letter {
-  /// The row as it was; `attempts` is the number of sends tried, the last one included (one for
-  /// a row the reader could not read). Headers that cannot be decoded are left empty.
-  outbox_entry entry{};
-  std::chrono::system_clock::time_point dead_at{};
-  /// The sink's last error (failed max_attempts times) or its rejection.
-  std::string reason{};
-};
-
-/// What reader::requeue did.
-enum class requeue_result : std::uint8_t {
-  /// Moved back into the outbox, with a new sequence and no attempts: it is sent again.
-  requeued,
-  /// No dead letter has that sequence (requeued or deleted already).
-  no_such_dead_letter,
-  /// The outbox holds a message with the same id (written again since): the dead letter is
-  /// left where it is, since consumers would deduplicate the second copy anyway.
-  id_already_in_outbox,
-};
-
 /// The relay lease as the file holds it.
 struct lease_state {
   std::string holder{};
@@ -142,27 +124,26 @@ struct lease_state {
   bool mine = false;
 };
 
-/// How a reader connects and holds the lease (docs/outbox_relay.md has the table).
-struct reader_options {
-  /// How long a statement waits for the database's write lock before failing with
-  /// store_error (unavailable).
-  std::chrono::milliseconds busy_timeout{5000};
-  /// How long a fetch or settle keeps the relay lease. A relay that stops renewing it (dead,
-  /// paused, cut off) is replaced by another after this; set it well above a pass's time,
-  /// sink included.
-  std::chrono::milliseconds lease{30000};
-  /// Who holds the lease, for an operator reading idem_outbox_relay (the fence, not this
-  /// name, tells readers apart).
-  std::string holder = "idem relay";
-  /// PRAGMA synchronous = FULL (true) or NORMAL, as sqlite_store's option.
-  bool synchronous_full = true;
-};
-
 /// The outbox of an SQLite file, for a relay (idem::Outbox) and an operator. See the top of
 /// this header.
 class reader {
  public:
-  using options = reader_options;
+  /// How a reader connects and holds the lease (docs/outbox_relay.md has the table).
+  struct options {
+    /// How long a statement waits for the database's write lock before failing with
+    /// store_error (unavailable).
+    std::chrono::milliseconds busy_timeout{5000};
+    /// How long a fetch or settle keeps the relay lease. A relay that stops renewing it (dead,
+    /// paused, cut off) is replaced by another after this; set it well above a pass's time,
+    /// sink included.
+    std::chrono::milliseconds lease{30000};
+    /// Who holds the lease, for an operator reading idem_outbox_relay (the fence, not this
+    /// name, tells readers apart).
+    std::string holder = "idem relay";
+    /// PRAGMA synchronous on the reader's connection: full (fsync at every commit, a settle
+    /// survives power loss) or normal, as sqlite_store::options::synchronous.
+    sqlite_store::synchronous_mode synchronous = sqlite_store::synchronous_mode::full;
+  };
 
   /// A fetched batch: the claim of its rows until settled or destroyed.
   class batch {
@@ -184,7 +165,8 @@ class reader {
   /// idem's schema. Throws store_error (unavailable) when the file cannot be opened, or holds no
   /// idem schema or another version of it, saying which; std::invalid_argument for a lease or
   /// busy timeout that is not positive.
-  explicit reader(std::string path, options opts = {})
+  explicit reader(std::string path) : reader(std::move(path), options{}) {}
+  explicit reader(std::string path, options opts)
       : settings_(std::make_unique<detail::sqlite_settings>()), options_(std::move(opts)) {
     if (options_.lease.count() <= 0 || options_.busy_timeout.count() < 0) {
       throw std::invalid_argument(
@@ -192,7 +174,7 @@ class reader {
           "negative");
     }
     settings_->path = std::move(path);
-    settings_->synchronous_full = options_.synchronous_full;
+    settings_->synchronous_full = options_.synchronous == sqlite_store::synchronous_mode::full;
     settings_->busy_timeout = options_.busy_timeout;
     connection_ = detail::sqlite_connection::open(*settings_);
     check_schema();
@@ -345,16 +327,16 @@ class reader {
     }
   }
 
-  /// The dead letters after `after_sequence`, oldest first, at most `limit`: page through them
-  /// by passing the last one's sequence.
-  std::vector<dead_letter> dead_letters(std::size_t limit = 100, std::int64_t after_sequence = 0) {
+  /// The dead letters after sequence `after`, at most `limit`, in sequence order (oldest
+  /// first): page with the last one's sequence.
+  std::vector<outbox_dead_letter> dead_letters(std::size_t limit, std::int64_t after = 0) {
     sqlite3_stmt* query = statement(detail::sqlite_outbox_sql::dead_letters);
     const detail::sqlite_use use(query);
-    detail::sqlite_bind(query, 1, after_sequence);
+    detail::sqlite_bind(query, 1, after);
     detail::sqlite_bind(query, 2, static_cast<std::int64_t>(limit));
-    std::vector<dead_letter> found;
+    std::vector<outbox_dead_letter> found;
     while (connection_->step(query, "list dead letters") == SQLITE_ROW) {
-      dead_letter letter;
+      outbox_dead_letter letter;
       letter.entry.sequence = sqlite3_column_int64(query, 0);
       letter.entry.id = detail::sqlite_column_bytes(query, 1);
       letter.entry.message.topic = detail::sqlite_column_bytes(query, 2);
@@ -374,34 +356,34 @@ class reader {
     return found;
   }
 
-  /// Moves the dead letter `sequence` back into the outbox, due at `now`, in one transaction
-  /// (see requeue_result). It gets a new sequence: it is sent behind what its partition key
-  /// committed since it died.
-  requeue_result requeue(std::int64_t sequence, std::chrono::system_clock::time_point now) {
+  /// Moves the dead letters with these sequences back into the outbox, due at `now`, and
+  /// answers what became of each, in the order asked (idem/outbox/dead_letter.hpp). A requeued
+  /// one gets a new sequence and no attempts: it is sent behind what its partition key committed
+  /// since it died; its id stays, and so consumers' deduplication. One write transaction for the
+  /// whole span: all of it or, when SQLite fails (store_error), none of it. Several are
+  /// requeued in their old sequence order, whatever the order asked. It needs no relay
+  /// lease and takes none: a relay holding the lease fetches the requeued rows at its next pass.
+  /// A sequence asked twice throws std::invalid_argument, writing nothing; an empty span answers
+  /// an empty report without touching the file.
+  outbox_requeue_report requeue(std::span<const std::int64_t> sequences,
+                                std::chrono::system_clock::time_point now) {
+    detail::check_requeue_sequences(sequences, "idem::sqlite_outbox::reader::requeue: ");
+    outbox_requeue_report report;
+    if (sequences.empty()) return report;
+    // Requeued in their old sequence order, whatever the order asked: the new sequences keep
+    // one key's dead letters in the order they were written.
+    std::vector<std::size_t> order(sequences.size());
+    for (std::size_t i = 0; i < order.size(); ++i)
+      order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](std::size_t x, std::size_t y) { return sequences[x] < sequences[y]; });
+    report.resize(sequences.size());
     detail::sqlite_write_transaction transaction(*connection_);
-    std::string id;
-    {
-      sqlite3_stmt* query = statement(detail::sqlite_outbox_sql::dead_id);
-      const detail::sqlite_use use(query);
-      detail::sqlite_bind(query, 1, sequence);
-      if (connection_->step(query, "read a dead letter") != SQLITE_ROW) {
-        return requeue_result::no_such_dead_letter;
-      }
-      id = detail::sqlite_column_bytes(query, 0);
+    for (const std::size_t i : order) {
+      report[i] = {sequences[i], requeue_one(sequences[i], now)};
     }
-    {
-      sqlite3_stmt* query = statement(detail::sqlite_outbox_sql::queued_id);
-      const detail::sqlite_use use(query);
-      detail::sqlite_bind(query, 1, std::string_view{id});
-      if (connection_->step(query, "look for the id in the outbox") == SQLITE_ROW) {
-        return requeue_result::id_already_in_outbox;
-      }
-    }
-    run(detail::sqlite_outbox_sql::requeue, sequence, detail::sqlite_nanoseconds(now), {},
-        "requeue a dead letter");
-    run(detail::sqlite_outbox_sql::unbury, sequence, std::nullopt, {}, "requeue a dead letter");
     transaction.commit();
-    return requeue_result::requeued;
+    return report;
   }
 
   /// The lease as the file holds it now.
@@ -435,6 +417,33 @@ class reader {
   }
 
   sqlite3_stmt* statement(const char* sql) { return connection_->handler_statement(sql); }
+
+  // One sequence of requeue, inside its transaction.
+  outbox_requeue_status requeue_one(std::int64_t sequence,
+                                    std::chrono::system_clock::time_point now) {
+    std::string id;
+    {
+      sqlite3_stmt* query = statement(detail::sqlite_outbox_sql::dead_id);
+      const detail::sqlite_use use(query);
+      detail::sqlite_bind(query, 1, sequence);
+      if (connection_->step(query, "read a dead letter") != SQLITE_ROW) {
+        return outbox_requeue_status::no_such_dead_letter;
+      }
+      id = detail::sqlite_column_bytes(query, 0);
+    }
+    {
+      sqlite3_stmt* query = statement(detail::sqlite_outbox_sql::queued_id);
+      const detail::sqlite_use use(query);
+      detail::sqlite_bind(query, 1, std::string_view{id});
+      if (connection_->step(query, "look for the id in the outbox") == SQLITE_ROW) {
+        return outbox_requeue_status::id_already_in_outbox;
+      }
+    }
+    run(detail::sqlite_outbox_sql::requeue, sequence, detail::sqlite_nanoseconds(now), {},
+        "requeue a dead letter");
+    run(detail::sqlite_outbox_sql::unbury, sequence, std::nullopt, {}, "requeue a dead letter");
+    return outbox_requeue_status::requeued;
+  }
 
   lease_state read_lease() {
     sqlite3_stmt* query = statement(detail::sqlite_outbox_sql::read_lease);

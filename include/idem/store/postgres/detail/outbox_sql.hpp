@@ -102,24 +102,35 @@ inline std::string outbox_dead_letters_sql(const quoted_names& names) {
          names.outbox_dead + " WHERE sequence > $1 ORDER BY sequence LIMIT $2";
 }
 
-// requeue: $1 sequences (int8[]), $2 now. Moves dead letters back into the outbox as new rows
-// (a new sequence, attempts 0, due at $2), keeping id, created_at, topic, key, headers and
-// payload: the message goes after whatever its key wrote before the requeue. One whose id is
-// in the outbox again (written since) stays a dead letter: its payload may differ from the new
-// row's, and the operator decides. (A writer adding the id between the two is answered by ON
-// CONFLICT, and the dead letter is then dropped for the row the outbox holds.) Answers how many
-// dead letters it moved. The insert fires the wake-up trigger.
+// requeue: $1 sequences (int8[], no sequence twice), $2 now. Copies the dead letters asked into
+// the outbox as new rows (a new sequence, attempts 0, due at $2), keeping id, created_at, topic,
+// key, headers and payload, in their old sequence order: the messages go after whatever their
+// keys wrote before the requeue. Only what was inserted leaves the dead letters. One whose id is
+// in the outbox again (written since) is not copied and stays a dead letter: its payload may
+// differ from the new row's, and the operator decides; a writer adding the id between the check
+// and the insert is answered by ON CONFLICT, with the same outcome. Answers one row per sequence
+// asked, in the order asked: the sequence and 0 (requeued), 1 (no such dead letter) or 2 (id
+// already in the outbox), as outbox_requeue_status numbers them. The final SELECT sees the dead
+// letters as they were before the statement (one snapshot for every part of a WITH). The insert
+// fires the wake-up trigger.
 inline std::string outbox_requeue_sql(const quoted_names& names) {
-  return "WITH moved AS (DELETE FROM " + names.outbox_dead +
+  return "WITH asked AS (SELECT wanted.sequence, wanted.position FROM unnest($1::int8[]) WITH "
+         "ORDINALITY AS wanted(sequence, position)), added AS (INSERT INTO " +
+         names.outbox +
+         " (id, topic, partition_key, created_at, next_attempt_at, headers, payload) SELECT "
+         "dead.id, dead.topic, dead.partition_key, dead.created_at, $2, dead.headers, "
+         "dead.payload FROM " +
+         names.outbox_dead +
          " AS dead WHERE dead.sequence = ANY($1::int8[]) AND NOT EXISTS (SELECT 1 FROM " +
          names.outbox +
-         " AS written WHERE written.id = dead.id) RETURNING sequence, id, topic, partition_key, "
-         "created_at, headers, payload), added AS (INSERT INTO " +
-         names.outbox +
-         " (id, topic, partition_key, created_at, next_attempt_at, headers, payload) SELECT id, "
-         "topic, partition_key, created_at, $2, headers, payload FROM moved ORDER BY sequence "
-         "ON CONFLICT (id) DO NOTHING RETURNING 1) SELECT (SELECT count(*) FROM moved), (SELECT "
-         "count(*) FROM added)";
+         " AS written WHERE written.id = dead.id) ORDER BY dead.sequence ON CONFLICT (id) DO "
+         "NOTHING RETURNING id), moved AS (DELETE FROM " +
+         names.outbox_dead +
+         " AS dead WHERE dead.sequence = ANY($1::int8[]) AND dead.id IN (SELECT id FROM added) "
+         "RETURNING dead.sequence) SELECT asked.sequence, (CASE WHEN moved.sequence IS NOT NULL "
+         "THEN 0 WHEN dead.sequence IS NOT NULL THEN 2 ELSE 1 END)::int8 FROM asked LEFT JOIN "
+         "moved ON moved.sequence = asked.sequence LEFT JOIN " +
+         names.outbox_dead + " AS dead ON dead.sequence = asked.sequence ORDER BY asked.position";
 }
 
 // LISTEN for the hint: the channel the trigger notifies, as an identifier.
