@@ -2,8 +2,11 @@
 //
 // This header includes the whole core: the server side (idem::idempotent, idem::inbox, the
 // store contract, the lock-free memory store and the locked reference store, fingerprints and
-// codecs, the reconciler) and the client side (idem::retrying), with their policies. Store adapters
-// that need a client library are included by name, never from here.
+// codecs, the reconciler) and the client side (idem::retrying), with their policies. Included by
+// name, never from here: the store adapters that need a client library, the outbox
+// (idem/outbox/relay.hpp, standard library only, and the readers and sinks; kept out so that
+// what every unit pays for stays what every service uses) and the bindings (Asio, HTTP, gRPC,
+// Prometheus).
 #ifndef IDEM_IDEM_HPP
 #define IDEM_IDEM_HPP
 
