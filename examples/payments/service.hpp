@@ -7,6 +7,7 @@
 
 #include "common.hpp"
 
+#include <idem/http.hpp>
 #include <idem/idem.hpp>
 #include <idem/outbox/message.hpp>
 #include <idem/store/postgres.hpp>

@@ -104,8 +104,8 @@ void throughput_async(benchmark::State& state) {
   try {
     bench::running_loop loop(async_threads);
     idem::async_postgres_store store(
-        async_options(table, connections, static_cast<std::size_t>(in_flight) / connections),
-        loop.executor());
+        loop.executor(),
+        async_options(table, connections, static_cast<std::size_t>(in_flight) / connections));
     bench::throughput_loop(state, warm_up, batch, [&](std::uint64_t first, std::uint64_t count) {
       bench::run_in_flight(loop, in_flight, first, count, [&](std::uint64_t index) {
         return bench::async_cycle(store, index, print);
@@ -128,9 +128,9 @@ void throughput_async_per_loop(benchmark::State& state) {
     for (int i = 0; i < async_threads; ++i) {
       loops.push_back(std::make_unique<bench::running_loop>(1));
       running.push_back(loops.back().get());
-      stores.emplace_back(async_options(table, connections / async_threads,
-                                        static_cast<std::size_t>(in_flight) / connections),
-                          loops.back()->executor());
+      stores.emplace_back(loops.back()->executor(),
+                          async_options(table, connections / async_threads,
+                                        static_cast<std::size_t>(in_flight) / connections));
     }
     bench::throughput_loop(state, warm_up, batch, [&](std::uint64_t first, std::uint64_t count) {
       bench::run_in_flight_on(running, in_flight / async_threads, first, count,

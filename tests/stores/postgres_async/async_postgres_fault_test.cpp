@@ -135,7 +135,7 @@ TEST_CASE(
   config.pool_size = 1;
   config.pipeline_depth = 4;
   config.statement_timeout = 0ms;
-  idem::async_postgres_store async_store{config, loop.executor()};
+  idem::async_postgres_store async_store{loop.executor(), config};
   blocking store{async_store};
   const idem::claim_result held = store.claim({"tenant", "k", print(1), start, 30s, 24h});
   REQUIRE(store.claim({"tenant", "other", print(2), start, 30s, 24h, "other's recovery"}).status ==
@@ -180,7 +180,7 @@ TEST_CASE("pg_terminate_backend in the middle of a capped claim's transaction le
   config.pool_size = 1;
   config.statement_timeout = 0ms;
   config.max_records_per_scope = 10;
-  idem::async_postgres_store async_store{config, loop.executor()};
+  idem::async_postgres_store async_store{loop.executor(), config};
   blocking store{async_store};
   REQUIRE(store.claim({"tenant", "first", print(1), start, 30s, 24h}).status ==
           idem::claim_status::claimed);
@@ -222,7 +222,7 @@ TEST_CASE("an operation cancelled through its slot completes at once, and the se
   config.pool_size = 1;
   config.statement_timeout = 0ms;
   asio::io_context loop;
-  idem::async_postgres_store store{config, loop.get_executor()};
+  idem::async_postgres_store store{loop.get_executor(), config};
   idem::claim_result held;
   asio::co_spawn(
       loop,
@@ -292,7 +292,7 @@ TEST_CASE("cancels interleaved with 1000 operations on the pool: every answer is
   config.pool_size = 4;
   config.pipeline_depth = 8;
   asio::io_context loop;
-  idem::async_postgres_store store{config, loop.get_executor()};
+  idem::async_postgres_store store{loop.get_executor(), config};
   constexpr int keys = 250;
   constexpr int operations = 1000;
   std::vector<std::string> names;
@@ -414,7 +414,7 @@ TEST_CASE(
   config.pool_size = 4;
   config.reconnect_delay = 20ms;
   config.max_reconnect_delay = 200ms;
-  idem::async_postgres_store async_store{config, loop.executor()};
+  idem::async_postgres_store async_store{loop.executor(), config};
   blocking store{async_store};
   const auto now = [] { return std::chrono::system_clock::now(); };
   const idem::claim_result first = store.claim({"tenant", "before", print(1), now(), 30s, 24h});

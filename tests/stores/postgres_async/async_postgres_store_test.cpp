@@ -36,7 +36,7 @@ TEST_CASE(
   config.pool_size = 8;
   config.pipeline_depth = 8;
   asio::io_context loop;
-  idem::async_postgres_store store{config, loop.get_executor()};
+  idem::async_postgres_store store{loop.get_executor(), config};
 
   constexpr int count = 64;
   std::vector<std::string> keys;
@@ -91,7 +91,7 @@ TEST_CASE(
   idem::async_postgres_store::options async_config;
   async_config.conninfo = pgtest::conninfo();
   async_config.table = table.name;
-  idem::async_postgres_store async_store{async_config, loop.executor()};
+  idem::async_postgres_store async_store{loop.executor(), async_config};
   idem::postgres_store::options blocking_config;
   blocking_config.conninfo = pgtest::conninfo();
   blocking_config.table = table.name;
@@ -174,7 +174,7 @@ TEST_CASE("async_postgres_store refuses bad options with a clear error", "[postg
   asio::io_context loop;
   const auto refused = [&](idem::async_postgres_store::options config, const char* what) {
     try {
-      idem::async_postgres_store store{std::move(config), loop.get_executor()};
+      idem::async_postgres_store store{loop.get_executor(), std::move(config)};
     } catch (const std::invalid_argument& error) {
       CHECK_THAT(error.what(), Catch::Matchers::Contains(what));
       return;
@@ -201,7 +201,7 @@ TEST_CASE("async_postgres_store refuses bad options with a clear error", "[postg
   bad_table.table = "records; DROP TABLE x";
   refused(bad_table, "must be 1 to 50 letters");
   try {
-    idem::async_postgres_store store{config, asio::any_io_executor{}};
+    idem::async_postgres_store store{asio::any_io_executor{}, config};
     FAIL("an empty executor was accepted");
   } catch (const std::invalid_argument& error) {
     CHECK_THAT(error.what(), Catch::Matchers::Contains("the executor is empty"));

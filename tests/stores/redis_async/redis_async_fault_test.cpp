@@ -151,7 +151,7 @@ TEST_CASE(
   // Every other key is held already, with recovery bytes naming it: an answer given to the
   // wrong claim shows.
   {
-    idem::redis_store::options twin = server.options(options.time);
+    idem::redis_store::options twin = server.options(options.clock);
     twin.prefix = options.prefix;
     idem::redis_store seeding(twin);
     for (std::size_t i = 0; i < count; i += 2) {

@@ -6,7 +6,7 @@
 //   asio::io_context loop;
 //   idem::async_postgres_store::options config;
 //   config.conninfo = "host=db.internal dbname=payments user=payments";
-//   idem::async_postgres_store store{config, loop.get_executor()};  // connects, migrates
+//   idem::async_postgres_store store{loop.get_executor(), config};  // connects, migrates
 //   claim_result claimed = co_await store.async_claim(request, asio::use_awaitable);
 //
 // What a user must know:
