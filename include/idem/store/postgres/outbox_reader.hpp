@@ -175,7 +175,7 @@ class reader {
     /// holds its rows until then.
     std::chrono::milliseconds idle_in_transaction_timeout{60000};
     /// Connecting: libpq's connect_timeout, unless conninfo sets its own.
-    std::chrono::seconds connect_timeout{10};
+    std::chrono::milliseconds connect_timeout{10000};
     /// Connect, migrate (or refuse a newer schema) and LISTEN in the constructor, which then
     /// throws; false: the first fetch does it.
     bool connect_at_start = true;
@@ -477,7 +477,9 @@ class reader {
       return session_->connection.get();
     }
     session_->drop_connection();
-    const std::string timeout = std::to_string(config_.connect_timeout.count());
+    // libpq counts whole seconds (0: wait forever): a part of one rounds up, never down to 0.
+    const std::string timeout = std::to_string(
+        std::chrono::ceil<std::chrono::seconds>(config_.connect_timeout).count());
     const std::array<const char*, 4> keywords{"connect_timeout", "fallback_application_name",
                                               "dbname", nullptr};
     const std::array<const char*, 4> values{timeout.c_str(), "idem outbox relay",
