@@ -93,6 +93,10 @@ idem::claim_request request_for(const std::string& key, std::uint8_t print = 1) 
 // refused.
 std::atomic<bool> failing{false};
 std::atomic<int> commits{0};
+// How long each commit takes in the hook, in microseconds (0: no time of its own). On tmpfs (a
+// fresh root's /tmp) an fsync costs microseconds, the threads never overlap, and no group forms;
+// a test of grouping makes each commit last as long as a disk's fsync instead.
+std::atomic<int> commit_delay_us{0};
 
 class commit_hooks {
  public:
@@ -104,6 +108,7 @@ class commit_hooks {
   commit_hooks& operator=(const commit_hooks&) = delete;
   ~commit_hooks() {
     failing = false;
+    commit_delay_us = 0;
     sqlite3_cancel_auto_extension(reinterpret_cast<void (*)()>(&install));
   }
 
@@ -115,6 +120,9 @@ class commit_hooks {
   static int on_commit(void* /*unused*/) {
     if (failing) return 1;
     ++commits;
+    if (const int delay = commit_delay_us; delay > 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(delay));
+    }
     return 0;
   }
 };
@@ -150,7 +158,10 @@ TEST_CASE("16 threads with group commit share commits: fewer commits than operat
   constexpr int cycles = 25;
   idem::testing::temporary_directory directory;
   const commit_hooks counting;  // SQLite's own count of the commits, beside the store's
-  // synchronous = full: each commit waits for its fsync, and the others queue meanwhile.
+  // synchronous = full: each commit waits for its fsync, and the others queue meanwhile; each
+  // commit lasts a millisecond at least, as a disk's fsync does, so that the threads overlap
+  // on any filesystem (tmpfs included).
+  commit_delay_us = 1000;
   idem::sqlite_store store{grouped_options(directory.file("groups.sqlite3"))};
   const int opened = commits;  // the schema's
   std::atomic<int> wrong{0};

@@ -364,13 +364,23 @@ std::string describe(const key_model& m) {
 
 // ---- stores built for these tests ---------------------------------------------------------
 
+// Whether S is built from options with record and byte bounds (the memory and locked stores).
+template <class S>
+constexpr bool has_bounds() {
+  if constexpr (requires { typename S::options; }) {
+    return requires(typename S::options & b) {
+      b.max_records;
+      b.max_bytes;
+    };
+  } else {
+    return false;
+  }
+}
+
 template <class S>
 S make_store(std::size_t max_records = unbounded, std::size_t max_bytes = unbounded,
              std::size_t expected_records = 0) {
-  if constexpr (requires(typename S::options & b) {
-                  b.max_records;
-                  b.max_bytes;
-                }) {
+  if constexpr (has_bounds<S>()) {
     typename S::options bounds{};
     bounds.max_records = max_records;
     bounds.max_bytes = max_bytes;
