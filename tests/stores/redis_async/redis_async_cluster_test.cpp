@@ -12,6 +12,7 @@
 #include <idem/testing/reconciler_conformance.hpp>
 #include <idem/testing/store_conformance.hpp>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <future>
@@ -19,6 +20,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "redis_async_test_support.hpp"
@@ -88,6 +90,14 @@ std::uint16_t slot_of_scope(std::string_view scope) {
   return idem::detail::redis_tag_slot(idem::detail::redis_tag_of(scope));
 }
 
+// Whether `key` is on `node`, asked after ASKING (a node importing the slot answers for it
+// then, and only then).
+bool exists_at(idem_redis_test::private_redis& node, const std::string& key) {
+  const auto context = node.connect();
+  (void)idem_redis_test::command(context.get(), {"ASKING"});
+  return idem_redis_test::command(context.get(), {"EXISTS", key})->integer == 1;
+}
+
 std::uint64_t map_reads(idem::async_redis_cluster_store& store) {
   return store.async_slot_map_reads(asio::use_future).get();
 }
@@ -150,10 +160,10 @@ TEST_CASE("async cluster: a store follows MOVED after a slot moved, and reads th
 }
 
 TEST_CASE(
-    "async cluster: concurrent claims keep one record per key while their slot migrates (ASK, "
-    "TRYAGAIN)",
+    "async cluster: concurrent claims while a slot migrates: ASK to the keys that moved, TRYAGAIN "
+    "until the migration ends, MOVED after it, one record per key",
     "[redis_async][cluster]") {
-  constexpr int keys = 300;
+  constexpr int keys = 200;
   private_cluster cluster;
   cluster_maker stores(cluster);
   auto options = async_options(cluster.options());
@@ -162,7 +172,7 @@ TEST_CASE(
   blocking_cluster blocking(store);
   const std::string scope = "storm";
   const std::uint16_t slot = slot_of_scope(scope);
-  for (int i = 0; i < 500; ++i) {  // records already there, so that the migration takes a while
+  for (int i = 0; i < keys; ++i) {
     REQUIRE(blocking.claim(idem_redis_test::claim_now(scope, "old-" + std::to_string(i))).status ==
             idem::claim_status::claimed);
   }
@@ -171,40 +181,66 @@ TEST_CASE(
   for (const std::size_t primary : cluster.primaries()) {
     if (primary != from) to = primary;
   }
-  // Every key claimed twice, all at once, while the slot moves in small batches.
-  std::vector<std::future<idem::claim_result>> claims;
-  claims.reserve(2 * keys);
-  for (int round = 0; round < 2; ++round) {
-    for (int i = 0; i < keys; ++i) {
-      claims.push_back(store.async_claim(
-          idem_redis_test::claim_now(scope, "key-" + std::to_string(i)), asio::use_future));
+  // Every key of `prefix` claimed `copies` times at once, all started before any is awaited;
+  // `meanwhile` runs between; answers (claimed, existing, failed).
+  const auto wave = [&](const std::string& prefix, int copies, const auto& meanwhile) {
+    std::vector<std::future<idem::claim_result>> claims;
+    for (int copy = 0; copy < copies; ++copy) {
+      for (int i = 0; i < keys; ++i) {
+        claims.push_back(store.async_claim(
+            idem_redis_test::claim_now(scope, prefix + std::to_string(i)), asio::use_future));
+      }
     }
-  }
-  CHECK(cluster.migrate_slot(slot, to, 5) >= 4);
-  REQUIRE(cluster.settled());
-  int claimed = 0;
-  int existing = 0;
-  int failed = 0;
-  for (auto& each : claims) {
-    try {
-      const idem::claim_result answer = each.get();
-      if (answer.status == idem::claim_status::claimed) ++claimed;
-      if (answer.status == idem::claim_status::existing) ++existing;
-    } catch (const idem::store_error& error) {
-      INFO(error.what());
-      ++failed;  // refused past max_redirects: ambiguous, never a second record
+    meanwhile();
+    std::array<int, 3> counts{};
+    for (auto& each : claims) {
+      try {
+        const idem::claim_result answer = each.get();
+        if (answer.status == idem::claim_status::claimed) {
+          ++counts[0];
+        } else {
+          CHECK(answer.status == idem::claim_status::existing);
+          ++counts[1];
+        }
+      } catch (const idem::store_error& error) {
+        UNSCOPED_INFO(error.what());
+        ++counts[2];
+      }
     }
+    return counts;
+  };
+
+  // Every key moved, the slot still MIGRATING at the source and IMPORTING at the target: the
+  // source answers ASK for the records, which the target serves after ASKING; the map stays.
+  cluster.begin_migration(slot, to);
+  while (cluster.move_keys(slot, from, to, 10) > 0) {
   }
-  CHECK(failed == 0);
-  CHECK(claimed <= keys);
-  CHECK(claimed + existing + failed == 2 * keys);
-  // One record per key, on the new primary, each claimed once.
+  const std::uint64_t reads = map_reads(store);
+  const std::array<int, 3> asked = wave("old-", 2, [] {});
+  CHECK(asked == std::array<int, 3>{0, 2 * keys, 0});
+  CHECK(map_reads(store) == reads);
+  const idem::detail::redis_keys old_one =
+      idem::detail::redis_keys_of(options.prefix, scope, "old-0");
+  CHECK(exists_at(cluster.node(to), old_one.record));
+
+  // New keys: the target cannot make a record of several keys mid-migration (TRYAGAIN), so the
+  // claims pause and try again until the migration ends, then follow MOVED, and the map is read
+  // again. Each key is claimed once; its second claim answers `existing`.
+  const std::array<int, 3> fresh = wave("key-", 2, [&] {
+    std::this_thread::sleep_for(100ms);
+    cluster.finish_migration(slot, from, to);
+  });
+  CHECK(fresh == std::array<int, 3>{keys, keys, 0});
   for (int i = 0; i < keys; ++i) {
     const auto found = blocking.find(scope, "key-" + std::to_string(i), {});
     REQUIRE(found);
     CHECK(found->fence == 1);
   }
-  CHECK(claimed == keys);
+  // A MOVED said the map is stale: the operations after it read it again first.
+  CHECK(map_reads(store) > reads);
+  const idem::detail::redis_keys new_one =
+      idem::detail::redis_keys_of(options.prefix, scope, "key-0");
+  CHECK(exists_at(cluster.node(to), new_one.record));
 }
 
 TEST_CASE("async cluster: sweep and stuck walk every slot that holds scopes",

@@ -401,14 +401,13 @@ class async_redis_cluster_store {
     bool asking = false;
     std::chrono::milliseconds pause = state.settings.retry_pause;
     for (std::size_t round = 0;; ++round) {
+      // After ASK each command goes after an ASKING of its own: the flag lasts one command.
       std::vector<detail::redis_wire_command> wire;
-      wire.reserve(pending.size() + then.size() + 1);
-      if (asking) {
-        const std::array<std::string_view, 1> words{"ASKING"};
-        wire.push_back(detail::redis_wire_of(std::span<const std::string_view>(words)));
-      }
-      for (const std::size_t i : pending)
+      wire.reserve(2 * pending.size() + then.size());
+      for (const std::size_t i : pending) {
+        if (asking) wire.push_back(asking_command());
         wire.push_back(commands[i]);
+      }
       for (const detail::redis_wire_command& each : then)
         wire.push_back(each);
       std::vector<detail::redis_reply> replies;
@@ -420,7 +419,7 @@ class async_redis_cluster_store {
         state.stale = true;  // a failover may have moved the slot: ask before the next one
         throw;
       }
-      if (asking && !replies.empty()) replies.erase(replies.begin());
+      if (asking) replies = without_askings(std::move(replies), pending.size());
       if (replies.size() != pending.size() + then.size()) throw state.operations.malformed(operation);
       std::optional<detail::redis_redirect> redirect;
       std::string refusal;
@@ -471,6 +470,24 @@ class async_redis_cluster_store {
       co_await refresh_if_stale(state);
       target = co_await owner_of(state, slot);
     }
+  }
+
+  static detail::redis_wire_command asking_command() {
+    const std::array<std::string_view, 1> words{"ASKING"};
+    return detail::redis_wire_of(std::span<const std::string_view>(words));
+  }
+
+  // The replies of an exchange sent after ASK without ASKING's, one before each of the first
+  // `asked` replies (those of the keyed commands).
+  static std::vector<detail::redis_reply> without_askings(std::vector<detail::redis_reply> replies,
+                                                          std::size_t asked) {
+    std::vector<detail::redis_reply> kept;
+    kept.reserve(replies.size());
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      if (i < 2 * asked && i % 2 == 0) continue;  // ASKING's +OK
+      kept.push_back(std::move(replies[i]));
+    }
+    return kept;
   }
 
   // The slots whose scope registry is not empty, in order: SCARD of each slot's registry,
