@@ -149,6 +149,45 @@ TEST_CASE("cluster: a store follows MOVED after a slot moved, and reads the slot
 }
 
 TEST_CASE(
+    "cluster: mid-migration, records whose keys all moved are served through ASK, each keyed "
+    "command after an ASKING of its own",
+    "[redis][cluster]") {
+  private_cluster cluster(3, 0);
+  auto options = cluster.options();
+  idem::redis_cluster_store store(options);
+  const std::string scope = "asked";
+  const std::uint16_t slot = slot_of_scope(scope);
+  for (int i = 0; i < 50; ++i) {
+    REQUIRE(store.claim(idem_redis_test::claim_now(scope, "k-" + std::to_string(i))).status ==
+            idem::claim_status::claimed);
+  }
+  const std::size_t from = cluster.index_of(cluster.owner_port(slot));
+  std::size_t to = 0;
+  for (const std::size_t primary : cluster.primaries()) {
+    if (primary != from) to = primary;
+  }
+  // Every key moved (the records and the slot's registry), the slot still MIGRATING: the
+  // source answers ASK to both of a claim's commands, and the target serves each only after an
+  // ASKING of its own (one ASKING for the pipeline would leave the enrolment refused with
+  // MOVED back to the source, and the claim bouncing until max_redirects).
+  cluster.begin_migration(slot, to);
+  while (cluster.move_keys(slot, from, to, 10) > 0) {
+  }
+  const std::uint64_t reads = store.slot_map_reads();
+  for (int i = 0; i < 50; ++i) {
+    const std::string key = "k-" + std::to_string(i);
+    CHECK(store.claim(idem_redis_test::claim_now(scope, key)).status ==
+          idem::claim_status::existing);
+    CHECK(store.find(scope, key, {}));
+  }
+  CHECK(store.slot_map_reads() == reads);  // ASK leaves the map as it is
+  cluster.finish_migration(slot, from, to);
+  REQUIRE(cluster.settled());
+  CHECK(store.claim(idem_redis_test::claim_now(scope, "after")).status ==
+        idem::claim_status::claimed);
+}
+
+TEST_CASE(
     "cluster: a 64-thread storm keeps one effect per key while its scope's slot migrates under "
     "it",
     "[redis][cluster][concurrency]") {

@@ -403,10 +403,10 @@ class redis_client {
                                  const char* operation, bool asking = false) {
     return over_connection(
         operation, false, [&](redisContext* context, std::vector<redis_reply>& replies) {
-          if (asking && !append_asking(context)) return false;
           std::vector<const char*> argv;
           std::vector<std::size_t> lengths;
           for (const std::vector<std::string_view>& words : commands) {
+            if (asking && !append_asking(context)) return false;
             argv.clear();
             lengths.clear();
             for (const std::string_view word : words) {
@@ -418,7 +418,7 @@ class redis_client {
               return false;
             }
           }
-          return read_replies(context, commands.size(), asking, replies);
+          return read_replies(context, commands.size(), asking ? commands.size() : 0, replies);
         });
   }
 
@@ -525,16 +525,17 @@ class redis_client {
     return {};
   }
 
-  // Reads `count` replies, after ASKING's (read and dropped) when `asking`.
-  static bool read_replies(redisContext* context, std::size_t count, bool asking,
+  // Reads `count` replies; before each of the first `asked`, an ASKING's (read and dropped).
+  // ASKING lasts one command, so each keyed command of an exchange after ASK has its own.
+  static bool read_replies(redisContext* context, std::size_t count, std::size_t asked,
                            std::vector<redis_reply>& replies) {
-    if (asking) {
-      void* raw = nullptr;
-      if (redisGetReply(context, &raw) != REDIS_OK) return false;
-      freeReplyObject(raw);
-    }
     replies.reserve(count);
     for (std::size_t i = 0; i < count; ++i) {
+      if (i < asked) {
+        void* dropped = nullptr;
+        if (redisGetReply(context, &dropped) != REDIS_OK) return false;
+        freeReplyObject(dropped);
+      }
       void* raw = nullptr;
       if (redisGetReply(context, &raw) != REDIS_OK) return false;
       replies.emplace_back(static_cast<redisReply*>(raw));
@@ -552,8 +553,8 @@ class redis_client {
             std::span<const std::span<const std::string_view>> then, bool by_digest, bool asking,
             std::vector<redis_reply>& replies) const {
     constexpr std::size_t most = 3 + redis_command::max_keys + redis_command::max_args;
-    if (asking && !append_asking(context)) return false;
     for (const redis_command& each : commands) {
+      if (asking && !append_asking(context)) return false;
       const char* argv[most];
       std::size_t lengths[most];
       const auto index = static_cast<std::size_t>(each.name);
@@ -591,7 +592,8 @@ class redis_client {
         return false;
       }
     }
-    return read_replies(context, commands.size() + then.size(), asking, replies);
+    return read_replies(context, commands.size() + then.size(), asking ? commands.size() : 0,
+                        replies);
   }
 
   redis_settings settings_;

@@ -128,7 +128,10 @@ class redis_async_pool {
  public:
   redis_async_pool(const asio::any_io_executor& executor, redis_settings settings,
                    redis_backoff backoff)
-      : strand_(asio::make_strand(executor)),
+      : redis_async_pool(asio::make_strand(executor), std::move(settings), backoff) {}
+  // On a strand given (a cluster's pools share the cluster's, and its map with them).
+  redis_async_pool(redis_strand strand, redis_settings settings, redis_backoff backoff)
+      : strand_(std::move(strand)),
         common_(std::make_shared<redis_async_common>(redis_async_common{
             .settings = redis_checked_settings(std::move(settings)), .where = {}, .digests = {}})) {
     common_->where = redis_where(common_->settings);

@@ -1,0 +1,658 @@
+// async_redis_cluster_store: the asynchronous store contract (idem/store/async_contract.hpp) on a
+// Redis Cluster, on an Asio executor, with no thread of its own and no blocking call.
+//
+// The same store as redis_cluster_store (idem/store/redis/cluster.hpp, whose top says how slots,
+// the per-slot scope registries, routing and the cluster's refusals work), through the same
+// operations layer (store/redis/detail/operations.hpp): the same scripts, records and keys, so
+// the two, and redis_store on one node, can share one cluster. What differs is how the commands
+// travel: as async_redis_store's (idem/store/redis/async.hpp), pipelined on each primary's pool
+// of connections, each operation one exchange per round, every failure an answer.
+//
+// Routing. The slot map (CLUSTER SLOTS) is read from the first known node that answers when the
+// first operation needs it, and again before the next operation after something said it is
+// stale: a node that did not answer, or a MOVED. An operation goes to the primary the map names
+// for its scope's slot; MOVED sends the refused commands to the named node and corrects the map,
+// ASK sends them there once after ASKING, TRYAGAIN and CLUSTERDOWN send them again after a pause
+// (retry_pause, doubling up to a second, waited on a timer, never a thread); after
+// max_redirects refusals the operation fails with store_error(unavailable). Only the refused
+// commands are sent again, so following a refusal never runs anything twice.
+//
+// Threads. Every node's pool and the map live on one strand of the executor the store was made
+// with; operations may be started from any thread and complete on their handler's associated
+// executor (that executor when the handler has none). Destroy the last copy of a store before
+// the execution context of its executor.
+#ifndef IDEM_STORE_REDIS_ASYNC_CLUSTER_HPP
+#define IDEM_STORE_REDIS_ASYNC_CLUSTER_HPP
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <idem/async/asio.hpp>
+#include <idem/store/async_contract.hpp>
+#include <idem/store/contract.hpp>
+#include <idem/store/redis/detail/async/pool.hpp>
+#include <idem/store/redis/detail/async/wire.hpp>
+#include <idem/store/redis/detail/cluster.hpp>
+#include <idem/store/redis/detail/connection.hpp>
+#include <idem/store/redis/detail/keys.hpp>
+#include <idem/store/redis/detail/operations.hpp>
+#include <idem/store/redis/detail/walks.hpp>
+#include <idem/store/time_source.hpp>
+
+IDEM_ASIO_CODE_BEGIN
+
+namespace idem {
+
+class async_redis_cluster_store {
+ public:
+  /// As redis_store: records keep no completion time.
+  static constexpr bool reads_completion_time = false;
+
+  /// redis_cluster_store::options, each field meaning the same, and async_redis_store's
+  /// reconnect_delay and max_reconnect_delay.
+  struct options {
+    std::vector<std::string> nodes;
+    std::string username;
+    std::string password;
+    std::string prefix = "idem:";
+    /// Connections the store keeps to each primary (each one pipelined).
+    std::size_t pool_size = 2;
+    std::chrono::milliseconds connect_timeout{2000};
+    std::chrono::milliseconds command_timeout{5000};
+    std::chrono::milliseconds reconnect_delay{100};
+    std::chrono::milliseconds max_reconnect_delay{5000};
+    time_source clock = time_source::server;
+    std::chrono::milliseconds caller_time_margin{std::chrono::minutes{10}};
+    std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
+    bool verify_eviction_policy = true;
+    std::size_t replicas = 0;
+    std::chrono::milliseconds replica_timeout{1000};
+    std::size_t max_redirects = 16;
+    std::chrono::milliseconds retry_pause{10};
+  };
+
+  /// A handle with no cluster: every operation throws std::logic_error at its start.
+  async_redis_cluster_store() = default;
+
+  /// Checks the options (std::invalid_argument) and connects nothing yet: the first operation
+  /// reads the slot map and opens the connections it needs.
+  async_redis_cluster_store(asio::any_io_executor executor, options settings)
+      : state_(std::make_shared<shared_state>(std::move(executor), std::move(settings))) {}
+
+  asio::any_io_executor get_executor() const { return state().executor; }
+
+  template <class Token>
+  auto async_claim(const claim_request& request, Token&& token) {
+    const std::string tag = detail::redis_tag_of(request.scope);
+    return routed<claim_result>(
+        std::forward<Token>(token), "claim", detail::redis_tag_slot(tag),
+        state().operations.claim(request, to_wire), true, true,
+        [](const shared_state& state, const std::vector<detail::redis_reply>& replies) {
+          return state.operations.claim_result_of(replies);
+        });
+  }
+  template <class Token>
+  auto async_complete(const fenced_key& held, std::string_view bytes, store_time /*now*/,
+                      Token&& token) {
+    return routed<bool>(std::forward<Token>(token), "complete", slot_of(held.scope),
+                        state().operations.complete(held, bytes, to_wire), true, false,
+                        applied{"complete"});
+  }
+  template <class Token>
+  auto async_release(const fenced_key& held, Token&& token) {
+    return routed<bool>(std::forward<Token>(token), "release", slot_of(held.scope),
+                        state().operations.release(held, to_wire), true, false,
+                        applied{"release"});
+  }
+  /// As async_redis_store's checkpoint.
+  template <class Token>
+  auto async_checkpoint(const fenced_key& held, std::string_view bytes, store_time lease_until,
+                        Token&& token) {
+    return routed<bool>(std::forward<Token>(token), "checkpoint", slot_of(held.scope),
+                        state().operations.checkpoint(held, bytes, lease_until, to_wire), true,
+                        false, applied{"checkpoint"});
+  }
+  template <class Token>
+  auto async_find(std::string_view scope, std::string_view key, store_time now, Token&& token) {
+    return routed<std::optional<record>>(
+        std::forward<Token>(token), "find", slot_of(scope),
+        state().operations.find(scope, key, now, to_wire), false, false,
+        [scope = std::string(scope), key = std::string(key)](
+            const shared_state& state, const std::vector<detail::redis_reply>& replies) {
+          return state.operations.found(replies, scope, key);
+        });
+  }
+  /// redis_cluster_store::sweep's semantics: the slots whose registry is not empty, asked of
+  /// each primary in one round trip, then walked one by one.
+  template <class Token>
+  auto async_sweep(store_time now, Token&& token) {
+    return spawn<std::size_t>(
+        std::forward<Token>(token),
+        [state = shared(), now]() -> asio::awaitable<std::size_t, detail::redis_strand> {
+          std::size_t removed = 0;
+          for (const std::uint16_t slot : co_await slots_with_scopes(*state, "sweep")) {
+            detail::redis_sweep_walk walk(state->operations, now,
+                                          state->operations.slot_registry(slot));
+            co_await walk_through(*state, slot, walk, "sweep");
+            removed += walk.removed();
+          }
+          co_return removed;
+        });
+  }
+  /// redis_cluster_store::stuck's semantics. Reads only.
+  template <class Token>
+  auto async_stuck(store_time now, std::size_t limit, Token&& token) {
+    return spawn<std::vector<record>>(
+        std::forward<Token>(token),
+        [state = shared(), now,
+         limit]() -> asio::awaitable<std::vector<record>, detail::redis_strand> {
+          std::vector<record> found;
+          if (limit == 0) co_return found;
+          for (const std::uint16_t slot : co_await slots_with_scopes(*state, "stuck")) {
+            detail::redis_stuck_walk walk(state->operations, now, limit - found.size(),
+                                          state->operations.slot_registry(slot));
+            co_await walk_through(*state, slot, walk, "stuck");
+            for (record& each : walk.take())
+              found.push_back(std::move(each));
+            if (found.size() >= limit) break;
+          }
+          co_return found;
+        });
+  }
+
+  const options& settings() const { return state().settings; }
+
+  /// How many times the slot map was read since construction; completes with std::uint64_t.
+  /// What a test of MOVED or of a failover looks at.
+  template <class Token>
+  auto async_slot_map_reads(Token&& token) {
+    return spawn<std::uint64_t>(
+        std::forward<Token>(token),
+        [state = shared()]() -> asio::awaitable<std::uint64_t, detail::redis_strand> {
+          co_return state->map_reads;
+        });
+  }
+
+ private:
+  static constexpr const char* who = "idem::async_redis_cluster_store";
+  using awaitable_token = asio::use_awaitable_t<detail::redis_strand>;
+
+  // One node: its address and its pool of connections, on the store's strand.
+  struct node {
+    std::string address;
+    std::shared_ptr<detail::redis_async_pool> pool;
+  };
+
+  // Every copy's shared part. Everything but the options, the executor and the operations is
+  // read and written on `strand` only.
+  struct shared_state {
+    static constexpr std::size_t max_nodes = 1024;
+
+    shared_state(asio::any_io_executor given, options settings_given)
+        : settings(checked(std::move(settings_given))),
+          executor(checked(std::move(given))),
+          strand(asio::make_strand(executor)),
+          operations(record_settings(settings), who, where_of(settings)) {
+      for (const std::string& seed : settings.nodes)
+        (void)node_index(*detail::redis_address_of(seed));
+    }
+    shared_state(const shared_state&) = delete;
+    shared_state& operator=(const shared_state&) = delete;
+    // The connections close on the strand: what is in flight there fails, nothing waits here.
+    ~shared_state() {
+      try {
+        asio::post(strand, [nodes = std::move(nodes)] {
+          for (const node& each : nodes)
+            each.pool->shut();
+        });
+      } catch (...) {
+        // Out of memory: the connections close when their pools' last owners let them go.
+      }
+    }
+
+    options settings;
+    asio::any_io_executor executor;
+    detail::redis_strand strand;
+    detail::redis_operations operations;
+    std::vector<node> nodes;  // never shrinks while the store lives
+    std::array<std::uint16_t, detail::redis_slot_count> owner{};  // index + 1 in nodes; 0 none
+    bool stale = true;        // read the map before the next operation
+    bool refreshing = false;  // a coroutine is reading it now
+    std::uint64_t map_reads = 0;
+
+    // The index of the node at `address`, made when it is new (its pool connects nothing yet).
+    std::size_t node_index(const detail::redis_address& address) {
+      const std::string text = detail::redis_address_text(address);
+      for (std::size_t i = 0; i < nodes.size(); ++i) {
+        if (nodes[i].address == text) return i;
+      }
+      if (nodes.size() == max_nodes) {
+        throw store_error(store_failure::unavailable,
+                          std::string(who) + ": more than " + std::to_string(max_nodes) +
+                              " cluster nodes were named; " + text + " is one too many");
+      }
+      nodes.push_back(node{text, std::make_shared<detail::redis_async_pool>(
+                                     strand, node_settings(address),
+                                     detail::redis_backoff{settings.reconnect_delay,
+                                                           settings.max_reconnect_delay})});
+      return nodes.size() - 1;
+    }
+
+    static options checked(options given) {
+      if (given.nodes.empty()) {
+        throw std::invalid_argument(std::string(who) +
+                                    ": nodes is empty: name at least one cluster node as "
+                                    "host:port to learn the slot map from");
+      }
+      for (const std::string& each : given.nodes) {
+        if (!detail::redis_address_of(each)) {
+          throw std::invalid_argument(std::string(who) + ": node '" + each +
+                                      "' is not host:port with a TCP port");
+        }
+      }
+      if (given.max_redirects == 0) {
+        throw std::invalid_argument(std::string(who) + ": max_redirects must be at least 1");
+      }
+      if (given.retry_pause <= std::chrono::milliseconds::zero()) {
+        throw std::invalid_argument(std::string(who) + ": retry_pause must be positive");
+      }
+      detail::redis_check_replica_timeout(who, given.replicas, given.replica_timeout,
+                                          given.command_timeout);
+      return given;
+    }
+
+    static asio::any_io_executor checked(asio::any_io_executor executor) {
+      if (!executor) throw std::invalid_argument(std::string(who) + ": the executor is empty");
+      return executor;
+    }
+
+    static detail::redis_record_settings record_settings(const options& given) {
+      return {.prefix = given.prefix,
+              .clock = given.clock,
+              .caller_time_margin = given.caller_time_margin,
+              .max_records_per_scope = given.max_records_per_scope,
+              .replicas = given.replicas,
+              .replica_timeout = given.replica_timeout,
+              .slot_registries = true};
+    }
+
+    static std::string where_of(const options& given) {
+      std::string where = "the cluster (";
+      for (std::size_t i = 0; i < given.nodes.size(); ++i) {
+        if (i > 0) where += ", ";
+        where += given.nodes[i];
+      }
+      return where + ")";
+    }
+
+    detail::redis_settings node_settings(const detail::redis_address& address) const {
+      return {.host = address.host,
+              .port = address.port,
+              .unix_socket = {},
+              .sentinels = {},
+              .master_name = {},
+              .username = settings.username,
+              .password = settings.password,
+              .database = 0,
+              .pool_size = settings.pool_size,
+              .connect_timeout = settings.connect_timeout,
+              .command_timeout = settings.command_timeout,
+              .verify_eviction_policy = settings.verify_eviction_policy,
+              .who = who};
+    }
+  };
+
+  // Reads the slot map from the first known node that answers and sets every slot's entry from
+  // it. Fails with store_error(unavailable) when no node answers, std::invalid_argument when one
+  // answers that it is no cluster node.
+  static asio::awaitable<void, detail::redis_strand> read_map(shared_state& state) {
+    const std::array<std::string_view, 2> words{"CLUSTER", "SLOTS"};
+    std::string failures;
+    for (std::size_t i = 0; i < state.nodes.size(); ++i) {
+      const node candidate = state.nodes[i];
+      std::vector<detail::redis_wire_command> ask;
+      ask.push_back(detail::redis_wire_of(std::span<const std::string_view>(words)));
+      std::vector<detail::redis_reply> answer;
+      try {
+        answer = co_await detail::async_redis_exchange(candidate.pool, std::move(ask),
+                                                       "reading the slot map", awaitable_token{});
+      } catch (const store_error& failed) {
+        failures.append("; ").append(failed.what());
+        continue;
+      }
+      set_map(state, answer.at(0).get(), candidate.address);
+      co_return;
+    }
+    throw store_error(store_failure::unavailable,
+                      std::string(who) + ": no cluster node answered CLUSTER SLOTS" + failures);
+  }
+
+  // The map CLUSTER SLOTS answered, from `address`: every slot's entry (none for a slot it
+  // does not name). A plain function: GCC 12 cannot keep the new map in a coroutine's frame.
+  static void set_map(shared_state& state, const redisReply* answer, const std::string& address) {
+    const std::vector<detail::redis_slot_range> ranges =
+        detail::redis_slot_ranges_of(answer, address, who);
+    auto next = std::make_unique<std::array<std::uint16_t, detail::redis_slot_count>>();
+    next->fill(0);
+    for (const detail::redis_slot_range& range : ranges) {
+      const auto at = static_cast<std::uint16_t>(state.node_index(range.primary) + 1U);
+      for (std::size_t slot = range.first; slot <= range.last; ++slot)
+        (*next)[slot] = at;
+    }
+    state.owner = *next;
+    state.stale = false;
+    ++state.map_reads;
+  }
+
+  // Before an operation: the map read again when something said it is stale, unless another
+  // coroutine is reading it now. A failure leaves it stale; the operation goes by the map it has
+  // (and a slot the map names no node for fails in owner_of).
+  static asio::awaitable<void, detail::redis_strand> refresh_if_stale(shared_state& state) {
+    if (!state.stale || state.refreshing) co_return;
+    state.refreshing = true;
+    try {
+      co_await read_map(state);
+    } catch (const store_error&) {
+      // Nobody answered now; the operation finds out for itself.
+    } catch (...) {
+      state.refreshing = false;
+      throw;
+    }
+    state.refreshing = false;
+  }
+
+  // The node the map names for `slot`; the map read first when it names none.
+  static asio::awaitable<std::size_t, detail::redis_strand> owner_of(shared_state& state,
+                                                                     std::uint16_t slot) {
+    if (state.owner[slot] == 0) co_await read_map(state);
+    if (state.owner[slot] == 0) {
+      throw store_error(store_failure::unavailable,
+                        std::string(who) + ": no primary serves hash slot " +
+                            std::to_string(slot) + " (CLUSTER SLOTS names none)");
+    }
+    co_return static_cast<std::size_t>(state.owner[slot] - 1U);
+  }
+
+  // Sends the commands of one slot and answers their replies in order, following the cluster's
+  // refusals (the top of this header); `then` (WAIT) follows the commands of each round on the
+  // node they go to, and its replies are answered after theirs, from the last round that ran
+  // commands.
+  static asio::awaitable<std::vector<detail::redis_reply>, detail::redis_strand> route(
+      shared_state& state, std::uint16_t slot, std::vector<detail::redis_wire_command> commands,
+      std::vector<detail::redis_wire_command> then, const char* operation) {
+    co_await refresh_if_stale(state);
+    std::vector<detail::redis_reply> answers(commands.size());
+    std::vector<std::size_t> pending(commands.size());
+    for (std::size_t i = 0; i < pending.size(); ++i)
+      pending[i] = i;
+    std::size_t target = co_await owner_of(state, slot);
+    bool asking = false;
+    std::chrono::milliseconds pause = state.settings.retry_pause;
+    for (std::size_t round = 0;; ++round) {
+      // After ASK each command goes after an ASKING of its own: the flag lasts one command.
+      std::vector<detail::redis_wire_command> wire;
+      wire.reserve(2 * pending.size() + then.size());
+      for (const std::size_t i : pending) {
+        if (asking) wire.push_back(asking_command());
+        wire.push_back(commands[i]);
+      }
+      for (const detail::redis_wire_command& each : then)
+        wire.push_back(each);
+      std::vector<detail::redis_reply> replies;
+      std::optional<std::string> lost;
+      try {
+        replies = co_await detail::async_redis_exchange(state.nodes[target].pool, std::move(wire),
+                                                        operation, awaitable_token{});
+      } catch (const store_error&) {
+        state.stale = true;  // a failover may have moved the slot: ask before the next one
+        throw;
+      }
+      if (asking) replies = without_askings(std::move(replies), pending.size());
+      if (replies.size() != pending.size() + then.size()) throw state.operations.malformed(operation);
+      std::optional<detail::redis_redirect> redirect;
+      std::string refusal;
+      std::vector<std::size_t> refused;
+      bool ran = false;
+      bool ran_cleanly = true;
+      for (std::size_t k = 0; k < pending.size(); ++k) {
+        const redisReply* reply = replies[k].get();
+        std::optional<detail::redis_redirect> here = detail::redis_redirect_of(reply);
+        if (here || detail::redis_retry_later(reply)) {
+          if (here && !redirect) redirect = std::move(here);
+          refusal = detail::reply_text(reply);
+          refused.push_back(pending[k]);
+          continue;
+        }
+        ran = true;
+        ran_cleanly = ran_cleanly && !detail::redis_operations::is_error(reply);
+        answers[pending[k]] = std::move(replies[k]);
+      }
+      // The writes that ran here waited for this node's replicas.
+      if (!then.empty() && ran && ran_cleanly) {
+        state.operations.check_replicated(replies.back().get(), operation);
+      }
+      if (refused.empty()) co_return answers;
+      if (round + 1 >= state.settings.max_redirects) {
+        state.stale = true;
+        throw store_error(store_failure::unavailable,
+                          std::string(who) + ": " + operation + " was refused " +
+                              std::to_string(round + 1) + " times by the cluster (slot " +
+                              std::to_string(slot) + "), the last time by " +
+                              state.nodes[target].address + ": " + refusal);
+      }
+      pending = std::move(refused);
+      if (redirect) {
+        target = state.node_index(redirect->to);
+        asking = redirect->how == detail::redis_redirect::kind::ask;
+        if (!asking) {
+          state.owner[redirect->slot] = static_cast<std::uint16_t>(target + 1U);
+          state.stale = true;
+        }
+        continue;
+      }
+      detail::redis_timer timer(state.strand);
+      timer.expires_after(pause);
+      co_await timer.async_wait(awaitable_token{});
+      pause = std::min<std::chrono::milliseconds>(pause * 2, std::chrono::seconds{1});
+      asking = false;
+      co_await refresh_if_stale(state);
+      target = co_await owner_of(state, slot);
+    }
+  }
+
+  static detail::redis_wire_command asking_command() {
+    const std::array<std::string_view, 1> words{"ASKING"};
+    return detail::redis_wire_of(std::span<const std::string_view>(words));
+  }
+
+  // The replies of an exchange sent after ASK without ASKING's, one before each of the first
+  // `asked` replies (those of the keyed commands).
+  static std::vector<detail::redis_reply> without_askings(std::vector<detail::redis_reply> replies,
+                                                          std::size_t asked) {
+    std::vector<detail::redis_reply> kept;
+    kept.reserve(replies.size());
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      if (i < 2 * asked && i % 2 == 0) continue;  // ASKING's +OK
+      kept.push_back(std::move(replies[i]));
+    }
+    return kept;
+  }
+
+  // The slots whose scope registry is not empty, in order: SCARD of each slot's registry,
+  // pipelined to the primary the map names for it. A slot whose node refused (it moved) is kept:
+  // its walk follows the refusal.
+  static asio::awaitable<std::vector<std::uint16_t>, detail::redis_strand> slots_with_scopes(
+      shared_state& state, const char* operation) {
+    co_await refresh_if_stale(state);
+    if (state.stale) co_await read_map(state);  // never read: the walk needs a whole map
+    std::vector<std::vector<std::uint16_t>> by_node;
+    for (std::size_t slot = 0; slot < detail::redis_slot_count; ++slot) {
+      const std::uint16_t at = state.owner[slot];
+      if (at == 0) {
+        throw store_error(store_failure::unavailable,
+                          std::string(who) + ": " + operation + ": no primary serves hash slot " +
+                              std::to_string(slot) + " (CLUSTER SLOTS names none)");
+      }
+      if (by_node.size() < at) by_node.resize(at);
+      by_node[at - 1U].push_back(static_cast<std::uint16_t>(slot));
+    }
+    std::vector<std::uint16_t> found;
+    for (std::size_t i = 0; i < by_node.size(); ++i) {
+      if (by_node[i].empty()) continue;
+      std::vector<detail::redis_wire_command> counts;
+      counts.reserve(by_node[i].size());
+      for (const std::uint16_t slot : by_node[i]) {
+        const std::string registry = state.operations.slot_registry(slot);
+        const std::array<std::string_view, 2> words{"SCARD", registry};
+        counts.push_back(detail::redis_wire_of(std::span<const std::string_view>(words)));
+      }
+      std::vector<detail::redis_reply> replies;
+      try {
+        replies = co_await detail::async_redis_exchange(state.nodes[i].pool, std::move(counts),
+                                                        operation, awaitable_token{});
+      } catch (const store_error&) {
+        state.stale = true;
+        throw;
+      }
+      for (std::size_t k = 0; k < replies.size(); ++k) {
+        const redisReply* reply = replies[k].get();
+        if (reply->type == REDIS_REPLY_INTEGER && reply->integer == 0) continue;
+        if (reply->type == REDIS_REPLY_ERROR && !detail::redis_redirect_of(reply) &&
+            !detail::redis_retry_later(reply)) {
+          throw state.operations.failure(operation, reply);
+        }
+        found.push_back(by_node[i][k]);
+      }
+    }
+    std::sort(found.begin(), found.end());
+    co_return found;
+  }
+
+  // Runs a walk over one slot's registry, one routed exchange per step.
+  template <class Walk>
+  static asio::awaitable<void, detail::redis_strand> walk_through(shared_state& state,
+                                                                  std::uint16_t slot, Walk& walk,
+                                                                  const char* operation) {
+    for (detail::redis_step step = walk.next(); !step.done(); step = walk.next()) {
+      walk.feed(co_await route(state, slot, detail::redis_wire_of(step), {}, operation));
+    }
+  }
+
+  // What an operation's call is given: its commands, written out now.
+  static constexpr auto to_wire = [](std::span<const detail::redis_command> commands) {
+    return detail::redis_wire_of(commands);
+  };
+
+  // The decoding of complete, release and checkpoint: whether the fenced write applied.
+  struct applied {
+    const char* operation;
+    bool operator()(const shared_state& state,
+                    const std::vector<detail::redis_reply>& replies) const {
+      return state.operations.applied(replies, operation);
+    }
+  };
+
+  std::uint16_t slot_of(std::string_view scope) const {
+    return detail::redis_tag_slot(detail::redis_tag_of(scope));
+  }
+
+  // One operation of one slot: its commands routed (with WAIT after a write's when writes wait
+  // for replicas), the replies decoded by `decode(state, replies)`.
+  template <class T, class Token, class Decode>
+  auto routed(Token&& token, const char* operation, std::uint16_t slot,
+              std::vector<detail::redis_wire_command> wire, bool write, bool claim,
+              Decode decode) {
+    std::vector<detail::redis_wire_command> then;
+    if (write) {
+      for (const std::span<const std::string_view> words :
+           state().operations.wait_for_replicas(claim)) {
+        then.push_back(detail::redis_wire_of(words));
+      }
+    }
+    return spawn<T>(std::forward<Token>(token),
+                    [state = shared(), operation, slot, wire = std::move(wire),
+                     then = std::move(then), decode = std::move(decode)]() mutable
+                    -> asio::awaitable<T, detail::redis_strand> {
+                      std::vector<detail::redis_reply> replies =
+                          co_await route(*state, slot, std::move(wire), std::move(then),
+                                         operation);
+                      co_return decode(*state, std::move(replies));
+                    });
+  }
+
+  // The coroutine `body` on the store's strand, completing the token with void(exception_ptr,
+  // T) on the handler's associated executor (the store's executor when it has none), as
+  // async_redis_store's operations do; a cancellation is store_error(unavailable).
+  template <class T, class Token, class Body>
+  auto spawn(Token&& token, Body body) {
+    return asio::async_initiate<Token, async_store_signature<T>>(
+        [](auto handler, const std::shared_ptr<shared_state>& state, Body run) {
+          auto home = asio::get_associated_executor(handler, state->executor);
+          asio::co_spawn(state->strand, guarded<T>(std::move(run)),
+                         asio::bind_executor(std::move(home), std::move(handler)));
+        },
+        token, shared(), std::move(body));
+  }
+
+  template <class T, class Body>
+  static auto guarded(Body body) {
+    return [body = std::move(body)]() mutable -> asio::awaitable<T, detail::redis_strand> {
+      const asio::cancellation_state early = co_await asio::this_coro::cancellation_state;
+      if (early.cancelled() != asio::cancellation_type::none) {
+        throw store_error(store_failure::unavailable,
+                          std::string(who) +
+                              ": the operation was cancelled before it started; nothing was sent");
+      }
+      co_await asio::this_coro::reset_cancellation_state(asio::enable_total_cancellation());
+      std::optional<T> answer;
+      std::optional<std::string> cancelled;
+      try {
+        answer.emplace(co_await body());
+      } catch (const asio_system_error& error) {
+        cancelled = error.what();
+      }
+      if (cancelled) {
+        throw store_error(store_failure::unavailable,
+                          std::string(who) + ": the operation was cancelled (" + *cancelled +
+                              "); what it sent may still run at the server");
+      }
+      co_return std::move(*answer);
+    };
+  }
+
+  std::shared_ptr<shared_state> shared() const {
+    (void)state();
+    return state_;
+  }
+
+  shared_state& state() const {
+    if (!state_) {
+      throw std::logic_error(
+          "idem::async_redis_cluster_store: a default-constructed store has no cluster; assign "
+          "one made with async_redis_cluster_store(executor, options) first");
+    }
+    return *state_;
+  }
+
+  std::shared_ptr<shared_state> state_;
+};
+
+static_assert(AsyncStore<async_redis_cluster_store>);
+
+}  // namespace idem
+
+IDEM_ASIO_CODE_END
+
+#endif  // IDEM_STORE_REDIS_ASYNC_CLUSTER_HPP
