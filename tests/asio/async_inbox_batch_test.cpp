@@ -63,8 +63,8 @@ TEST_CASE("the asynchronous twins share their blocking twins' options, and answe
   struct call {
     int operator()() const { return 1; }
   };
-  static_assert(std::is_same_v<idem::retrying<call, policies>::options,
-                               idem::retry_options<policies>>);
+  static_assert(
+      std::is_same_v<idem::retrying<call, policies>::options, idem::retry_options<policies>>);
   static_assert(std::is_base_of_v<idem::retry_options<policies>,
                                   idem::async_retrying<call, policies>::options>);
 
@@ -131,7 +131,8 @@ TEST_CASE("an async batch runs each new id once, in order, and answers one outco
   CHECK(voids[0].verdict() == verdict::executed);
 }
 
-TEST_CASE("an async batch answers an id held by a live delivery in_progress at once, never waiting") {
+TEST_CASE(
+    "an async batch answers an id held by a live delivery in_progress at once, never waiting") {
   asio::io_context io;
   idem::manual_clock clock;
   idem::memory_store store;
@@ -152,11 +153,11 @@ TEST_CASE("an async batch answers an id held by a live delivery in_progress at o
 
   const auto before = clock.now();
   int runs = 0;
-  const outcomes answered =
-      batch(io, clock, consumer, {"e-1", "e-2"}, [&runs](std::size_t) -> asio::awaitable<std::string> {
-        ++runs;
-        co_return "ran";
-      });
+  const outcomes answered = batch(io, clock, consumer, {"e-1", "e-2"},
+                                  [&runs](std::size_t) -> asio::awaitable<std::string> {
+                                    ++runs;
+                                    co_return "ran";
+                                  });
   REQUIRE(answered.size() == 2);
   CHECK(answered[0].verdict() == verdict::executed);
   CHECK(answered[1].verdict() == verdict::in_progress);
@@ -166,7 +167,9 @@ TEST_CASE("an async batch answers an id held by a live delivery in_progress at o
   CHECK_FALSE(holder.done);
 }
 
-TEST_CASE("an async batch whose function throws keeps what ran before, and the redelivery runs the rest") {
+TEST_CASE(
+    "an async batch whose function throws keeps what ran before, and the redelivery runs the "
+    "rest") {
   asio::io_context io;
   idem::manual_clock clock;
   idem::memory_store store;
@@ -188,11 +191,11 @@ TEST_CASE("an async batch whose function throws keeps what ran before, and the r
 
   // The redelivery: e-1 replays; e-2 (released) and e-3 (never claimed) run now.
   ran->clear();
-  const outcomes redelivered = batch(io, clock, consumer, ids,
-                                     [ran](std::size_t index) -> asio::awaitable<std::string> {
-                                       ran->push_back(index);
-                                       co_return "ok " + std::to_string(index);
-                                     });
+  const outcomes redelivered =
+      batch(io, clock, consumer, ids, [ran](std::size_t index) -> asio::awaitable<std::string> {
+        ran->push_back(index);
+        co_return "ok " + std::to_string(index);
+      });
   CHECK(*ran == std::vector<std::size_t>{1, 2});
   REQUIRE(redelivered.size() == 3);
   CHECK(redelivered[0].verdict() == verdict::replayed);

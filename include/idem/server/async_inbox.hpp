@@ -8,9 +8,9 @@
 //   if (outcome.verdict() != idem::verdict::in_progress) co_await queue.async_ack(message);
 //
 // The rules are inbox's (idem/server/inbox.hpp), through the same engine; the waiting is
-// async_idempotent's (idem/server/async_idempotent.hpp): coalescing on a timer, the lease heartbeat, a
-// blocking store's calls on options.store_executor (an AsyncStore awaited), cancellation answered
-// with verdict::cancelled. async_deduplicate completes with
+// async_idempotent's (idem/server/async_idempotent.hpp): coalescing on a timer, the lease
+// heartbeat, a blocking store's calls on options.store_executor (an AsyncStore awaited),
+// cancellation answered with verdict::cancelled. async_deduplicate completes with
 //
 //   void(std::exception_ptr, idem::idempotent_outcome<R>)
 //
@@ -131,8 +131,7 @@ class async_inbox {
   /// never claimed, so a redelivery runs them. More ids than the blocking batch takes (4,096)
   /// throw std::invalid_argument here, before anything starts.
   template <class Ids, class F, class Token>
-  auto async_deduplicate_batch(std::string_view scope, const Ids& event_ids, F fn,
-                               Token&& token) {
+  auto async_deduplicate_batch(std::string_view scope, const Ids& event_ids, F fn, Token&& token) {
     static_assert(detail::awaitable_call<F, std::size_t>,
                   "idem::async_inbox::async_deduplicate_batch: the function must be callable as "
                   "asio::awaitable<R>(std::size_t index), where index is the event's position in "
@@ -149,11 +148,10 @@ class async_inbox {
         for (const auto& id : event_ids)
           ids.emplace_back(std::string_view(id));
         if (ids.size() > detail::max_inbox_batch) {
-          throw std::invalid_argument("idem::async_inbox::async_deduplicate_batch: " +
-                                      std::to_string(ids.size()) +
-                                      " event ids in one batch, more than the " +
-                                      std::to_string(detail::max_inbox_batch) +
-                                      " allowed; split it");
+          throw std::invalid_argument(
+              "idem::async_inbox::async_deduplicate_batch: " + std::to_string(ids.size()) +
+              " event ids in one batch, more than the " + std::to_string(detail::max_inbox_batch) +
+              " allowed; split it");
         }
         using answer_type = std::vector<idempotent_outcome<response_type>>;
         return asio::async_initiate<Token, void(std::exception_ptr, answer_type)>(
@@ -268,9 +266,8 @@ class async_inbox {
         co_return co_await detail::observed_handler(observer_, clock(), call());
       }
     };
-    co_return co_await engine_.template run<Response>(scope, event_id, digest{}, run,
-                                                      release_on_failure{}, nullptr, waited,
-                                                      may_wait);
+    co_return co_await engine_.template run<Response>(
+        scope, event_id, digest{}, run, release_on_failure{}, nullptr, waited, may_wait);
   }
 
   executor_type executor_;

@@ -80,8 +80,7 @@ class cluster_maker {
 struct async_cluster_factory {
   static constexpr bool bounded = false;
   blocking_cluster make(const idem::testing::store_limits& /*limits*/) {
-    return stores.make_blocking(
-        async_options(shared_cluster().options(idem::time_source::caller)));
+    return stores.make_blocking(async_options(shared_cluster().options(idem::time_source::caller)));
   }
   cluster_maker stores{shared_cluster()};
 };

@@ -113,8 +113,7 @@ class async_redis_cluster_store {
   template <class Token>
   auto async_release(const fenced_key& held, Token&& token) {
     return routed<bool>(std::forward<Token>(token), "release", slot_of(held.scope),
-                        state().operations.release(held, to_wire), true, false,
-                        applied{"release"});
+                        state().operations.release(held, to_wire), true, false, applied{"release"});
   }
   /// As async_redis_store's checkpoint.
   template <class Token>
@@ -379,8 +378,8 @@ class async_redis_cluster_store {
     if (state.owner[slot] == 0) co_await read_map(state);
     if (state.owner[slot] == 0) {
       throw store_error(store_failure::unavailable,
-                        std::string(who) + ": no primary serves hash slot " +
-                            std::to_string(slot) + " (CLUSTER SLOTS names none)");
+                        std::string(who) + ": no primary serves hash slot " + std::to_string(slot) +
+                            " (CLUSTER SLOTS names none)");
     }
     co_return static_cast<std::size_t>(state.owner[slot] - 1U);
   }
@@ -420,7 +419,8 @@ class async_redis_cluster_store {
         throw;
       }
       if (asking) replies = without_askings(std::move(replies), pending.size());
-      if (replies.size() != pending.size() + then.size()) throw state.operations.malformed(operation);
+      if (replies.size() != pending.size() + then.size())
+        throw state.operations.malformed(operation);
       std::optional<detail::redis_redirect> redirect;
       std::string refusal;
       std::vector<std::size_t> refused;
@@ -572,8 +572,7 @@ class async_redis_cluster_store {
   // for replicas), the replies decoded by `decode(state, replies)`.
   template <class T, class Token, class Decode>
   auto routed(Token&& token, const char* operation, std::uint16_t slot,
-              std::vector<detail::redis_wire_command> wire, bool write, bool claim,
-              Decode decode) {
+              std::vector<detail::redis_wire_command> wire, bool write, bool claim, Decode decode) {
     std::vector<detail::redis_wire_command> then;
     if (write) {
       for (const std::span<const std::string_view> words :
@@ -581,15 +580,14 @@ class async_redis_cluster_store {
         then.push_back(detail::redis_wire_of(words));
       }
     }
-    return spawn<T>(std::forward<Token>(token),
-                    [state = shared(), operation, slot, wire = std::move(wire),
-                     then = std::move(then), decode = std::move(decode)]() mutable
-                    -> asio::awaitable<T, detail::redis_strand> {
-                      std::vector<detail::redis_reply> replies =
-                          co_await route(*state, slot, std::move(wire), std::move(then),
-                                         operation);
-                      co_return decode(*state, std::move(replies));
-                    });
+    return spawn<T>(
+        std::forward<Token>(token),
+        [state = shared(), operation, slot, wire = std::move(wire), then = std::move(then),
+         decode = std::move(decode)]() mutable -> asio::awaitable<T, detail::redis_strand> {
+          std::vector<detail::redis_reply> replies =
+              co_await route(*state, slot, std::move(wire), std::move(then), operation);
+          co_return decode(*state, std::move(replies));
+        });
   }
 
   // The coroutine `body` on the store's strand, completing the token with void(exception_ptr,
@@ -611,9 +609,9 @@ class async_redis_cluster_store {
     return [body = std::move(body)]() mutable -> asio::awaitable<T, detail::redis_strand> {
       const asio::cancellation_state early = co_await asio::this_coro::cancellation_state;
       if (early.cancelled() != asio::cancellation_type::none) {
-        throw store_error(store_failure::unavailable,
-                          std::string(who) +
-                              ": the operation was cancelled before it started; nothing was sent");
+        throw store_error(
+            store_failure::unavailable,
+            std::string(who) + ": the operation was cancelled before it started; nothing was sent");
       }
       co_await asio::this_coro::reset_cancellation_state(asio::enable_total_cancellation());
       std::optional<T> answer;
