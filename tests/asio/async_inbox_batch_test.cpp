@@ -165,6 +165,9 @@ TEST_CASE(
   // No coalescing pause was waited: the manual clock never had to move.
   CHECK(clock.now() == before);
   CHECK_FALSE(holder.done);
+  // The holder comes back from downstream and records its delivery.
+  run_until(io, clock, [&] { return holder.done; });
+  CHECK(holder.take().verdict() == verdict::executed);
 }
 
 TEST_CASE(

@@ -375,4 +375,9 @@ TEST_CASE("an async resume whose handler throws again keeps the claim and report
   REQUIRE(kept);
   CHECK(kept->state == idem::record_state::in_progress);
   CHECK(kept->fence == 2);
+  // The first holder, woken, throws too; its fence is gone, so the resume's claim stays.
+  run_until(io, clock, [&] { return stalled.done; });
+  const std::optional<idem::record> still = store.find("tenant", "order-1", clock.wall_now());
+  REQUIRE(still);
+  CHECK(still->fence == 2);
 }
