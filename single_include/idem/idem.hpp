@@ -1208,9 +1208,9 @@ struct classify_with {
 // waits for its first answer. A spent budget never cancels a hedge already sent. Copies of a
 // hedging policy share the budget: one per dependency.
 //
-// Only async_retrying hedges (idem/client/async_retrying.hpp): a blocking call has no way to wait for
-// two answers at once. Only its outermost layer hedges, as only it retries: layers nested in its
-// attempts make one attempt each, so hedges and retries do not multiply.
+// Only async_retrying hedges (idem/client/async_retrying.hpp): a blocking call has no way to wait
+// for two answers at once. Only its outermost layer hedges, as only it retries: layers nested in
+// its attempts make one attempt each, so hedges and retries do not multiply.
 #ifndef IDEM_CLIENT_POLICY_HEDGING_HPP
 #define IDEM_CLIENT_POLICY_HEDGING_HPP
 
@@ -14178,8 +14178,8 @@ class locked_store {
 //
 // A completed record does not change until it expires, so a process that has once seen it
 // completed may answer its repeats itself, without a round trip. tiered_store keeps such records
-// in a local tier (idem/store/tiered/detail/tier.hpp: bounded in bytes, CLOCK eviction, sharded) and
-// sends everything else to the durable store:
+// in a local tier (idem/store/tiered/detail/tier.hpp: bounded in bytes, CLOCK eviction, sharded)
+// and sends everything else to the durable store:
 //   * claim: a live completed record in the tier answers {existing, 0, snapshot}, exactly what
 //     the durable store would answer (the engine compares fingerprints, so another request under
 //     the key is still a mismatch). Otherwise the durable store answers; a completed record it

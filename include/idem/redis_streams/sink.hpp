@@ -1,6 +1,6 @@
 // idem::redis_streams::sink: the outbox Sink (idem/outbox/sink.hpp) on Redis Streams, through
-// hiredis and the Redis store's connections (store/redis/detail/connection.hpp: pooled, AUTH, SELECT,
-// timeouts, SIGPIPE kept away, a reused connection the server closed tried once more).
+// hiredis and the Redis store's connections (store/redis/detail/connection.hpp: pooled, AUTH,
+// SELECT, timeouts, SIGPIPE kept away, a reused connection the server closed tried once more).
 //
 //   idem::redis_streams::sink sink({.server = {.host = "redis"}, .stream_prefix = "outbox:"});
 //   sink.publish(batch, results);   // what idem::outbox_relay calls

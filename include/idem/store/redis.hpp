@@ -22,9 +22,9 @@
 //
 // Keys. Every key of one record carries the hash tag of its scope, so a Redis Cluster would keep
 // a record, and its scope's indexes, in one slot; the scope is written in hexadecimal, so any
-// bytes are allowed and two scopes' keys never meet (the layout: store/redis/detail/keys.hpp). The set
-// P#scopes (P the prefix) names the scopes that may hold records. It spans slots, so it is never
-// written inside a record's script: claim adds the scope right after its script (same
+// bytes are allowed and two scopes' keys never meet (the layout: store/redis/detail/keys.hpp). The
+// set P#scopes (P the prefix) names the scopes that may hold records. It spans slots, so it is
+// never written inside a record's script: claim adds the scope right after its script (same
 // connection, same round trip), and sweep removes a scope only by removing it first and adding
 // it back if its index is not empty, so a scope with records is never lost from it, whatever the
 // interleaving.

@@ -7,8 +7,8 @@
 //
 // A completed record does not change until it expires, so a process that has once seen it
 // completed may answer its repeats itself, without a round trip. tiered_store keeps such records
-// in a local tier (idem/store/tiered/detail/tier.hpp: bounded in bytes, CLOCK eviction, sharded) and
-// sends everything else to the durable store:
+// in a local tier (idem/store/tiered/detail/tier.hpp: bounded in bytes, CLOCK eviction, sharded)
+// and sends everything else to the durable store:
 //   * claim: a live completed record in the tier answers {existing, 0, snapshot}, exactly what
 //     the durable store would answer (the engine compares fingerprints, so another request under
 //     the key is still a mismatch). Otherwise the durable store answers; a completed record it

@@ -14,9 +14,9 @@
 // waits for its first answer. A spent budget never cancels a hedge already sent. Copies of a
 // hedging policy share the budget: one per dependency.
 //
-// Only async_retrying hedges (idem/client/async_retrying.hpp): a blocking call has no way to wait for
-// two answers at once. Only its outermost layer hedges, as only it retries: layers nested in its
-// attempts make one attempt each, so hedges and retries do not multiply.
+// Only async_retrying hedges (idem/client/async_retrying.hpp): a blocking call has no way to wait
+// for two answers at once. Only its outermost layer hedges, as only it retries: layers nested in
+// its attempts make one attempt each, so hedges and retries do not multiply.
 #ifndef IDEM_CLIENT_POLICY_HEDGING_HPP
 #define IDEM_CLIENT_POLICY_HEDGING_HPP
 

@@ -478,8 +478,8 @@ class reader {
     }
     session_->drop_connection();
     // libpq counts whole seconds (0: wait forever): a part of one rounds up, never down to 0.
-    const std::string timeout = std::to_string(
-        std::chrono::ceil<std::chrono::seconds>(config_.connect_timeout).count());
+    const std::string timeout =
+        std::to_string(std::chrono::ceil<std::chrono::seconds>(config_.connect_timeout).count());
     const std::array<const char*, 4> keywords{"connect_timeout", "fallback_application_name",
                                               "dbname", nullptr};
     const std::array<const char*, 4> values{timeout.c_str(), "idem outbox relay",

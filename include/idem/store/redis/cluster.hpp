@@ -71,8 +71,8 @@
 #include <idem/store/redis/detail/cluster.hpp>
 #include <idem/store/redis/detail/connection.hpp>
 #include <idem/store/redis/detail/keys.hpp>
-#include <idem/store/redis/detail/walks.hpp>
 #include <idem/store/redis/detail/operations.hpp>
+#include <idem/store/redis/detail/walks.hpp>
 
 namespace idem {
 

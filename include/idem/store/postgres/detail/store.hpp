@@ -1,6 +1,6 @@
-// The class of idem::postgres_store, declared with every member: idem/store/postgres.hpp is its face
-// (and documents it), and includes this header with the definitions of the members kept
-// apart (detail/batch.hpp, detail/one_commit.hpp), which include this one.
+// The class of idem::postgres_store, declared with every member: idem/store/postgres.hpp is its
+// face (and documents it), and includes this header with the definitions of the members kept apart
+// (detail/batch.hpp, detail/one_commit.hpp), which include this one.
 #ifndef IDEM_STORE_POSTGRES_DETAIL_STORE_HPP
 #define IDEM_STORE_POSTGRES_DETAIL_STORE_HPP
 
@@ -30,7 +30,6 @@
 #include <idem/store/contract.hpp>
 #include <idem/store/detail/connection_pool.hpp>
 #include <idem/store/one_commit.hpp>
-#include <idem/store/time_source.hpp>
 #include <idem/store/postgres/detail/connection.hpp>
 #include <idem/store/postgres/detail/failure.hpp>
 #include <idem/store/postgres/detail/requests.hpp>
@@ -40,6 +39,7 @@
 #include <idem/store/postgres/detail/wire.hpp>
 #include <idem/store/postgres/error.hpp>
 #include <idem/store/postgres/outbox.hpp>
+#include <idem/store/time_source.hpp>
 
 namespace idem {
 

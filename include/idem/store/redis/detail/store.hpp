@@ -24,8 +24,8 @@
 #include <idem/store/batch.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/redis/detail/connection.hpp>
-#include <idem/store/redis/detail/walks.hpp>
 #include <idem/store/redis/detail/operations.hpp>
+#include <idem/store/redis/detail/walks.hpp>
 
 namespace idem {
 namespace detail {
