@@ -260,7 +260,8 @@ TEST_CASE("an async wrapper without the option keeps nothing, and the reconciler
   CHECK(stalled.take().verdict() == verdict::in_progress);
 }
 
-TEST_CASE("an async wrapper resumes its own stuck record with async_resume, as idempotent::resume") {
+TEST_CASE(
+    "an async wrapper resumes its own stuck record with async_resume, as idempotent::resume") {
   using policies = test_async::manual_policies;
   asio::io_context io;
   idem::manual_clock clock;
@@ -282,15 +283,15 @@ TEST_CASE("an async wrapper resumes its own stuck record with async_resume, as i
   // A request that is not the one the record was claimed for is never run.
   idem::http_request other = request;
   other.body = "{\"amount\":999}";
-  const idem::resume_result refused = run_to_end(
-      io, clock,
-      payments.template async_resume<idem::http_request>(stuck[0], idem::encode(other),
-                                                         asio::use_awaitable));
+  const idem::resume_result refused =
+      run_to_end(io, clock,
+                 payments.template async_resume<idem::http_request>(stuck[0], idem::encode(other),
+                                                                    asio::use_awaitable));
   CHECK(refused.what == idem::resumption::unreadable);
-  const idem::resume_result garbled = run_to_end(
-      io, clock,
-      payments.template async_resume<idem::http_request>(stuck[0], "not a request",
-                                                         asio::use_awaitable));
+  const idem::resume_result garbled =
+      run_to_end(io, clock,
+                 payments.template async_resume<idem::http_request>(stuck[0], "not a request",
+                                                                    asio::use_awaitable));
   CHECK(garbled.what == idem::resumption::unreadable);
   CHECK(done->emails == 0);
 
@@ -359,10 +360,10 @@ TEST_CASE("an async resume whose handler throws again keeps the claim and report
   const std::vector<idem::record> stuck = payments.stuck();
   REQUIRE(stuck.size() == 1);
 
-  const idem::resume_result failed = run_to_end(
-      io, clock,
-      payments.template async_resume<idem::http_request>(stuck[0], idem::encode(request),
-                                                         asio::use_awaitable));
+  const idem::resume_result failed =
+      run_to_end(io, clock,
+                 payments.template async_resume<idem::http_request>(stuck[0], idem::encode(request),
+                                                                    asio::use_awaitable));
   CHECK(failed.what == idem::resumption::failed);
   CHECK(failed.message == "the mail server is down");
   CHECK(failed.fence == 2);

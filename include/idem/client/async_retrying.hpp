@@ -38,7 +38,8 @@
 //     Only the outermost layer hedges (nested layers make one attempt each).
 //   * A rate limiter's permits (Policies::limiter) are waited for on a timer; a cancellation
 //     during that wait ends the operation cancelled, with no attempt made.
-//   * Nesting is per operation, not per thread (idem/client/detail/async_layer.hpp): an async_retrying
+//   * Nesting is per operation, not per thread (idem/client/detail/async_layer.hpp): an
+//   async_retrying
 //     started inside an attempt makes one attempt; an unrelated operation interleaved on the
 //     same thread still retries.
 //   * Under a clock with wakes (manual_clock) the waits are the clock's wakes: a test completes

@@ -345,7 +345,9 @@ class async_idempotent {
     } catch (const std::invalid_argument& error) {
       co_return resume_result{
           resumption::unreadable,
-          std::string("the kept request cannot be fingerprinted: ") + error.what(), 0, {}};
+          std::string("the kept request cannot be fingerprinted: ") + error.what(),
+          0,
+          {}};
     }
     if (print != stuck.fingerprint) {
       co_return resume_result{resumption::unreadable,
@@ -371,7 +373,7 @@ class async_idempotent {
       return detail::observed_handler(observer_, clock(), invoke());
     };
     co_return co_await detail::async_resume<Response, how>(engine_, stuck.scope, stuck.key, print,
-                                                     run);
+                                                           run);
   }
 
   // What a call does before its first suspension, in a plain function (see call_start): the

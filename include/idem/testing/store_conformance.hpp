@@ -23,11 +23,11 @@
 // The cases that go through a wrapper are registered apart too, for any driver of the wrappers:
 // IDEM_GUARDED_CONFORMANCE_TESTS(Factory, Driver, "name prefix: ") with Driver blocking_driver
 // (what IDEM_STORE_CONFORMANCE_TESTS uses) or an asynchronous driver's (tests/asio runs them
-// through async_idempotent and async_inbox; idem/testing/detail/conformance/guarded_handlers.hpp says
-// what a driver provides).
+// through async_idempotent and async_inbox; idem/testing/detail/conformance/guarded_handlers.hpp
+// says what a driver provides).
 //
-// The cases live in idem/testing/detail/conformance/: support.hpp, store_cases.hpp, guarded_cases.hpp
-// (with guarded_handlers.hpp) and storm.hpp; this header registers them.
+// The cases live in idem/testing/detail/conformance/: support.hpp, store_cases.hpp,
+// guarded_cases.hpp (with guarded_handlers.hpp) and storm.hpp; this header registers them.
 #ifndef IDEM_TESTING_STORE_CONFORMANCE_HPP
 #define IDEM_TESTING_STORE_CONFORMANCE_HPP
 
@@ -52,8 +52,8 @@
   }
 
 // The cases that drive a store through a wrapper, for the factory given, called through
-// `Driver` (idem/testing/detail/conformance/guarded_handlers.hpp: blocking_driver, or an asynchronous
-// driver's), each test named `prefix` and its behaviour.
+// `Driver` (idem/testing/detail/conformance/guarded_handlers.hpp: blocking_driver, or an
+// asynchronous driver's), each test named `prefix` and its behaviour.
 #define IDEM_GUARDED_CASE(Factory, Driver, prefix, behaviour, tags, function)        \
   TEMPLATE_TEST_CASE(prefix behaviour, tags, Factory) {                              \
     static_assert(::idem::testing::StoreFactory<TestType>,                           \

@@ -1,5 +1,5 @@
-// postgres_store's batches (store/postgres/detail/batch.hpp) and inbox::deduplicate_batch over them,
-// against the real server: one statement claims a batch with the single claim's semantics per
+// postgres_store's batches (store/postgres/detail/batch.hpp) and inbox::deduplicate_batch over
+// them, against the real server: one statement claims a batch with the single claim's semantics per
 // id, and a transactional consumer's writes for the whole batch commit with its records.
 #include <catch2/catch.hpp>
 

@@ -1,5 +1,5 @@
-// redis_store's batches (store/redis/detail/batch.hpp) and inbox::deduplicate_batch over them, against
-// the real server: the claim scripts of a batch pipelined in one round trip, each with the
+// redis_store's batches (store/redis/detail/batch.hpp) and inbox::deduplicate_batch over them,
+// against the real server: the claim scripts of a batch pipelined in one round trip, each with the
 // single claim's semantics.
 #include <catch2/catch.hpp>
 

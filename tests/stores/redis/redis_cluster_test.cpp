@@ -54,7 +54,8 @@ struct redis_cluster_factory {
       shared_cluster().remove_keys(prefix);
   }
   idem::redis_cluster_store make(const idem::testing::store_limits& /*limits*/) {
-    idem::redis_cluster_store::options options = shared_cluster().options(idem::time_source::caller);
+    idem::redis_cluster_store::options options =
+        shared_cluster().options(idem::time_source::caller);
     prefixes.push_back(options.prefix);
     return idem::redis_cluster_store(options);
   }

@@ -1,6 +1,6 @@
 // The names of redis_store's keys and the encoding of its scripts' arguments
-// (idem/store/redis/detail/keys.hpp), without a server: scopes of any bytes round-trip through their
-// hash tag, two scopes' keys never meet, and times are decimal nanoseconds since 1970.
+// (idem/store/redis/detail/keys.hpp), without a server: scopes of any bytes round-trip through
+// their hash tag, two scopes' keys never meet, and times are decimal nanoseconds since 1970.
 // redis_store_test.cpp checks on a server that the store writes exactly these names.
 #include <catch2/catch.hpp>
 

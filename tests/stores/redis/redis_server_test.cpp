@@ -25,8 +25,8 @@
 using namespace std::chrono_literals;
 using idem::claim_status;
 using idem::record_state;
-using idem::time_source;
 using idem::store_failure;
+using idem::time_source;
 using idem_redis_test::claim_now;
 using idem_redis_test::config_set;
 

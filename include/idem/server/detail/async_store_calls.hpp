@@ -1,7 +1,7 @@
 // Where an asynchronous driver's store calls run: inline, on the caller's executor, for a store
 // that never blocks (idem::never_blocks: memory_store, locked_store); as the store's own
-// asynchronous operations for an AsyncStore (idem/store/async_contract.hpp); and on the executor the
-// user gave for blocking work (a thread pool's, or a strand of it) for any other, so that a
+// asynchronous operations for an AsyncStore (idem/store/async_contract.hpp); and on the executor
+// the user gave for blocking work (a thread pool's, or a strand of it) for any other, so that a
 // database round trip never stalls the event loop.
 //
 // A store call always runs to its end, whatever the caller's cancellation says meanwhile: a

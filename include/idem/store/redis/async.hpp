@@ -1,5 +1,5 @@
-// async_redis_store: the asynchronous store contract (idem/store/async_contract.hpp) on Redis, on an
-// Asio executor, with no thread of its own and no blocking call.
+// async_redis_store: the asynchronous store contract (idem/store/async_contract.hpp) on Redis, on
+// an Asio executor, with no thread of its own and no blocking call.
 //
 // The same store as redis_store (idem/store/redis.hpp), whose header says what the records,
 // the keys, the scripts, the server's or the caller's time and the eviction check are: it runs
@@ -64,8 +64,8 @@
 #include <idem/store/redis/detail/async/pool.hpp>
 #include <idem/store/redis/detail/async/wire.hpp>
 #include <idem/store/redis/detail/connection.hpp>
-#include <idem/store/redis/detail/walks.hpp>
 #include <idem/store/redis/detail/operations.hpp>
+#include <idem/store/redis/detail/walks.hpp>
 
 IDEM_ASIO_CODE_BEGIN
 

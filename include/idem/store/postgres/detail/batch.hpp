@@ -367,9 +367,8 @@ std::vector<bool> detail::postgres::batch_access::complete_batch_within(
   lock_values.array(lock_scopes).array(lock_keys);
   const batch_statements& sql = statements(store);
   const std::optional<std::int64_t> written_at =
-      shared.config.clock == time_source::caller
-          ? std::optional<std::int64_t>{to_nanoseconds(now)}
-          : std::nullopt;
+      shared.config.clock == time_source::caller ? std::optional<std::int64_t>{to_nanoseconds(now)}
+                                                 : std::nullopt;
   for (unsigned attempt = 0;; ++attempt) {
     if (attempt > 0) wait_before_retry(shared.config.serialization_backoff, attempt - 1);
     borrowed_connection connection = shared.acquire();

@@ -83,8 +83,8 @@ class session_opener {
     // The conninfo is expanded in place of dbname; later keywords would override it, so the
     // defaults come first and the user's own settings win.
     // libpq counts whole seconds (0: wait forever): a part of one rounds up, never down to 0.
-    const std::string timeout = std::to_string(
-        std::chrono::ceil<std::chrono::seconds>(options_.connect_timeout).count());
+    const std::string timeout =
+        std::to_string(std::chrono::ceil<std::chrono::seconds>(options_.connect_timeout).count());
     const std::array<const char*, 4> keywords{"connect_timeout", "fallback_application_name",
                                               "dbname", nullptr};
     const std::array<const char*, 4> values{timeout.c_str(), "idem", options_.conninfo.c_str(),

@@ -23,8 +23,8 @@
 #include <idem/store/contract.hpp>
 #include <idem/store/redis/detail/command.hpp>
 #include <idem/store/redis/detail/keys.hpp>
-#include <idem/store/redis/detail/store.hpp>
 #include <idem/store/redis/detail/operations.hpp>
+#include <idem/store/redis/detail/store.hpp>
 
 namespace idem::detail {
 

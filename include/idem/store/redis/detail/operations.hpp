@@ -26,11 +26,11 @@
 #include <vector>
 
 #include <idem/store/contract.hpp>
-#include <idem/store/time_source.hpp>
 #include <idem/store/redis/detail/command.hpp>
 #include <idem/store/redis/detail/keys.hpp>
 #include <idem/store/redis/detail/reply.hpp>
 #include <idem/store/redis/detail/scripts.hpp>
+#include <idem/store/time_source.hpp>
 
 namespace idem::detail {
 

@@ -18,9 +18,9 @@
 #include <idem/store/contract.hpp>
 #include <idem/store/redis/detail/command.hpp>
 #include <idem/store/redis/detail/keys.hpp>
+#include <idem/store/redis/detail/operations.hpp>
 #include <idem/store/redis/detail/reply.hpp>
 #include <idem/store/redis/detail/scripts.hpp>
-#include <idem/store/redis/detail/operations.hpp>
 
 namespace idem::detail {
 

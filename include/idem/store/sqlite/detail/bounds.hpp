@@ -1,6 +1,6 @@
 // sqlite_store's bounds (max_records, max_bytes): the usage row that triggers keep exact
-// (store/sqlite/detail/statements.hpp), and the checks made inside a write transaction before a claim,
-// a completion or a checkpoint adds to it. A check that fails leaves the transaction to roll
+// (store/sqlite/detail/statements.hpp), and the checks made inside a write transaction before a
+// claim, a completion or a checkpoint adds to it. A check that fails leaves the transaction to roll
 // back.
 #ifndef IDEM_STORE_SQLITE_DETAIL_BOUNDS_HPP
 #define IDEM_STORE_SQLITE_DETAIL_BOUNDS_HPP

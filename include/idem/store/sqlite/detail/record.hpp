@@ -1,6 +1,6 @@
-// One record of sqlite_store in and out of its statements (store/sqlite/detail/statements.hpp): binding
-// a claim's values, reading a row back into a record, what a claim decides about the record it
-// found, and the fenced writes (complete, release, checkpoint). Each function runs on the
+// One record of sqlite_store in and out of its statements (store/sqlite/detail/statements.hpp):
+// binding a claim's values, reading a row back into a record, what a claim decides about the record
+// it found, and the fenced writes (complete, release, checkpoint). Each function runs on the
 // connection it is given; none opens a transaction of its own.
 #ifndef IDEM_STORE_SQLITE_DETAIL_RECORD_HPP
 #define IDEM_STORE_SQLITE_DETAIL_RECORD_HPP

@@ -14,9 +14,9 @@
 
 #include <idem/store/redis/detail/command.hpp>
 #include <idem/store/redis/detail/keys.hpp>
+#include <idem/store/redis/detail/operations.hpp>
 #include <idem/store/redis/detail/scripts.hpp>
 #include <idem/store/redis/detail/walks.hpp>
-#include <idem/store/redis/detail/operations.hpp>
 
 namespace idem::detail {
 
