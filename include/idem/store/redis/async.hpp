@@ -6,7 +6,7 @@
 // the same Lua scripts with the same arguments, written under the same keys, so the two can
 // share one database (a record one claims, the other sees).
 //
-// Connections. A store is a handle: copies share `pool_size` TCP connections (default 2),
+// Connections. A store is a handle: copies share `pool_size` TCP connections (default 8),
 // opened when the first operations need them. Each carries many operations at once: what they
 // send is written in one write while the previous one is in flight, and the replies are matched
 // to the operations in the order they were sent (Redis answers in order). Operations are spread
@@ -61,7 +61,9 @@
 #include <idem/async/asio.hpp>
 #include <idem/store/async_contract.hpp>
 #include <idem/store/contract.hpp>
+#include <idem/store/redis.hpp>
 #include <idem/store/redis/detail/async/pool.hpp>
+#include <idem/store/redis/detail/async/spawn.hpp>
 #include <idem/store/redis/detail/async/wire.hpp>
 #include <idem/store/redis/detail/connection.hpp>
 #include <idem/store/redis/detail/operations.hpp>
@@ -76,41 +78,10 @@ class async_redis_store {
   /// Records keep no completion time (see redis_store).
   static constexpr bool reads_completion_time = false;
 
-  /// Each field as redis_store::options has it, unless said otherwise.
-  struct options {
-    /// Where the server listens. When `unix_socket` is set, host and port are not used.
-    std::string host = "127.0.0.1";
-    int port = 6379;
-    std::string unix_socket;
-    std::string username;
-    std::string password;
-    int database = 0;
-    std::string prefix = "idem:";
-    /// The connections the store keeps (each one pipelined).
-    std::size_t pool_size = 2;
-    /// Resolving, connecting and the handshake, together.
-    std::chrono::milliseconds connect_timeout{2000};
-    /// How long one operation may wait for its answer (from its start: waiting for a
-    /// connection counts) before store_error(unavailable).
-    std::chrono::milliseconds command_timeout{5000};
-    /// After a failed attempt to connect, how long a connection waits before the next one;
-    /// doubled after each failure in a row, up to max_reconnect_delay.
-    std::chrono::milliseconds reconnect_delay{100};
-    std::chrono::milliseconds max_reconnect_delay{5000};
-    time_source clock = time_source::server;
-    std::chrono::milliseconds caller_time_margin{std::chrono::minutes{10}};
-    std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
-    bool verify_eviction_policy = true;
-    /// WAIT after each claim, complete, release and checkpoint, pipelined with its script (see
-    /// redis_store::options).
-    std::size_t replicas = 0;
-    std::chrono::milliseconds replica_timeout{1000};
-    /// Sentinel discovery (see redis_store::options): "host:port" of each Sentinel, asked for
-    /// the primary named `sentinel_master` by every new connection; host and port are then not
-    /// used.
-    std::vector<std::string> sentinels;
-    std::string sentinel_master;
-  };
+  /// redis_store::options, each field meaning the same, and how a connection that failed waits
+  /// to connect again. `pool_size` is the connections the store keeps, each one pipelined (the
+  /// blocking store's are each one caller's at a time): a few are enough for many operations.
+  struct options : redis_store::options, detail::redis_reconnect_options {};
 
   /// An unconnected handle, for option structs that hold a store before it is configured:
   /// assign a constructed store before use. Its operations throw std::logic_error.
@@ -201,15 +172,16 @@ class async_redis_store {
   }
 
  private:
+  static constexpr const char* who = "idem::async_redis_store";
+
   struct shared_state {
     shared_state(asio::any_io_executor given, options settings_given)
         : settings(checked(std::move(settings_given))),
           executor(std::move(given)),
-          operations(record_settings(settings), "idem::async_redis_store",
-                     detail::redis_where(client_settings(settings))),
+          operations(detail::redis_record_settings_of(settings), who,
+                     detail::redis_where(detail::redis_settings_of(settings, who))),
           pool(std::make_shared<detail::redis_async_pool>(
-              checked(executor), client_settings(settings),
-              detail::redis_backoff{settings.reconnect_delay, settings.max_reconnect_delay})) {}
+              checked(executor), detail::redis_settings_of(settings, who), settings.backoff())) {}
     shared_state(const shared_state&) = delete;
     shared_state& operator=(const shared_state&) = delete;
     // The connections close on the strand: what is in flight there fails, nothing waits here.
@@ -228,41 +200,16 @@ class async_redis_store {
 
     // WAIT must end before the operation's own timeout does (see redis_store).
     static options checked(options given) {
-      detail::redis_check_replica_timeout("idem::async_redis_store", given.replicas,
-                                          given.replica_timeout, given.command_timeout);
+      detail::redis_check_replica_timeout(who, given.replicas, given.replica_timeout,
+                                          given.command_timeout);
       return given;
     }
 
     static const asio::any_io_executor& checked(const asio::any_io_executor& executor) {
       if (!executor) {
-        throw std::invalid_argument("idem::async_redis_store: the executor is empty");
+        throw std::invalid_argument(std::string(who) + ": the executor is empty");
       }
       return executor;
-    }
-
-    static detail::redis_record_settings record_settings(const options& given) {
-      return {.prefix = given.prefix,
-              .clock = given.clock,
-              .caller_time_margin = given.caller_time_margin,
-              .max_records_per_scope = given.max_records_per_scope,
-              .replicas = given.replicas,
-              .replica_timeout = given.replica_timeout};
-    }
-
-    static detail::redis_settings client_settings(const options& given) {
-      return {.host = given.host,
-              .port = given.port,
-              .unix_socket = given.unix_socket,
-              .sentinels = given.sentinels,
-              .master_name = given.sentinel_master,
-              .username = given.username,
-              .password = given.password,
-              .database = given.database,
-              .pool_size = given.pool_size,
-              .connect_timeout = given.connect_timeout,
-              .command_timeout = given.command_timeout,
-              .verify_eviction_policy = given.verify_eviction_policy,
-              .who = "idem::async_redis_store"};
     }
   };
 
@@ -330,48 +277,12 @@ class async_redis_store {
     }
   }
 
-  // The coroutine `body` on the pool's strand, completing the token with void(exception_ptr,
-  // T) on the handler's associated executor (the store's executor when it has none, never the
-  // strand: a slow handler must not hold up the connections). Any cancellation type reaches the
-  // exchange awaited; a cancellation Asio reports itself (between two exchanges of a walk)
-  // becomes store_error(unavailable) too.
+  // The coroutine `body` on the pool's strand (detail/async/spawn.hpp says how it completes).
   template <class T, class Token, class Body>
   auto spawn(Token&& token, Body body) {
-    return asio::async_initiate<Token, async_store_signature<T>>(
-        [](auto handler, const std::shared_ptr<shared_state>& state, Body run) {
-          auto home = asio::get_associated_executor(handler, state->executor);
-          asio::co_spawn(state->pool->strand(), guarded<T>(std::move(run)),
-                         asio::bind_executor(std::move(home), std::move(handler)));
-        },
-        token, shared(), std::move(body));
-  }
-
-  template <class T, class Body>
-  static auto guarded(Body body) {
-    return [body = std::move(body)]() mutable -> asio::awaitable<T, detail::redis_strand> {
-      // A cancellation that came before the coroutine ran is kept: the reset below would
-      // forget it.
-      const asio::cancellation_state early = co_await asio::this_coro::cancellation_state;
-      if (early.cancelled() != asio::cancellation_type::none) {
-        throw store_error(store_failure::unavailable,
-                          "idem::async_redis_store: the operation was cancelled before it "
-                          "started; nothing was sent");
-      }
-      co_await asio::this_coro::reset_cancellation_state(asio::enable_total_cancellation());
-      std::optional<T> answer;
-      std::optional<std::string> cancelled;
-      try {
-        answer.emplace(co_await body());
-      } catch (const asio_system_error& error) {
-        cancelled = error.what();
-      }
-      if (cancelled) {
-        throw store_error(store_failure::unavailable,
-                          "idem::async_redis_store: the operation was cancelled (" + *cancelled +
-                              "); what it sent may still run at the server");
-      }
-      co_return std::move(*answer);
-    };
+    const shared_state& on = state();
+    return detail::redis_spawn<T>(std::forward<Token>(token), who, on.executor, on.pool->strand(),
+                                  shared(), std::move(body));
   }
 
   std::shared_ptr<shared_state> shared() const {

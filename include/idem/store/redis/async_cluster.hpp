@@ -42,9 +42,12 @@
 #include <idem/async/asio.hpp>
 #include <idem/store/async_contract.hpp>
 #include <idem/store/contract.hpp>
+#include <idem/store/redis/cluster.hpp>
 #include <idem/store/redis/detail/async/pool.hpp>
+#include <idem/store/redis/detail/async/spawn.hpp>
 #include <idem/store/redis/detail/async/wire.hpp>
 #include <idem/store/redis/detail/cluster.hpp>
+#include <idem/store/redis/detail/cluster_route.hpp>
 #include <idem/store/redis/detail/connection.hpp>
 #include <idem/store/redis/detail/keys.hpp>
 #include <idem/store/redis/detail/operations.hpp>
@@ -61,27 +64,9 @@ class async_redis_cluster_store {
   static constexpr bool reads_completion_time = false;
 
   /// redis_cluster_store::options, each field meaning the same, and async_redis_store's
-  /// reconnect_delay and max_reconnect_delay.
-  struct options {
-    std::vector<std::string> nodes;
-    std::string username;
-    std::string password;
-    std::string prefix = "idem:";
-    /// Connections the store keeps to each primary (each one pipelined).
-    std::size_t pool_size = 2;
-    std::chrono::milliseconds connect_timeout{2000};
-    std::chrono::milliseconds command_timeout{5000};
-    std::chrono::milliseconds reconnect_delay{100};
-    std::chrono::milliseconds max_reconnect_delay{5000};
-    time_source clock = time_source::server;
-    std::chrono::milliseconds caller_time_margin{std::chrono::minutes{10}};
-    std::size_t max_records_per_scope = std::numeric_limits<std::size_t>::max();
-    bool verify_eviction_policy = true;
-    std::size_t replicas = 0;
-    std::chrono::milliseconds replica_timeout{1000};
-    std::size_t max_redirects = 16;
-    std::chrono::milliseconds retry_pause{10};
-  };
+  /// reconnect_delay and max_reconnect_delay. `pool_size` is the connections kept to each
+  /// primary, each one pipelined.
+  struct options : redis_cluster_store::options, detail::redis_reconnect_options {};
 
   /// A handle with no cluster: every operation throws std::logic_error at its start.
   async_redis_cluster_store() = default;
@@ -200,10 +185,11 @@ class async_redis_cluster_store {
     static constexpr std::size_t max_nodes = 1024;
 
     shared_state(asio::any_io_executor given, options settings_given)
-        : settings(checked(std::move(settings_given))),
+        : settings(detail::redis_cluster_checked(who, std::move(settings_given))),
           executor(checked(std::move(given))),
           strand(asio::make_strand(executor)),
-          operations(record_settings(settings), who, where_of(settings)) {
+          operations(detail::redis_record_settings_of(settings, true), who,
+                     detail::redis_cluster_where(settings)) {
       for (const std::string& seed : settings.nodes)
         (void)node_index(*detail::redis_address_of(seed));
     }
@@ -243,33 +229,8 @@ class async_redis_cluster_store {
                               " cluster nodes were named; " + text + " is one too many");
       }
       nodes.push_back(node{text, std::make_shared<detail::redis_async_pool>(
-                                     strand, node_settings(address),
-                                     detail::redis_backoff{settings.reconnect_delay,
-                                                           settings.max_reconnect_delay})});
+                                     strand, node_settings(address), settings.backoff())});
       return nodes.size() - 1;
-    }
-
-    static options checked(options given) {
-      if (given.nodes.empty()) {
-        throw std::invalid_argument(std::string(who) +
-                                    ": nodes is empty: name at least one cluster node as "
-                                    "host:port to learn the slot map from");
-      }
-      for (const std::string& each : given.nodes) {
-        if (!detail::redis_address_of(each)) {
-          throw std::invalid_argument(std::string(who) + ": node '" + each +
-                                      "' is not host:port with a TCP port");
-        }
-      }
-      if (given.max_redirects == 0) {
-        throw std::invalid_argument(std::string(who) + ": max_redirects must be at least 1");
-      }
-      if (given.retry_pause <= std::chrono::milliseconds::zero()) {
-        throw std::invalid_argument(std::string(who) + ": retry_pause must be positive");
-      }
-      detail::redis_check_replica_timeout(who, given.replicas, given.replica_timeout,
-                                          given.command_timeout);
-      return given;
     }
 
     static asio::any_io_executor checked(asio::any_io_executor executor) {
@@ -277,39 +238,8 @@ class async_redis_cluster_store {
       return executor;
     }
 
-    static detail::redis_record_settings record_settings(const options& given) {
-      return {.prefix = given.prefix,
-              .clock = given.clock,
-              .caller_time_margin = given.caller_time_margin,
-              .max_records_per_scope = given.max_records_per_scope,
-              .replicas = given.replicas,
-              .replica_timeout = given.replica_timeout,
-              .slot_registries = true};
-    }
-
-    static std::string where_of(const options& given) {
-      std::string where = "the cluster (";
-      for (std::size_t i = 0; i < given.nodes.size(); ++i) {
-        if (i > 0) where += ", ";
-        where += given.nodes[i];
-      }
-      return where + ")";
-    }
-
     detail::redis_settings node_settings(const detail::redis_address& address) const {
-      return {.host = address.host,
-              .port = address.port,
-              .unix_socket = {},
-              .sentinels = {},
-              .master_name = {},
-              .username = settings.username,
-              .password = settings.password,
-              .database = 0,
-              .pool_size = settings.pool_size,
-              .connect_timeout = settings.connect_timeout,
-              .command_timeout = settings.command_timeout,
-              .verify_eviction_policy = settings.verify_eviction_policy,
-              .who = who};
+      return detail::redis_cluster_node_settings(settings, address, who);
     }
   };
 
@@ -392,25 +322,20 @@ class async_redis_cluster_store {
       shared_state& state, std::uint16_t slot, std::vector<detail::redis_wire_command> commands,
       std::vector<detail::redis_wire_command> then, const char* operation) {
     co_await refresh_if_stale(state);
-    std::vector<detail::redis_reply> answers(commands.size());
-    std::vector<std::size_t> pending(commands.size());
-    for (std::size_t i = 0; i < pending.size(); ++i)
-      pending[i] = i;
+    detail::redis_cluster_route way(commands.size(), slot, operation, state.settings.max_redirects,
+                                    state.settings.retry_pause);
     std::size_t target = co_await owner_of(state, slot);
-    bool asking = false;
-    std::chrono::milliseconds pause = state.settings.retry_pause;
-    for (std::size_t round = 0;; ++round) {
+    for (;;) {
       // After ASK each command goes after an ASKING of its own: the flag lasts one command.
       std::vector<detail::redis_wire_command> wire;
-      wire.reserve(2 * pending.size() + then.size());
-      for (const std::size_t i : pending) {
-        if (asking) wire.push_back(asking_command());
+      wire.reserve(2 * way.pending().size() + then.size());
+      for (const std::size_t i : way.pending()) {
+        if (way.asking()) wire.push_back(asking_command());
         wire.push_back(commands[i]);
       }
       for (const detail::redis_wire_command& each : then)
         wire.push_back(each);
       std::vector<detail::redis_reply> replies;
-      std::optional<std::string> lost;
       try {
         replies = co_await detail::async_redis_exchange(state.nodes[target].pool, std::move(wire),
                                                         operation, awaitable_token{});
@@ -418,57 +343,29 @@ class async_redis_cluster_store {
         state.stale = true;  // a failover may have moved the slot: ask before the next one
         throw;
       }
-      if (asking) replies = without_askings(std::move(replies), pending.size());
-      if (replies.size() != pending.size() + then.size())
-        throw state.operations.malformed(operation);
-      std::optional<detail::redis_redirect> redirect;
-      std::string refusal;
-      std::vector<std::size_t> refused;
-      bool ran = false;
-      bool ran_cleanly = true;
-      for (std::size_t k = 0; k < pending.size(); ++k) {
-        const redisReply* reply = replies[k].get();
-        std::optional<detail::redis_redirect> here = detail::redis_redirect_of(reply);
-        if (here || detail::redis_retry_later(reply)) {
-          if (here && !redirect) redirect = std::move(here);
-          refusal = detail::reply_text(reply);
-          refused.push_back(pending[k]);
-          continue;
-        }
-        ran = true;
-        ran_cleanly = ran_cleanly && !detail::redis_operations::is_error(reply);
-        answers[pending[k]] = std::move(replies[k]);
-      }
-      // The writes that ran here waited for this node's replicas.
-      if (!then.empty() && ran && ran_cleanly) {
-        state.operations.check_replicated(replies.back().get(), operation);
-      }
-      if (refused.empty()) co_return answers;
-      if (round + 1 >= state.settings.max_redirects) {
-        state.stale = true;
-        throw store_error(store_failure::unavailable,
-                          std::string(who) + ": " + operation + " was refused " +
-                              std::to_string(round + 1) + " times by the cluster (slot " +
-                              std::to_string(slot) + "), the last time by " +
-                              state.nodes[target].address + ": " + refusal);
-      }
-      pending = std::move(refused);
-      if (redirect) {
-        target = state.node_index(redirect->to);
-        asking = redirect->how == detail::redis_redirect::kind::ask;
-        if (!asking) {
-          state.owner[redirect->slot] = static_cast<std::uint16_t>(target + 1U);
+      if (way.asking()) replies = without_askings(std::move(replies), way.pending().size());
+      switch (way.absorb(replies, then.size(), state.operations, state.nodes[target].address)) {
+        case detail::redis_cluster_route::next::done:
+          co_return way.take_answers();
+        case detail::redis_cluster_route::next::given_up:
           state.stale = true;
+          throw way.given_up_error(who);
+        case detail::redis_cluster_route::next::redirected:
+          target = state.node_index(way.redirect().to);
+          if (!way.asking()) {
+            state.owner[way.redirect().slot] = static_cast<std::uint16_t>(target + 1U);
+            state.stale = true;
+          }
+          break;
+        case detail::redis_cluster_route::next::later: {
+          detail::redis_timer timer(state.strand);
+          timer.expires_after(way.take_pause());
+          co_await timer.async_wait(awaitable_token{});
+          co_await refresh_if_stale(state);
+          target = co_await owner_of(state, slot);
+          break;
         }
-        continue;
       }
-      detail::redis_timer timer(state.strand);
-      timer.expires_after(pause);
-      co_await timer.async_wait(awaitable_token{});
-      pause = std::min<std::chrono::milliseconds>(pause * 2, std::chrono::seconds{1});
-      asking = false;
-      co_await refresh_if_stale(state);
-      target = co_await owner_of(state, slot);
     }
   }
 
@@ -497,17 +394,8 @@ class async_redis_cluster_store {
       shared_state& state, const char* operation) {
     co_await refresh_if_stale(state);
     if (state.stale) co_await read_map(state);  // never read: the walk needs a whole map
-    std::vector<std::vector<std::uint16_t>> by_node;
-    for (std::size_t slot = 0; slot < detail::redis_slot_count; ++slot) {
-      const std::uint16_t at = state.owner[slot];
-      if (at == 0) {
-        throw store_error(store_failure::unavailable,
-                          std::string(who) + ": " + operation + ": no primary serves hash slot " +
-                              std::to_string(slot) + " (CLUSTER SLOTS names none)");
-      }
-      if (by_node.size() < at) by_node.resize(at);
-      by_node[at - 1U].push_back(static_cast<std::uint16_t>(slot));
-    }
+    const std::vector<std::vector<std::uint16_t>> by_node = detail::redis_slots_by_node(
+        [&state](std::uint16_t slot) { return state.owner[slot]; }, who, operation);
     std::vector<std::uint16_t> found;
     for (std::size_t i = 0; i < by_node.size(); ++i) {
       if (by_node[i].empty()) continue;
@@ -526,15 +414,7 @@ class async_redis_cluster_store {
         state.stale = true;
         throw;
       }
-      for (std::size_t k = 0; k < replies.size(); ++k) {
-        const redisReply* reply = replies[k].get();
-        if (reply->type == REDIS_REPLY_INTEGER && reply->integer == 0) continue;
-        if (reply->type == REDIS_REPLY_ERROR && !detail::redis_redirect_of(reply) &&
-            !detail::redis_retry_later(reply)) {
-          throw state.operations.failure(operation, reply);
-        }
-        found.push_back(by_node[i][k]);
-      }
+      detail::redis_add_slots_with_scopes(replies, by_node[i], state.operations, operation, found);
     }
     std::sort(found.begin(), found.end());
     co_return found;
@@ -590,44 +470,12 @@ class async_redis_cluster_store {
         });
   }
 
-  // The coroutine `body` on the store's strand, completing the token with void(exception_ptr,
-  // T) on the handler's associated executor (the store's executor when it has none), as
-  // async_redis_store's operations do; a cancellation is store_error(unavailable).
+  // The coroutine `body` on the store's strand (detail/async/spawn.hpp says how it completes).
   template <class T, class Token, class Body>
   auto spawn(Token&& token, Body body) {
-    return asio::async_initiate<Token, async_store_signature<T>>(
-        [](auto handler, const std::shared_ptr<shared_state>& state, Body run) {
-          auto home = asio::get_associated_executor(handler, state->executor);
-          asio::co_spawn(state->strand, guarded<T>(std::move(run)),
-                         asio::bind_executor(std::move(home), std::move(handler)));
-        },
-        token, shared(), std::move(body));
-  }
-
-  template <class T, class Body>
-  static auto guarded(Body body) {
-    return [body = std::move(body)]() mutable -> asio::awaitable<T, detail::redis_strand> {
-      const asio::cancellation_state early = co_await asio::this_coro::cancellation_state;
-      if (early.cancelled() != asio::cancellation_type::none) {
-        throw store_error(
-            store_failure::unavailable,
-            std::string(who) + ": the operation was cancelled before it started; nothing was sent");
-      }
-      co_await asio::this_coro::reset_cancellation_state(asio::enable_total_cancellation());
-      std::optional<T> answer;
-      std::optional<std::string> cancelled;
-      try {
-        answer.emplace(co_await body());
-      } catch (const asio_system_error& error) {
-        cancelled = error.what();
-      }
-      if (cancelled) {
-        throw store_error(store_failure::unavailable,
-                          std::string(who) + ": the operation was cancelled (" + *cancelled +
-                              "); what it sent may still run at the server");
-      }
-      co_return std::move(*answer);
-    };
+    const shared_state& on = state();
+    return detail::redis_spawn<T>(std::forward<Token>(token), who, on.executor, on.strand, shared(),
+                                  std::move(body));
   }
 
   std::shared_ptr<shared_state> shared() const {

@@ -69,6 +69,7 @@
 
 #include <idem/store/contract.hpp>
 #include <idem/store/redis/detail/cluster.hpp>
+#include <idem/store/redis/detail/cluster_route.hpp>
 #include <idem/store/redis/detail/connection.hpp>
 #include <idem/store/redis/detail/keys.hpp>
 #include <idem/store/redis/detail/operations.hpp>
@@ -224,8 +225,9 @@ class redis_cluster_store {
     static constexpr std::size_t max_nodes = 1024;
 
     explicit shared_state(options given)
-        : settings(checked(std::move(given))),
-          operations(record_settings(settings), who, where_of(settings)) {}
+        : settings(detail::redis_cluster_checked(who, std::move(given))),
+          operations(detail::redis_record_settings_of(settings, true), who,
+                     detail::redis_cluster_where(settings)) {}
     shared_state(const shared_state&) = delete;
     shared_state& operator=(const shared_state&) = delete;
     ~shared_state() = default;
@@ -361,71 +363,41 @@ class redis_cluster_store {
     std::vector<detail::redis_reply> route(std::uint16_t slot, std::size_t count, std::size_t added,
                                            const char* operation, Talk&& talk) {
       refresh_if_stale();
-      std::vector<detail::redis_reply> answers(count);
-      std::vector<std::size_t> pending(count);
-      for (std::size_t i = 0; i < count; ++i)
-        pending[i] = i;
+      detail::redis_cluster_route way(count, slot, operation, settings.max_redirects,
+                                      settings.retry_pause);
       node* target = &owner_of(slot);
-      bool asking = false;
-      auto pause = settings.retry_pause;
-      for (std::size_t round = 0;; ++round) {
+      for (;;) {
         std::vector<detail::redis_reply> replies;
         try {
           target->ensure_started();
-          replies = talk(*target, pending, asking);
+          replies = talk(*target, way.pending(), way.asking());
         } catch (const store_error&) {
           stale.store(true, std::memory_order_relaxed);
           throw;
         }
-        if (replies.size() != pending.size() + added) throw operations.malformed(operation);
-        std::optional<detail::redis_redirect> redirect;
-        std::string refusal;
-        std::vector<std::size_t> refused;
-        bool ran = false;
-        bool ran_cleanly = true;
-        for (std::size_t k = 0; k < pending.size(); ++k) {
-          const redisReply* reply = replies[k].get();
-          std::optional<detail::redis_redirect> here = detail::redis_redirect_of(reply);
-          if (here || detail::redis_retry_later(reply)) {
-            if (here && !redirect) redirect = std::move(here);
-            refusal = detail::reply_text(reply);
-            refused.push_back(pending[k]);
-            continue;
-          }
-          ran = true;
-          ran_cleanly = ran_cleanly && !detail::redis_operations::is_error(reply);
-          answers[pending[k]] = std::move(replies[k]);
-        }
-        // The writes that ran here waited for this node's replicas.
-        if (added > 0 && ran && ran_cleanly) {
-          operations.check_replicated(replies.back().get(), operation);
-        }
-        if (refused.empty()) return answers;
-        if (round + 1 >= settings.max_redirects) {
-          stale.store(true, std::memory_order_relaxed);
-          throw store_error(store_failure::unavailable,
-                            std::string(who) + ": " + operation + " was refused " +
-                                std::to_string(round + 1) + " times by the cluster (slot " +
-                                std::to_string(slot) + "), the last time by " + target->address +
-                                ": " + refusal);
-        }
-        pending = std::move(refused);
-        if (redirect) {
-          const std::uint16_t at = node_index(redirect->to);
-          target = table[at].load(std::memory_order_acquire);
-          asking = redirect->how == detail::redis_redirect::kind::ask;
-          if (!asking) {
-            owner[redirect->slot].store(static_cast<std::uint16_t>(at + 1U),
-                                        std::memory_order_release);
+        switch (way.absorb(replies, added, operations, target->address)) {
+          case detail::redis_cluster_route::next::done:
+            return way.take_answers();
+          case detail::redis_cluster_route::next::given_up:
             stale.store(true, std::memory_order_relaxed);
+            throw way.given_up_error(who);
+          case detail::redis_cluster_route::next::redirected: {
+            const detail::redis_redirect& redirect = way.redirect();
+            const std::uint16_t at = node_index(redirect.to);
+            target = table[at].load(std::memory_order_acquire);
+            if (!way.asking()) {
+              owner[redirect.slot].store(static_cast<std::uint16_t>(at + 1U),
+                                         std::memory_order_release);
+              stale.store(true, std::memory_order_relaxed);
+            }
+            break;
           }
-          continue;
+          case detail::redis_cluster_route::next::later:
+            std::this_thread::sleep_for(way.take_pause());
+            refresh_if_stale();
+            target = &owner_of(slot);
+            break;
         }
-        std::this_thread::sleep_for(pause);
-        pause = std::min<std::chrono::milliseconds>(pause * 2, std::chrono::seconds{1});
-        asking = false;
-        refresh_if_stale();
-        target = &owner_of(slot);
       }
     }
 
@@ -470,17 +442,9 @@ class redis_cluster_store {
     // kept: its walk follows the refusal.
     std::vector<std::uint16_t> slots_with_scopes(const char* operation) {
       refresh_if_stale();
-      std::vector<std::vector<std::uint16_t>> by_node;
-      for (std::size_t slot = 0; slot < detail::redis_slot_count; ++slot) {
-        const std::uint16_t at = owner[slot].load(std::memory_order_acquire);
-        if (at == 0) {
-          throw store_error(store_failure::unavailable,
-                            std::string(who) + ": " + operation + ": no primary serves hash slot " +
-                                std::to_string(slot) + " (CLUSTER SLOTS names none)");
-        }
-        if (by_node.size() < at) by_node.resize(at);
-        by_node[at - 1U].push_back(static_cast<std::uint16_t>(slot));
-      }
+      const std::vector<std::vector<std::uint16_t>> by_node = detail::redis_slots_by_node(
+          [this](std::uint16_t slot) { return owner[slot].load(std::memory_order_acquire); }, who,
+          operation);
       std::vector<std::uint16_t> found;
       for (std::size_t i = 0; i < by_node.size(); ++i) {
         if (by_node[i].empty()) continue;
@@ -501,76 +465,14 @@ class redis_cluster_store {
           stale.store(true, std::memory_order_relaxed);
           throw;
         }
-        for (std::size_t k = 0; k < replies.size(); ++k) {
-          const redisReply* reply = replies[k].get();
-          if (reply->type == REDIS_REPLY_INTEGER && reply->integer == 0) continue;
-          if (reply->type == REDIS_REPLY_ERROR && !detail::redis_redirect_of(reply) &&
-              !detail::redis_retry_later(reply)) {
-            throw operations.failure(operation, reply);
-          }
-          found.push_back(by_node[i][k]);
-        }
+        detail::redis_add_slots_with_scopes(replies, by_node[i], operations, operation, found);
       }
       std::sort(found.begin(), found.end());
       return found;
     }
 
-    static options checked(options given) {
-      if (given.nodes.empty()) {
-        throw std::invalid_argument(std::string(who) +
-                                    ": nodes is empty: name at least one cluster node as "
-                                    "host:port to learn the slot map from");
-      }
-      for (const std::string& each : given.nodes) {
-        if (!detail::redis_address_of(each)) {
-          throw std::invalid_argument(std::string(who) + ": node '" + each +
-                                      "' is not host:port with a TCP port");
-        }
-      }
-      if (given.max_redirects == 0) {
-        throw std::invalid_argument(std::string(who) + ": max_redirects must be at least 1");
-      }
-      if (given.retry_pause <= std::chrono::milliseconds::zero()) {
-        throw std::invalid_argument(std::string(who) + ": retry_pause must be positive");
-      }
-      detail::redis_check_replica_timeout(who, given.replicas, given.replica_timeout,
-                                          given.command_timeout);
-      return given;
-    }
-
-    static detail::redis_record_settings record_settings(const options& given) {
-      return {.prefix = given.prefix,
-              .clock = given.clock,
-              .caller_time_margin = given.caller_time_margin,
-              .max_records_per_scope = given.max_records_per_scope,
-              .replicas = given.replicas,
-              .replica_timeout = given.replica_timeout,
-              .slot_registries = true};
-    }
-
-    static std::string where_of(const options& given) {
-      std::string where = "the cluster (";
-      for (std::size_t i = 0; i < given.nodes.size(); ++i) {
-        if (i > 0) where += ", ";
-        where += given.nodes[i];
-      }
-      return where + ")";
-    }
-
     detail::redis_settings node_settings(const detail::redis_address& address) const {
-      return {.host = address.host,
-              .port = address.port,
-              .unix_socket = {},
-              .sentinels = {},
-              .master_name = {},
-              .username = settings.username,
-              .password = settings.password,
-              .database = 0,
-              .pool_size = settings.pool_size,
-              .connect_timeout = settings.connect_timeout,
-              .command_timeout = settings.command_timeout,
-              .verify_eviction_policy = settings.verify_eviction_policy,
-              .who = who};
+      return detail::redis_cluster_node_settings(settings, address, who);
     }
   };
 

@@ -69,6 +69,25 @@ struct redis_settings {
   std::string who = "idem::redis_store";
 };
 
+// The client settings of redis_store's options (async_redis_store's derive from them), for the
+// store named `who`.
+template <class Options>
+redis_settings redis_settings_of(const Options& given, std::string who) {
+  return {.host = given.host,
+          .port = given.port,
+          .unix_socket = given.unix_socket,
+          .sentinels = given.sentinels,
+          .master_name = given.sentinel_master,
+          .username = given.username,
+          .password = given.password,
+          .database = given.database,
+          .pool_size = given.pool_size,
+          .connect_timeout = given.connect_timeout,
+          .command_timeout = given.command_timeout,
+          .verify_eviction_policy = given.verify_eviction_policy,
+          .who = std::move(who)};
+}
+
 // The major version named in the text of INFO server ("redis_version:7.2.4" is 7); 0 when it
 // names none.
 inline int redis_major_version(std::string_view info) {

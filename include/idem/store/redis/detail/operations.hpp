@@ -49,6 +49,19 @@ struct redis_record_settings {
   bool slot_registries = false;
 };
 
+// The record settings of a store's options (any of the Redis stores': the fields of these names
+// mean the same in each); `slot_registries` for a cluster's.
+template <class Options>
+redis_record_settings redis_record_settings_of(const Options& given, bool slot_registries = false) {
+  return {.prefix = given.prefix,
+          .clock = given.clock,
+          .caller_time_margin = given.caller_time_margin,
+          .max_records_per_scope = given.max_records_per_scope,
+          .replicas = given.replicas,
+          .replica_timeout = given.replica_timeout,
+          .slot_registries = slot_registries};
+}
+
 // The most replicas a write may wait for: more than any deployment has, and what keeps the
 // count a small decimal.
 inline constexpr std::size_t redis_max_replicas = 1000;

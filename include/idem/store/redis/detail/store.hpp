@@ -152,13 +152,14 @@ class redis_store {
   struct shared_state {
     explicit shared_state(options given)
         : settings(checked(std::move(given))),
-          operations(record_settings(settings), "idem::redis_store",
-                     detail::redis_where(client_settings(settings))),
-          client(client_settings(settings)) {}
+          operations(detail::redis_record_settings_of(settings), who,
+                     detail::redis_where(detail::redis_settings_of(settings, who))),
+          client(detail::redis_settings_of(settings, who)) {}
     shared_state(const shared_state&) = delete;
     shared_state& operator=(const shared_state&) = delete;
     ~shared_state() = default;
 
+    static constexpr const char* who = "idem::redis_store";
     options settings;
     // Checked first (the prefix, the margin): the options are checked in the order users meet
     // them.
@@ -167,33 +168,9 @@ class redis_store {
 
     // WAIT must end before the exchange's own timeout does (redis_check_replica_timeout).
     static options checked(options given) {
-      detail::redis_check_replica_timeout("idem::redis_store", given.replicas,
-                                          given.replica_timeout, given.command_timeout);
+      detail::redis_check_replica_timeout(who, given.replicas, given.replica_timeout,
+                                          given.command_timeout);
       return given;
-    }
-
-    static detail::redis_record_settings record_settings(const options& given) {
-      return {.prefix = given.prefix,
-              .clock = given.clock,
-              .caller_time_margin = given.caller_time_margin,
-              .max_records_per_scope = given.max_records_per_scope,
-              .replicas = given.replicas,
-              .replica_timeout = given.replica_timeout};
-    }
-
-    static detail::redis_settings client_settings(const options& given) {
-      return {.host = given.host,
-              .port = given.port,
-              .unix_socket = given.unix_socket,
-              .sentinels = given.sentinels,
-              .master_name = given.sentinel_master,
-              .username = given.username,
-              .password = given.password,
-              .database = given.database,
-              .pool_size = given.pool_size,
-              .connect_timeout = given.connect_timeout,
-              .command_timeout = given.command_timeout,
-              .verify_eviction_policy = given.verify_eviction_policy};
     }
   };
 

@@ -34,6 +34,17 @@ struct redis_backoff {
   std::chrono::milliseconds most{};
 };
 
+// The options of the asynchronous Redis stores beside their blocking twins' (their options
+// derive from both): how a connection that failed waits to connect again.
+struct redis_reconnect_options {
+  /// After a failed attempt to connect, how long a connection waits before the next one;
+  /// doubled after each failure in a row, up to max_reconnect_delay.
+  std::chrono::milliseconds reconnect_delay{100};
+  std::chrono::milliseconds max_reconnect_delay{5000};
+
+  redis_backoff backoff() const noexcept { return {reconnect_delay, max_reconnect_delay}; }
+};
+
 class redis_pool_slot final : public redis_async_connection_owner,
                               public std::enable_shared_from_this<redis_pool_slot> {
  public:
