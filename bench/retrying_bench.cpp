@@ -5,7 +5,8 @@
 //                                 thread's engine, a steady_clock deadline, a loop with one try
 //   retrying_success/idem         the same call through idem::retrying with default policies
 //   retrying_success/idem_tracked the same with a latency tracker (Policies::latency): each
-//                                 attempt's timeout read from it, its duration recorded in it
+//                                 attempt's timeout read from it, one attempt's duration in 16
+//                                 recorded in it (latency_tracker::options::sample_every)
 //
 //   retrying_shared/{direct,idem}/threads:N   the same, one object called from N threads
 //

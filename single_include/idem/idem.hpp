@@ -1633,12 +1633,20 @@ struct uuid_v7 {
 // the latest answer for each quantile in `options::quantiles`, recomputed (one read of the
 // 2 x 2,304 counts) by the record() whose count is a multiple of `options::refresh_every`, when
 // the window turns over and when min_samples is first reached, so that reading one is a load.
+//
+// It samples: once it answers, retrying times one attempt in `options::sample_every`, chosen at
+// random (times()), so that the clock read at an attempt's end and the two atomic adds are paid
+// by one attempt in 16, not each. The samples kept are a uniform random subset of the attempts:
+// what is said above of "the samples" holds of them, and a quantile estimates the dependency's
+// as well as an unsampled tracker's over as many samples.
 #ifndef IDEM_CLIENT_POLICY_LATENCY_HPP
 #define IDEM_CLIENT_POLICY_LATENCY_HPP
 
 namespace idem {
 
-/// What a `latency_tracker` policy must provide.
+/// What a `latency_tracker` policy must provide. It may also provide `bool times(R& random)
+/// const`, R the policies' random engine: retrying then times, and records, only the attempts
+/// it says yes to (latency_tracker::times); without it, every attempt.
 template <class T>
 concept LatencyTracker = std::copy_constructible<T> &&
     requires(T& tracker, const T& read, std::chrono::nanoseconds duration, double q) {
@@ -1733,6 +1741,9 @@ class latency_tracker {
     /// The quantiles whose answers are kept: retrying's timeouts read 0.999 by default, and
     /// hedging 0.95.
     std::vector<double> quantiles{0.95, 0.999};
+    /// Once the tracker answers, retrying times one attempt in this many (a power of two), each
+    /// chosen at random (times()); 1 times every attempt. Until then it times every one.
+    std::uint32_t sample_every = 16;
   };
 
   latency_tracker() : latency_tracker(options{}) {}
@@ -1741,11 +1752,24 @@ class latency_tracker {
         !std::has_single_bit(s.refresh_every) || s.quantiles.empty() ||
         s.quantiles.size() > max_quantiles ||
         std::any_of(s.quantiles.begin(), s.quantiles.end(),
-                    [](double q) { return !(q > 0 && q < 1); })) {
+                    [](double q) { return !(q > 0 && q < 1); }) ||
+        s.sample_every < 1 || !std::has_single_bit(s.sample_every)) {
       throw std::invalid_argument(
           "idem::latency_tracker: window and min_samples must be positive with min_samples <= "
-          "window, refresh_every a power of two, and 1 to 4 quantiles, each within (0, 1)");
+          "window, refresh_every and sample_every powers of two, and 1 to 4 quantiles, each "
+          "within (0, 1)");
     }
+  }
+
+  /// Whether retrying times the attempt that starts now (and records its duration): every one
+  /// while the tracker has fewer than min_samples samples, then each with probability 1 /
+  /// options::sample_every, from `random` (the wrapper's engine on this thread). A load and,
+  /// once sampling, one draw.
+  template <class Random>
+  bool times(Random& random) const noexcept(noexcept(random())) {
+    const shared& s = *state_;
+    if (s.sample_mask == 0 || s.answers[0].load(std::memory_order_relaxed) < 0) return true;
+    return (static_cast<std::uint64_t>(random()) & s.sample_mask) == 0;
   }
 
   /// The bucket a duration counts in (a negative one counts as zero).
@@ -1854,6 +1878,7 @@ class latency_tracker {
         : window_size(s.window),
           min_samples(s.min_samples),
           refresh_every(s.refresh_every),
+          sample_mask(s.sample_every - 1U),
           quantile_count(s.quantiles.size()) {
       std::copy(s.quantiles.begin(), s.quantiles.end(), quantiles.begin());
       for (auto& answer : answers)
@@ -1918,6 +1943,7 @@ class latency_tracker {
     const std::uint64_t window_size;
     const std::uint64_t min_samples;
     const std::uint64_t refresh_every;
+    const std::uint64_t sample_mask;
     std::array<double, max_quantiles> quantiles{};
     const std::size_t quantile_count;
     std::array<std::atomic<std::int64_t>, max_quantiles> answers{};
@@ -4057,6 +4083,7 @@ struct retry_run {
   retry_reason last_retry = retry_reason::none;
   int attempt = 0;  // attempts started
   bool may_repeat = true;
+  bool timed = false;                          // the attempt's duration goes to the latency tracker
   std::chrono::nanoseconds limiter_waited{0};  // waits for the rate limiter's permits, in all
 };
 
@@ -4236,6 +4263,7 @@ class retry_core {
     if (outcome.error_) outcome.error_ = nullptr;
     const std::chrono::nanoseconds left = time_left(run.attempt_start - run.start);
     if constexpr (tracks_latency) {
+      run.timed = times_attempt();
       return attempt_context{run.attempt, outcome.key(), left,
                              attempt_timeout(latency_, timeouts_, left)};
     } else {
@@ -4288,7 +4316,9 @@ class retry_core {
     observer_.on_attempt(attempt_event{redacted_key{outcome.key()}, record, attempt_took(run)});
 
     if (verdict.kind == disposition::success) {
-      if constexpr (tracks_latency) latency_.record(clock_.now() - run.attempt_start);
+      if constexpr (tracks_latency) {
+        if (run.timed) latency_.record(clock_.now() - run.attempt_start);
+      }
       breaker_.on_success(since_epoch(run.attempt_start));
       budget_.on_success(run.last_retry);
       return end(outcome, retry_verdict::succeeded);
@@ -4296,8 +4326,11 @@ class retry_core {
 
     const auto now = clock_.now();
     // A failed attempt's duration too: a timed-out one counts as its timeout, a slow one as
-    // slow, so the tracker sees what the dependency does, not only its successes.
-    if constexpr (tracks_latency) latency_.record(now - run.attempt_start);
+    // slow, so the tracker sees what the dependency does, not only its successes. Sampled as a
+    // success is, though the clock is read here anyway: failures would be over-weighted else.
+    if constexpr (tracks_latency) {
+      if (run.timed) latency_.record(now - run.attempt_start);
+    }
     if (verdict.fault) {
       breaker_.on_failure(since_epoch(now));
     } else {
@@ -4455,6 +4488,18 @@ class retry_core {
   }
   static retry_decision stop(retry_verdict verdict) noexcept {
     return {.stop = true, .verdict = verdict};
+  }
+
+  // Whether the attempt starting now is timed for the latency tracker: each one, unless the
+  // tracker samples (latency_tracker::times), from this thread's engine.
+  bool times_attempt() {
+    if constexpr (requires(const latency_type& tracker, random_type& random) {
+                    { tracker.times(random) } -> std::same_as<bool>;
+                  }) {
+      return latency_.times(engine());
+    } else {
+      return true;
+    }
   }
 
   // This thread's engine for this wrapper. Asked afresh at each use: an asynchronous operation

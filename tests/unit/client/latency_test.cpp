@@ -1,6 +1,7 @@
 // Latency trackers (idem/client/policy/latency.hpp): the sketch's stated error on a heavy-tailed
 // distribution, how fast it follows a shift, the timeouts derived from it, bad settings, merging,
-// many threads recording at once, and retrying handing each attempt its derived timeout.
+// many threads recording at once, retrying handing each attempt its derived timeout, and
+// retrying timing a random one attempt in sample_every without losing the p99.
 #include <catch2/catch.hpp>
 
 #include <idem/idem.hpp>
@@ -170,6 +171,8 @@ TEST_CASE("latency tracker: bad settings are refused with a sentence") {
   refused([](auto& s) { s.window = 0; });
   refused([](auto& s) { s.min_samples = 0; });
   refused([](auto& s) { s.min_samples = s.window + 1; });
+  refused([](auto& s) { s.sample_every = 0; });
+  refused([](auto& s) { s.sample_every = 12; });
   refused([](auto& s) { s.refresh_every = 0; });
   refused([](auto& s) { s.refresh_every = 100; });  // not a power of two
   refused([](auto& s) { s.quantiles = {}; });
@@ -272,7 +275,7 @@ struct answer {
 
 TEST_CASE("retrying hands each attempt a timeout from the dependency's measured latency") {
   idem::manual_clock clock;
-  auto dependency = tracker(4096, 100);
+  idem::latency_tracker dependency{{.window = 4096, .min_samples = 100, .sample_every = 1}};
   std::vector<nanoseconds> timeouts;
   nanoseconds takes = 40ms;
   auto call = [&](const idem::attempt_context& attempt) {
@@ -302,6 +305,63 @@ TEST_CASE("retrying hands each attempt a timeout from the dependency's measured 
   REQUIRE(retried().verdict() == idem::retry_verdict::succeeded);
   CHECK(relative_error(timeouts.back(), 600ms) <= 1.0 / 128);
   CHECK(retried.latency().samples() <= 2 * 4096);
+}
+
+TEST_CASE(
+    "retrying times one attempt in sample_every once its tracker answers, and the sampled p99 is "
+    "as close to the dependency's as an unsampled tracker's") {
+  idem::manual_clock clock;
+  heavy_tail latency{2ms, 11};
+  std::vector<nanoseconds> all;  // every attempt's duration, timed or not
+  auto call = [&](const idem::attempt_context&) {
+    all.push_back(latency.next());
+    clock.advance(all.back());
+    return answer{};
+  };
+  using wrapper = idem::retrying<decltype(call), tracked_policies>;
+  const auto tracked_by = [&](const idem::latency_tracker& sketch) {
+    wrapper::options options;
+    options.clock = clock;
+    options.latency = sketch;
+    options.timeouts.quantile = 0.99;
+    return wrapper{call, options};
+  };
+  constexpr std::uint32_t kept = 20'000;
+  idem::latency_tracker every{
+      {.window = 2 * kept, .min_samples = 1000, .quantiles = {0.99}, .sample_every = 1}};
+  idem::latency_tracker sampled{
+      {.window = 2 * kept, .min_samples = 1000, .quantiles = {0.99}, .sample_every = 16}};
+
+  auto all_timed = tracked_by(every);
+  for (std::uint32_t i = 0; i < kept; ++i)
+    REQUIRE(all_timed().verdict() == idem::retry_verdict::succeeded);
+  CHECK(every.samples() == kept);
+
+  // Until it answers, the sampling tracker is fed every attempt, as one that does not sample.
+  auto sampling = tracked_by(sampled);
+  for (int i = 0; i < 1000; ++i)
+    REQUIRE(sampling().verdict() == idem::retry_verdict::succeeded);
+  CHECK(sampled.samples() == 1000);
+  REQUIRE(sampled.estimate(0.99));
+  // Then one in 16, at random: 19,000 more samples expected, within five standard deviations.
+  constexpr std::uint64_t attempts = 16ull * (kept - 1000);
+  for (std::uint64_t i = 0; i < attempts; ++i)
+    REQUIRE(sampling().verdict() == idem::retry_verdict::succeeded);
+  const double spread = 5 * std::sqrt(static_cast<double>(attempts) * (1.0 / 16) * (15.0 / 16));
+  CHECK(std::abs(static_cast<double>(sampled.samples()) - kept) <= spread);
+
+  // Each tracker's p99 is the dependency's, over every attempt made, at a rank within four
+  // standard deviations of the estimate from `kept` samples, and within the sketch's 1/128.
+  const double rank_spread = 4 * std::sqrt(0.99 * 0.01 / kept);
+  const nanoseconds low = exact_quantile(all, 0.99 - rank_spread) * 127 / 128;
+  const nanoseconds high = exact_quantile(all, 0.99 + rank_spread) * 129 / 128;
+  for (const idem::latency_tracker* sketch : {&every, &sampled}) {
+    const std::optional<nanoseconds> p99 = sketch->estimate(0.99);
+    REQUIRE(p99);
+    CAPTURE(p99->count(), low.count(), high.count(), exact_quantile(all, 0.99).count());
+    CHECK(*p99 >= low);
+    CHECK(*p99 <= high);
+  }
 }
 
 TEST_CASE("retrying refuses timeouts from a quantile its tracker does not keep") {

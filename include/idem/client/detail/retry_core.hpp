@@ -129,6 +129,7 @@ struct retry_run {
   retry_reason last_retry = retry_reason::none;
   int attempt = 0;  // attempts started
   bool may_repeat = true;
+  bool timed = false;                          // the attempt's duration goes to the latency tracker
   std::chrono::nanoseconds limiter_waited{0};  // waits for the rate limiter's permits, in all
 };
 
@@ -308,6 +309,7 @@ class retry_core {
     if (outcome.error_) outcome.error_ = nullptr;
     const std::chrono::nanoseconds left = time_left(run.attempt_start - run.start);
     if constexpr (tracks_latency) {
+      run.timed = times_attempt();
       return attempt_context{run.attempt, outcome.key(), left,
                              attempt_timeout(latency_, timeouts_, left)};
     } else {
@@ -360,7 +362,9 @@ class retry_core {
     observer_.on_attempt(attempt_event{redacted_key{outcome.key()}, record, attempt_took(run)});
 
     if (verdict.kind == disposition::success) {
-      if constexpr (tracks_latency) latency_.record(clock_.now() - run.attempt_start);
+      if constexpr (tracks_latency) {
+        if (run.timed) latency_.record(clock_.now() - run.attempt_start);
+      }
       breaker_.on_success(since_epoch(run.attempt_start));
       budget_.on_success(run.last_retry);
       return end(outcome, retry_verdict::succeeded);
@@ -368,8 +372,11 @@ class retry_core {
 
     const auto now = clock_.now();
     // A failed attempt's duration too: a timed-out one counts as its timeout, a slow one as
-    // slow, so the tracker sees what the dependency does, not only its successes.
-    if constexpr (tracks_latency) latency_.record(now - run.attempt_start);
+    // slow, so the tracker sees what the dependency does, not only its successes. Sampled as a
+    // success is, though the clock is read here anyway: failures would be over-weighted else.
+    if constexpr (tracks_latency) {
+      if (run.timed) latency_.record(now - run.attempt_start);
+    }
     if (verdict.fault) {
       breaker_.on_failure(since_epoch(now));
     } else {
@@ -527,6 +534,18 @@ class retry_core {
   }
   static retry_decision stop(retry_verdict verdict) noexcept {
     return {.stop = true, .verdict = verdict};
+  }
+
+  // Whether the attempt starting now is timed for the latency tracker: each one, unless the
+  // tracker samples (latency_tracker::times), from this thread's engine.
+  bool times_attempt() {
+    if constexpr (requires(const latency_type& tracker, random_type& random) {
+                    { tracker.times(random) } -> std::same_as<bool>;
+                  }) {
+      return latency_.times(engine());
+    } else {
+      return true;
+    }
   }
 
   // This thread's engine for this wrapper. Asked afresh at each use: an asynchronous operation
