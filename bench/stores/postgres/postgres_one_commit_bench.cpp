@@ -4,7 +4,7 @@
 //   one_commit_cycle/idem/postgres            a new key each iteration through idempotent in
 //                                             commit_mode::one_commit, with a handler that
 //                                             inserts one effect row (transaction::exec): BEGIN
-//                                             (with SET LOCAL lock_timeout), the claim, the effect,
+//                                             (with its lock_timeout), the claim, the effect,
 //                                             the completion, COMMIT: one commit, one WAL flush.
 //   one_commit_cycle/raw_two_commit/postgres  the same work as an application writes it without
 //                                             idem's one-commit mode, by hand on one libpq

@@ -6,9 +6,9 @@
 // run inside the transaction. A duplicate's claim of the same key blocks on the key's primary
 // key index (an uncommitted insert) or on the row's lock (a takeover) until this transaction
 // ends; then, in READ COMMITTED, its next statement sees what committed: the completed record
-// (a replay), or, after a rollback, a free key it claims itself. `SET LOCAL lock_timeout` bounds
-// that wait (options::one_commit_lock_timeout): past it the server cancels the statement with
-// SQLSTATE 55P03, and the answer is busy.
+// (a replay), or, after a rollback, a free key it claims itself. The transaction's lock_timeout
+// (set_config(..., true): SET LOCAL, prepared) bounds that wait (options::one_commit_lock_timeout):
+// past it the server cancels the statement with SQLSTATE 55P03, and the answer is busy.
 #ifndef IDEM_STORE_POSTGRES_DETAIL_ONE_COMMIT_HPP
 #define IDEM_STORE_POSTGRES_DETAIL_ONE_COMMIT_HPP
 
@@ -66,15 +66,15 @@ inline bool succeeded(const result_ptr& result) noexcept {
   return status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
 }
 
-// BEGIN, SET LOCAL lock_timeout and the claim in one round trip. Answers the claim's result;
-// null when it passed the lock timeout (the transaction is then aborted); throws as
+// BEGIN, the transaction's lock_timeout and the claim in one round trip. Answers the claim's
+// result; null when it passed the lock timeout (the transaction is then aborted); throws as
 // borrowed_connection::run does for anything else.
-inline result_ptr begin_and_claim(borrowed_connection& connection, const std::string& begin,
-                                  const std::string& lock_timeout, const parameters& values) {
+inline result_ptr begin_and_claim(borrowed_connection& connection, const char* begin,
+                                  const parameters& timeout, const parameters& values) {
   std::vector<result_ptr> got = pipelined(connection, 3, "claim_within: begin", [&](PGconn* c) {
-    return PQsendQueryParams(c, begin.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 1) == 1 &&
-           PQsendQueryParams(c, lock_timeout.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 1) ==
-               1 &&
+    return PQsendQueryParams(c, begin, 0, nullptr, nullptr, nullptr, nullptr, 1) == 1 &&
+           PQsendQueryPrepared(c, statement_names[lock_timeout], timeout.count(), timeout.values(),
+                               timeout.lengths(), parameters::formats(), 1) == 1 &&
            PQsendQueryPrepared(c, statement_names[claim], values.count(), values.values(),
                                values.lengths(), parameters::formats(), 1) == 1;
   });
@@ -94,12 +94,10 @@ inline result_ptr begin_and_claim(borrowed_connection& connection, const std::st
 // false then, with the transaction still open (aborted). Throws as borrowed_connection::run
 // does for anything else; a COMMIT whose wait for a synchronous standby was cancelled is
 // ambiguous: store_error(unavailable).
-inline bool complete_and_commit(borrowed_connection& connection, const std::string& checked,
-                                const parameters& values) {
-  static constexpr Oid types[] = {17, 17, 20, 17};  // bytea scope, key; int8 fence; bytea
+inline bool complete_and_commit(borrowed_connection& connection, const parameters& values) {
   std::vector<result_ptr> got = pipelined(connection, 2, "claim_within: complete", [&](PGconn* c) {
-    return PQsendQueryParams(c, checked.c_str(), values.count(), types, values.values(),
-                             values.lengths(), parameters::formats(), 1) == 1 &&
+    return PQsendQueryPrepared(c, statement_names[complete_checked], values.count(),
+                               values.values(), values.lengths(), parameters::formats(), 1) == 1 &&
            PQsendQueryParams(c, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 1) == 1;
   });
   if (!succeeded(got[0])) {
@@ -121,21 +119,16 @@ one_commit_result postgres_store::claim_within(const claim_request& request, Pro
                 "transaction&, idem::claim_result&): it returns the encoded response.");
   namespace pg = detail::postgres;
   pool& shared = state_checked();
-  std::string begin = "BEGIN ISOLATION LEVEL READ COMMITTED";
+  const char* begin = "BEGIN ISOLATION LEVEL READ COMMITTED";
   if (shared.config.transaction_isolation == isolation::repeatable_read) {
     begin = "BEGIN ISOLATION LEVEL REPEATABLE READ";
   } else if (shared.config.transaction_isolation == isolation::serializable) {
     begin = "BEGIN ISOLATION LEVEL SERIALIZABLE";
   }
-  // The bound on lock waits, for this transaction only. 0 would wait forever: 1 ms.
-  const std::string lock_timeout =
-      "SET LOCAL lock_timeout = " +
-      std::to_string(std::max<std::int64_t>(1, shared.config.one_commit_lock_timeout.count()));
-  // complete, made to fail when it changes no row (see pg::complete_and_commit).
-  const std::string complete_checked =
-      "WITH done AS (UPDATE " + shared.names.table +
-      " SET state = 1, response = $4, recovery = NULL WHERE scope = $1 AND key = $2 AND fence = "
-      "$3 AND state <> 2 RETURNING 1) SELECT 1 / count(*)::int4 FROM done";
+  // The bound on lock waits, in milliseconds, for this transaction only. 0 would wait forever:
+  // 1 ms.
+  pg::parameters timeout;
+  timeout.int8(std::max<std::int64_t>(1, shared.config.one_commit_lock_timeout.count()));
   const bool capped =
       shared.config.max_records_per_scope != std::numeric_limits<std::size_t>::max();
   for (unsigned attempt = 0;; ++attempt) {
@@ -160,15 +153,15 @@ one_commit_result postgres_store::claim_within(const claim_request& request, Pro
       std::optional<claim_result> claimed;
       if (!capped) {
         // The common case: the transaction, its lock timeout and the claim in one round trip.
-        const pg::result_ptr result = pg::begin_and_claim(connection, begin, lock_timeout, values);
+        const pg::result_ptr result = pg::begin_and_claim(connection, begin, timeout, values);
         if (!result) {
           connection.roll_back();
           return {one_commit_status::busy, 0, {}};
         }
         claimed = pg::claim_answer(result.get(), request);
       } else {
-        connection.run_text(begin.c_str(), "claim_within: begin", true);
-        connection.run_text(lock_timeout.c_str(), "claim_within: set the lock timeout", true);
+        connection.run_text(begin, "claim_within: begin", true);
+        connection.run(pg::lock_timeout, timeout, "claim_within: set the lock timeout", true);
         // As claim does with a cap: the scope's turn, then its room; held to the commit.
         pg::parameters scope;
         pg::scope_parameters(scope, request);
@@ -219,7 +212,7 @@ one_commit_result postgres_store::claim_within(const claim_request& request, Pro
       pg::parameters completion;
       pg::held_parameters(completion, held);
       completion.bytes(bytes);
-      if (!pg::complete_and_commit(connection, complete_checked, completion)) {
+      if (!pg::complete_and_commit(connection, completion)) {
         throw store_error(store_failure::unavailable,
                           "idem::postgres_store: claim_within: the record was changed inside the "
                           "transaction (by the handler's own SQL); nothing was committed");

@@ -31,11 +31,22 @@ enum statement : std::uint8_t {
   lock,
   scope_turn,
   scope_room,
+  complete_checked,  // one commit's completion: fails (22012) when it changes no row
+  lock_timeout,      // one commit's bound on lock waits, for its transaction only
   count
 };
-inline constexpr std::array<const char*, statement::count> statement_names{
-    "idem_claim", "idem_complete", "idem_release", "idem_checkpoint", "idem_find",
-    "idem_sweep", "idem_stuck",    "idem_lock",    "idem_scope_turn", "idem_scope_room"};
+inline constexpr std::array<const char*, statement::count> statement_names{"idem_claim",
+                                                                           "idem_complete",
+                                                                           "idem_release",
+                                                                           "idem_checkpoint",
+                                                                           "idem_find",
+                                                                           "idem_sweep",
+                                                                           "idem_stuck",
+                                                                           "idem_lock",
+                                                                           "idem_scope_turn",
+                                                                           "idem_scope_room",
+                                                                           "idem_complete_checked",
+                                                                           "idem_lock_timeout"};
 
 // Identifiers are validated, then quoted: a configured name can never inject SQL, and stays
 // short enough that the derived names (<table>_meta, <table>_outbox, <table>_by_expiry,
@@ -187,6 +198,12 @@ inline std::array<std::string, statement::count> statement_sql(const std::string
                ", clock WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM decided)";
   const std::string held = " WHERE scope = $1 AND key = $2 AND fence = $3 AND state <> 2";
   sql[complete] = "UPDATE " + table + " SET state = 1, response = $4, recovery = NULL" + held;
+  // complete, made an error (division by zero) when it finds no record in progress under the
+  // fence, so that the COMMIT pipelined behind it never runs (one_commit.hpp).
+  sql[complete_checked] =
+      "WITH done AS (" + sql[complete] + " RETURNING 1) SELECT 1 / count(*)::int4 FROM done";
+  // SET LOCAL takes no parameter; set_config(..., true) is the same, for the transaction only.
+  sql[lock_timeout] = "SELECT set_config('lock_timeout', ($1::int8)::text, true)";
   sql[release] = "UPDATE " + table + " SET state = 2, response = NULL, recovery = NULL" + held;
   sql[checkpoint] = "UPDATE " + table + " SET recovery = $4, lease_until = COALESCE($5, " +
                     "(extract(epoch FROM clock_timestamp()) * 1000000000)::int8 + $6)" + held;
@@ -243,6 +260,10 @@ inline std::array<Oid, 8> parameter_types(statement which) {
       return {bytea_oid};
     case scope_room:
       return {bytea_oid, bytea_oid, int8_oid};
+    case complete_checked:
+      return {bytea_oid, bytea_oid, int8_oid, bytea_oid};
+    case lock_timeout:
+      return {int8_oid};
     case count:
       break;
   }
@@ -251,7 +272,7 @@ inline std::array<Oid, 8> parameter_types(statement which) {
 
 // How many parameters a statement takes ($1 to $n in its SQL).
 inline int parameter_count(statement which) {
-  constexpr std::array<int, statement::count> counts{7, 4, 3, 6, 3, 1, 2, 2, 1, 3};
+  constexpr std::array<int, statement::count> counts{7, 4, 3, 6, 3, 1, 2, 2, 1, 3, 4, 1};
   return counts[which];
 }
 

@@ -112,7 +112,7 @@ class postgres_store {
     /// (docs/stores/postgres.md, "Partitioning").
     std::size_t hash_partitions = 0;
     /// claim_within (commit_mode::one_commit): how long its claim waits for another
-    /// transaction holding the same key (SET LOCAL lock_timeout) before it answers busy
+    /// transaction holding the same key (the transaction's lock_timeout) before it answers busy
     /// (in_progress). Keep it below statement_timeout, which would throw instead. It bounds
     /// the handler's own lock waits in that transaction too (SQLSTATE 55P03).
     std::chrono::milliseconds one_commit_lock_timeout{2000};

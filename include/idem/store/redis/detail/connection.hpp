@@ -72,7 +72,7 @@ struct redis_settings {
 // The client settings of redis_store's options (async_redis_store's derive from them), for the
 // store named `who`.
 template <class Options>
-redis_settings redis_settings_of(const Options& given, std::string who) {
+redis_settings redis_settings_of(const Options& given, const char* who) {
   return {.host = given.host,
           .port = given.port,
           .unix_socket = given.unix_socket,
@@ -85,7 +85,7 @@ redis_settings redis_settings_of(const Options& given, std::string who) {
           .connect_timeout = given.connect_timeout,
           .command_timeout = given.command_timeout,
           .verify_eviction_policy = given.verify_eviction_policy,
-          .who = std::move(who)};
+          .who = who};
 }
 
 // The major version named in the text of INFO server ("redis_version:7.2.4" is 7); 0 when it
