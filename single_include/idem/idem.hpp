@@ -1635,18 +1635,18 @@ struct uuid_v7 {
 // the window turns over and when min_samples is first reached, so that reading one is a load.
 //
 // It samples: once it answers, retrying times one attempt in `options::sample_every`, chosen at
-// random (times()), so that the clock read at an attempt's end and the two atomic adds are paid
-// by one attempt in 16, not each. The samples kept are a uniform random subset of the attempts:
-// what is said above of "the samples" holds of them, and a quantile estimates the dependency's
-// as well as an unsampled tracker's over as many samples.
+// random (sample_every()), so that the clock read at an attempt's end and the two atomic adds are
+// paid by one attempt in 16, not each. The samples kept are a uniform random subset of the
+// attempts: what is said above of "the samples" holds of them, and a quantile estimates the
+// dependency's as well as an unsampled tracker's over as many samples.
 #ifndef IDEM_CLIENT_POLICY_LATENCY_HPP
 #define IDEM_CLIENT_POLICY_LATENCY_HPP
 
 namespace idem {
 
-/// What a `latency_tracker` policy must provide. It may also provide `bool times(R& random)
-/// const`, R the policies' random engine: retrying then times, and records, only the attempts
-/// it says yes to (latency_tracker::times); without it, every attempt.
+/// What a `latency_tracker` policy must provide. It may also provide `sample_every() const`,
+/// an unsigned count: retrying then times, and records, one attempt in that many, at random
+/// (latency_tracker::sample_every); without it, every attempt.
 template <class T>
 concept LatencyTracker = std::copy_constructible<T> &&
     requires(T& tracker, const T& read, std::chrono::nanoseconds duration, double q) {
@@ -1741,8 +1741,8 @@ class latency_tracker {
     /// The quantiles whose answers are kept: retrying's timeouts read 0.999 by default, and
     /// hedging 0.95.
     std::vector<double> quantiles{0.95, 0.999};
-    /// Once the tracker answers, retrying times one attempt in this many (a power of two), each
-    /// chosen at random (times()); 1 times every attempt. Until then it times every one.
+    /// Once the tracker answers, retrying times one attempt in this many (a power of two), at
+    /// random (sample_every()); 1 times every attempt. Until then it times every one.
     std::uint32_t sample_every = 16;
   };
 
@@ -1761,15 +1761,11 @@ class latency_tracker {
     }
   }
 
-  /// Whether retrying times the attempt that starts now (and records its duration): every one
-  /// while the tracker has fewer than min_samples samples, then each with probability 1 /
-  /// options::sample_every, from `random` (the wrapper's engine on this thread). A load and,
-  /// once sampling, one draw.
-  template <class Random>
-  bool times(Random& random) const noexcept(noexcept(random())) {
+  /// One attempt in how many retrying times (and records): 1, every one, while the tracker
+  /// has fewer than min_samples samples; then options::sample_every. A load.
+  std::uint32_t sample_every() const noexcept {
     const shared& s = *state_;
-    if (s.sample_mask == 0 || s.answers[0].load(std::memory_order_relaxed) < 0) return true;
-    return (static_cast<std::uint64_t>(random()) & s.sample_mask) == 0;
+    return s.answers[0].load(std::memory_order_relaxed) < 0 ? 1U : s.sample_every;
   }
 
   /// The bucket a duration counts in (a negative one counts as zero).
@@ -1878,7 +1874,7 @@ class latency_tracker {
         : window_size(s.window),
           min_samples(s.min_samples),
           refresh_every(s.refresh_every),
-          sample_mask(s.sample_every - 1U),
+          sample_every(s.sample_every),
           quantile_count(s.quantiles.size()) {
       std::copy(s.quantiles.begin(), s.quantiles.end(), quantiles.begin());
       for (auto& answer : answers)
@@ -1943,7 +1939,7 @@ class latency_tracker {
     const std::uint64_t window_size;
     const std::uint64_t min_samples;
     const std::uint64_t refresh_every;
-    const std::uint64_t sample_mask;
+    const std::uint32_t sample_every;
     std::array<double, max_quantiles> quantiles{};
     const std::size_t quantile_count;
     std::array<std::atomic<std::int64_t>, max_quantiles> answers{};
@@ -4053,6 +4049,7 @@ template <class Random>
 struct thread_engine {
   std::uint64_t object = 0;  // the id of the wrapper the engine is seeded for; 0 for none
   std::optional<Random> engine;
+  std::uint32_t untimed = 0;  // attempts to leave untimed before the next timed one
 };
 template <class Random>
 inline constinit thread_local thread_engine<Random> thread_engines{};
@@ -4491,12 +4488,23 @@ class retry_core {
   }
 
   // Whether the attempt starting now is timed for the latency tracker: each one, unless the
-  // tracker samples (latency_tracker::times), from this thread's engine.
+  // tracker samples (latency_tracker::sample_every): then one in `every`, the gaps between
+  // them drawn uniformly from 0 to 2 (every - 1) on this thread's engine, so that an attempt's
+  // chance does not depend on anything it does and the draw is paid once per timed attempt.
   bool times_attempt() {
-    if constexpr (requires(const latency_type& tracker, random_type& random) {
-                    { tracker.times(random) } -> std::same_as<bool>;
+    if constexpr (requires(const latency_type& tracker) {
+                    { tracker.sample_every() } -> std::convertible_to<std::uint32_t>;
                   }) {
-      return latency_.times(engine());
+      const std::uint32_t every = latency_.sample_every();
+      if (every <= 1) return true;
+      thread_engine<random_type>& local = this_thread_engine();
+      if (local.untimed > 0) {
+        --local.untimed;
+        return false;
+      }
+      local.untimed = static_cast<std::uint32_t>(static_cast<std::uint64_t>((*local.engine)()) %
+                                                 (2 * std::uint64_t{every} - 1));
+      return true;
     } else {
       return true;
     }
@@ -4505,6 +4513,10 @@ class retry_core {
   // This thread's engine for this wrapper. Asked afresh at each use: an asynchronous operation
   // may go on on another thread after a wait.
   random_type& engine() {
+    return *this_thread_engine().engine;
+  }
+
+  thread_engine<random_type>& this_thread_engine() {
     auto& local = thread_engines<random_type>;
     if (local.object != id_) {
       random_seed seed = seed_;
@@ -4513,8 +4525,9 @@ class retry_core {
         word ^= splitmix64(stream);
       local.engine.emplace(seed);
       local.object = id_;
+      local.untimed = 0;
     }
-    return *local.engine;
+    return local;
   }
 
   [[no_unique_address]] clock_type clock_;

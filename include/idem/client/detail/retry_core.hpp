@@ -99,6 +99,7 @@ template <class Random>
 struct thread_engine {
   std::uint64_t object = 0;  // the id of the wrapper the engine is seeded for; 0 for none
   std::optional<Random> engine;
+  std::uint32_t untimed = 0;  // attempts to leave untimed before the next timed one
 };
 template <class Random>
 inline constinit thread_local thread_engine<Random> thread_engines{};
@@ -537,12 +538,23 @@ class retry_core {
   }
 
   // Whether the attempt starting now is timed for the latency tracker: each one, unless the
-  // tracker samples (latency_tracker::times), from this thread's engine.
+  // tracker samples (latency_tracker::sample_every): then one in `every`, the gaps between
+  // them drawn uniformly from 0 to 2 (every - 1) on this thread's engine, so that an attempt's
+  // chance does not depend on anything it does and the draw is paid once per timed attempt.
   bool times_attempt() {
-    if constexpr (requires(const latency_type& tracker, random_type& random) {
-                    { tracker.times(random) } -> std::same_as<bool>;
+    if constexpr (requires(const latency_type& tracker) {
+                    { tracker.sample_every() } -> std::convertible_to<std::uint32_t>;
                   }) {
-      return latency_.times(engine());
+      const std::uint32_t every = latency_.sample_every();
+      if (every <= 1) return true;
+      thread_engine<random_type>& local = this_thread_engine();
+      if (local.untimed > 0) {
+        --local.untimed;
+        return false;
+      }
+      local.untimed = static_cast<std::uint32_t>(static_cast<std::uint64_t>((*local.engine)()) %
+                                                 (2 * std::uint64_t{every} - 1));
+      return true;
     } else {
       return true;
     }
@@ -551,6 +563,10 @@ class retry_core {
   // This thread's engine for this wrapper. Asked afresh at each use: an asynchronous operation
   // may go on on another thread after a wait.
   random_type& engine() {
+    return *this_thread_engine().engine;
+  }
+
+  thread_engine<random_type>& this_thread_engine() {
     auto& local = thread_engines<random_type>;
     if (local.object != id_) {
       random_seed seed = seed_;
@@ -559,8 +575,9 @@ class retry_core {
         word ^= splitmix64(stream);
       local.engine.emplace(seed);
       local.object = id_;
+      local.untimed = 0;
     }
-    return *local.engine;
+    return local;
   }
 
   [[no_unique_address]] clock_type clock_;

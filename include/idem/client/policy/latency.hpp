@@ -29,10 +29,10 @@
 // the window turns over and when min_samples is first reached, so that reading one is a load.
 //
 // It samples: once it answers, retrying times one attempt in `options::sample_every`, chosen at
-// random (times()), so that the clock read at an attempt's end and the two atomic adds are paid
-// by one attempt in 16, not each. The samples kept are a uniform random subset of the attempts:
-// what is said above of "the samples" holds of them, and a quantile estimates the dependency's
-// as well as an unsampled tracker's over as many samples.
+// random (sample_every()), so that the clock read at an attempt's end and the two atomic adds are
+// paid by one attempt in 16, not each. The samples kept are a uniform random subset of the
+// attempts: what is said above of "the samples" holds of them, and a quantile estimates the
+// dependency's as well as an unsampled tracker's over as many samples.
 #ifndef IDEM_CLIENT_POLICY_LATENCY_HPP
 #define IDEM_CLIENT_POLICY_LATENCY_HPP
 
@@ -52,9 +52,9 @@
 
 namespace idem {
 
-/// What a `latency_tracker` policy must provide. It may also provide `bool times(R& random)
-/// const`, R the policies' random engine: retrying then times, and records, only the attempts
-/// it says yes to (latency_tracker::times); without it, every attempt.
+/// What a `latency_tracker` policy must provide. It may also provide `sample_every() const`,
+/// an unsigned count: retrying then times, and records, one attempt in that many, at random
+/// (latency_tracker::sample_every); without it, every attempt.
 template <class T>
 concept LatencyTracker = std::copy_constructible<T> &&
     requires(T& tracker, const T& read, std::chrono::nanoseconds duration, double q) {
@@ -149,8 +149,8 @@ class latency_tracker {
     /// The quantiles whose answers are kept: retrying's timeouts read 0.999 by default, and
     /// hedging 0.95.
     std::vector<double> quantiles{0.95, 0.999};
-    /// Once the tracker answers, retrying times one attempt in this many (a power of two), each
-    /// chosen at random (times()); 1 times every attempt. Until then it times every one.
+    /// Once the tracker answers, retrying times one attempt in this many (a power of two), at
+    /// random (sample_every()); 1 times every attempt. Until then it times every one.
     std::uint32_t sample_every = 16;
   };
 
@@ -169,15 +169,11 @@ class latency_tracker {
     }
   }
 
-  /// Whether retrying times the attempt that starts now (and records its duration): every one
-  /// while the tracker has fewer than min_samples samples, then each with probability 1 /
-  /// options::sample_every, from `random` (the wrapper's engine on this thread). A load and,
-  /// once sampling, one draw.
-  template <class Random>
-  bool times(Random& random) const noexcept(noexcept(random())) {
+  /// One attempt in how many retrying times (and records): 1, every one, while the tracker
+  /// has fewer than min_samples samples; then options::sample_every. A load.
+  std::uint32_t sample_every() const noexcept {
     const shared& s = *state_;
-    if (s.sample_mask == 0 || s.answers[0].load(std::memory_order_relaxed) < 0) return true;
-    return (static_cast<std::uint64_t>(random()) & s.sample_mask) == 0;
+    return s.answers[0].load(std::memory_order_relaxed) < 0 ? 1U : s.sample_every;
   }
 
   /// The bucket a duration counts in (a negative one counts as zero).
@@ -286,7 +282,7 @@ class latency_tracker {
         : window_size(s.window),
           min_samples(s.min_samples),
           refresh_every(s.refresh_every),
-          sample_mask(s.sample_every - 1U),
+          sample_every(s.sample_every),
           quantile_count(s.quantiles.size()) {
       std::copy(s.quantiles.begin(), s.quantiles.end(), quantiles.begin());
       for (auto& answer : answers)
@@ -351,7 +347,7 @@ class latency_tracker {
     const std::uint64_t window_size;
     const std::uint64_t min_samples;
     const std::uint64_t refresh_every;
-    const std::uint64_t sample_mask;
+    const std::uint32_t sample_every;
     std::array<double, max_quantiles> quantiles{};
     const std::size_t quantile_count;
     std::array<std::atomic<std::int64_t>, max_quantiles> answers{};
