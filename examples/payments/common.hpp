@@ -246,18 +246,4 @@ inline bool chance(double p) {
   return std::uniform_real_distribution<double>{0.0, 1.0}(engine) < p;
 }
 
-/// Binds `server` to 127.0.0.1:port (0: any free port), prints "listening on PORT" (what the
-/// scripts and tests wait for) and serves until stopped.
-inline int listen_and_serve(httplib::Server& server, const char* name, int port) {
-  const int bound = port == 0 ? server.bind_to_any_port("127.0.0.1")
-                              : (server.bind_to_port("127.0.0.1", port) ? port : -1);
-  if (bound <= 0) {
-    std::fprintf(stderr, "%s: cannot listen on 127.0.0.1:%d\n", name, port);
-    return 1;
-  }
-  std::printf("%s: listening on %d\n", name, bound);
-  std::fflush(stdout);
-  return server.listen_after_bind() ? 0 : 1;
-}
-
 }  // namespace payments
