@@ -12,7 +12,7 @@
 //                                       co_await charge(req->body(), ctx.downstream_key("c"))};
 //       }};
 //   auto post_charge = idem::http::post_handler(charges,
-//       [](const auto& message) { return message["X-Account"]; });
+//       [](const auto& message) { return authenticated_account(message); });  // never a field
 //   auto publish_specification = idem::http::specification_handler(
 //       idem::http::specification::of(charges));
 //   ...in a connection's coroutine, once a request is read:

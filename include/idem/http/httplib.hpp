@@ -9,7 +9,7 @@
 //                                charge(req->body, ctx.downstream_key("charge"))};
 //   }};
 //   server.Post("/v1/charges", idem::http::post_handler(charges,
-//       [](const httplib::Request& req) { return req.get_header_value("X-Account"); }));
+//       [](const httplib::Request& req) { return authenticated_account(req); }));
 //   server.Get("/idempotency", idem::http::specification_handler(
 //       idem::http::specification::of(charges)));
 //
