@@ -10,22 +10,23 @@
 // an accept is a few microseconds against a request's store round trips, so one loop accepting
 // for all is not what limits the server.
 //
-// Slow and idle clients, and framing (docs/demo.md, "Slow clients"):
+// Slow and idle clients, and framing (docs/demo.md, "Framing and slow clients"; docs/http.md,
+// "A connection loop"):
 //   * a connection waits at most read_timeout for the first byte of its next request (idle),
 //     and then has read_timeout for the whole request, head and body together: a client sending
 //     a byte every few seconds is cut off at the deadline, not kept alive by each byte;
 //   * at most max_connections are held. One more makes room by closing the connection idle the
 //     longest, else the one that has been reading its request the longest; when every one is
 //     being answered, the newcomer is answered 503 and closed;
-//   * the head is read as bytes, up to its empty line and no further than header_limit (431),
+//   * the head is read as bytes, up to its empty line and no further than max_head_bytes (431),
 //     held to idem::http::check_request_head (400 ambiguous framing, a folded line, a bare CR;
-//     413 a Content-Length past body_limit; 417; 431 too many fields; 501 a transfer coding
+//     413 a Content-Length past max_body_bytes; 417; 431 too many fields; 501 a transfer coding
 //     other than chunked), and only then parsed by Beast; then the program's admit(head) may
 //     refuse it (its caller, its route), still before the body is read. A refused request's
 //     connection is closed, after a short drain of what the client was still sending, so that
 //     the close does not reset the refusal away. An Expect: 100-continue is answered 100 only
 //     then;
-//   * the body is read within body_limit, chunked or not (413);
+//   * the body is read within max_body_bytes, chunked or not (413);
 //   * requests pipelined on one connection are read and answered one after another, in order.
 // A request being handled has no timeout here: the route's own (the processor's deadline, the
 // store's) bound it.

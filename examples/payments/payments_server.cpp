@@ -42,7 +42,7 @@
 //   * without it, cpp-httplib: a thread per connection from a pool of 32, idem::idempotent
 //     behind idem's cpp-httplib binding (idem/http/httplib.hpp: the key, the verdicts' answers,
 //     harden() for the framing). A slow or idle client holds one of its threads: it needs a proxy
-//     in front (docs/demo.md, "Slow clients"; docs/http.md).
+//     in front (docs/demo.md, "Framing and slow clients"; docs/http.md).
 #include "auth.hpp"
 #include "listen.hpp"
 #include "server_settings.hpp"
@@ -134,7 +134,7 @@ int serve(const payments::server_settings& config, Store store, Book& book) {
 
   httplib::Server server;
   // A connection holds one of these threads from its accept until it is closed: idle, for up to
-  // the read timeout (docs/demo.md, "Slow clients").
+  // the read timeout (docs/demo.md, "Framing and slow clients").
   server.new_task_queue = [] { return new httplib::ThreadPool(32); };
   const auto seconds = std::max<long long>(1, (config.read_timeout.count() + 999) / 1000);
   server.set_keep_alive_timeout(static_cast<time_t>(seconds));

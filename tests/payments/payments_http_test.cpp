@@ -1244,7 +1244,7 @@ TEST_CASE("framing: a CR inside X-Account is refused and charges nothing",
   CHECK(ledger(d.processor).empty());
 }
 
-TEST_CASE("framing: a folded field line is refused and charges nothing",
+TEST_CASE("framing: a folded field line is refused wherever the server can see it",
           "[payments][server][framing]") {
   deployment d;
   const std::string payment = body(100);
@@ -1587,7 +1587,7 @@ TEST_CASE("on --async past --max-connections the connection idle the longest mak
 TEST_CASE("on --async with every connection being answered, one more is told 503",
           "[payments][slow-clients]") {
   idem::testing::temporary_directory dir{"idem-payments"};
-  program processor = start_processor(dir.file("processor.sqlite3"), {0, 1500});
+  program processor = start_processor(dir.file("processor.sqlite3"), {0, 3000});
   program server = start_async_server(processor, "memory", {"--max-connections", "2"});
   std::vector<std::thread> in_flight;
   std::vector<int> statuses(2, 0);
@@ -1598,7 +1598,7 @@ TEST_CASE("on --async with every connection being answered, one more is told 503
       if (res) statuses[static_cast<std::size_t>(i)] = res->status;
     });
   }
-  std::this_thread::sleep_for(500ms);  // both are waiting for the processor
+  std::this_thread::sleep_for(1000ms);  // both are waiting for the processor (3 s)
   auto turned_away = post(server, body(100), "one-too-many");
   for (auto& t : in_flight)
     t.join();
