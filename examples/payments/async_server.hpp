@@ -18,15 +18,15 @@
 //   * at most max_connections are held. One more makes room by closing the connection idle the
 //     longest, else the one that has been reading its request the longest; when every one is
 //     being answered, the newcomer is answered 503 and closed;
-//   * the head is read as bytes, up to its empty line and no further than max_head_bytes (431),
+//   * the head is read as bytes, up to its empty line and no further than header_limit (431),
 //     held to idem::http::check_request_head (400 ambiguous framing, a folded line, a bare CR;
-//     413 a Content-Length past max_body_bytes; 417; 431 too many fields; 501 a transfer coding
+//     413 a Content-Length past body_limit; 417; 431 past max_fields; 501 a transfer coding
 //     other than chunked), and only then parsed by Beast; then the program's admit(head) may
 //     refuse it (its caller, its route), still before the body is read. A refused request's
 //     connection is closed, after a short drain of what the client was still sending, so that
 //     the close does not reset the refusal away. An Expect: 100-continue is answered 100 only
 //     then;
-//   * the body is read within max_body_bytes, chunked or not (413);
+//   * the body is read within body_limit, chunked or not (413);
 //   * requests pipelined on one connection are read and answered one after another, in order.
 // A request being handled has no timeout here: the route's own (the processor's deadline, the
 // store's) bound it.
@@ -109,10 +109,23 @@ class event_loops {
 struct http_limits {
   /// How long a connection may wait idle for its next request, and then take to send it whole.
   std::chrono::milliseconds read_timeout{10000};
-  /// The head's and the body's limits, and the framing rules (framing.hpp).
-  idem::http::framing_options framing;
+  /// The longest head (request line and fields): 431 past it.
+  std::size_t header_limit = 8 * 1024;
+  /// The largest body, chunked or not: 413 past it.
+  std::size_t body_limit = 64 * 1024;
+  /// The most header fields: 431 past them.
+  std::size_t max_fields = 100;
   /// The most connections held at once.
   std::size_t max_connections = 10000;
+
+  /// The framing rules (idem/http/framing.hpp) with these limits.
+  idem::http::framing_options framing() const {
+    idem::http::framing_options options;
+    options.max_head_bytes = header_limit;
+    options.max_fields = max_fields;
+    options.max_body_bytes = body_limit;
+    return options;
+  }
 };
 
 /// The program's two parts of a request: admit(head) answers a refusal from the head alone (its
@@ -214,7 +227,13 @@ class http_server {
         admit_(std::move(admit)),
         route_(std::move(route)),
         limits_(limits),
+        framing_(limits.framing()),
         registry_(limits.max_connections) {}
+  /// Every request's head admitted (the program checks nothing before the body).
+  http_server(event_loops& loops, route_function route, http_limits limits)
+      : http_server(
+            loops, [](const http::request_header<>&) { return std::optional<reply>{}; },
+            std::move(route), limits) {}
 
   /// Binds 127.0.0.1:port (0: any free port) on the first loop; the port bound. Throws
   /// boost::system::system_error when it cannot.
@@ -296,13 +315,13 @@ class http_server {
       }
       if (head.size == 0) break;  // the connection failed or timed out mid-head
       const std::string_view head_bytes(static_cast<const char*>(buffer.data().data()), head.size);
-      if (const auto refusal = idem::http::check_request_head(head_bytes, limits_.framing)) {
+      if (const auto refusal = idem::http::check_request_head(head_bytes, framing_)) {
         co_await refuse(stream, *refusal);
         break;
       }
       http::request_parser<http::string_body> parser;
-      parser.header_limit(static_cast<std::uint32_t>(limits_.framing.max_head_bytes + 4));
-      parser.body_limit(limits_.framing.max_body_bytes);
+      parser.header_limit(static_cast<std::uint32_t>(framing_.max_head_bytes + 4));
+      parser.body_limit(framing_.max_body_bytes);
       beast::error_code parsed;
       parser.put(asio::buffer(head_bytes.data(), head_bytes.size()), parsed);
       buffer.consume(head.size);
@@ -372,12 +391,12 @@ class http_server {
       // Only the new bytes are searched, and the three before them an end may straddle.
       const std::size_t end = data.find("\r\n\r\n", scanned > 3 ? scanned - 3 : 0);
       if (end != std::string_view::npos) {
-        if (end + 4 > limits_.framing.max_head_bytes) break;
+        if (end + 4 > framing_.max_head_bytes) break;
         co_return head_read{end + 4, std::nullopt};
       }
-      if (data.size() >= limits_.framing.max_head_bytes) break;
+      if (data.size() >= framing_.max_head_bytes) break;
       scanned = data.size();
-      const std::size_t room = limits_.framing.max_head_bytes + 4 - data.size();
+      const std::size_t room = framing_.max_head_bytes + 4 - data.size();
       const auto [error, read] = co_await stream.async_read_some(
           buffer.prepare(std::min(read_chunk, room)), asio::as_tuple(asio::use_awaitable));
       if (error) co_return head_read{};
@@ -441,6 +460,7 @@ class http_server {
   admit_function admit_;
   route_function route_;
   http_limits limits_;
+  idem::http::framing_options framing_;
   connection_registry registry_;
   std::unique_ptr<asio::ip::tcp::acceptor> acceptor_;
 };

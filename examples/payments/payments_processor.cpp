@@ -19,7 +19,7 @@
 // at a time: on a disk with slow fsync that, not the threads, bounds the rate.
 // scripts/serve_bench.sh gives it more threads than the servers it drives have requests in
 // flight, and --synchronous normal, so that it is not what their benchmark measures.
-#include "listen.hpp"
+#include "common.hpp"
 
 #include <idem/http/httplib.hpp>
 #include <idem/idem.hpp>

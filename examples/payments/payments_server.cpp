@@ -44,7 +44,6 @@
 //     harden() for the framing). A slow or idle client holds one of its threads: it needs a proxy
 //     in front (docs/demo.md, "Framing and slow clients"; docs/http.md).
 #include "auth.hpp"
-#include "listen.hpp"
 #include "server_settings.hpp"
 #include "service.hpp"
 

@@ -346,9 +346,9 @@ int serve(const server_settings& config, MakeStore make_store, Book& book) {
                                                                     config.crash_when_asked);
   http_limits limits;
   limits.read_timeout = config.read_timeout;
-  limits.framing.max_head_bytes = max_request_header_bytes;
-  limits.framing.max_fields = max_request_fields;
-  limits.framing.max_body_bytes = max_request_body_bytes;
+  limits.header_limit = max_request_header_bytes;
+  limits.max_fields = max_request_fields;
+  limits.body_limit = max_request_body_bytes;
   limits.max_connections = config.max_connections;
   http_server server(
       loops, [routes](const http::request_header<>& head) { return routes->admit(head); },

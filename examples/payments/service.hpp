@@ -595,10 +595,17 @@ struct payment_post {
   std::optional<std::string> chaos_crash;  // X-Chaos-Crash
 };
 
-/// The refusal of a POST before its key is claimed (400 no payment in the body), so that a
-/// corrected retry under the same key runs; std::nullopt to go on. The caller was authenticated
-/// before its body was read (auth.hpp).
+/// What a request that names no account is answered (401): the demo's servers take the account
+/// from the API key (auth.hpp) and never get here without one; the floor server of
+/// scripts/serve_bench.sh (bench/serve), which reads X-Account, does.
+inline constexpr std::string_view no_account = "X-Account names the account paying";
+inline constexpr std::string_view lookup_needs_account = "X-Account names the account";
+
+/// The refusal of a POST before its key is claimed (401 no account, 400 no payment in the
+/// body), so that a corrected retry under the same key runs; std::nullopt to go on. The demo's
+/// servers authenticated the caller before its body was read (auth.hpp).
 inline std::optional<reply> refused_before_claim(const payment_post& post) {
+  if (post.account.empty()) return error_reply(401, no_account);
   if (const auto [parsed, reason] = intent::parse(post.body); !parsed) {
     return error_reply(400, reason);
   }

@@ -16,8 +16,8 @@
 // cpp-httplib reads requests more loosely than a server behind a proxy may (docs/http.md, "What
 // cpp-httplib needs in front"): harden(server) holds it to what its API lets idem check before a
 // body is read (check_request_fields of framing.hpp, a chunked body refused, one request per
-// connection), and bind_with_backlog listens with a backlog past its fixed 5. serve() checks the
-// framing of every request it is given, with or without them.
+// connection), and bind_with_backlog (httplib/listen.hpp) listens with a backlog past its fixed 5.
+// serve() checks the framing of every request it is given, with or without them.
 //
 // The wrapper's handler takes the request as an httplib_request (a view of httplib's request,
 // fingerprinted in place: method, path, body), or as any request type a `make_request`
@@ -30,7 +30,6 @@
 #include <httplib.h>
 
 #include <cstddef>
-#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -40,6 +39,7 @@
 #include <idem/core/request.hpp>
 #include <idem/http/exchange.hpp>
 #include <idem/http/framing.hpp>
+#include <idem/http/httplib/listen.hpp>
 #include <idem/http/specification.hpp>
 
 namespace idem::http {
@@ -230,29 +230,6 @@ void harden(httplib::Server& server, framing_options options, Admit admit) {
 /// The same, with no check of the service's own.
 inline void harden(httplib::Server& server, const framing_options& options = {}) {
   harden(server, options, [](const httplib::Request&, httplib::Response&) { return true; });
-}
-
-/// Binds `server` to host:port (0: any free port) and listens with a backlog of `backlog`
-/// connections waiting to be accepted, instead of the 5 cpp-httplib passes to listen() (its
-/// CPPHTTPLIB_LISTEN_BACKLOG, compiled into Debian's library): a burst past 5 is otherwise left
-/// half-connected, the client believing it is connected while the server never accepted it. The
-/// socket gets SO_REUSEADDR (cpp-httplib's default SO_REUSEPORT would let a second server share
-/// the port unnoticed). The port bound, or -1; then listen_after_bind() serves.
-inline int bind_with_backlog(httplib::Server& server, const std::string& host, int port,
-                             int backlog = SOMAXCONN) {
-  const auto socket = std::make_shared<::socket_t>(INVALID_SOCKET);
-  server.set_socket_options([socket](::socket_t created) {
-    int yes = 1;
-    (void)setsockopt(created, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const char*>(&yes),
-                     sizeof yes);
-    *socket = created;
-  });
-  const int bound =
-      port == 0 ? server.bind_to_any_port(host) : (server.bind_to_port(host, port) ? port : -1);
-  if (bound <= 0 || *socket == INVALID_SOCKET) return -1;
-  // Linux, the BSDs and Windows take a second listen() on a listening socket as a new backlog.
-  if (::listen(*socket, backlog) != 0) return -1;
-  return bound;
 }
 
 }  // namespace idem::http
