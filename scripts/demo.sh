@@ -11,9 +11,10 @@
 #                                        random; the report on charges, the reconciler, receipts
 #   scripts/demo.sh --store postgres     the same, on one PostgreSQL (started here, as the test
 #                                        script starts it)
-#   scripts/demo.sh --async              the same with the servers on event loops
-#                                        (payments_server --async: Boost.Beast, one io_context
-#                                        per core); combines with --store
+#   scripts/demo.sh --blocking           the same with the servers on cpp-httplib, a thread per
+#                                        connection (the default is payments_server --async:
+#                                        Boost.Beast on event loops, one io_context per core;
+#                                        --async says so); combines with --store
 #   scripts/demo.sh --intents N --concurrency C --seed S
 #                                        a bigger or smaller run, or a reproducible one
 #   scripts/demo.sh server ARGS...       build if needed and run one program with ARGS
@@ -24,10 +25,11 @@
 # process it started however it exits. --bin DIR uses programs already built in DIR instead
 # (the test suite runs the scenario this way). Exits 0 when every intent was charged exactly
 # once (a given-up intent: at most once, and then complete or in the reconciler's report) and
-# every payment receipted exactly once; 1 otherwise.
+# every payment receipted exactly once; 1 otherwise. The servers check their callers' API keys
+# under a secret made for the run; the chaos client issues each account's key under it.
 set -euo pipefail
 
-usage() { sed -n '2,27p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 user_dir="$PWD"
@@ -39,7 +41,7 @@ intents=1000
 concurrency=8
 seed=""
 bin=""
-server_mode=()  # --async: the servers' own flag
+server_mode=(--async)  # the servers' own flag: event loops, unless --blocking
 case "${1:-}" in
   server | processor | chaos | reconcile | relay | receipts) program="$1"; shift ;;
 esac
@@ -52,6 +54,7 @@ if [[ -z "$program" ]]; then
       --seed) seed="${2:?--seed needs a number}"; shift ;;
       --bin) bin="${2:?--bin needs a directory}"; shift ;;
       --async) server_mode=(--async) ;;
+      --blocking) server_mode=() ;;
       -h | --help) usage; exit 0 ;;
       *) echo "scripts/demo.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
     esac
@@ -211,6 +214,11 @@ bash "$root/scripts/servers/redis.sh" start "$work" >/dev/null
 source "$work/redis.env"
 redis="$IDEM_TEST_REDIS_HOST:$IDEM_TEST_REDIS_PORT"
 
+# The secret the servers check API keys under, the run's own (payments_server
+# --auth-secret-file): no key issued under it outlives the run.
+secret="$work/auth.secret"
+(umask 077 && head -c 32 /dev/urandom | base64 >"$secret")
+
 fail_rate=0.1
 crash_rate=0.02
 # A tenth of the intents have a client that sends once and never retries; 30% of those ask their
@@ -232,7 +240,8 @@ processor="http://127.0.0.1:$processor_port"
 servers=()
 for name in server-a server-b; do
   supervise "$name" --processor "$processor" --store "$store_spec" --lease-ms "$lease_ms" \
-    --crash-after-charge "$crash_rate" --crash-when-asked 1 "${server_mode[@]}" 2>/dev/null &
+    --crash-after-charge "$crash_rate" --crash-when-asked 1 --auth-secret-file "$secret" \
+    ${server_mode[@]+"${server_mode[@]}"} 2>/dev/null &
   pids+=($!)
 done
 for name in server-a server-b; do
@@ -251,8 +260,13 @@ nemesis &
 pids+=($!)
 
 echo "== processor $processor (503 before charging: $fail_rate)"
-echo "== servers ${servers[*]} on $store${server_mode:+, on event loops (--async)} (crash after" \
-  "charging: $crash_rate, and when asked; lease ${lease_ms} ms)"
+if ((${#server_mode[@]})); then
+  server_words="on event loops (--async)"
+else
+  server_words="a thread per connection (--blocking)"
+fi
+echo "== servers ${servers[*]} on $store, $server_words (crash after charging: $crash_rate, and" \
+  "when asked; lease ${lease_ms} ms; callers authenticated by API key)"
 echo "== relay and receipt consumers (two) on Redis $redis, each killed with -9 every few seconds"
 echo "== chaos client: $intents intents, concurrency $concurrency, dropped connections: $drop_rate," \
   "giving up after one try: $give_up (asking for a crash: $give_up_crash of those)"
@@ -262,7 +276,7 @@ echo "== chaos client: $intents intents, concurrency $concurrency, dropped conne
   echo "${servers[*]}"
 )" --processor "$processor" --intents "$intents" --concurrency "$concurrency" \
   --drop-rate "$drop_rate" --give-up "$give_up" --give-up-crash "$give_up_crash" \
-  --given-up-log "$work/given-up.jsonl" ${seed:+--seed "$seed"} &
+  --given-up-log "$work/given-up.jsonl" --auth-secret-file "$secret" ${seed:+--seed "$seed"} &
 pids+=($!)
 charges=0
 wait $! || charges=$?
@@ -283,7 +297,7 @@ given_up=0
   IFS=,
   echo "${servers[*]}"
 )" --processor "$processor" --given-up-log "$work/given-up.jsonl" \
-  --report "$work/reconcile.jsonl" || given_up=$?
+  --report "$work/reconcile.jsonl" --auth-secret-file "$secret" || given_up=$?
 echo
 echo "== receipts report (after the outbox drained; waited at most 30 s)"
 receipts=0

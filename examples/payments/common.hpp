@@ -8,6 +8,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <idem/http/httplib/listen.hpp>
 #include <idem/outbox/message.hpp>
 
 #include <algorithm>
@@ -246,11 +247,12 @@ inline bool chance(double p) {
   return std::uniform_real_distribution<double>{0.0, 1.0}(engine) < p;
 }
 
-/// Binds `server` to 127.0.0.1:port (0: any free port), prints "listening on PORT" (what the
-/// scripts and tests wait for) and serves until stopped.
-inline int listen_and_serve(httplib::Server& server, const char* name, int port) {
-  const int bound = port == 0 ? server.bind_to_any_port("127.0.0.1")
-                              : (server.bind_to_port("127.0.0.1", port) ? port : -1);
+/// Binds `server` to 127.0.0.1:port (0: any free port) with a listen backlog of `backlog`
+/// (cpp-httplib's own is 5: a burst of connections past it is left half-connected), prints
+/// "listening on PORT" (what the scripts and tests wait for) and serves until stopped.
+inline int listen_and_serve(httplib::Server& server, const char* name, int port,
+                            int backlog = SOMAXCONN) {
+  const int bound = idem::http::bind_with_backlog(server, "127.0.0.1", port, backlog);
   if (bound <= 0) {
     std::fprintf(stderr, "%s: cannot listen on 127.0.0.1:%d\n", name, port);
     return 1;

@@ -18,6 +18,7 @@
 // Exits 0 when no intent was charged twice, none was left uncharged and every client got its
 // answer (a given-up intent: charged at most once, as its client was told if it was told); 1
 // otherwise; 2 for bad options. --mode bench exits 0 when every intent was answered 201.
+#include "auth.hpp"
 #include "common.hpp"
 
 #include <idem/idem.hpp>
@@ -30,6 +31,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -65,6 +67,9 @@ constexpr const char* usage = R"(payments_chaos: exactly-once payments under fau
   --warmup-s S          bench: the seconds sent before, not counted (default 2)
   --path P              bench: the route POSTed (default /v1/payments; /v1/charges drives a
                         payments_processor alone)
+  --auth-secret-file F  the secret the servers check API keys under (payments_server's
+                        option): each account's requests carry that account's key, issued
+                        under it (default: the built-in development secret)
 )";
 
 struct answer {
@@ -119,6 +124,7 @@ struct chaos_policies : idem::default_policies {
 
 struct send_payment {
   const std::vector<payments::endpoint>* servers;
+  const payments::api_keys* keys;  // this client plays every account: it issues their keys
   counters* count;
   double drop_rate;
   std::string path = "/v1/payments";
@@ -137,6 +143,7 @@ struct send_payment {
     client.set_read_timeout(drop ? std::chrono::milliseconds{2} : std::chrono::seconds{15});
     ++count->attempts;
     httplib::Headers headers{{"Idempotency-Key", std::string(attempt.key())},
+                             {"Authorization", "Bearer " + keys->issue(j.account)},
                              {"X-Account", j.account}};
     if (j.ask_crash) headers.emplace(payments::chaos_crash_header, "after-charge");
     auto res = client.Post(path, headers, j.payment.json(), "application/json");
@@ -219,7 +226,7 @@ struct given_up {
 // once, and is either listed in the report (by account and redacted key) or complete: a replay
 // of its request answers 201 with the ledger's one charge, marked replayed when the ledger had
 // the charge before the replay (else the replay would have finished, or made, it itself).
-int check_given_up(const std::vector<payments::endpoint>& servers,
+int check_given_up(const std::vector<payments::endpoint>& servers, const payments::api_keys& keys,
                    const payments::endpoint& processor, const std::string& log_path,
                    const std::string& report_path) {
   std::vector<given_up> intents;
@@ -249,7 +256,7 @@ int check_given_up(const std::vector<payments::endpoint>& servers,
   counters count;
   client_type::options options;
   options.backoff = idem::full_jitter{std::chrono::milliseconds{25}, std::chrono::seconds{1}};
-  client_type client(send_payment{&servers, &count, 0.0}, options);
+  client_type client(send_payment{&servers, &keys, &count, 0.0}, options);
 
   std::size_t unanswered = 0, asked_crash = 0, finished_without_client = 0, listed = 0,
               completed = 0, fresh = 0, twice = 0, wrong = 0;
@@ -344,15 +351,17 @@ int check_given_up(const std::vector<payments::endpoint>& servers,
 // fresh key and once (a failure is counted, not retried), for warmup_s + duration_s seconds.
 // An intent counts when its 201 arrives within the measured duration_s; those finished during
 // the warm-up or after the end are left out, so the rate is the steady state's.
-int bench(const std::vector<payments::endpoint>& servers, const std::string& path, int concurrency,
-          long long accounts, double warmup_s, double duration_s, std::uint64_t seed) {
+int bench(const std::vector<payments::endpoint>& servers, const payments::api_keys& keys,
+          const std::string& path, int concurrency, long long accounts, double warmup_s,
+          double duration_s, std::uint64_t seed) {
   counters count;
   client_type::options once;
   once.seed = seed;
   once.limits = {1, std::chrono::seconds{30}};
   // A connection the server's full backlog delays (its SYN dropped, sent again a second later)
   // is latency here, not a failure.
-  client_type client(send_payment{&servers, &count, 0.0, path, std::chrono::seconds{15}}, once);
+  client_type client(send_payment{&servers, &keys, &count, 0.0, path, std::chrono::seconds{15}},
+                     once);
 
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
@@ -424,7 +433,8 @@ int main(int argc, char** argv) {
   const payments::command_line args(
       argc, argv,
       {"servers", "processor", "intents", "concurrency", "seed", "drop-rate", "accounts", "give-up",
-       "give-up-crash", "given-up-log", "mode", "report", "duration-s", "warmup-s", "path"},
+       "give-up-crash", "given-up-log", "mode", "report", "duration-s", "warmup-s", "path",
+       "auth-secret-file"},
       usage);
   std::vector<payments::endpoint> servers;
   payments::endpoint processor;
@@ -439,6 +449,12 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     args.fail(e.what());
   }
+  std::optional<payments::api_keys> keys;
+  try {
+    keys.emplace(payments::keys_from(args.text("auth-secret-file", ""), "payments_chaos", false));
+  } catch (const std::exception& e) {
+    args.fail(std::string("--auth-secret-file: ") + e.what());
+  }
   const std::string mode = args.text("mode", "run");
   const std::string given_up_log = args.text("given-up-log", "");
   if (mode == "check-given-up") {
@@ -446,7 +462,7 @@ int main(int argc, char** argv) {
       args.fail("--mode check-given-up needs --given-up-log and --report");
     }
     try {
-      return check_given_up(servers, processor, given_up_log, args.text("report", ""));
+      return check_given_up(servers, *keys, processor, given_up_log, args.text("report", ""));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "payments_chaos: %s\n", e.what());
       return 1;
@@ -466,7 +482,7 @@ int main(int argc, char** argv) {
     const auto seed = static_cast<std::uint64_t>(
         args.integer("seed", static_cast<long long>(std::random_device{}() & 0x7fffffff), 0,
                      std::numeric_limits<long long>::max()));
-    return bench(servers, path, concurrency, accounts, warmup_s, duration_s, seed);
+    return bench(servers, *keys, path, concurrency, accounts, warmup_s, duration_s, seed);
   }
   const double drop_rate = args.probability("drop-rate");
   const double give_up = args.probability("give-up");
@@ -501,11 +517,11 @@ int main(int argc, char** argv) {
   client_type::options options;
   options.seed = seed;
   options.backoff = idem::full_jitter{std::chrono::milliseconds{25}, std::chrono::seconds{1}};
-  client_type client(send_payment{&servers, &count, drop_rate}, options);
+  client_type client(send_payment{&servers, &*keys, &count, drop_rate}, options);
   // The clients that give up: one attempt, whatever it brings.
   client_type::options once = options;
   once.limits = {1, std::chrono::seconds{30}};
-  client_type giving_up(send_payment{&servers, &count, drop_rate}, once);
+  client_type giving_up(send_payment{&servers, &*keys, &count, drop_rate}, once);
 
   std::printf("payments_chaos: %zu intents, concurrency %d, %zu server(s), seed %llu\n", intents,
               concurrency, servers.size(), static_cast<unsigned long long>(seed));

@@ -27,8 +27,6 @@
 
 #include <sqlite3.h>
 
-#include <sys/socket.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -207,15 +205,9 @@ int main(int argc, char** argv) {
 
   httplib::Server server;
   server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  // cpp-httplib listens with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, fixed when Debian built
-  // the library): with hundreds of callers connecting at once, the kernel drops their SYNs and
-  // each waits a second to try again. The listening socket is listened on again, with room for
-  // every thread, once it is bound.
-  int listening = -1;
-  server.set_socket_options([&listening](socket_t socket) {
-    httplib::default_socket_options(socket);
-    listening = socket;
-  });
+  // Strict framing, before any body is read (idem/http/httplib.hpp, docs/http.md): a charge's
+  // body is a few dozen bytes, far under the 64 KiB it allows.
+  idem::http::harden(server);
 
   server.Post("/v1/charges", [&](const httplib::Request& req, httplib::Response& res) {
     if (latency.count() > 0) std::this_thread::sleep_for(latency);
@@ -262,15 +254,7 @@ int main(int argc, char** argv) {
         res.set_content(payments::error_body(what), "application/json");
       });
 
-  // payments::listen_and_serve, with the backlog raised between the bind and the first accept.
-  const int bound = port == 0 ? server.bind_to_any_port("127.0.0.1")
-                              : (server.bind_to_port("127.0.0.1", port) ? port : -1);
-  if (bound <= 0) {
-    std::fprintf(stderr, "payments_processor: cannot listen on 127.0.0.1:%d\n", port);
-    return 1;
-  }
-  if (listening >= 0) ::listen(listening, static_cast<int>(std::min<std::size_t>(threads, 4096)));
-  std::printf("payments_processor: listening on %d\n", bound);
-  std::fflush(stdout);
-  return server.listen_after_bind() ? 0 : 1;
+  // With the system's largest backlog: with hundreds of callers connecting at once,
+  // cpp-httplib's 5 would have the kernel drop their SYNs, each then waiting a second to try again.
+  return payments::listen_and_serve(server, "payments_processor", port);
 }

@@ -2,13 +2,20 @@
 // exactly once per (account, Idempotency-Key), however often the request is repeated, whichever
 // replica it reaches, and whenever a replica dies.
 //
-//   POST /v1/payments   Idempotency-Key: K   X-Account: A   {"amount","currency","source"}
+//   POST /v1/payments   Authorization: Bearer <A's API key>   Idempotency-Key: K
+//                       {"amount","currency","source"}
 //        201 {"id","amount","currency","charge_id"}; a repeat gets the stored answer byte for
-//        byte (Idempotent-Replayed: true); 400 bad key or body, 401 no account, 409 in flight
+//        byte (Idempotent-Replayed: true); 400 bad key or body, 401 no API key or a forged one,
+//        403 an X-Account naming another account than the key's (or two), 409 in flight
 //        (Retry-After: the lease left), 422 same key with another body, 502 processor failing,
 //        503 store unavailable; idem's refusals are application/problem+json (RFC 9457)
 //   GET  /idempotency   the keys' specification (the draft's section 2.5): HTML, or JSON
-//   GET  /v1/payments/{id}   X-Account: A   200 the payment, 404 unknown (or another account's)
+//   GET  /v1/payments/{id}   Authorization: Bearer <A's API key>   200 the payment, 404 unknown
+//        (or another account's)
+//
+// The account (the scope of the idempotency keys, what is charged) comes from the API key alone
+// (auth.hpp); a request is authenticated, and its framing checked (idem/http/framing.hpp),
+// before its body is read.
 //
 // How the guarantee is built (README, "The payments demo"):
 //   * idem::idempotent claims (A, K) atomically in the shared store before anything happens;
@@ -28,12 +35,15 @@
 //     gave up while its server died.
 //
 // Two servers in one program, with one set of rules (service.hpp: validation, the handler's
-// charge, step and downstream keys, the verdicts' answers):
-//   * by default, cpp-httplib: a thread per connection from a pool of 32, idem::idempotent
-//     behind idem's cpp-httplib binding (idem/http/httplib.hpp: the key, the verdicts' answers);
-//   * --async, Boost.Beast on event loops (async_server.cpp): one io_context per thread,
-//     idem::async_idempotent with its lease kept alive by the heartbeat, the processor called
-//     through idem::async_retrying. docs/demo.md compares the two under idle connections.
+// charge, step and downstream keys, the verdicts' answers; auth.hpp: who is calling):
+//   * --async, Boost.Beast on event loops (async_server.hpp), what scripts/demo.sh runs: one
+//     io_context per thread, idem::async_idempotent with its lease kept alive by the heartbeat,
+//     the processor called through idem::async_retrying;
+//   * without it, cpp-httplib: a thread per connection from a pool of 32, idem::idempotent
+//     behind idem's cpp-httplib binding (idem/http/httplib.hpp: the key, the verdicts' answers,
+//     harden() for the framing). A slow or idle client holds one of its threads: it needs a proxy
+//     in front (docs/demo.md, "Framing and slow clients"; docs/http.md).
+#include "auth.hpp"
 #include "server_settings.hpp"
 #include "service.hpp"
 
@@ -46,6 +56,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <variant>
 #include <vector>
 
 namespace {
@@ -66,13 +77,19 @@ constexpr const char* usage = R"(payments_server: payments charged exactly once 
   --crash-when-asked P      the same, with probability P, for a request carrying the header
                             "X-Chaos-Crash: after-charge" (payments_chaos --give-up-crash sends
                             it; default 0: the header is ignored)
-  --read-timeout-ms N       a connection that takes longer than N ms to send a request, or
-                            stays idle that long between two, is closed (default 10000; the
-                            blocking server counts whole seconds, rounded up)
+  --read-timeout-ms N       a connection that takes longer than N ms to send a request (its
+                            head and body, from its first byte), or stays idle that long
+                            before it, is closed (default 10000; the blocking server counts
+                            whole seconds, rounded up, and each read alone)
+  --auth-secret-file PATH   the secret the callers' API keys are checked under (default: a
+                            built-in development secret, with a warning)
+  --issue-key ACCOUNT       print ACCOUNT's API key under that secret and exit
   --async                   serve on event loops (Boost.Beast) instead of a thread per
-                            connection
+                            connection (what scripts/demo.sh runs)
   --threads N               with --async: the event loops, one io_context and one thread each
                             (default: the hardware's threads)
+  --max-connections N       with --async: the most connections held; one more closes the one
+                            idle the longest (default 10000)
 
 Each payment's record keeps its request until it completes (resumable records), so that
 payments_reconcile can finish a payment whose client gave up.
@@ -92,8 +109,18 @@ std::optional<std::string> header(const httplib::Request& req, const char* name)
   return req.get_header_value(name);
 }
 
+/// The caller's account (auth.hpp), or the refusal.
+std::variant<std::string, reply> caller_of(const payments::api_keys& keys,
+                                           const httplib::Request& req) {
+  const auto values = idem::http::field_values_in(req);
+  return payments::authenticate(keys, values(payments::authorization_field),
+                                values(payments::account_field));
+}
+
 template <class Store, class Book>
 int serve(const payments::server_settings& config, Store store, Book& book) {
+  const payments::api_keys keys =
+      payments::keys_from(config.auth_secret_file, "payments_server", true);
   payments::processor_client processor(config.processor, config.lease / 2);
   payments::payments_endpoint<Store, Book> payments_endpoint(
       payments::payment_handler<Book>{
@@ -106,7 +133,7 @@ int serve(const payments::server_settings& config, Store store, Book& book) {
 
   httplib::Server server;
   // A connection holds one of these threads from its accept until it is closed: idle, for up to
-  // the read timeout (docs/demo.md, "The two servers").
+  // the read timeout (docs/demo.md, "Framing and slow clients").
   server.new_task_queue = [] { return new httplib::ThreadPool(32); };
   const auto seconds = std::max<long long>(1, (config.read_timeout.count() + 999) / 1000);
   server.set_keep_alive_timeout(static_cast<time_t>(seconds));
@@ -114,12 +141,27 @@ int serve(const payments::server_settings& config, Store store, Book& book) {
       std::chrono::duration_cast<std::chrono::microseconds>(config.read_timeout));
   server.set_write_timeout(
       std::chrono::duration_cast<std::chrono::microseconds>(config.read_timeout));
-  // Answered 413 by cpp-httplib, with an empty body, unread. (A form-encoded body has a limit
-  // of 8,192 bytes of the library's own: also a 413.)
-  server.set_payload_max_length(payments::max_request_body_bytes);
+  // Strict framing as far as cpp-httplib lets it be checked, and the caller authenticated, both
+  // before the body is read (idem/http/httplib.hpp's harden: 400, 401, 403, 411 for a chunked
+  // body, 413 past 64 KiB, 417, 431 past 100 fields, 501; one request per connection).
+  idem::http::framing_options framing;
+  framing.max_head_bytes = payments::max_request_header_bytes;
+  framing.max_fields = payments::max_request_fields;
+  framing.max_body_bytes = payments::max_request_body_bytes;
+  idem::http::harden(server, framing, [&keys](const httplib::Request& req, httplib::Response& res) {
+    if (!payments::route_needs_caller(req.method, req.path)) return true;
+    const auto caller = caller_of(keys, req);
+    if (const reply* refusal = std::get_if<reply>(&caller)) {
+      send(res, *refusal);
+      return false;
+    }
+    return true;
+  });
 
   server.Post("/v1/payments", [&](const httplib::Request& req, httplib::Response& res) {
-    const payments::payment_post post{req.get_header_value("X-Account"), req.body,
+    auto caller = caller_of(keys, req);  // admitted: harden's check passed
+    if (reply* refusal = std::get_if<reply>(&caller)) return send(res, *refusal);
+    const payments::payment_post post{std::move(std::get<std::string>(caller)), req.body,
                                       header(req, "Idempotency-Key"),
                                       header(req, payments::chaos_crash_header.data())};
     if (auto refused = payments::refused_before_claim(post)) return send(res, *refused);
@@ -131,14 +173,12 @@ int serve(const payments::server_settings& config, Store store, Book& book) {
   });
   server.Get("/idempotency", idem::http::specification_handler(specification));
 
-  server.Get(R"(/v1/payments/([A-Za-z0-9_]+))",
-             [&](const httplib::Request& req, httplib::Response& res) {
-               const std::string account = req.get_header_value("X-Account");
-               if (account.empty()) {
-                 return send(res, payments::error_reply(401, payments::lookup_needs_account));
-               }
-               send(res, payments::lookup_reply(book.find(req.matches[1], account)));
-             });
+  server.Get(
+      R"(/v1/payments/([A-Za-z0-9_]+))", [&](const httplib::Request& req, httplib::Response& res) {
+        const auto caller = caller_of(keys, req);
+        if (const reply* refusal = std::get_if<reply>(&caller)) return send(res, *refusal);
+        send(res, payments::lookup_reply(book.find(req.matches[1], std::get<std::string>(caller))));
+      });
 
   server.set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
@@ -167,10 +207,11 @@ bool take_flag(int& argc, char** argv, std::string_view flag) {
 
 int main(int argc, char** argv) {
   const bool async = take_flag(argc, argv, "--async");
-  const payments::command_line args(argc, argv,
-                                    {"port", "processor", "store", "lease-ms", "crash-after-charge",
-                                     "crash-when-asked", "read-timeout-ms", "threads"},
-                                    usage);
+  const payments::command_line args(
+      argc, argv,
+      {"port", "processor", "store", "lease-ms", "crash-after-charge", "crash-when-asked",
+       "read-timeout-ms", "threads", "max-connections", "auth-secret-file", "issue-key"},
+      usage);
   payments::server_settings config;
   config.port = static_cast<int>(args.integer("port", 0, 0, 65535));
   config.lease = std::chrono::milliseconds{args.integer("lease-ms", 5000, 10, 3'600'000)};
@@ -181,6 +222,22 @@ int main(int argc, char** argv) {
   const long long cores = std::max(1U, std::thread::hardware_concurrency());
   config.threads = static_cast<std::size_t>(args.integer("threads", cores, 1, 1024));
   if (!async && args.text("threads", "") != "") args.fail("--threads needs --async");
+  config.max_connections =
+      static_cast<std::size_t>(args.integer("max-connections", 10000, 1, 1'000'000));
+  if (!async && args.text("max-connections", "") != "") {
+    args.fail("--max-connections needs --async");
+  }
+  config.auth_secret_file = args.text("auth-secret-file", "");
+  if (const std::string account = args.text("issue-key", ""); !account.empty()) {
+    try {
+      const payments::api_keys keys =
+          payments::keys_from(config.auth_secret_file, "payments_server", false);
+      std::printf("%s\n", keys.issue(account).c_str());
+      return 0;
+    } catch (const std::exception& e) {
+      args.fail(std::string("--issue-key: ") + e.what());
+    }
+  }
   const std::string spec = args.text("store", "memory");
   try {
     config.processor = payments::endpoint::parse(args.text("processor", "http://127.0.0.1:8081"));

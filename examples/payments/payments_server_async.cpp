@@ -26,6 +26,7 @@
 // included).
 #include "async_processor_client.hpp"
 #include "async_server.hpp"
+#include "auth.hpp"
 #include "server_settings.hpp"
 #include "service.hpp"
 
@@ -44,6 +45,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace payments {
@@ -220,29 +222,75 @@ std::optional<std::string> header_of(const http_request_message& message, std::s
   return std::string(found->value());
 }
 
+/// Every value of `name` in `head`, as views into it.
+std::vector<std::string_view> values_of(const http::request_header<>& head, std::string_view name) {
+  std::vector<std::string_view> values;
+  const auto [first, last] = head.equal_range(name);
+  for (auto it = first; it != last; ++it)
+    values.emplace_back(it->value().data(), it->value().size());
+  return values;
+}
+
+/// The target's path, its query left out.
+std::string_view path_of(const http::request_header<>& head) {
+  const std::string_view target(head.target().data(), head.target().size());
+  return target.substr(0, target.find('?'));
+}
+
 template <class Store, class Book>
 class payments_routes {
  public:
   payments_routes(std::vector<std::unique_ptr<loop_service<Store, Book>>>& services,
-                  async_book<Book>& book, double crash_when_asked)
-      : services_(services), book_(book), crash_when_asked_(crash_when_asked) {}
+                  async_book<Book>& book, const api_keys& keys, double crash_when_asked)
+      : services_(services), book_(book), keys_(keys), crash_when_asked_(crash_when_asked) {}
+
+  /// The refusal of a request from its head, before its body is read: its caller's (auth.hpp),
+  /// on the routes that need one.
+  std::optional<reply> admit(const http::request_header<>& head) const {
+    const std::string_view method(head.method_string().data(), head.method_string().size());
+    if (!route_needs_caller(method, path_of(head))) return std::nullopt;
+    auto caller = caller_of(head);
+    if (reply* refusal = std::get_if<reply>(&caller)) return std::move(*refusal);
+    return std::nullopt;
+  }
 
   asio::awaitable<reply> operator()(std::size_t loop, const http_request_message& message) {
-    std::string_view path(message.target().data(), message.target().size());
-    path = path.substr(0, path.find('?'));
+    const std::string_view path = path_of(message);
     if (message.method() == http::verb::post && path == "/v1/payments") {
       co_return co_await pay(*services_[loop], message);
     }
     if (message.method() == http::verb::get) {
+      if (path == services_[loop]->specification.uri) {
+        co_return specification_reply(services_[loop]->specification, message);
+      }
       if (const auto id = payment_id_in(path)) co_return co_await look_up(*id, message);
     }
     co_return error_reply(404, "no such route");
   }
 
  private:
+  std::variant<std::string, reply> caller_of(const http::request_header<>& head) const {
+    return authenticate(keys_, values_of(head, authorization_field),
+                        values_of(head, account_field));
+  }
+
+  /// GET /idempotency, where every problem's type points: the specification, HTML or JSON, as
+  /// idem's bindings serve it.
+  static reply specification_reply(const idem::http::specification& spec,
+                                   const http_request_message& message) {
+    const std::string_view accept(message[http::field::accept].data(),
+                                  message[http::field::accept].size());
+    const bool wants_json = accept.find("application/json") != std::string_view::npos &&
+                            accept.find("text/html") == std::string_view::npos;
+    if (wants_json) return {200, {}, "application/json", idem::http::specification_json(spec)};
+    return {200, {}, "text/html; charset=utf-8", idem::http::specification_html(spec)};
+  }
+
   asio::awaitable<reply> pay(loop_service<Store, Book>& service,
                              const http_request_message& message) {
-    const payment_post post{header_of(message, "X-Account").value_or(""), message.body(),
+    auto caller = caller_of(message);  // admitted: checked again for the account
+    if (reply* refusal = std::get_if<reply>(&caller)) co_return std::move(*refusal);
+    const payment_post post{std::move(std::get<std::string>(caller)), message.body(),
                             header_of(message, "Idempotency-Key"),
                             header_of(message, chaos_crash_header)};
     if (auto refused = refused_before_claim(post)) co_return std::move(*refused);
@@ -264,13 +312,14 @@ class payments_routes {
   }
 
   asio::awaitable<reply> look_up(const std::string& id, const http_request_message& message) {
-    const std::string account = header_of(message, "X-Account").value_or("");
-    if (account.empty()) co_return error_reply(401, lookup_needs_account);
-    co_return lookup_reply(co_await book_.find(id, account));
+    auto caller = caller_of(message);
+    if (reply* refusal = std::get_if<reply>(&caller)) co_return std::move(*refusal);
+    co_return lookup_reply(co_await book_.find(id, std::get<std::string>(caller)));
   }
 
   std::vector<std::unique_ptr<loop_service<Store, Book>>>& services_;
   async_book<Book>& book_;
+  const api_keys& keys_;
   double crash_when_asked_;
 };
 
@@ -292,9 +341,21 @@ int serve(const server_settings& config, MakeStore make_store, Book& book) {
     services.push_back(std::make_unique<loop_service<store_type, Book>>(
         loop, config, make_store(loop), payments_book, pool.get_executor()));
   }
+  const api_keys keys = keys_from(config.auth_secret_file, "payments_server", true);
+  auto routes = std::make_shared<payments_routes<store_type, Book>>(services, payments_book, keys,
+                                                                    config.crash_when_asked);
+  http_limits limits;
+  limits.read_timeout = config.read_timeout;
+  limits.header_limit = max_request_header_bytes;
+  limits.max_fields = max_request_fields;
+  limits.body_limit = max_request_body_bytes;
+  limits.max_connections = config.max_connections;
   http_server server(
-      loops, payments_routes<store_type, Book>(services, payments_book, config.crash_when_asked),
-      http_limits{config.read_timeout, max_request_header_bytes, max_request_body_bytes});
+      loops, [routes](const http::request_header<>& head) { return routes->admit(head); },
+      [routes](std::size_t loop, const http_request_message& message) {
+        return (*routes)(loop, message);
+      },
+      limits);
   int port = 0;
   try {
     port = server.bind(config.port);

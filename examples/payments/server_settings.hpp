@@ -23,6 +23,13 @@ struct server_settings {
   std::chrono::milliseconds read_timeout{10000};
   /// --async: the event loops (one io_context and one thread each).
   std::size_t threads = 1;
+  /// --async: the most connections held at once. One more is made room for by closing the
+  /// connection idle the longest (then the one slowest to send its request); when every one is
+  /// busy being answered, the new one is answered 503 and closed.
+  std::size_t max_connections = 10000;
+  /// The file holding the secret the API keys are checked under (auth.hpp); empty: the built-in
+  /// development secret.
+  std::string auth_secret_file;
 };
 
 /// The largest request body either server reads; a larger one is answered 413 unread. A
@@ -30,8 +37,11 @@ struct server_settings {
 /// KiB): a body between the two is read, and refused 413 by idem before it is claimed.
 inline constexpr std::size_t max_request_body_bytes = 64 * 1024;
 /// The largest request head (request line and headers) the event-loop server reads; a larger
-/// one is answered 431.
+/// one is answered 431. The blocking server reads lines of up to 8 KiB, and any number of them:
+/// it answers 431 past max_request_fields.
 inline constexpr std::size_t max_request_header_bytes = 8 * 1024;
+/// The most header fields either server takes; more are answered 431.
+inline constexpr std::size_t max_request_fields = 100;
 
 /// Serves the payments API on the event loops, the store `spec` names; std::nullopt when
 /// `spec` names no store. Returns only when it cannot serve (1).

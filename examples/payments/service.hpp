@@ -589,16 +589,23 @@ inline reply error_reply(int status, std::string_view message) {
 
 /// The parts of a POST /v1/payments the service reads.
 struct payment_post {
-  std::string account;  // X-Account, empty when absent
+  std::string account;  // the API key's (auth.hpp): the scope of the idempotency key
   std::string body;
   std::optional<std::string> key;          // Idempotency-Key
   std::optional<std::string> chaos_crash;  // X-Chaos-Crash
 };
 
+/// What a request that names no account is answered (401): the demo's servers take the account
+/// from the API key (auth.hpp) and never get here without one; the floor server of
+/// scripts/serve_bench.sh (bench/serve), which reads X-Account, does.
+inline constexpr std::string_view no_account = "X-Account names the account paying";
+inline constexpr std::string_view lookup_needs_account = "X-Account names the account";
+
 /// The refusal of a POST before its key is claimed (401 no account, 400 no payment in the
-/// body), so that a corrected retry under the same key runs; std::nullopt to go on.
+/// body), so that a corrected retry under the same key runs; std::nullopt to go on. The demo's
+/// servers authenticated the caller before its body was read (auth.hpp).
 inline std::optional<reply> refused_before_claim(const payment_post& post) {
-  if (post.account.empty()) return error_reply(401, "X-Account names the account paying");
+  if (post.account.empty()) return error_reply(401, no_account);
   if (const auto [parsed, reason] = intent::parse(post.body); !parsed) {
     return error_reply(400, reason);
   }
@@ -644,13 +651,12 @@ inline reply failure_reply(const std::exception_ptr& error) {
   }
 }
 
-/// GET /v1/payments/{id}: 401 without an account (checked before the lookup), 404 for a
-/// payment that is unknown or another account's, else the payment.
+/// GET /v1/payments/{id}, its caller authenticated: 404 for a payment that is unknown or another
+/// account's, else the payment.
 inline reply lookup_reply(const std::optional<std::string>& found) {
   if (!found) return error_reply(404, "no such payment");
   return {200, {}, "application/json", *found};
 }
-inline constexpr std::string_view lookup_needs_account = "X-Account names the account";
 /// The path of a payment: "/v1/payments/" then its id, letters, digits and '_'; the id, or
 /// std::nullopt for another path.
 inline std::optional<std::string> payment_id_in(std::string_view path) {
@@ -663,6 +669,15 @@ inline std::optional<std::string> payment_id_in(std::string_view path) {
     if (!word) return std::nullopt;
   }
   return std::string(id);
+}
+
+/// Whether the route of `method` on `path` (its query left out) needs its caller authenticated:
+/// the payments' own, POST /v1/payments and GET /v1/payments/{id}. Every other request (the
+/// specification, a route that does not exist) is answered without a caller.
+inline bool route_needs_caller(std::string_view method, std::string_view path) {
+  if (method == "POST") return path == "/v1/payments";
+  if (method == "GET") return payment_id_in(path).has_value();
+  return false;
 }
 
 }  // namespace payments

@@ -9,12 +9,14 @@
 //   problem.hpp          refusals as application/problem+json, a stable type per refusal
 //   specification.hpp    the idempotency specification a resource publishes, as HTML and JSON
 //   exchange.hpp         one exchange: key read, wrapper called, outcome written
+//   framing.hpp          strict request framing (RFC 9112): what is refused before a body is read
 #ifndef IDEM_HTTP_HPP
 #define IDEM_HTTP_HPP
 
 #include <idem/http/conditional.hpp>
 #include <idem/http/deadline.hpp>
 #include <idem/http/exchange.hpp>
+#include <idem/http/framing.hpp>
 #include <idem/http/idempotency_key.hpp>
 #include <idem/http/problem.hpp>
 #include <idem/http/specification.hpp>

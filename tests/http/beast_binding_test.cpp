@@ -659,3 +659,38 @@ TEST_CASE("beast: async_serve takes any completion token and hears its cancellat
   REQUIRE(retried);
   CHECK(retried->result_int() == 201);
 }
+
+TEST_CASE("beast: a request framed two ways never reaches the handler: 501, 400, 400",
+          "[http][beast]") {
+  asio::io_context loop{1};
+  charge_handler handler{.door = std::make_shared<async_gate>(loop.get_executor())};
+  idem::async_idempotent charges{loop.get_executor(), handler};
+  const auto spec = http::specification::of(charges);
+  // Each as Beast's parser hands it on: it passes a coding it does not know before chunked,
+  // and keeps a CR a folded or smuggled value left (a loop that reads the head itself refuses
+  // these earlier, with check_request_head).
+  message unknown_coding = charge_request(key_fields{"k-1"}, R"({"amount":1})", "acct-1");
+  unknown_coding.set(beast_http::field::transfer_encoding, "gzip, chunked");
+  message smuggled_field = charge_request(key_fields{"k-2"}, R"({"amount":1})", "acct-1");
+  smuggled_field.set("X-Account", "acct-1\r\nX-Account: acct-2");
+  message two_hosts = charge_request(key_fields{"k-3"}, R"({"amount":1})", "acct-1");
+  two_hosts.insert(beast_http::field::host, "elsewhere");
+  const std::pair<const message*, unsigned> cases[] = {
+      {&unknown_coding, 501}, {&smuggled_field, 400}, {&two_hosts, 400}};
+  for (const auto& [request, status] : cases) {
+    std::optional<http::beast_response> answered;
+    http::async_serve(charges, "acct-1", *request, spec,
+                      [&](const std::exception_ptr& error, http::beast_response response) {
+                        CHECK_FALSE(error);
+                        answered.emplace(std::move(response));
+                      });
+    loop.run();
+    loop.restart();
+    REQUIRE(answered);
+    CHECK(answered->result_int() == status);
+    CHECK_FALSE(answered->keep_alive());  // the rest of such a connection cannot be framed
+    CHECK(field(*answered, "Content-Type") == "application/problem+json");
+    CHECK(nlohmann::json::parse(answered->body()).at("type") == "about:blank");
+  }
+  CHECK(handler.runs->load() == 0);
+}
