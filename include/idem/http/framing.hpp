@@ -31,6 +31,7 @@
 
 #include <idem/core/request.hpp>
 #include <idem/http/exchange.hpp>
+#include <idem/http/idempotency_key.hpp>
 #include <idem/http/problem.hpp>
 
 namespace idem::http {
@@ -70,35 +71,11 @@ struct framing_refusal {
 
 namespace detail {
 
-/// RFC 9110 5.6.2: tchar.
-constexpr bool is_token_char(char c) noexcept {
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
-  switch (c) {
-    case '!':
-    case '#':
-    case '$':
-    case '%':
-    case '&':
-    case '\'':
-    case '*':
-    case '+':
-    case '-':
-    case '.':
-    case '^':
-    case '_':
-    case '`':
-    case '|':
-    case '~':
-      return true;
-    default:
-      return false;
-  }
-}
-
+/// RFC 9110 5.6.2: a token, one or more tchar (idempotency_key.hpp's).
 constexpr bool is_token(std::string_view text) noexcept {
   if (text.empty()) return false;
   for (const char c : text)
-    if (!is_token_char(c)) return false;
+    if (!sf::is_tchar(c)) return false;
   return true;
 }
 
