@@ -125,27 +125,12 @@ int serve(const settings& config, Records& records) {
   return payments::listen_and_serve(server, program, config.port);
 }
 
-// "--async" is a flag; the command line reads "--name value" pairs, so it is taken out first.
-bool take_flag(int& argc, char** argv, std::string_view flag) {
-  bool found = false;
-  int kept = 1;
-  for (int i = 1; i < argc; ++i) {
-    if (argv[i] == flag) {
-      found = true;
-    } else {
-      argv[kept++] = argv[i];
-    }
-  }
-  argc = kept;
-  return found;
-}
-
 }  // namespace
 }  // namespace floor_server
 
 int main(int argc, char** argv) {
   using namespace floor_server;
-  const bool async = take_flag(argc, argv, "--async");
+  const bool async = payments::take_flag(argc, argv, "--async");
   const payments::command_line args(
       argc, argv, {"port", "processor", "store", "read-timeout-ms", "threads"}, usage);
   settings config;

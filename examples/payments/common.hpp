@@ -29,6 +29,22 @@
 
 namespace payments {
 
+/// Whether `flag` (a flag without a value, as "--async") is on the command line, taken out of it
+/// so that what is left is `--name value` pairs for command_line.
+inline bool take_flag(int& argc, char** argv, std::string_view flag) {
+  bool found = false;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (argv[i] == flag) {
+      found = true;
+    } else {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
+  return found;
+}
+
 /// `--name value` pairs. Every option must be known to the program (a typo is an error, not a
 /// silently ignored setting) and given once.
 class command_line {

@@ -188,25 +188,10 @@ int serve(const payments::server_settings& config, Store store, Book& book) {
   return payments::listen_and_serve(server, "payments_server", config.port);
 }
 
-// "--async" is a flag; the command line reads "--name value" pairs, so it is taken out first.
-bool take_flag(int& argc, char** argv, std::string_view flag) {
-  bool found = false;
-  int kept = 1;
-  for (int i = 1; i < argc; ++i) {
-    if (argv[i] == flag) {
-      found = true;
-    } else {
-      argv[kept++] = argv[i];
-    }
-  }
-  argc = kept;
-  return found;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool async = take_flag(argc, argv, "--async");
+  const bool async = payments::take_flag(argc, argv, "--async");
   const payments::command_line args(
       argc, argv,
       {"port", "processor", "store", "lease-ms", "crash-after-charge", "crash-when-asked",
