@@ -48,17 +48,8 @@ constexpr const char* usage = R"(payments_floor_server: the payments API, idempo
   --threads N           with --async: the event loops (default: the hardware's threads)
 )";
 
-void send(httplib::Response& res, const reply& answer) {
-  res.status = answer.status;
-  for (const auto& [name, value] : answer.headers)
-    res.set_header(name, value);
-  res.set_content(answer.body, answer.content_type);
-}
-
-std::optional<std::string> header(const httplib::Request& req, const char* name) {
-  if (!req.has_header(name)) return std::nullopt;
-  return req.get_header_value(name);
-}
+using payments::header;
+using payments::send;
 
 /// One POST /v1/payments, by the recipe.
 template <class Records>

@@ -71,6 +71,26 @@
 namespace payments {
 
 namespace asio = boost::asio;
+
+/// `fn()` run on `pool`, awaited from the loop: for calls that block (the stores', the
+/// processor client's).
+template <class F>
+asio::awaitable<std::invoke_result_t<F&>> off_loop(asio::any_io_executor pool, F fn) {
+  using result = std::invoke_result_t<F&>;
+  if constexpr (std::is_void_v<result>) {
+    co_await asio::co_spawn(
+        pool,
+        [fn = std::move(fn)]() mutable -> asio::awaitable<void> {
+          fn();
+          co_return;
+        },
+        asio::use_awaitable);
+  } else {
+    co_return co_await asio::co_spawn(
+        pool, [fn = std::move(fn)]() mutable -> asio::awaitable<result> { co_return fn(); },
+        asio::use_awaitable);
+  }
+}
 namespace beast = boost::beast;
 namespace http = beast::http;
 

@@ -97,17 +97,8 @@ payments_reconcile can finish a payment whose client gave up.
 
 using payments::reply;
 
-void send(httplib::Response& res, const reply& answer) {
-  res.status = answer.status;
-  for (const auto& [name, value] : answer.headers)
-    res.set_header(name, value);
-  res.set_content(answer.body, answer.content_type);
-}
-
-std::optional<std::string> header(const httplib::Request& req, const char* name) {
-  if (!req.has_header(name)) return std::nullopt;
-  return req.get_header_value(name);
-}
+using payments::header;
+using payments::send;
 
 /// The caller's account (auth.hpp), or the refusal.
 std::variant<std::string, reply> caller_of(const payments::api_keys& keys,

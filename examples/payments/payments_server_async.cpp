@@ -52,25 +52,6 @@ namespace payments {
 
 namespace {
 
-/// `fn()` run on `pool`, awaited from the loop: for calls that block.
-template <class F>
-asio::awaitable<std::invoke_result_t<F&>> off_loop(asio::any_io_executor pool, F fn) {
-  using result = std::invoke_result_t<F&>;
-  if constexpr (std::is_void_v<result>) {
-    co_await asio::co_spawn(
-        pool,
-        [fn = std::move(fn)]() mutable -> asio::awaitable<void> {
-          fn();
-          co_return;
-        },
-        asio::use_awaitable);
-  } else {
-    co_return co_await asio::co_spawn(
-        pool, [fn = std::move(fn)]() mutable -> asio::awaitable<result> { co_return fn(); },
-        asio::use_awaitable);
-  }
-}
-
 /// The book (service.hpp) as the loops call it: its blocking calls on the pool.
 template <class Book>
 class async_book {

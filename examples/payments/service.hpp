@@ -587,6 +587,20 @@ inline reply error_reply(int status, std::string_view message) {
   return {status, {}, "application/json", error_body(message)};
 }
 
+/// An answer written to a cpp-httplib response (the blocking servers').
+inline void send(httplib::Response& res, const reply& answer) {
+  res.status = answer.status;
+  for (const auto& [name, value] : answer.headers)
+    res.set_header(name, value);
+  res.set_content(answer.body, answer.content_type);
+}
+
+/// A request field of a cpp-httplib request, when it has one.
+inline std::optional<std::string> header(const httplib::Request& req, const char* name) {
+  if (!req.has_header(name)) return std::nullopt;
+  return req.get_header_value(name);
+}
+
 /// The parts of a POST /v1/payments the service reads.
 struct payment_post {
   std::string account;  // the API key's (auth.hpp): the scope of the idempotency key
