@@ -40,13 +40,13 @@ namespace idem::http {
 struct framing_options {
   /// The longest head: the request line and every field line, with their CRLFs and the empty
   /// line (431 past it).
-  std::size_t max_head_bytes = 8 * 1024;
+  std::size_t max_head_bytes = std::size_t{8} * 1024;
   /// The most field lines (431 past it): a head of two thousand one-letter fields fits in a
   /// generous byte limit and costs a parser far more than one long field.
   std::size_t max_fields = 100;
   /// The largest body, checked against Content-Length before the body is read (413 past it);
   /// a chunked body is the reading loop's to count.
-  std::uint64_t max_body_bytes = 64 * 1024;
+  std::uint64_t max_body_bytes = std::uint64_t{64} * 1024;
   /// Whether a chunked body is read (true) or refused with 411 Length Required (false): for a
   /// server whose chunked reader cannot be trusted with a limit or with bad framing (cpp-httplib).
   bool chunked_bodies = true;
