@@ -7,11 +7,16 @@
 #include <idem/asio.hpp>
 
 #include <chrono>
+#include <cstddef>
 #include <future>
+#include <map>
+#include <memory>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "asio/event_loop.hpp"
 #include "asio/net.hpp"
@@ -275,6 +280,134 @@ TEST_CASE("a heartbeat that finds the fence lost cancels the handler, whose next
   CHECK(clock.now() - idem::manual_clock::time_point{} < 90s);  // cancelled, not waited out
   CHECK(*handler.emails == 0);
   CHECK(clock.waiting_wakes() == 0);
+}
+
+namespace {
+
+// A memory store that counts every key's fenced renewals (checkpoints), and refuses every
+// fenced write of the keys a test steals, as a store whose record was taken over refuses them.
+class renewal_counting_store : public idem_test::forwarding_store<idem::memory_store> {
+ public:
+  static constexpr bool never_blocks = true;
+  static constexpr bool reads_completion_time = false;
+
+  void steal(const std::string& key) { stolen_->insert(key); }
+  std::size_t renewals(const std::string& key) const {
+    const auto found = renewals_->find(key);
+    return found == renewals_->end() ? 0 : found->second;
+  }
+
+  bool checkpoint(const idem::fenced_key& held, std::string_view recovery,
+                  idem::store_time lease_until) {
+    ++(*renewals_)[std::string(held.key)];
+    if (stolen(held)) return false;
+    return inner_.checkpoint(held, recovery, lease_until);
+  }
+  bool complete(const idem::fenced_key& held, std::string_view response, idem::store_time now) {
+    if (stolen(held)) return false;
+    return inner_.complete(held, response, now);
+  }
+  bool release(const idem::fenced_key& held) {
+    if (stolen(held)) return false;
+    return inner_.release(held);
+  }
+
+ private:
+  bool stolen(const idem::fenced_key& held) const {
+    return stolen_->contains(std::string(held.key));
+  }
+  std::shared_ptr<std::set<std::string>> stolen_ = std::make_shared<std::set<std::string>>();
+  std::shared_ptr<std::map<std::string, std::size_t>> renewals_ =
+      std::make_shared<std::map<std::string, std::size_t>>();
+};
+
+// A handler whose downstream call takes 100 s, more than three 30 s leases; notes who finished.
+struct hundred_second_handler {
+  idem::manual_clock clock;
+  std::shared_ptr<std::set<std::string>> finished = std::make_shared<std::set<std::string>>();
+
+  asio::awaitable<idem::http_response> operator()(idem::async_handler_context& ctx,
+                                                  const idem::http_request&) const {
+    co_await downstream(clock, 100s);
+    finished->insert(std::string(ctx.key()));
+    co_return idem::http_response{201, {}, "done"};
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "one heartbeat renews 10,000 handlers in flight on one wrapper with one timer, and a lost "
+    "fence cancels only its own handler") {
+  constexpr std::size_t calls = 10'000;
+  asio::io_context io;
+  idem::manual_clock clock;
+  const auto epoch = clock.now();
+  using counted_policies = test_async::store_policies<renewal_counting_store>;
+  using guarded = idem::async_idempotent<hundred_second_handler, counted_policies>;
+  renewal_counting_store store;
+  hundred_second_handler handler{clock};
+  guarded::options parts;
+  parts.store = store;
+  parts.clock = clock;
+  parts.lease = 30s;  // a renewal every 10 s
+  guarded payments{io.get_executor(), handler, parts};
+  const idem::http_request request = charge("");
+
+  std::vector<std::string> keys;
+  keys.reserve(calls);
+  for (std::size_t i = 0; i < calls; ++i)
+    keys.push_back("k-" + std::to_string(i));
+  std::vector<completion<outcome>> done(calls);
+  for (std::size_t i = 0; i < calls; ++i) {
+    payments.async_call("tenant", std::optional<std::string_view>(keys[i]), request,
+                        done[i].handler());
+  }
+  io.restart();
+  io.poll();
+  // Every handler waits on its downstream timer; the heartbeat adds one timer, not one a call.
+  CHECK(clock.waiting_wakes() == calls + 1);
+
+  const std::string lost = keys[4242];
+  auto passed = [&](std::chrono::seconds when) {
+    return [&, when] { return clock.now() - epoch >= when; };
+  };
+  run_until(io, clock, passed(20s));  // the clock stops at the heartbeat's wake at 20 s
+  io.restart();
+  io.poll();  // the renewals at 10 s and 20 s
+  for (const std::string& key : {keys[0], lost, keys[calls - 1]}) {
+    INFO(key);
+    CHECK(store.renewals(key) == 2);
+  }
+  CHECK(clock.waiting_wakes() == calls + 1);
+  store.steal(lost);  // the next renewal of this key finds its fence lost
+  std::size_t ended = 0;
+  run_until(io, clock, [&] {
+    ended = 0;
+    for (const auto& call : done)
+      ended += call.done ? 1 : 0;
+    return ended == calls;
+  });
+
+  // The stolen key's call ended at its next renewal (30 s): cancelled, not waited out.
+  CHECK(store.renewals(lost) == 3);
+  CHECK_FALSE(handler.finished->contains(lost));
+  const outcome robbed = done[4242].take();
+  CHECK(robbed.verdict() == verdict::in_progress);
+  CHECK_THAT(std::string(robbed.message()), Catch::Matchers::Contains("taken over"));
+  // Every other handler ran its 100 s under its first claim, renewed every 10 s: no takeover.
+  CHECK(handler.finished->size() == calls - 1);
+  std::size_t executed = 0;
+  std::size_t renewed_enough = 0;
+  for (std::size_t i = 0; i < calls; ++i) {
+    if (i == 4242) continue;
+    const outcome ran = done[i].take();
+    executed += ran.verdict() == verdict::executed && ran.fence() == 1 ? 1 : 0;
+    renewed_enough += store.renewals(keys[i]) >= 9 ? 1 : 0;  // at 10, 20, ..., 90 s
+  }
+  CHECK(executed == calls - 1);
+  CHECK(renewed_enough == calls - 1);
+  CHECK(clock.waiting_wakes() == 0);  // the heartbeat's timer stopped with the last call
 }
 
 TEST_CASE("a blocking store's calls never run on the event loop's thread") {

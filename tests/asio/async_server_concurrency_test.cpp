@@ -5,7 +5,10 @@
 #include <idem/asio.hpp>
 
 #include <atomic>
+#include <chrono>
+#include <cstddef>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -13,14 +16,89 @@
 
 #include "asio/net.hpp"
 #include "asio/server_support.hpp"
+#include "support/forwarding_store.hpp"
 
 namespace {
 
 namespace asio = idem::asio;
 using outcome = idem::idempotent_outcome<idem::http_response>;
 using idem::verdict;
+using namespace std::chrono_literals;
+
+// A memory store that counts the fenced renewals (checkpoints) it was asked for.
+class renewal_tally_store : public idem_test::forwarding_store<idem::memory_store> {
+ public:
+  static constexpr bool never_blocks = true;
+  bool checkpoint(const idem::fenced_key& held, std::string_view recovery,
+                  idem::store_time lease_until) {
+    renewals_->fetch_add(1);
+    return inner_.checkpoint(held, recovery, lease_until);
+  }
+  std::size_t renewals() const { return renewals_->load(); }
+
+ private:
+  std::shared_ptr<std::atomic<std::size_t>> renewals_ =
+      std::make_shared<std::atomic<std::size_t>>(0);
+};
+
+struct tally_policies : idem::default_policies {
+  using store = renewal_tally_store;
+};
 
 }  // namespace
+
+TEST_CASE(
+    "handlers on strands of two threads share the wrapper's one heartbeat, which renews each of "
+    "them until it ends and stops when the last has",
+    "[concurrency]") {
+  constexpr int calls = 48;
+  asio::io_context io{2};
+  // Each handler waits 30 to 70 ms of real time, on a lease of 30 ms: renewed every 10 ms.
+  auto handler = [](const idem::http_request& request) -> asio::awaitable<idem::http_response> {
+    asio::steady_timer wait{co_await asio::this_coro::executor,
+                            std::chrono::milliseconds(30 + 10 * (request.body.size() % 5))};
+    co_await wait.async_wait(asio::use_awaitable);
+    co_return idem::http_response{201, {}, request.body};
+  };
+  using guard = idem::async_idempotent<decltype(handler), tally_policies>;
+  renewal_tally_store store;
+  guard::options parts;
+  parts.store = store;
+  parts.lease = 30ms;
+  guard payments{io.get_executor(), handler, parts};
+
+  // Three rounds: the heartbeat's timer starts and stops with each, on either thread.
+  for (int round = 0; round < 3; ++round) {
+    std::vector<idem::http_request> requests;
+    for (int i = 0; i < calls; ++i) {
+      requests.push_back(test_async::charge("r" + std::to_string(round) + "-" + std::to_string(i),
+                                            std::string(static_cast<std::size_t>(i), 'x')));
+    }
+    std::vector<std::optional<outcome>> answers(calls);
+    std::vector<std::exception_ptr> errors(calls);
+    for (int i = 0; i < calls; ++i) {
+      asio::co_spawn(
+          asio::make_strand(io),
+          [&, i]() -> asio::awaitable<void> {
+            answers[i] = co_await payments.async_call("tenant", requests[i], asio::use_awaitable);
+          },
+          [&, i](std::exception_ptr error) { errors[i] = error; });
+    }
+    io.restart();
+    std::thread second([&] { io.run(); });
+    io.run();  // returns once no call is left: the heartbeat holds no work of its own
+    second.join();
+    for (int i = 0; i < calls; ++i) {
+      INFO("round " << round << ", call " << i);
+      REQUIRE_FALSE(errors[i]);
+      REQUIRE(answers[i]);
+      CHECK(answers[i]->verdict() == verdict::executed);
+      CHECK(answers[i]->fence() == 1);  // renewed, never taken over
+    }
+  }
+  // At least one renewal a call: each outlived a third of its lease.
+  CHECK(store.renewals() >= 3 * static_cast<std::size_t>(calls));
+}
 
 TEST_CASE("64 coroutines on two threads racing one key have one effect and the rest wait or replay",
           "[concurrency]") {

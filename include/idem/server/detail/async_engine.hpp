@@ -8,10 +8,11 @@
 //                      on a clock_timer instead of a sleeping thread; both hand the store a
 //                      resumable wrapper's kept request (engine::keep_request) in the claim, as
 //                      engine::run does, and a new claim starts from it (engine::hold);
-//   run_held           the handler (an asio::awaitable) under the claim, with a heartbeat that
-//                      renews the lease every third of it while the handler is suspended, and
-//                      cancels the handler (terminal cancellation) when a renewal finds the
-//                      fence lost; then engine::record_directly, settle_failure or answer_lost,
+//   run_held           the handler (an asio::awaitable) under the claim, with the wrapper's one
+//                      heartbeat (async_heartbeat.hpp) renewing the lease every third of it
+//                      while the handler is suspended, and the handler cancelled (terminal
+//                      cancellation) when its renewal finds the fence lost; then
+//                      engine::record_directly, settle_failure or answer_lost,
 //                      their store calls awaited (the engine's rules around them are its own).
 //
 // Every store call goes through store_calls: inline for a store that never blocks, the store's
@@ -44,6 +45,7 @@
 #include <idem/async/timer.hpp>
 #include <idem/server/async_handler_context.hpp>
 #include <idem/server/detail/async_claim_writer.hpp>
+#include <idem/server/detail/async_heartbeat.hpp>
 #include <idem/server/detail/async_store_calls.hpp>
 #include <idem/server/detail/coalescing.hpp>
 #include <idem/server/detail/engine.hpp>
@@ -126,7 +128,9 @@ class async_engine {
   using clock_type = typename core_type::clock_type;
 
   async_engine(Options options, const char* who)
-      : core_(std::move(options), who), calls_(core_.options().store_executor, who) {}
+      : core_(std::move(options), who),
+        calls_(core_.options().store_executor, who),
+        heartbeat_(core_.clock(), core_.options().lease / 3) {}
 
   core_type& core() noexcept { return core_; }
   /// Where the store's calls run (async_resume.hpp awaits them as run does).
@@ -483,16 +487,18 @@ class async_engine {
     co_return nullptr;
   }
 
-  // The handler on a coroutine of its own, and meanwhile a heartbeat in this one: every third
-  // of the lease a fenced renewal, until the handler finishes. A renewal that finds the fence
-  // lost, or the caller's cancellation, cancels the handler, and the heartbeat then waits for it
-  // to finish.
+  // The handler on a coroutine of its own, so that it can be cancelled alone. One that
+  // finishes before it first suspends (most do) is one posted step from unwound, and costs the
+  // heartbeat nothing. One that suspends is entered in the wrapper's heartbeat, whose one timer
+  // asks this call for a fenced renewal every third of the lease; a renewal that finds the
+  // fence lost, or the caller's cancellation, cancels the handler, and this call then waits for
+  // it to finish.
   template <class Response, class Run>
   asio::awaitable<void> run_with_heartbeat(async_handler_context& context, Run& run,
                                            writer_type& writer, handler_run<Response>& ran) {
     const asio::any_io_executor executor = co_await asio::this_coro::executor;
-    // Made at the first beat: a handler that never waits long costs no timer.
-    std::optional<clock_timer<clock_type>> beat;
+    // Made when the handler suspends: woken by its end, a renewal asked, or a cancellation.
+    std::optional<asio::steady_timer> wake;
     asio::cancellation_signal stop_handler;
     asio::co_spawn(
         executor,
@@ -508,37 +514,48 @@ class async_engine {
         // cancellation state lives in stop_handler, which must outlive it.
         asio::bind_cancellation_slot(stop_handler.slot(), [&](const std::exception_ptr&) {
           ran.finished = true;
-          if (beat) beat->cancel();
+          if (wake) wake->cancel();
         }));
-    const std::chrono::nanoseconds period = options().lease / 3;
-    bool stopping = false;
-    auto stop = [&] {
-      if (stopping) return;
-      stopping = true;
-      stop_handler.emit(asio::cancellation_type::terminal);
-    };
-    while (!ran.finished) {
-      if (ran.returned) {
-        // A handler that never suspended for long (most of them) costs no timer: its coroutine
-        // is one posted step from unwound.
+    if (!ran.returned) {
+      wake.emplace(executor, asio::steady_timer::time_point::max());
+      typename heartbeat<clock_type>::member member;
+      heartbeat_.enter(member, executor, *wake);
+      bool stopping = false;
+      while (!ran.finished) {
+        if (!stopping && cancelled(co_await asio::this_coro::cancellation_state)) {
+          stopping = true;
+          stop_handler.emit(asio::cancellation_type::terminal);
+        }
+        if (member.renew) {
+          member.renew = false;
+          if (stopping) continue;
+          bool kept = true;
+          try {
+            kept = co_await writer.renew();
+          } catch (const store_error&) {
+            // The store could not answer this beat; the next one tries again, and a step that
+            // cannot write stops the handler itself.
+          }
+          // A request that came while this renewal was in flight asks for what it did: the next
+          // comes a period on, and a step's write waiting for this one goes first.
+          member.renew = false;
+          if (!kept) {
+            stopping = true;
+            stop_handler.emit(asio::cancellation_type::terminal);
+          }
+          continue;
+        }
+        wake->expires_at(asio::steady_timer::time_point::max());
+        asio_error_code error;  // operation_aborted: woken, or the caller cancelled
+        co_await wake->async_wait(asio::redirect_error(asio::use_awaitable, error));
+      }
+      // A beat request still on its way here refers to this frame: let it arrive first.
+      while (!heartbeat_.leave(member))
         co_await asio::post(asio::use_awaitable);
-        continue;
-      }
-      if (cancelled(co_await asio::this_coro::cancellation_state)) stop();
-      asio_error_code error;
-      if (!beat) beat.emplace(executor, core_.clock());
-      co_await beat->async_wait_for(period, asio::redirect_error(asio::use_awaitable, error));
-      if (ran.finished) break;
-      if (error || stopping) continue;  // error: the caller cancelled, seen at the loop's top
-      bool kept = true;
-      try {
-        kept = co_await writer.renew();
-      } catch (const store_error&) {
-        // The store could not answer this beat; the next one tries again, and a step that
-        // cannot write stops the handler itself.
-      }
-      if (!kept) stop();
     }
+    // The handler's coroutine is one posted step from unwound.
+    while (!ran.finished)
+      co_await asio::post(asio::use_awaitable);
   }
 
   // engine::record_within, awaited: the handler runs inside the transaction that completes
@@ -656,6 +673,7 @@ class async_engine {
 
   core_type core_;
   store_calls<store_type> calls_;
+  heartbeat<clock_type> heartbeat_;
 };
 
 }  // namespace idem::detail
