@@ -320,25 +320,28 @@ fi
 
 # "N/s p50 A p99 B ms cpu C µs/intent" of the last read_run.
 figures() { echo "$run_rate/s p50 $run_p50 p99 $run_p99 ms cpu $run_cpu_us µs/intent"; }
+# measure STORE MODE [floor] LABEL: one server's run (serve), read into run_* (read_run), and
+# its two lines printed under LABEL.
+measure() {
+  local label="${*: -1}" output
+  output="$(serve "${@:1:$#-1}")"  # a server that fails stops the script (set -e)
+  read_run "$output"
+  echo "$label: $run_line"
+  echo "$label server cpu: $run_cpu_s s in the window, $run_cpu_us µs/intent"
+}
 
 results=()
 floor_results=()
 for store in $stores; do
   declare -A idem_figures=() idem_rate=() idem_cpu=()
-  output="$(serve "$store" blocking)"
-  read_run "$output"
-  echo "$store blocking: $run_line"
-  echo "$store blocking server cpu: $run_cpu_s s in the window, $run_cpu_us µs/intent"
+  measure "$store" blocking "$store blocking"
   b_rate="$run_rate"
   b_p99="$run_p99"
   idem_figures[blocking]="$(figures)"
   idem_rate[blocking]="$run_rate"
   idem_cpu[blocking]="$run_cpu_us"
   if ((have_async)); then
-    output="$(serve "$store" async)"
-    read_run "$output"
-    echo "$store async: $run_line"
-    echo "$store async server cpu: $run_cpu_s s in the window, $run_cpu_us µs/intent"
+    measure "$store" async "$store async"
     a_rate="$run_rate"
     a_p99="$run_p99"
     idem_figures[async]="$(figures)"
@@ -357,10 +360,7 @@ for store in $stores; do
       floor_results+=("$store idem $mode ${idem_figures[$mode]} | floor $mode n/a (no floor server) | idem/floor n/a")
       continue
     fi
-    output="$(serve "$store" "$mode" floor)"
-    read_run "$output"
-    echo "$store floor $mode: $run_line"
-    echo "$store floor $mode server cpu: $run_cpu_s s in the window, $run_cpu_us µs/intent"
+    measure "$store" "$mode" floor "$store floor $mode"
     floor_results+=("$store idem $mode ${idem_figures[$mode]} | floor $mode $(figures) | idem/floor $(ratio_of "${idem_rate[$mode]}" "$run_rate")× intents/s, $(ratio_of "${idem_cpu[$mode]}" "$run_cpu_us")× cpu/intent")
   done
   unset idem_figures idem_rate idem_cpu
