@@ -25,6 +25,8 @@
 #include <thread>
 #include <vector>
 
+#include "support/loopback.hpp"
+
 namespace http = idem::http;
 using namespace std::chrono_literals;
 
@@ -91,13 +93,8 @@ struct exchanged {
 };
 
 exchanged send_raw(int port, const std::string& bytes) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = idem_test::connect_loopback(port);
   REQUIRE(fd >= 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<std::uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
   (void)send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
   exchanged out;
   const auto until = std::chrono::steady_clock::now() + 5s;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "auth.hpp"  // examples/payments: the servers' API keys
+#include "support/loopback.hpp"
 #include "support/temporary_directory.hpp"
 
 #include <idem/client/redacted_key.hpp>
@@ -795,17 +796,12 @@ class idle_connections {
   /// past it is half-connected (the client thinks it is, the server never accepted it), so it
   /// would not hold the server's threads.
   idle_connections(int port, int count, bool all_at_once) {
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<std::uint16_t>(port));
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     const std::string half_line = "POST /v1/pay";
     if (!all_at_once) {
       for (int i = 0; i < count; ++i) {
-        const int fd = socket(AF_INET, SOCK_STREAM, 0);
+        const int fd = idem_test::connect_loopback(port);
         REQUIRE(fd >= 0);
         fds_.push_back(fd);
-        REQUIRE(connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
         if (i % 2 == 1) {
           REQUIRE(send(fd, half_line.data(), half_line.size(), MSG_NOSIGNAL) ==
                   static_cast<ssize_t>(half_line.size()));
@@ -814,11 +810,9 @@ class idle_connections {
       return;
     }
     for (int i = 0; i < count; ++i) {
-      const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+      const int fd = idem_test::connect_loopback(port, SOCK_NONBLOCK);
       REQUIRE(fd >= 0);
       fds_.push_back(fd);
-      const int rc = connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address);
-      REQUIRE((rc == 0 || errno == EINPROGRESS));
     }
     std::vector<bool> connected(fds_.size(), false);
     std::size_t left = fds_.size();
@@ -1007,13 +1001,8 @@ namespace {
 /// Sends `bytes` on a connection of its own to 127.0.0.1:port and answers what the server sends
 /// back until it closes the connection (or 5 s pass).
 std::string exchange(int port, const std::string& bytes) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  const int fd = idem_test::connect_loopback(port);
   REQUIRE(fd >= 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<std::uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
   (void)send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
   timeval wait{5, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
@@ -1059,14 +1048,7 @@ namespace {
 /// A connection to 127.0.0.1:port for raw bytes.
 class raw_connection {
  public:
-  explicit raw_connection(int port) : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
-    REQUIRE(fd_ >= 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<std::uint16_t>(port));
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(connect(fd_, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
-  }
+  explicit raw_connection(int port) : fd_(idem_test::connect_loopback(port)) { REQUIRE(fd_ >= 0); }
   ~raw_connection() { close(fd_); }
   raw_connection(const raw_connection&) = delete;
   raw_connection& operator=(const raw_connection&) = delete;
@@ -1429,13 +1411,8 @@ class dribbling_connections {
         opened_(static_cast<std::size_t>(count)),
         closed_(static_cast<std::size_t>(count)) {
     for (int i = 0; i < count; ++i) {
-      const int fd = socket(AF_INET, SOCK_STREAM, 0);
+      const int fd = idem_test::connect_loopback(port);
       REQUIRE(fd >= 0);
-      sockaddr_in address{};
-      address.sin_family = AF_INET;
-      address.sin_port = htons(static_cast<std::uint16_t>(port));
-      address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      REQUIRE(connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0);
       fds_.push_back(fd);
     }
     worker_ = std::thread([this] { dribble(); });
