@@ -27,9 +27,10 @@
 //   * the payment row is written with an insert that ignores an existing row, so writing it
 //     again after a crash changes nothing;
 //   * with SQLite or PostgreSQL, the row commits with a `payment.succeeded` message in the
-//     outbox (payments_relay sends it on, payments_receipts mails its receipt): on PostgreSQL
-//     through tx.publish in the transaction that completes the record, on SQLite in the row's
-//     own transaction under the id tx.publish would give (docs/demo.md says why);
+//     outbox (payments_relay sends it on, payments_receipts mails its receipt) and the completed
+//     record, or none of them does: the handler answers idem::commit_with, whose writes
+//     (tx.exec, tx.publish) idempotent makes in the transaction that completes the record once
+//     the charge is made, so nothing is held while the processor answers;
 //   * each record keeps its request until it completes (resumable records), so that
 //     payments_reconcile finishes, with this very handler (service.hpp), a payment whose client
 //     gave up while its server died.
@@ -70,8 +71,7 @@ constexpr const char* usage = R"(payments_server: payments charged exactly once 
   --lease-ms N              how long a claim is honoured before another replica may take it
                             over (default 5000); calls to the processor stop at half of it
                             (--async: the lease is renewed while the call runs, and calls to
-                            the processor stop after 10 s; on PostgreSQL the handler runs in
-                            the record's transaction, whose row lock keeps takeovers out)
+                            the processor stop after 10 s)
   --crash-after-charge P    abort() with probability P after the processor charged and before
                             the record is completed (default 0)
   --crash-when-asked P      the same, with probability P, for a request carrying the header

@@ -18,12 +18,11 @@
 // store. While it waits for the processor, async_idempotent's heartbeat renews its lease: the
 // charge may take as long as processor_deadline, not half the lease.
 //
-// PostgreSQL: the payment row and its outbox message commit with the record or not at all, as
-// in the blocking server, but only they: the handler charges outside any transaction, under the
+// SQLite and PostgreSQL: the payment row and its outbox message commit with the record or not
+// at all, as in the blocking server: the handler charges outside any transaction, under the
 // heartbeat, and answers idem::commit_with, whose writes async_idempotent makes in the
-// transaction that completes the record. A connection is held for those writes, not for the
-// processor's answer (the blocking server's handler runs inside the transaction, charge
-// included).
+// transaction that completes the record (PostgreSQL's on the loop, SQLite's on the pool). A
+// connection, or SQLite's write lock, is held for those writes, not for the processor's answer.
 #include "async_processor_client.hpp"
 #include "async_server.hpp"
 #include "auth.hpp"
@@ -115,8 +114,8 @@ asio::awaitable<charged> charge_payment(idem::async_handler_context& ctx,
   co_return describe_payment(ctx, payment, charged_json);
 }
 
-/// The handler for a book written outside the record's transaction (memory, SQLite, Redis),
-/// as the blocking payment_handler: the row and its message once charged.
+/// The handler for a book outside any transaction of the store (memory, Redis), as the blocking
+/// payment_handler: the row once charged.
 template <class Book>
 struct async_payment_handler {
   async_processor_client* processor;
@@ -133,6 +132,30 @@ struct async_payment_handler {
     const payment_event event{payment_event_id(ctx), std::move(done.message)};
     co_await book->insert(done.row, event);
     co_return std::move(done.response);
+  }
+};
+
+/// SQLite's: the charge as for the other books, then the row and its message as
+/// idem::commit_with's writes, the blocking payment_handler's (payment_writes), made in the
+/// transaction that completes the record where the store's calls run (the pool): no write lock
+/// is held while the processor answers.
+template <>
+struct async_payment_handler<sqlite_book> {
+  using transaction = idem::sqlite_store::transaction;
+
+  async_processor_client* processor;
+  async_book<sqlite_book>* book;
+  double crash_after_charge = 0;
+  double crash_when_asked = 0;
+
+  asio::awaitable<idem::commit_with<idem::http_response, transaction>> operator()(
+      idem::async_handler_context& ctx, const idem::http_request& request) const {
+    charged done =
+        co_await charge_payment(ctx, request, *processor, crash_after_charge, crash_when_asked);
+    idem::commit_with<idem::http_response, transaction> answer;
+    answer.response = std::move(done.response);
+    answer.writes = payment_writes<sqlite_book>(done);
+    co_return answer;
   }
 };
 

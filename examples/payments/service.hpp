@@ -13,7 +13,6 @@
 #include <idem/store/postgres.hpp>
 #include <idem/store/redis.hpp>
 #include <idem/store/sqlite.hpp>
-#include <idem/store/sqlite/outbox.hpp>
 
 #include <hiredis/hiredis.h>
 #include <libpq-fe.h>
@@ -24,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -53,8 +53,9 @@ struct payment_event {
 
 /// The payments table of the service. Every write is an insert that keeps an existing row, so a
 /// replica that takes over a crashed request and writes the row again changes nothing. Each book
-/// also has `insert(const payment_row&, const payment_event&)` (memory, SQLite, Redis) or a
-/// static `insert_within(transaction&, const payment_row&)` (PostgreSQL), called through the
+/// also has `insert(const payment_row&, const payment_event&)` (memory, Redis) or, in the store's
+/// own database, a `transaction` type (the store's) and a static
+/// `insert_within(transaction&, const payment_row&)` (SQLite, PostgreSQL), called through the
 /// handler's template.
 class payment_book {
  public:
@@ -88,11 +89,12 @@ class memory_book final : public payment_book {
   std::unordered_map<std::string, std::pair<std::string, std::string>> rows_;
 };
 
-/// In the store's own SQLite file, through a connection of its own. The row and its message
-/// commit in one transaction of that connection; the message's id is the record's, so a
-/// takeover writing both again adds neither.
+/// In the store's own SQLite file. The row is written in the record's transaction, with its
+/// message (insert_within); reads go through a connection of its own.
 class sqlite_book final : public payment_book {
  public:
+  using transaction = idem::sqlite_store::transaction;
+
   explicit sqlite_book(const std::string& path) {
     if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) fail("cannot open " + path);
     sqlite3_busy_timeout(db_, 5000);
@@ -103,21 +105,12 @@ class sqlite_book final : public payment_book {
   sqlite_book(const sqlite_book&) = delete;
   sqlite_book& operator=(const sqlite_book&) = delete;
 
-  void insert(const payment_row& row, const payment_event& event) {
-    const std::lock_guard lock(mutex_);
-    run("BEGIN IMMEDIATE");
-    try {
-      statement s(db_,
-                  "INSERT INTO payments (id, account, body) VALUES (?, ?, ?) "
-                  "ON CONFLICT (id) DO NOTHING");
-      s.bind(1, row.id).bind(2, row.account).bind(3, row.body);
-      if (sqlite3_step(s.get()) != SQLITE_DONE) fail("cannot write the payment");
-      (void)idem::sqlite_outbox::publish(db_, event.id, event.message);
-      run("COMMIT");
-    } catch (...) {
-      sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-      throw;
-    }
+  /// The row's insert, in the transaction that completes the record; keeps an existing row.
+  static void insert_within(transaction& tx, const payment_row& row) {
+    (void)tx.exec(
+        "INSERT INTO payments (id, account, body) VALUES (?1, ?2, ?3) "
+        "ON CONFLICT (id) DO NOTHING",
+        row.id, row.account, row.body);
   }
   std::optional<std::string> find(const std::string& id, const std::string& account) override {
     const std::lock_guard lock(mutex_);
@@ -166,6 +159,8 @@ class sqlite_book final : public payment_book {
 /// message (insert_within); reads go through a connection of its own (reopened when lost).
 class postgres_book final : public payment_book {
  public:
+  using transaction = idem::postgres_store::transaction;
+
   explicit postgres_book(std::string conninfo) : conninfo_(std::move(conninfo)) {}
   ~postgres_book() override {
     if (conn_ != nullptr) PQfinish(conn_);
@@ -383,8 +378,7 @@ class processor_client {
 /// --crash-after-charge and --crash-when-asked: whether a run dies once the money moved, and
 /// where. Before the charge is recorded, the takeover calls the processor again under the same
 /// key and gets this very charge back; after, it resumes from the recorded charge without
-/// calling (on PostgreSQL the step commits with the record, so there both crash points are
-/// "before"). Drawn once per run, by both servers' handlers.
+/// calling. Drawn once per run, by both servers' handlers.
 struct crash_plan {
   bool crashes = false;
   bool before_recorded = false;
@@ -466,7 +460,27 @@ struct payment_charge {
   }
 };
 
-/// The handler for a book written outside the record's transaction (memory, SQLite, Redis).
+/// A book in the store's own database (SQLite, PostgreSQL): its row is written in the
+/// transaction that completes the record.
+template <class Book>
+concept transactional_book = requires(typename Book::transaction& tx, const payment_row& row) {
+  Book::insert_within(tx, row);
+};
+
+/// The writes a charged payment commits with its record: the row and its message, in the
+/// transaction that completes the record (idem::commit_with's), so that row, message and record
+/// commit together or not at all. The message's id is the record's (tx.publish's), so a takeover
+/// writing both again adds neither.
+template <transactional_book Book>
+std::function<void(typename Book::transaction&)> payment_writes(charged& done) {
+  return [row = std::move(done.row),
+          message = std::move(done.message)](typename Book::transaction& tx) {
+    Book::insert_within(tx, row);
+    (void)tx.publish(payment_succeeded, message);
+  };
+}
+
+/// The handler for a book outside any transaction of the store (memory, Redis).
 template <class Book>
 struct payment_handler {
   payment_charge charge;
@@ -480,18 +494,19 @@ struct payment_handler {
   }
 };
 
-/// PostgreSQL's: the row and its message in the transaction that completes the record.
-template <>
-struct payment_handler<postgres_book> {
-  payment_charge charge;
-  postgres_book* book;
+/// SQLite's and PostgreSQL's: the charge outside any transaction (no connection held, and on
+/// SQLite no write lock, while the processor answers), then the row and its message as
+/// idem::commit_with's writes, made in the transaction that completes the record.
+template <transactional_book Book>
+struct payment_handler<Book> {
+  using answer = idem::commit_with<idem::http_response, typename Book::transaction>;
 
-  idem::http_response operator()(idem::handler_context& ctx, const idem::http_request& request,
-                                 idem::postgres_store::transaction& tx) const {
+  payment_charge charge;
+  Book* book;
+
+  answer operator()(idem::handler_context& ctx, const idem::http_request& request) const {
     auto done = charge(ctx, request);
-    postgres_book::insert_within(tx, done.row);
-    tx.publish(payment_succeeded, done.message);
-    return std::move(done.response);
+    return {std::move(done.response), payment_writes<Book>(done)};
   }
 };
 

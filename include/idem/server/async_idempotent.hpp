@@ -308,7 +308,7 @@ class async_idempotent {
             verdict::missing_key,
             "an idempotency key is required: this handler runs inside the transaction that "
             "records its key"};
-      } else if constexpr (detail::commits_with_record<Handler, Request, store_type>) {
+      } else if constexpr (detail::async_commits_with_record<Handler, Request, store_type>) {
         co_return idempotent_outcome<Response>{
             verdict::missing_key,
             "an idempotency key is required: this handler's writes commit in the transaction "

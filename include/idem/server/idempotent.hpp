@@ -183,10 +183,8 @@ class idempotent {
               {}};
     }
     auto run = runner<response_type>(*kept, nullptr);
-    constexpr detail::completion how = detail::takes_transaction<Handler, Request, store_type>
-                                           ? detail::completion::in_transaction
-                                           : detail::completion::direct;
-    return engine_.template resume<response_type, how>(stuck.scope, stuck.key, print, run);
+    return engine_.template resume<response_type, completion_of<Request>()>(stuck.scope, stuck.key,
+                                                                            print, run);
   }
 
   const options& settings() const noexcept { return engine_.options(); }
@@ -241,6 +239,10 @@ class idempotent {
         return outcome_type{verdict::missing_key,
                             "an idempotency key is required: this handler runs inside the "
                             "transaction that records its key"};
+      } else if constexpr (detail::answers_commit_with<Handler, Request>) {
+        return outcome_type{verdict::missing_key,
+                            "an idempotency key is required: this handler's writes commit in "
+                            "the transaction that records its key"};
       } else {
         if (deadline && detail::too_late(*deadline, settings.minimum_time_left)) {
           return detail::deadline_refusal<Response>(*deadline, settings.minimum_time_left);
@@ -260,8 +262,7 @@ class idempotent {
       static_assert(detail::check_one_commit_handler<transactional>());
       return detail::run_one_commit<Response>(engine_, scope, *key, print, run);
     }
-    constexpr detail::completion how =
-        transactional ? detail::completion::in_transaction : detail::completion::direct;
+    constexpr detail::completion how = completion_of<Request>();
     if (settings.max_kept_request_bytes == 0) {
       return engine_.template run<Response, how>(scope, *key, print, run, settings.failure, nullptr,
                                                  waited...);
@@ -275,11 +276,29 @@ class idempotent {
                                                waited...);
   }
 
+  // How the engine records a run of the handler for Request: directly, in the transaction the
+  // handler writes in, or with the writes its commit_with carries.
+  template <class Request>
+  static constexpr detail::completion completion_of() {
+    if constexpr (detail::takes_transaction<Handler, Request, store_type>) {
+      return detail::completion::in_transaction;
+    } else if constexpr (detail::answers_commit_with<Handler, Request>) {
+      return detail::completion::with_writes;
+    } else {
+      return detail::completion::direct;
+    }
+  }
+
   // What the engine runs for `request`: the handler, given the context, and for a transactional
-  // handler the transaction too (completion::in_transaction passes it).
+  // handler the transaction too (completion::in_transaction passes it). It answers the
+  // handler's Response, or the commit_with carrying it.
   template <class Response, class Request>
   auto runner(const Request& request, const typename clock_type::time_point* until) {
-    return [this, &request, until](handler_context& context, auto&... transaction) -> Response {
+    using answer_type =
+        typename std::conditional_t<completion_of<Request>() == detail::completion::with_writes,
+                                    std::invoke_result<Handler&, handler_context&, const Request&>,
+                                    std::type_identity<Response>>::type;
+    return [this, &request, until](handler_context& context, auto&... transaction) -> answer_type {
       if (until != nullptr) context.set_deadline(engine_.clock(), *until);
       if constexpr (observes) {
         // Timed here, around the handler alone: the claim and the record are the call's.
@@ -289,9 +308,9 @@ class idempotent {
                                                                       start);
         };
         try {
-          Response response = invoke_handler(context, request, transaction...);
+          answer_type answer = invoke_handler(context, request, transaction...);
           observer_.on_handler(handler_event{took(), false});
-          return response;
+          return answer;
         } catch (...) {
           observer_.on_handler(handler_event{took(), true});
           throw;

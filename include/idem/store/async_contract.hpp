@@ -40,11 +40,12 @@
 // transaction this way (docs/async_server.md).
 //
 // A handler whose work is partly outside the database (a payment processor's charge) and partly
-// writes in it (the payment's row) answers commit_with<R, Store::transaction>: its response and
-// the writes to make in the transaction that completes its record. async_idempotent runs it
-// outside any transaction (its steps recorded as they happen, its lease kept by the heartbeat),
-// and only then opens the transaction: a connection is held for the writes, not while the
-// handler waits on the network.
+// writes in it (the payment's row) answers commit_with<R, Store::transaction>
+// (idem/store/contract.hpp): its response and the writes to make in the transaction that
+// completes its record, which an asynchronous transaction takes as its `writes_type`, a function
+// answering asio::awaitable<void>. async_idempotent runs the handler outside any transaction (its
+// steps recorded as they happen, its lease kept by the heartbeat), and only then opens the
+// transaction: a connection is held for the writes, not while the handler waits on the network.
 //
 // async_idempotent and async_inbox (idem/asio) use these operations when their store is an
 // AsyncStore, and run a blocking Store's calls on options.store_executor otherwise.
@@ -56,7 +57,6 @@
 #include <concepts>
 #include <cstddef>
 #include <exception>
-#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -109,33 +109,6 @@ concept AsyncTransactionalStore = AsyncStore<S> && requires {
     } -> std::same_as<asio::awaitable<bool>>;
   { transaction.checkpoint(held, bytes, now) } -> std::same_as<asio::awaitable<bool>>;
 };
-
-/// What an async_idempotent handler of an AsyncTransactionalStore may answer instead of its
-/// response alone: the response, and the writes that must commit with its record. The wrapper
-/// awaits `writes(transaction)` inside the transaction that completes the record (the store's
-/// async_complete_within), after the handler has returned:
-///   * the writes and the completed record commit together or not at all;
-///   * a store that retries its transaction (a serialization failure) calls `writes` again,
-///     on a fresh transaction: it must do the same thing each time, and may be called more
-///     than once;
-///   * writes that throw roll the transaction back, and the call ends as a handler that threw
-///     after its steps (the failure policy settles the key; the exception passes through);
-///   * a transaction that does not commit for the store's reasons (unavailable, full) answers
-///     store_unavailable or store_full and keeps the claim: a retry after the lease resumes
-///     the handler, its recorded steps replayed, and makes the writes then.
-/// The response is encoded before the transaction opens; an empty `writes` writes nothing.
-template <class Response, class Transaction>
-struct commit_with {
-  Response response;
-  std::function<asio::awaitable<void>(Transaction&)> writes;
-};
-
-namespace detail {
-template <class T>
-inline constexpr bool is_commit_with = false;
-template <class Response, class Transaction>
-inline constexpr bool is_commit_with<commit_with<Response, Transaction>> = true;
-}  // namespace detail
 
 }  // namespace idem
 

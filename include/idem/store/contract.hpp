@@ -65,6 +65,10 @@
 //   transaction::checkpoint(held, recovery, lease_until): checkpoint's semantics on the open
 //   transaction's connection (another connection would wait on the locks it holds); it commits
 //   or rolls back with the transaction.
+// A handler whose work is partly outside the database (a payment processor's charge) and partly
+// writes in it (the payment's row) answers commit_with<R, Store::transaction> instead: its
+// response, and the writes the wrapper makes in the transaction that completes its record, once
+// the handler has returned. No transaction is open, and no connection held, while it runs.
 //
 // Failures. A backend that cannot answer (down, timed out, I/O error) throws store_error with
 // store_failure::unavailable; a write that does not fit (a response larger than the store
@@ -77,6 +81,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -217,6 +222,63 @@ concept TransactionalStore = Store<S> && requires {
   { store.complete_within(held, now, produce) } -> std::same_as<bool>;
   { transaction.checkpoint(held, bytes, now) } -> std::same_as<bool>;
 };
+
+/// The writes a commit_with carries for `Transaction`: std::function<void(Transaction&)> for a
+/// blocking store's transaction; an asynchronous store's transaction names its own (`writes_type`,
+/// a function answering an awaitable: idem/store/async_contract.hpp).
+template <class Transaction>
+struct transaction_writes {
+  using type = std::function<void(Transaction&)>;
+};
+template <class Transaction>
+requires requires {
+  typename Transaction::writes_type;
+}
+struct transaction_writes<Transaction> {
+  using type = typename Transaction::writes_type;
+};
+
+/// What a handler of a TransactionalStore (idempotent) or an AsyncTransactionalStore
+/// (async_idempotent) may answer instead of its response alone: the response, and the writes
+/// that must commit with its record. The wrapper runs the handler outside any transaction (its
+/// steps recorded as they happen), then makes `writes(transaction)` inside the transaction that
+/// completes the record (the store's complete_within), so a connection is held for the writes,
+/// not while the handler waits on the network:
+///   * the writes and the completed record commit together or not at all;
+///   * a store that retries its transaction (a serialization failure) calls `writes` again, on
+///     a fresh transaction: it must do the same thing each time;
+///   * writes that throw roll the transaction back, and the call ends as a handler that threw
+///     after its steps (the failure policy settles the key; the exception passes through);
+///   * a transaction that does not commit for the store's reasons (unavailable, full) answers
+///     store_unavailable or store_full and keeps the claim: a retry after the lease resumes the
+///     handler, its recorded steps replayed, and makes the writes then;
+///   * a fence lost before the transaction (a takeover) writes nothing and answers as a lost
+///     fence does.
+/// The response is encoded before the transaction opens; an empty `writes` writes nothing.
+template <class Response, class Transaction>
+struct commit_with {
+  Response response;
+  typename transaction_writes<Transaction>::type writes;
+};
+
+namespace detail {
+template <class T>
+inline constexpr bool is_commit_with = false;
+template <class Response, class Transaction>
+inline constexpr bool is_commit_with<commit_with<Response, Transaction>> = true;
+
+// What a handler's answer holds: its response, and for a commit_with the transaction its writes
+// take.
+template <class T>
+struct commit_with_parts {
+  using response = T;
+};
+template <class Response, class Transaction>
+struct commit_with_parts<commit_with<Response, Transaction>> {
+  using response = Response;
+  using transaction = Transaction;
+};
+}  // namespace detail
 
 }  // namespace idem
 

@@ -5,6 +5,7 @@
 // postgres_sql_test.cpp.
 #include <catch2/catch.hpp>
 
+#include <idem/outbox/message.hpp>
 #include <idem/store/postgres.hpp>
 #include <idem/testing/reconciler_conformance.hpp>
 #include <idem/testing/store_conformance.hpp>
@@ -506,4 +507,49 @@ TEST_CASE("idempotent runs a handler taking the transaction inside the one that 
   CHECK(consumed.deduplicate("events", "e-1", consume).verdict() == idem::verdict::executed);
   CHECK(consumed.deduplicate("events", "e-1", consume).verdict() == idem::verdict::replayed);
   CHECK(f.effects_of("e-1") == 1);
+}
+
+TEST_CASE(
+    "idempotent runs a handler answering commit_with outside any transaction, holding no "
+    "connection, and makes its writes and message in the one that completes the record",
+    "[postgres][transactional][commit_with]") {
+  // One connection. The first call's handler, while it runs, has a second call of another key
+  // answered on the same thread: with no connection held by the first, the second gets it.
+  transactional_fixture f{idem::postgres_store::isolation::read_committed, 1};
+  using committed = idem::commit_with<idem::http_response, idem::postgres_store::transaction>;
+  int charges = 0;
+  auto writes = [&f](std::string key, std::uint64_t fence) {
+    return [&f, key = std::move(key), fence](idem::postgres_store::transaction& txn) {
+      txn.exec(f.insert_effect(key, fence));
+      (void)txn.publish("charged", idem::outbox_message{"charges", key, "payload", {}});
+    };
+  };
+  auto quick = [&](idem::handler_context& ctx, const idem::http_request&) -> committed {
+    return {idem::http_response{201, {}, "quick"}, writes(std::string(ctx.key()), ctx.fence())};
+  };
+  idem::idempotent<decltype(quick), postgres_policies> other{
+      quick, {.store = f.store, .clock = idem::manual_clock{start}}};
+  auto handler = [&](idem::handler_context& ctx, const idem::http_request& request) -> committed {
+    const int charge = ctx.step("charge", [&] { return ++charges; });
+    if (request.body == "nested") {
+      CHECK(other("tenant", "inner", request).verdict() == idem::verdict::executed);
+    }
+    return {idem::http_response{201, {}, "charge " + std::to_string(charge)},
+            writes(std::string(ctx.key()), ctx.fence())};
+  };
+  idem::idempotent<decltype(handler), postgres_policies> payments{
+      handler, {.store = f.store, .clock = idem::manual_clock{start}}};
+  const idem::http_request nested{"POST", "/pay", {}, "nested"};
+
+  const auto first = payments("tenant", "order-1", nested);
+  REQUIRE(first.verdict() == idem::verdict::executed);
+  CHECK(first.recorded());
+  CHECK(first->body == "charge 1");
+  const auto again = payments("tenant", "order-1", nested);
+  CHECK(again.verdict() == idem::verdict::replayed);
+  CHECK(again->body == "charge 1");
+  CHECK(charges == 1);
+  CHECK(f.effects_of("order-1") == 1);
+  CHECK(f.effects_of("inner") == 1);
+  CHECK(f.check.scalar("SELECT count(*) FROM \"" + f.table.name + "_outbox\"") == 2);
 }

@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -686,4 +688,156 @@ TEST_CASE("a transactional inbox records the event and the consumer's rows toget
     CHECK(outcome.verdict() == (delivery == 0 ? idem::verdict::executed : idem::verdict::replayed));
   }
   CHECK(fixture.charges() == "evt-1:5");
+}
+
+// ---- commit_with: the charge outside the transaction, the writes in the one completing ----
+
+namespace {
+
+using committed = idem::commit_with<std::string, sqlite_store::transaction>;
+
+// Whether another connection can take SQLite's write lock at once: no transaction holds it.
+bool write_lock_free(const std::string& path) {
+  sqlite3* other = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &other) == SQLITE_OK);
+  const bool free = sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) == SQLITE_OK;
+  if (free) sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(other);
+  return free;
+}
+
+// The writes of one charge row, and its message in the outbox.
+std::function<void(sqlite_store::transaction&)> charge_row(std::string key, int amount) {
+  return [key = std::move(key), amount](sqlite_store::transaction& txn) {
+    txn.exec("INSERT INTO charges (key, amount) VALUES (?1, ?2)", key, amount);
+    (void)txn.publish("charged", idem::outbox_message{"charges", key, std::to_string(amount), {}});
+  };
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a handler answering commit_with runs with no write lock held, its step once, and its "
+    "writes and message commit with the record",
+    "[sqlite][commit_with]") {
+  transactional_fixture fixture;
+  int runs = 0;
+  int charged = 0;
+  bool lock_free = false;
+  auto handler = [&](idem::handler_context& ctx, const std::string& amount) -> committed {
+    ++runs;
+    const int charge = ctx.step("charge", [&] { return ++charged; });
+    // Where the processor would answer: other writers go on meanwhile.
+    lock_free = write_lock_free(fixture.path);
+    return {"charge " + std::to_string(charge),
+            charge_row(std::string(ctx.key()), std::stoi(amount))};
+  };
+  idem::idempotent<decltype(handler), sqlite_policies>::options parts;
+  parts.store = fixture.store;
+  idem::idempotent<decltype(handler), sqlite_policies> payments(handler, std::move(parts));
+
+  const auto first = payments("tenant", "order-1", std::string("250"));
+  REQUIRE(first.verdict() == idem::verdict::executed);
+  CHECK(first.recorded());
+  CHECK(first.value() == "charge 1");
+  CHECK(lock_free);
+  const auto again = payments("tenant", "order-1", std::string("250"));
+  CHECK(again.verdict() == idem::verdict::replayed);
+  CHECK(again.value() == "charge 1");
+  CHECK(runs == 1);
+  CHECK(charged == 1);
+  CHECK(fixture.charges() == "order-1:250");
+  file_connection check(fixture.path);
+  CHECK(check.text("SELECT count(*) FROM idem_outbox") == "1");
+  const auto recorded = fixture.store.find("tenant", "order-1", start);
+  REQUIRE(recorded);
+  CHECK(recorded->state == record_state::completed);
+
+  // The control: a handler taking the transaction runs inside it, holding the write lock.
+  auto inside = [&](idem::handler_context&, const std::string&, sqlite_store::transaction&) {
+    lock_free = write_lock_free(fixture.path);
+    return std::string("inside");
+  };
+  idem::idempotent<decltype(inside), sqlite_policies>::options inside_parts;
+  inside_parts.store = fixture.store;
+  idem::idempotent<decltype(inside), sqlite_policies> held(inside, std::move(inside_parts));
+  CHECK(held("tenant", "order-2", std::string("1")).verdict() == idem::verdict::executed);
+  CHECK_FALSE(lock_free);
+}
+
+TEST_CASE(
+    "commit_with writes that throw roll back with the record, the call throws, and the retry "
+    "writes once",
+    "[sqlite][commit_with]") {
+  transactional_fixture fixture;
+  int runs = 0;
+  auto handler = [&](idem::handler_context& ctx, const std::string& amount) -> committed {
+    const bool fail = ++runs == 1;
+    auto writes = [row = charge_row(std::string(ctx.key()), std::stoi(amount)),
+                   fail](sqlite_store::transaction& txn) {
+      row(txn);  // made, then rolled back with the throw
+      if (fail) throw std::runtime_error("the writes said no");
+    };
+    return {"charged", writes};
+  };
+  idem::idempotent<decltype(handler), sqlite_policies>::options parts;
+  parts.store = fixture.store;
+  idem::idempotent<decltype(handler), sqlite_policies> payments(handler, std::move(parts));
+
+  CHECK_THROWS_WITH(payments("tenant", "order-1", std::string("5")), "the writes said no");
+  CHECK(fixture.charges().empty());
+  file_connection check(fixture.path);
+  CHECK(check.text("SELECT count(*) FROM idem_outbox") == "0");
+  // The failure policy released the key, as for a handler that threw: the retry runs.
+  const auto retried = payments("tenant", "order-1", std::string("5"));
+  CHECK(retried.verdict() == idem::verdict::executed);
+  CHECK(runs == 2);
+  CHECK(fixture.charges() == "order-1:5");
+  CHECK(check.text("SELECT count(*) FROM idem_outbox") == "1");
+}
+
+TEST_CASE(
+    "commit_with after the fence was lost writes nothing, and the call answers as a lost fence",
+    "[sqlite][commit_with]") {
+  transactional_fixture fixture;
+  idem::manual_clock clock{start};
+  auto handler = [&](idem::handler_context& ctx, const std::string&) -> committed {
+    // The holder pauses past its lease, and another caller takes the claim over.
+    const auto mine = fixture.store.find(ctx.scope(), ctx.key(), start);
+    REQUIRE(mine);
+    const auto taken =
+        fixture.store.claim({ctx.scope(), ctx.key(), mine->fingerprint, start + 1h, 30s, 24h});
+    CHECK(taken.status == claim_status::taken_over);
+    return {"late", charge_row(std::string(ctx.key()), 7)};
+  };
+  idem::idempotent<decltype(handler), sqlite_policies>::options parts;
+  parts.store = fixture.store;
+  parts.clock = clock;
+  idem::idempotent<decltype(handler), sqlite_policies> payments(handler, std::move(parts));
+
+  const auto answered = payments("tenant", "order-1", std::string("7"));
+  CHECK_FALSE(answered.recorded());
+  CHECK(answered.verdict() != idem::verdict::executed);
+  CHECK(fixture.charges().empty());
+  file_connection check(fixture.path);
+  CHECK(check.text("SELECT count(*) FROM idem_outbox") == "0");
+}
+
+TEST_CASE("a handler answering commit_with needs a key: without one nothing runs",
+          "[sqlite][commit_with]") {
+  transactional_fixture fixture;
+  int runs = 0;
+  auto handler = [&](idem::handler_context& ctx, const std::string&) -> committed {
+    ++runs;
+    return {"ran", charge_row(std::string(ctx.key()), 1)};
+  };
+  idem::idempotent<decltype(handler), sqlite_policies>::options parts;
+  parts.store = fixture.store;
+  parts.require_key = false;
+  idem::idempotent<decltype(handler), sqlite_policies> payments(handler, std::move(parts));
+  const auto answered = payments("tenant", std::nullopt, std::string("1"));
+  CHECK(answered.verdict() == idem::verdict::missing_key);
+  CHECK_THAT(std::string(answered.message()), Contains("writes commit in the transaction"));
+  CHECK(runs == 0);
+  CHECK(fixture.charges().empty());
 }

@@ -36,30 +36,24 @@ template <class Handler, class Request, class Store>
 struct async_handler_result {
   using type = typename awaited<std::invoke_result_t<Handler&, const Request&>>::type;
 };
-// What a handler's awaitable gives: its response, or a commit_with carrying it.
-template <class T>
-struct commit_with_parts {
-  using response = T;
-};
-template <class Response, class Transaction>
-struct commit_with_parts<commit_with<Response, Transaction>> {
-  using response = Response;
-  using transaction = Transaction;
-};
-
 template <class Handler, class Request>
 using async_context_result =
     typename awaited<std::invoke_result_t<Handler&, async_handler_context&, const Request&>>::type;
 
 // A handler that answers commit_with: its response and the writes that commit with its record.
 template <class Handler, class Request>
-concept answers_commit_with =
+concept async_answers_commit_with =
     takes_async_context<Handler, Request> && is_commit_with<async_context_result<Handler, Request>>;
+
+// A store a commit_with's writes can commit in: an AsyncTransactionalStore, or a blocking
+// TransactionalStore, whose complete_within runs where the store's calls run.
+template <class Store>
+concept commits_writes = AsyncTransactionalStore<Store> || TransactionalStore<Store>;
 
 // ... whose writes take the store's own transaction.
 template <class Handler, class Request, class Store>
-concept commits_with_record =
-    answers_commit_with<Handler, Request> && AsyncTransactionalStore<Store> &&
+concept async_commits_with_record =
+    async_answers_commit_with<Handler, Request> && commits_writes<Store> &&
     std::same_as < typename commit_with_parts<async_context_result<Handler, Request>>::transaction,
 typename Store::transaction > ;
 
@@ -85,10 +79,11 @@ constexpr bool check_async_handler() {
                 "asio::awaitable<R>(const Request&), where R is a storable response; or, with an "
                 "AsyncTransactionalStore, as asio::awaitable<R>(idem::async_handler_context&, "
                 "const Request&, Store::transaction&).");
-  if constexpr (answers_commit_with<Handler, Request>) {
-    static_assert(commits_with_record<Handler, Request, Store>,
+  if constexpr (async_answers_commit_with<Handler, Request>) {
+    static_assert(async_commits_with_record<Handler, Request, Store>,
                   "A handler that answers idem::commit_with<R, Transaction> needs an "
-                  "AsyncTransactionalStore whose transaction type is Transaction: its writes "
+                  "AsyncTransactionalStore or a TransactionalStore whose transaction type is "
+                  "Transaction: its writes "
                   "commit in the transaction that completes the record.");
   }
   return true;

@@ -437,11 +437,13 @@ class async_engine {
         "that threw"));
   }
 
-  // commit_with's writes, in the transaction that completes the record (the store's
-  // async_complete_within), the handler's response encoded first. Answers into `answer` when
-  // the transaction committed (the response recorded), found the fence lost (answer_lost), or
-  // failed for the store's reasons (refused: the claim stays, as run_in_transaction keeps it);
-  // returns the exception of writes that threw, with `answer` left empty.
+  // commit_with's writes, in the transaction that completes the record (an
+  // AsyncTransactionalStore's async_complete_within, or a blocking TransactionalStore's
+  // complete_within where its calls run), the handler's response encoded first. Answers into
+  // `answer` when the transaction committed (the response recorded), found the fence lost
+  // (answer_lost), or failed for the store's reasons (refused: the claim stays, as
+  // run_in_transaction keeps it); returns the exception of writes that threw, with `answer` left
+  // empty.
   template <class Response, class Transaction>
   asio::awaitable<std::exception_ptr> commit_writes(
       std::optional<idempotent_outcome<Response>>& answer, held_claim& claim, const digest& print,
@@ -449,24 +451,41 @@ class async_engine {
     typename core_type::completion_bytes done;
     core_.completion_for(result.response, done);
     std::exception_ptr writes_threw;
-    auto produce = [&](Transaction& transaction) -> asio::awaitable<std::string> {
-      writes_threw = nullptr;
-      if (result.writes) {
-        try {
-          co_await result.writes(transaction);
-        } catch (...) {
-          writes_threw = std::current_exception();
-          throw;
-        }
-      }
-      co_return std::string(done.bytes);
-    };
     const fenced_key& held = claim.held;
+    const store_time now = core_.completion_time(claim.claimed_at);
     bool applied = false;
     bool lost = false;
     try {
-      applied = co_await calls_.complete_within(core_.store(), held,
-                                                core_.completion_time(claim.claimed_at), produce);
+      if constexpr (AsyncTransactionalStore<store_type>) {
+        auto produce = [&](Transaction& transaction) -> asio::awaitable<std::string> {
+          writes_threw = nullptr;
+          if (result.writes) {
+            try {
+              co_await result.writes(transaction);
+            } catch (...) {
+              writes_threw = std::current_exception();
+              throw;
+            }
+          }
+          co_return std::string(done.bytes);
+        };
+        applied = co_await calls_.complete_within(core_.store(), held, now, produce);
+      } else {
+        auto produce = [&](Transaction& transaction) -> std::string {
+          writes_threw = nullptr;
+          if (result.writes) {
+            try {
+              result.writes(transaction);
+            } catch (...) {
+              writes_threw = std::current_exception();
+              throw;
+            }
+          }
+          return std::string(done.bytes);
+        };
+        applied =
+            co_await calls_([&] { return core_.store().complete_within(held, now, produce); });
+      }
     } catch (const lease_lost&) {
       lost = true;
     } catch (const store_error& error) {

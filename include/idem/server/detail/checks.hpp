@@ -111,10 +111,27 @@ template <class Handler, class Request, class Store>
 struct handler_result {
   using type = std::invoke_result_t<Handler&, const Request&>;
 };
+// What a context handler's call answers: its response, or a commit_with carrying it.
+template <class Handler, class Request>
+using context_answer = std::invoke_result_t<Handler&, handler_context&, const Request&>;
+
+// A handler that answers commit_with (idem/store/contract.hpp): its response, and the writes that
+// commit with its record.
+template <class Handler, class Request>
+concept answers_commit_with =
+    takes_handler_context<Handler, Request> && is_commit_with<context_answer<Handler, Request>>;
+
+// ... whose writes take the store's own transaction.
+template <class Handler, class Request, class Store>
+concept commits_with_record =
+    answers_commit_with<Handler, Request> && TransactionalStore<Store> &&
+    std::same_as < typename commit_with_parts<context_answer<Handler, Request>>::transaction,
+typename Store::transaction > ;
+
 template <class Handler, class Request, class Store>
 requires takes_handler_context<Handler, Request>
 struct handler_result<Handler, Request, Store> {
-  using type = std::invoke_result_t<Handler&, handler_context&, const Request&>;
+  using type = typename commit_with_parts<context_answer<Handler, Request>>::response;
 };
 template <class Handler, class Request, class Store>
 requires takes_transaction<Handler, Request, Store>
@@ -134,6 +151,12 @@ constexpr bool check_handler() {
                 "R(idem::handler_context&, const Request&, Store::transaction&), where Request is "
                 "the request it is called with (an idem::http_request, or the body as a "
                 "std::string) and R a storable response.");
+  if constexpr (answers_commit_with<Handler, Request>) {
+    static_assert(commits_with_record<Handler, Request, Store>,
+                  "idem::idempotent: a handler that answers idem::commit_with<R, Transaction> "
+                  "needs a TransactionalStore whose transaction type is Transaction: its writes "
+                  "commit in the transaction that completes the record.");
+  }
   return true;
 }
 

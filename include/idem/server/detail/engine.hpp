@@ -309,7 +309,7 @@ class engine {
                             claim.held.fence,          claim.resumed,
                             std::move(claim.recovery), &target};
     bool handler_threw = false;
-    auto run_handler = [&](auto&... transaction) -> Response {
+    auto run_handler = [&](auto&... transaction) -> decltype(auto) {
       try {
         return run(context, transaction...);
       } catch (...) {
@@ -323,6 +323,10 @@ class engine {
       if constexpr (How == completion::direct) {
         target.writer = &store();
         return record_directly<Response>(claim, print, run_handler());
+      } else if constexpr (How == completion::with_writes) {
+        target.writer = &store();
+        auto answered = run_handler();
+        return record_with_writes<Response>(claim, print, answered, handler_threw);
       } else {
         return record_within<Response>(claim, print, target, handler_threw, run_handler);
       }
@@ -634,6 +638,39 @@ class engine {
                                       too_large_message(marker), claim.held.fence, claim.resumed);
     }
     return outcome_type::executed(std::move(*response), claim.held.fence, claim.resumed);
+  }
+
+  // completion::with_writes: the handler answered commit_with; its writes are made in the
+  // transaction that completes the record, which opens only now. Writes that throw end the call
+  // as a handler that threw (`handler_threw`, for run_claimed's settling); the store's own
+  // failures keep the claim, as record_within's do.
+  template <class Response, class Transaction>
+  idempotent_outcome<Response> record_with_writes(const held_claim& claim, const digest& print,
+                                                  commit_with<Response, Transaction>& answered,
+                                                  bool& handler_threw) {
+    completion_bytes done;
+    completion_for(answered.response, done);
+    auto produce = [&](Transaction& transaction) -> std::string {
+      handler_threw = false;
+      if (answered.writes) {
+        try {
+          answered.writes(transaction);
+        } catch (...) {
+          handler_threw = true;
+          throw;
+        }
+      }
+      return std::string(done.bytes);
+    };
+    bool applied = false;
+    try {
+      applied = store().complete_within(claim.held, completion_time(claim.claimed_at), produce);
+    } catch (const store_error& error) {
+      if (handler_threw) throw;
+      return refused<Response>(error, "the handler's writes did not commit: ");
+    }
+    if (!applied) return answer_lost<Response>(claim.held.scope, claim.held.key, print);
+    return recorded(claim, std::move(answered.response), done);
   }
 
   // The stored response, decoded; a replay's snapshot is this call's own copy, so a codec that

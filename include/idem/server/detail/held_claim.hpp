@@ -21,9 +21,10 @@ namespace idem::detail {
 inline constexpr char too_large_text[] = "\0idem: response too large to store\0";
 inline constexpr std::string_view too_large_marker{too_large_text, sizeof too_large_text - 1};
 
-/// How a claimed run's response is recorded: by complete after the handler returned, or by
-/// complete_within, in the transaction the handler writes in (TransactionalStore).
-enum class completion : std::uint8_t { direct, in_transaction };
+/// How a claimed run's response is recorded: by complete after the handler returned; by
+/// complete_within, in the transaction the handler writes in (TransactionalStore); or by
+/// complete_within after the handler returned, with the writes its commit_with carries.
+enum class completion : std::uint8_t { direct, in_transaction, with_writes };
 
 // Where a run's recovery points are written: the store, or the open transaction.
 template <class Store, completion How>

@@ -55,6 +55,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <initializer_list>
 #include <limits>
 #include <memory>
@@ -365,6 +366,10 @@ class async_postgres_store {
 /// transaction, for the handler's own SQL.
 class async_postgres_store::transaction {
  public:
+  /// What commit_with<R, transaction> carries (idem/store/contract.hpp): writes awaited inside
+  /// the transaction that completes the record.
+  using writes_type = std::function<asio::awaitable<void>(transaction&)>;
+
   /// Runs one SQL statement with text parameters (std::nullopt is NULL) and text results.
   /// Throws postgres_error when the server refuses it (a 40001/40P01 also marks the
   /// transaction for a retry, even if the handler catches the exception), and
