@@ -19,8 +19,8 @@
 //
 // How the guarantee is built (README, "The payments demo"):
 //   * idem::idempotent claims (A, K) atomically in the shared store before anything happens;
-//   * the charge is a recovery point (ctx.step): recorded under the claim's fence before the
-//     handler goes on, so a replica that takes over after a crash never charges again;
+//   * the charge is a recovery point (ctx.step, idem::with_next_write): its start is written
+//     under the claim's fence before the processor is called, its result with the completion;
 //   * the processor is called through idem::retrying under ctx.downstream_key("charge"), the
 //     same key on every attempt and after every takeover, so a charge whose answer was lost is
 //     answered from the processor's own record instead of being made twice;

@@ -103,13 +103,15 @@ asio::awaitable<charged> charge_payment(idem::async_handler_context& ctx,
   const intent payment = *intent::parse(request.body).first;  // validated before the call
   const crash_plan plan = crash_plan::draw(request, crash_after_charge, crash_when_asked);
   const std::string step = "charge";
-  const std::string charged_json =
-      co_await ctx.async_step(step, [&]() -> asio::awaitable<std::string> {
+  const std::string charged_json = co_await ctx.async_step(
+      step,
+      [&]() -> asio::awaitable<std::string> {
         const idem::key_buffer key = ctx.downstream_key(step);
         std::string answer = co_await processor.charge(key.view(), payment);
         plan.after_processor();
         co_return answer;
-      });
+      },
+      idem::with_next_write);
   plan.after_step();
   co_return describe_payment(ctx, payment, charged_json);
 }

@@ -376,12 +376,13 @@ class processor_client {
 // --- the handler -------------------------------------------------------------------------------
 
 /// --crash-after-charge and --crash-when-asked: whether a run dies once the money moved, and
-/// where. Before the charge is recorded, the takeover calls the processor again under the same
-/// key and gets this very charge back; after, it resumes from the recorded charge without
-/// calling. Drawn once per run, by both servers' handlers.
+/// where: inside the charge's step, or once it returned. The charge's result is written with the
+/// completion (idem::with_next_write), so at either point the takeover calls the processor again
+/// under the same key and gets this very charge back. Drawn once per run, by both servers'
+/// handlers.
 struct crash_plan {
   bool crashes = false;
-  bool before_recorded = false;
+  bool inside_step = false;
 
   static crash_plan draw(const idem::http_request& request, double crash_after_charge,
                          double crash_when_asked) {
@@ -391,11 +392,11 @@ struct crash_plan {
   }
   /// Inside the charge's step, once the processor answered.
   void after_processor() const {
-    if (crashes && before_recorded) crash("before the charge was recorded");
+    if (crashes && inside_step) crash("inside the charge's step, once the processor answered");
   }
-  /// Once the step returned (the charge recorded).
+  /// Once the step returned, before the completion.
   void after_step() const {
-    if (crashes && !before_recorded) crash("after the charge was recorded");
+    if (crashes && !inside_step) crash("once the charge's step returned");
   }
   [[noreturn]] static void crash(const char* where) {
     std::fprintf(stderr, "payments_server: crashing (--crash-after-charge or asked) %s\n", where);
@@ -449,12 +450,17 @@ struct payment_charge {
     const intent& payment = parsed.value();  // validated before the call
     const crash_plan plan = crash_plan::draw(request, crash_after_charge, crash_when_asked);
 
-    // The effect, as a recovery point: never made twice for one key.
-    const std::string charged_json = ctx.step("charge", [&] {
-      std::string answer = processor->charge(ctx.downstream_key("charge"), payment);
-      plan.after_processor();
-      return answer;
-    });
+    // The effect, as a recovery point: its start written under the fence (the reconciler sees
+    // it), its result with the completion (idem::with_next_write): the processor deduplicates
+    // by the downstream key, so a takeover that calls it again gets this charge back.
+    const std::string charged_json = ctx.step(
+        "charge",
+        [&] {
+          std::string answer = processor->charge(ctx.downstream_key("charge"), payment);
+          plan.after_processor();
+          return answer;
+        },
+        idem::with_next_write);
     plan.after_step();
     return describe_payment(ctx, payment, charged_json);
   }

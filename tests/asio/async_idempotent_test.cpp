@@ -504,3 +504,70 @@ TEST_CASE("an async handler sees what its caller has left, counting down as it a
   CHECK((*handler.seen)[0] == 2s);
   CHECK((*handler.seen)[1] == 1700ms);
 }
+
+namespace {
+
+// memory_store that counts the recovery points written; it never blocks, so its calls run
+// inline on the loop.
+class checkpoint_counting_store : public idem_test::forwarding_store<idem::memory_store> {
+ public:
+  static constexpr bool never_blocks = true;
+  bool checkpoint(const idem::fenced_key& held, std::string_view recovery,
+                  idem::store_time lease_until) {
+    ++*checkpoints_;
+    return inner_.checkpoint(held, recovery, lease_until);
+  }
+  int checkpoints() const { return *checkpoints_; }
+
+ private:
+  std::shared_ptr<int> checkpoints_ = std::make_shared<int>(0);
+};
+
+// The charge kept for the claim's next write, then a receipt step that writes it.
+struct keeping_handler {
+  std::shared_ptr<int> charges = std::make_shared<int>(0);
+  std::shared_ptr<int> checkpoints_after_charge = std::make_shared<int>(-1);
+  checkpoint_counting_store store;
+
+  asio::awaitable<idem::http_response> operator()(idem::async_handler_context& ctx,
+                                                  const idem::http_request&) const {
+    const std::string id = co_await ctx.async_step(
+        "charge",
+        [&]() -> asio::awaitable<std::string> { co_return "ch_" + std::to_string(++*charges); },
+        idem::with_next_write);
+    *checkpoints_after_charge = store.checkpoints();
+    co_await ctx.async_step("receipt", [&]() -> asio::awaitable<int> { co_return 1; });
+    co_return idem::http_response{201, {}, id};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("async_step with_next_write costs one fenced write, and the next step's writes it",
+          "[with_next_write]") {
+  asio::io_context io;
+  idem::manual_clock clock;
+  using keeping_guard =
+      idem::async_idempotent<keeping_handler,
+                             test_async::store_policies<checkpoint_counting_store>>;
+  keeping_handler handler;
+  keeping_guard::options parts;
+  parts.clock = clock;
+  parts.store = handler.store;
+  keeping_guard payments{io.get_executor(), handler, parts};
+
+  const idem::http_request request = charge();  // read until answered
+  completion<outcome> first;
+  payments.async_call("tenant", request, first.handler());
+  run_until(io, clock, [&] { return first.done; });
+  const outcome done = first.take();
+  REQUIRE(done.verdict() == verdict::executed);
+  CHECK(done->body == "ch_1");
+  CHECK(*handler.checkpoints_after_charge == 1);  // the charge's start alone
+  CHECK(handler.store.checkpoints() == 3);        // then the receipt's start and result
+  completion<outcome> again;
+  payments.async_call("tenant", request, again.handler());
+  run_until(io, clock, [&] { return again.done; });
+  CHECK(again.take().verdict() == verdict::replayed);
+  CHECK(*handler.charges == 1);
+}

@@ -552,7 +552,7 @@ TEST_CASE("a server that dies after charging is taken over after its lease: one 
   idem::testing::temporary_directory dir{"idem-payments"};
   program processor = start_processor(dir.path().string() + "/processor.sqlite3");
   const std::string store = "sqlite:" + dir.path().string() + "/payments.sqlite3";
-  constexpr int keys = 6;  // the crash point (before or after the step) is drawn per request
+  constexpr int keys = 6;  // the crash point (inside or after the step) is drawn per request
   std::vector<std::string> told(keys);
   for (int i = 0; i < keys; ++i) {
     const std::string key = "order-crash-" + std::to_string(i);
@@ -645,7 +645,7 @@ TEST_CASE("payments_reconcile finishes a payment its client gave up on: one char
   // Keys and sources of their own: the PostgreSQL server outlives the test.
   const std::string run =
       std::to_string(std::random_device{}()) + "-" + std::to_string(std::random_device{}());
-  constexpr int keys = 4;  // the crash point (before or after the step) is drawn per request
+  constexpr int keys = 4;  // the crash point (inside or after the step) is drawn per request
   for (int i = 0; i < keys; ++i) {
     abandon(processor, store, "tok_" + run + "_" + std::to_string(i),
             "gave-up-" + run + "-" + std::to_string(i));
@@ -691,9 +691,10 @@ TEST_CASE("what payments_reconcile cannot finish is reported, as the ledger has 
     for (int i = 0; i < keys; ++i)
       abandon(processor, store, "tok_" + std::to_string(i), "gave-up-" + std::to_string(i));
   }
-  // The processor refuses every charge now (503), and still answers its ledger: a payment that
-  // crashed before its charge was recorded cannot be finished (the call fails again), and is
-  // reported landed; one that crashed after is finished from its recovery point.
+  // The processor refuses every charge now (503), and still answers its ledger: a payment whose
+  // server crashed after charging cannot be finished (its charge's result rides on the
+  // completion, idem::with_next_write, so the call is made again and fails), and is reported
+  // landed; one whose record holds its charge would be finished from it.
   program processor = start_processor(dir.file("processor.sqlite3"), {1.0, 0});
   const std::string report = dir.file("report.jsonl");
   const int status = run_to_exit("payments_reconcile", reconcile_args(processor, store, report));

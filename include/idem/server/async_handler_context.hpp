@@ -103,6 +103,21 @@ class async_handler_context : public handler_context {
     }
   }
 
+  /// async_step(name, fn) for a downstream that deduplicates by downstream_key(name), its result
+  /// written with the claim's next write rather than on its own: step(name, fn, with_next_write)
+  /// (idem/server/handler_context.hpp). The wrapper's heartbeat renews with the recovery points
+  /// last written, so the result is written by the next step's start or async_renew_lease, or
+  /// made moot by the completion.
+  template <class F>
+  auto async_step(std::string_view name, F fn, with_next_write_t kept)
+      -> asio::awaitable<typename detail::awaited<std::invoke_result_t<F&>>::type> {
+    if constexpr (std::is_void_v<typename detail::awaited<std::invoke_result_t<F&>>::type>) {
+      co_await async_step_asking(name, fn, kept);
+    } else {
+      co_return co_await async_step_asking(name, fn, kept);
+    }
+  }
+
   /// async_step(name, fn) for a downstream without idempotency keys (see the top of this header):
   /// `lookup(reference)` answers lookup_answer<R>, or asio::awaitable<lookup_answer<R>>, for the
   /// reference downstream_key(name), which `fn` must pass to the downstream so that the lookup
@@ -149,7 +164,9 @@ class async_handler_context : public handler_context {
     static_assert(std::is_void_v<result_type> || Encodable<result_type>,
                   "A step's result must be storable: specialise idem::codec<R> for it (see "
                   "idem/core/codec.hpp), or return void.");
-    constexpr bool asking = !std::is_same_v<Lookup, no_lookup>;
+    // with_next_write: no lookup, and the result kept for the claim's next write.
+    constexpr bool keeps = std::is_same_v<Lookup, with_next_write_t>;
+    constexpr bool asking = !std::is_same_v<Lookup, no_lookup> && !keeps;
     check_step_name(name);
     std::string_view recorded;
     if (find_recorded(name, recorded)) {
@@ -182,9 +199,9 @@ class async_handler_context : public handler_context {
     co_await async_start(name);
     try {
       if constexpr (std::is_void_v<result_type>) {
-        co_await async_call_and_record<result_type>(name, fn);
+        co_await async_call_and_record<result_type, keeps>(name, fn);
       } else {
-        co_return co_await async_call_and_record<result_type>(name, fn);
+        co_return co_await async_call_and_record<result_type, keeps>(name, fn);
       }
     } catch (const lease_lost&) {
       throw;  // the fence was lost before fn ran, or after it ran and before its recording
@@ -195,17 +212,25 @@ class async_handler_context : public handler_context {
     }
   }
 
-  // fn awaited and its result recorded (fenced).
-  template <class R, class F>
+  // fn awaited and its result recorded (fenced), or with `Keeps` kept for the claim's next write.
+  template <class R, bool Keeps, class F>
   asio::awaitable<R> async_call_and_record(std::string_view name, F& fn) {
     if constexpr (std::is_void_v<R>) {
       co_await std::invoke(fn);
-      co_await async_record(name, {});
+      if constexpr (Keeps) {
+        keep_step(name, {});
+      } else {
+        co_await async_record(name, {});
+      }
     } else {
       R result = co_await std::invoke(fn);
       std::string bytes;
       codec<R>::encode(result, bytes);
-      co_await async_record(name, bytes);
+      if constexpr (Keeps) {
+        keep_step(name, bytes);
+      } else {
+        co_await async_record(name, bytes);
+      }
       co_return result;
     }
   }

@@ -31,6 +31,18 @@
 // for the reconciler. A lookup step whose function throws keeps the claim too (the effect may
 // have landed before the answer was lost): its exception passes through, a retry after the lease
 // asks the lookup. Return definite refusals (a declined card) as values, not exceptions.
+//
+// A step costs two fenced writes: its start, and its result. For a downstream that deduplicates
+// by ctx.downstream_key(name), the second may ride on the claim's next write instead:
+//
+//     auto id = ctx.step("charge", [&] { return provider.charge(amount,
+//     ctx.downstream_key("charge")); }, idem::with_next_write);
+//
+// The start is written as for any step (the fence checked, the step's start recorded for the
+// reconciler); the result is kept with the recovery points in memory and written by the next
+// write of them (the next step's start, renew_lease), or made moot by the completion, which
+// stores the response. A takeover after a crash in between runs the step again under the same
+// downstream key, and the downstream answers as it did.
 #ifndef IDEM_SERVER_HANDLER_CONTEXT_HPP
 #define IDEM_SERVER_HANDLER_CONTEXT_HPP
 
@@ -55,6 +67,13 @@
 #include <idem/server/lookup.hpp>
 
 namespace idem {
+
+/// handler_context::step's last argument for a step whose result is written with the claim's
+/// next write rather than on its own (see the top of this header).
+struct with_next_write_t {
+  explicit with_next_write_t() = default;
+};
+inline constexpr with_next_write_t with_next_write{};
 
 /// Thrown by handler_context::step when the claim was taken over while the handler ran (its
 /// lease expired and another attempt took the key): this attempt must stop, its work is no
@@ -179,6 +198,33 @@ class handler_context {
     return call_and_record<result_type>(name, fn);
   }
 
+  /// step(name, fn) for a downstream that deduplicates by downstream_key(name): the same, but
+  /// the result is not written on its own. It is kept with the recovery points and written by
+  /// the claim's next write of them (the next step's start, renew_lease), or made moot by the
+  /// completion: one fenced write a step (its start) instead of two. A crash after `fn` and
+  /// before that write runs `fn` again after the takeover, under the same downstream key.
+  template <class F>
+  std::invoke_result_t<F&> step(std::string_view name, F&& fn, with_next_write_t) {
+    using result_type = std::invoke_result_t<F&>;
+    static_assert(std::is_void_v<result_type> || Encodable<result_type>,
+                  "A step's result must be storable: specialise idem::codec<R> for it (see "
+                  "idem/core/codec.hpp), or return void.");
+    check_step_name(name);
+    std::string_view recorded;
+    if (find_recorded(name, recorded)) return recorded_result<result_type>(recorded);
+    start_step(name);
+    if constexpr (std::is_void_v<result_type>) {
+      fn();
+      keep_step(name, {});
+    } else {
+      result_type result = fn();
+      std::string bytes;
+      codec<result_type>::encode(result, bytes);
+      keep_step(name, bytes);
+      return result;
+    }
+  }
+
   /// step(name, fn) for a downstream without idempotency keys: `lookup(reference)` answers
   /// lookup_answer<R> for the reference downstream_key(name), which `fn` must pass to the
   /// downstream so the lookup can find its effect. After a takeover the lookup is asked before
@@ -275,6 +321,11 @@ class handler_context {
     return before;
   }
   void take_back(std::size_t before) noexcept { recovery_.resize(before); }
+  /// Step (name, value) kept in place for the claim's next write (with_next_write).
+  void keep_step(std::string_view name, std::string_view value) {
+    (void)append_step(name, value);
+    count_step();
+  }
   /// The appended step was written.
   void count_step() noexcept { ++recorded_steps_; }
   /// Whether a lookup step `name` not yet recorded must ask its lookup before its function may

@@ -450,3 +450,120 @@ TEST_CASE("a completion gets the clock's time unless the store says it does not 
   CHECK(completion_times_of_a_slow_handler<false>() ==
         std::vector<idem::store_time>{idem::store_time{}});
 }
+
+namespace {
+
+// locked_store that counts the recovery points written, and can refuse releases: a handler that
+// throws then leaves its claim in progress, as a process that died would.
+class step_counting_store : public idem_test::forwarding_store<idem::locked_store> {
+ public:
+  struct counts {
+    int checkpoints = 0;
+    bool refuse_release = false;
+  };
+
+  bool checkpoint(const idem::fenced_key& held, std::string_view recovery,
+                  idem::store_time lease_until) {
+    ++counts_->checkpoints;
+    return inner_.checkpoint(held, recovery, lease_until);
+  }
+  bool release(const idem::fenced_key& held) {
+    if (counts_->refuse_release) {
+      throw idem::store_error(idem::store_failure::unavailable, "the release was refused");
+    }
+    return inner_.release(held);
+  }
+  counts& tally() const { return *counts_; }
+
+ private:
+  std::shared_ptr<counts> counts_ = std::make_shared<counts>();
+};
+
+struct step_counting_policies : test_policies {
+  using store = step_counting_store;
+};
+
+using stepping_guard =
+    idem::idempotent<std::function<std::string(idem::handler_context&, const std::string&)>,
+                     step_counting_policies>;
+
+}  // namespace
+
+TEST_CASE(
+    "a step with_next_write costs one fenced write, and its result rides on the claim's next "
+    "write",
+    "[context][with_next_write]") {
+  idem::manual_clock clock;
+  stepping_guard::options options;
+  options.clock = clock;
+  int charges = 0;
+  std::string charged_under;
+  bool crash_before_next_write = false;
+  bool crash_after_next_write = false;
+  stepping_guard guarded{[&](idem::handler_context& ctx, const std::string&) {
+                           const std::string charge = ctx.step(
+                               "charge",
+                               [&] {
+                                 ++charges;
+                                 charged_under = std::string(ctx.downstream_key("charge").view());
+                                 return std::string("ch_") + std::to_string(charges);
+                               },
+                               idem::with_next_write);
+                           if (crash_before_next_write) throw std::runtime_error("died");
+                           ctx.step("receipt", [] { return 1; });  // writes the charge too
+                           if (crash_after_next_write) throw std::runtime_error("died");
+                           return charge;
+                         },
+                         options};
+  step_counting_store::counts& tally = guarded.store().tally();
+
+  SECTION("on the common path: its start, then the next step's two writes") {
+    const auto done = guarded("s", "k", std::string("x"));
+    REQUIRE(done.verdict() == idem::verdict::executed);
+    CHECK(*done == "ch_1");
+    CHECK(tally.checkpoints == 3);
+    CHECK(guarded("s", "k", std::string("x")).verdict() == idem::verdict::replayed);
+    CHECK(charges == 1);
+  }
+  SECTION("a takeover after the next write resumes from the kept result") {
+    crash_after_next_write = true;
+    tally.refuse_release = true;
+    CHECK_THROWS_AS(guarded("s", "k", std::string("x")), std::runtime_error);
+    crash_after_next_write = false;
+    clock.advance(31s);  // past the lease
+    const auto resumed = guarded("s", "k", std::string("x"));
+    REQUIRE(resumed.verdict() == idem::verdict::executed);
+    CHECK(resumed.resumed());
+    CHECK(*resumed == "ch_1");
+    CHECK(charges == 1);
+  }
+  SECTION("a takeover before any later write runs the step again under the same key") {
+    crash_before_next_write = true;
+    tally.refuse_release = true;
+    CHECK_THROWS_AS(guarded("s", "k", std::string("x")), std::runtime_error);
+    CHECK(tally.checkpoints == 1);  // the step's start alone
+    const std::string first_key = charged_under;
+    crash_before_next_write = false;
+    clock.advance(31s);
+    const auto resumed = guarded("s", "k", std::string("x"));
+    REQUIRE(resumed.verdict() == idem::verdict::executed);
+    CHECK(resumed.resumed());
+    CHECK(charges == 2);  // the downstream, keyed, answers its first charge again
+    CHECK(charged_under == first_key);
+  }
+}
+
+TEST_CASE("a step with_next_write returns a recorded result, and counts as recorded",
+          "[context][with_next_write]") {
+  idem::handler_context context("s", "k");
+  int charges = 0;
+  auto charge = [&] {
+    ++charges;
+    return std::string("ch_42");
+  };
+  CHECK(context.step("charge", charge, idem::with_next_write) == "ch_42");
+  CHECK(context.step("charge", charge, idem::with_next_write) == "ch_42");
+  CHECK(context.step("charge", charge) == "ch_42");
+  CHECK(charges == 1);
+  CHECK(context.steps_recorded() == 1);
+}
