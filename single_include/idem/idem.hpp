@@ -7534,6 +7534,18 @@ struct canonical_json {
 // for the reconciler. A lookup step whose function throws keeps the claim too (the effect may
 // have landed before the answer was lost): its exception passes through, a retry after the lease
 // asks the lookup. Return definite refusals (a declined card) as values, not exceptions.
+//
+// A step costs two fenced writes: its start, and its result. For a downstream that deduplicates
+// by ctx.downstream_key(name), the second may ride on the claim's next write instead:
+//
+//     auto id = ctx.step("charge", [&] { return provider.charge(amount,
+//     ctx.downstream_key("charge")); }, idem::with_next_write);
+//
+// The start is written as for any step (the fence checked, the step's start recorded for the
+// reconciler); the result is kept with the recovery points in memory and written by the next
+// write of them (the next step's start, renew_lease), or made moot by the completion, which
+// stores the response. A takeover after a crash in between runs the step again under the same
+// downstream key, and the downstream answers as it did.
 #ifndef IDEM_SERVER_HANDLER_CONTEXT_HPP
 #define IDEM_SERVER_HANDLER_CONTEXT_HPP
 
@@ -7752,6 +7764,13 @@ class effect_unknown : public std::runtime_error {
 
 namespace idem {
 
+/// handler_context::step's last argument for a step whose result is written with the claim's
+/// next write rather than on its own (see the top of this header).
+struct with_next_write_t {
+  explicit with_next_write_t() = default;
+};
+inline constexpr with_next_write_t with_next_write{};
+
 /// Thrown by handler_context::step when the claim was taken over while the handler ran (its
 /// lease expired and another attempt took the key): this attempt must stop, its work is no
 /// longer its own. idempotent catches it and answers for the attempt that holds the key.
@@ -7875,6 +7894,33 @@ class handler_context {
     return call_and_record<result_type>(name, fn);
   }
 
+  /// step(name, fn) for a downstream that deduplicates by downstream_key(name): the same, but
+  /// the result is not written on its own. It is kept with the recovery points and written by
+  /// the claim's next write of them (the next step's start, renew_lease), or made moot by the
+  /// completion: one fenced write a step (its start) instead of two. A crash after `fn` and
+  /// before that write runs `fn` again after the takeover, under the same downstream key.
+  template <class F>
+  std::invoke_result_t<F&> step(std::string_view name, F&& fn, with_next_write_t) {
+    using result_type = std::invoke_result_t<F&>;
+    static_assert(std::is_void_v<result_type> || Encodable<result_type>,
+                  "A step's result must be storable: specialise idem::codec<R> for it (see "
+                  "idem/core/codec.hpp), or return void.");
+    check_step_name(name);
+    std::string_view recorded;
+    if (find_recorded(name, recorded)) return recorded_result<result_type>(recorded);
+    start_step(name);
+    if constexpr (std::is_void_v<result_type>) {
+      fn();
+      keep_step(name, {});
+    } else {
+      result_type result = fn();
+      std::string bytes;
+      codec<result_type>::encode(result, bytes);
+      keep_step(name, bytes);
+      return result;
+    }
+  }
+
   /// step(name, fn) for a downstream without idempotency keys: `lookup(reference)` answers
   /// lookup_answer<R> for the reference downstream_key(name), which `fn` must pass to the
   /// downstream so the lookup can find its effect. After a takeover the lookup is asked before
@@ -7971,6 +8017,11 @@ class handler_context {
     return before;
   }
   void take_back(std::size_t before) noexcept { recovery_.resize(before); }
+  /// Step (name, value) kept in place for the claim's next write (with_next_write).
+  void keep_step(std::string_view name, std::string_view value) {
+    (void)append_step(name, value);
+    count_step();
+  }
   /// The appended step was written.
   void count_step() noexcept { ++recorded_steps_; }
   /// Whether a lookup step `name` not yet recorded must ask its lookup before its function may
@@ -8351,6 +8402,10 @@ struct plain_response_codec {
 //   transaction::checkpoint(held, recovery, lease_until): checkpoint's semantics on the open
 //   transaction's connection (another connection would wait on the locks it holds); it commits
 //   or rolls back with the transaction.
+// A handler whose work is partly outside the database (a payment processor's charge) and partly
+// writes in it (the payment's row) answers commit_with<R, Store::transaction> instead: its
+// response, and the writes the wrapper makes in the transaction that completes its record, once
+// the handler has returned. No transaction is open, and no connection held, while it runs.
 //
 // Failures. A backend that cannot answer (down, timed out, I/O error) throws store_error with
 // store_failure::unavailable; a write that does not fit (a response larger than the store
@@ -8492,6 +8547,63 @@ concept TransactionalStore = Store<S> && requires {
   { transaction.checkpoint(held, bytes, now) } -> std::same_as<bool>;
 };
 
+/// The writes a commit_with carries for `Transaction`: std::function<void(Transaction&)> for a
+/// blocking store's transaction; an asynchronous store's transaction names its own (`writes_type`,
+/// a function answering an awaitable: idem/store/async_contract.hpp).
+template <class Transaction>
+struct transaction_writes {
+  using type = std::function<void(Transaction&)>;
+};
+template <class Transaction>
+requires requires {
+  typename Transaction::writes_type;
+}
+struct transaction_writes<Transaction> {
+  using type = typename Transaction::writes_type;
+};
+
+/// What a handler of a TransactionalStore (idempotent) or an AsyncTransactionalStore
+/// (async_idempotent) may answer instead of its response alone: the response, and the writes
+/// that must commit with its record. The wrapper runs the handler outside any transaction (its
+/// steps recorded as they happen), then makes `writes(transaction)` inside the transaction that
+/// completes the record (the store's complete_within), so a connection is held for the writes,
+/// not while the handler waits on the network:
+///   * the writes and the completed record commit together or not at all;
+///   * a store that retries its transaction (a serialization failure) calls `writes` again, on
+///     a fresh transaction: it must do the same thing each time;
+///   * writes that throw roll the transaction back, and the call ends as a handler that threw
+///     after its steps (the failure policy settles the key; the exception passes through);
+///   * a transaction that does not commit for the store's reasons (unavailable, full) answers
+///     store_unavailable or store_full and keeps the claim: a retry after the lease resumes the
+///     handler, its recorded steps replayed, and makes the writes then;
+///   * a fence lost before the transaction (a takeover) writes nothing and answers as a lost
+///     fence does.
+/// The response is encoded before the transaction opens; an empty `writes` writes nothing.
+template <class Response, class Transaction>
+struct commit_with {
+  Response response;
+  typename transaction_writes<Transaction>::type writes;
+};
+
+namespace detail {
+template <class T>
+inline constexpr bool is_commit_with = false;
+template <class Response, class Transaction>
+inline constexpr bool is_commit_with<commit_with<Response, Transaction>> = true;
+
+// What a handler's answer holds: its response, and for a commit_with the transaction its writes
+// take.
+template <class T>
+struct commit_with_parts {
+  using response = T;
+};
+template <class Response, class Transaction>
+struct commit_with_parts<commit_with<Response, Transaction>> {
+  using response = Response;
+  using transaction = Transaction;
+};
+}  // namespace detail
+
 }  // namespace idem
 
 #endif  // IDEM_STORE_CONTRACT_HPP
@@ -8583,10 +8695,27 @@ template <class Handler, class Request, class Store>
 struct handler_result {
   using type = std::invoke_result_t<Handler&, const Request&>;
 };
+// What a context handler's call answers: its response, or a commit_with carrying it.
+template <class Handler, class Request>
+using context_answer = std::invoke_result_t<Handler&, handler_context&, const Request&>;
+
+// A handler that answers commit_with (idem/store/contract.hpp): its response, and the writes that
+// commit with its record.
+template <class Handler, class Request>
+concept answers_commit_with =
+    takes_handler_context<Handler, Request> && is_commit_with<context_answer<Handler, Request>>;
+
+// ... whose writes take the store's own transaction.
+template <class Handler, class Request, class Store>
+concept commits_with_record =
+    answers_commit_with<Handler, Request> && TransactionalStore<Store> &&
+    std::same_as < typename commit_with_parts<context_answer<Handler, Request>>::transaction,
+typename Store::transaction > ;
+
 template <class Handler, class Request, class Store>
 requires takes_handler_context<Handler, Request>
 struct handler_result<Handler, Request, Store> {
-  using type = std::invoke_result_t<Handler&, handler_context&, const Request&>;
+  using type = typename commit_with_parts<context_answer<Handler, Request>>::response;
 };
 template <class Handler, class Request, class Store>
 requires takes_transaction<Handler, Request, Store>
@@ -8606,6 +8735,12 @@ constexpr bool check_handler() {
                 "R(idem::handler_context&, const Request&, Store::transaction&), where Request is "
                 "the request it is called with (an idem::http_request, or the body as a "
                 "std::string) and R a storable response.");
+  if constexpr (answers_commit_with<Handler, Request>) {
+    static_assert(commits_with_record<Handler, Request, Store>,
+                  "idem::idempotent: a handler that answers idem::commit_with<R, Transaction> "
+                  "needs a TransactionalStore whose transaction type is Transaction: its writes "
+                  "commit in the transaction that completes the record.");
+  }
   return true;
 }
 
@@ -8733,9 +8868,10 @@ namespace idem::detail {
 inline constexpr char too_large_text[] = "\0idem: response too large to store\0";
 inline constexpr std::string_view too_large_marker{too_large_text, sizeof too_large_text - 1};
 
-/// How a claimed run's response is recorded: by complete after the handler returned, or by
-/// complete_within, in the transaction the handler writes in (TransactionalStore).
-enum class completion : std::uint8_t { direct, in_transaction };
+/// How a claimed run's response is recorded: by complete after the handler returned; by
+/// complete_within, in the transaction the handler writes in (TransactionalStore); or by
+/// complete_within after the handler returned, with the writes its commit_with carries.
+enum class completion : std::uint8_t { direct, in_transaction, with_writes };
 
 // Where a run's recovery points are written: the store, or the open transaction.
 template <class Store, completion How>
@@ -9319,7 +9455,7 @@ class engine {
                             claim.held.fence,          claim.resumed,
                             std::move(claim.recovery), &target};
     bool handler_threw = false;
-    auto run_handler = [&](auto&... transaction) -> Response {
+    auto run_handler = [&](auto&... transaction) -> decltype(auto) {
       try {
         return run(context, transaction...);
       } catch (...) {
@@ -9333,6 +9469,10 @@ class engine {
       if constexpr (How == completion::direct) {
         target.writer = &store();
         return record_directly<Response>(claim, print, run_handler());
+      } else if constexpr (How == completion::with_writes) {
+        target.writer = &store();
+        auto answered = run_handler();
+        return record_with_writes<Response>(claim, print, answered, handler_threw);
       } else {
         return record_within<Response>(claim, print, target, handler_threw, run_handler);
       }
@@ -9644,6 +9784,39 @@ class engine {
                                       too_large_message(marker), claim.held.fence, claim.resumed);
     }
     return outcome_type::executed(std::move(*response), claim.held.fence, claim.resumed);
+  }
+
+  // completion::with_writes: the handler answered commit_with; its writes are made in the
+  // transaction that completes the record, which opens only now. Writes that throw end the call
+  // as a handler that threw (`handler_threw`, for run_claimed's settling); the store's own
+  // failures keep the claim, as record_within's do.
+  template <class Response, class Transaction>
+  idempotent_outcome<Response> record_with_writes(const held_claim& claim, const digest& print,
+                                                  commit_with<Response, Transaction>& answered,
+                                                  bool& handler_threw) {
+    completion_bytes done;
+    completion_for(answered.response, done);
+    auto produce = [&](Transaction& transaction) -> std::string {
+      handler_threw = false;
+      if (answered.writes) {
+        try {
+          answered.writes(transaction);
+        } catch (...) {
+          handler_threw = true;
+          throw;
+        }
+      }
+      return std::string(done.bytes);
+    };
+    bool applied = false;
+    try {
+      applied = store().complete_within(claim.held, completion_time(claim.claimed_at), produce);
+    } catch (const store_error& error) {
+      if (handler_threw) throw;
+      return refused<Response>(error, "the handler's writes did not commit: ");
+    }
+    if (!applied) return answer_lost<Response>(claim.held.scope, claim.held.key, print);
+    return recorded(claim, std::move(answered.response), done);
   }
 
   // The stored response, decoded; a replay's snapshot is this call's own copy, so a codec that
@@ -12383,10 +12556,8 @@ class idempotent {
               {}};
     }
     auto run = runner<response_type>(*kept, nullptr);
-    constexpr detail::completion how = detail::takes_transaction<Handler, Request, store_type>
-                                           ? detail::completion::in_transaction
-                                           : detail::completion::direct;
-    return engine_.template resume<response_type, how>(stuck.scope, stuck.key, print, run);
+    return engine_.template resume<response_type, completion_of<Request>()>(stuck.scope, stuck.key,
+                                                                            print, run);
   }
 
   const options& settings() const noexcept { return engine_.options(); }
@@ -12441,6 +12612,10 @@ class idempotent {
         return outcome_type{verdict::missing_key,
                             "an idempotency key is required: this handler runs inside the "
                             "transaction that records its key"};
+      } else if constexpr (detail::answers_commit_with<Handler, Request>) {
+        return outcome_type{verdict::missing_key,
+                            "an idempotency key is required: this handler's writes commit in "
+                            "the transaction that records its key"};
       } else {
         if (deadline && detail::too_late(*deadline, settings.minimum_time_left)) {
           return detail::deadline_refusal<Response>(*deadline, settings.minimum_time_left);
@@ -12460,8 +12635,7 @@ class idempotent {
       static_assert(detail::check_one_commit_handler<transactional>());
       return detail::run_one_commit<Response>(engine_, scope, *key, print, run);
     }
-    constexpr detail::completion how =
-        transactional ? detail::completion::in_transaction : detail::completion::direct;
+    constexpr detail::completion how = completion_of<Request>();
     if (settings.max_kept_request_bytes == 0) {
       return engine_.template run<Response, how>(scope, *key, print, run, settings.failure, nullptr,
                                                  waited...);
@@ -12475,11 +12649,29 @@ class idempotent {
                                                waited...);
   }
 
+  // How the engine records a run of the handler for Request: directly, in the transaction the
+  // handler writes in, or with the writes its commit_with carries.
+  template <class Request>
+  static constexpr detail::completion completion_of() {
+    if constexpr (detail::takes_transaction<Handler, Request, store_type>) {
+      return detail::completion::in_transaction;
+    } else if constexpr (detail::answers_commit_with<Handler, Request>) {
+      return detail::completion::with_writes;
+    } else {
+      return detail::completion::direct;
+    }
+  }
+
   // What the engine runs for `request`: the handler, given the context, and for a transactional
-  // handler the transaction too (completion::in_transaction passes it).
+  // handler the transaction too (completion::in_transaction passes it). It answers the
+  // handler's Response, or the commit_with carrying it.
   template <class Response, class Request>
   auto runner(const Request& request, const typename clock_type::time_point* until) {
-    return [this, &request, until](handler_context& context, auto&... transaction) -> Response {
+    using answer_type =
+        typename std::conditional_t<completion_of<Request>() == detail::completion::with_writes,
+                                    std::invoke_result<Handler&, handler_context&, const Request&>,
+                                    std::type_identity<Response>>::type;
+    return [this, &request, until](handler_context& context, auto&... transaction) -> answer_type {
       if (until != nullptr) context.set_deadline(engine_.clock(), *until);
       if constexpr (observes) {
         // Timed here, around the handler alone: the claim and the record are the call's.
@@ -12489,9 +12681,9 @@ class idempotent {
                                                                       start);
         };
         try {
-          Response response = invoke_handler(context, request, transaction...);
+          answer_type answer = invoke_handler(context, request, transaction...);
           observer_.on_handler(handler_event{took(), false});
-          return response;
+          return answer;
         } catch (...) {
           observer_.on_handler(handler_event{took(), true});
           throw;
