@@ -28,6 +28,7 @@ struct sqlite_settings {
   std::chrono::milliseconds busy_timeout{};
   std::size_t sweep_batch = 0;
   std::uint64_t max_database_bytes = 0;
+  int max_wal_pages = 0;  // 0: SQLite's own checkpoints only
 };
 
 // One SQLite connection and its prepared statements. Used by one thread at a time.
@@ -169,6 +170,10 @@ class sqlite_connection {
     execute_script(
         settings_->synchronous_full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL",
         "set the synchronous mode");
+    // In place of SQLite's automatic checkpoint, which it would replace anyway.
+    if (settings_->max_wal_pages != 0) {
+      sqlite3_wal_hook(db_, &sqlite_connection::after_commit, this);
+    }
     if (settings_->max_database_bytes != 0) {
       const std::string page_size = text_of("PRAGMA page_size", "read the page size");
       const std::uint64_t pages =
@@ -193,6 +198,22 @@ class sqlite_connection {
         }
       }
     }
+  }
+
+  // After each commit in WAL mode, with `frames` in the WAL: SQLite's automatic checkpoint
+  // (passive, from 1,000 frames), and past max_wal_pages a RESTART, which waits for the
+  // transactions on older snapshots (through the busy handler) so that the WAL starts over. A
+  // checkpoint that cannot finish now is tried again after a later commit; the commit itself
+  // has happened whatever it answers.
+  static int after_commit(void* self, sqlite3* db, const char* name, int frames) {
+    constexpr int automatic = 1000;  // SQLITE_DEFAULT_WAL_AUTOCHECKPOINT
+    const int restart = static_cast<sqlite_connection*>(self)->settings_->max_wal_pages;
+    if (frames >= restart) {
+      (void)sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_RESTART, nullptr, nullptr);
+    } else if (frames >= automatic) {
+      (void)sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+    }
+    return SQLITE_OK;
   }
 
   // Retries a locked database with short pauses, growing to 2 ms: a write transaction here

@@ -78,6 +78,14 @@ class sqlite_store {
     /// A hard cap on the database's size (PRAGMA max_page_count); a write past it throws
     /// store_error(full). 0: none.
     std::uint64_t max_database_bytes = 0;
+    /// The WAL's length, in pages, past which a commit restarts it: a RESTART checkpoint that
+    /// waits (up to busy_timeout) for the transactions on older snapshots, copies every frame
+    /// into the database and lets the next writer write the WAL from its start. SQLite's own
+    /// checkpoint after a commit (every 1,000 pages, kept below this) copies what it can but
+    /// never restarts a WAL that some transaction always reads: under a load that always has
+    /// one open, the WAL grows without bound, and each checkpoint sorts all of it
+    /// (docs/stores/sqlite.md, "The WAL"). 0: SQLite's own checkpoints only.
+    std::size_t max_wal_pages = 4000;
     /// The largest payload transaction::publish accepts; a larger one throws
     /// std::invalid_argument at publish, and the handler's transaction rolls back. 1 MiB by
     /// default (idem::default_max_outbox_payload_bytes).
@@ -378,6 +386,7 @@ class sqlite_store {
       connection_settings.busy_timeout = settings.busy_timeout;
       connection_settings.sweep_batch = settings.sweep_batch;
       connection_settings.max_database_bytes = settings.max_database_bytes;
+      connection_settings.max_wal_pages = static_cast<int>(settings.max_wal_pages);
     }
     state(const state&) = delete;
     state& operator=(const state&) = delete;
@@ -431,6 +440,9 @@ class sqlite_store {
     }
     if (settings.busy_timeout < std::chrono::milliseconds::zero()) {
       throw std::invalid_argument("idem::sqlite_store: the busy timeout cannot be negative");
+    }
+    if (settings.max_wal_pages > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
+      throw std::invalid_argument("idem::sqlite_store: max_wal_pages must be 0 to 2^31 - 1");
     }
     detail::sqlite_check_group_commit(settings.group_commit);
     return settings;
