@@ -39,6 +39,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -137,52 +138,21 @@ struct async_payment_handler {
   }
 };
 
-/// SQLite's: the charge as for the other books, then the row and its message as
-/// idem::commit_with's writes, the blocking payment_handler's (payment_writes), made in the
-/// transaction that completes the record where the store's calls run (the pool): no write lock
-/// is held while the processor answers.
-template <>
-struct async_payment_handler<sqlite_book> {
-  using transaction = idem::sqlite_store::transaction;
-
-  async_processor_client* processor;
-  async_book<sqlite_book>* book;
-  double crash_after_charge = 0;
-  double crash_when_asked = 0;
-
-  asio::awaitable<idem::commit_with<idem::http_response, transaction>> operator()(
-      idem::async_handler_context& ctx, const idem::http_request& request) const {
-    charged done =
-        co_await charge_payment(ctx, request, *processor, crash_after_charge, crash_when_asked);
-    idem::commit_with<idem::http_response, transaction> answer;
-    answer.response = std::move(done.response);
-    answer.writes = payment_writes<sqlite_book>(done);
-    co_return answer;
-  }
+/// The writes a charged payment commits with its record, for the store this server gives
+/// `Book`'s database: SQLite's blocking store takes the blocking handler's (payment_writes), run
+/// where the store's calls run (the pool); the asynchronous PostgreSQL store's are awaited on its
+/// connection.
+template <transactional_book Book>
+struct async_writes {
+  using transaction = typename Book::transaction;
+  static std::function<void(transaction&)> of(charged& done) { return payment_writes<Book>(done); }
 };
-
-/// PostgreSQL's: the charge as for the other books, outside any transaction (the heartbeat
-/// keeping the lease meanwhile), and the row and its message as idem::commit_with's writes, made
-/// in the transaction that completes the record: the row, its message and the completed record
-/// commit together or not at all, as in the blocking server, but no connection is held while the
-/// processor answers.
 template <>
-struct async_payment_handler<postgres_book> {
+struct async_writes<postgres_book> {
   using transaction = idem::async_postgres_store::transaction;
-
-  async_processor_client* processor;
-  async_book<postgres_book>* book;
-  double crash_after_charge = 0;
-  double crash_when_asked = 0;
-
-  asio::awaitable<idem::commit_with<idem::http_response, transaction>> operator()(
-      idem::async_handler_context& ctx, const idem::http_request& request) const {
-    charged done =
-        co_await charge_payment(ctx, request, *processor, crash_after_charge, crash_when_asked);
-    idem::commit_with<idem::http_response, transaction> answer;
-    answer.response = std::move(done.response);
-    answer.writes = [row = std::move(done.row),
-                     message = std::move(done.message)](transaction& tx) -> asio::awaitable<void> {
+  static transaction::writes_type of(charged& done) {
+    return [row = std::move(done.row),
+            message = std::move(done.message)](transaction& tx) -> asio::awaitable<void> {
       // Named first: GCC 12 rejects braced lists in the arguments of a co_awaited call.
       const std::string insert = postgres_book::insert_sql;
       const idem::async_postgres_store::parameters values{row.id, row.account, row.body};
@@ -190,6 +160,30 @@ struct async_payment_handler<postgres_book> {
       const std::string name(payment_succeeded);
       (void)co_await tx.publish(name, message);
     };
+  }
+};
+
+/// SQLite's and PostgreSQL's: the charge as for the other books, outside any transaction (the
+/// heartbeat keeping the lease meanwhile), and the row and its message as idem::commit_with's
+/// writes, made in the transaction that completes the record: the row, its message and the
+/// completed record commit together or not at all, as in the blocking server, but no
+/// connection, and no SQLite write lock, is held while the processor answers.
+template <transactional_book Book>
+struct async_payment_handler<Book> {
+  using transaction = typename async_writes<Book>::transaction;
+
+  async_processor_client* processor;
+  async_book<Book>* book;
+  double crash_after_charge = 0;
+  double crash_when_asked = 0;
+
+  asio::awaitable<idem::commit_with<idem::http_response, transaction>> operator()(
+      idem::async_handler_context& ctx, const idem::http_request& request) const {
+    charged done =
+        co_await charge_payment(ctx, request, *processor, crash_after_charge, crash_when_asked);
+    idem::commit_with<idem::http_response, transaction> answer;
+    answer.response = std::move(done.response);
+    answer.writes = async_writes<Book>::of(done);
     co_return answer;
   }
 };

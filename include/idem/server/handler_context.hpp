@@ -187,15 +187,7 @@ class handler_context {
   /// An exception from `fn` passes through and records nothing.
   template <class F>
   std::invoke_result_t<F&> step(std::string_view name, F&& fn) {
-    using result_type = std::invoke_result_t<F&>;
-    static_assert(std::is_void_v<result_type> || Encodable<result_type>,
-                  "A step's result must be storable: specialise idem::codec<R> for it (see "
-                  "idem/core/codec.hpp), or return void.");
-    check_step_name(name);
-    std::string_view recorded;
-    if (find_recorded(name, recorded)) return recorded_result<result_type>(recorded);
-    start_step(name);
-    return call_and_record<result_type>(name, fn);
+    return keyed_step<false>(name, fn);
   }
 
   /// step(name, fn) for a downstream that deduplicates by downstream_key(name): the same, but
@@ -205,24 +197,7 @@ class handler_context {
   /// before that write runs `fn` again after the takeover, under the same downstream key.
   template <class F>
   std::invoke_result_t<F&> step(std::string_view name, F&& fn, with_next_write_t) {
-    using result_type = std::invoke_result_t<F&>;
-    static_assert(std::is_void_v<result_type> || Encodable<result_type>,
-                  "A step's result must be storable: specialise idem::codec<R> for it (see "
-                  "idem/core/codec.hpp), or return void.");
-    check_step_name(name);
-    std::string_view recorded;
-    if (find_recorded(name, recorded)) return recorded_result<result_type>(recorded);
-    start_step(name);
-    if constexpr (std::is_void_v<result_type>) {
-      fn();
-      keep_step(name, {});
-    } else {
-      result_type result = fn();
-      std::string bytes;
-      codec<result_type>::encode(result, bytes);
-      keep_step(name, bytes);
-      return result;
-    }
+    return keyed_step<true>(name, fn);
   }
 
   /// step(name, fn) for a downstream without idempotency keys: `lookup(reference)` answers
@@ -355,26 +330,46 @@ class handler_context {
     if constexpr (!std::is_void_v<R>) return codec<R>::decode(recorded);
   }
 
+  // step(name, fn), its result recorded at once, or with `Keeps` (with_next_write) kept for the
+  // claim's next write.
+  template <bool Keeps, class F>
+  std::invoke_result_t<F&> keyed_step(std::string_view name, F& fn) {
+    using result_type = std::invoke_result_t<F&>;
+    static_assert(std::is_void_v<result_type> || Encodable<result_type>,
+                  "A step's result must be storable: specialise idem::codec<R> for it (see "
+                  "idem/core/codec.hpp), or return void.");
+    check_step_name(name);
+    std::string_view recorded;
+    if (find_recorded(name, recorded)) return recorded_result<result_type>(recorded);
+    start_step(name);
+    return call_and_record<result_type, Keeps>(name, fn);
+  }
+
   // The fenced write before a step's function runs: the started entry, and a renewed lease.
   void start_step(std::string_view name) { write_appended(append_started(name)); }
 
-  template <class R, class F>
+  template <class R, bool Keeps = false, class F>
   R call_and_record(std::string_view name, F& fn) {
     if constexpr (std::is_void_v<R>) {
       fn();
-      record_step(name, {});
+      record_step<Keeps>(name, {});
     } else {
       R result = fn();
       std::string bytes;
       codec<R>::encode(result, bytes);
-      record_step(name, bytes);
+      record_step<Keeps>(name, bytes);
       return result;
     }
   }
 
+  template <bool Keeps = false>
   void record_step(std::string_view name, std::string_view value) {
-    write_appended(append_step(name, value));
-    count_step();
+    if constexpr (Keeps) {
+      keep_step(name, value);
+    } else {
+      write_appended(append_step(name, value));
+      count_step();
+    }
   }
 
   // Writes the recovery bytes as they stand (fenced); what was appended since `before` is taken
