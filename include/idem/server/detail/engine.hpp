@@ -37,6 +37,7 @@
 #include <idem/server/detail/coalescing.hpp>
 #include <idem/server/detail/held_claim.hpp>
 #include <idem/server/detail/recovery_bytes.hpp>
+#include <idem/server/detail/with_writes.hpp>
 #include <idem/server/failure.hpp>
 #include <idem/server/handler_context.hpp>
 #include <idem/server/outcome.hpp>
@@ -45,14 +46,6 @@
 #include <idem/store/contract.hpp>
 
 namespace idem::detail {
-
-// A resumable wrapper's kept request: the plain recovery bytes a new record's handler starts
-// with, and the form the store keeps (sealed by the response codec, or the plain bytes).
-struct kept_bytes {
-  std::string plain;
-  std::string sealed;
-  std::string_view stored;
-};
 
 // The failure "policy" of a resumption by the reconciler: a handler that fails again leaves its
 // claim as it is (the record stays stuck, and is reported), never released, which would drop the
@@ -326,7 +319,7 @@ class engine {
       } else if constexpr (How == completion::with_writes) {
         target.writer = &store();
         auto answered = run_handler();
-        return record_with_writes<Response>(claim, print, answered, handler_threw);
+        return record_with_writes<Response>(*this, claim, print, answered, handler_threw);
       } else {
         return record_within<Response>(claim, print, target, handler_threw, run_handler);
       }
@@ -638,39 +631,6 @@ class engine {
                                       too_large_message(marker), claim.held.fence, claim.resumed);
     }
     return outcome_type::executed(std::move(*response), claim.held.fence, claim.resumed);
-  }
-
-  // completion::with_writes: the handler answered commit_with; its writes are made in the
-  // transaction that completes the record, which opens only now. Writes that throw end the call
-  // as a handler that threw (`handler_threw`, for run_claimed's settling); the store's own
-  // failures keep the claim, as record_within's do.
-  template <class Response, class Transaction>
-  idempotent_outcome<Response> record_with_writes(const held_claim& claim, const digest& print,
-                                                  commit_with<Response, Transaction>& answered,
-                                                  bool& handler_threw) {
-    completion_bytes done;
-    completion_for(answered.response, done);
-    auto produce = [&](Transaction& transaction) -> std::string {
-      handler_threw = false;
-      if (answered.writes) {
-        try {
-          answered.writes(transaction);
-        } catch (...) {
-          handler_threw = true;
-          throw;
-        }
-      }
-      return std::string(done.bytes);
-    };
-    bool applied = false;
-    try {
-      applied = store().complete_within(claim.held, completion_time(claim.claimed_at), produce);
-    } catch (const store_error& error) {
-      if (handler_threw) throw;
-      return refused<Response>(error, "the handler's writes did not commit: ");
-    }
-    if (!applied) return answer_lost<Response>(claim.held.scope, claim.held.key, print);
-    return recorded(claim, std::move(answered.response), done);
   }
 
   // The stored response, decoded; a replay's snapshot is this call's own copy, so a codec that

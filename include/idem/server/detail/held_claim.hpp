@@ -63,6 +63,14 @@ class made_later {
   bool made_ = false;
 };
 
+// A resumable wrapper's kept request: the plain recovery bytes a new record's handler starts
+// with, and the form the store keeps (sealed by the response codec, or the plain bytes).
+struct kept_bytes {
+  std::string plain;
+  std::string sealed;
+  std::string_view stored;
+};
+
 /// A claim this caller holds: what run_claimed needs to run under it.
 struct held_claim {
   fenced_key held;
