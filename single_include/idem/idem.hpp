@@ -8905,6 +8905,14 @@ class made_later {
   bool made_ = false;
 };
 
+// A resumable wrapper's kept request: the plain recovery bytes a new record's handler starts
+// with, and the form the store keeps (sealed by the response codec, or the plain bytes).
+struct kept_bytes {
+  std::string plain;
+  std::string sealed;
+  std::string_view stored;
+};
+
 /// A claim this caller holds: what run_claimed needs to run under it.
 struct held_claim {
   fenced_key held;
@@ -8917,6 +8925,13 @@ struct held_claim {
 
 #endif  // IDEM_SERVER_DETAIL_HELD_CLAIM_HPP
 // end idem/server/detail/held_claim.hpp
+// begin idem/server/detail/with_writes.hpp
+// completion::with_writes, for engine::run_claimed: the handler answered commit_with
+// (idem/store/contract.hpp), and its writes are made in the transaction that completes the
+// record, which opens only once the handler has returned.
+#ifndef IDEM_SERVER_DETAIL_WITH_WRITES_HPP
+#define IDEM_SERVER_DETAIL_WITH_WRITES_HPP
+
 // begin idem/server/outcome.hpp
 // What one guarded call returns: what happened (a verdict), the response when there is one, and
 // the HTTP status a service answers with.
@@ -9132,6 +9147,49 @@ class idempotent_outcome {
 
 #endif  // IDEM_SERVER_OUTCOME_HPP
 // end idem/server/outcome.hpp
+
+namespace idem::detail {
+
+/// Completes `claim` on `owner`'s store (an engine) with `answered`'s response and writes in one
+/// transaction. Writes that throw end the call as a handler that threw (`handler_threw`, for
+/// run_claimed's settling); the store's own failures keep the claim, as a transactional
+/// handler's do; a lost fence writes nothing and answers as a lost fence does.
+template <class Response, class Engine, class Transaction>
+idempotent_outcome<Response> record_with_writes(Engine& owner, const held_claim& claim,
+                                                const digest& print,
+                                                commit_with<Response, Transaction>& answered,
+                                                bool& handler_threw) {
+  typename Engine::completion_bytes done;
+  owner.completion_for(answered.response, done);
+  auto produce = [&](Transaction& transaction) -> std::string {
+    handler_threw = false;
+    if (answered.writes) {
+      try {
+        answered.writes(transaction);
+      } catch (...) {
+        handler_threw = true;
+        throw;
+      }
+    }
+    return std::string(done.bytes);
+  };
+  bool applied = false;
+  try {
+    applied =
+        owner.store().complete_within(claim.held, owner.completion_time(claim.claimed_at), produce);
+  } catch (const store_error& error) {
+    if (handler_threw) throw;
+    return Engine::template refused<Response>(error, "the handler's writes did not commit: ");
+  }
+  if (!applied)
+    return owner.template answer_lost<Response>(claim.held.scope, claim.held.key, print);
+  return owner.recorded(claim, std::move(answered.response), done);
+}
+
+}  // namespace idem::detail
+
+#endif  // IDEM_SERVER_DETAIL_WITH_WRITES_HPP
+// end idem/server/detail/with_writes.hpp
 // begin idem/server/resumption.hpp
 // What resuming a stuck record answers: idempotent::resume, which idem::reconciler calls for each
 // stuck record that kept its request (idem/reconciler.hpp).
@@ -9186,14 +9244,6 @@ struct resume_result {
 // end idem/server/resumption.hpp
 
 namespace idem::detail {
-
-// A resumable wrapper's kept request: the plain recovery bytes a new record's handler starts
-// with, and the form the store keeps (sealed by the response codec, or the plain bytes).
-struct kept_bytes {
-  std::string plain;
-  std::string sealed;
-  std::string_view stored;
-};
 
 // The failure "policy" of a resumption by the reconciler: a handler that fails again leaves its
 // claim as it is (the record stays stuck, and is reported), never released, which would drop the
@@ -9467,7 +9517,7 @@ class engine {
       } else if constexpr (How == completion::with_writes) {
         target.writer = &store();
         auto answered = run_handler();
-        return record_with_writes<Response>(claim, print, answered, handler_threw);
+        return record_with_writes<Response>(*this, claim, print, answered, handler_threw);
       } else {
         return record_within<Response>(claim, print, target, handler_threw, run_handler);
       }
@@ -9779,39 +9829,6 @@ class engine {
                                       too_large_message(marker), claim.held.fence, claim.resumed);
     }
     return outcome_type::executed(std::move(*response), claim.held.fence, claim.resumed);
-  }
-
-  // completion::with_writes: the handler answered commit_with; its writes are made in the
-  // transaction that completes the record, which opens only now. Writes that throw end the call
-  // as a handler that threw (`handler_threw`, for run_claimed's settling); the store's own
-  // failures keep the claim, as record_within's do.
-  template <class Response, class Transaction>
-  idempotent_outcome<Response> record_with_writes(const held_claim& claim, const digest& print,
-                                                  commit_with<Response, Transaction>& answered,
-                                                  bool& handler_threw) {
-    completion_bytes done;
-    completion_for(answered.response, done);
-    auto produce = [&](Transaction& transaction) -> std::string {
-      handler_threw = false;
-      if (answered.writes) {
-        try {
-          answered.writes(transaction);
-        } catch (...) {
-          handler_threw = true;
-          throw;
-        }
-      }
-      return std::string(done.bytes);
-    };
-    bool applied = false;
-    try {
-      applied = store().complete_within(claim.held, completion_time(claim.claimed_at), produce);
-    } catch (const store_error& error) {
-      if (handler_threw) throw;
-      return refused<Response>(error, "the handler's writes did not commit: ");
-    }
-    if (!applied) return answer_lost<Response>(claim.held.scope, claim.held.key, print);
-    return recorded(claim, std::move(answered.response), done);
   }
 
   // The stored response, decoded; a replay's snapshot is this call's own copy, so a codec that
