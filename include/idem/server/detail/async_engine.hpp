@@ -452,40 +452,12 @@ class async_engine {
     core_.completion_for(result.response, done);
     std::exception_ptr writes_threw;
     const fenced_key& held = claim.held;
-    const store_time now = core_.completion_time(claim.claimed_at);
     bool applied = false;
     bool lost = false;
     try {
-      if constexpr (AsyncTransactionalStore<store_type>) {
-        auto produce = [&](Transaction& transaction) -> asio::awaitable<std::string> {
-          writes_threw = nullptr;
-          if (result.writes) {
-            try {
-              co_await result.writes(transaction);
-            } catch (...) {
-              writes_threw = std::current_exception();
-              throw;
-            }
-          }
-          co_return std::string(done.bytes);
-        };
-        applied = co_await calls_.complete_within(core_.store(), held, now, produce);
-      } else {
-        auto produce = [&](Transaction& transaction) -> std::string {
-          writes_threw = nullptr;
-          if (result.writes) {
-            try {
-              result.writes(transaction);
-            } catch (...) {
-              writes_threw = std::current_exception();
-              throw;
-            }
-          }
-          return std::string(done.bytes);
-        };
-        applied =
-            co_await calls_([&] { return core_.store().complete_within(held, now, produce); });
-      }
+      applied = co_await calls_.template complete_with_writes<Transaction>(
+          core_.store(), held, core_.completion_time(claim.claimed_at), done.bytes, result.writes,
+          writes_threw);
     } catch (const lease_lost&) {
       lost = true;
     } catch (const store_error& error) {

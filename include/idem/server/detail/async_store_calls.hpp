@@ -93,6 +93,43 @@ class store_calls {
     co_return co_await store.async_complete_within(held, now, std::move(produce), uncancellable());
   }
 
+  /// A commit_with's completion: `writes` (its `writes` member) made in the transaction that
+  /// completes `held` with `bytes`, through an AsyncTransactionalStore's async_complete_within,
+  /// or a blocking TransactionalStore's complete_within where its calls run. `writes_threw`
+  /// gets the exception of writes that threw (then passed on as the transaction's failure).
+  template <class Transaction, class Writes>
+  asio::awaitable<bool> complete_with_writes(Store& store, const fenced_key& held, store_time now,
+                                             std::string_view bytes, Writes& writes,
+                                             std::exception_ptr& writes_threw) const {
+    if constexpr (AsyncTransactionalStore<Store>) {
+      auto produce = [&](Transaction& transaction) -> asio::awaitable<std::string> {
+        if (writes) {
+          try {
+            co_await writes(transaction);
+          } catch (...) {
+            writes_threw = std::current_exception();
+            throw;
+          }
+        }
+        co_return std::string(bytes);
+      };
+      co_return co_await complete_within(store, held, now, produce);
+    } else {
+      auto produce = [&](Transaction& transaction) -> std::string {
+        if (writes) {
+          try {
+            writes(transaction);
+          } catch (...) {
+            writes_threw = std::current_exception();
+            throw;
+          }
+        }
+        return std::string(bytes);
+      };
+      co_return co_await (*this)([&] { return store.complete_within(held, now, produce); });
+    }
+  }
+
   /// Runs `call` where a blocking store's calls run, and answers what it returned or throws
   /// what it threw.
   template <class Call>
