@@ -43,6 +43,7 @@
 #include <idem/server/inbox.hpp>
 #include <idem/server/lookup.hpp>
 #include <idem/store/one_commit.hpp>
+#include <idem/testing/detail/conformance/registration.hpp>
 
 namespace idem::testing::one_commit {
 
@@ -396,28 +397,34 @@ void an_inbox_in_one_commit_acts_once_per_event() {
     ::idem::testing::one_commit::function<TestType>();           \
   }
 
-#define IDEM_ONE_COMMIT_CONFORMANCE_TESTS(Fixture)                                            \
-  IDEM_ONE_COMMIT_CASE(Fixture, "a new key commits its effect and record together",           \
-                       "[one_commit]",                                                        \
-                       a_new_key_commits_effect_and_record_together_and_repeats_replay)       \
-  IDEM_ONE_COMMIT_CASE(Fixture, "a throwing handler leaves neither record nor effect",        \
-                       "[one_commit]", a_throwing_handler_leaves_neither_record_nor_effect)   \
-  IDEM_ONE_COMMIT_CASE(Fixture, "recovery points run and record nothing", "[one_commit]",     \
-                       recovery_points_run_and_record_nothing)                                \
-  IDEM_ONE_COMMIT_CASE(                                                                       \
-      Fixture, "a two-commit claim is honoured while live and taken over once expired",       \
-      "[one_commit]",                                                                         \
-      a_live_claim_of_the_two_commit_path_is_honoured_and_an_expired_one_taken_over)          \
-  IDEM_ONE_COMMIT_CASE(Fixture, "a duplicate waits for the transaction and replays it",       \
-                       "[one_commit][concurrency]",                                           \
-                       a_duplicate_waits_for_the_transaction_and_replays_it)                  \
-  IDEM_ONE_COMMIT_CASE(Fixture, "a wait past the lock timeout answers in_progress",           \
-                       "[one_commit][concurrency]",                                           \
-                       a_wait_past_the_lock_timeout_answers_in_progress)                      \
-  IDEM_ONE_COMMIT_CASE(Fixture, "a storm of 64 threads on one key has one effect",            \
-                       "[one_commit][concurrency]",                                           \
-                       a_storm_on_one_key_has_one_effect_and_identical_replays)               \
-  IDEM_ONE_COMMIT_CASE(Fixture, "an inbox in one commit acts once per event", "[one_commit]", \
-                       an_inbox_in_one_commit_acts_once_per_event)
+// IDEM_ONE_COMMIT_SERIAL_CASE: IDEM_ONE_COMMIT_CASE for a case not tagged [concurrency], which a
+// build that defines IDEM_TESTING_CONCURRENCY_ONLY leaves out
+// (idem/testing/detail/conformance/registration.hpp).
+#define IDEM_ONE_COMMIT_SERIAL_CASE(Fixture, behaviour, tags, function) \
+  IDEM_CONFORMANCE_SERIAL(IDEM_ONE_COMMIT_CASE(Fixture, behaviour, tags, function))
+
+#define IDEM_ONE_COMMIT_CONFORMANCE_TESTS(Fixture)                                                 \
+  IDEM_ONE_COMMIT_SERIAL_CASE(Fixture, "a new key commits its effect and record together",         \
+                              "[one_commit]",                                                      \
+                              a_new_key_commits_effect_and_record_together_and_repeats_replay)     \
+  IDEM_ONE_COMMIT_SERIAL_CASE(Fixture, "a throwing handler leaves neither record nor effect",      \
+                              "[one_commit]", a_throwing_handler_leaves_neither_record_nor_effect) \
+  IDEM_ONE_COMMIT_SERIAL_CASE(Fixture, "recovery points run and record nothing", "[one_commit]",   \
+                              recovery_points_run_and_record_nothing)                              \
+  IDEM_ONE_COMMIT_SERIAL_CASE(                                                                     \
+      Fixture, "a two-commit claim is honoured while live and taken over once expired",            \
+      "[one_commit]",                                                                              \
+      a_live_claim_of_the_two_commit_path_is_honoured_and_an_expired_one_taken_over)               \
+  IDEM_ONE_COMMIT_CASE(Fixture, "a duplicate waits for the transaction and replays it",            \
+                       "[one_commit][concurrency]",                                                \
+                       a_duplicate_waits_for_the_transaction_and_replays_it)                       \
+  IDEM_ONE_COMMIT_CASE(Fixture, "a wait past the lock timeout answers in_progress",                \
+                       "[one_commit][concurrency]",                                                \
+                       a_wait_past_the_lock_timeout_answers_in_progress)                           \
+  IDEM_ONE_COMMIT_CASE(Fixture, "a storm of 64 threads on one key has one effect",                 \
+                       "[one_commit][concurrency]",                                                \
+                       a_storm_on_one_key_has_one_effect_and_identical_replays)                    \
+  IDEM_ONE_COMMIT_SERIAL_CASE(Fixture, "an inbox in one commit acts once per event",               \
+                              "[one_commit]", an_inbox_in_one_commit_acts_once_per_event)
 
 #endif  // IDEM_TESTING_ONE_COMMIT_CONFORMANCE_HPP

@@ -61,6 +61,7 @@
 #include <idem/outbox/relay.hpp>
 #include <idem/outbox/sink.hpp>
 #include <idem/outbox/source.hpp>
+#include <idem/testing/detail/conformance/registration.hpp>
 
 // A report in a failed check's message: "{sequence: status}, ..." rather than Catch's "{?}".
 template <>
@@ -575,15 +576,16 @@ void the_relay_delivers_everything_once_through_failures_and_a_rejection() {
 
 // One Catch2 test case per behaviour, for the factory given. A macro only because Catch2
 // registers test cases with macros; each case is the function of the same name above.
-#define IDEM_OUTBOX_CONFORMANCE_CASE(Factory, behaviour, function)                      \
-  TEMPLATE_TEST_CASE("outbox conformance: " behaviour, "[conformance]", Factory) {      \
-    static_assert(::idem::testing::OutboxFactory<TestType>,                             \
-                  "An outbox conformance factory must be default-constructible and "    \
-                  "provide make() returning an Outbox with dead_letters(limit, after) " \
-                  "and requeue(sequences, now) (idem/outbox/dead_letter.hpp), "         \
-                  "write(id, partition_key, payload) and corrupt_headers(id).");        \
-    ::idem::testing::outbox_conformance::function<TestType>();                          \
-  }
+#define IDEM_OUTBOX_CONFORMANCE_CASE(Factory, behaviour, function)                          \
+  IDEM_CONFORMANCE_SERIAL(                                                                  \
+      TEMPLATE_TEST_CASE("outbox conformance: " behaviour, "[conformance]", Factory) {      \
+        static_assert(::idem::testing::OutboxFactory<TestType>,                             \
+                      "An outbox conformance factory must be default-constructible and "    \
+                      "provide make() returning an Outbox with dead_letters(limit, after) " \
+                      "and requeue(sequences, now) (idem/outbox/dead_letter.hpp), "         \
+                      "write(id, partition_key, payload) and corrupt_headers(id).");        \
+        ::idem::testing::outbox_conformance::function<TestType>();                          \
+      })
 
 #define IDEM_OUTBOX_CONFORMANCE_TESTS(Factory)                                                   \
   IDEM_OUTBOX_CONFORMANCE_CASE(Factory,                                                          \

@@ -38,6 +38,7 @@
 #include <idem/core/fingerprint/xxh3.hpp>
 #include <idem/reconciler.hpp>
 #include <idem/server/idempotent.hpp>
+#include <idem/testing/detail/conformance/registration.hpp>
 #include <idem/testing/detail/conformance/support.hpp>
 
 namespace idem::testing {
@@ -653,33 +654,43 @@ void a_keyless_downstream_that_loses_answers_is_never_charged_twice() {
     ::idem::testing::reconciler_conformance::function<TestType>();                   \
   }
 
+// IDEM_RECONCILER_SERIAL_CASE: IDEM_RECONCILER_CASE for a case not tagged [concurrency], which a
+// build that defines IDEM_TESTING_CONCURRENCY_ONLY leaves out
+// (idem/testing/detail/conformance/registration.hpp).
+#define IDEM_RECONCILER_SERIAL_CASE(Factory, behaviour, tags, function) \
+  IDEM_CONFORMANCE_SERIAL(IDEM_RECONCILER_CASE(Factory, behaviour, tags, function))
+
 #define IDEM_RECONCILER_CONFORMANCE_TESTS(Factory)                                                 \
-  IDEM_RECONCILER_CASE(                                                                            \
+  IDEM_RECONCILER_SERIAL_CASE(                                                                     \
       Factory,                                                                                     \
       "a resumable record abandoned at each recovery point is finished with one effect a step",    \
       "[reconciler]",                                                                              \
       a_resumable_record_abandoned_at_each_recovery_point_is_finished_with_one_effect_a_step)      \
-  IDEM_RECONCILER_CASE(                                                                            \
+  IDEM_RECONCILER_SERIAL_CASE(                                                                     \
       Factory, "a record of a wrapper that keeps no requests is reported, step by step",           \
       "[reconciler]", a_record_of_a_wrapper_that_keeps_no_requests_is_reported_step_by_step)       \
-  IDEM_RECONCILER_CASE(                                                                            \
+  IDEM_RECONCILER_SERIAL_CASE(                                                                     \
       Factory, "a record that never started a step is one not_landed row, which needs nobody",     \
       "[reconciler]", a_record_that_never_started_a_step_is_one_not_landed_row_which_needs_nobody) \
-  IDEM_RECONCILER_CASE(                                                                            \
+  IDEM_RECONCILER_SERIAL_CASE(                                                                     \
       Factory, "a kept request over the cap is refused at claim time and nothing is stored",       \
       "[reconciler]", a_kept_request_over_the_cap_is_refused_at_claim_time_and_nothing_is_stored)  \
-  IDEM_RECONCILER_CASE(Factory, "a corrupt kept request is reported and never resumed",            \
-                       "[reconciler]", a_corrupt_kept_request_is_reported_and_never_resumed)       \
-  IDEM_RECONCILER_CASE(Factory, "a lookup that throws is unknown, and the pass goes on",           \
-                       "[reconciler]", a_lookup_that_throws_is_unknown_and_the_pass_goes_on)       \
-  IDEM_RECONCILER_CASE(Factory, "a pass walks every stuck record once, batch by batch",            \
-                       "[reconciler]", a_pass_walks_every_stuck_record_once_batch_by_batch)        \
-  IDEM_RECONCILER_CASE(Factory, "a handler that fails again keeps its claim and is reported",      \
-                       "[reconciler]", a_handler_that_fails_again_keeps_its_claim_and_is_reported) \
+  IDEM_RECONCILER_SERIAL_CASE(Factory, "a corrupt kept request is reported and never resumed",     \
+                              "[reconciler]",                                                      \
+                              a_corrupt_kept_request_is_reported_and_never_resumed)                \
+  IDEM_RECONCILER_SERIAL_CASE(Factory, "a lookup that throws is unknown, and the pass goes on",    \
+                              "[reconciler]",                                                      \
+                              a_lookup_that_throws_is_unknown_and_the_pass_goes_on)                \
+  IDEM_RECONCILER_SERIAL_CASE(Factory, "a pass walks every stuck record once, batch by batch",     \
+                              "[reconciler]", a_pass_walks_every_stuck_record_once_batch_by_batch) \
+  IDEM_RECONCILER_SERIAL_CASE(                                                                     \
+      Factory, "a handler that fails again keeps its claim and is reported", "[reconciler]",       \
+      a_handler_that_fails_again_keeps_its_claim_and_is_reported)                                  \
   IDEM_RECONCILER_CASE(Factory, "reconcilers racing a retrying client finish each record once",    \
                        "[reconciler][concurrency]",                                                \
                        reconcilers_racing_a_retrying_client_finish_each_record_once)               \
-  IDEM_RECONCILER_CASE(Factory, "a keyless downstream that loses answers is never charged twice",  \
-                       "[lookup]", a_keyless_downstream_that_loses_answers_is_never_charged_twice)
+  IDEM_RECONCILER_SERIAL_CASE(                                                                     \
+      Factory, "a keyless downstream that loses answers is never charged twice", "[lookup]",       \
+      a_keyless_downstream_that_loses_answers_is_never_charged_twice)
 
 #endif  // IDEM_TESTING_RECONCILER_CONFORMANCE_HPP

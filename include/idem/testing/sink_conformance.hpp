@@ -50,6 +50,7 @@
 #include <idem/outbox/headers.hpp>
 #include <idem/outbox/message.hpp>
 #include <idem/outbox/sink.hpp>
+#include <idem/testing/detail/conformance/registration.hpp>
 
 namespace idem::testing {
 
@@ -302,14 +303,15 @@ void an_unavailable_sink_throws() {
 
 // One Catch2 test case per behaviour, for the factory given. A macro only because Catch2
 // registers test cases with macros; each case is the function of the same name above.
-#define IDEM_SINK_CONFORMANCE_CASE(Factory, behaviour, function)                          \
-  TEMPLATE_TEST_CASE("sink conformance: " behaviour, "[conformance]", Factory) {          \
-    static_assert(::idem::testing::SinkFactory<TestType>,                                 \
-                  "A sink conformance factory must be default-constructible and provide " \
-                  "make() returning a Sink and read(topic) returning the entries it "     \
-                  "delivered there, as std::vector<idem::outbox_entry>.");                \
-    ::idem::testing::sink_conformance::function<TestType>();                              \
-  }
+#define IDEM_SINK_CONFORMANCE_CASE(Factory, behaviour, function)                              \
+  IDEM_CONFORMANCE_SERIAL(                                                                    \
+      TEMPLATE_TEST_CASE("sink conformance: " behaviour, "[conformance]", Factory) {          \
+        static_assert(::idem::testing::SinkFactory<TestType>,                                 \
+                      "A sink conformance factory must be default-constructible and provide " \
+                      "make() returning a Sink and read(topic) returning the entries it "     \
+                      "delivered there, as std::vector<idem::outbox_entry>.");                \
+        ::idem::testing::sink_conformance::function<TestType>();                              \
+      })
 
 #define IDEM_SINK_CONFORMANCE_TESTS(Factory)                                                 \
   IDEM_SINK_CONFORMANCE_CASE(Factory, "every entry of a batch is acknowledged",              \
