@@ -13,6 +13,8 @@
 #include "asio/net.hpp"
 #include "asio/server_support.hpp"
 
+namespace async_inbox_test {
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -81,3 +83,5 @@ TEST_CASE("an async consumer that throws releases the event, and the redelivery 
   CHECK(redelivered.value() == "done");
   CHECK(attempts == 2);
 }
+
+}  // namespace async_inbox_test

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+namespace async_retrying_hedging_test {
+
 using namespace std::chrono_literals;
 namespace asio = test_net::asio;
 using std::chrono::nanoseconds;
@@ -243,3 +245,5 @@ TEST_CASE(
   CHECK(plain_effects == calls);
   CHECK(hedged_effects == calls);
 }
+
+}  // namespace async_retrying_hedging_test

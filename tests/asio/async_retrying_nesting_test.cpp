@@ -6,6 +6,8 @@
 
 #include <memory>
 
+namespace async_retrying_nesting_test {
+
 using namespace std::chrono_literals;
 namespace asio = test_net::asio;
 using test_net::manual_policies;
@@ -102,3 +104,5 @@ TEST_CASE("an operation's attempts run in its layer") {
   test_net::run_until_done(io, clock, [&] { return done; });
   CHECK(depth_in_attempt == 1);
 }
+
+}  // namespace async_retrying_nesting_test

@@ -9,6 +9,8 @@
 #include <thread>
 #include <vector>
 
+namespace async_retrying_tokens_test {
+
 using namespace std::chrono_literals;
 namespace asio = test_net::asio;
 using test_net::manual_policies;
@@ -267,3 +269,5 @@ TEST_CASE("async_with_key refuses an invalid key before anything starts") {
       (idem::async_retrying<flaky, manual_policies>{io.get_executor(), dependency, negative}),
       std::invalid_argument);
 }
+
+}  // namespace async_retrying_tokens_test

@@ -21,6 +21,8 @@
 #include <string>
 #include <thread>
 
+namespace async_store_test {
+
 namespace asio = idem::asio;
 using namespace std::chrono_literals;
 
@@ -135,3 +137,5 @@ TEST_CASE(
   CHECK(claimed.status == idem::claim_status::claimed);
   CHECK(records.find("s", "k", start).has_value());
 }
+
+}  // namespace async_store_test

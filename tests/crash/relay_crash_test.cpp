@@ -33,6 +33,8 @@
 #include "crash/crash_support.hpp"
 #include "stores/redis/stream_test_support.hpp"
 
+namespace relay_crash_test {
+
 using idem_crash::finished;
 using idem_crash::on_postgres;
 using idem_crash::on_sqlite;
@@ -196,3 +198,5 @@ TEMPLATE_TEST_CASE(
     CHECK(redeliveries == 0);
   }
 }
+
+}  // namespace relay_crash_test

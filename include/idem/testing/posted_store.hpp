@@ -6,7 +6,10 @@
 // paths (idem/asio's engine) that an inline store never takes.
 //
 // It lets nothing be cancelled (the contract allows that), and it is not meant for production:
-// a store that answers from memory is best called inline (never_blocks).
+// a store that answers from memory is best called inline (never_blocks). The handler's executor
+// counts the operation as work until the store's thread has posted the answer and let go of it,
+// a moment after the caller resumed: keep that io_context until its run() returns (or it has no
+// work left), not only until the answer arrived, as with any executor's tracked work.
 #ifndef IDEM_TESTING_POSTED_STORE_HPP
 #define IDEM_TESTING_POSTED_STORE_HPP
 

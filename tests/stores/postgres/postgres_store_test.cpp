@@ -23,6 +23,8 @@
 #include "support/records.hpp"
 #include "support/thread_errors.hpp"
 
+namespace postgres_store_test {
+
 namespace pgtest = idem::testing::postgres;
 using namespace std::chrono_literals;
 
@@ -553,3 +555,5 @@ TEST_CASE(
   CHECK(f.effects_of("inner") == 1);
   CHECK(f.check.scalar("SELECT count(*) FROM \"" + f.table.name + "_outbox\"") == 2);
 }
+
+}  // namespace postgres_store_test

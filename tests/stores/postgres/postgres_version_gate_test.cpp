@@ -27,6 +27,8 @@
 #include "postgres_test_support.hpp"
 #include "support/version_gate_cases.hpp"
 
+namespace postgres_version_gate_test {
+
 namespace pgtest = idem::testing::postgres;
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
@@ -332,3 +334,5 @@ TEST_CASE(
     }
   }
 }
+
+}  // namespace postgres_version_gate_test

@@ -13,6 +13,8 @@
 
 #include "support/records.hpp"
 
+namespace async_postgres_within_test {
+
 namespace pgtest = idem::testing::postgres;
 namespace pgasync = idem::testing::postgres_async;
 namespace asio = idem::asio;
@@ -180,3 +182,5 @@ TEST_CASE("a serialization failure in async_complete_within rolls back and runs 
   CHECK(f.effect_count() == 1);
   CHECK(f.admin.scalar("SELECT count(*) FROM " + f.effects() + " WHERE key = 'run 2'") == 1);
 }
+
+}  // namespace async_postgres_within_test

@@ -28,6 +28,8 @@
 #include "support/records.hpp"
 #include "support/temporary_directory.hpp"
 
+namespace sqlite_store_test {
+
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 using idem::claim_status;
@@ -904,3 +906,5 @@ TEST_CASE("max_wal_pages past what SQLite counts is refused at construction", "[
   options.max_wal_pages = std::size_t{1} << 40;
   CHECK_THROWS_WITH(sqlite_store{options}, Contains("max_wal_pages"));
 }
+
+}  // namespace sqlite_store_test

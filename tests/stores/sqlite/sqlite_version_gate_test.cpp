@@ -29,6 +29,8 @@
 #include "support/temporary_directory.hpp"
 #include "support/version_gate_cases.hpp"
 
+namespace sqlite_version_gate_test {
+
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 using idem::sqlite_store;
@@ -310,3 +312,5 @@ TEST_CASE("version gate: deliveries racing from many threads apply each entity's
     }
   }
 }
+
+}  // namespace sqlite_version_gate_test

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+namespace limiter_test {
+
 using namespace std::chrono_literals;
 using std::chrono::nanoseconds;
 
@@ -210,3 +212,5 @@ TEST_CASE("one limiter shared by two wrappers keeps one rate for the dependency"
   CHECK(second().verdict() == idem::retry_verdict::succeeded);
   CHECK(calls == 2);
 }
+
+}  // namespace limiter_test

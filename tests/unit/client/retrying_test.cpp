@@ -14,8 +14,11 @@
 
 #include "unit/client/retry_cases.hpp"
 
+namespace retrying_test {
+
 using namespace std::chrono_literals;
 using namespace retry_cases;
+using retry_cases::response;
 
 namespace {
 
@@ -136,3 +139,5 @@ TEST_CASE("a callback observer skips the events it has no function for") {
   CHECK(observer.attempt);
   CHECK_FALSE(observer.delay);
 }
+
+}  // namespace retrying_test

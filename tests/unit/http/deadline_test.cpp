@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+namespace deadline_test {
+
 namespace http = idem::http;
 using namespace std::chrono_literals;
 
@@ -207,3 +209,5 @@ TEST_CASE("a caller out of time gets 504 even where an answer is stored, and a b
   CHECK(s.post({{"Idempotency-Key", "bad key"}, {"Request-Timeout-Ms", "0"}}).status == 400);
   CHECK(s.runs() == 1);
 }
+
+}  // namespace deadline_test

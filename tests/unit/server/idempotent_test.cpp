@@ -13,6 +13,8 @@
 #include <variant>
 #include <vector>
 
+namespace idempotent_test {
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -567,3 +569,5 @@ TEST_CASE("a step with_next_write returns a recorded result, and counts as recor
   CHECK(charges == 1);
   CHECK(context.steps_recorded() == 1);
 }
+
+}  // namespace idempotent_test

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+namespace server_observer_test {
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -224,3 +226,5 @@ TEST_CASE("server observer: an inbox reports each delivery, each run and a redel
     threw += e.threw ? 1 : 0;
   CHECK(threw == 1);
 }
+
+}  // namespace server_observer_test

@@ -17,6 +17,8 @@
 #include <string>
 #include <utility>
 
+namespace transactional_guard_test {
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -266,3 +268,5 @@ TEST_CASE("transactional inbox: the consumer's writes commit with the event's re
   CHECK(consumed.deduplicate("orders", "e3", flaky).verdict() == idem::verdict::executed);
   CHECK(consumed.store().db().rows.at("flaky") == 2);
 }
+
+}  // namespace transactional_guard_test

@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+namespace memory_store_stuck_test {
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -209,3 +211,5 @@ TEST_CASE("memory_store: writers racing looks leave stuck exact, stale clocks in
     CHECK(listed(store, final_time, SIZE_MAX) == expected);
   }
 }
+
+}  // namespace memory_store_stuck_test

@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+namespace memory_store_test {
+
 namespace {
 
 struct memory_store_factory {
@@ -462,3 +464,5 @@ TEST_CASE("a scope's cap counts its live records as the locked_store does, throu
   CHECK(full > 100);
   CHECK(swept > 100);
 }
+
+}  // namespace memory_store_test

@@ -13,6 +13,8 @@
 
 #include "support/tiered_cases.hpp"
 
+namespace tiered_store_test {
+
 namespace {
 
 using tiered_memory = idem::tiered_store<idem::memory_store>;
@@ -161,3 +163,5 @@ TEST_CASE("tiered_store forwards what the durable store declares", "[tiered]") {
   STATIC_REQUIRE(idem::reads_completion_time<
                  idem::tiered_store<idem_tiered_test::counting_store<idem::memory_store>>>);
 }
+
+}  // namespace tiered_store_test

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 
+namespace node_test {
+
 using idem::detail::memory::node;
 using idem::detail::memory::node_state;
 using namespace std::chrono_literals;
@@ -106,3 +108,5 @@ TEST_CASE("node: a destroyed node's block is reused for the next node of its siz
   CHECK(second->key() == "key-2");
   node::destroy(second);
 }
+
+}  // namespace node_test

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+namespace sweep_test {
+
 using idem::detail::memory::expiry_schedule;
 using idem::detail::memory::ticket_of;
 using idem::detail::memory::ticket_time;
@@ -178,3 +180,5 @@ TEST_CASE("sweep: try_sweep does not wait for a sweep in progress", "[memory_sto
   }) == 1);
   CHECK(tried == 0);
 }
+
+}  // namespace sweep_test
