@@ -279,6 +279,31 @@ TEST_CASE("complete_within does not run the handler once the fence is gone",
   CHECK(runs == 0);
 }
 
+TEST_CASE("a handler whose own SQL ends its record commits nothing: complete_within answers false",
+          "[postgres][transactional]") {
+  // The completion goes out with COMMIT behind it, in one round trip: it must keep that COMMIT
+  // from running when it finds the record no longer in progress under the fence.
+  transactional_fixture f;
+  const auto claimed = f.store.claim(ask("k", start));
+  const idem::fenced_key held{"tenant", "k", claimed.fence};
+  const bool applied =
+      f.store.complete_within(held, start, [&](idem::postgres_store::transaction& txn) {
+        txn.exec(f.insert_effect("k", claimed.fence));
+        txn.exec("UPDATE \"" + f.table.name +
+                 "\" SET state = 2 WHERE key = convert_to('k', 'UTF8')");
+        return std::string("never stored");
+      });
+  CHECK_FALSE(applied);
+  CHECK(f.effects_of("k") == 0);
+  const auto found = f.store.find("tenant", "k", start);
+  REQUIRE(found);
+  CHECK(found->state == idem::record_state::in_progress);
+  // Rolled back, the connection clean: the holder still completes.
+  CHECK(f.store.complete_within(
+      held, start, [](idem::postgres_store::transaction&) { return std::string("ok"); }));
+  CHECK(f.store.find("tenant", "k", start)->response == "ok");
+}
+
 TEST_CASE("a checkpoint inside complete_within commits with it", "[postgres][transactional]") {
   transactional_fixture f;
   const auto claimed = f.store.claim(ask("k", start));

@@ -128,6 +128,48 @@ TEST_CASE("a handler that throws inside async_complete_within rolls back its wri
                        f.table.name + "'") == 0);
 }
 
+TEST_CASE(
+    "a handler whose own SQL ends its record commits nothing: async_complete_within answers "
+    "false",
+    "[postgres_async][transactional]") {
+  // The completion goes out with COMMIT behind it, in one round trip: it must keep that COMMIT
+  // from running when it finds the record no longer in progress under the fence.
+  fixture f;
+  std::optional<bool> applied;
+  std::optional<bool> again;
+  std::optional<idem::record> found;
+  f.run([&]() -> asio::awaitable<void> {
+    const idem::claim_result held = co_await f.store.async_claim(
+        {"tenant", "k", print(1), start, 30s, 24h}, asio::use_awaitable);
+    applied = co_await f.store.async_complete_within(
+        {"tenant", "k", held.fence}, start,
+        [&](idem::async_postgres_store::transaction& txn) -> asio::awaitable<std::string> {
+          const std::string insert = f.insert_sql();
+          (void)co_await txn.exec(insert, f.key_k());
+          const std::string release =
+              "UPDATE \"" + f.table.name + "\" SET state = 2 WHERE key = convert_to('k', 'UTF8')";
+          (void)co_await txn.exec(release);
+          co_return std::string("never stored");
+        },
+        asio::use_awaitable);
+    found = co_await f.store.async_find("tenant", "k", start, asio::use_awaitable);
+    // Rolled back, the connection clean: the holder still completes.
+    again = co_await f.store.async_complete_within(
+        {"tenant", "k", held.fence}, start,
+        [](idem::async_postgres_store::transaction&) -> asio::awaitable<std::string> {
+          co_return std::string("ok");
+        },
+        asio::use_awaitable);
+  });
+  REQUIRE(applied.has_value());
+  CHECK_FALSE(*applied);
+  CHECK(f.effect_count() == 0);
+  REQUIRE(found.has_value());
+  CHECK(found->state == idem::record_state::in_progress);
+  REQUIRE(again.has_value());
+  CHECK(*again);
+}
+
 TEST_CASE("async_complete_within does not run the handler once the fence is gone",
           "[postgres_async][transactional]") {
   fixture f;

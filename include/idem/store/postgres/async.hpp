@@ -309,6 +309,28 @@ class async_postgres_store {
         },
         asio::use_awaitable);
   }
+  // A statement's answer, for one sent ahead of the statement awaited next (send_ahead).
+  struct answer_slot {
+    std::exception_ptr error;
+    result_ptr result;
+    // Its result, or the error that ended the connection, thrown.
+    result_ptr take() {
+      if (error) std::rethrow_exception(error);
+      return std::move(result);
+    }
+  };
+  // Sends one statement of a held connection without awaiting it: its answer is in the slot
+  // once the answer of a statement sent after it has been awaited (they come in order), so
+  // that both go out in one round trip.
+  template <class Send>
+  static std::shared_ptr<answer_slot> send_ahead(session_job& session, Send send) {
+    auto slot = std::make_shared<answer_slot>();
+    session.run(send, [slot](std::exception_ptr error, result_ptr result) {
+      slot->error = std::move(error);
+      slot->result = std::move(result);
+    });
+    return slot;
+  }
   // Awaits a connection of the session's own.
   static asio::awaitable<void> acquire(session_job& session) {
     (void)co_await asio::async_initiate<decltype(asio::use_awaitable),
@@ -497,14 +519,14 @@ asio::awaitable<bool> async_postgres_store::run_within(
     std::exception_ptr failure;
     bool answer = false;
     try {
-      (void)checked_result(
-          co_await statement(*session, [begin](pg::async::link& wire) { wire.send_text(begin); }),
-          "complete_within: begin");
-      // The record is locked for the whole transaction: a takeover waits for it to end.
-      const result_ptr locked = checked_result(
-          co_await statement(*session,
-                             [&key](pg::async::link& wire) { wire.send_prepared(pg::lock, key); }),
-          "complete_within: lock");
+      // BEGIN and the lock in one round trip. The record is locked for the whole transaction: a
+      // takeover waits for it to end.
+      const std::shared_ptr<answer_slot> begun =
+          send_ahead(*session, [begin](pg::async::link& wire) { wire.send_text(begin); });
+      result_ptr locked = co_await statement(
+          *session, [&key](pg::async::link& wire) { wire.send_prepared(pg::lock, key); });
+      (void)checked_result(begun->take(), "complete_within: begin");
+      locked = checked_result(std::move(locked), "complete_within: lock");
       if (PQntuples(locked.get()) > 0 &&
           static_cast<std::uint64_t>(pg::get_int(locked.get(), 0, 0)) == held.fence &&
           pg::get_int(locked.get(), 0, 1) == 0) {
@@ -515,16 +537,21 @@ asio::awaitable<bool> async_postgres_store::run_within(
                                             ": complete_within: the handler's transaction hit a "
                                             "serialization failure");
         }
+        // The completion and COMMIT in one round trip. The completion is checked: one that
+        // finds no record in progress under the fence (the handler's own SQL changed it) is an
+        // error (division by zero, SQLSTATE 22012), so that the COMMIT behind it never runs.
         pg::parameters values;
         pg::held_parameters(values, held);
         values.bytes(bytes);
-        const result_ptr completed = checked_result(
-            co_await statement(
-                *session,
-                [&values](pg::async::link& wire) { wire.send_prepared(pg::complete, values); }),
-            "complete_within: complete");
-        if (pg::affected(completed.get()) == 1) {
-          (void)checked_result(co_await end(*session, true), "complete_within: commit");
+        const std::shared_ptr<answer_slot> completed = send_ahead(
+            *session,
+            [&values](pg::async::link& wire) { wire.send_prepared(pg::complete_checked, values); });
+        result_ptr committed = co_await end(*session, true);
+        result_ptr done = completed->take();
+        const char* code = done ? PQresultErrorField(done.get(), PG_DIAG_SQLSTATE) : nullptr;
+        if (code == nullptr || std::string_view(code) != "22012") {
+          (void)checked_result(std::move(done), "complete_within: complete");
+          (void)checked_result(std::move(committed), "complete_within: commit");
           answer = true;
         }
       }

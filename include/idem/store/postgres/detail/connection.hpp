@@ -6,8 +6,11 @@
 
 #include <libpq-fe.h>
 
+#include <cstddef>
 #include <string>
+#include <string_view>
 #include <utility>
+#include <vector>
 
 #include <idem/store/contract.hpp>
 #include <idem/store/detail/connection_pool.hpp>
@@ -115,6 +118,56 @@ class borrowed_connection {
  private:
   connection_lease lease_;
 };
+
+// Sends the `count` queries `send` queues as one pipeline (one round trip) and answers their
+// results in order; a result is null where the connection failed before it.
+template <class Send>
+std::vector<result_ptr> pipelined(borrowed_connection& connection, std::size_t count,
+                                  const char* what, Send send) {
+  PGconn* c = connection.get();
+  synchronous_wait_cancelled = false;
+  if (PQenterPipelineMode(c) != 1) connection.fail(nullptr, what, false);
+  const bool sent = send(c) && PQpipelineSync(c) == 1;
+  std::vector<result_ptr> got(count);
+  if (sent) {
+    for (result_ptr& each : got) {
+      each.reset(PQgetResult(c));
+      if (!each) break;                      // the connection failed
+      const result_ptr end{PQgetResult(c)};  // the null that ends each query's results
+    }
+    const result_ptr sync{PQgetResult(c)};  // PGRES_PIPELINE_SYNC
+  }
+  if (PQexitPipelineMode(c) != 1 || !sent) connection.fail(nullptr, what, false);
+  return got;
+}
+
+inline bool succeeded(const result_ptr& result) noexcept {
+  const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
+  return status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK;
+}
+
+// The completion, checked, and COMMIT in one round trip. The check makes a completion that
+// finds no record in progress under the fence (the handler's own SQL changed it) an error
+// (division by zero, SQLSTATE 22012), so that the COMMIT queued behind it never runs: answers
+// false then, with the transaction still open (aborted). Throws as borrowed_connection::run
+// does for anything else; a COMMIT whose wait for a synchronous standby was cancelled is
+// ambiguous: store_error(unavailable).
+inline bool complete_and_commit(borrowed_connection& connection, const parameters& values,
+                                const char* complete_what, const char* commit_what) {
+  std::vector<result_ptr> got = pipelined(connection, 2, complete_what, [&](PGconn* c) {
+    return PQsendQueryPrepared(c, statement_names[complete_checked], values.count(),
+                               values.values(), values.lengths(), parameters::formats(), 1) == 1 &&
+           PQsendQueryParams(c, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 1) == 1;
+  });
+  if (!succeeded(got[0])) {
+    const char* state = got[0] ? PQresultErrorField(got[0].get(), PG_DIAG_SQLSTATE) : nullptr;
+    if (state != nullptr && std::string_view(state) == "22012") return false;
+    connection.fail(got[0].get(), complete_what, true);
+  }
+  if (!succeeded(got[1])) connection.fail(got[1].get(), commit_what, true);
+  (void)borrowed_connection::answered(nullptr, commit_what);
+  return true;
+}
 
 }  // namespace idem::detail::postgres
 

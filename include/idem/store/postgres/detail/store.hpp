@@ -499,9 +499,17 @@ bool postgres_store::complete_within(const fenced_key& held, store_time now, Pro
                         ? std::optional<std::int64_t>{pg::to_nanoseconds(now)}
                         : std::nullopt);
     try {
-      connection.run_text(begin, "complete_within: begin");
-      // The record is locked for the whole transaction: a takeover waits for it to end.
-      const pg::result_ptr locked = connection.run(pg::lock, key, "complete_within: lock", true);
+      // BEGIN and the lock in one round trip. The record is locked for the whole transaction: a
+      // takeover waits for it to end.
+      std::vector<pg::result_ptr> got =
+          pg::pipelined(connection, 2, "complete_within: begin", [&](PGconn* c) {
+            return PQsendQueryParams(c, begin, 0, nullptr, nullptr, nullptr, nullptr, 1) == 1 &&
+                   PQsendQueryPrepared(c, pg::statement_names[pg::lock], key.count(), key.values(),
+                                       key.lengths(), pg::parameters::formats(), 1) == 1;
+          });
+      if (!pg::succeeded(got[0])) connection.fail(got[0].get(), "complete_within: begin", true);
+      if (!pg::succeeded(got[1])) connection.fail(got[1].get(), "complete_within: lock", true);
+      const pg::result_ptr& locked = got[1];
       if (PQntuples(locked.get()) == 0 ||
           static_cast<std::uint64_t>(pg::get_int(locked.get(), 0, 0)) != held.fence ||
           pg::get_int(locked.get(), 0, 1) != 0) {
@@ -515,15 +523,16 @@ bool postgres_store::complete_within(const fenced_key& held, store_time now, Pro
                              "idem::postgres_store: complete_within: the handler's "
                              "transaction hit a serialization failure");
       }
+      // The completion and COMMIT in one round trip; a completion that finds the record no
+      // longer in progress under the fence (the handler's own SQL changed it) commits nothing.
       pg::parameters values;
       pg::held_parameters(values, held);
       values.bytes(bytes);
-      if (pg::affected(
-              connection.run(pg::complete, values, "complete_within: complete", true).get()) != 1) {
+      if (!pg::complete_and_commit(connection, values, "complete_within: complete",
+                                   "complete_within: commit")) {
         connection.roll_back();
         return false;
       }
-      connection.run_text("COMMIT", "complete_within: commit", true);
       return true;
     } catch (const postgres_error& error) {
       connection.roll_back();
