@@ -3,12 +3,18 @@
 // shows what idem's server costs above the floor a user could write. The same HTTP API for what
 // payments_chaos --mode bench sends, the same servers and the same processor call:
 //
-//   POST /v1/payments   Idempotency-Key: K   X-Account: A   {"amount","currency","source"}
+//   POST /v1/payments   Authorization: Bearer KEY   Idempotency-Key: K
+//   {"amount","currency","source"}
 //        201 {"id","amount","currency","charge_id"}; a repeat gets the stored answer
-//        (Idempotent-Replayed: true); 400 bad key or body, 401 no account, 409 in flight
-//        (Retry-After: 1), 422 same key with another body, 502 processor failing, 503 store
-//        failing; the refusals of the key are application/problem+json under idem's types
-//   GET  /v1/payments/{id}   X-Account: A   200 the payment, 404 unknown (or another account's)
+//        (Idempotent-Replayed: true); 400 bad key or body, 401 no or a forged API key, 403 an
+//        X-Account naming another account, 409 in flight (Retry-After: 1), 422 same key with
+//        another body, 502 processor failing, 503 store failing; the refusals of the key are
+//        application/problem+json under idem's types
+//   GET  /v1/payments/{id}   Authorization: Bearer KEY   200 the payment, 404 unknown (or
+//        another account's)
+//
+// The caller is authenticated as the demo's servers do it (auth.hpp: the account is the API
+// key's, an HMAC under --auth-secret-file), before the body is read and again for the account.
 //
 //   * by default, cpp-httplib, a thread per connection from a pool of 32, as the demo's;
 //   * --async, the demo's Boost.Beast server on event loops (async_server.hpp), one io_context
@@ -18,6 +24,8 @@
 // postgres:CONNINFO (postgres_records.hpp, async_postgres_records.hpp), each with the pools and
 // threads the demo's idem server gives its store. Nothing here survives a crash mid-request as
 // idem's server does (recipe.hpp says what the floor leaves out): it is a benchmark's floor.
+#include "auth.hpp"
+#include "blocking_server.hpp"
 #include "floor_settings.hpp"
 #include "postgres_records.hpp"
 #include "recipe.hpp"
@@ -33,6 +41,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <variant>
 
 namespace floor_server {
 namespace {
@@ -46,10 +55,14 @@ constexpr const char* usage = R"(payments_floor_server: the payments API, idempo
                         idle that long between two, is closed (default 10000)
   --async               serve on event loops (Boost.Beast) instead of a thread per connection
   --threads N           with --async: the event loops (default: the hardware's threads)
+  --auth-secret-file F  the secret the callers' API keys are checked under (default: the demo's
+                        built-in development secret, as payments_server's)
 )";
 
 using payments::header;
 using payments::send;
+
+using payments::caller_of;
 
 /// One POST /v1/payments, by the recipe.
 template <class Records>
@@ -83,32 +96,26 @@ reply pay(Records& records, payments::processor_client& processor,
 
 template <class Records>
 int serve(const settings& config, Records& records) {
+  const payments::api_keys keys = payments::keys_from(config.auth_secret_file, program, true);
   payments::processor_client processor(config.processor, blocking_processor_deadline);
 
   httplib::Server server;
-  // As payments_server: 32 threads, a connection holding one from its accept until it closes.
-  server.new_task_queue = [] { return new httplib::ThreadPool(32); };
-  const auto seconds = std::max<long long>(1, (config.read_timeout.count() + 999) / 1000);
-  server.set_keep_alive_timeout(static_cast<time_t>(seconds));
-  server.set_read_timeout(
-      std::chrono::duration_cast<std::chrono::microseconds>(config.read_timeout));
-  server.set_write_timeout(
-      std::chrono::duration_cast<std::chrono::microseconds>(config.read_timeout));
-  server.set_payload_max_length(payments::max_request_body_bytes);
-
+  // As payments_server (blocking_server.hpp): 32 threads, strict framing and the caller
+  // authenticated before the body is read; serving, not idempotency, so the same.
+  payments::set_up_blocking_server(server, config.read_timeout, keys);
   server.Post("/v1/payments", [&](const httplib::Request& req, httplib::Response& res) {
-    const payments::payment_post post{req.get_header_value("X-Account"), req.body,
+    auto caller = caller_of(keys, req);  // admitted: checked again for the account
+    if (const reply* refusal = std::get_if<reply>(&caller)) return send(res, *refusal);
+    const payments::payment_post post{std::move(std::get<std::string>(caller)), req.body,
                                       header(req, "Idempotency-Key"), std::nullopt};
     send(res, pay(records, processor, post));
   });
-  server.Get(R"(/v1/payments/([A-Za-z0-9_]+))",
-             [&](const httplib::Request& req, httplib::Response& res) {
-               const std::string account = req.get_header_value("X-Account");
-               if (account.empty()) {
-                 return send(res, payments::error_reply(401, payments::lookup_needs_account));
-               }
-               send(res, payments::lookup_reply(records.find(req.matches[1], account)));
-             });
+  server.Get(R"(/v1/payments/([A-Za-z0-9_]+))", [&](const httplib::Request& req,
+                                                    httplib::Response& res) {
+    const auto caller = caller_of(keys, req);
+    if (const reply* refusal = std::get_if<reply>(&caller)) return send(res, *refusal);
+    send(res, payments::lookup_reply(records.find(req.matches[1], std::get<std::string>(caller))));
+  });
   server.set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
         send(res, payments::failure_reply(error));
@@ -123,7 +130,8 @@ int main(int argc, char** argv) {
   using namespace floor_server;
   const bool async = payments::take_flag(argc, argv, "--async");
   const payments::command_line args(
-      argc, argv, {"port", "processor", "store", "read-timeout-ms", "threads"}, usage);
+      argc, argv, {"port", "processor", "store", "read-timeout-ms", "threads", "auth-secret-file"},
+      usage);
   settings config;
   config.port = static_cast<int>(args.integer("port", 0, 0, 65535));
   config.read_timeout =
@@ -132,6 +140,7 @@ int main(int argc, char** argv) {
   config.threads = static_cast<std::size_t>(args.integer("threads", cores, 1, 1024));
   if (!async && args.text("threads", "") != "") args.fail("--threads needs --async");
   const std::string spec = args.text("store", "");
+  config.auth_secret_file = args.text("auth-secret-file", "");
   try {
     config.processor = payments::endpoint::parse(args.text("processor", "http://127.0.0.1:8081"));
   } catch (const std::exception& e) {

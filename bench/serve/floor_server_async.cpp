@@ -11,6 +11,7 @@
 #include "async_postgres_records.hpp"
 #include "async_processor_client.hpp"
 #include "async_server.hpp"
+#include "auth.hpp"
 #include "floor_settings.hpp"
 #include "recipe.hpp"
 #include "server_settings.hpp"
@@ -26,8 +27,10 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace floor_server {
@@ -83,9 +86,9 @@ std::optional<std::string> header_of(const payments::http_request_message& messa
 /// One POST /v1/payments, by the recipe (floor_server.cpp's pay, awaiting the store and the
 /// processor).
 template <class Records>
-asio::awaitable<reply> pay(loop_service<Records>& service,
+asio::awaitable<reply> pay(loop_service<Records>& service, std::string account,
                            const payments::http_request_message& message) {
-  const payments::payment_post post{header_of(message, "X-Account").value_or(""), message.body(),
+  const payments::payment_post post{std::move(account), message.body(),
                                     header_of(message, "Idempotency-Key"), std::nullopt};
   if (auto refused = payments::refused_before_claim(post)) co_return std::move(*refused);
   const key_read key = read_key(post.key);
@@ -117,10 +120,15 @@ asio::awaitable<reply> pay(loop_service<Records>& service,
 
 template <class Records>
 asio::awaitable<reply> look_up(loop_service<Records>& service, const std::string& id,
-                               const payments::http_request_message& message) {
-  const std::string account = header_of(message, "X-Account").value_or("");
-  if (account.empty()) co_return payments::error_reply(401, payments::lookup_needs_account);
+                               const std::string& account) {
   co_return payments::lookup_reply(co_await service.records.find(id, account));
+}
+
+/// The caller's account (the demo's auth.hpp), or the refusal.
+std::variant<std::string, reply> caller_of(const payments::api_keys& keys,
+                                           const payments::http::request_header<>& head) {
+  return payments::authenticate(keys, payments::values_of(head, payments::authorization_field),
+                                payments::values_of(head, payments::account_field));
 }
 
 /// Serves until the process is stopped (it is killed). `make_records(loop, index)` makes a
@@ -135,23 +143,31 @@ int serve(const settings& config, MakeRecords make_records) {
     const asio::any_io_executor loop = loops.at(i).get_executor();
     services.push_back(std::make_unique<loop_service<records_type>>(loop, config, make_records, i));
   }
-  auto route = [&services](
+  const payments::api_keys keys = payments::keys_from(config.auth_secret_file, program, true);
+  // The caller authenticated from the head, before the body is read, and again for the account,
+  // as the demo's event-loop server does it.
+  auto admit = [&keys](const payments::http::request_header<>& head) -> std::optional<reply> {
+    const std::string_view method(head.method_string().data(), head.method_string().size());
+    if (!payments::route_needs_caller(method, payments::path_of(head))) return std::nullopt;
+    auto caller = caller_of(keys, head);
+    if (reply* refusal = std::get_if<reply>(&caller)) return std::move(*refusal);
+    return std::nullopt;
+  };
+  auto route = [&services, &keys](
                    std::size_t loop,
                    const payments::http_request_message& message) -> asio::awaitable<reply> {
-    std::string_view path(message.target().data(), message.target().size());
-    path = path.substr(0, path.find('?'));
-    if (message.method() == payments::http::verb::post && path == "/v1/payments") {
-      co_return co_await pay(*services[loop], message);
-    }
-    if (message.method() == payments::http::verb::get) {
-      if (const auto id = payments::payment_id_in(path)) {
-        co_return co_await look_up(*services[loop], *id, message);
-      }
-    }
-    co_return payments::error_reply(404, "no such route");
+    const std::string_view path = payments::path_of(message);
+    const bool paying = message.method() == payments::http::verb::post && path == "/v1/payments";
+    const auto id = message.method() == payments::http::verb::get ? payments::payment_id_in(path)
+                                                                  : std::nullopt;
+    if (!paying && !id) co_return payments::error_reply(404, "no such route");
+    auto caller = caller_of(keys, message);  // admitted: checked again for the account
+    if (reply* refusal = std::get_if<reply>(&caller)) co_return std::move(*refusal);
+    if (paying) co_return co_await pay(*services[loop], std::get<std::string>(caller), message);
+    co_return co_await look_up(*services[loop], *id, std::get<std::string>(caller));
   };
   payments::http_server server(
-      loops, route,
+      loops, admit, route,
       payments::http_limits{config.read_timeout, payments::max_request_header_bytes,
                             payments::max_request_body_bytes});
   int port = 0;

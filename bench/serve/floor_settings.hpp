@@ -19,6 +19,9 @@ struct settings {
   std::chrono::milliseconds read_timeout{10000};
   /// --async: the event loops (one io_context and one thread each).
   std::size_t threads = 1;
+  /// The file of the secret the callers' API keys are checked under (the demo's auth.hpp);
+  /// empty: the built-in development secret.
+  std::string auth_secret_file;
 };
 
 /// How long the blocking server keeps trying one charge: the demo's blocking server stops at half

@@ -87,14 +87,16 @@ inline std::int64_t now_ns() {
 
 /// RFC 9457 problem details under idem's problem types (include/idem/http/problem.hpp), written
 /// by hand, so that a client reads the floor's refusals as it reads idem's.
-inline reply problem(int status, std::string_view fragment, std::string_view title) {
-  return {
-      status,
-      {{"Content-Language", "en"}},
-      "application/problem+json",
-      nlohmann::json{
-          {"type", "/idempotency#" + std::string(fragment)}, {"title", title}, {"status", status}}
-          .dump()};
+inline reply problem(int status, std::string_view fragment, std::string_view title,
+                     std::string_view detail) {
+  return {status,
+          {{"Content-Language", "en"}},
+          "application/problem+json",
+          nlohmann::json{{"type", "/idempotency#" + std::string(fragment)},
+                         {"title", title},
+                         {"status", status},
+                         {"detail", detail}}
+              .dump()};
 }
 
 /// The key of an Idempotency-Key field: a bare token or an sf-string ("..."), 1 to 255 bytes of
@@ -104,7 +106,10 @@ struct key_read {
   std::optional<reply> refusal;
 };
 inline key_read read_key(const std::optional<std::string>& field) {
-  if (!field) return {{}, problem(400, "missing-key", "Idempotency-Key is missing")};
+  if (!field)
+    return {{},
+            problem(400, "missing-key", "Idempotency-Key is missing",
+                    "send the payment with an Idempotency-Key field")};
   std::string_view key = *field;
   if (key.size() >= 2 && key.front() == '"' && key.back() == '"') {
     key = key.substr(1, key.size() - 2);
@@ -112,18 +117,23 @@ inline key_read read_key(const std::optional<std::string>& field) {
   bool visible = !key.empty() && key.size() <= 255;
   for (const char c : key)
     visible = visible && c >= 0x21 && c <= 0x7E;
-  if (!visible) return {{}, problem(400, "invalid-key", "Idempotency-Key is not valid")};
+  if (!visible)
+    return {{},
+            problem(400, "invalid-key", "Idempotency-Key is not valid",
+                    "a key is 1 to 255 characters of visible ASCII")};
   return {std::string(key), std::nullopt};
 }
 
 /// The answer to a request whose claim found `existing`.
 inline reply answer_for(const record& existing, std::string_view request_hash) {
   if (existing.request_hash != request_hash) {
-    return problem(422, "key-reused", "Idempotency-Key is already used");
+    return problem(422, "key-reused", "Idempotency-Key is already used",
+                   "this key was sent with another request body");
   }
   if (!existing.response_status) {
     reply busy =
-        problem(409, "request-outstanding", "A request is outstanding for this Idempotency-Key");
+        problem(409, "request-outstanding", "A request is outstanding for this Idempotency-Key",
+                "retry after the first request has been answered");
     busy.headers.emplace_back("Retry-After", "1");
     return busy;
   }
@@ -137,7 +147,8 @@ inline reply answer_for(const record& existing, std::string_view request_hash) {
 /// the client tries again.
 inline reply answer_released() {
   reply busy =
-      problem(409, "request-outstanding", "A request is outstanding for this Idempotency-Key");
+      problem(409, "request-outstanding", "A request is outstanding for this Idempotency-Key",
+              "retry after the first request has been answered");
   busy.headers.emplace_back("Retry-After", "1");
   return busy;
 }

@@ -148,6 +148,22 @@ struct http_limits {
   }
 };
 
+/// Every value of `name` in `head`, as views into it.
+inline std::vector<std::string_view> values_of(const http::request_header<>& head,
+                                               std::string_view name) {
+  std::vector<std::string_view> values;
+  const auto [first, last] = head.equal_range(name);
+  for (auto it = first; it != last; ++it)
+    values.emplace_back(it->value().data(), it->value().size());
+  return values;
+}
+
+/// The target's path, its query left out.
+inline std::string_view path_of(const http::request_header<>& head) {
+  const std::string_view target(head.target().data(), head.target().size());
+  return target.substr(0, target.find('?'));
+}
+
 /// The program's two parts of a request: admit(head) answers a refusal from the head alone (its
 /// caller, its route), before the body is read, or std::nullopt to read it; route(loop, request)
 /// answers the whole request, on the loop (its index) the connection is on.

@@ -40,11 +40,12 @@
 //   * --async, Boost.Beast on event loops (async_server.hpp), what scripts/demo.sh runs: one
 //     io_context per thread, idem::async_idempotent with its lease kept alive by the heartbeat,
 //     the processor called through idem::async_retrying;
-//   * without it, cpp-httplib: a thread per connection from a pool of 32, idem::idempotent
-//     behind idem's cpp-httplib binding (idem/http/httplib.hpp: the key, the verdicts' answers,
-//     harden() for the framing). A slow or idle client holds one of its threads: it needs a proxy
-//     in front (docs/demo.md, "Framing and slow clients"; docs/http.md).
+//   * without it, cpp-httplib (blocking_server.hpp): a thread per connection from a pool of 32,
+//     idem::idempotent behind idem's cpp-httplib binding (idem/http/httplib.hpp: the key, the
+//     verdicts' answers, harden() for the framing). A slow or idle client holds one of its threads:
+//     it needs a proxy in front (docs/demo.md, "Framing and slow clients"; docs/http.md).
 #include "auth.hpp"
+#include "blocking_server.hpp"
 #include "server_settings.hpp"
 #include "service.hpp"
 
@@ -100,13 +101,7 @@ using payments::reply;
 using payments::header;
 using payments::send;
 
-/// The caller's account (auth.hpp), or the refusal.
-std::variant<std::string, reply> caller_of(const payments::api_keys& keys,
-                                           const httplib::Request& req) {
-  const auto values = idem::http::field_values_in(req);
-  return payments::authenticate(keys, values(payments::authorization_field),
-                                values(payments::account_field));
-}
+using payments::caller_of;
 
 template <class Store, class Book>
 int serve(const payments::server_settings& config, Store store, Book& book) {
@@ -123,31 +118,9 @@ int serve(const payments::server_settings& config, Store store, Book& book) {
   const idem::http::specification specification = idem::http::specification::of(payments_endpoint);
 
   httplib::Server server;
-  // A connection holds one of these threads from its accept until it is closed: idle, for up to
-  // the read timeout (docs/demo.md, "Framing and slow clients").
-  server.new_task_queue = [] { return new httplib::ThreadPool(32); };
-  const auto seconds = std::max<long long>(1, (config.read_timeout.count() + 999) / 1000);
-  server.set_keep_alive_timeout(static_cast<time_t>(seconds));
-  server.set_read_timeout(
-      std::chrono::duration_cast<std::chrono::microseconds>(config.read_timeout));
-  server.set_write_timeout(
-      std::chrono::duration_cast<std::chrono::microseconds>(config.read_timeout));
-  // Strict framing as far as cpp-httplib lets it be checked, and the caller authenticated, both
-  // before the body is read (idem/http/httplib.hpp's harden: 400, 401, 403, 411 for a chunked
-  // body, 413 past 64 KiB, 417, 431 past 100 fields, 501; one request per connection).
-  idem::http::framing_options framing;
-  framing.max_head_bytes = payments::max_request_header_bytes;
-  framing.max_fields = payments::max_request_fields;
-  framing.max_body_bytes = payments::max_request_body_bytes;
-  idem::http::harden(server, framing, [&keys](const httplib::Request& req, httplib::Response& res) {
-    if (!payments::route_needs_caller(req.method, req.path)) return true;
-    const auto caller = caller_of(keys, req);
-    if (const reply* refusal = std::get_if<reply>(&caller)) {
-      send(res, *refusal);
-      return false;
-    }
-    return true;
-  });
+  // As docs/demo.md says, "Framing and slow clients" (blocking_server.hpp): 32 threads, strict
+  // framing and the caller authenticated before the body is read.
+  payments::set_up_blocking_server(server, config.read_timeout, keys);
 
   server.Post("/v1/payments", [&](const httplib::Request& req, httplib::Response& res) {
     auto caller = caller_of(keys, req);  // admitted: harden's check passed

@@ -222,21 +222,6 @@ std::optional<std::string> header_of(const http_request_message& message, std::s
   return std::string(found->value());
 }
 
-/// Every value of `name` in `head`, as views into it.
-std::vector<std::string_view> values_of(const http::request_header<>& head, std::string_view name) {
-  std::vector<std::string_view> values;
-  const auto [first, last] = head.equal_range(name);
-  for (auto it = first; it != last; ++it)
-    values.emplace_back(it->value().data(), it->value().size());
-  return values;
-}
-
-/// The target's path, its query left out.
-std::string_view path_of(const http::request_header<>& head) {
-  const std::string_view target(head.target().data(), head.target().size());
-  return target.substr(0, target.find('?'));
-}
-
 template <class Store, class Book>
 class payments_routes {
  public:

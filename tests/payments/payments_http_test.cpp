@@ -61,7 +61,8 @@ class program {
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
     posix_spawn_file_actions_addclose(&actions, out[0]);
-    const std::string path = bin_dir + "/" + name;
+    // A bare name is a demo program's; a path (the floor server's) is taken as it is.
+    const std::string path = name.find('/') == std::string::npos ? bin_dir + "/" + name : name;
     args.insert(args.begin(), path);
     std::vector<char*> argv;
     for (auto& a : args)
@@ -138,17 +139,36 @@ program start_processor(const std::string& db, processor_settings settings = {})
 
 /// The server every [server] case runs against: the blocking one, or with
 /// IDEM_PAYMENTS_SERVER=async (how CTest runs the "payments async:" rows, CMakeLists.txt) the
-/// event-loop one, on two loops. Every rule holds for both.
-std::vector<std::string> server_mode_args() {
+/// event-loop one, on two loops. Every rule holds for both. IDEM_PAYMENTS_SERVER=floor or
+/// floor_async runs the [floor] cases against the floor server of scripts/serve_bench.sh
+/// (bench/serve: the same API, its idempotency by hand), blocking or on two loops: the rules it
+/// keeps too, so that the benchmark's floor is known to answer as the demo does.
+std::string server_kind() {
   const char* mode = std::getenv("IDEM_PAYMENTS_SERVER");
-  if (mode != nullptr && std::string(mode) == "async") return {"--async", "--threads", "2"};
+  return mode != nullptr ? std::string(mode) : std::string();
+}
+
+std::vector<std::string> server_mode_args() {
+  const std::string kind = server_kind();
+  if (kind == "async" || kind == "floor_async") return {"--async", "--threads", "2"};
   return {};
 }
 
 /// Whether the [server] cases run against the event-loop server.
 bool async_server() {
-  const char* mode = std::getenv("IDEM_PAYMENTS_SERVER");
-  return mode != nullptr && std::string(mode) == "async";
+  return server_kind() == "async";
+}
+
+/// The program a server of these tests runs: payments_server, or the floor server.
+std::string server_program() {
+  const std::string kind = server_kind();
+  if (kind != "floor" && kind != "floor_async") return "payments_server";
+#ifdef IDEM_PAYMENTS_FLOOR_SERVER
+  return IDEM_PAYMENTS_FLOOR_SERVER;
+#else
+  throw std::runtime_error("IDEM_PAYMENTS_SERVER=" + kind +
+                           ": this build has no floor server (IDEM_BUILD_BENCH)");
+#endif
 }
 
 /// The secret every server of these tests checks API keys under, in a file of its own.
@@ -180,7 +200,7 @@ program start_server(const program& processor, const std::string& store,
   args.insert(args.end(), extra.begin(), extra.end());
   for (std::string& arg : server_mode_args())
     args.push_back(std::move(arg));
-  return program("payments_server", std::move(args));
+  return program(server_program(), std::move(args));
 }
 
 std::string body(long long amount, const std::string& source = "tok_visa") {
@@ -228,7 +248,7 @@ std::string env(const char* name) {
 }  // namespace
 
 TEST_CASE("a payment is charged once and answered 201 with its id, amount, currency and charge",
-          "[payments][server]") {
+          "[payments][server][floor]") {
   deployment d;
   auto res = post(d.server, body(1250), "order-1");
   REQUIRE(res);
@@ -299,7 +319,7 @@ TEST_CASE("a repeat gets the stored status and body byte for byte, marked Idempo
 }
 
 TEST_CASE("a missing, empty, over-255-byte or non-printable key is a 400 and charges nothing",
-          "[payments][server]") {
+          "[payments][server][floor]") {
   deployment d;
   const std::optional<std::string> bad_keys[] = {std::nullopt, std::string(""),
                                                  std::string(256, 'k'), std::string("tab\there"),
@@ -324,7 +344,7 @@ TEST_CASE("a missing, empty, over-255-byte or non-printable key is a 400 and cha
 }
 
 TEST_CASE("a payment without an API key, or with a forged one, is a 401 and charges nothing",
-          "[payments][server][auth]") {
+          "[payments][server][auth][floor]") {
   deployment d;
   httplib::Client client("127.0.0.1", d.server.port());
   const std::string forged_mac = "acct_1." + std::string(64, '0');
@@ -360,7 +380,7 @@ TEST_CASE("a payment without an API key, or with a forged one, is a 401 and char
 }
 
 TEST_CASE("an X-Account naming another account than the key's, or sent twice, is a 403",
-          "[payments][server][auth]") {
+          "[payments][server][auth][floor]") {
   deployment d;
   httplib::Client client("127.0.0.1", d.server.port());
   const std::vector<httplib::Headers> tries = {
@@ -395,7 +415,7 @@ TEST_CASE("an X-Account naming another account than the key's, or sent twice, is
 }
 
 TEST_CASE("a key another account reuses is its own: the scope is the API key's account",
-          "[payments][server][auth]") {
+          "[payments][server][auth][floor]") {
   deployment d;
   auto mine = post(d.server, body(500), "shared-key", "acct_1");
   REQUIRE(mine);
@@ -410,7 +430,7 @@ TEST_CASE("a key another account reuses is its own: the scope is the API key's a
 }
 
 TEST_CASE("invalid JSON or missing fields are a 400 and not stored: the corrected retry charges",
-          "[payments][server]") {
+          "[payments][server][floor]") {
   deployment d;
   const std::string bad_bodies[] = {"{not json",
                                     "[1, 2]",
@@ -454,7 +474,7 @@ TEST_CASE(
 }
 
 TEST_CASE("a repeat while the first is in flight is a 409, then the stored answer",
-          "[payments][server]") {
+          "[payments][server][floor]") {
   idem::testing::temporary_directory dir{"idem-payments"};
   program processor = start_processor(dir.path().string() + "/processor.sqlite3", {0, 1500});
   program server = start_server(processor, "sqlite:" + dir.path().string() + "/payments.sqlite3");
@@ -475,7 +495,7 @@ TEST_CASE("a repeat while the first is in flight is a 409, then the stored answe
 }
 
 TEST_CASE("the same key with another body is a 422 and charges nothing more",
-          "[payments][server]") {
+          "[payments][server][floor]") {
   deployment d;
   REQUIRE(post(d.server, body(100), "order-6")->status == 201);
   auto other = post(d.server, body(101), "order-6");
@@ -489,7 +509,7 @@ TEST_CASE("the same key with another body is a 422 and charges nothing more",
 }
 
 TEST_CASE("a processor that keeps failing is a 502, not stored: the key charges once it works",
-          "[payments][server]") {
+          "[payments][server][floor]") {
   idem::testing::temporary_directory dir{"idem-payments"};
   const std::string store = "sqlite:" + dir.path().string() + "/payments.sqlite3";
   {
@@ -525,7 +545,8 @@ TEST_CASE("a store that is unavailable is a 503 and charges nothing", "[payments
   CHECK(ledger(processor).empty());
 }
 
-TEST_CASE("GET /v1/payments/{id} gives the payment to its own account only", "[payments][server]") {
+TEST_CASE("GET /v1/payments/{id} gives the payment to its own account only",
+          "[payments][server][floor]") {
   deployment d;
   auto made = post(d.server, body(4200), "order-9");
   REQUIRE(made);
@@ -1495,7 +1516,7 @@ program start_async_server(const program& processor, const std::string& store,
                                 "--threads",
                                 "2"};
   args.insert(args.end(), extra.begin(), extra.end());
-  return program("payments_server", std::move(args));
+  return program(server_program(), std::move(args));
 }
 
 }  // namespace
