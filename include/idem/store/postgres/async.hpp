@@ -548,8 +548,7 @@ asio::awaitable<bool> async_postgres_store::run_within(
             [&values](pg::async::link& wire) { wire.send_prepared(pg::complete_checked, values); });
         result_ptr committed = co_await end(*session, true);
         result_ptr done = completed->take();
-        const char* code = done ? PQresultErrorField(done.get(), PG_DIAG_SQLSTATE) : nullptr;
-        if (code == nullptr || std::string_view(code) != "22012") {
+        if (!pg::found_no_record_in_progress(done.get())) {
           (void)checked_result(std::move(done), "complete_within: complete");
           (void)checked_result(std::move(committed), "complete_within: commit");
           answer = true;

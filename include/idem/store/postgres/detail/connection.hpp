@@ -8,7 +8,6 @@
 
 #include <cstddef>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -160,8 +159,7 @@ inline bool complete_and_commit(borrowed_connection& connection, const parameter
            PQsendQueryParams(c, "COMMIT", 0, nullptr, nullptr, nullptr, nullptr, 1) == 1;
   });
   if (!succeeded(got[0])) {
-    const char* state = got[0] ? PQresultErrorField(got[0].get(), PG_DIAG_SQLSTATE) : nullptr;
-    if (state != nullptr && std::string_view(state) == "22012") return false;
+    if (found_no_record_in_progress(got[0].get())) return false;
     connection.fail(got[0].get(), complete_what, true);
   }
   if (!succeeded(got[1])) connection.fail(got[1].get(), commit_what, true);

@@ -48,6 +48,13 @@ inline constexpr std::array<const char*, statement::count> statement_names{"idem
                                                                            "idem_complete_checked",
                                                                            "idem_lock_timeout"};
 
+// Whether `result` is complete_checked's refusal: it found no record in progress under the
+// fence (its division by zero, SQLSTATE 22012), so the COMMIT sent behind it did not run.
+inline bool found_no_record_in_progress(const PGresult* result) noexcept {
+  const char* state = result == nullptr ? nullptr : PQresultErrorField(result, PG_DIAG_SQLSTATE);
+  return state != nullptr && std::string_view(state) == "22012";
+}
+
 // Identifiers are validated, then quoted: a configured name can never inject SQL, and stays
 // short enough that the derived names (<table>_meta, <table>_outbox, <table>_by_expiry,
 // <table>_in_progress) fit in 63 bytes.
@@ -199,7 +206,8 @@ inline std::array<std::string, statement::count> statement_sql(const std::string
   const std::string held = " WHERE scope = $1 AND key = $2 AND fence = $3 AND state <> 2";
   sql[complete] = "UPDATE " + table + " SET state = 1, response = $4, recovery = NULL" + held;
   // complete, made an error (division by zero) when it finds no record in progress under the
-  // fence, so that the COMMIT pipelined behind it never runs (one_commit.hpp).
+  // fence, so that the COMMIT pipelined behind it never runs (complete_and_commit in
+  // connection.hpp, async_postgres_store::run_within; found_no_record_in_progress above).
   sql[complete_checked] =
       "WITH done AS (" + sql[complete] + " RETURNING 1) SELECT 1 / count(*)::int4 FROM done";
   // SET LOCAL takes no parameter; set_config(..., true) is the same, for the transaction only.
