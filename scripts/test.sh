@@ -49,8 +49,9 @@ root="$PWD"
 # compiling), the examples, the benchmarks and the single-header tests at -O2. Every build here
 # uses -g1, line tables only: backtraces and sanitizer reports still name the file and line,
 # and compiling takes a third less time than with -g under g++ and a sixth less under clang++
-# (measured on one store test: 12.3 s against 8.2 s, 15.1 s against 12.6 s). --quick leaves out what is slow to build or run and rarely what an edit breaks: the
-# benchmarks, the examples (the payments demo and its end-to-end tests), the single-header build,
+# (measured on one store test: 12.3 s against 8.2 s, 15.1 s against 12.6 s). --quick leaves
+# out what is slow to build or run and rarely what an edit breaks: the benchmarks, the examples
+# (the payments demo and its end-to-end tests), the single-header build,
 # the asynchronous tests' second build on standalone Asio, and the compile-fail and consumer
 # tests (each a compiler or CMake run). The full run has them all; the sanitizer builds below
 # build the asynchronous tests on Boost.Asio only.
