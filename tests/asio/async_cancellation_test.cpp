@@ -9,6 +9,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "asio/event_loop.hpp"
 #include "asio/net.hpp"
@@ -64,9 +65,10 @@ struct cancel_run {
   asio::cancellation_signal signal;
   completion<outcome> call;
 
-  explicit cancel_run(bool heartbeat = true, bool step_first = true) {
+  explicit cancel_run(bool heartbeat = true, bool step_first = true, bool isolate = false) {
     parts.clock = clock;
     parts.heartbeat = heartbeat;
+    parts.isolate_handler = isolate;
     handler.step_first = step_first;
   }
   void make() { payments = std::make_unique<guard>(io.get_executor(), handler, parts); }
@@ -117,9 +119,11 @@ TEST_CASE("cancelled while it waits for a duplicate, a call answers cancelled an
 }
 
 TEST_CASE("a handler cancelled mid-call is settled as a throw: the key is released") {
-  for (const bool heartbeat : {true, false}) {
-    INFO("heartbeat " << heartbeat);
-    default_run run{heartbeat, false};
+  // With the heartbeat, the handler in the call's coroutine or on one of its own; without.
+  for (const auto& [heartbeat, isolate] :
+       {std::pair{true, false}, std::pair{true, true}, std::pair{false, false}}) {
+    INFO("heartbeat " << heartbeat << ", isolate_handler " << isolate);
+    default_run run{heartbeat, false, isolate};
     run.start();
     run_until(run.io, run.clock, [&] { return *run.handler.waiting == 1; });
     run.io.poll();

@@ -15,7 +15,9 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "asio/event_loop.hpp"
@@ -42,17 +44,23 @@ T run_to_end(asio::io_context& io, idem::manual_clock& clock, asio::awaitable<T>
 }
 
 // A handler whose charge is a recovery point around a downstream call of `takes`.
+// `hears_lease_lost`: the downstream call is bound to the context's lease_lost_slot().
 struct charging_handler {
   idem::manual_clock clock;
   std::chrono::nanoseconds takes = 0s;
   std::shared_ptr<int> charges = std::make_shared<int>(0);
   std::shared_ptr<int> emails = std::make_shared<int>(0);
+  bool hears_lease_lost = false;
 
   asio::awaitable<idem::http_response> operator()(idem::async_handler_context& ctx,
                                                   const idem::http_request& request) const {
     const std::string id = co_await ctx.async_step("charge", [&]() -> asio::awaitable<std::string> {
       ++*charges;
-      if (takes > 0s) co_await downstream(clock, takes);
+      if (takes > 0s && hears_lease_lost) {
+        co_await downstream(clock, takes, ctx.lease_lost_slot());
+      } else if (takes > 0s) {
+        co_await downstream(clock, takes);
+      }
       co_return "ch_" + std::to_string(ctx.fence());
     });
     co_await ctx.async_step("email", [&]() -> asio::awaitable<void> {
@@ -133,7 +141,11 @@ TEST_CASE("async_call completes through a callback, use_future and deferred alik
   CHECK(by_callback.take().verdict() == verdict::executed);
 
   std::future<outcome> by_future = payments.async_call("tenant", second, asio::use_future);
-  run_until(io, clock, [&] { return by_future.wait_for(0s) == std::future_status::ready; });
+  // The call runs to its end on the event loop; use_future's promise may be set on a thread of
+  // Asio's system executor after that, so the future is waited for in real time.
+  io.restart();
+  io.run();
+  REQUIRE(by_future.wait_for(10s) == std::future_status::ready);
   CHECK(by_future.get().verdict() == verdict::executed);
 
   auto deferred = payments.async_call("tenant", third, test_net::deferred);
@@ -256,16 +268,28 @@ TEST_CASE("a takeover resumes after the last async_step without running it again
   CHECK(charges == 1);
 }
 
-TEST_CASE("a heartbeat that finds the fence lost cancels the handler, whose next step never runs") {
+namespace {
+
+// A call whose handler is 90 s into its downstream call when its fence is stolen.
+struct robbed_call {
+  outcome lost;
+  std::chrono::nanoseconds took{};
+  int emails = 0;
+  std::size_t wakes_left = 0;
+};
+
+robbed_call rob_a_call(bool isolate, bool hears_lease_lost) {
   asio::io_context io;
   idem::manual_clock clock;
   using thief_policies = test_async::store_policies<test_async::fence_thief_store>;
   charging_handler handler{clock, 90s};
+  handler.hears_lease_lost = hears_lease_lost;
   using robbed = idem::async_idempotent<charging_handler, thief_policies>;
   test_async::fence_thief_store store;
   robbed::options parts;
   parts.store = store;
   parts.clock = clock;
+  parts.isolate_handler = isolate;
   robbed payments{io.get_executor(), handler, parts};
   const idem::http_request request = charge();
 
@@ -274,12 +298,57 @@ TEST_CASE("a heartbeat that finds the fence lost cancels the handler, whose next
   run_until(io, clock, [&] { return *handler.charges == 1; });
   store.steal();
   run_until(io, clock, [&] { return call.done; });
-  const outcome lost = call.take();
-  CHECK(lost.verdict() == verdict::in_progress);
-  CHECK_THAT(std::string(lost.message()), Catch::Matchers::Contains("taken over"));
-  CHECK(clock.now() - idem::manual_clock::time_point{} < 90s);  // cancelled, not waited out
-  CHECK(*handler.emails == 0);
-  CHECK(clock.waiting_wakes() == 0);
+  return robbed_call{call.take(), clock.now() - idem::manual_clock::time_point{}, *handler.emails,
+                     clock.waiting_wakes()};
+}
+
+}  // namespace
+
+TEST_CASE("a heartbeat that finds the fence lost cancels the handler, whose next step never runs") {
+  // On a coroutine of its own, whatever it awaits; in the call's, what it bound to the context's
+  // lease_lost_slot().
+  for (const auto& [isolate, hears] : {std::pair{true, false}, std::pair{false, true}}) {
+    INFO("isolate_handler " << isolate << ", bound to lease_lost_slot " << hears);
+    const robbed_call run = rob_a_call(isolate, hears);
+    CHECK(run.lost.verdict() == verdict::in_progress);
+    CHECK_THAT(std::string(run.lost.message()), Catch::Matchers::Contains("taken over"));
+    CHECK(run.took < 90s);  // cancelled at the first renewal (10 s), not waited out
+    CHECK(run.emails == 0);
+    CHECK(run.wakes_left == 0);
+  }
+}
+
+TEST_CASE(
+    "a handler in the call's coroutine that ignores the lost lease finishes, its next step "
+    "refused and nothing recorded") {
+  const robbed_call run = rob_a_call(false, false);
+  CHECK(run.lost.verdict() == verdict::in_progress);
+  CHECK_THAT(std::string(run.lost.message()), Catch::Matchers::Contains("taken over"));
+  CHECK(run.took >= 90s);  // its downstream call ran to its end
+  CHECK(run.emails == 0);  // the step after it threw lease_lost
+  CHECK(run.wakes_left == 0);
+}
+
+TEST_CASE("a handler that never suspends leaves no timer and the event loop runs out of work") {
+  asio::io_context io;
+  idem::manual_clock clock;
+  for (const bool isolate : {false, true}) {
+    INFO("isolate_handler " << isolate);
+    charging_handler handler{clock};
+    guard::options parts = on(clock);
+    parts.isolate_handler = isolate;
+    guard payments{io.get_executor(), handler, parts};
+    for (const char* key : {"k-1", "k-2", "k-3"}) {
+      completion<outcome> call;
+      payments.async_call("tenant", std::optional<std::string_view>(key), charge(), call.handler());
+      io.restart();
+      io.run();  // returns: neither a timer nor a watch is left behind
+      REQUIRE(call.done);
+      CHECK(call.take().verdict() == verdict::executed);
+      CHECK(clock.waiting_wakes() == 0);
+    }
+    CHECK(*handler.charges == 3);
+  }
 }
 
 namespace {
@@ -322,13 +391,19 @@ class renewal_counting_store : public idem_test::forwarding_store<idem::memory_s
 };
 
 // A handler whose downstream call takes 100 s, more than three 30 s leases; notes who finished.
+// `hears_lease_lost`: the downstream call is bound to the context's lease_lost_slot().
 struct hundred_second_handler {
   idem::manual_clock clock;
+  bool hears_lease_lost = true;
   std::shared_ptr<std::set<std::string>> finished = std::make_shared<std::set<std::string>>();
 
   asio::awaitable<idem::http_response> operator()(idem::async_handler_context& ctx,
                                                   const idem::http_request&) const {
-    co_await downstream(clock, 100s);
+    if (hears_lease_lost) {
+      co_await downstream(clock, 100s, ctx.lease_lost_slot());
+    } else {
+      co_await downstream(clock, 100s);
+    }
     finished->insert(std::string(ctx.key()));
     co_return idem::http_response{201, {}, "done"};
   }
@@ -339,6 +414,9 @@ struct hundred_second_handler {
 TEST_CASE(
     "one heartbeat renews 10,000 handlers in flight on one wrapper with one timer, and a lost "
     "fence cancels only its own handler") {
+  // The handlers in their calls' coroutines, bound to lease_lost_slot(); or each on its own.
+  const bool isolate = GENERATE(false, true);
+  INFO("isolate_handler " << isolate);
   constexpr std::size_t calls = 10'000;
   asio::io_context io;
   idem::manual_clock clock;
@@ -346,11 +424,12 @@ TEST_CASE(
   using counted_policies = test_async::store_policies<renewal_counting_store>;
   using guarded = idem::async_idempotent<hundred_second_handler, counted_policies>;
   renewal_counting_store store;
-  hundred_second_handler handler{clock};
+  hundred_second_handler handler{clock, !isolate};
   guarded::options parts;
   parts.store = store;
   parts.clock = clock;
   parts.lease = 30s;  // a renewal every 10 s
+  parts.isolate_handler = isolate;
   guarded payments{io.get_executor(), handler, parts};
   const idem::http_request request = charge("");
 

@@ -52,6 +52,13 @@ inline asio::awaitable<void> downstream(idem::manual_clock clock,
   co_await timer.async_wait_for(how_long, asio::use_awaitable);
 }
 
+/// The same, ended early by `slot` instead (a handler's context's lease_lost_slot()).
+inline asio::awaitable<void> downstream(idem::manual_clock clock, std::chrono::nanoseconds how_long,
+                                        asio::cancellation_slot slot) {
+  idem::clock_timer timer{co_await asio::this_coro::executor, clock};
+  co_await timer.async_wait_for(how_long, asio::bind_cancellation_slot(slot, asio::use_awaitable));
+}
+
 /// A memory store whose fence a test can steal: once stolen, every fenced write (checkpoint,
 /// complete, release) is refused, as after a takeover by another process.
 class fence_thief_store : public idem_test::forwarding_store<idem::memory_store> {

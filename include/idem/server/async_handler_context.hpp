@@ -78,6 +78,14 @@ concept async_step_lookup = std::is_invocable_r_v<lookup_answer<R>, Lookup&, std
 
 }  // namespace detail
 
+class async_handler_context;
+
+namespace detail {
+// The wrapper's heartbeat found the claim taken over: the context's lease_lost_slot() is
+// emitted (terminal), on the call's executor.
+void signal_lease_lost(async_handler_context& context);
+}  // namespace detail
+
 class async_handler_context : public handler_context {
  public:
   /// For tests of a handler on its own: no store behind it, steps are recorded in memory only.
@@ -138,8 +146,22 @@ class async_handler_context : public handler_context {
     }
   }
 
+  /// Emitted (asio::cancellation_type::terminal, on the call's executor) when the wrapper's
+  /// heartbeat finds the claim taken over while the handler runs. The handler runs in the call's
+  /// own coroutine, so its operations hear the caller's cancellation, not this: bind the slot
+  /// to a downstream operation that should end when the claim is lost,
+  ///   co_await timer.async_wait(asio::bind_cancellation_slot(ctx.lease_lost_slot(),
+  ///                                                          asio::use_awaitable));
+  /// (one operation at a time, as any slot), or set options.isolate_handler, which runs the
+  /// handler on a coroutine of its own that the heartbeat cancels whatever it awaits. Either
+  /// way its next async_step throws lease_lost, and nothing it answers is recorded.
+  asio::cancellation_slot lease_lost_slot() noexcept { return lease_lost_.slot(); }
+
+  /// Whether the claim was found taken over (by a heartbeat, or a step's fenced write).
+  bool lease_is_lost() const noexcept { return async_writer_ != nullptr && async_writer_->lost(); }
+
   /// Renews the lease after checking that the claim is still this attempt's; throws lease_lost
-  /// if it is not. The driver's heartbeat does this by itself while the handler is suspended.
+  /// if it is not. The driver's heartbeat does this by itself while the handler runs.
   asio::awaitable<void> async_renew_lease() {
     if (async_writer_ == nullptr) co_return;
     // Not `lost() || !co_await ...`: GCC 12 miscompiles a co_await inside a condition.
@@ -283,8 +305,15 @@ class async_handler_context : public handler_context {
     }
   }
 
+  friend void detail::signal_lease_lost(async_handler_context& context);
+
   detail::async_recovery_writer* async_writer_ = nullptr;
+  asio::cancellation_signal lease_lost_;
 };
+
+inline void detail::signal_lease_lost(async_handler_context& context) {
+  context.lease_lost_.emit(asio::cancellation_type::terminal);
+}
 
 }  // namespace idem
 

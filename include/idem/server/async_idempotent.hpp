@@ -108,7 +108,7 @@ class async_idempotent {
   using server_observer_type = typename Policies::server_observer;
 
   /// idempotent_options (idem/server/options.hpp), the blocking idempotent's, each field meaning
-  /// what it means there, and two of the asynchronous driver's own. Its server_observer hears
+  /// what it means there, and three of the asynchronous driver's own. Its server_observer hears
   /// of calls only: no handler_event, and coalesced is always false.
   ///
   /// max_kept_request_bytes and name keep each request in its record exactly as idempotent
@@ -120,9 +120,15 @@ class async_idempotent {
     /// asio::thread_pool's executor, or a strand of one. Required then; unused for a store
     /// that never blocks, whose calls run inline, and for an AsyncStore, which is awaited.
     executor_type store_executor{};
-    /// Renew the lease every third of it while the handler runs, and cancel the handler when a
-    /// renewal finds the claim taken over. Off, a handler that outlives its lease is taken over.
+    /// Renew the lease every third of it while the handler runs, and signal the handler (its
+    /// context's lease_lost_slot()) when a renewal finds the claim taken over. Off, a handler
+    /// that outlives its lease is taken over.
     bool heartbeat = true;
+    /// Run each handler on a coroutine of its own (one co_spawn a call), so that the heartbeat
+    /// cancels it whatever it awaits when a renewal finds the claim taken over. Off, the
+    /// handler runs in the call's coroutine: a handler that never suspends costs the heartbeat
+    /// nothing, and a lost claim reaches only what the handler bound to lease_lost_slot().
+    bool isolate_handler = false;
   };
 
   /// `executor` runs a call whose completion handler has no associated executor of its own.

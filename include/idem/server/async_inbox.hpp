@@ -70,12 +70,14 @@ class async_inbox {
   using server_observer_type = typename Policies::server_observer;
 
   /// inbox_options (idem/server/options.hpp), the blocking inbox's, and async_idempotent's
-  /// two of the asynchronous driver's own.
+  /// three of the asynchronous driver's own.
   struct options : inbox_options<Policies> {
     /// Where the store's calls run when the store blocks: as async_idempotent::options says.
     executor_type store_executor{};
     /// Renew the lease while `fn` runs: as async_idempotent::options says.
     bool heartbeat = true;
+    /// Run `fn` on a coroutine of its own: as async_idempotent::options says.
+    bool isolate_handler = false;
   };
 
   explicit async_inbox(executor_type executor) : async_inbox(std::move(executor), options{}) {}

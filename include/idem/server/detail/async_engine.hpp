@@ -8,10 +8,12 @@
 //                      on a clock_timer instead of a sleeping thread; both hand the store a
 //                      resumable wrapper's kept request (engine::keep_request) in the claim, as
 //                      engine::run does, and a new claim starts from it (engine::hold);
-//   run_held           the handler (an asio::awaitable) under the claim, with the wrapper's one
-//                      heartbeat (async_heartbeat.hpp) renewing the lease every third of it
-//                      while the handler is suspended, and the handler cancelled (terminal
-//                      cancellation) when its renewal finds the fence lost; then
+//   run_held           the handler (an asio::awaitable) under the claim, awaited in the call's
+//                      coroutine, with the wrapper's one heartbeat (async_heartbeat.hpp)
+//                      renewing the lease every third of it while the handler runs, and the
+//                      context's lease_lost_slot() emitted when a renewal finds the fence lost
+//                      (options.isolate_handler: the handler on a coroutine of its own,
+//                      cancelled then, terminal cancellation); then
 //                      engine::record_directly, settle_failure or answer_lost,
 //                      their store calls awaited (the engine's rules around them are its own).
 //
@@ -263,8 +265,22 @@ class async_engine {
       if (cancelled(co_await asio::this_coro::cancellation_state)) {
         ran.thrown = aborted();  // settled below as a handler that threw before any step
         ran.never_ran = true;
+      } else if (options().heartbeat && options().isolate_handler) {
+        co_await run_isolated(context, run, writer, ran);
       } else if (options().heartbeat) {
-        co_await run_with_heartbeat(context, run, writer, ran);
+        // The handler awaits in this coroutine, entered in the heartbeat (no timer yet): one that
+        // never suspends costs the heartbeat a list insertion and removal.
+        beside_handler<clock_type, writer_type> member{writer, context};
+        heartbeat_.enter(member, co_await asio::this_coro::executor, &member.beat, false);
+        co_await asio::this_coro::throw_if_cancelled(true);
+        try {
+          ran.response.emplace(co_await run(context));
+        } catch (...) {
+          ran.thrown = std::current_exception();
+        }
+        co_await asio::this_coro::throw_if_cancelled(false);
+        if (!heartbeat_.leave(member) || member.renewing)
+          co_await leave_after_beats(heartbeat_, member);
       } else {
         // The handler awaits in this coroutine: its operations see the caller's cancellation,
         // and after one, throw as any coroutine's do.
@@ -482,15 +498,16 @@ class async_engine {
     co_return nullptr;
   }
 
-  // The handler on a coroutine of its own, so that it can be cancelled alone. One that
-  // finishes before it first suspends (most do) is one posted step from unwound, and costs the
-  // heartbeat nothing. One that suspends is entered in the wrapper's heartbeat, whose one timer
-  // asks this call for a fenced renewal every third of the lease; a renewal that finds the
-  // fence lost, or the caller's cancellation, cancels the handler, and this call then waits for
-  // it to finish.
+  // options.isolate_handler: the handler on a coroutine of its own, so that it can be cancelled
+  // alone, whatever it awaits. One that finishes before it first suspends is one posted step
+  // from unwound, and costs the heartbeat nothing. One that suspends is entered in the
+  // wrapper's heartbeat, whose one timer asks this call for a fenced renewal every third of the
+  // lease; a renewal that finds the fence lost, or the caller's cancellation, cancels the
+  // handler (and emits the context's lease_lost_slot()), and this call then waits for it to
+  // finish.
   template <class Response, class Run>
-  asio::awaitable<void> run_with_heartbeat(async_handler_context& context, Run& run,
-                                           writer_type& writer, handler_run<Response>& ran) {
+  asio::awaitable<void> run_isolated(async_handler_context& context, Run& run, writer_type& writer,
+                                     handler_run<Response>& ran) {
     const asio::any_io_executor executor = co_await asio::this_coro::executor;
     // Made when the handler suspends: woken by its end, a renewal asked, or a cancellation.
     std::optional<asio::steady_timer> wake;
@@ -513,8 +530,8 @@ class async_engine {
         }));
     if (!ran.returned) {
       wake.emplace(executor, asio::steady_timer::time_point::max());
-      typename heartbeat<clock_type>::member member;
-      heartbeat_.enter(member, executor, *wake);
+      isolated_handler<clock_type> member{*wake};
+      heartbeat_.enter(member, executor, &member.beat, true);
       bool stopping = false;
       while (!ran.finished) {
         if (!stopping && cancelled(co_await asio::this_coro::cancellation_state)) {
@@ -524,18 +541,13 @@ class async_engine {
         if (member.renew) {
           member.renew = false;
           if (stopping) continue;
-          bool kept = true;
-          try {
-            kept = co_await writer.renew();
-          } catch (const store_error&) {
-            // The store could not answer this beat; the next one tries again, and a step that
-            // cannot write stops the handler itself.
-          }
+          const bool kept = co_await fenced_renewal(writer);
           // A request that came while this renewal was in flight asks for what it did: the next
           // comes a period on, and a step's write waiting for this one goes first.
           member.renew = false;
           if (!kept) {
             stopping = true;
+            signal_lease_lost(context);
             stop_handler.emit(asio::cancellation_type::terminal);
           }
           continue;

@@ -1,12 +1,16 @@
 // One heartbeat per asynchronous wrapper (async_engine): the held claims whose handler is still
-// running after its first suspension, kept in the order their next renewal falls due, and one
-// timer, set for the earliest. When a claim falls due, the timer asks its call for a renewal on
-// the call's own executor (where its writer lives); the call renews, and a renewal that finds
-// the fence lost cancels that call's handler alone.
+// running, kept in the order their next renewal falls due, and one timer, set for the earliest.
+// When a claim falls due, the timer asks its call for a renewal on the call's own executor
+// (where its writer lives), by the function the call entered with; a renewal that finds the
+// fence lost stops that call's handler alone.
 //
-// A handler that never suspends is never entered. One that suspends is entered once, with a
-// lock and a list insertion; the timer is set only when the list was empty, and stopped when
-// it empties again, so that an event loop with no call left runs out of work at once.
+// Two ways in. A handler awaited in the call's own coroutine (the default) is entered before it
+// starts, with a lock and a list insertion and no timer: the timer is set by a watch posted to
+// the event loop, which runs only once the handler has suspended (one that never suspends has
+// left by then), and at most one watch is on its way at a time. A handler on a coroutine of its
+// own (options.isolate_handler) is entered once it has suspended, and sets the timer at once.
+// The timer is stopped when the list empties, so that an event loop with no call left runs out
+// of work at once.
 //
 // Calls of one wrapper may run on several executors and threads: the list, and the timer's
 // every operation, are under one mutex. A call's own fields written by a beat request are
@@ -24,6 +28,8 @@
 
 #include <idem/async/asio.hpp>
 #include <idem/async/timer.hpp>
+#include <idem/server/async_handler_context.hpp>
+#include <idem/store/contract.hpp>
 
 IDEM_ASIO_CODE_BEGIN
 
@@ -37,7 +43,7 @@ class heartbeat {
   using time_point = typename Clock::time_point;
 
   /// One call's place in the heartbeat: lives in the call's frame from enter() until leave()
-  /// answers true. `wake` is the call's own timer, cancelled when a renewal is asked for.
+  /// answers true. `beat` asks the call for a renewal, on its executor.
   struct member {
     // Under the heartbeat's lock:
     member* previous = nullptr;
@@ -47,31 +53,37 @@ class heartbeat {
     bool listed = false;
     // On the call's executor:
     asio::any_io_executor executor;
-    asio::steady_timer* wake = nullptr;
-    bool renew = false;  // a renewal is asked for
+    void (*beat)(member&) = nullptr;
   };
 
   heartbeat(Clock& clock, std::chrono::nanoseconds period)
       : state_(std::make_shared<state>(clock, period)) {}
   ~heartbeat() {
     const std::lock_guard lock(state_->mutex);
+    state_->closed = true;
     state_->stop();
   }
   heartbeat(const heartbeat&) = delete;
   heartbeat& operator=(const heartbeat&) = delete;
 
-  /// Enters a call whose handler is suspended: its first renewal falls due a period from now.
-  /// The timer, when none is set, is made on `executor`, the call's.
-  void enter(member& call, const asio::any_io_executor& executor, asio::steady_timer& wake) {
+  /// Enters a call whose handler runs: its first renewal falls due a period from now, asked
+  /// for by `beat(call)` on `executor`, the call's. `suspended`: the handler is known to be
+  /// suspended, and the timer, when none is set, is set now; else a watch sets it once the
+  /// event loop runs (see the top of this file).
+  void enter(member& call, const asio::any_io_executor& executor, void (*beat)(member&),
+             bool suspended) {
     call.executor = executor;
-    call.wake = &wake;
+    call.beat = beat;
     state& shared = *state_;
     const std::lock_guard lock(shared.mutex);
     call.due = shared.clock->now() + shared.period;
     shared.append(call);
-    if (!shared.timer) {
-      shared.timer.emplace(executor, *shared.clock);
-      shared.set(state_, call.due);
+    if (shared.timer) return;
+    if (suspended) {
+      shared.start(state_, call.executor);
+    } else if (!shared.watching) {
+      shared.watching = true;
+      asio::post(executor, [self = state_] { self->watch(self); });
     }
   }
 
@@ -118,6 +130,18 @@ class heartbeat {
       call.listed = false;
       --count;
     }
+    // The timer made on `executor` and set for the first call's renewal.
+    void start(const std::shared_ptr<state>& self, const asio::any_io_executor& executor) {
+      timer.emplace(executor, *clock);
+      set(self, first->due);
+    }
+    // The watch, on the event loop: a call still listed now has suspended (or runs on another
+    // thread), so the timer is set for it.
+    void watch(const std::shared_ptr<state>& self) {
+      const std::lock_guard lock(mutex);
+      watching = false;
+      if (!closed && first != nullptr && !timer) start(self, first->executor);
+    }
     // The timer set for `when`; its completion counts only for this generation.
     void set(const std::shared_ptr<state>& self, time_point when) {
       timer->async_wait_until(when, [self, generation = generation](asio_error_code error) {
@@ -148,18 +172,15 @@ class heartbeat {
         stop();
       }
     }
-    // On the call's executor: the call, still running, is woken to renew.
+    // On the call's executor: the call, still running, is asked to renew.
     void deliver(member& call) {
-      bool wake = false;
+      bool listed = false;
       {
         const std::lock_guard lock(mutex);
         --call.requests_posted;
-        wake = call.listed;
+        listed = call.listed;
       }
-      if (wake) {
-        call.renew = true;
-        call.wake->cancel();
-      }
+      if (listed) call.beat(call);
     }
 
     mutable std::mutex mutex;
@@ -170,9 +191,90 @@ class heartbeat {
     std::size_t count = 0;
     std::optional<clock_timer<Clock>> timer;
     std::uint64_t generation = 0;
+    bool watching = false;  // a watch is on its way to the event loop
+    bool closed = false;    // the wrapper is gone
   };
 
   std::shared_ptr<state> state_;
+};
+
+/// One fenced renewal of a claim_writer's claim: false when it found the fence lost. A store
+/// that could not answer this beat is asked again at the next one, and a step that cannot write
+/// stops the handler itself.
+template <class Writer>
+asio::awaitable<bool> fenced_renewal(Writer& writer) {
+  bool kept = true;
+  try {
+    kept = co_await writer.renew();
+  } catch (const store_error&) {
+  }
+  co_return kept;
+}
+
+/// A call whose handler awaits in the call's own coroutine, in the heartbeat: a beat spawns one
+/// renewal at a time beside the handler, on the call's executor; one that finds the fence lost
+/// emits the context's lease_lost_slot(). `Writer` is the call's claim_writer.
+template <class Clock, class Writer>
+struct beside_handler : heartbeat<Clock>::member {
+  beside_handler(Writer& w, async_handler_context& c) : writer(&w), context(&c) {}
+
+  static void beat(typename heartbeat<Clock>::member& beaten) {
+    auto& call = static_cast<beside_handler&>(beaten);
+    if (call.renewing) return;  // the renewal in flight renews the lease
+    call.renewing = true;
+    asio::co_spawn(call.executor, renew(call), asio::detached);
+  }
+
+  Writer* writer;
+  async_handler_context* context;
+  asio::steady_timer* wake = nullptr;  // the call's, once it waits for a renewal to end
+  bool renewing = false;
+
+ private:
+  static asio::awaitable<void> renew(beside_handler& call) {
+    // Not `if (!co_await ...)`: GCC 12 miscompiles a co_await inside a condition.
+    const bool kept = co_await fenced_renewal(*call.writer);
+    if (!kept) signal_lease_lost(*call.context);
+    call.renewing = false;
+    if (call.wake != nullptr) call.wake->cancel();
+  }
+};
+
+/// A beat request on its way to `call`, or a renewal in flight, refers to its frame: both end
+/// before leave_after_beats does, and the call is out of the heartbeat.
+template <class Clock, class Writer>
+asio::awaitable<void> leave_after_beats(heartbeat<Clock>& beats,
+                                        beside_handler<Clock, Writer>& call) {
+  std::optional<asio::steady_timer> wake;
+  while (!beats.leave(call) || call.renewing) {
+    if (!call.renewing) {
+      co_await asio::post(asio::use_awaitable);
+      continue;
+    }
+    if (!wake) {
+      wake.emplace(co_await asio::this_coro::executor, asio::steady_timer::time_point::max());
+      call.wake = &*wake;
+    }
+    wake->expires_at(asio::steady_timer::time_point::max());
+    asio_error_code error;  // operation_aborted: the renewal ended
+    co_await wake->async_wait(asio::redirect_error(asio::use_awaitable, error));
+  }
+}
+
+/// A call whose handler runs on a coroutine of its own (options.isolate_handler), once that
+/// suspended: a beat wakes the call (its `wake`), which renews.
+template <class Clock>
+struct isolated_handler : heartbeat<Clock>::member {
+  explicit isolated_handler(asio::steady_timer& w) : wake(&w) {}
+
+  static void beat(typename heartbeat<Clock>::member& beaten) {
+    auto& call = static_cast<isolated_handler&>(beaten);
+    call.renew = true;
+    call.wake->cancel();
+  }
+
+  asio::steady_timer* wake;
+  bool renew = false;  // a renewal is asked for
 };
 
 }  // namespace idem::detail
