@@ -5,14 +5,14 @@
 //   async_idempotent_first/idem_async    co_await guard.async_call(scope, key, body,
 //                                        use_awaitable) from a coroutine on an io_context, for
 //                                        a key never seen before: the checks, the fingerprint,
-//                                        the claim, the handler (a coroutine, run beside its
-//                                        lease heartbeat), the completion
+//                                        the claim, the handler (a coroutine, awaited in the
+//                                        call's, entered in the lease heartbeat), the completion
 //   async_idempotent_first/idem_sync     guard(scope, key, body), the blocking wrapper
 //   async_idempotent_replay/idem_async   the same for keys whose responses are stored: replayed
 //   async_idempotent_replay/idem_sync
-//   .../idem_async_no_heartbeat          idem_async with options.heartbeat off: the handler is
-//                                        awaited in the call's coroutine, not spawned beside
-//                                        its heartbeat (what the heartbeat costs a call)
+//   .../idem_async_no_heartbeat          idem_async with options.heartbeat off: the call is
+//                                        not entered in the heartbeat (what the heartbeat costs
+//                                        a call)
 //
 // Both handlers return the same 64-byte std::string for the same 256-byte body. first: a fixed
 // 60,000 new keys into a fresh store; replay: 1,024 completed keys, cycled through. The
