@@ -13,6 +13,14 @@
 //   .../idem_async_no_heartbeat          idem_async with options.heartbeat off: the call is
 //                                        not entered in the heartbeat (what the heartbeat costs
 //                                        a call)
+//   async_handler_alone/coroutine        co_await async_handler{}(body) in the same loop, no
+//                                        wrapper: what the handler's coroutine and the loop's
+//                                        suspension points cost by themselves
+//   async_handler_alone/function         respond(body), the blocking handler, in a plain loop
+//
+// The two `alone` set the ceiling of async / sync: an asynchronous call runs a coroutine handler
+// where the blocking one calls a function, so idem_async cannot be cheaper than idem_sync plus
+// their difference.
 //
 // Both handlers return the same 64-byte std::string for the same 256-byte body. first: a fixed
 // 60,000 new keys into a fresh store; replay: 1,024 completed keys, cycled through. The
@@ -154,6 +162,37 @@ void async_idempotent_replay(benchmark::State& state) {
   run_calls(state, *guard, first_keys, replay_keys, &io);
 }
 
+void async_handler_alone_coroutine(benchmark::State& state) {
+  asio::io_context io;
+  const std::string& body = request_body();
+  std::size_t wrong = 0;
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        for (auto _ : state) {
+          std::string response = co_await async_handler{}(body);
+          wrong += response.size() == response_text.size() ? 0 : 1;
+          benchmark::DoNotOptimize(response);
+        }
+      },
+      asio::detached);
+  io.run();
+  state.SetItemsProcessed(state.iterations());
+  if (wrong != 0) state.SkipWithError("the handler did not answer its response");
+}
+
+void async_handler_alone_function(benchmark::State& state) {
+  const std::string& body = request_body();
+  std::size_t wrong = 0;
+  for (auto _ : state) {
+    std::string response = respond(body);
+    wrong += response.size() == response_text.size() ? 0 : 1;
+    benchmark::DoNotOptimize(response);
+  }
+  state.SetItemsProcessed(state.iterations());
+  if (wrong != 0) state.SkipWithError("the handler did not answer its response");
+}
+
 [[maybe_unused]] const bool registered = [] {
   // A fixed count of first calls, so that every run fills a store of the same size.
   benchmark::RegisterBenchmark("async_idempotent_first/idem_async",
@@ -168,6 +207,8 @@ void async_idempotent_replay(benchmark::State& state) {
                                async_idempotent_first<no_heartbeat_guard>)
       ->Iterations(first_keys)
       ->Repetitions(5);
+  benchmark::RegisterBenchmark("async_handler_alone/coroutine", async_handler_alone_coroutine);
+  benchmark::RegisterBenchmark("async_handler_alone/function", async_handler_alone_function);
   benchmark::RegisterBenchmark("async_idempotent_replay/idem_async",
                                async_idempotent_replay<async_guard>);
   benchmark::RegisterBenchmark("async_idempotent_replay/idem_sync",

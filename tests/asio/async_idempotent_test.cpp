@@ -338,9 +338,10 @@ TEST_CASE("a handler that never suspends leaves no timer and the event loop runs
     guard::options parts = on(clock);
     parts.isolate_handler = isolate;
     guard payments{io.get_executor(), handler, parts};
+    const idem::http_request request = charge("");
     for (const char* key : {"k-1", "k-2", "k-3"}) {
       completion<outcome> call;
-      payments.async_call("tenant", std::optional<std::string_view>(key), charge(), call.handler());
+      payments.async_call("tenant", std::optional<std::string_view>(key), request, call.handler());
       io.restart();
       io.run();  // returns: neither a timer nor a watch is left behind
       REQUIRE(call.done);
