@@ -267,23 +267,15 @@ class async_engine {
         ran.never_ran = true;
       } else if (options().heartbeat && options().isolate_handler) {
         co_await run_isolated(context, run, writer, ran);
-      } else if (options().heartbeat) {
-        // The handler awaits in this coroutine, entered in the heartbeat (no timer yet): one that
-        // never suspends costs the heartbeat a list insertion and removal.
-        beside_handler<clock_type, writer_type> member{writer, context};
-        heartbeat_.enter(member, co_await asio::this_coro::executor, &member.beat, false);
-        co_await asio::this_coro::throw_if_cancelled(true);
-        try {
-          ran.response.emplace(co_await run(context));
-        } catch (...) {
-          ran.thrown = std::current_exception();
-        }
-        co_await asio::this_coro::throw_if_cancelled(false);
-        if (!heartbeat_.leave(member) || member.renewing)
-          co_await leave_after_beats(heartbeat_, member);
       } else {
         // The handler awaits in this coroutine: its operations see the caller's cancellation,
-        // and after one, throw as any coroutine's do.
+        // and after one, throw as any coroutine's do. With the heartbeat, the call is entered in
+        // it first (no timer yet): a handler that never suspends costs the heartbeat a list
+        // insertion and a removal.
+        beside_handler<clock_type, writer_type> member{writer, context};
+        const bool beats = options().heartbeat;
+        if (beats)
+          heartbeat_.enter(member, co_await asio::this_coro::executor, &member.beat, false);
         co_await asio::this_coro::throw_if_cancelled(true);
         try {
           ran.response.emplace(co_await run(context));
@@ -291,6 +283,8 @@ class async_engine {
           ran.thrown = std::current_exception();
         }
         co_await asio::this_coro::throw_if_cancelled(false);
+        if (beats && (!heartbeat_.leave(member) || member.renewing))
+          co_await leave_after_beats(heartbeat_, member);
       }
       try {
         bool recorded = false;
