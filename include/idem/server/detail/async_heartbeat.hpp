@@ -70,22 +70,20 @@ class heartbeat {
   /// for by `beat(call)` on `executor`, the call's. `suspended`: the handler is known to be
   /// suspended, and the timer, when none is set, is set now; else a watch sets it once the
   /// event loop runs (see the top of this file).
-  void enter(member& call, asio::any_io_executor executor, void (*beat)(member&), bool suspended) {
-    call.executor = std::move(executor);
+  void enter(member& call, const asio::any_io_executor& executor, void (*beat)(member&),
+             bool suspended) {
+    call.executor = executor;
     call.beat = beat;
     state& shared = *state_;
-    // Read outside the lock: a call entered at once on another thread may stand a moment out of
-    // order, and is then asked at the timer's next wake, microseconds later.
-    const time_point due = shared.clock->now() + shared.period;
     const std::lock_guard lock(shared.mutex);
-    call.due = due;
+    call.due = shared.clock->now() + shared.period;
     shared.append(call);
     if (shared.timer) return;
     if (suspended) {
       shared.start(state_, call.executor);
     } else if (!shared.watching) {
       shared.watching = true;
-      asio::post(call.executor, [self = state_] { self->watch(self); });
+      asio::post(executor, [self = state_] { self->watch(self); });
     }
   }
 
