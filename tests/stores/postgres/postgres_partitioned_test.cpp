@@ -119,7 +119,7 @@ TEST_CASE("a partitioned table's claim touches only the partition its scope hash
   // settle on) prunes when it starts: the other seven subplans removed.
   const auto names = pg::quote_names("public", table.name);
   check.exec("PREPARE claim_plan (bytea, bytea, bytea, int8, int8, int8, bytea) AS " +
-             pg::statement_sql(names.table)[pg::claim]);
+             pg::claim_sql(names.table));
   const std::string execute =
       "EXECUTE claim_plan('\\x74656e616e74'::bytea, '\\x6f726465722d31'::bytea, "
       "'\\x00'::bytea, 1000, 1000, 0, NULL)";

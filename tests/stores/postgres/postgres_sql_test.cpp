@@ -57,7 +57,7 @@ std::vector<pg::statement> every_statement() {
 // ---- the statements, as text -------------------------------------------------------------
 
 TEST_CASE("a statement's placeholders are $1 to its parameter count, each used", "[postgres]") {
-  const auto sql = pg::statement_sql(pg::quote_names("public", "idem_records").table);
+  const auto sql = pg::statement_sql(pg::quote_names("public", "idem_records"));
   for (const pg::statement which : every_statement()) {
     INFO(pg::statement_names[which] << ": " << sql[which]);
     std::set<int> expected;
@@ -79,7 +79,7 @@ TEST_CASE("a statement declares a type for each of its parameters and none past 
     for (std::size_t i = 0; i < types.size(); ++i) {
       INFO("parameter $" << i + 1);
       if (i < static_cast<std::size_t>(count)) {
-        CHECK((types[i] == pg::bytea_oid || types[i] == pg::int8_oid));
+        CHECK((types[i] == pg::bytea_oid || types[i] == pg::int8_oid || types[i] == pg::text_oid));
       } else {
         CHECK(types[i] == 0);
       }
@@ -90,12 +90,16 @@ TEST_CASE("a statement declares a type for each of its parameters and none past 
 TEST_CASE("every statement names its table quoted and qualified, never bare", "[postgres]") {
   // Mixed case: unquoted, PostgreSQL would fold it to idem_records, another table.
   const pg::quoted_names names = pg::quote_names("app", "Idem_Records");
-  const auto sql = pg::statement_sql(names.table);
+  const auto sql = pg::statement_sql(names);
   for (const pg::statement which : every_statement()) {
     INFO(pg::statement_names[which] << ": " << sql[which]);
     if (which == pg::scope_turn || which == pg::lock_timeout) {
       // A lock on the scope alone, a setting of the transaction: they read no table.
       CHECK(occurrences(sql[which], "Idem_Records") == 0);
+    } else if (which == pg::outbox_insert) {
+      // The outbox, beside the records: its name is the table's, suffixed.
+      CHECK(occurrences(sql[which], names.outbox) == 1);
+      CHECK(occurrences(sql[which], "Idem_Records") == 1);
     } else {
       CHECK(occurrences(sql[which], names.table) >= 1);
       CHECK(occurrences(sql[which], "Idem_Records") == occurrences(sql[which], names.table));
@@ -226,7 +230,7 @@ TEST_CASE(
              "= 0 THEN 0 ELSE 1 END, 1, false, 1, 2, 1000000, NULL, NULL FROM "
              "generate_series(0, 19999) AS i");
   check.exec("ANALYZE \"" + table.name + "\"");
-  const auto sql = pg::statement_sql(names.table);
+  const auto sql = pg::statement_sql(names);
   check.exec("PREPARE stuck_plan (int8, int8) AS " + sql[pg::stuck]);
   const idem::postgres_result plan = check.exec(
       "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) EXECUTE stuck_plan(10, 256)");

@@ -431,11 +431,10 @@ class async_postgres_store::transaction {
     constexpr const char* who = "idem::async_postgres_store::transaction::publish";
     if (name.empty()) throw std::invalid_argument(std::string(who) + ": the message name is empty");
     std::string id = outbox_message_id(held_.scope, held_.key, name);
-    detail::check_outbox_message(id, message, outbox_->max_payload_bytes, who);
+    detail::check_outbox_message(id, message, max_payload_bytes_, who);
     const detail::postgres::outbox_row row(id, message, now_);
     result_ptr result = co_await statement(*session_, [&](detail::postgres::async::link& wire) {
-      wire.send_typed(outbox_->insert.c_str(), row.values,
-                      detail::postgres::outbox_row::types.data());
+      wire.send_prepared(detail::postgres::outbox_insert, row.values);
     });
     if (PQresultStatus(result.get()) == PGRES_COMMAND_OK) co_return id;
     const char* code = PQresultErrorField(result.get(), PG_DIAG_SQLSTATE);
@@ -463,18 +462,13 @@ class async_postgres_store::transaction {
 
  private:
   friend class async_postgres_store;
-  // Where publish writes: the outbox's insert and its payload cap.
-  struct outbox_target {
-    std::string insert;
-    std::size_t max_payload_bytes;
-  };
   transaction(std::shared_ptr<session_job> session, bool caller_time, const fenced_key& held,
-              std::optional<std::int64_t> now, const outbox_target* outbox) noexcept
+              std::optional<std::int64_t> now, std::size_t max_payload_bytes) noexcept
       : session_(std::move(session)),
         caller_time_(caller_time),
         held_(held),
         now_(now),
-        outbox_(outbox) {}
+        max_payload_bytes_(max_payload_bytes) {}
 
   std::shared_ptr<session_job> session_;
   bool caller_time_;
@@ -482,7 +476,8 @@ class async_postgres_store::transaction {
   fenced_key held_;
   // When the messages were written: the caller's time, or nothing for the server's clock.
   std::optional<std::int64_t> now_;
-  const outbox_target* outbox_;
+  // publish's cap on a payload: options::max_outbox_payload_bytes.
+  std::size_t max_payload_bytes_;
   bool retry_ = false;
 };
 
@@ -491,9 +486,6 @@ asio::awaitable<bool> async_postgres_store::run_within(
     std::shared_ptr<detail::postgres::async::pool> shared, options config, bool caller,
     fenced_key held, store_time now, Produce produce) {
   namespace pg = detail::postgres;
-  const transaction::outbox_target outbox{
-      pg::outbox_insert_sql(pg::quote_names(config.schema, config.table).outbox),
-      config.max_outbox_payload_bytes};
   const std::optional<std::int64_t> written_at =
       caller ? std::optional<std::int64_t>{pg::to_nanoseconds(now)} : std::nullopt;
   const char* begin = "BEGIN ISOLATION LEVEL READ COMMITTED";
@@ -515,7 +507,7 @@ asio::awaitable<bool> async_postgres_store::run_within(
     }
     auto session = std::make_shared<session_job>(shared);
     co_await acquire(*session);
-    transaction txn(session, caller, held, written_at, &outbox);
+    transaction txn(session, caller, held, written_at, config.max_outbox_payload_bytes);
     std::exception_ptr failure;
     bool answer = false;
     try {

@@ -34,23 +34,8 @@
 
 namespace idem::detail::postgres {
 
-inline constexpr Oid text_oid = 25;
-
-// The insert into `outbox` (quoted and qualified: quoted_names::outbox). A message already
-// there under the same id is left as it is: a handler run again after a takeover writes the
-// same id, and the outbox keeps the first row. created_at is $6, or the server's clock when $6
-// is NULL (as the records' times); next_attempt_at starts there: a new message may go at once.
-// Run with PQexecParams rather than prepared: the application's connection has none of the
-// store's statements, and one text for both writers keeps them from drifting apart.
-inline std::string outbox_insert_sql(const std::string& outbox) {
-  return "INSERT INTO " + outbox +
-         " (id, topic, partition_key, payload, headers, created_at, next_attempt_at) "
-         "SELECT $1, $2, $3, $4, $5, n, n FROM (SELECT COALESCE($6::int8, (extract(epoch FROM "
-         "clock_timestamp()) * 1000000000)::int8) AS n) AS clock ON CONFLICT (id) DO NOTHING";
-}
-
-// The insert's parameters (binary, of outbox_row::types) for one message; the message and the
-// id must outlive it.
+// The insert's parameters (binary, of parameter_types(outbox_insert)) for one message; the
+// message and the id must outlive it.
 struct outbox_row {
   outbox_row(std::string_view id, const outbox_message& message,
              std::optional<std::int64_t> created_at)
@@ -66,22 +51,14 @@ struct outbox_row {
   outbox_row(const outbox_row&) = delete;
   outbox_row& operator=(const outbox_row&) = delete;
 
-  static constexpr std::array<Oid, 6> types{text_oid,  text_oid,  bytea_oid,
-                                            bytea_oid, bytea_oid, int8_oid};
   std::string headers;
   parameters values;
 };
 
-// Runs the insert on `connection`, inside its open transaction; answers true when it added a
-// row. Throws postgres_error with the SQLSTATE when the server refuses it (40001 and 40P01 are
-// retryable), store_error(unavailable) when the connection is lost.
-inline bool write_outbox(PGconn* connection, const std::string& sql, std::string_view id,
-                         const outbox_message& message, std::optional<std::int64_t> created_at,
-                         const char* who) {
-  const outbox_row row(id, message, created_at);
-  const result_ptr result{PQexecParams(connection, sql.c_str(), row.values.count(),
-                                       outbox_row::types.data(), row.values.values(),
-                                       row.values.lengths(), parameters::formats(), 1)};
+// The insert's answer on `connection`: true when it added a row. Throws postgres_error with the
+// SQLSTATE when the server refused it (40001 and 40P01 are retryable), store_error(unavailable)
+// when the connection is lost.
+inline bool outbox_written(PGconn* connection, const result_ptr& result, const char* who) {
   const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
   if (status == PGRES_COMMAND_OK) {
     const char* count = PQcmdTuples(result.get());
@@ -93,6 +70,32 @@ inline bool write_outbox(PGconn* connection, const std::string& sql, std::string
   }
   const char* state = PQresultErrorField(result.get(), PG_DIAG_SQLSTATE);
   throw postgres_error(state != nullptr ? state : "", message_text);
+}
+
+// Runs the insert `sql` (outbox_insert_sql) on `connection`, inside its open transaction: an
+// application's connection, which has none of the store's prepared statements. Answers as
+// outbox_written.
+inline bool write_outbox(PGconn* connection, const std::string& sql, std::string_view id,
+                         const outbox_message& message, std::optional<std::int64_t> created_at,
+                         const char* who) {
+  const outbox_row row(id, message, created_at);
+  const std::array<Oid, 8> types = parameter_types(statement::outbox_insert);
+  const result_ptr result{PQexecParams(connection, sql.c_str(), row.values.count(), types.data(),
+                                       row.values.values(), row.values.lengths(),
+                                       parameters::formats(), 1)};
+  return outbox_written(connection, result, who);
+}
+
+// The same on one of the store's connections, whose statement outbox_insert is prepared: the
+// server parses and plans it once a connection, not once a message.
+inline bool write_outbox_prepared(PGconn* connection, std::string_view id,
+                                  const outbox_message& message,
+                                  std::optional<std::int64_t> created_at, const char* who) {
+  const outbox_row row(id, message, created_at);
+  const result_ptr result{PQexecPrepared(connection, statement_names[statement::outbox_insert],
+                                         row.values.count(), row.values.values(),
+                                         row.values.lengths(), parameters::formats(), 1)};
+  return outbox_written(connection, result, who);
 }
 
 }  // namespace idem::detail::postgres

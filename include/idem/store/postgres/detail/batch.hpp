@@ -42,7 +42,7 @@
 namespace idem::detail::postgres {
 
 // The batch statements' SQL on `table` (quoted and qualified), given the single claim's SQL
-// (statement_sql(table)[claim]) so that the batch decides with the very same condition.
+// (claim_sql(table)) so that the batch decides with the very same condition.
 struct batch_statements {
   std::string claim;
   std::string complete;
@@ -50,7 +50,7 @@ struct batch_statements {
 };
 
 inline batch_statements batch_sql(const std::string& table) {
-  const std::string single = statement_sql(table)[statement::claim];
+  const std::string single = claim_sql(table);
   const std::size_t conflict = single.find("ON CONFLICT");
   const std::size_t returning = single.find(" RETURNING");
   const std::string on_conflict = single.substr(conflict, returning - conflict);

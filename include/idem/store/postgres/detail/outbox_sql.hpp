@@ -28,6 +28,14 @@ inline constexpr const char* outbox_entry_columns =
 // not, claimed by anyone or not (NULL: none), from the (partition_key, sequence) index. The
 // reader keeps a row only when that previous row is kept in the same batch before it.
 //
+// The probe, one index lookup a row, is skipped when the batch is every unpublished row up to
+// its last (`whole`: those rows counted in sequence order, at most one more than a batch, so
+// that even a generic plan walks an index rather than the table): then each row's
+// previous unpublished row is in the batch, as the probe would find, and the reader keeps them
+// all. A relay alone on its outbox, with nothing waiting for a retry, claims such batches.
+// Both read the statement's one snapshot, so the count and the probes see the same rows: the
+// rows claimed are among the rows counted, and equal counts mean the same rows.
+//
 // Under READ COMMITTED a row another relay published after this statement's snapshot was
 // taken is re-checked once its lock is granted (published_at IS NULL fails, so it is left
 // out): a row is never claimed twice. The previous-row probe reads the snapshot and takes no
@@ -37,11 +45,17 @@ inline std::string outbox_fetch_sql(const quoted_names& names) {
   return "WITH claimed AS MATERIALIZED (SELECT " + std::string(outbox_entry_columns) + " FROM " +
          names.outbox +
          " WHERE published_at IS NULL AND next_attempt_at <= $1 ORDER BY sequence LIMIT $2 "
-         "FOR UPDATE SKIP LOCKED) SELECT c.sequence, c.id, c.topic, c.partition_key, "
-         "c.created_at, c.attempts, c.headers, c.payload, (SELECT p.sequence FROM " +
+         "FOR UPDATE SKIP LOCKED), whole AS (SELECT count(*) = (SELECT count(*) FROM claimed) "
+         "AS batch FROM (SELECT 1 FROM " +
+         names.outbox +
+         " p WHERE p.published_at IS NULL AND p.sequence <= (SELECT max(sequence) FROM claimed) "
+         "ORDER BY p.sequence LIMIT $2 + 1) AS w) "
+         "SELECT c.sequence, c.id, c.topic, c.partition_key, c.created_at, c.attempts, "
+         "c.headers, c.payload, CASE WHEN (SELECT batch FROM whole) THEN NULL ELSE (SELECT "
+         "p.sequence FROM " +
          names.outbox +
          " p WHERE p.partition_key = c.partition_key AND p.published_at IS NULL AND p.sequence < "
-         "c.sequence ORDER BY p.sequence DESC LIMIT 1) FROM claimed c ORDER BY c.sequence";
+         "c.sequence ORDER BY p.sequence DESC LIMIT 1) END FROM claimed c ORDER BY c.sequence";
 }
 
 // settle: $1 sequences, $2 kinds (0 published, 1 retry, 2 dead), $3 errors, $4 next attempt

@@ -67,7 +67,7 @@ class session_opener {
                                   std::to_string(options_.hash_partitions));
     }
     names_ = quote_names(options_.schema, options_.table);
-    sql_ = statement_sql(names_.table);
+    sql_ = statement_sql(names_);
   }
   session_opener(const session_opener&) = delete;
   session_opener& operator=(const session_opener&) = delete;

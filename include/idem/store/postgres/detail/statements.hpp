@@ -33,6 +33,7 @@ enum statement : std::uint8_t {
   scope_room,
   complete_checked,  // one commit's completion: fails (22012) when it changes no row
   lock_timeout,      // one commit's bound on lock waits, for its transaction only
+  outbox_insert,     // transaction::publish's message (outbox_insert_sql)
   count
 };
 inline constexpr std::array<const char*, statement::count> statement_names{"idem_claim",
@@ -46,7 +47,8 @@ inline constexpr std::array<const char*, statement::count> statement_names{"idem
                                                                            "idem_scope_turn",
                                                                            "idem_scope_room",
                                                                            "idem_complete_checked",
-                                                                           "idem_lock_timeout"};
+                                                                           "idem_lock_timeout",
+                                                                           "idem_outbox_insert"};
 
 // Whether `result` is complete_checked's refusal: it found no record in progress under the
 // fence (its division by zero, SQLSTATE 22012), so the COMMIT sent behind it did not run.
@@ -165,44 +167,72 @@ inline std::string with_time(std::string_view sql, std::string_view time) {
   return out;
 }
 
-// The SQL of every statement, by index, on `table` (quoted and qualified: quoted_names::table).
-inline std::array<std::string, statement::count> statement_sql(const std::string& table) {
-  std::array<std::string, statement::count> sql;
+// The columns a claim answers, and find reads.
+inline constexpr const char* record_columns =
+    "fence, fingerprint, state, created_at, lease_until, expires_at, response, recovery";
+
+// The claim on `table` (quoted and qualified: quoted_names::table); the batch claim
+// (batch.hpp) decides with its very condition.
+inline std::string claim_sql(const std::string& table) {
   const auto now = [](int parameter) { return now_sql(parameter); };
-  const std::string columns =
-      "fence, fingerprint, state, created_at, lease_until, expires_at, response, recovery";
+  const std::string columns = record_columns;
   // A live in-progress record is taken over (same fingerprint, lease passed: the WHERE) and
   // keeps its recovery bytes; an expired or released one is replaced by a new claim under the
   // next fence, which starts, like a new key's record, with the claim's recovery bytes ($7,
   // NULL for none).
   const std::string takeover = "(r.state = 0 AND r.expires_at > excluded.created_at)";
-  sql[claim] = "WITH clock AS (SELECT " + now(6) +
-               " AS n), "
-               "decided AS (INSERT INTO " +
-               table +
-               " AS r (scope, key, fingerprint, state, fence, taken_over, created_at, lease_until, "
-               "expires_at, recovery) SELECT $1, $2, $3, 0, 1, false, n, n + $4, n + $5, $7 FROM "
-               "clock "
-               "ON CONFLICT (scope, key) DO UPDATE SET fence = r.fence + 1, taken_over = " +
-               takeover +
-               ", fingerprint = excluded.fingerprint, state = 0, created_at = CASE WHEN " +
-               takeover +
-               " THEN r.created_at ELSE excluded.created_at END, "
-               "lease_until = excluded.lease_until, expires_at = CASE WHEN " +
-               takeover +
-               " THEN r.expires_at ELSE excluded.expires_at END, response = NULL, recovery = CASE "
-               "WHEN " +
-               takeover +
-               " THEN r.recovery ELSE excluded.recovery END "
-               "WHERE r.state = 2 OR r.expires_at <= excluded.created_at OR (r.state = 0 AND "
-               "r.fingerprint = excluded.fingerprint AND r.lease_until <= excluded.created_at) "
-               "RETURNING taken_over, " +
-               columns +
-               ") "
-               "SELECT true, taken_over, " +
-               columns + ", NULL::int8 FROM decided UNION ALL SELECT false, false, " + columns +
-               ", clock.n FROM " + table +
-               ", clock WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM decided)";
+  std::string sql =
+      "WITH clock AS (SELECT " + now(6) +
+      " AS n), "
+      "decided AS (INSERT INTO " +
+      table +
+      " AS r (scope, key, fingerprint, state, fence, taken_over, created_at, lease_until, "
+      "expires_at, recovery) SELECT $1, $2, $3, 0, 1, false, n, n + $4, n + $5, $7 FROM "
+      "clock "
+      "ON CONFLICT (scope, key) DO UPDATE SET fence = r.fence + 1, taken_over = " +
+      takeover + ", fingerprint = excluded.fingerprint, state = 0, created_at = CASE WHEN " +
+      takeover +
+      " THEN r.created_at ELSE excluded.created_at END, "
+      "lease_until = excluded.lease_until, expires_at = CASE WHEN " +
+      takeover +
+      " THEN r.expires_at ELSE excluded.expires_at END, response = NULL, recovery = CASE "
+      "WHEN " +
+      takeover +
+      " THEN r.recovery ELSE excluded.recovery END "
+      "WHERE r.state = 2 OR r.expires_at <= excluded.created_at OR (r.state = 0 AND "
+      "r.fingerprint = excluded.fingerprint AND r.lease_until <= excluded.created_at) "
+      "RETURNING taken_over, " +
+      columns +
+      ") "
+      "SELECT true, taken_over, " +
+      columns + ", NULL::int8 FROM decided UNION ALL SELECT false, false, " + columns +
+      ", clock.n FROM " + table +
+      ", clock WHERE scope = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM decided)";
+  return sql;
+}
+
+// The insert into `outbox` (quoted and qualified: quoted_names::outbox). A message already
+// there under the same id is left as it is: a handler run again after a takeover writes the
+// same id, and the outbox keeps the first row. created_at is $6, or the server's clock when $6
+// is NULL (as the records' times); next_attempt_at starts there: a new message may go at once.
+// The stores' transactions run it prepared (statement outbox_insert); postgres_outbox::publish
+// runs the same text with PQexecParams on the application's connection, which has none of the
+// store's statements: one text for both writers keeps them from drifting apart.
+inline std::string outbox_insert_sql(const std::string& outbox) {
+  return "INSERT INTO " + outbox +
+         " (id, topic, partition_key, payload, headers, created_at, next_attempt_at) "
+         "SELECT $1, $2, $3, $4, $5, n, n FROM (SELECT COALESCE($6::int8, (extract(epoch FROM "
+         "clock_timestamp()) * 1000000000)::int8) AS n) AS clock ON CONFLICT (id) DO NOTHING";
+}
+
+// The SQL of every statement, by index, on the configured tables (quote_names).
+inline std::array<std::string, statement::count> statement_sql(const quoted_names& names) {
+  const std::string& table = names.table;
+  std::array<std::string, statement::count> sql;
+  const auto now = [](int parameter) { return now_sql(parameter); };
+  const std::string columns = record_columns;
+  sql[claim] = claim_sql(table);
+  sql[outbox_insert] = outbox_insert_sql(names.outbox);
   const std::string held = " WHERE scope = $1 AND key = $2 AND fence = $3 AND state <> 2";
   sql[complete] = "UPDATE " + table + " SET state = 1, response = $4, recovery = NULL" + held;
   // complete, made an error (division by zero) when it finds no record in progress under the
@@ -272,6 +302,8 @@ inline std::array<Oid, 8> parameter_types(statement which) {
       return {bytea_oid, bytea_oid, int8_oid, bytea_oid};
     case lock_timeout:
       return {int8_oid};
+    case outbox_insert:
+      return {text_oid, text_oid, bytea_oid, bytea_oid, bytea_oid, int8_oid};
     case count:
       break;
   }
@@ -280,7 +312,7 @@ inline std::array<Oid, 8> parameter_types(statement which) {
 
 // How many parameters a statement takes ($1 to $n in its SQL).
 inline int parameter_count(statement which) {
-  constexpr std::array<int, statement::count> counts{7, 4, 3, 6, 3, 1, 2, 2, 1, 3, 4, 1};
+  constexpr std::array<int, statement::count> counts{7, 4, 3, 6, 3, 1, 2, 2, 1, 3, 4, 1, 6};
   return counts[which];
 }
 

@@ -296,7 +296,6 @@ class postgres_store {
   class pool {
    public:
     explicit pool(options given) : config(with_pool(std::move(given))) {
-      outbox_insert = detail::postgres::outbox_insert_sql(names.outbox);
       for (const std::string& partition :
            detail::postgres::partition_names(names.schema, config.table, config.hash_partitions)) {
         partition_sweeps.push_back(detail::postgres::sweep_sql(partition));
@@ -312,7 +311,6 @@ class postgres_store {
     // Checks the options, and opens every connection of the pool.
     detail::postgres::session_opener opener{session_options_of(config, "idem::postgres_store")};
     const detail::postgres::quoted_names& names = opener.names();
-    std::string outbox_insert;
     // With hash_partitions: the sweep's SQL on each partition; empty for a plain table.
     std::vector<std::string> partition_sweeps;
     connection_pool connections{config.pool_size, pool_hooks()};
@@ -445,8 +443,7 @@ class postgres_store::transaction {
     const pool& shared = store_->state_checked();
     detail::check_outbox_message(id, message, shared.config.max_outbox_payload_bytes, who);
     try {
-      (void)detail::postgres::write_outbox(connection(), shared.outbox_insert, id, message, now_,
-                                           who);
+      (void)detail::postgres::write_outbox_prepared(connection(), id, message, now_, who);
     } catch (const postgres_error& error) {
       if (error.retryable()) retry_ = true;
       throw;

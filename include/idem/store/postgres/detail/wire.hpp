@@ -33,6 +33,7 @@ using result_ptr = std::unique_ptr<PGresult, result_clearer>;
 inline constexpr Oid bool_oid = 16;
 inline constexpr Oid bytea_oid = 17;
 inline constexpr Oid int8_oid = 20;
+inline constexpr Oid text_oid = 25;
 inline constexpr Oid int2_oid = 21;
 
 // Binary wire format: integers are big-endian.

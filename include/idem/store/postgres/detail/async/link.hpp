@@ -133,12 +133,6 @@ class link : public std::enable_shared_from_this<link> {
     check(PQsendQueryParams(get(), sql, count, nullptr, values, nullptr, nullptr, 0),
           "sending a statement");
   }
-  // SQL text with binary parameters of the given types and binary results (an outbox row).
-  void send_typed(const char* sql, const parameters& values, const Oid* types) {
-    check(PQsendQueryParams(get(), sql, values.count(), types, values.values(), values.lengths(),
-                            parameters::formats(), 1),
-          "sending a statement");
-  }
   void sync() { check(PQpipelineSync(get()), "sending a sync"); }
   // After a job sent statements outside send() and take() (a transaction driven by its
   // caller): sends them and reads what has come.
