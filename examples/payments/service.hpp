@@ -543,6 +543,9 @@ Options endpoint_settings(Store store, std::chrono::milliseconds lease) {
   options.lease = lease;
   options.max_kept_request_bytes = max_kept_request_bytes;
   options.name = std::string(endpoint_name);
+  // The charge is the handler's first step: the claim writes its start with the record (and
+  // the kept request), so the charge writes none of its own, a commit less a payment.
+  options.first_step = "charge";
   return options;
 }
 

@@ -7867,6 +7867,23 @@ class handler_context {
     };
   }
 
+  /// The claim wrote step `step`'s started entry with the record (idempotent_options::
+  /// first_step): when that step starts before `until` on `clock` (the wrapper's own, which must
+  /// outlive this context) and nothing was written before it, the claim's write counts as its
+  /// start. The wrappers call this.
+  template <class Clock, class TimePoint>
+  void set_claimed_start(std::string_view step, Clock& clock, TimePoint until) noexcept {
+    claim_started_ = step;
+    claim_start_fresh_ = true;
+    claim_clock_ = &clock;
+    claim_start_until_ =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(until.time_since_epoch());
+    claim_clock_now_ = [](void* on) -> std::chrono::nanoseconds {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(
+          static_cast<Clock*>(on)->now().time_since_epoch());
+    };
+  }
+
   /// A key for the downstream call `name`: the same for every attempt and takeover of this
   /// (scope, key), different for every name, scope and key. 64 hex digits of SHA-256 over the
   /// three, length-prefixed: collision-resistant, so no client can craft a key that lands on
@@ -7950,6 +7967,7 @@ class handler_context {
   /// Renews the lease (a heartbeat for a long handler) after checking that the claim is still
   /// this attempt's; throws lease_lost if it is not.
   void renew_lease() {
+    writing();
     if (writer_ != nullptr && !writer_->write(recovery_)) throw lease_lost{};
   }
 
@@ -7972,6 +7990,7 @@ class handler_context {
   /// Appends step `name`'s started entry, unless an attempt recorded it already; answers the
   /// size before, for take_back.
   std::size_t append_started(std::string_view name) {
+    if (name == claim_started_) claim_started_ = {};  // this attempt writes its start itself
     const std::size_t before = recovery_.size();
     if (!detail::find_started(recovery_, name)) {
       detail::put_started(recovery_, name, {});
@@ -8003,8 +8022,18 @@ class handler_context {
   /// run: after a takeover always (a transactional handler's started entries roll back with its
   /// transaction), and wherever an attempt left the step's started entry.
   bool asks_lookup(std::string_view name) const {
-    return resumed_ || detail::find_started(recovery_, name);
+    return resumed_ || (name != claim_started_ && detail::find_started(recovery_, name));
   }
+  /// Whether step `name`'s start is the claim's (set_claimed_start): its step, asked first, in
+  /// time, nothing written since. Asked once, just before a keyed step writes its start.
+  bool start_is_claims(std::string_view name) noexcept {
+    const bool fresh = claim_start_fresh_ && !claim_started_.empty() && name == claim_started_ &&
+                       claim_clock_now_(claim_clock_) < claim_start_until_;
+    claim_start_fresh_ = false;
+    return fresh;
+  }
+  /// A write is about to be made: the claim's is no longer the last.
+  void writing() noexcept { claim_start_fresh_ = false; }
   /// A lookup step cannot tell whether its effect landed: the claim must be kept (in_doubt).
   void doubt() noexcept { in_doubt_ = true; }
   /// A lookup's answer for step `name`'s reference, unknown for a lookup that throws.
@@ -8037,7 +8066,7 @@ class handler_context {
     check_step_name(name);
     std::string_view recorded;
     if (find_recorded(name, recorded)) return recorded_result<result_type>(recorded);
-    start_step(name);
+    if (!start_is_claims(name)) start_step(name);
     return call_and_record<result_type, Keeps>(name, fn);
   }
 
@@ -8071,6 +8100,7 @@ class handler_context {
   // Writes the recovery bytes as they stand (fenced); what was appended since `before` is taken
   // back when the store fails (the exception passes on) or the fence was lost (lease_lost).
   void write_appended(std::size_t before) {
+    writing();
     bool applied = true;
     try {
       applied = writer_ == nullptr || writer_->write(recovery_);
@@ -8097,6 +8127,13 @@ class handler_context {
   void* deadline_clock_ = nullptr;
   std::chrono::nanoseconds deadline_{};
   std::chrono::nanoseconds (*deadline_left_)(void* clock, std::chrono::nanoseconds at) = nullptr;
+  // set_claimed_start: the step whose started entry the claim wrote (until this attempt writes
+  // one itself), whether the claim's write may still count as its start, and until when.
+  std::string_view claim_started_{};
+  bool claim_start_fresh_ = false;
+  void* claim_clock_ = nullptr;
+  std::chrono::nanoseconds claim_start_until_{};
+  std::chrono::nanoseconds (*claim_clock_now_)(void* clock) = nullptr;
 };
 
 }  // namespace idem
@@ -8669,6 +8706,13 @@ void check_options(const Options& options, const char* who) {
   if (options.max_key_length == 0) {
     throw std::invalid_argument(std::string(who) + ": max_key_length must be at least 1");
   }
+  if constexpr (requires { options.first_step; }) {
+    if (!options.first_step.empty() && options.first_step.front() == '\0') {
+      throw std::invalid_argument(std::string(who) +
+                                  ": options.first_step must not begin with a zero byte (those "
+                                  "name idem's own entries in the recovery bytes)");
+    }
+  }
 }
 
 // --- idempotent's handler ----------------------------------------------------------------
@@ -8806,47 +8850,19 @@ constexpr bool check_consumer_response() {
 
 #endif  // IDEM_SERVER_DETAIL_CHECKS_HPP
 // end idem/server/detail/checks.hpp
-// begin idem/server/detail/coalescing.hpp
-// The pauses of a coalescing wait: how a duplicate of a request in progress waits for its
-// response. One schedule for the blocking driver, which sleeps them, and the asynchronous one,
-// which waits them on a timer, so both wait alike.
-#ifndef IDEM_SERVER_DETAIL_COALESCING_HPP
-#define IDEM_SERVER_DETAIL_COALESCING_HPP
+// begin idem/server/detail/claimed_start.hpp
+// The first step's start written by the claim (idempotent_options::first_step). A new record's
+// claim carries the recovery bytes it starts with (kept_bytes): with a first step, those hold the
+// step's started entry, after the kept request of a resumable wrapper. The context is told
+// (handler_context::set_claimed_start), and the step, when it starts soon enough after the claim
+// and before anything else was written, writes no start of its own: the claim's write checked
+// the fence and set the lease a moment ago, as the step's start write would have.
+//
+// Both engines use it: the blocking engine's claims and kept requests, and the asynchronous
+// engine's handler runs.
+#ifndef IDEM_SERVER_DETAIL_CLAIMED_START_HPP
+#define IDEM_SERVER_DETAIL_CLAIMED_START_HPP
 
-namespace idem::detail {
-
-class coalescing_wait {
- public:
-  /// A wait of at most `limit` (options.coalesce) in all.
-  explicit coalescing_wait(std::chrono::nanoseconds limit) noexcept : limit_(limit) {}
-
-  /// Whether a claim's answer is worth waiting on: a live claim of the same request, which may
-  /// settle (completed, released, abandoned). Another request's claim is a mismatch at once.
-  static bool waits_on(const claim_result& claimed, const digest& print) noexcept {
-    return claimed.status == claim_status::existing &&
-           claimed.existing.state == record_state::in_progress &&
-           claimed.existing.fingerprint == print;
-  }
-
-  /// The pause before the next claim, `waited` into the wait, or none once the wait is over.
-  /// Pauses start at 1 ms and double up to 50 ms: a short request is answered soon after it
-  /// completes, and a long one costs a claim every 50 ms, not a busy loop.
-  std::optional<std::chrono::nanoseconds> next_pause(std::chrono::nanoseconds waited) noexcept {
-    if (waited >= limit_) return std::nullopt;
-    const std::chrono::nanoseconds pause = std::min(pause_, limit_ - waited);
-    pause_ = std::min<std::chrono::nanoseconds>(2 * pause_, std::chrono::milliseconds{50});
-    return pause;
-  }
-
- private:
-  std::chrono::nanoseconds limit_;
-  std::chrono::nanoseconds pause_ = std::chrono::milliseconds{1};
-};
-
-}  // namespace idem::detail
-
-#endif  // IDEM_SERVER_DETAIL_COALESCING_HPP
-// end idem/server/detail/coalescing.hpp
 // begin idem/server/detail/held_claim.hpp
 // A claim a caller holds, and the small parts every driver of the engine uses with it: how its
 // response is recorded, where its recovery points go, and the marker a record keeps in place of
@@ -8925,6 +8941,101 @@ struct held_claim {
 
 #endif  // IDEM_SERVER_DETAIL_HELD_CLAIM_HPP
 // end idem/server/detail/held_claim.hpp
+
+namespace idem::detail {
+
+/// The first step `options` name, or none (an inbox's options have no first step).
+template <class Options>
+std::string_view first_step_of(const Options& options) noexcept {
+  if constexpr (requires { options.first_step; }) {
+    return options.first_step;
+  } else {
+    return {};
+  }
+}
+
+/// Appends `step`'s started entry to a claim's recovery bytes; nothing for no step.
+inline void append_claimed_start(std::string& plain, std::string_view step) {
+  if (!step.empty()) put_started(plain, step, {});
+}
+
+/// The recovery bytes a claim of a wrapper that keeps no request gives the store: the first
+/// step's started entry, `seal`ed as the engine seals recovery bytes (or as it is); null for no
+/// first step. Made once a wrapper, behind a pointer so that kept_bytes::stored stays valid
+/// however the engine moves, and shared by its copies.
+template <class Seal>
+std::shared_ptr<const kept_bytes> claimed_start_bytes(std::string_view step, Seal seal) {
+  if (step.empty()) return nullptr;
+  auto bytes = std::make_shared<kept_bytes>();
+  append_claimed_start(bytes->plain, step);
+  seal(*bytes);
+  return bytes;
+}
+
+/// The step whose start `claim` wrote, or none: its first step, for a new claim (not a
+/// takeover, which keeps the recovery bytes it found) whose bytes hold the step's entry. Asked
+/// before the claim's recovery bytes move into the context.
+template <class Options>
+std::string_view claimed_start(const held_claim& claim, const Options& options) {
+  const std::string_view step = first_step_of(options);
+  if (step.empty() || claim.resumed || !find_started(claim.recovery, step)) return {};
+  return step;
+}
+
+/// Tells `context` that the claim wrote `step`'s start (claimed_start; nothing for none): the
+/// step may count it as its own until a third of the lease has passed on `clock`, when the
+/// heartbeat's first renewal would be due.
+template <class Options, class Clock>
+void mark_claimed_start(handler_context& context, std::string_view step, const Options& options,
+                        Clock& clock) {
+  if (!step.empty()) context.set_claimed_start(step, clock, clock.now() + options.lease / 3);
+}
+
+}  // namespace idem::detail
+
+#endif  // IDEM_SERVER_DETAIL_CLAIMED_START_HPP
+// end idem/server/detail/claimed_start.hpp
+// begin idem/server/detail/coalescing.hpp
+// The pauses of a coalescing wait: how a duplicate of a request in progress waits for its
+// response. One schedule for the blocking driver, which sleeps them, and the asynchronous one,
+// which waits them on a timer, so both wait alike.
+#ifndef IDEM_SERVER_DETAIL_COALESCING_HPP
+#define IDEM_SERVER_DETAIL_COALESCING_HPP
+
+namespace idem::detail {
+
+class coalescing_wait {
+ public:
+  /// A wait of at most `limit` (options.coalesce) in all.
+  explicit coalescing_wait(std::chrono::nanoseconds limit) noexcept : limit_(limit) {}
+
+  /// Whether a claim's answer is worth waiting on: a live claim of the same request, which may
+  /// settle (completed, released, abandoned). Another request's claim is a mismatch at once.
+  static bool waits_on(const claim_result& claimed, const digest& print) noexcept {
+    return claimed.status == claim_status::existing &&
+           claimed.existing.state == record_state::in_progress &&
+           claimed.existing.fingerprint == print;
+  }
+
+  /// The pause before the next claim, `waited` into the wait, or none once the wait is over.
+  /// Pauses start at 1 ms and double up to 50 ms: a short request is answered soon after it
+  /// completes, and a long one costs a claim every 50 ms, not a busy loop.
+  std::optional<std::chrono::nanoseconds> next_pause(std::chrono::nanoseconds waited) noexcept {
+    if (waited >= limit_) return std::nullopt;
+    const std::chrono::nanoseconds pause = std::min(pause_, limit_ - waited);
+    pause_ = std::min<std::chrono::nanoseconds>(2 * pause_, std::chrono::milliseconds{50});
+    return pause;
+  }
+
+ private:
+  std::chrono::nanoseconds limit_;
+  std::chrono::nanoseconds pause_ = std::chrono::milliseconds{1};
+};
+
+}  // namespace idem::detail
+
+#endif  // IDEM_SERVER_DETAIL_COALESCING_HPP
+// end idem/server/detail/coalescing.hpp
 // begin idem/server/detail/with_writes.hpp
 // completion::with_writes, for engine::run_claimed: the handler answered commit_with
 // (idem/store/contract.hpp), and its writes are made in the transaction that completes the
@@ -9250,10 +9361,9 @@ namespace idem::detail {
 // recovery points and the kept request.
 struct keep_claim_on_failure {};
 
-// Options: idempotent::options or inbox::options. The engine keeps them as they are given, so a
-// setting has no copy beside its options field, and its owner reads its own settings from them.
-// It uses store, clock, lease, retention, coalesce, max_key_length, max_response_bytes and
-// response_codec.
+// Options: idempotent::options or inbox::options, kept as given: a setting has no copy beside
+// its field, and the owner reads its own settings there. The engine uses store, clock, lease,
+// retention, coalesce, max_key_length, max_response_bytes, response_codec and first_step.
 template <class Options>
 class engine {
  public:
@@ -9264,6 +9374,7 @@ class engine {
   /// Throws std::invalid_argument, naming `who`, for options that can never work.
   engine(Options options, const char* who) : options_(std::move(options)) {
     check_options(options_, who);
+    first_start_ = claimed_start_bytes(first_step_of(options_), [this](kept_bytes& k) { seal(k); });
   }
 
   const Options& options() const noexcept { return options_; }
@@ -9310,9 +9421,8 @@ class engine {
   /// caller's, runs `run(handler_context&)` under it, or with completion::in_transaction
   /// `run(handler_context&, transaction&)` inside the transaction that completes the record.
   /// `failure` decides what a throw of the handler leaves.
-  /// `kept`: the recovery bytes a new record starts with (a resumable wrapper's kept request:
-  /// kept_request), or null for none. A pointer, so that a wrapper that keeps nothing (the
-  /// common case) builds no kept_bytes and copies nothing into a new claim.
+  /// `kept`: the recovery bytes a new record starts with (kept_request, first_start), or null
+  /// for none: a wrapper that keeps nothing builds and copies nothing into a new claim.
   /// `waited`: set when a coalescing wait paused at least once (what an observer calls a
   /// coalesced replay when the answer is a replay), or null when nobody asks.
   template <class Response, completion How, class Run, class Failure>
@@ -9369,8 +9479,7 @@ class engine {
     return store().claim(claim_request_for(scope, key, print, claimed_at, kept));
   }
 
-  /// What one claim of (scope, key) asks the store, at the clock's time, which `claimed_at` is
-  /// set to.
+  /// What one claim of (scope, key) asks the store, at the clock's time (set in `claimed_at`).
   claim_request claim_request_for(std::string_view scope, std::string_view key, const digest& print,
                                   store_time& claimed_at, std::string_view kept = {}) {
     claimed_at = clock().wall_now();
@@ -9438,10 +9547,9 @@ class engine {
   }
 
   /// The claim this caller holds after claim_waiting answered claimed or taken_over. `kept`:
-  /// what the claim was made with (or null). A new claim made with it starts from the kept
-  /// request as the store now holds it, in plain bytes (never opened: they were never sealed),
-  /// so that the handler's recovery points are appended after it and a checkpoint, which writes
-  /// the recovery bytes whole, keeps the request in the record.
+  /// what the claim was made with (or null). A new claim made with it starts from those bytes
+  /// in plain (never opened: never sealed), so that the handler's recovery points follow them
+  /// and a checkpoint, which writes the bytes whole, keeps them in the record.
   held_claim hold(std::string_view scope, std::string_view key, claim_result& claimed,
                   store_time claimed_at, const kept_bytes* kept = nullptr) const {
     const bool taken_over = claimed.status == claim_status::taken_over;
@@ -9496,9 +9604,11 @@ class engine {
   idempotent_outcome<Response> run_claimed(held_claim claim, const digest& print, Run& run,
                                            const Failure& failure) {
     checkpointer<typename checkpoint_writer<store_type, How>::type> target{*this, claim.held};
+    const std::string_view started = claimed_start(claim, options_);
     handler_context context{claim.held.scope,          claim.held.key,
                             claim.held.fence,          claim.resumed,
                             std::move(claim.recovery), &target};
+    mark_claimed_start(context, started, options_, clock());
     bool handler_threw = false;
     auto run_handler = [&](auto&... transaction) -> decltype(auto) {
       try {
@@ -9621,13 +9731,17 @@ class engine {
   bool kept_request(std::string_view handler_name, std::string_view request, std::size_t max_bytes,
                     kept_bytes& kept) const {
     kept.plain = detail::kept_request(handler_name, request);
-    if constexpr (seals) {
-      kept.sealed = sealed_recovery(kept.plain);
-      kept.stored = kept.sealed;
-    } else {
-      kept.stored = kept.plain;
-    }
+    append_claimed_start(kept.plain, first_step_of(options_));
+    seal(kept);
     return kept.stored.size() <= max_bytes;
+  }
+
+  /// What a claim of a wrapper that keeps no request starts with: its first step's start, or null.
+  const kept_bytes* first_start() const noexcept { return first_start_.get(); }
+  /// kept.stored: kept.plain sealed by the response codec (into kept.sealed), or as it is.
+  void seal(kept_bytes& kept) const {
+    kept.stored = kept.plain;
+    if constexpr (seals) kept.stored = kept.sealed = sealed_recovery(kept.plain);
   }
 
   /// The stored form of `kept` that a claim hands the store; none for null.
@@ -9885,6 +9999,7 @@ class engine {
   }
 
   Options options_;
+  std::shared_ptr<const kept_bytes> first_start_;  // first_start()
 };
 
 }  // namespace idem::detail
@@ -10289,6 +10404,16 @@ struct idempotent_options {
   /// The name a reconciler finds this wrapper by, kept with each request (resumable records
   /// only): give each wrapper that shares a store its own.
   std::string name{};
+  /// The step the handler starts first, whose start the claim may record: each new record's
+  /// claim writes the step's started entry with it, and the step (a keyed one: step(name, fn),
+  /// with or without idem::with_next_write), when it starts before a third of the lease has
+  /// passed and nothing was written since the claim, writes no start of its own: one fenced
+  /// write a call fewer, since the claim has just checked the fence and set the lease. A
+  /// lookup step of that name writes its own start, and asks its lookup only when a takeover
+  /// or its own earlier start says so. The price: a process that dies between the claim and
+  /// the step leaves its record looking as if the step had started, which a reconciler reports
+  /// as unknown rather than not landed. Empty (the default): none. (docs/steps.md)
+  std::string first_step{};
   /// A call whose caller_deadline leaves less than this (or nothing) is refused with
   /// deadline_exceeded before anything is claimed: the least the handler needs to finish.
   std::chrono::nanoseconds minimum_time_left{0};
@@ -12649,8 +12774,8 @@ class idempotent {
     }
     constexpr detail::completion how = completion_of<Request>();
     if (settings.max_kept_request_bytes == 0) {
-      return engine_.template run<Response, how>(scope, *key, print, run, settings.failure, nullptr,
-                                                 waited...);
+      return engine_.template run<Response, how>(scope, *key, print, run, settings.failure,
+                                                 engine_.first_start(), waited...);
     }
     detail::kept_bytes kept;
     if (auto refused = engine_.template keep_request<Response>(

@@ -651,3 +651,33 @@ TEST_CASE("async_step with_next_write costs one fenced write, and the next step'
   CHECK(again.take().verdict() == verdict::replayed);
   CHECK(*handler.charges == 1);
 }
+
+TEST_CASE("async_step: the first step's start rides on the claim (options.first_step)",
+          "[with_next_write][first_step]") {
+  asio::io_context io;
+  idem::manual_clock clock;
+  using keeping_guard =
+      idem::async_idempotent<keeping_handler,
+                             test_async::store_policies<checkpoint_counting_store>>;
+  keeping_handler handler;
+  keeping_guard::options parts;
+  parts.clock = clock;
+  parts.store = handler.store;
+  parts.first_step = "charge";
+  keeping_guard payments{io.get_executor(), handler, parts};
+
+  const idem::http_request request = charge();  // read until answered
+  completion<outcome> first;
+  payments.async_call("tenant", request, first.handler());
+  run_until(io, clock, [&] { return first.done; });
+  const outcome done = first.take();
+  REQUIRE(done.verdict() == verdict::executed);
+  CHECK(done->body == "ch_1");
+  CHECK(*handler.checkpoints_after_charge == 0);  // the claim wrote the charge's start
+  CHECK(handler.store.checkpoints() == 2);        // the receipt's start and result
+  completion<outcome> again;
+  payments.async_call("tenant", request, again.handler());
+  run_until(io, clock, [&] { return again.done; });
+  CHECK(again.take().verdict() == verdict::replayed);
+  CHECK(*handler.charges == 1);
+}

@@ -163,6 +163,7 @@ class async_handler_context : public handler_context {
   /// Renews the lease after checking that the claim is still this attempt's; throws lease_lost
   /// if it is not. The driver's heartbeat does this by itself while the handler runs.
   asio::awaitable<void> async_renew_lease() {
+    writing();
     if (async_writer_ == nullptr) co_return;
     // Not `lost() || !co_await ...`: GCC 12 miscompiles a co_await inside a condition.
     bool kept = !async_writer_->lost();
@@ -218,7 +219,10 @@ class async_handler_context : public handler_context {
         }
       }
     }
-    co_await async_start(name);
+    // A keyed step's start may be the claim's (set_claimed_start); a lookup step writes its own.
+    bool claims = false;
+    if constexpr (!asking) claims = start_is_claims(name);
+    if (!claims) co_await async_start(name);
     try {
       if constexpr (std::is_void_v<result_type>) {
         co_await async_call_and_record<result_type, keeps>(name, fn);
@@ -289,6 +293,7 @@ class async_handler_context : public handler_context {
 
   // handler_context::write_appended's rules, the write awaited where the store's calls run.
   asio::awaitable<void> async_write_appended(std::size_t before) {
+    writing();
     bool applied = true;
     try {
       if (async_writer_ != nullptr) {

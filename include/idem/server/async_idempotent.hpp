@@ -327,7 +327,7 @@ class async_idempotent {
                                                       engine_.options().failure);
     } else {
       rest = engine_.template run<Response, how>(
-          scope, *key, started.print, run, engine_.options().failure, started.kept.get(), waited);
+          scope, *key, started.print, run, engine_.options().failure, claim_kept(started), waited);
     }
     co_return co_await std::move(rest);
   }
@@ -419,8 +419,15 @@ class async_idempotent {
         return started;
       }
     }
-    if (engine_.claims_at_once()) engine_.claim_at_once(started, scope, *key, started.kept.get());
+    if (engine_.claims_at_once()) engine_.claim_at_once(started, scope, *key, claim_kept(started));
     return started;
+  }
+
+  // What a new record of this call starts with: its kept request (with the first step's start),
+  // else the first step's start alone, or nothing (engine::first_start).
+  template <class Response>
+  const detail::kept_bytes* claim_kept(const detail::call_start<Response>& started) noexcept {
+    return started.kept ? started.kept.get() : engine_.core().first_start();
   }
 
   executor_type executor_;

@@ -171,6 +171,23 @@ class handler_context {
     };
   }
 
+  /// The claim wrote step `step`'s started entry with the record (idempotent_options::
+  /// first_step): when that step starts before `until` on `clock` (the wrapper's own, which must
+  /// outlive this context) and nothing was written before it, the claim's write counts as its
+  /// start. The wrappers call this.
+  template <class Clock, class TimePoint>
+  void set_claimed_start(std::string_view step, Clock& clock, TimePoint until) noexcept {
+    claim_started_ = step;
+    claim_start_fresh_ = true;
+    claim_clock_ = &clock;
+    claim_start_until_ =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(until.time_since_epoch());
+    claim_clock_now_ = [](void* on) -> std::chrono::nanoseconds {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(
+          static_cast<Clock*>(on)->now().time_since_epoch());
+    };
+  }
+
   /// A key for the downstream call `name`: the same for every attempt and takeover of this
   /// (scope, key), different for every name, scope and key. 64 hex digits of SHA-256 over the
   /// three, length-prefixed: collision-resistant, so no client can craft a key that lands on
@@ -254,6 +271,7 @@ class handler_context {
   /// Renews the lease (a heartbeat for a long handler) after checking that the claim is still
   /// this attempt's; throws lease_lost if it is not.
   void renew_lease() {
+    writing();
     if (writer_ != nullptr && !writer_->write(recovery_)) throw lease_lost{};
   }
 
@@ -276,6 +294,7 @@ class handler_context {
   /// Appends step `name`'s started entry, unless an attempt recorded it already; answers the
   /// size before, for take_back.
   std::size_t append_started(std::string_view name) {
+    if (name == claim_started_) claim_started_ = {};  // this attempt writes its start itself
     const std::size_t before = recovery_.size();
     if (!detail::find_started(recovery_, name)) {
       detail::put_started(recovery_, name, {});
@@ -307,8 +326,18 @@ class handler_context {
   /// run: after a takeover always (a transactional handler's started entries roll back with its
   /// transaction), and wherever an attempt left the step's started entry.
   bool asks_lookup(std::string_view name) const {
-    return resumed_ || detail::find_started(recovery_, name);
+    return resumed_ || (name != claim_started_ && detail::find_started(recovery_, name));
   }
+  /// Whether step `name`'s start is the claim's (set_claimed_start): its step, asked first, in
+  /// time, nothing written since. Asked once, just before a keyed step writes its start.
+  bool start_is_claims(std::string_view name) noexcept {
+    const bool fresh = claim_start_fresh_ && !claim_started_.empty() && name == claim_started_ &&
+                       claim_clock_now_(claim_clock_) < claim_start_until_;
+    claim_start_fresh_ = false;
+    return fresh;
+  }
+  /// A write is about to be made: the claim's is no longer the last.
+  void writing() noexcept { claim_start_fresh_ = false; }
   /// A lookup step cannot tell whether its effect landed: the claim must be kept (in_doubt).
   void doubt() noexcept { in_doubt_ = true; }
   /// A lookup's answer for step `name`'s reference, unknown for a lookup that throws.
@@ -341,7 +370,7 @@ class handler_context {
     check_step_name(name);
     std::string_view recorded;
     if (find_recorded(name, recorded)) return recorded_result<result_type>(recorded);
-    start_step(name);
+    if (!start_is_claims(name)) start_step(name);
     return call_and_record<result_type, Keeps>(name, fn);
   }
 
@@ -375,6 +404,7 @@ class handler_context {
   // Writes the recovery bytes as they stand (fenced); what was appended since `before` is taken
   // back when the store fails (the exception passes on) or the fence was lost (lease_lost).
   void write_appended(std::size_t before) {
+    writing();
     bool applied = true;
     try {
       applied = writer_ == nullptr || writer_->write(recovery_);
@@ -401,6 +431,13 @@ class handler_context {
   void* deadline_clock_ = nullptr;
   std::chrono::nanoseconds deadline_{};
   std::chrono::nanoseconds (*deadline_left_)(void* clock, std::chrono::nanoseconds at) = nullptr;
+  // set_claimed_start: the step whose started entry the claim wrote (until this attempt writes
+  // one itself), whether the claim's write may still count as its start, and until when.
+  std::string_view claim_started_{};
+  bool claim_start_fresh_ = false;
+  void* claim_clock_ = nullptr;
+  std::chrono::nanoseconds claim_start_until_{};
+  std::chrono::nanoseconds (*claim_clock_now_)(void* clock) = nullptr;
 };
 
 }  // namespace idem

@@ -264,8 +264,8 @@ class idempotent {
     }
     constexpr detail::completion how = completion_of<Request>();
     if (settings.max_kept_request_bytes == 0) {
-      return engine_.template run<Response, how>(scope, *key, print, run, settings.failure, nullptr,
-                                                 waited...);
+      return engine_.template run<Response, how>(scope, *key, print, run, settings.failure,
+                                                 engine_.first_start(), waited...);
     }
     detail::kept_bytes kept;
     if (auto refused = engine_.template keep_request<Response>(

@@ -60,6 +60,16 @@ struct idempotent_options {
   /// The name a reconciler finds this wrapper by, kept with each request (resumable records
   /// only): give each wrapper that shares a store its own.
   std::string name{};
+  /// The step the handler starts first, whose start the claim may record: each new record's
+  /// claim writes the step's started entry with it, and the step (a keyed one: step(name, fn),
+  /// with or without idem::with_next_write), when it starts before a third of the lease has
+  /// passed and nothing was written since the claim, writes no start of its own: one fenced
+  /// write a call fewer, since the claim has just checked the fence and set the lease. A
+  /// lookup step of that name writes its own start, and asks its lookup only when a takeover
+  /// or its own earlier start says so. The price: a process that dies between the claim and
+  /// the step leaves its record looking as if the step had started, which a reconciler reports
+  /// as unknown rather than not landed. Empty (the default): none. (docs/steps.md)
+  std::string first_step{};
   /// A call whose caller_deadline leaves less than this (or nothing) is refused with
   /// deadline_exceeded before anything is claimed: the least the handler needs to finish.
   std::chrono::nanoseconds minimum_time_left{0};

@@ -248,9 +248,11 @@ class async_engine {
     std::optional<idempotent_outcome<Response>> answer;
     std::exception_ptr thrown;
     writer_type writer{core_, claim.held, calls_, claim.recovery};
+    const std::string_view started = claimed_start(claim, options());
     async_handler_context context{claim.held.scope,          claim.held.key,
                                   claim.held.fence,          claim.resumed,
                                   std::move(claim.recovery), &writer};
+    mark_claimed_start(context, started, options(), core_.clock());
     if constexpr (How == completion::in_transaction) {
       try {
         co_await run_in_transaction<Response>(answer, claim, print, context, writer, run, failure);

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <new>
 #include <optional>
 #include <stdexcept>
@@ -34,6 +35,7 @@
 #include <idem/core/codec.hpp>
 #include <idem/core/fingerprint/digest.hpp>
 #include <idem/server/detail/checks.hpp>
+#include <idem/server/detail/claimed_start.hpp>
 #include <idem/server/detail/coalescing.hpp>
 #include <idem/server/detail/held_claim.hpp>
 #include <idem/server/detail/recovery_bytes.hpp>
@@ -52,10 +54,9 @@ namespace idem::detail {
 // recovery points and the kept request.
 struct keep_claim_on_failure {};
 
-// Options: idempotent::options or inbox::options. The engine keeps them as they are given, so a
-// setting has no copy beside its options field, and its owner reads its own settings from them.
-// It uses store, clock, lease, retention, coalesce, max_key_length, max_response_bytes and
-// response_codec.
+// Options: idempotent::options or inbox::options, kept as given: a setting has no copy beside
+// its field, and the owner reads its own settings there. The engine uses store, clock, lease,
+// retention, coalesce, max_key_length, max_response_bytes, response_codec and first_step.
 template <class Options>
 class engine {
  public:
@@ -66,6 +67,7 @@ class engine {
   /// Throws std::invalid_argument, naming `who`, for options that can never work.
   engine(Options options, const char* who) : options_(std::move(options)) {
     check_options(options_, who);
+    first_start_ = claimed_start_bytes(first_step_of(options_), [this](kept_bytes& k) { seal(k); });
   }
 
   const Options& options() const noexcept { return options_; }
@@ -112,9 +114,8 @@ class engine {
   /// caller's, runs `run(handler_context&)` under it, or with completion::in_transaction
   /// `run(handler_context&, transaction&)` inside the transaction that completes the record.
   /// `failure` decides what a throw of the handler leaves.
-  /// `kept`: the recovery bytes a new record starts with (a resumable wrapper's kept request:
-  /// kept_request), or null for none. A pointer, so that a wrapper that keeps nothing (the
-  /// common case) builds no kept_bytes and copies nothing into a new claim.
+  /// `kept`: the recovery bytes a new record starts with (kept_request, first_start), or null
+  /// for none: a wrapper that keeps nothing builds and copies nothing into a new claim.
   /// `waited`: set when a coalescing wait paused at least once (what an observer calls a
   /// coalesced replay when the answer is a replay), or null when nobody asks.
   template <class Response, completion How, class Run, class Failure>
@@ -171,8 +172,7 @@ class engine {
     return store().claim(claim_request_for(scope, key, print, claimed_at, kept));
   }
 
-  /// What one claim of (scope, key) asks the store, at the clock's time, which `claimed_at` is
-  /// set to.
+  /// What one claim of (scope, key) asks the store, at the clock's time (set in `claimed_at`).
   claim_request claim_request_for(std::string_view scope, std::string_view key, const digest& print,
                                   store_time& claimed_at, std::string_view kept = {}) {
     claimed_at = clock().wall_now();
@@ -240,10 +240,9 @@ class engine {
   }
 
   /// The claim this caller holds after claim_waiting answered claimed or taken_over. `kept`:
-  /// what the claim was made with (or null). A new claim made with it starts from the kept
-  /// request as the store now holds it, in plain bytes (never opened: they were never sealed),
-  /// so that the handler's recovery points are appended after it and a checkpoint, which writes
-  /// the recovery bytes whole, keeps the request in the record.
+  /// what the claim was made with (or null). A new claim made with it starts from those bytes
+  /// in plain (never opened: never sealed), so that the handler's recovery points follow them
+  /// and a checkpoint, which writes the bytes whole, keeps them in the record.
   held_claim hold(std::string_view scope, std::string_view key, claim_result& claimed,
                   store_time claimed_at, const kept_bytes* kept = nullptr) const {
     const bool taken_over = claimed.status == claim_status::taken_over;
@@ -298,9 +297,11 @@ class engine {
   idempotent_outcome<Response> run_claimed(held_claim claim, const digest& print, Run& run,
                                            const Failure& failure) {
     checkpointer<typename checkpoint_writer<store_type, How>::type> target{*this, claim.held};
+    const std::string_view started = claimed_start(claim, options_);
     handler_context context{claim.held.scope,          claim.held.key,
                             claim.held.fence,          claim.resumed,
                             std::move(claim.recovery), &target};
+    mark_claimed_start(context, started, options_, clock());
     bool handler_threw = false;
     auto run_handler = [&](auto&... transaction) -> decltype(auto) {
       try {
@@ -423,13 +424,17 @@ class engine {
   bool kept_request(std::string_view handler_name, std::string_view request, std::size_t max_bytes,
                     kept_bytes& kept) const {
     kept.plain = detail::kept_request(handler_name, request);
-    if constexpr (seals) {
-      kept.sealed = sealed_recovery(kept.plain);
-      kept.stored = kept.sealed;
-    } else {
-      kept.stored = kept.plain;
-    }
+    append_claimed_start(kept.plain, first_step_of(options_));
+    seal(kept);
     return kept.stored.size() <= max_bytes;
+  }
+
+  /// What a claim of a wrapper that keeps no request starts with: its first step's start, or null.
+  const kept_bytes* first_start() const noexcept { return first_start_.get(); }
+  /// kept.stored: kept.plain sealed by the response codec (into kept.sealed), or as it is.
+  void seal(kept_bytes& kept) const {
+    kept.stored = kept.plain;
+    if constexpr (seals) kept.stored = kept.sealed = sealed_recovery(kept.plain);
   }
 
   /// The stored form of `kept` that a claim hands the store; none for null.
@@ -687,6 +692,7 @@ class engine {
   }
 
   Options options_;
+  std::shared_ptr<const kept_bytes> first_start_;  // first_start()
 };
 
 }  // namespace idem::detail
