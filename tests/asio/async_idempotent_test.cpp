@@ -621,63 +621,54 @@ struct keeping_handler {
   }
 };
 
+// One payment through a wrapper around keeping_handler (its first_step as given), then its
+// repeat: the checkpoints written by the time the charge returned, and in all.
+struct keeping_run {
+  int after_charge = -1;
+  int checkpoints = -1;
+  int charges = -1;
+};
+keeping_run run_keeping(std::string first_step) {
+  asio::io_context io;
+  idem::manual_clock clock;
+  using keeping_guard =
+      idem::async_idempotent<keeping_handler,
+                             test_async::store_policies<checkpoint_counting_store>>;
+  keeping_handler handler;
+  keeping_guard::options parts;
+  parts.clock = clock;
+  parts.store = handler.store;
+  parts.first_step = std::move(first_step);
+  keeping_guard payments{io.get_executor(), handler, parts};
+
+  const idem::http_request request = charge();  // read until answered
+  completion<outcome> first;
+  payments.async_call("tenant", request, first.handler());
+  run_until(io, clock, [&] { return first.done; });
+  const outcome done = first.take();
+  REQUIRE(done.verdict() == verdict::executed);
+  CHECK(done->body == "ch_1");
+  completion<outcome> again;
+  payments.async_call("tenant", request, again.handler());
+  run_until(io, clock, [&] { return again.done; });
+  CHECK(again.take().verdict() == verdict::replayed);
+  return {*handler.checkpoints_after_charge, handler.store.checkpoints(), *handler.charges};
+}
+
 }  // namespace
 
 TEST_CASE("async_step with_next_write costs one fenced write, and the next step's writes it",
           "[with_next_write]") {
-  asio::io_context io;
-  idem::manual_clock clock;
-  using keeping_guard =
-      idem::async_idempotent<keeping_handler,
-                             test_async::store_policies<checkpoint_counting_store>>;
-  keeping_handler handler;
-  keeping_guard::options parts;
-  parts.clock = clock;
-  parts.store = handler.store;
-  keeping_guard payments{io.get_executor(), handler, parts};
-
-  const idem::http_request request = charge();  // read until answered
-  completion<outcome> first;
-  payments.async_call("tenant", request, first.handler());
-  run_until(io, clock, [&] { return first.done; });
-  const outcome done = first.take();
-  REQUIRE(done.verdict() == verdict::executed);
-  CHECK(done->body == "ch_1");
-  CHECK(*handler.checkpoints_after_charge == 1);  // the charge's start alone
-  CHECK(handler.store.checkpoints() == 3);        // then the receipt's start and result
-  completion<outcome> again;
-  payments.async_call("tenant", request, again.handler());
-  run_until(io, clock, [&] { return again.done; });
-  CHECK(again.take().verdict() == verdict::replayed);
-  CHECK(*handler.charges == 1);
+  const keeping_run ran = run_keeping("");
+  CHECK(ran.after_charge == 1);  // the charge's start alone
+  CHECK(ran.checkpoints == 3);   // then the receipt's start and result
+  CHECK(ran.charges == 1);
 }
 
 TEST_CASE("async_step: the first step's start rides on the claim (options.first_step)",
           "[with_next_write][first_step]") {
-  asio::io_context io;
-  idem::manual_clock clock;
-  using keeping_guard =
-      idem::async_idempotent<keeping_handler,
-                             test_async::store_policies<checkpoint_counting_store>>;
-  keeping_handler handler;
-  keeping_guard::options parts;
-  parts.clock = clock;
-  parts.store = handler.store;
-  parts.first_step = "charge";
-  keeping_guard payments{io.get_executor(), handler, parts};
-
-  const idem::http_request request = charge();  // read until answered
-  completion<outcome> first;
-  payments.async_call("tenant", request, first.handler());
-  run_until(io, clock, [&] { return first.done; });
-  const outcome done = first.take();
-  REQUIRE(done.verdict() == verdict::executed);
-  CHECK(done->body == "ch_1");
-  CHECK(*handler.checkpoints_after_charge == 0);  // the claim wrote the charge's start
-  CHECK(handler.store.checkpoints() == 2);        // the receipt's start and result
-  completion<outcome> again;
-  payments.async_call("tenant", request, again.handler());
-  run_until(io, clock, [&] { return again.done; });
-  CHECK(again.take().verdict() == verdict::replayed);
-  CHECK(*handler.charges == 1);
+  const keeping_run ran = run_keeping("charge");
+  CHECK(ran.after_charge == 0);  // the claim wrote the charge's start
+  CHECK(ran.checkpoints == 2);   // the receipt's start and result
+  CHECK(ran.charges == 1);
 }

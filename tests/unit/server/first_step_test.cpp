@@ -49,6 +49,17 @@ using guard =
     idem::idempotent<std::function<std::string(idem::handler_context&, const std::string&)>,
                      counting_policies>;
 
+// A wrapper's options on `clock` and `store`, a 30 s lease, and `first_step`.
+guard::options options_for(idem::manual_clock& clock, const counting_store& store,
+                           std::string first_step) {
+  guard::options options;
+  options.clock = clock;
+  options.store = store;
+  options.lease = 30s;
+  options.first_step = std::move(first_step);
+  return options;
+}
+
 // The recovery bytes of (s, k) as the store holds them now.
 std::string recovery_of(counting_store& store, idem::manual_clock& clock) {
   const std::optional<idem::record> found = store.find("s", "k", clock.wall_now());
@@ -65,11 +76,6 @@ TEST_CASE("the first step's start rides on the claim: one fenced write a call fe
   int charges = 0;
   std::string seen_before_charge;
   const auto make = [&](std::string first_step) {
-    guard::options options;
-    options.clock = clock;
-    options.store = store;
-    options.lease = 30s;
-    options.first_step = std::move(first_step);
     return guard{[&](idem::handler_context& ctx, const std::string&) {
                    return ctx.step(
                        "charge",
@@ -79,7 +85,7 @@ TEST_CASE("the first step's start rides on the claim: one fenced write a call fe
                        },
                        idem::with_next_write);
                  },
-                 std::move(options)};
+                 options_for(clock, store, std::move(first_step))};
   };
 
   SECTION("without it, the step writes its start before the charge") {
@@ -110,11 +116,7 @@ TEST_CASE("the first step writes its own start when the claim's is no longer fre
           "[first_step]") {
   idem::manual_clock clock;
   counting_store store;
-  guard::options options;
-  options.clock = clock;
-  options.store = store;
-  options.lease = 30s;
-  options.first_step = "charge";
+  const guard::options options = options_for(clock, store, "charge");
   std::function<void(idem::handler_context&)> before_charge = [](idem::handler_context&) {};
   guard guarded{[&](idem::handler_context& ctx, const std::string&) {
                   before_charge(ctx);
@@ -150,11 +152,7 @@ TEST_CASE("a process that dies between the claim and the first step leaves it st
   idem::manual_clock clock;
   counting_store store;
   store.refuse_releases();
-  guard::options options;
-  options.clock = clock;
-  options.store = store;
-  options.lease = 30s;
-  options.first_step = "charge";
+  const guard::options options = options_for(clock, store, "charge");
   bool die = true;
   int charges = 0;
   guard guarded{[&](idem::handler_context& ctx, const std::string&) {
@@ -186,10 +184,7 @@ TEST_CASE("a lookup step named first writes its own start and asks no lookup on 
           "[first_step][lookup]") {
   idem::manual_clock clock;
   counting_store store;
-  guard::options options;
-  options.clock = clock;
-  options.store = store;
-  options.first_step = "transfer";
+  const guard::options options = options_for(clock, store, "transfer");
   int lookups = 0;
   guard guarded{[&](idem::handler_context& ctx, const std::string&) {
                   return ctx.step(
