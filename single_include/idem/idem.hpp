@@ -8707,7 +8707,7 @@ void check_options(const Options& options, const char* who) {
     throw std::invalid_argument(std::string(who) + ": max_key_length must be at least 1");
   }
   if constexpr (requires { options.first_step; }) {
-    if (!options.first_step.empty() && options.first_step.front() == '\0') {
+    if (reserved_entry(options.first_step)) {  // as handler_context's step names
       throw std::invalid_argument(std::string(who) +
                                   ": options.first_step must not begin with a zero byte (those "
                                   "name idem's own entries in the recovery bytes)");
@@ -10412,7 +10412,7 @@ struct idempotent_options {
   /// lookup step of that name writes its own start, and asks its lookup only when a takeover
   /// or its own earlier start says so. The price: a process that dies between the claim and
   /// the step leaves its record looking as if the step had started, which a reconciler reports
-  /// as unknown rather than not landed. Empty (the default): none. (docs/steps.md)
+  /// as unknown rather than not landed. Empty (the default): none. (docs/server.md)
   std::string first_step{};
   /// A call whose caller_deadline leaves less than this (or nothing) is refused with
   /// deadline_exceeded before anything is claimed: the least the handler needs to finish.

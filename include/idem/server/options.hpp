@@ -68,7 +68,7 @@ struct idempotent_options {
   /// lookup step of that name writes its own start, and asks its lookup only when a takeover
   /// or its own earlier start says so. The price: a process that dies between the claim and
   /// the step leaves its record looking as if the step had started, which a reconciler reports
-  /// as unknown rather than not landed. Empty (the default): none. (docs/steps.md)
+  /// as unknown rather than not landed. Empty (the default): none. (docs/server.md)
   std::string first_step{};
   /// A call whose caller_deadline leaves less than this (or nothing) is refused with
   /// deadline_exceeded before anything is claimed: the least the handler needs to finish.

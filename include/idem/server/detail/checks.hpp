@@ -91,7 +91,7 @@ void check_options(const Options& options, const char* who) {
     throw std::invalid_argument(std::string(who) + ": max_key_length must be at least 1");
   }
   if constexpr (requires { options.first_step; }) {
-    if (!options.first_step.empty() && options.first_step.front() == '\0') {
+    if (reserved_entry(options.first_step)) {  // as handler_context's step names
       throw std::invalid_argument(std::string(who) +
                                   ": options.first_step must not begin with a zero byte (those "
                                   "name idem's own entries in the recovery bytes)");
