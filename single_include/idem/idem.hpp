@@ -12925,6 +12925,12 @@ idempotent(Handler) -> idempotent<Handler, default_policies>;
 //   Records no longer held answer false and their produce is not called. produce throwing
 //   rolls the whole batch back and rethrows; a store may roll back and call every produce
 //   again (a serialization failure), so produce starts from scratch each time.
+// checkpoint_batch(entries, lease_until) (CheckpointBatchStore) — checkpoint(held, recovery,
+//   lease_until) for each entry, each applied or not on its own fence; one bool per entry, in
+//   order. What the asynchronous driver's heartbeat sends once a tick for every lease it renews
+//   (the AsyncStore's async_checkpoint_batch, idem/store/async_contract.hpp). The entries name
+//   distinct records. Atomic per record, not across the batch: a store failure may leave some
+//   renewed; the heartbeat asks again at its next tick.
 #ifndef IDEM_STORE_BATCH_HPP
 #define IDEM_STORE_BATCH_HPP
 
@@ -12934,6 +12940,12 @@ namespace idem {
 struct batch_completion {
   fenced_key held;
   std::string_view response;
+};
+
+/// One entry of checkpoint_batch: the claim held, and the recovery bytes to store.
+struct batch_checkpoint {
+  fenced_key held;
+  std::string_view recovery;
 };
 
 /// A Store that claims and completes many records in one round trip.
@@ -12950,6 +12962,13 @@ concept TransactionalBatchStore = BatchStore<S> && TransactionalStore<S> &&
     requires(S& store, std::span<const fenced_key> held, store_time now,
              std::string (&produce)(typename S::transaction&, std::size_t)) {
   { store.complete_batch_within(held, now, produce) } -> std::same_as<std::vector<bool>>;
+};
+
+/// A Store that renews many leases (checkpoints many records) in one round trip.
+template <class S>
+concept CheckpointBatchStore = Store<S> &&
+    requires(S& store, std::span<const batch_checkpoint> entries, store_time when) {
+  { store.checkpoint_batch(entries, when) } -> std::same_as<std::vector<bool>>;
 };
 
 namespace detail {
@@ -12980,6 +12999,21 @@ std::vector<bool> complete_batch_of(S& store, std::span<const batch_completion> 
     for (const batch_completion& each : done) {
       applied.push_back(store.complete(each.held, each.response, now));
     }
+    return applied;
+  }
+}
+
+/// checkpoint_batch where the store has it, else one checkpoint per entry.
+template <class S>
+std::vector<bool> checkpoint_batch_of(S& store, std::span<const batch_checkpoint> entries,
+                                      store_time lease_until) {
+  if constexpr (CheckpointBatchStore<S>) {
+    return store.checkpoint_batch(entries, lease_until);
+  } else {
+    std::vector<bool> applied;
+    applied.reserve(entries.size());
+    for (const batch_checkpoint& each : entries)
+      applied.push_back(store.checkpoint(each.held, each.recovery, lease_until));
     return applied;
   }
 }

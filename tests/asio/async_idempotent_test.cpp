@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <idem/asio.hpp>
+#include <idem/testing/posted_store.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -391,6 +393,20 @@ class renewal_counting_store : public idem_test::forwarding_store<idem::memory_s
       std::make_shared<std::map<std::string, std::size_t>>();
 };
 
+// Starts one call of `request` a completion in `done`, each under a key of its own ("k-0",
+// "k-1", ...), which `keys` keeps while the calls run.
+template <class Guarded>
+void start_keyed_calls(Guarded& payments, const idem::http_request& request,
+                       std::vector<std::string>& keys, std::vector<completion<outcome>>& done) {
+  keys.clear();
+  for (std::size_t i = 0; i < done.size(); ++i)
+    keys.push_back("k-" + std::to_string(i));
+  for (std::size_t i = 0; i < done.size(); ++i) {
+    payments.async_call("tenant", std::optional<std::string_view>(keys[i]), request,
+                        done[i].handler());
+  }
+}
+
 // A handler whose downstream call takes 100 s, more than three 30 s leases; notes who finished.
 // `hears_lease_lost`: the downstream call is bound to the context's lease_lost_slot().
 struct hundred_second_handler {
@@ -435,14 +451,8 @@ TEST_CASE(
   const idem::http_request request = charge("");
 
   std::vector<std::string> keys;
-  keys.reserve(calls);
-  for (std::size_t i = 0; i < calls; ++i)
-    keys.push_back("k-" + std::to_string(i));
   std::vector<completion<outcome>> done(calls);
-  for (std::size_t i = 0; i < calls; ++i) {
-    payments.async_call("tenant", std::optional<std::string_view>(keys[i]), request,
-                        done[i].handler());
-  }
+  start_keyed_calls(payments, request, keys, done);
   io.restart();
   io.poll();
   // Every handler waits on its downstream timer; the heartbeat adds one timer, not one a call.
@@ -488,6 +498,96 @@ TEST_CASE(
   CHECK(executed == calls - 1);
   CHECK(renewed_enough == calls - 1);
   CHECK(clock.waiting_wakes() == 0);  // the heartbeat's timer stopped with the last call
+}
+
+namespace {
+
+// The renewal-counting store made asynchronous (every operation posted), noting the size of
+// every async_checkpoint_batch it is sent.
+class batch_counting_store : public idem::testing::posted_store<renewal_counting_store> {
+ public:
+  using posted_store::posted_store;
+
+  template <class Token>
+  auto async_checkpoint_batch(std::span<const idem::batch_checkpoint> entries,
+                              idem::store_time lease_until, Token&& token) {
+    sizes_->push_back(entries.size());
+    return posted_store::async_checkpoint_batch(entries, lease_until, std::forward<Token>(token));
+  }
+  std::vector<std::size_t> batch_sizes() const { return *sizes_; }
+
+ private:
+  std::shared_ptr<std::vector<std::size_t>> sizes_ = std::make_shared<std::vector<std::size_t>>();
+};
+
+static_assert(idem::AsyncCheckpointBatchStore<batch_counting_store>);
+
+}  // namespace
+
+TEST_CASE(
+    "with a store that renews in batches, one heartbeat renews 10,000 leases with one store call "
+    "a tick, and a lost fence in the batch cancels only its own handler",
+    "[heartbeat]") {
+  const bool isolate = GENERATE(false, true);
+  INFO("isolate_handler " << isolate);
+  constexpr std::size_t calls = 10'000;
+  asio::io_context io;
+  idem::manual_clock clock;
+  const auto epoch = clock.now();
+  using batched_policies = test_async::store_policies<batch_counting_store>;
+  using guarded = idem::async_idempotent<hundred_second_handler, batched_policies>;
+  batch_counting_store store{renewal_counting_store{}, io.get_executor()};
+  hundred_second_handler handler{clock, !isolate};
+  guarded::options parts;
+  parts.store = store;
+  parts.clock = clock;
+  parts.lease = 30s;  // a renewal every 10 s
+  parts.isolate_handler = isolate;
+  guarded payments{io.get_executor(), handler, parts};
+  const idem::http_request request = charge("");
+
+  std::vector<std::string> keys;
+  std::vector<completion<outcome>> done(calls);
+  start_keyed_calls(payments, request, keys, done);
+  io.restart();
+  io.poll();
+  CHECK(clock.waiting_wakes() == calls + 1);  // one timer for the heartbeat
+
+  const std::string lost = keys[4242];
+  run_until(io, clock, [&] { return clock.now() - epoch >= 20s; });
+  io.restart();
+  io.poll();  // the renewals at 10 s and 20 s
+  // Two ticks, two store calls, each renewing every lease.
+  CHECK(store.batch_sizes() == std::vector<std::size_t>{calls, calls});
+  CHECK(store.blocking().renewals(lost) == 2);
+  store.blocking().steal(lost);  // the next batch finds this one fence lost
+  run_until(io, clock, [&] {
+    for (const auto& call : done)
+      if (!call.done) return false;
+    return true;
+  });
+
+  // Ticks at 10, 20, ..., 90 s (the handlers end at 100 s): one call each; the stolen key's
+  // handler ended at the third, where its fence was found lost.
+  const std::vector<std::size_t> sizes = store.batch_sizes();
+  CHECK(sizes == std::vector<std::size_t>{calls, calls, calls, calls - 1, calls - 1, calls - 1,
+                                          calls - 1, calls - 1, calls - 1});
+  CHECK(store.blocking().renewals(lost) == 3);
+  CHECK_FALSE(handler.finished->contains(lost));
+  const outcome robbed = done[4242].take();
+  CHECK(robbed.verdict() == verdict::in_progress);
+  CHECK_THAT(std::string(robbed.message()), Catch::Matchers::Contains("taken over"));
+  CHECK(handler.finished->size() == calls - 1);
+  std::size_t executed = 0;
+  std::size_t renewed_every_tick = 0;
+  for (std::size_t i = 0; i < calls; ++i) {
+    if (i == 4242) continue;
+    executed += done[i].take().verdict() == verdict::executed ? 1 : 0;
+    renewed_every_tick += store.blocking().renewals(keys[i]) == sizes.size() ? 1 : 0;
+  }
+  CHECK(executed == calls - 1);
+  CHECK(renewed_every_tick == calls - 1);
+  CHECK(clock.waiting_wakes() == 0);
 }
 
 TEST_CASE("a blocking store's calls never run on the event loop's thread") {

@@ -11,6 +11,8 @@
 #include <idem/testing/posted_store.hpp>
 #include <idem/testing/store_conformance.hpp>
 
+#include "support/checkpoint_batch_cases.hpp"
+
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -34,6 +36,8 @@ static_assert(idem::Store<idem::blocking_store<posted_memory>>);
 static_assert(idem::AsyncStore<idem::blocking_store<posted_memory>>,
               "blocking_store is still awaitable: the asynchronous wrappers await it");
 static_assert(!idem::Store<posted_memory>, "an asynchronous store alone is not a Store");
+static_assert(idem::AsyncCheckpointBatchStore<posted_memory>);
+static_assert(idem::CheckpointBatchStore<idem::blocking_store<posted_memory>>);
 
 namespace {
 
@@ -136,6 +140,13 @@ TEST_CASE(
   runner.join();
   CHECK(claimed.status == idem::claim_status::claimed);
   CHECK(records.find("s", "k", start).has_value());
+}
+
+TEST_CASE("posted_store renews a batch of leases in one operation, each on its own fence",
+          "[async_store]") {
+  posted_memory_factory make;
+  auto store = make.make({});
+  idem_test::checkpoint_batch_renews_each_held_record(store, start, std::chrono::nanoseconds{0});
 }
 
 }  // namespace async_store_test

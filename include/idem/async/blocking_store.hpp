@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <future>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string_view>
 #include <utility>
@@ -25,6 +26,7 @@
 
 #include <idem/async/asio.hpp>
 #include <idem/store/async_contract.hpp>
+#include <idem/store/batch.hpp>
 #include <idem/store/contract.hpp>
 
 #if defined(IDEM_ASIO_STANDALONE)
@@ -69,6 +71,11 @@ class blocking_store {
     return store_.async_checkpoint(held, bytes, lease_until, std::forward<Token>(token));
   }
   template <class Token>
+  auto async_checkpoint_batch(std::span<const batch_checkpoint> entries, store_time lease_until,
+                              Token&& token) requires AsyncCheckpointBatchStore<S> {
+    return store_.async_checkpoint_batch(entries, lease_until, std::forward<Token>(token));
+  }
+  template <class Token>
   auto async_find(std::string_view scope, std::string_view key, store_time now, Token&& token) {
     return store_.async_find(scope, key, now, std::forward<Token>(token));
   }
@@ -93,6 +100,11 @@ class blocking_store {
   bool checkpoint(const fenced_key& held, std::string_view recovery, store_time lease_until) {
     return wait(
         [&](auto token) { return store_.async_checkpoint(held, recovery, lease_until, token); });
+  }
+  std::vector<bool> checkpoint_batch(std::span<const batch_checkpoint> entries,
+                                     store_time lease_until) requires AsyncCheckpointBatchStore<S> {
+    return wait(
+        [&](auto token) { return store_.async_checkpoint_batch(entries, lease_until, token); });
   }
   std::optional<record> find(std::string_view scope, std::string_view key, store_time now) {
     return wait([&](auto token) { return store_.async_find(scope, key, now, token); });

@@ -31,6 +31,13 @@
 //   caller not knowing what it holds.
 // * Copies of a store share its records and its connections (a store type is a handle).
 //
+// Batched renewals (optional: AsyncCheckpointBatchStore):
+//   async_checkpoint_batch(entries, lease_until, token)  completes with std::vector<bool>
+// CheckpointBatchStore's checkpoint_batch (idem/store/batch.hpp): one bool per entry, in order,
+// in one round trip; the entries' views stay valid until it completes. async_idempotent's
+// heartbeat renews every lease that falls due in a tick with one such call where the store has
+// it, and with one async_checkpoint per lease where it has not.
+//
 // Transactions (optional: AsyncTransactionalStore), TransactionalStore's asynchronously:
 //   async_complete_within(held, now, produce, token)  completes with bool
 // complete_within's semantics (idem/store/contract.hpp), with `produce(transaction&)` a
@@ -58,11 +65,13 @@
 #include <cstddef>
 #include <exception>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <idem/async/asio.hpp>
+#include <idem/store/batch.hpp>
 #include <idem/store/contract.hpp>
 
 namespace idem {
@@ -94,6 +103,15 @@ concept AsyncStore = std::copy_constructible<S> &&
   {
     store.async_stuck(now, limit, asio::use_awaitable)
     } -> std::same_as<asio::awaitable<std::vector<record>>>;
+};
+
+/// An AsyncStore that renews many leases in one round trip (see the top of this header).
+template <class S>
+concept AsyncCheckpointBatchStore = AsyncStore<S> &&
+    requires(S& store, std::span<const batch_checkpoint> entries, store_time when) {
+  {
+    store.async_checkpoint_batch(entries, when, asio::use_awaitable)
+    } -> std::same_as<asio::awaitable<std::vector<bool>>>;
 };
 
 /// An AsyncStore that completes a record in the transaction of the handler's own writes (see

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <exception>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string_view>
 #include <utility>
@@ -23,6 +24,7 @@
 
 #include <idem/async/asio.hpp>
 #include <idem/store/async_contract.hpp>
+#include <idem/store/batch.hpp>
 #include <idem/store/contract.hpp>
 
 namespace idem::testing {
@@ -62,6 +64,15 @@ class posted_store {
                         Token&& token) {
     return start<bool>(std::forward<Token>(token), [held, bytes, lease_until](S& store) {
       return store.checkpoint(held, bytes, lease_until);
+    });
+  }
+  /// The underlying store's checkpoint_batch where it has one, else its checkpoints in turn:
+  /// one operation either way.
+  template <class Token>
+  auto async_checkpoint_batch(std::span<const batch_checkpoint> entries, store_time lease_until,
+                              Token&& token) {
+    return start<std::vector<bool>>(std::forward<Token>(token), [entries, lease_until](S& store) {
+      return detail::checkpoint_batch_of(store, entries, lease_until);
     });
   }
   template <class Token>

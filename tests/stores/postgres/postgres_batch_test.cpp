@@ -8,6 +8,7 @@
 
 #include "postgres_test_support.hpp"
 #include "support/batch_inbox_cases.hpp"
+#include "support/checkpoint_batch_cases.hpp"
 
 #include <chrono>
 #include <stdexcept>
@@ -25,6 +26,7 @@ struct pg_policies : idem::default_policies {
 using pg_inbox = idem::inbox<pg_policies>;
 
 static_assert(idem::BatchStore<idem::postgres_store>);
+static_assert(idem::CheckpointBatchStore<idem::postgres_store>);
 
 struct fixture {
   std::string table = pgt::unique_table("batch");
@@ -186,4 +188,22 @@ TEST_CASE("overlapping transactional postgres batches write each effect once", "
   for (const std::string& key : all)
     CHECK(f.effects_of(key) == 1);
   CHECK(f.all_effects() == static_cast<long long>(all.size()));
+}
+
+TEST_CASE("a postgres store renews a batch of leases in one statement, each on its own fence") {
+  fixture f;
+  idem_test::checkpoint_batch_renews_each_held_record(
+      f.store, idem::store_time{std::chrono::seconds{1'700'000'000}}, std::chrono::nanoseconds{0});
+}
+
+TEST_CASE("with the server's clock, a postgres store's batch of renewals leases from its clock") {
+  const std::string table = pgt::unique_table("batch_server_time");
+  pgt::table_guard guard{table};
+  idem::postgres_store::options config;
+  config.conninfo = pgt::conninfo();
+  config.table = table;
+  config.connect_timeout = std::chrono::seconds{60};
+  idem::postgres_store store{config};
+  idem_test::checkpoint_batch_renews_each_held_record(
+      store, idem::store_time{std::chrono::system_clock::now()}, std::chrono::seconds{5});
 }

@@ -79,7 +79,8 @@ TEST_CASE("a statement declares a type for each of its parameters and none past 
     for (std::size_t i = 0; i < types.size(); ++i) {
       INFO("parameter $" << i + 1);
       if (i < static_cast<std::size_t>(count)) {
-        CHECK((types[i] == pg::bytea_oid || types[i] == pg::int8_oid || types[i] == pg::text_oid));
+        CHECK((types[i] == pg::bytea_oid || types[i] == pg::int8_oid || types[i] == pg::text_oid ||
+               types[i] == pg::bytea_array_oid || types[i] == pg::int8_array_oid));
       } else {
         CHECK(types[i] == 0);
       }

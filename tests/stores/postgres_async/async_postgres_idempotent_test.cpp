@@ -501,3 +501,66 @@ TEST_CASE("a commit_with handler needs a key: without one it is not run",
   CHECK(call(guarded, keyless).verdict() == idem::verdict::missing_key);
   CHECK(runs == 0);
 }
+
+namespace {
+
+// The default clock with an exact wall time (the coarse one reads alike within a kernel tick):
+// leases asked for a few microseconds apart differ.
+struct exact_clock : idem::coarse_clock {
+  std::chrono::system_clock::time_point wall_now() const noexcept {
+    return std::chrono::system_clock::now();
+  }
+};
+struct exact_clock_policies : policies {
+  using clock = exact_clock;
+};
+
+}  // namespace
+
+TEST_CASE(
+    "the heartbeat renews the leases of 50 handlers in flight on the real store, past the lease "
+    "each was claimed with",
+    "[postgres_async][async_idempotent][heartbeat]") {
+  fixture f;
+  std::atomic<int> runs{0};
+  auto handler = [&](idem::async_handler_context&,
+                     const idem::http_request&) -> asio::awaitable<idem::http_response> {
+    ++runs;
+    asio::steady_timer timer(co_await asio::this_coro::executor, 4s);
+    co_await timer.async_wait(asio::use_awaitable);
+    co_return response(201, ok);
+  };
+  // The caller's clock: the leases of one batch are one parameter, so they are equal.
+  idem::async_postgres_store::options config = pgasync::caller_time_options(f.table.name);
+  f.store = idem::async_postgres_store{f.loop.executor(), config};
+  using guarded_type = idem::async_idempotent<decltype(handler), exact_clock_policies>;
+  guarded_type::options options;
+  options.store = f.store;
+  options.lease = 1500ms;  // renewed every 500 ms, in one statement for every lease due
+  guarded_type guarded{f.loop.executor(), handler, options};
+  constexpr int calls = 50;
+  std::vector<idem::http_request> requests;  // each kept until its call has answered
+  for (int i = 0; i < calls; ++i)
+    requests.push_back(post("k-" + std::to_string(i), "{}"));
+  std::vector<std::future<outcome>> outcomes;
+  for (const idem::http_request& request : requests)
+    outcomes.push_back(guarded.async_call("tenant", request, asio::use_future));
+  std::this_thread::sleep_for(2500ms);
+  // Every record's lease now reaches past the one its claim wrote: renewed at least once.
+  const std::string renewed = "SELECT count(*) FROM \"" + f.table.name +
+                              "\" WHERE state = 0 AND lease_until > created_at + 1500000000";
+  CHECK(f.admin.scalar(renewed) == calls);
+  // Renewed together: one lease for all (where one checkpoint each leaves 50 leases, each its
+  // own call's clock reading), or a few where a tick's renewals were split.
+  const long long leases = f.admin.scalar("SELECT count(DISTINCT lease_until) FROM \"" +
+                                          f.table.name + "\" WHERE state = 0");
+  CHECK(leases >= 1);
+  CHECK(leases <= 5);
+  for (auto& each : outcomes) {
+    const outcome ran = each.get();
+    INFO(ran.message());
+    CHECK(ran.verdict() == idem::verdict::executed);
+    CHECK(ran.fence() == 1);
+  }
+  CHECK(runs.load() == calls);
+}

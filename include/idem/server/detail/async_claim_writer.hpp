@@ -157,7 +157,7 @@ class claim_writer final : public async_recovery_writer {
     if constexpr (async_store) {
       if (in_flight_) co_return true;  // a step's write in flight renews the lease itself
       const std::string last = last_;
-      const bool kept = co_await checkpoint(last);
+      const bool kept = co_await checkpoint(last, true);
       if (!kept) lose();
       co_return kept;
     } else {
@@ -195,13 +195,19 @@ class claim_writer final : public async_recovery_writer {
   }
 
   // An AsyncStore's checkpoint of `recovery` (plain), one at a time; wakes the steps waiting.
-  asio::awaitable<bool> checkpoint(const std::string& recovery) {
+  // A heartbeat's (`renewal`) goes with its tick's others where the store batches them.
+  asio::awaitable<bool> checkpoint(const std::string& recovery, bool renewal = false) {
     std::string sealed;
     const std::string_view bytes = engine_.recovery_stored(recovery, sealed);
     in_flight_ = true;
     bool applied = false;
     try {
-      applied = co_await calls_.checkpoint(engine_.store(), held_, bytes, engine_.lease_from_now());
+      if (renewal) {
+        applied = co_await calls_.renew(engine_.store(), held_, bytes, engine_.lease_from_now());
+      } else {
+        applied =
+            co_await calls_.checkpoint(engine_.store(), held_, bytes, engine_.lease_from_now());
+      }
     } catch (...) {
       in_flight_ = false;
       if (gate_) gate_->cancel();

@@ -1,8 +1,9 @@
 // One heartbeat per asynchronous wrapper (async_engine): the held claims whose handler is still
 // running, kept in the order their next renewal falls due, and one timer, set for the earliest.
-// When a claim falls due, the timer asks its call for a renewal on the call's own executor
-// (where its writer lives), by the function the call entered with; a renewal that finds the
-// fence lost stops that call's handler alone.
+// When a claim falls due, the timer asks its call (and those due within a quarter period more,
+// so that renewals fall due together and go to the store together) for a renewal on the call's
+// own executor (where its writer lives), by the function the call entered with; a renewal that
+// finds the fence lost stops that call's handler alone.
 //
 // Two ways in. A handler awaited in the call's own coroutine (the default) is entered before it
 // starts, with a lock and a list insertion and no timer: the timer is set by a watch posted to
@@ -153,12 +154,16 @@ class heartbeat {
       timer.reset();  // cancels the wait
     }
     // Asks every call that fell due for a renewal, on its executor, and sets the timer for the
-    // next one. A call asked is moved to the end: the period counts from the request.
+    // next one. A call asked is moved to the end: the period counts from the request. Calls due
+    // within a quarter period more are asked now too, a little early: calls entered a few
+    // milliseconds apart then fall due together from their second renewal on, and a store that
+    // batches renewals (async_renewal_batch.hpp) gets them in one call a tick, not one each.
     void fire(const std::shared_ptr<state>& self, std::uint64_t fired, asio_error_code error) {
       const std::lock_guard lock(mutex);
       if (fired != generation || error || !timer) return;
       const time_point now = clock->now();
-      while (first != nullptr && first->due <= now) {
+      const time_point soon = now + period / 4;
+      while (first != nullptr && first->due <= soon) {
         member& call = *first;
         unlink(call);
         call.due = now + period;

@@ -11,7 +11,9 @@
 #ifndef IDEM_SERVER_DETAIL_ASYNC_STORE_CALLS_HPP
 #define IDEM_SERVER_DETAIL_ASYNC_STORE_CALLS_HPP
 
+#include <cstddef>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -20,6 +22,7 @@
 #include <utility>
 
 #include <idem/async/asio.hpp>
+#include <idem/server/detail/async_renewal_batch.hpp>
 #include <idem/store/async_contract.hpp>
 #include <idem/store/contract.hpp>
 
@@ -32,6 +35,7 @@ class store_calls {
  public:
   static constexpr bool async_store = AsyncStore<Store>;
   static constexpr bool inline_calls = never_blocks<Store> && !async_store;
+  static constexpr bool batches_renewals = AsyncCheckpointBatchStore<Store>;
 
   /// Throws std::invalid_argument, naming `who`, for a store that blocks and no executor to run
   /// its calls on.
@@ -74,6 +78,24 @@ class store_calls {
       co_return co_await store.async_checkpoint(held, bytes, lease_until, uncancellable());
     } else {
       co_return co_await (*this)([&] { return store.checkpoint(held, bytes, lease_until); });
+    }
+  }
+  /// A heartbeat's renewal: checkpoint's, sent with the other renewals of its tick in one
+  /// batch where the store has async_checkpoint_batch (async_renewal_batch.hpp).
+  asio::awaitable<bool> renew(Store& store, const fenced_key& held, std::string_view bytes,
+                              store_time lease_until) const {
+    if constexpr (batches_renewals) {
+      co_return co_await renewals_->renew(store, held, bytes, lease_until);
+    } else {
+      co_return co_await checkpoint(store, held, bytes, lease_until);
+    }
+  }
+  /// How many renewal batches were sent (a test's view; 0 where the store has none).
+  std::size_t renewal_batches() const {
+    if constexpr (batches_renewals) {
+      return renewals_->batches_sent();
+    } else {
+      return 0;
     }
   }
   asio::awaitable<std::optional<record>> find(Store& store, std::string_view scope,
@@ -172,7 +194,20 @@ class store_calls {
     return asio::bind_cancellation_slot(asio::cancellation_slot(), asio::use_awaitable);
   }
 
+  struct no_batches {};
+  using renewals_type =
+      std::conditional_t<batches_renewals, std::shared_ptr<renewal_batch<Store>>, no_batches>;
+
+  static renewals_type make_renewals() {
+    if constexpr (batches_renewals) {
+      return std::make_shared<renewal_batch<Store>>();
+    } else {
+      return {};
+    }
+  }
+
   asio::any_io_executor executor_;
+  renewals_type renewals_ = make_renewals();  // shared by copies, as the wrapper's calls are
 };
 
 }  // namespace idem::detail

@@ -60,6 +60,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -69,6 +70,7 @@
 #include <idem/async/asio.hpp>
 #include <idem/outbox/message.hpp>
 #include <idem/store/async_contract.hpp>
+#include <idem/store/batch.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/postgres.hpp>
 #include <idem/store/postgres/detail/async/job.hpp>
@@ -203,6 +205,20 @@ class async_postgres_store {
         [held, bytes, lease_until, caller](auto handler, std::shared_ptr<pga::pool> owner) {
           return pga::make_handled<pga::checkpoint_job>(std::move(handler), std::move(owner), held,
                                                         bytes, lease_until, caller);
+        });
+  }
+
+  /// The heartbeat's renewals in one statement (idem/store/batch.hpp's checkpoint_batch).
+  template <class Token>
+  auto async_checkpoint_batch(std::span<const batch_checkpoint> entries, store_time lease_until,
+                              Token&& token) {
+    namespace pga = detail::postgres::async;
+    const bool caller = caller_time();
+    return start<std::vector<bool>>(
+        std::forward<Token>(token),
+        [entries, lease_until, caller](auto handler, std::shared_ptr<pga::pool> owner) {
+          return pga::make_handled<pga::checkpoint_batch_job>(std::move(handler), std::move(owner),
+                                                              entries, lease_until, caller);
         });
   }
 

@@ -60,6 +60,7 @@
 
 #include <idem/async/asio.hpp>
 #include <idem/store/async_contract.hpp>
+#include <idem/store/batch.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/redis.hpp>
 #include <idem/store/redis/detail/async/pool.hpp>
@@ -124,6 +125,39 @@ class async_redis_store {
     return run<bool>(std::forward<Token>(token), "checkpoint",
                      waited(state().operations.checkpoint(held, bytes, lease_until, to_wire)),
                      replicated{"checkpoint", false, applied{"checkpoint"}});
+  }
+  /// The heartbeat's renewals (idem/store/batch.hpp's checkpoint_batch): each entry's
+  /// checkpoint script, pipelined in one write (one round trip), with one WAIT after them all
+  /// when writes wait for replicas.
+  template <class Token>
+  auto async_checkpoint_batch(std::span<const batch_checkpoint> entries, store_time lease_until,
+                              Token&& token) {
+    if (entries.empty()) {
+      return spawn<std::vector<bool>>(
+          std::forward<Token>(token),
+          []() -> asio::awaitable<std::vector<bool>, detail::redis_strand> {
+            co_return std::vector<bool>{};
+          });
+    }
+    std::vector<detail::redis_wire_command> wire;
+    wire.reserve(entries.size() + 1);
+    for (const batch_checkpoint& entry : entries) {
+      for (detail::redis_wire_command& command :
+           state().operations.checkpoint(entry.held, entry.recovery, lease_until, to_wire)) {
+        wire.push_back(std::move(command));
+      }
+    }
+    const std::size_t count = entries.size();
+    return run<std::vector<bool>>(
+        std::forward<Token>(token), "checkpoint_batch", waited(std::move(wire)),
+        replicated{
+            "checkpoint_batch", false,
+            [count](const shared_state& state, const std::vector<detail::redis_reply>& replies) {
+              std::vector<bool> renewed(count, false);
+              for (std::size_t i = 0; i < count; ++i)
+                renewed[i] = state.operations.applied_at(replies, i, "checkpoint_batch");
+              return renewed;
+            }});
   }
   template <class Token>
   auto async_find(std::string_view scope, std::string_view key, store_time now, Token&& token) {
@@ -303,6 +337,7 @@ class async_redis_store {
 };
 
 static_assert(AsyncStore<async_redis_store>);
+static_assert(AsyncCheckpointBatchStore<async_redis_store>);
 
 }  // namespace idem
 

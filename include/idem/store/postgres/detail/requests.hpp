@@ -13,11 +13,14 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include <idem/store/batch.hpp>
 #include <idem/store/contract.hpp>
+#include <idem/store/postgres/detail/binary_array.hpp>
 #include <idem/store/postgres/detail/wire.hpp>
 
 namespace idem::detail::postgres {
@@ -112,19 +115,60 @@ inline void held_parameters(parameters& values, const fenced_key& held) {
   values.bytes(held.scope).bytes(held.key).int8(fence_of(held));
 }
 
+// A checkpoint's lease: the caller's deadline ($5), or with the server's clock, how far ahead
+// it lies ($6): the caller's deadline is on its own clock.
+inline void lease_parameters(parameters& values, store_time lease_until, bool caller_time) {
+  if (caller_time) {
+    values.int8(to_nanoseconds(lease_until)).null();
+  } else {
+    values.null().int8(to_nanoseconds(lease_until) -
+                       to_nanoseconds(std::chrono::system_clock::now()));
+  }
+}
+
 inline void checkpoint_parameters(parameters& values, const fenced_key& held,
                                   std::string_view recovery, store_time lease_until,
                                   bool caller_time) {
   held_parameters(values, held);
   values.bytes(recovery);
-  if (caller_time) {
-    values.int8(to_nanoseconds(lease_until)).null();
-  } else {
-    // The caller's deadline is on its own clock; what carries over to the server's clock is
-    // how far ahead it lies.
-    values.null().int8(to_nanoseconds(lease_until) -
-                       to_nanoseconds(std::chrono::system_clock::now()));
+  lease_parameters(values, lease_until, caller_time);
+}
+
+// checkpoint_batch's arrays (statement checkpoint_batch), which its parameters point into.
+struct checkpoint_arrays {
+  std::string scopes;
+  std::string keys;
+  std::string fences;
+  std::string recovery;
+};
+
+inline void checkpoint_batch_parameters(parameters& values, checkpoint_arrays& arrays,
+                                        std::span<const batch_checkpoint> entries,
+                                        store_time lease_until, bool caller_time) {
+  binary_array scopes(bytea_oid);
+  binary_array keys(bytea_oid);
+  binary_array fences(int8_oid);
+  binary_array recovery(bytea_oid);
+  for (const batch_checkpoint& entry : entries) {
+    scopes.add(entry.held.scope);
+    keys.add(entry.held.key);
+    fences.add(fence_of(entry.held));
+    recovery.add(entry.recovery);
   }
+  arrays = {scopes.bytes(), keys.bytes(), fences.bytes(), recovery.bytes()};
+  values.bytes(arrays.scopes).bytes(arrays.keys).bytes(arrays.fences).bytes(arrays.recovery);
+  lease_parameters(values, lease_until, caller_time);
+}
+
+// checkpoint_batch's answer: which of `size` entries were renewed (the positions it returned).
+inline std::vector<bool> renewed_entries(const PGresult* result, std::size_t size) {
+  std::vector<bool> applied(size, false);
+  for (int row = 0; row < PQntuples(result); ++row) {
+    const std::int64_t position = get_int(result, row, 0);
+    if (position >= 1 && static_cast<std::size_t>(position) <= size)
+      applied[static_cast<std::size_t>(position - 1)] = true;
+  }
+  return applied;
 }
 
 inline void find_parameters(parameters& values, std::string_view scope, std::string_view key,

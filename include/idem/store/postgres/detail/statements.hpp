@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include <idem/store/postgres/detail/binary_array.hpp>
 #include <idem/store/postgres/detail/wire.hpp>
 
 namespace idem::detail::postgres {
@@ -34,6 +35,7 @@ enum statement : std::uint8_t {
   complete_checked,  // one commit's completion: fails (22012) when it changes no row
   lock_timeout,      // one commit's bound on lock waits, for its transaction only
   outbox_insert,     // transaction::publish's message (outbox_insert_sql)
+  checkpoint_batch,  // checkpoint for a batch of records, over arrays (the heartbeat's renewals)
   count
 };
 inline constexpr std::array<const char*, statement::count> statement_names{"idem_claim",
@@ -48,7 +50,8 @@ inline constexpr std::array<const char*, statement::count> statement_names{"idem
                                                                            "idem_scope_room",
                                                                            "idem_complete_checked",
                                                                            "idem_lock_timeout",
-                                                                           "idem_outbox_insert"};
+                                                                           "idem_outbox_insert",
+                                                                           "idem_checkpoint_batch"};
 
 // Whether `result` is complete_checked's refusal: it found no record in progress under the
 // fence (its division by zero, SQLSTATE 22012), so the COMMIT sent behind it did not run.
@@ -245,6 +248,14 @@ inline std::array<std::string, statement::count> statement_sql(const quoted_name
   sql[release] = "UPDATE " + table + " SET state = 2, response = NULL, recovery = NULL" + held;
   sql[checkpoint] = "UPDATE " + table + " SET recovery = $4, lease_until = COALESCE($5, " +
                     "(extract(epoch FROM clock_timestamp()) * 1000000000)::int8 + $6)" + held;
+  // The same, for every record of the arrays at once: $1 scopes, $2 keys, $3 fences, $4 recovery
+  // bytes, then $5 and $6 as checkpoint's; the positions (from 1) of the records it renewed.
+  sql[checkpoint_batch] =
+      "UPDATE " + table + " AS t SET recovery = u.recovery, lease_until = COALESCE($5, " +
+      "(extract(epoch FROM clock_timestamp()) * 1000000000)::int8 + $6) FROM unnest($1::bytea[], "
+      "$2::bytea[], $3::int8[], $4::bytea[]) WITH ORDINALITY AS u(scope, key, fence, recovery, "
+      "ord) WHERE t.scope = u.scope AND t.key = u.key AND t.fence = u.fence AND t.state <> 2 "
+      "RETURNING u.ord";
   sql[find] = "SELECT " + columns + " FROM " + table +
               " WHERE scope = $1 AND key = $2 AND state <> 2 AND expires_at > " + now(3);
   // Scope leads every index, so reading across scopes walks the distinct scopes first (a
@@ -304,6 +315,9 @@ inline std::array<Oid, 8> parameter_types(statement which) {
       return {int8_oid};
     case outbox_insert:
       return {text_oid, text_oid, bytea_oid, bytea_oid, bytea_oid, int8_oid};
+    case checkpoint_batch:
+      return {bytea_array_oid, bytea_array_oid, int8_array_oid,
+              bytea_array_oid, int8_oid,        int8_oid};
     case count:
       break;
   }
@@ -312,7 +326,7 @@ inline std::array<Oid, 8> parameter_types(statement which) {
 
 // How many parameters a statement takes ($1 to $n in its SQL).
 inline int parameter_count(statement which) {
-  constexpr std::array<int, statement::count> counts{7, 4, 3, 6, 3, 1, 2, 2, 1, 3, 4, 1, 6};
+  constexpr std::array<int, statement::count> counts{7, 4, 3, 6, 3, 1, 2, 2, 1, 3, 4, 1, 6, 6};
   return counts[which];
 }
 

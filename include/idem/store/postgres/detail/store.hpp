@@ -208,6 +208,20 @@ class postgres_store {
     return checkpoint_on(connection, held, recovery, lease_until, false);
   }
 
+  /// checkpoint for every entry in one statement (idem/store/batch.hpp's checkpoint_batch): a
+  /// heartbeat's renewals.
+  std::vector<bool> checkpoint_batch(std::span<const batch_checkpoint> entries,
+                                     store_time lease_until) {
+    namespace pg = detail::postgres;
+    if (entries.empty()) return {};
+    pg::parameters values;
+    pg::checkpoint_arrays arrays;
+    pg::checkpoint_batch_parameters(values, arrays, entries, lease_until, caller_time());
+    auto connection = state_checked().acquire();
+    return pg::renewed_entries(
+        connection.run(pg::checkpoint_batch, values, "checkpoint_batch").get(), entries.size());
+  }
+
   std::optional<record> find(std::string_view scope, std::string_view key, store_time now) const {
     namespace pg = detail::postgres;
     pg::parameters values;

@@ -290,7 +290,12 @@ class redis_operations {
 
   // The answer of complete, release and checkpoint: whether the fenced write applied.
   bool applied(const std::vector<redis_reply>& replies, const char* operation) const {
-    const redisReply* answer = replies.at(0).get();
+    return applied_at(replies, 0, operation);
+  }
+  // The same, for the script at `position` of a pipelined batch of them.
+  bool applied_at(const std::vector<redis_reply>& replies, std::size_t position,
+                  const char* operation) const {
+    const redisReply* answer = replies.at(position).get();
     if (is_error(answer)) throw failure(operation, answer);
     if (answer->type != REDIS_REPLY_INTEGER) throw malformed(operation);
     return answer->integer == 1;

@@ -16,6 +16,7 @@
 #include <exception>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include <idem/async/asio.hpp>
+#include <idem/store/batch.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/postgres/detail/async/job.hpp>
 #include <idem/store/postgres/detail/async/link.hpp>
@@ -177,6 +179,31 @@ class checkpoint_job : public statement_job<bool> {
   std::string_view recovery_;
   store_time lease_until_;
   bool caller_time_;
+};
+
+// checkpoint_batch: one statement over arrays; which entries it renewed.
+class checkpoint_batch_job : public statement_job<std::vector<bool>> {
+ public:
+  checkpoint_batch_job(std::shared_ptr<pool> owner, std::span<const batch_checkpoint> entries,
+                       store_time lease_until, bool caller_time)
+      : statement_job(std::move(owner), checkpoint_batch, "checkpoint_batch"),
+        entries_(entries),
+        lease_until_(lease_until),
+        caller_time_(caller_time) {}
+
+ protected:
+  void fill(parameters& values) override {
+    checkpoint_batch_parameters(values, arrays_, entries_, lease_until_, caller_time_);
+  }
+  std::optional<std::vector<bool>> decode(const PGresult* result) override {
+    return renewed_entries(result, entries_.size());
+  }
+
+ private:
+  std::span<const batch_checkpoint> entries_;
+  store_time lease_until_;
+  bool caller_time_;
+  checkpoint_arrays arrays_;
 };
 
 class find_job : public statement_job<std::optional<record>> {
