@@ -44,9 +44,18 @@ class async_processor_client {
       : retrying_(std::move(executor), call{std::move(where)}, options_for(deadline)) {}
 
   /// The processor's JSON for the charge made under `key`, made now or earlier; throws
-  /// processor_failed when it did not charge.
+  /// processor_failed when it did not charge. The awaiting coroutine's cancellation ends it.
   asio::awaitable<std::string> charge(std::string_view key, const intent& payment) {
     const auto outcome = co_await retrying_.async_with_key(key, payment, asio::use_awaitable);
+    co_return charged_body(outcome);
+  }
+  /// The same, ended instead by a terminal cancellation on `stop` (a handler passes its
+  /// context's lease_lost_slot()): verdict cancelled, so processor_failed; the claim's next
+  /// holder asks again under the same key.
+  asio::awaitable<std::string> charge(std::string_view key, const intent& payment,
+                                      asio::cancellation_slot stop) {
+    const auto outcome = co_await retrying_.async_with_key(
+        key, payment, asio::bind_cancellation_slot(stop, asio::use_awaitable));
     co_return charged_body(outcome);
   }
 

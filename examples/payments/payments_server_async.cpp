@@ -108,7 +108,8 @@ asio::awaitable<charged> charge_payment(idem::async_handler_context& ctx,
       step,
       [&]() -> asio::awaitable<std::string> {
         const idem::key_buffer key = ctx.downstream_key(step);
-        std::string answer = co_await processor.charge(key.view(), payment);
+        // A lost lease (the claim taken over) ends the charge: the new holder asks again.
+        std::string answer = co_await processor.charge(key.view(), payment, ctx.lease_lost_slot());
         plan.after_processor();
         co_return answer;
       },
