@@ -393,6 +393,19 @@ class renewal_counting_store : public idem_test::forwarding_store<idem::memory_s
       std::make_shared<std::map<std::string, std::size_t>>();
 };
 
+// A wrapper's options for the 100 s handlers: `store`, `clock`, a 30 s lease (a renewal every
+// 10 s), the handler isolated or not.
+template <class Guarded, class Store>
+typename Guarded::options long_call_options(const Store& store, const idem::manual_clock& clock,
+                                            bool isolate) {
+  typename Guarded::options parts;
+  parts.store = store;
+  parts.clock = clock;
+  parts.lease = 30s;
+  parts.isolate_handler = isolate;
+  return parts;
+}
+
 // Starts one call of `request` a completion in `done`, each under a key of its own ("k-0",
 // "k-1", ...), which `keys` keeps while the calls run.
 template <class Guarded>
@@ -442,12 +455,7 @@ TEST_CASE(
   using guarded = idem::async_idempotent<hundred_second_handler, counted_policies>;
   renewal_counting_store store;
   hundred_second_handler handler{clock, !isolate};
-  guarded::options parts;
-  parts.store = store;
-  parts.clock = clock;
-  parts.lease = 30s;  // a renewal every 10 s
-  parts.isolate_handler = isolate;
-  guarded payments{io.get_executor(), handler, parts};
+  guarded payments{io.get_executor(), handler, long_call_options<guarded>(store, clock, isolate)};
   const idem::http_request request = charge("");
 
   std::vector<std::string> keys;
@@ -538,12 +546,7 @@ TEST_CASE(
   using guarded = idem::async_idempotent<hundred_second_handler, batched_policies>;
   batch_counting_store store{renewal_counting_store{}, io.get_executor()};
   hundred_second_handler handler{clock, !isolate};
-  guarded::options parts;
-  parts.store = store;
-  parts.clock = clock;
-  parts.lease = 30s;  // a renewal every 10 s
-  parts.isolate_handler = isolate;
-  guarded payments{io.get_executor(), handler, parts};
+  guarded payments{io.get_executor(), handler, long_call_options<guarded>(store, clock, isolate)};
   const idem::http_request request = charge("");
 
   std::vector<std::string> keys;

@@ -51,12 +51,6 @@ class renewal_batch {
         asio::use_awaitable);
   }
 
-  /// How many batches were sent (a test's view).
-  std::size_t batches_sent() const {
-    const std::lock_guard lock(state_->mutex);
-    return state_->sent;
-  }
-
  private:
   struct waiter {
     waiter(const fenced_key& h, std::string_view r) : held(h), recovery(r) {}
@@ -97,7 +91,6 @@ class renewal_batch {
     std::vector<std::unique_ptr<waiter>> queued;
     store_time lease_until{};
     bool posted = false;  // the sending of the queued renewals is on its way
-    std::size_t sent = 0;
   };
 
   void add(Store& store, const asio::any_io_executor& executor, std::unique_ptr<waiter> caller,
@@ -119,7 +112,6 @@ class renewal_batch {
       lease_until = self->lease_until;
       self->lease_until = store_time{};
       self->posted = false;
-      ++self->sent;
     }
     batch->entries.reserve(batch->callers.size());
     for (const auto& caller : batch->callers)

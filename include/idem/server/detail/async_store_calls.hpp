@@ -90,14 +90,6 @@ class store_calls {
       co_return co_await checkpoint(store, held, bytes, lease_until);
     }
   }
-  /// How many renewal batches were sent (a test's view; 0 where the store has none).
-  std::size_t renewal_batches() const {
-    if constexpr (batches_renewals) {
-      return renewals_->batches_sent();
-    } else {
-      return 0;
-    }
-  }
   asio::awaitable<std::optional<record>> find(Store& store, std::string_view scope,
                                               std::string_view key, store_time now) const {
     if constexpr (async_store) {
