@@ -53,6 +53,12 @@
 // answering asio::awaitable<void>. async_idempotent runs the handler outside any transaction (its
 // steps recorded as they happen, its lease kept by the heartbeat), and only then opens the
 // transaction: a connection is held for the writes, not while the handler waits on the network.
+// A store that can take them with the response already known (optional: AsyncCompleteWithStore)
+//   async_complete_with(held, now, bytes, writes, writes_failed, token)  completes with bool
+// opens the transaction with the completion (which locks the record and checks the fence),
+// then the writes, then COMMIT, in one round trip where the writes await nothing; false when
+// the fence is lost, and what the writes threw (or a statement they sent that was refused) in
+// `writes_failed` as well as thrown. async_idempotent uses it where the store has it.
 //
 // async_idempotent and async_inbox (idem/asio) use these operations when their store is an
 // AsyncStore, and run a blocking Store's calls on options.store_executor otherwise.
@@ -126,6 +132,18 @@ concept AsyncTransactionalStore = AsyncStore<S> && requires {
     store.async_complete_within(held, now, produce, asio::use_awaitable)
     } -> std::same_as<asio::awaitable<bool>>;
   { transaction.checkpoint(held, bytes, now) } -> std::same_as<asio::awaitable<bool>>;
+};
+
+/// An AsyncTransactionalStore that completes a record whose response is known before its
+/// transaction opens (a commit_with's), the writes in that transaction, in fewer round trips
+/// than async_complete_within takes (see the top of this header).
+template <class S>
+concept AsyncCompleteWithStore = AsyncTransactionalStore<S> &&
+    requires(S& store, const fenced_key& held, store_time now, std::string_view bytes,
+             const typename S::transaction::writes_type& writes, std::exception_ptr& failed) {
+  {
+    store.async_complete_with(held, now, bytes, writes, failed, asio::use_awaitable)
+    } -> std::same_as<asio::awaitable<bool>>;
 };
 
 }  // namespace idem

@@ -376,24 +376,43 @@ TEST_CASE(
   CHECK(f.effect_count() == 2);
 }
 
-TEST_CASE("commit_with writes that throw roll back, the call throws, and a retry writes once",
-          "[postgres_async][async_idempotent][commit_with]") {
+TEST_CASE(
+    "commit_with writes that throw, or send a statement the server refuses, roll back: the call "
+    "throws, and a retry writes once",
+    "[postgres_async][async_idempotent][commit_with]") {
+  // A statement sent, not awaited (transaction::send), is refused when COMMIT comes back, after
+  // the writes have returned: the refusal is still theirs, not the store's (which would keep
+  // the claim).
   fixture f;
+  bool refused = false;
+  std::string thrown;
+  SECTION("thrown by the writes") {}
+  SECTION("a sent statement refused") {
+    refused = true;
+  }
   std::atomic<int> runs{0};
   auto handler = [&](idem::async_handler_context& ctx,
                      const idem::http_request& request) -> asio::awaitable<committed> {
     const bool fail = ++runs == 1;
-    auto writes = [effect = write_effect(f, std::string(ctx.key()), request.body),
-                   fail](transaction& tx) -> asio::awaitable<void> {
-      co_await effect(tx);  // made, then rolled back with the throw
-      if (fail) throw std::runtime_error("the writes said no");
+    auto writes = [effect = write_effect(f, std::string(ctx.key()), request.body), fail,
+                   refused](transaction& tx) -> asio::awaitable<void> {
+      co_await effect(tx);  // made, then rolled back
+      if (fail && refused) tx.send("INSERT INTO idem_no_such_table VALUES (1)");
+      if (fail && !refused) throw std::runtime_error("the writes said no");
     };
     co_return committed{response(201, ok), writes};
   };
   guarded_by<decltype(handler)> guarded{f.loop.executor(), handler,
                                         f.options_for<decltype(handler)>()};
 
-  CHECK_THROWS_WITH(call(guarded, post("t-1", "{}")), "the writes said no");
+  try {
+    (void)call(guarded, post("t-1", "{}"));
+  } catch (const idem::postgres_error& error) {
+    thrown = "postgres_error " + error.sqlstate();
+  } catch (const std::runtime_error& error) {
+    thrown = error.what();
+  }
+  CHECK(thrown == (refused ? "postgres_error 42P01" : "the writes said no"));
   CHECK(f.effect_count() == 0);
   CHECK(f.outbox_count() == 0);
   const outcome retried = call(guarded, post("t-1", "{}"));  // released: runs again

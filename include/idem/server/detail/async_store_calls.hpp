@@ -108,14 +108,18 @@ class store_calls {
   }
 
   /// A commit_with's completion: `writes` (its `writes` member) made in the transaction that
-  /// completes `held` with `bytes`, through an AsyncTransactionalStore's async_complete_within,
-  /// or a blocking TransactionalStore's complete_within where its calls run. `writes_threw`
-  /// gets the exception of writes that threw (then passed on as the transaction's failure).
+  /// completes `held` with `bytes`, through an AsyncCompleteWithStore's async_complete_with, an
+  /// AsyncTransactionalStore's async_complete_within, or a blocking TransactionalStore's
+  /// complete_within where its calls run. `writes_threw` gets the exception of writes that threw
+  /// or sent a statement that was refused (then passed on as the transaction's failure).
   template <class Transaction, class Writes>
   asio::awaitable<bool> complete_with_writes(Store& store, const fenced_key& held, store_time now,
                                              std::string_view bytes, Writes& writes,
                                              std::exception_ptr& writes_threw) const {
-    if constexpr (AsyncTransactionalStore<Store>) {
+    if constexpr (AsyncCompleteWithStore<Store>) {
+      co_return co_await store.async_complete_with(held, now, bytes, writes, writes_threw,
+                                                   uncancellable());
+    } else if constexpr (AsyncTransactionalStore<Store>) {
       auto produce = [&](Transaction& transaction) -> asio::awaitable<std::string> {
         if (writes) {
           try {

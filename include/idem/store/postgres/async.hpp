@@ -278,6 +278,26 @@ class async_postgres_store {
         std::forward<Token>(token));
   }
 
+  /// Completes the record under `held` with `bytes`, the response known before the
+  /// transaction opens, in one transaction with `writes(transaction&)` (a coroutine,
+  /// transaction::writes_type; commit_with's writes): both commit or neither does. BEGIN, the
+  /// completion (which locks the record), the writes and COMMIT go out together, so that writes
+  /// which await nothing (send, publish) cost one round trip in all. Completes with false when
+  /// the record is no longer in progress under the fence (the writes then commit nothing, and
+  /// what they threw meanwhile is dropped); writes that throw, or a statement they sent that the
+  /// server refuses, roll back, and that exception is stored in `writes_failed` and passed on;
+  /// serialization failures and deadlocks as async_complete_within's. `writes` and
+  /// `writes_failed` must outlive the operation.
+  template <class Writes, class Token>
+  auto async_complete_with(const fenced_key& held, store_time now, std::string_view bytes,
+                           const Writes& writes, std::exception_ptr& writes_failed, Token&& token) {
+    const state& shared = checked();
+    return asio::co_spawn(shared.shared->strand(),
+                          run_with(shared.shared, shared.config, caller_time(), held, now,
+                                   std::string(bytes), &writes, &writes_failed),
+                          std::forward<Token>(token));
+  }
+
  private:
   struct state {
     state(options given, std::shared_ptr<detail::postgres::async::pool> made)
@@ -312,91 +332,31 @@ class async_postgres_store {
   using result_ptr = detail::postgres::result_ptr;
   using session_job = detail::postgres::async::session_job;
 
-  // Awaits one statement (sent by `send`) of a held connection.
-  template <class Send>
-  static asio::awaitable<result_ptr> statement(session_job& session, Send send) {
-    return asio::async_initiate<decltype(asio::use_awaitable),
-                                void(std::exception_ptr, result_ptr)>(
-        [&session, send](auto handler) {
-          auto held = std::make_shared<decltype(handler)>(std::move(handler));
-          session.run(send, [held](std::exception_ptr error, result_ptr result) {
-            std::move (*held)(std::move(error), std::move(result));
-          });
-        },
-        asio::use_awaitable);
-  }
-  // A statement's answer, for one sent ahead of the statement awaited next (send_ahead).
-  struct answer_slot {
-    std::exception_ptr error;
-    result_ptr result;
-    // Its result, or the error that ended the connection, thrown.
-    result_ptr take() {
-      if (error) std::rethrow_exception(error);
-      return std::move(result);
-    }
+  // What a transaction's attempts take from the options.
+  struct run_settings {
+    run_settings(const options& config, bool caller, store_time now)
+        : written_at(caller ? std::optional<std::int64_t>{detail::postgres::to_nanoseconds(now)}
+                            : std::nullopt),
+          begin(detail::postgres::begin_sql(config.transaction_isolation)),
+          retries(config.max_serialization_retries),
+          backoff(config.serialization_backoff) {}
+    // When outbox rows are written: the caller's time, or nothing for the server's clock.
+    std::optional<std::int64_t> written_at;
+    const char* begin;
+    unsigned retries;
+    full_jitter backoff;
+    xoshiro256ss random{nondeterministic_seed()};
   };
-  // Sends one statement of a held connection without awaiting it: its answer is in the slot
-  // once the answer of a statement sent after it has been awaited (they come in order), so
-  // that both go out in one round trip.
-  template <class Send>
-  static std::shared_ptr<answer_slot> send_ahead(session_job& session, Send send) {
-    auto slot = std::make_shared<answer_slot>();
-    session.run(send, [slot](std::exception_ptr error, result_ptr result) {
-      slot->error = std::move(error);
-      slot->result = std::move(result);
-    });
-    return slot;
-  }
-  // Awaits a connection of the session's own.
-  static asio::awaitable<void> acquire(session_job& session) {
-    (void)co_await asio::async_initiate<decltype(asio::use_awaitable),
-                                        void(std::exception_ptr, result_ptr)>(
-        [&session](auto handler) {
-          auto held = std::make_shared<decltype(handler)>(std::move(handler));
-          session.acquire([held](std::exception_ptr error, result_ptr result) {
-            std::move (*held)(std::move(error), std::move(result));
-          });
-        },
-        asio::use_awaitable);
-  }
-  // Awaits the end of the session's transaction: COMMIT's result, or null for a rollback.
-  static asio::awaitable<result_ptr> end(session_job& session, bool commit) {
-    return asio::async_initiate<decltype(asio::use_awaitable),
-                                void(std::exception_ptr, result_ptr)>(
-        [&session, commit](auto handler) {
-          auto held = std::make_shared<decltype(handler)>(std::move(handler));
-          session.end(commit, [held](std::exception_ptr error, result_ptr result) {
-            std::move (*held)(std::move(error), std::move(result));
-          });
-        },
-        asio::use_awaitable);
-  }
-
-  // The store's own statement inside complete_within: its result, or what postgres_store
-  // throws: postgres_error for 40001/40P01 (retried), store_error otherwise.
-  static result_ptr checked_result(result_ptr result, const char* what) {
-    const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
-    if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) return result;
-    const char* code = result ? PQresultErrorField(result.get(), PG_DIAG_SQLSTATE) : nullptr;
-    const std::string sqlstate = code != nullptr ? code : "";
-    std::string message = std::string(detail::postgres::async::store_name) + ": " + what + ": ";
-    if (status == PGRES_PIPELINE_ABORTED) {
-      message += "aborted: an earlier statement of the transaction failed";
-    } else if (result) {
-      message += detail::postgres::describe(nullptr, result.get());
-    } else {
-      message += "no result";
-    }
-    if (sqlstate == "40001" || sqlstate == "40P01") throw postgres_error(sqlstate, message);
-    const bool full = sqlstate == "53100" || sqlstate.starts_with("54");
-    throw store_error(full ? store_failure::full : store_failure::unavailable, message);
-  }
 
   template <class Produce>
   static asio::awaitable<bool> run_within(std::shared_ptr<detail::postgres::async::pool> shared,
                                           options config, bool caller, fenced_key held,
                                           store_time now, Produce produce);
-
+  template <class Writes>
+  static asio::awaitable<bool> run_with(std::shared_ptr<detail::postgres::async::pool> shared,
+                                        options config, bool caller, fenced_key held,
+                                        store_time now, std::string bytes, const Writes* writes,
+                                        std::exception_ptr* writes_failed);
   std::shared_ptr<state> state_;
 };
 
@@ -418,22 +378,29 @@ class async_postgres_store::transaction {
     values.reserve(params.size());
     for (const std::optional<std::string>& param : params)
       values.push_back(param ? param->c_str() : nullptr);
-    result_ptr result = co_await statement(*session_, [&](detail::postgres::async::link& wire) {
-      wire.send_text(sql.c_str(), static_cast<int>(values.size()), values.data());
-    });
-    const ExecStatusType status = PQresultStatus(result.get());
-    if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK) {
-      co_return postgres_result{result.release()};
-    }
-    const char* code = PQresultErrorField(result.get(), PG_DIAG_SQLSTATE);
-    std::string message =
-        std::string(detail::postgres::async::store_name) + ": the handler's SQL: ";
-    message += status == PGRES_PIPELINE_ABORTED
-                   ? std::string("aborted: an earlier statement of the transaction failed")
-                   : detail::postgres::describe(nullptr, result.get());
-    postgres_error error(code != nullptr ? code : "", message);
-    if (error.retryable()) retry_ = true;
-    throw error;
+    result_ptr result = co_await detail::postgres::async::await_statement(
+        *session_, [&](detail::postgres::async::link& wire) {
+          wire.send_text(sql.c_str(), static_cast<int>(values.size()), values.data());
+        });
+    if (std::exception_ptr failed = sent_failure()) std::rethrow_exception(failed);
+    if (succeeded(result.get())) co_return postgres_result{result.release()};
+    throw handler_error(result.get(), "the handler's SQL");
+  }
+
+  /// Sends one SQL statement with text parameters without waiting for its answer: it goes to
+  /// the server with the next statement awaited or with the transaction's end, in the same
+  /// round trip. For writes whose result the handler does not read (an INSERT). Its refusal
+  /// (the postgres_error exec would throw) is thrown by the next exec, or ends the transaction
+  /// as produce's or the writes' own exception does, rolled back.
+  void send(const std::string& sql, const parameters& params = {}) {
+    std::vector<const char*> values;
+    values.reserve(params.size());
+    for (const std::optional<std::string>& param : params)
+      values.push_back(param ? param->c_str() : nullptr);
+    sent_.push_back(
+        detail::postgres::async::send_ahead(*session_, [&](detail::postgres::async::link& wire) {
+          wire.send_text(sql.c_str(), static_cast<int>(values.size()), values.data());
+        }));
   }
 
   /// Adds `message` to the outbox in this transaction, so that it commits with the handler's
@@ -441,24 +408,20 @@ class async_postgres_store::transaction {
   /// key, name) of the record this transaction completes. postgres_store::transaction::publish's
   /// semantics: one name per message of a handler, and a name already published for this
   /// record adds nothing. Throws std::invalid_argument for an empty name, a message without a
-  /// topic, or a payload past options::max_outbox_payload_bytes; postgres_error when the server
-  /// refuses the row (40001/40P01 mark the transaction for a retry, as exec does).
+  /// topic, or a payload past options::max_outbox_payload_bytes. The row is sent as send sends
+  /// (no round trip of its own): when the server refuses it, the next exec or the transaction's
+  /// end throws the postgres_error (40001/40P01 mark the transaction for a retry, as exec's do).
   asio::awaitable<std::string> publish(std::string_view name, const outbox_message& message) {
     constexpr const char* who = "idem::async_postgres_store::transaction::publish";
     if (name.empty()) throw std::invalid_argument(std::string(who) + ": the message name is empty");
     std::string id = outbox_message_id(held_.scope, held_.key, name);
     detail::check_outbox_message(id, message, max_payload_bytes_, who);
     const detail::postgres::outbox_row row(id, message, now_);
-    result_ptr result = co_await statement(*session_, [&](detail::postgres::async::link& wire) {
-      wire.send_prepared(detail::postgres::outbox_insert, row.values);
-    });
-    if (PQresultStatus(result.get()) == PGRES_COMMAND_OK) co_return id;
-    const char* code = PQresultErrorField(result.get(), PG_DIAG_SQLSTATE);
-    postgres_error error(
-        code != nullptr ? code : "",
-        std::string(who) + ": " + detail::postgres::describe(nullptr, result.get()));
-    if (error.retryable()) retry_ = true;
-    throw error;
+    sent_.push_back(
+        detail::postgres::async::send_ahead(*session_, [&](detail::postgres::async::link& wire) {
+          wire.send_prepared(detail::postgres::outbox_insert, row.values);
+        }));
+    co_return id;
   }
 
   /// A recovery point recorded in this transaction (checkpoint's semantics, on this
@@ -467,11 +430,12 @@ class async_postgres_store::transaction {
                                    store_time lease_until) {
     detail::postgres::parameters values;
     detail::postgres::checkpoint_parameters(values, held, recovery, lease_until, caller_time_);
-    result_ptr result = checked_result(
-        co_await statement(*session_,
-                           [&](detail::postgres::async::link& wire) {
-                             wire.send_prepared(detail::postgres::checkpoint, values);
-                           }),
+    result_ptr result = detail::postgres::async::checked_result(
+        co_await detail::postgres::async::await_statement(
+            *session_,
+            [&](detail::postgres::async::link& wire) {
+              wire.send_prepared(detail::postgres::checkpoint, values);
+            }),
         "checkpoint");
     co_return detail::postgres::affected(result.get()) == 1;
   }
@@ -486,7 +450,62 @@ class async_postgres_store::transaction {
         now_(now),
         max_payload_bytes_(max_payload_bytes) {}
 
+  static bool succeeded(const PGresult* result) noexcept {
+    const ExecStatusType status = PQresultStatus(result);
+    return status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK;
+  }
+
+  // The handler's statement refused, as exec throws it; 40001/40P01 mark the transaction.
+  postgres_error handler_error(const PGresult* result, const char* what) {
+    const char* code = PQresultErrorField(result, PG_DIAG_SQLSTATE);
+    std::string message = std::string(detail::postgres::async::store_name) + ": " + what + ": ";
+    message += PQresultStatus(result) == PGRES_PIPELINE_ABORTED
+                   ? std::string("aborted: an earlier statement of the transaction failed")
+                   : detail::postgres::describe(nullptr, result);
+    postgres_error error(code != nullptr ? code : "", message);
+    if (error.retryable()) retry_ = true;
+    return error;
+  }
+
+  // The failure of the first statement sent ahead (send, publish; before them the completion
+  // run_with sends first) whose answer has come, as exec would throw it; null when none failed.
+  // A completion that found the record no longer in progress under the fence sets lost_.
+  std::exception_ptr sent_failure() {
+    if (completion_ && completion_->answered) {
+      if (completion_->error) return completion_->error;
+      const PGresult* done = completion_->result.get();
+      if (detail::postgres::found_no_record_in_progress(done)) {
+        lost_ = true;
+        return std::make_exception_ptr(postgres_error(
+            "22012", std::string(detail::postgres::async::store_name) +
+                         ": the record is no longer in progress under the claim's fence; the "
+                         "writes will not commit"));
+      }
+      if (!succeeded(done)) {
+        try {
+          (void)detail::postgres::async::checked_result(std::move(completion_->result),
+                                                        "complete_with: complete");
+        } catch (...) {
+          completion_->error = std::current_exception();
+        }
+        return completion_->error;
+      }
+    }
+    for (const std::shared_ptr<detail::postgres::async::answer_slot>& slot : sent_) {
+      if (!slot->answered) break;
+      if (slot->error) return slot->error;
+      if (!succeeded(slot->result.get())) {
+        return std::make_exception_ptr(handler_error(slot->result.get(), "the handler's SQL"));
+      }
+    }
+    return nullptr;
+  }
+
   std::shared_ptr<session_job> session_;
+  // Statements sent ahead (send, publish), in order; run_with's completion, sent before them.
+  std::vector<std::shared_ptr<detail::postgres::async::answer_slot>> sent_;
+  std::shared_ptr<detail::postgres::async::answer_slot> completion_;
+  bool lost_ = false;
   bool caller_time_;
   // The claim this transaction completes: its scope and key name the messages published.
   fenced_key held_;
@@ -502,46 +521,33 @@ asio::awaitable<bool> async_postgres_store::run_within(
     std::shared_ptr<detail::postgres::async::pool> shared, options config, bool caller,
     fenced_key held, store_time now, Produce produce) {
   namespace pg = detail::postgres;
-  const std::optional<std::int64_t> written_at =
-      caller ? std::optional<std::int64_t>{pg::to_nanoseconds(now)} : std::nullopt;
-  const char* begin = "BEGIN ISOLATION LEVEL READ COMMITTED";
-  if (config.transaction_isolation == postgres_store::isolation::repeatable_read) {
-    begin = "BEGIN ISOLATION LEVEL REPEATABLE READ";
-  } else if (config.transaction_isolation == postgres_store::isolation::serializable) {
-    begin = "BEGIN ISOLATION LEVEL SERIALIZABLE";
-  }
-  const unsigned retries = config.max_serialization_retries;
-  const full_jitter backoff = config.serialization_backoff;
-  xoshiro256ss random{nondeterministic_seed()};
+  namespace pga = detail::postgres::async;
+  run_settings settings(config, caller, now);
   pg::parameters key;
   key.bytes(held.scope).bytes(held.key);
   for (unsigned attempt = 0;; ++attempt) {
-    if (attempt > 0) {
-      asio::steady_timer wait(co_await asio::this_coro::executor);
-      wait.expires_after(backoff.delay(static_cast<int>(attempt - 1), {}, random));
-      co_await wait.async_wait(asio::use_awaitable);
-    }
+    if (attempt > 0) co_await pga::wait_before(attempt, settings.backoff, settings.random);
     auto session = std::make_shared<session_job>(shared);
-    co_await acquire(*session);
-    transaction txn(session, caller, held, written_at, config.max_outbox_payload_bytes);
+    co_await pga::await_connection(*session);
+    transaction txn(session, caller, held, settings.written_at, config.max_outbox_payload_bytes);
     std::exception_ptr failure;
     bool answer = false;
     try {
       // BEGIN and the lock in one round trip. The record is locked for the whole transaction: a
       // takeover waits for it to end.
-      const std::shared_ptr<answer_slot> begun =
-          send_ahead(*session, [begin](pg::async::link& wire) { wire.send_text(begin); });
-      result_ptr locked = co_await statement(
-          *session, [&key](pg::async::link& wire) { wire.send_prepared(pg::lock, key); });
-      (void)checked_result(begun->take(), "complete_within: begin");
-      locked = checked_result(std::move(locked), "complete_within: lock");
+      const std::shared_ptr<pga::answer_slot> begun = pga::send_ahead(
+          *session, [&settings](pga::link& wire) { wire.send_text(settings.begin); });
+      result_ptr locked = co_await pga::await_statement(
+          *session, [&key](pga::link& wire) { wire.send_prepared(pg::lock, key); });
+      (void)pga::checked_result(begun->take(), "complete_within: begin");
+      locked = pga::checked_result(std::move(locked), "complete_within: lock");
       if (PQntuples(locked.get()) > 0 &&
           static_cast<std::uint64_t>(pg::get_int(locked.get(), 0, 0)) == held.fence &&
           pg::get_int(locked.get(), 0, 1) == 0) {
         const std::string bytes = co_await produce(txn);
         if (txn.retry_) {
           // The handler met a serialization failure and swallowed it: the transaction is aborted.
-          throw postgres_error("40001", std::string(pg::async::store_name) +
+          throw postgres_error("40001", std::string(pga::store_name) +
                                             ": complete_within: the handler's transaction hit a "
                                             "serialization failure");
         }
@@ -551,14 +557,16 @@ asio::awaitable<bool> async_postgres_store::run_within(
         pg::parameters values;
         pg::held_parameters(values, held);
         values.bytes(bytes);
-        const std::shared_ptr<answer_slot> completed = send_ahead(
+        const std::shared_ptr<pga::answer_slot> completed = pga::send_ahead(
             *session,
-            [&values](pg::async::link& wire) { wire.send_prepared(pg::complete_checked, values); });
-        result_ptr committed = co_await end(*session, true);
+            [&values](pga::link& wire) { wire.send_prepared(pg::complete_checked, values); });
+        result_ptr committed = co_await pga::end_transaction(*session, true);
+        // What produce sent without awaiting failed: its exception, as if produce had thrown it.
+        if (std::exception_ptr failed = txn.sent_failure()) std::rethrow_exception(failed);
         result_ptr done = completed->take();
         if (!pg::found_no_record_in_progress(done.get())) {
-          (void)checked_result(std::move(done), "complete_within: complete");
-          (void)checked_result(std::move(committed), "complete_within: commit");
+          (void)pga::checked_result(std::move(done), "complete_within: complete");
+          (void)pga::checked_result(std::move(committed), "complete_within: commit");
           answer = true;
         }
       }
@@ -566,28 +574,82 @@ asio::awaitable<bool> async_postgres_store::run_within(
       failure = std::current_exception();
     }
     // A rollback, unless COMMIT ended it already (then this answers at once).
-    (void)co_await end(*session, false);
+    (void)co_await pga::end_transaction(*session, false);
     if (!failure) co_return answer;
     try {
       std::rethrow_exception(failure);
     } catch (const postgres_error& error) {
-      if (!error.retryable()) throw;
-      if (attempt >= retries) {
-        throw store_error(store_failure::unavailable,
-                          std::string(pg::async::store_name) + ": complete_within gave up after " +
-                              std::to_string(attempt + 1) +
-                              " serialization failures or deadlocks; the last: " + error.what());
-      }
+      if (!pga::retry_after(error, attempt, settings.retries, "complete_within")) throw;
     } catch (...) {
       // A handler that turned a serialization failure into an exception of its own still ran
       // in an aborted transaction: run it again, as for postgres_error.
       if (!txn.retry_) throw;
-      if (attempt >= retries) {
+      if (attempt >= settings.retries) {
         throw store_error(store_failure::unavailable,
-                          std::string(pg::async::store_name) + ": complete_within gave up after " +
+                          std::string(pga::store_name) + ": complete_within gave up after " +
                               std::to_string(attempt + 1) + " serialization failures or deadlocks");
       }
     }
+  }
+}
+
+template <class Writes>
+asio::awaitable<bool> async_postgres_store::run_with(
+    std::shared_ptr<detail::postgres::async::pool> shared, options config, bool caller,
+    fenced_key held, store_time now, std::string bytes, const Writes* writes,
+    std::exception_ptr* writes_failed) {
+  namespace pg = detail::postgres;
+  namespace pga = detail::postgres::async;
+  run_settings settings(config, caller, now);
+  pg::parameters values;
+  pg::held_parameters(values, held);
+  values.bytes(bytes);
+  for (unsigned attempt = 0;; ++attempt) {
+    if (attempt > 0) co_await pga::wait_before(attempt, settings.backoff, settings.random);
+    auto session = std::make_shared<session_job>(shared);
+    co_await pga::await_connection(*session);
+    transaction txn(session, caller, held, settings.written_at, config.max_outbox_payload_bytes);
+    // BEGIN, the completion (checked: it locks the record, and fails with 22012 when the record
+    // is no longer in progress under the fence, so that nothing behind it runs), the writes and
+    // COMMIT, in one round trip when the writes await nothing.
+    const std::shared_ptr<pga::answer_slot> begun =
+        pga::send_ahead(*session, [&settings](pga::link& wire) { wire.send_text(settings.begin); });
+    txn.completion_ = pga::send_ahead(
+        *session, [&values](pga::link& wire) { wire.send_prepared(pg::complete_checked, values); });
+    std::exception_ptr thrown;
+    try {
+      if (*writes) co_await (*writes)(txn);
+    } catch (...) {
+      thrown = std::current_exception();
+    }
+    // COMMIT, or a rollback after writes that threw; either way every answer is in after it.
+    result_ptr committed = co_await pga::end_transaction(*session, !thrown);
+    std::exception_ptr failed;
+    try {
+      // The store's own statements first: BEGIN, then the completion (a lost fence is false,
+      // whatever the writes met behind it).
+      (void)pga::checked_result(begun->take(), "complete_with: begin");
+      failed = txn.sent_failure();
+      if (txn.lost_) co_return false;
+      if (failed != nullptr && failed == txn.completion_->error) std::rethrow_exception(failed);
+      if (!failed && !thrown) {
+        (void)pga::checked_result(std::move(committed), "complete_with: commit");
+        co_return true;
+      }
+      if (txn.retry_) {
+        // A statement of the writes met a serialization failure or a deadlock (perhaps caught
+        // by them): they run again.
+        throw postgres_error("40001", std::string(pga::store_name) +
+                                          ": complete_with: the writes met a serialization "
+                                          "failure or a deadlock");
+      }
+    } catch (const postgres_error& error) {
+      if (!pga::retry_after(error, attempt, settings.retries, "complete_with")) throw;
+      continue;
+    }
+    // The writes' failure: what they threw, else the statement they sent that was refused.
+    *writes_failed = thrown ? thrown : failed;
+    std::rethrow_exception(*writes_failed);
   }
 }
 

@@ -489,16 +489,26 @@ class postgres_store::transaction {
   bool retry_ = false;
 };
 
+namespace detail::postgres {
+// BEGIN at an isolation level (complete_within's, both twins').
+inline const char* begin_sql(postgres_store::isolation level) noexcept {
+  switch (level) {
+    case postgres_store::isolation::repeatable_read:
+      return "BEGIN ISOLATION LEVEL REPEATABLE READ";
+    case postgres_store::isolation::serializable:
+      return "BEGIN ISOLATION LEVEL SERIALIZABLE";
+    case postgres_store::isolation::read_committed:
+      break;
+  }
+  return "BEGIN ISOLATION LEVEL READ COMMITTED";
+}
+}  // namespace detail::postgres
+
 template <class Produce>
 bool postgres_store::complete_within(const fenced_key& held, store_time now, Produce&& produce) {
   namespace pg = detail::postgres;
   pool& shared = state_checked();
-  const char* begin = "BEGIN ISOLATION LEVEL READ COMMITTED";
-  if (shared.config.transaction_isolation == isolation::repeatable_read) {
-    begin = "BEGIN ISOLATION LEVEL REPEATABLE READ";
-  } else if (shared.config.transaction_isolation == isolation::serializable) {
-    begin = "BEGIN ISOLATION LEVEL SERIALIZABLE";
-  }
+  const char* begin = pg::begin_sql(shared.config.transaction_isolation);
   pg::parameters key;
   key.bytes(held.scope).bytes(held.key);
   for (unsigned attempt = 0;; ++attempt) {
