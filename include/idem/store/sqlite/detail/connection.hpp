@@ -7,6 +7,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +30,8 @@ struct sqlite_settings {
   std::size_t sweep_batch = 0;
   std::uint64_t max_database_bytes = 0;
   int max_wal_pages = 0;  // 0: SQLite's own checkpoints only
+  // The WAL's length at the last checkpoint one of the store's connections ran (after_commit).
+  std::shared_ptr<std::atomic<int>> wal_checkpointed = std::make_shared<std::atomic<int>>(0);
 };
 
 // One SQLite connection and its prepared statements. Used by one thread at a time.
@@ -204,13 +207,30 @@ class sqlite_connection {
   // (passive, from 1,000 frames), and past max_wal_pages a RESTART, which waits for the
   // transactions on older snapshots (through the busy handler) so that the WAL starts over. A
   // checkpoint that cannot finish now is tried again after a later commit; the commit itself
-  // has happened whatever it answers.
+  // has happened whatever it answers. One checkpoint per `step` frames written since the store's
+  // last, not one per commit as SQLite's own hook runs them once the WAL is past 1,000 frames
+  // and not started over: each costs two syncs (the WAL's and the database's), and under a load
+  // whose transactions always overlap that was one checkpoint every few commits.
   static int after_commit(void* self, sqlite3* db, const char* name, int frames) {
     constexpr int automatic = 1000;  // SQLITE_DEFAULT_WAL_AUTOCHECKPOINT
-    const int restart = static_cast<sqlite_connection*>(self)->settings_->max_wal_pages;
+    const sqlite_settings& settings = *static_cast<sqlite_connection*>(self)->settings_;
+    const int restart = settings.max_wal_pages;
+    std::atomic<int>& checkpointed = *settings.wal_checkpointed;
+    int last = checkpointed.load(std::memory_order_relaxed);
+    // Shorter than at the last checkpoint: the WAL has started over since.
+    if (frames < last && checkpointed.compare_exchange_strong(last, 0, std::memory_order_relaxed)) {
+      last = 0;
+    }
+    if (frames < automatic && frames < restart) return SQLITE_OK;
+    const int step = std::max(1, std::min(automatic, restart / 4));
+    if (frames - last < step) return SQLITE_OK;
+    // One connection runs it; another that got here with the same figure does not.
+    if (!checkpointed.compare_exchange_strong(last, frames, std::memory_order_relaxed)) {
+      return SQLITE_OK;
+    }
     if (frames >= restart) {
       (void)sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_RESTART, nullptr, nullptr);
-    } else if (frames >= automatic) {
+    } else {
       (void)sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
     }
     return SQLITE_OK;
