@@ -327,6 +327,57 @@ TEST_CASE("a database locked past the busy timeout fails the write and half-writ
   CHECK(store.complete({"tenant", "held", held.fence}, "x", start));
 }
 
+TEST_CASE(
+    "the store's own writers wait for each other on its writer lock: one held past the busy "
+    "timeout fails another thread's write with the reason, one held less is waited for",
+    "[sqlite]") {
+  idem::testing::temporary_directory directory;
+  const std::string path = directory.file("idem.sqlite3");
+  sqlite_store::options options = quick(path);
+  const bool past = GENERATE(true, false);
+  options.busy_timeout = past ? 50ms : 5s;
+  sqlite_store store{options};
+  const auto held = store.claim(ask("tenant", "held", start));
+  REQUIRE(held.status == claim_status::claimed);
+
+  // A write transaction of the store's (a completion with the handler's writes) kept open for
+  // 300 ms on another thread.
+  std::atomic<bool> open{false};
+  std::thread writer([&] {
+    (void)store.complete_within({"tenant", "held", held.fence}, start,
+                                [&](sqlite_store::transaction&) {
+                                  open = true;
+                                  std::this_thread::sleep_for(300ms);
+                                  return std::string("done");
+                                });
+  });
+  while (!open)
+    std::this_thread::yield();
+  std::optional<store_error> refused;
+  std::optional<claim_status> claimed;
+  try {
+    claimed = store.claim(ask("tenant", "new", start)).status;
+  } catch (const store_error& error) {
+    refused = error;
+  }
+  writer.join();
+  if (past) {
+    // Refused by the store's writer lock, not by SQLite's: the words say which.
+    REQUIRE(refused.has_value());
+    CHECK(refused->failure() == store_failure::unavailable);
+    CHECK_THAT(refused->what(),
+               Contains(path) && Contains("another write of this store") && Contains("50 ms"));
+    CHECK_FALSE(store.find("tenant", "new", start));
+  } else {
+    REQUIRE(claimed.has_value());
+    CHECK(*claimed == claim_status::claimed);
+  }
+  const auto done = store.find("tenant", "held", start);
+  REQUIRE(done);
+  CHECK(done->state == record_state::completed);
+  CHECK(store.claim(ask("tenant", "new", start + 1s)).status != claim_status::full);
+}
+
 TEST_CASE("a full database answers store_error(full) and keeps the record as it was", "[sqlite]") {
   idem::testing::temporary_directory directory;
   sqlite_store::options options = quick(directory.file("idem.sqlite3"));

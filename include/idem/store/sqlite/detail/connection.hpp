@@ -9,9 +9,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -23,6 +25,41 @@
 
 namespace idem::detail {
 
+// A recursive lock taken with a timeout: std::recursive_timed_mutex's semantics, on a mutex and
+// a condition variable. (libstdc++ 12 takes a timed mutex with pthread_mutex_clocklock, which
+// Debian 12's ThreadSanitizer does not intercept: every unlock would be reported as of a mutex
+// not held.)
+class sqlite_writer_lock {
+ public:
+  // Taken by this thread (again, if it holds it already); false when another thread held it
+  // throughout `timeout`.
+  bool try_lock_for(std::chrono::nanoseconds timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const std::thread::id me = std::this_thread::get_id();
+    if (depth_ > 0 && owner_ == me) {
+      ++depth_;
+      return true;
+    }
+    if (!free_.wait_for(lock, timeout, [this] { return depth_ == 0; })) return false;
+    owner_ = me;
+    depth_ = 1;
+    return true;
+  }
+  void unlock() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (--depth_ > 0) return;
+    owner_ = std::thread::id{};
+    lock.unlock();
+    free_.notify_one();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable free_;
+  std::thread::id owner_;
+  int depth_ = 0;
+};
+
 struct sqlite_settings {
   std::string path;
   bool synchronous_full = true;
@@ -32,6 +69,12 @@ struct sqlite_settings {
   int max_wal_pages = 0;  // 0: SQLite's own checkpoints only
   // The WAL's length at the last checkpoint one of the store's connections ran (after_commit).
   std::shared_ptr<std::atomic<int>> wal_checkpointed = std::make_shared<std::atomic<int>>(0);
+  // Held by a write transaction of the store's connections (sqlite_write_transaction), from
+  // before its BEGIN IMMEDIATE to its end: the store's writers wait for each other here, woken
+  // when the lock is free, instead of polling SQLite's lock in the busy handler. Recursive, so
+  // that a thread with a write transaction open that opens another (on another connection) is
+  // refused by SQLite after the busy timeout, as it was without it.
+  std::shared_ptr<sqlite_writer_lock> writer = std::make_shared<sqlite_writer_lock>();
 };
 
 // One SQLite connection and its prepared statements. Used by one thread at a time.
@@ -79,6 +122,19 @@ class sqlite_connection {
     }
     handler_statements_.emplace(std::string(sql), prepared);
     return prepared;
+  }
+
+  // Takes the store's writer lock (sqlite_settings::writer) within the busy timeout; false
+  // when another thread held it throughout.
+  bool lock_writer() { return settings_->writer->try_lock_for(settings_->busy_timeout); }
+  void unlock_writer() { settings_->writer->unlock(); }
+  // lock_writer's refusal, worded as fail's for a database still locked.
+  [[noreturn]] void fail_writer_busy() const {
+    throw store_error(store_failure::unavailable,
+                      "idem::sqlite_store: cannot begin a write transaction in '" +
+                          settings_->path + "': database is locked by another write of this store" +
+                          " (still locked after the busy timeout of " +
+                          std::to_string(settings_->busy_timeout.count()) + " ms)");
   }
 
   // Throws the store_error that an SQLite failure `rc` while doing `what` deserves.
@@ -288,11 +344,19 @@ struct sqlite_begun_t {};
 inline constexpr sqlite_begun_t sqlite_begun{};
 
 // BEGIN IMMEDIATE on construction (the database's one write lock, taken before any statement
-// reads), unless the caller began it (sqlite_begun); ROLLBACK unless committed.
+// reads), after the store's writer lock (sqlite_settings::writer), unless the caller began it
+// (sqlite_begun: it holds both); ROLLBACK unless committed; the writer lock given back at the
+// end.
 class sqlite_write_transaction {
  public:
   explicit sqlite_write_transaction(sqlite_connection& connection) : connection_(connection) {
-    connection_.run(sqlite_statement::begin_immediate, "begin a write transaction");
+    if (!connection_.lock_writer()) connection_.fail_writer_busy();
+    try {
+      connection_.run(sqlite_statement::begin_immediate, "begin a write transaction");
+    } catch (...) {
+      connection_.unlock_writer();
+      throw;
+    }
   }
   sqlite_write_transaction(sqlite_connection& connection, sqlite_begun_t) noexcept
       : connection_(connection) {}
@@ -301,20 +365,25 @@ class sqlite_write_transaction {
   void commit() {
     connection_.run(sqlite_statement::commit, "commit");
     committed_ = true;
+    connection_.unlock_writer();
   }
   ~sqlite_write_transaction() {
+    if (committed_) return;
     // SQLite rolls back by itself on some errors (a full disk, an I/O error); only roll back
     // what is still open.
-    if (!committed_ && sqlite3_get_autocommit(connection_.db()) == 0) {
+    if (sqlite3_get_autocommit(connection_.db()) == 0) {
       sqlite3_stmt* rollback = nullptr;
       try {
         rollback = connection_.statement(sqlite_statement::rollback);
       } catch (const store_error&) {
-        return;  // the pool drops a connection left inside a transaction
+        // The pool drops a connection left inside a transaction.
       }
-      sqlite3_step(rollback);
-      sqlite3_reset(rollback);
+      if (rollback != nullptr) {
+        sqlite3_step(rollback);
+        sqlite3_reset(rollback);
+      }
     }
+    connection_.unlock_writer();
   }
 
  private:

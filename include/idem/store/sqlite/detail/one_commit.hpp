@@ -27,13 +27,23 @@ namespace idem {
 
 namespace detail {
 
-// BEGIN IMMEDIATE: true once the write lock is held; false when another connection kept it past
-// the busy timeout (the busy handler gave up); throws store_error for any other failure.
+// The store's writer lock, then BEGIN IMMEDIATE: true once both are held (a
+// sqlite_write_transaction made with sqlite_begun gives them back); false when another thread or
+// connection kept them past the busy timeout (the busy handler gave up); throws store_error for
+// any other failure.
 inline bool sqlite_begin_or_busy(sqlite_connection& c) {
-  sqlite3_stmt* begin = c.statement(sqlite_statement::begin_immediate);
-  const int rc = sqlite3_step(begin);
-  sqlite3_reset(begin);
+  if (!c.lock_writer()) return false;
+  int rc = SQLITE_ERROR;
+  try {
+    sqlite3_stmt* begin = c.statement(sqlite_statement::begin_immediate);
+    rc = sqlite3_step(begin);
+    sqlite3_reset(begin);
+  } catch (...) {
+    c.unlock_writer();
+    throw;
+  }
   if (rc == SQLITE_DONE || rc == SQLITE_ROW) return true;
+  c.unlock_writer();
   if ((rc & 0xff) == SQLITE_BUSY) return false;
   c.fail(rc, "begin a write transaction");
 }
