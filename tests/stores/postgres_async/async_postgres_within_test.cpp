@@ -210,6 +210,38 @@ TEST_CASE("async_complete_within does not run the handler once the fence is gone
   CHECK(runs == 0);
 }
 
+TEST_CASE(
+    "a statement the handler sent without awaiting, refused by the server, fails "
+    "async_complete_within as the handler's own exception and rolls everything back",
+    "[postgres_async][transactional]") {
+  // Met at the end, with COMMIT: the refusal is produce's failure, not the store's.
+  fixture f;
+  std::string sqlstate;
+  std::optional<idem::record> found;
+  f.run([&]() -> asio::awaitable<void> {
+    const idem::claim_result held = co_await f.store.async_claim(
+        {"tenant", "k", print(1), start, 30s, 24h}, asio::use_awaitable);
+    try {
+      (void)co_await f.store.async_complete_within(
+          {"tenant", "k", held.fence}, start,
+          [&](idem::async_postgres_store::transaction& txn) -> asio::awaitable<std::string> {
+            txn.send(f.insert_sql(), f.key_k());
+            txn.send("INSERT INTO idem_no_such_table VALUES (1)");
+            co_return std::string("never stored");
+          },
+          asio::use_awaitable);
+    } catch (const idem::postgres_error& error) {
+      sqlstate = error.sqlstate();
+    }
+    found = co_await f.store.async_find("tenant", "k", start, asio::use_awaitable);
+  });
+  CHECK(sqlstate == "42P01");
+  CHECK(f.effect_count() == 0);
+  REQUIRE(found.has_value());
+  CHECK(found->state == idem::record_state::in_progress);
+  CHECK(f.open_transactions() == 0);
+}
+
 TEST_CASE("a serialization failure in async_complete_within rolls back and runs the handler again",
           "[postgres_async][transactional]") {
   fixture f;

@@ -374,10 +374,7 @@ class async_postgres_store::transaction {
   /// store_error(unavailable) when the connection is lost. After a refusal the transaction is
   /// aborted: later statements are refused too, until complete_within rolls it back.
   asio::awaitable<postgres_result> exec(std::string sql, parameters params = {}) {
-    std::vector<const char*> values;
-    values.reserve(params.size());
-    for (const std::optional<std::string>& param : params)
-      values.push_back(param ? param->c_str() : nullptr);
+    const std::vector<const char*> values = text_values(params);
     result_ptr result = co_await detail::postgres::async::await_statement(
         *session_, [&](detail::postgres::async::link& wire) {
           wire.send_text(sql.c_str(), static_cast<int>(values.size()), values.data());
@@ -393,10 +390,7 @@ class async_postgres_store::transaction {
   /// (the postgres_error exec would throw) is thrown by the next exec, or ends the transaction
   /// as produce's or the writes' own exception does, rolled back.
   void send(const std::string& sql, const parameters& params = {}) {
-    std::vector<const char*> values;
-    values.reserve(params.size());
-    for (const std::optional<std::string>& param : params)
-      values.push_back(param ? param->c_str() : nullptr);
+    const std::vector<const char*> values = text_values(params);
     sent_.push_back(
         detail::postgres::async::send_ahead(*session_, [&](detail::postgres::async::link& wire) {
           wire.send_text(sql.c_str(), static_cast<int>(values.size()), values.data());
@@ -449,6 +443,15 @@ class async_postgres_store::transaction {
         held_(held),
         now_(now),
         max_payload_bytes_(max_payload_bytes) {}
+
+  // The text parameters' pointers as libpq takes them (null: SQL NULL).
+  static std::vector<const char*> text_values(const parameters& params) {
+    std::vector<const char*> values;
+    values.reserve(params.size());
+    for (const std::optional<std::string>& param : params)
+      values.push_back(param ? param->c_str() : nullptr);
+    return values;
+  }
 
   static bool succeeded(const PGresult* result) noexcept {
     const ExecStatusType status = PQresultStatus(result);
