@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Instruction counts of the hot paths, version A beside version B: bench/ab/hot_path_calls.cpp
-# (idempotent_first, idempotent_replay, retrying_success, 20,000 calls each) built against each
-# version's include/ (g++ -O2 -DNDEBUG, as scripts/bench.sh) and run under callgrind.
+# (idempotent_first, idempotent_replay, retrying_success, 20,000 calls each) and
+# bench/ab/async_hot_path_calls.cpp (async_idempotent_first, async_idempotent_replay: the same
+# calls through the asynchronous wrapper) built against each version's include/ (g++ -O2
+# -DNDEBUG, as scripts/bench.sh) and run under callgrind.
 #
 #   scripts/hot_path_ab.sh A B     A and B: git revisions, or . for the working tree
 #
@@ -37,11 +39,17 @@ count() {
     git archive "$rev" include | tar -x -C "$dir"
   fi
   g++ -std=c++20 -O2 -DNDEBUG -I "$dir/include" "$root/bench/ab/hot_path_calls.cpp" -o "$dir/calls" -pthread
-  (cd "$dir" && valgrind --tool=callgrind --callgrind-out-file="$dir/out.%p" ./calls >/dev/null 2>"$dir/valgrind.log")
+  g++ -std=c++20 -O2 -DNDEBUG -I "$dir/include" "$root/bench/ab/async_hot_path_calls.cpp" \
+    -o "$dir/async_calls" -pthread
+  local program
+  for program in calls async_calls; do
+    (cd "$dir" && valgrind --tool=callgrind --callgrind-out-file="$dir/out.$program.%p" "./$program" \
+      >/dev/null 2>"$dir/valgrind.$program.log")
+  done
   local calls
-  calls="$(grep -o "calls = [0-9']*" "$root/bench/ab/hot_path_calls.cpp" | head -n 1 | tr -dc 0-9)"
+  calls="$(grep -o "calls = [0-9']*" "$root/bench/ab/hot_path_calls.hpp" | head -n 1 | tr -dc 0-9)"
   local file phase total
-  for file in "$dir"/out.*.[0-9]*; do
+  for file in "$dir"/out.*.*.[0-9]*; do
     phase="$(sed -n 's/^desc: Trigger: Client Request: //p' "$file")"
     total="$(sed -n 's/^summary: \([0-9]*\).*/\1/p' "$file")"
     [[ -n "$phase" && -n "$total" ]] || continue
@@ -51,9 +59,10 @@ count() {
 
 count "$1" a
 count "$2" b
-printf '%-20s %12s %12s %8s\n' phase "A ($1)" "B ($2)" B/A
-for phase in idempotent_first idempotent_replay retrying_success; do
+printf '%-24s %12s %12s %8s\n' phase "A ($1)" "B ($2)" B/A
+for phase in idempotent_first idempotent_replay retrying_success async_idempotent_first \
+  async_idempotent_replay; do
   a="$(cat "$work/a.$phase")"
   b="$(cat "$work/b.$phase")"
-  printf '%-20s %12d %12d %8s\n' "$phase" "$a" "$b" "$(python3 -c "print(f'{$b/$a:.3f}')")"
+  printf '%-24s %12d %12d %8s\n' "$phase" "$a" "$b" "$(python3 -c "print(f'{$b/$a:.3f}')")"
 done

@@ -14,21 +14,16 @@
 #include <cstdio>
 #include <string>
 #include <string_view>
-#include <vector>
+
+#include "hot_path_calls.hpp"
 
 namespace {
 
-constexpr std::string_view scope = "payments";
-constexpr std::size_t calls = 20'000;
-constexpr std::size_t replay_keys = 1024;
-constexpr std::string_view response_text =
-    R"({"id":"ch_3MmlLrLkdIwHu7ix0snN0B1","status":"succeeded","amt":9})";
-
-// Keeps the optimiser from dropping a value it sees unused.
-template <class T>
-void keep(T& value) {
-  asm volatile("" : : "r"(&value) : "memory");
-}
+using idem_ab::calls;
+using idem_ab::keep;
+using idem_ab::replay_keys;
+using idem_ab::response_text;
+using idem_ab::scope;
 
 std::string handle(const std::string& body) {
   keep(body);
@@ -44,25 +39,11 @@ struct response {
   return {200};
 }
 
-// UUID-shaped (36 characters), distinct, made before counting starts.
-std::vector<std::string> make_keys(std::size_t count) {
-  std::vector<std::string> keys;
-  keys.reserve(count);
-  for (std::size_t i = 0; i < count; ++i) {
-    char text[40];
-    std::snprintf(text, sizeof text, "2f1e6c1c-3b9a-4f0e-9d6f-%012zx", i * 2654435761u);
-    keys.emplace_back(text);
-  }
-  return keys;
-}
-
 }  // namespace
 
 int main() {
-  std::string body(256, '\0');
-  for (std::size_t i = 0; i < body.size(); ++i)
-    body[i] = static_cast<char>('a' + (i * 7) % 26);
-  const auto keys = make_keys(calls);
+  const std::string body = idem_ab::request_body();
+  const auto keys = idem_ab::make_keys(calls);
 
   idem::idempotent<std::string (*)(const std::string&)> payments{&handle};
   CALLGRIND_ZERO_STATS;

@@ -43,8 +43,9 @@ idem_packages_bench=(libbenchmark-dev libxxhash-dev libssl-dev libcuckoo-dev lib
 idem_packages_compilers=(g++ clang)
 # plots: the performance report's and the hedging study's plots.
 idem_packages_plots=(gnuplot-nox python3)
-# ab: the A/B tools (two versions of the headers from git); callgrind: what counts instructions.
-idem_packages_ab=(g++ git)
+# ab: the A/B tools (two versions of the headers from git; Boost.Asio for the asynchronous
+# wrapper's calls); callgrind: what counts instructions.
+idem_packages_ab=(g++ git libboost1.81-dev)
 idem_packages_callgrind=(valgrind)
 
 idem_configurations=()

@@ -8921,6 +8921,17 @@ class made_later {
   bool made_ = false;
 };
 
+/// Makes `slot`'s value in place from `make()`, a prvalue, where slot.emplace(make()) would
+/// move a temporary into it: the conversion below is the prvalue that initializes the value.
+template <class T, class Make>
+T& emplace_made(std::optional<T>& slot, Make&& make) {
+  struct made {
+    Make& make;
+    operator T() const { return make(); }
+  };
+  return slot.emplace(made{make});
+}
+
 // A resumable wrapper's kept request: the plain recovery bytes a new record's handler starts
 // with, and the form the store keeps (sealed by the response codec, or the plain bytes).
 struct kept_bytes {

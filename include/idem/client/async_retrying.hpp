@@ -71,7 +71,7 @@
 #include <idem/client/attempt.hpp>
 #include <idem/client/detail/async_call.hpp>
 #include <idem/client/detail/async_layer.hpp>
-#include <idem/client/detail/async_recycled.hpp>
+#include <idem/async/detail/recycled.hpp>
 #include <idem/client/detail/retry_core.hpp>
 #include <idem/client/retry_outcome.hpp>
 #include <idem/core/key.hpp>
@@ -89,7 +89,7 @@ using token_type = std::conditional_t<std::is_lvalue_reference_v<Element>, Eleme
                                       std::remove_reference_t<Element>>;
 
 /// co_spawn's completion handler for an async_retrying operation: hands the user's handler the
-/// outcome out of its recycled block (idem/client/detail/async_recycled.hpp). It has the user's
+/// outcome out of its recycled block (idem/async/detail/recycled.hpp). It has the user's
 /// handler's associated executor, cancellation slot and allocator (the associator below), so
 /// co_spawn respects them as if it had been given that handler.
 template <class Box, class Handler>

@@ -275,35 +275,86 @@ class async_idempotent {
   }
 
   // `waited`: where an observed call learns that its claim waited for a duplicate (coalescing).
+  // Not a coroutine: a call with a key whose claim is made at once is one coroutine frame, the
+  // engine's run_started, which makes the checks and the claim (start) when the caller awaits.
   template <class Response, class Request>
   asio::awaitable<idempotent_outcome<Response>> handle(std::string_view scope,
                                                        std::optional<std::string_view> key,
                                                        const Request& request,
                                                        std::optional<caller_deadline> deadline,
                                                        bool* waited = nullptr) {
-    // `run` is not a coroutine: the handler's own awaitable is awaited, with no frame between
-    // (but timed_handler's, for an observer that watches). A handler that takes the store's
-    // transaction is run with it (async_engine::run_held).
+    if (key && engine_.claims_at_once()) {
+      return engine_.template run_started<Response, completion_for<Request>>(
+          one_call<Response, Request>{this, scope, key, &request, deadline},
+          engine_.options().failure);
+    }
+    return handle_waiting<Response>(scope, key, request, deadline, waited);
+  }
+
+  // How a handler's response is recorded: in the transaction that completes the record, for a
+  // handler that takes the store's transaction; else directly.
+  template <class Request>
+  static constexpr detail::completion completion_for =
+      detail::takes_async_transaction<Handler, Request, store_type>
+          ? detail::completion::in_transaction
+          : detail::completion::direct;
+
+  // One call's arguments, kept in its coroutine's frame: start(started) makes the checks, the
+  // fingerprint and the claim (async_idempotent::start), and (context[, transaction]) runs the
+  // handler, an awaitable of its answer, with the caller's deadline on its context. The
+  // handler's own awaitable is awaited, with no frame between (but timed_handler's, for an
+  // observer that watches). One object, not two lambdas: a call's frame is made by copying it.
+  template <class Response, class Request>
+  struct one_call {
+    one_call(async_idempotent* s, std::string_view sc, std::optional<std::string_view> k,
+             const Request* r, std::optional<caller_deadline> d) noexcept
+        : self(s), scope(sc), key(k), request(r), deadline(d) {}
+    one_call(const one_call& o) noexcept
+        : self(o.self),
+          scope(o.scope),
+          key(o.key),
+          request(o.request),
+          deadline(o.deadline),
+          until(o.until) {}
+
+    async_idempotent* self;
+    std::string_view scope;
+    std::optional<std::string_view> key;
+    const Request* request;
+    std::optional<caller_deadline> deadline;
+    // The deadline on the wrapper's clock, from the time the caller had left on arrival.
+    std::optional<typename clock_type::time_point> until;
+
+    void start(detail::call_start<Response>& started) {
+      until = detail::deadline_on(self->clock(), deadline);
+      self->start(started, scope, key, *request, deadline);
+    }
+    auto operator()(async_handler_context& context, auto&... transaction) {
+      if (until) context.set_deadline(self->clock(), *until);
+      auto invoke = [&] {
+        if constexpr (detail::takes_async_transaction<Handler, Request, store_type>) {
+          return std::invoke(self->handler_, context, *request, transaction...);
+        } else if constexpr (detail::takes_async_context<Handler, Request>) {
+          return std::invoke(self->handler_, context, *request);
+        } else {
+          return std::invoke(self->handler_, *request);
+        }
+      };
+      return detail::observed_handler(self->observer_, self->clock(), invoke());
+    }
+  };
+
+  // A call whose claim may wait (coalescing), is made where the store's calls run, or has no
+  // key: the checks and the fingerprint (start), then the engine's run.
+  template <class Response, class Request>
+  asio::awaitable<idempotent_outcome<Response>> handle_waiting(
+      std::string_view scope, std::optional<std::string_view> key, const Request& request,
+      std::optional<caller_deadline> deadline, bool* waited) {
     constexpr bool transactional = detail::takes_async_transaction<Handler, Request, store_type>;
-    constexpr detail::completion how =
-        transactional ? detail::completion::in_transaction : detail::completion::direct;
-    // The deadline on this wrapper's clock, from the time the caller had left on arrival.
-    const std::optional<typename clock_type::time_point> until =
-        detail::deadline_on(clock(), deadline);
-    auto invoke = [this, &request](async_handler_context& context, auto&... transaction) {
-      if constexpr (transactional) {
-        return std::invoke(handler_, context, request, transaction...);
-      } else if constexpr (detail::takes_async_context<Handler, Request>) {
-        return std::invoke(handler_, context, request);
-      } else {
-        return std::invoke(handler_, request);
-      }
-    };
-    auto run = [this, &invoke, &until](async_handler_context& context, auto&... transaction) {
-      if (until) context.set_deadline(clock(), *until);
-      return detail::observed_handler(observer_, clock(), invoke(context, transaction...));
-    };
-    detail::call_start<Response> started = start<Response>(scope, key, request, deadline);
+    constexpr detail::completion how = completion_for<Request>;
+    one_call<Response, Request> run{this, scope, key, &request, deadline};
+    detail::call_start<Response> started;
+    run.start(started);
     if (started.answer) co_return std::move(*started.answer);
     // One co_await of an outcome (see call_start): GCC gives each its own slot in the frame.
     asio::awaitable<idempotent_outcome<Response>> rest;
@@ -322,9 +373,6 @@ class async_idempotent {
       } else {
         rest = engine_type::template run_unguarded<Response>(scope, run);
       }
-    } else if (started.claim) {
-      rest = engine_.template run_held<Response, how>(std::move(*started.claim), started.print, run,
-                                                      engine_.options().failure);
     } else {
       rest = engine_.template run<Response, how>(
           scope, *key, started.print, run, engine_.options().failure, claim_kept(started), waited);
@@ -362,35 +410,19 @@ class async_idempotent {
                               0,
                               {}};
     }
-    constexpr bool transactional = detail::takes_async_transaction<Handler, Request, store_type>;
-    constexpr detail::completion how =
-        transactional ? detail::completion::in_transaction : detail::completion::direct;
-    const Request& request = *kept;
-    auto run = [this, &request](async_handler_context& context, auto&... transaction) {
-      auto invoke = [&] {
-        if constexpr (transactional) {
-          return std::invoke(handler_, context, request, transaction...);
-        } else if constexpr (detail::takes_async_context<Handler, Request>) {
-          return std::invoke(handler_, context, request);
-        } else {
-          return std::invoke(handler_, request);
-        }
-      };
-      return detail::observed_handler(observer_, clock(), invoke());
-    };
-    co_return co_await detail::async_resume<Response, how>(engine_, stuck.scope, stuck.key, print,
-                                                           run);
+    one_call<Response, Request> run{this, stuck.scope, stuck.key, &*kept, std::nullopt};
+    co_return co_await detail::async_resume<Response, completion_for<Request>>(
+        engine_, stuck.scope, stuck.key, print, run);
   }
 
   // What a call does before its first suspension, in a plain function (see call_start): the
   // checks and the fingerprint, the kept request of a resumable wrapper, and with a store that
   // never blocks and no coalescing, the claim, so that a replay answers from the caller's frame.
   template <class Response, class Request>
-  detail::call_start<Response> start(std::string_view scope, std::optional<std::string_view> key,
-                                     const Request& request,
-                                     const std::optional<caller_deadline>& deadline) {
+  void start(detail::call_start<Response>& started, std::string_view scope,
+             std::optional<std::string_view> key, const Request& request,
+             const std::optional<caller_deadline>& deadline) {
     const options& settings = engine_.options();
-    detail::call_start<Response> started;
     const bool too_late = deadline && detail::too_late(*deadline, settings.minimum_time_left);
     if (!key) {
       if (settings.require_key) {
@@ -399,16 +431,16 @@ class async_idempotent {
         started.answer.emplace(
             detail::deadline_refusal<Response>(*deadline, settings.minimum_time_left));
       }
-      return started;
+      return;
     }
     if (auto refused = detail::admit<Response>(settings, *key, view_of(request), started.print)) {
       started.answer.emplace(std::move(*refused));
-      return started;
+      return;
     }
     if (too_late) {
       started.answer.emplace(
           detail::deadline_refusal<Response>(*deadline, settings.minimum_time_left));
-      return started;
+      return;
     }
     if (settings.max_kept_request_bytes != 0) {
       started.kept = std::make_unique<detail::kept_bytes>();
@@ -416,11 +448,10 @@ class async_idempotent {
               request, settings.name, settings.max_kept_request_bytes, *started.kept,
               "idem::async_idempotent")) {
         started.answer.emplace(std::move(*refused));
-        return started;
+        return;
       }
     }
     if (engine_.claims_at_once()) engine_.claim_at_once(started, scope, *key, claim_kept(started));
-    return started;
   }
 
   // What a new record of this call starts with: its kept request (with the first step's start),

@@ -8,7 +8,9 @@
 //                      on a clock_timer instead of a sleeping thread; both hand the store a
 //                      resumable wrapper's kept request (engine::keep_request) in the claim, as
 //                      engine::run does, and a new claim starts from it (engine::hold);
-//   run_held           the handler (an asio::awaitable) under the claim, awaited in the call's
+//   run_started        a call in one coroutine frame: its start (the face's checks and
+//                      claim_at_once, or run_held's claim held already), then
+//                      the handler (an asio::awaitable) under the claim, awaited in the call's
 //                      coroutine, with the wrapper's one heartbeat (async_heartbeat.hpp)
 //                      renewing the lease every third of it while the handler runs, and the
 //                      context's lease_lost_slot() emitted when a renewal finds the fence lost
@@ -39,15 +41,16 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
-#include <variant>
 #include <vector>
 
 #include <idem/async/asio.hpp>
 #include <idem/async/blocking_store.hpp>
+#include <idem/async/detail/recycled.hpp>
 #include <idem/async/timer.hpp>
 #include <idem/server/async_handler_context.hpp>
 #include <idem/server/detail/async_claim_writer.hpp>
 #include <idem/server/detail/async_heartbeat.hpp>
+#include <idem/server/detail/async_operation.hpp>
 #include <idem/server/detail/async_store_calls.hpp>
 #include <idem/server/detail/coalescing.hpp>
 #include <idem/server/detail/engine.hpp>
@@ -58,71 +61,6 @@
 IDEM_ASIO_CODE_BEGIN
 
 namespace idem::detail {
-
-/// Whether a completion token is use_awaitable (on any_io_executor): the call is then the
-/// caller's awaitable itself, run in the caller's coroutine, as co_await of a sub-coroutine is,
-/// with no co_spawn. The completion is the same: the outcome, or the handler's exception thrown.
-/// The call then shares the caller's cancellation state, so it hears what the caller's filter
-/// lets through (terminal cancellation, by default).
-template <class Token>
-inline constexpr bool awaits_in_caller =
-    std::is_same_v<std::decay_t<Token>, asio::use_awaitable_t<asio::any_io_executor>>;
-
-/// A call on a coroutine of its own (co_spawn): it hears every cancellation type, where
-/// co_spawn's coroutines hear only terminal ones.
-template <class T>
-asio::awaitable<T> hearing_every_cancellation(asio::awaitable<T> call) {
-  co_await asio::this_coro::reset_cancellation_state(asio::enable_total_cancellation());
-  co_return co_await std::move(call);
-}
-
-// The executors a call may run on: an event loop's, any_io_executor (use_awaitable's), and
-// strands of them.
-template <class Executor>
-inline constexpr bool event_loop_executor =
-    std::is_same_v<Executor, asio::any_io_executor> ||
-    std::is_same_v<Executor, asio::io_context::executor_type>;
-template <class Executor>
-inline constexpr bool event_loop_executor<asio::strand<Executor>> = event_loop_executor<Executor>;
-
-/// Where one call runs: the completion handler's associated executor when it is an event loop's
-/// (with use_awaitable, the calling coroutine's, often a strand), else `fallback`, the
-/// wrapper's: a plain callback names the system executor, which would run the call on a thread
-/// of its own pool, and use_future's executor only completes a promise.
-template <class Handler>
-asio::any_io_executor operation_executor(const Handler& handler,
-                                         const asio::any_io_executor& fallback) {
-  auto associated = asio::get_associated_executor(handler, fallback);
-  if constexpr (event_loop_executor<decltype(associated)>) {
-    return associated;
-  } else {
-    return fallback;
-  }
-}
-
-template <class Response>
-idempotent_outcome<Response> cancelled_outcome(std::string_view when) {
-  return idempotent_outcome<Response>{verdict::cancelled,
-                                      "the call was cancelled " + std::string(when)};
-}
-
-/// What a call knows before its first suspension, made by plain functions so that a
-/// coroutine's frame keeps only this: Asio recycles frames of up to 1020 bytes, and a larger one
-/// costs a malloc and a free per call.
-template <class Response>
-struct call_start {
-  // Each member made as its own initializer says, where a defaulted constructor let GCC 12 clear
-  // the whole object first (256 bytes with `rep stos`, on every call).
-  call_start() noexcept {}
-
-  std::optional<idempotent_outcome<Response>> answer;  // the call is answered
-  std::optional<held_claim> claim;                     // else the claim held, made at once
-  digest print{};                                      // the request's fingerprint
-  // A resumable wrapper's kept request (engine::keep_request), or null: behind a pointer, so a
-  // call that keeps nothing adds 8 bytes to its frame, not two strings, and the view into them
-  // (kept_bytes::stored) stays valid however the call_start moves.
-  std::unique_ptr<kept_bytes> kept;
-};
 
 // Options: async_idempotent::options or async_inbox::options; the engine's fields, and
 // store_executor and heartbeat.
@@ -194,13 +132,7 @@ class async_engine {
         started.answer.emplace(core_type::template refused<Response>(error));
         return;
       }
-      std::variant<idempotent_outcome<Response>, held_claim> first =
-          first_answer<Response>(scope, key, started.print, claimed.get(), claimed_at, kept);
-      if (auto* answer = std::get_if<idempotent_outcome<Response>>(&first)) {
-        started.answer.emplace(std::move(*answer));
-      } else {
-        started.claim.emplace(std::get<held_claim>(std::move(first)));
-      }
+      first_answer(started, scope, key, claimed.get(), claimed_at, kept);
     }
   }
 
@@ -219,40 +151,85 @@ class async_engine {
                                                     const kept_bytes* kept = nullptr,
                                                     bool* waited = nullptr, bool may_wait = true) {
     if (claims_at_once()) {
-      call_start<Response> started;
-      started.print = print;
-      claim_at_once(started, scope, key, kept);
-      if (started.answer) co_return std::move(*started.answer);
-      co_return co_await run_held<Response, How>(std::move(*started.claim), print, run, failure);
+      return run_started<Response, How>(
+          claimed_at_once<Response, Run>{this, scope, key, print, kept, std::move(run)}, failure);
     }
-    std::variant<idempotent_outcome<Response>, held_claim> first =
-        co_await claim_after_waits<Response>(scope, key, print, kept, waited, may_wait);
-    if (auto* answer = std::get_if<idempotent_outcome<Response>>(&first)) {
-      co_return std::move(*answer);
-    }
-    co_return co_await run_held<Response, How>(std::get<held_claim>(std::move(first)), print, run,
-                                               failure);
+    return run_after_waits<Response, How>(scope, key, print, std::move(run), failure, kept, waited,
+                                          may_wait);
   }
 
+  /// run_started's call for engine::run with a claim made at once (claim_at_once).
+  template <class Response, class Run>
+  struct claimed_at_once {
+    async_engine* engine;
+    std::string_view scope;
+    std::string_view key;
+    digest print;
+    const kept_bytes* kept;
+    Run run;
+
+    void start(call_start<Response>& started) {
+      started.print = print;
+      engine->claim_at_once(started, scope, key, kept);
+    }
+    auto operator()(async_handler_context& context, auto&... transaction) {
+      return run(context, transaction...);
+    }
+  };
+
   /// The rest of run, once this caller holds the claim: the handler under it, then its response
-  /// recorded or the failure settled. With use_awaitable it runs in the caller's coroutine, so
-  /// the caller's cancellation setting is put back as it was, however the call ends.
+  /// recorded or the failure settled (run_started, with the claim as its start).
   template <class Response, completion How = completion::direct, class Run, class Failure>
   asio::awaitable<idempotent_outcome<Response>> run_held(held_claim claim, const digest& print,
                                                          Run& run, const Failure& failure) {
+    return run_started<Response, How>(held_call<Response, Run>{std::move(claim), print, &run},
+                                      failure);
+  }
+
+  /// run_started's call for a claim held already (run_held): `run` must outlive the call.
+  template <class Response, class Run>
+  struct held_call {
+    held_claim claim;
+    digest print;
+    Run* run;
+
+    void start(call_start<Response>& started) {
+      started.print = print;
+      started.claim.emplace(std::move(claim));
+    }
+    auto operator()(async_handler_context& context, auto&... transaction) {
+      return (*run)(context, transaction...);
+    }
+  };
+
+  /// A call in one coroutine frame. `run.start(call_start&)`, a plain function run when the
+  /// caller first awaits, answers the call or holds its claim (async_idempotent's checks,
+  /// fingerprint and claim_at_once; run_held's claim held already); then `run(context)` runs the
+  /// handler under the claim, and its response is recorded or the failure settled. With
+  /// use_awaitable it runs in the caller's coroutine, so the caller's cancellation setting is
+  /// put back as it was, however the call ends. The claim's writer, its handler's context and
+  /// its heartbeat entry live in one block of Asio's recycling allocator (held_parts), not in
+  /// the frame: Asio recycles frames of up to 1020 bytes, two per thread, so that this frame and
+  /// the handler's come from the thread's cache and a first call allocates nothing for them.
+  template <class Response, completion How = completion::direct, class Call, class Failure>
+  asio::awaitable<idempotent_outcome<Response>> run_started(Call run, const Failure& failure) {
+    call_start<Response> started;
+    run.start(started);
+    // The answer made before the claim (a replay, a refusal); else the claim's answer, below.
+    std::optional<idempotent_outcome<Response>>& answer = started.answer;
+    if (answer) co_return std::move(*answer);
+    held_claim& claim = *started.claim;
+    const digest& print = started.print;
     // A cancellation throws nowhere in here: each ending is a verdict.
     const bool throwing = co_await asio::this_coro::throw_if_cancelled();
     co_await asio::this_coro::throw_if_cancelled(false);
-    // GCC gives each co_await's result a slot of its own in the frame, and Asio recycles frames
-    // only up to 1020 bytes: few co_awaits of an outcome here, and none on the common path.
-    std::optional<idempotent_outcome<Response>> answer;
+    // GCC gives each co_await's result a slot of its own in the frame: few co_awaits of an
+    // outcome here, and none on the common path.
     std::exception_ptr thrown;
-    writer_type writer{core_, claim.held, calls_, claim.recovery};
-    const std::string_view started = claimed_start(claim, options());
-    async_handler_context context{claim.held.scope,          claim.held.key,
-                                  claim.held.fence,          claim.resumed,
-                                  std::move(claim.recovery), &writer};
-    mark_claimed_start(context, started, options(), core_.clock());
+    const recycled<held_parts> parts =
+        recycled<held_parts>::made_by([&] { return held_parts(*this, claim); });
+    writer_type& writer = parts->writer;
+    async_handler_context& context = parts->context;
     if constexpr (How == completion::in_transaction) {
       try {
         co_await run_in_transaction<Response>(answer, claim, print, context, writer, run, failure);
@@ -262,7 +239,7 @@ class async_engine {
     } else {
       // The handler's answer: Response, or commit_with<Response, transaction> (after_run).
       using result_type =
-          typename awaited<std::invoke_result_t<Run&, async_handler_context&>>::type;
+          typename awaited<std::invoke_result_t<Call&, async_handler_context&>>::type;
       handler_run<result_type> ran;
       if (cancelled(co_await asio::this_coro::cancellation_state)) {
         ran.thrown = aborted();  // settled below as a handler that threw before any step
@@ -274,7 +251,7 @@ class async_engine {
         // and after one, throw as any coroutine's do. With the heartbeat, the call is entered in
         // it first (no timer yet): a handler that never suspends costs the heartbeat a list
         // insertion and a removal.
-        beside_handler<clock_type, writer_type> member{writer, context};
+        beside_handler<clock_type, writer_type>& member = parts->member;
         const bool beats = options().heartbeat;
         if (beats)
           heartbeat_.enter(member, co_await asio::this_coro::executor, &member.beat, false);
@@ -293,8 +270,10 @@ class async_engine {
         if constexpr (inline_store && !is_commit_with<result_type>) {
           if (!ran.thrown) {
             // The common ending, with no frame: the response recorded inline.
-            answer.emplace(
-                core_.template record_directly<Response>(claim, print, std::move(*ran.response)));
+            emplace_made(answer, [&] {
+              return core_.template record_directly<Response>(claim, print,
+                                                              std::move(*ran.response));
+            });
             recorded = true;
           }
         }
@@ -315,44 +294,69 @@ class async_engine {
   using writer_type = claim_writer<core_type>;
   static constexpr bool inline_store = store_calls<store_type>::inline_calls;
 
-  template <class Response>
-  struct handler_run {
-    std::optional<Response> response;
-    std::exception_ptr thrown;
-    bool returned = false;   // the handler's awaitable ended; its coroutine may still unwind
-    bool finished = false;   // its coroutine has unwound
-    bool never_ran = false;  // the caller cancelled before the handler started
+  // What run_started keeps of a held claim beside its frame: the claim's writer, the handler's
+  // context (the claimed start marked), and the call's entry in the heartbeat.
+  struct held_parts {
+    held_parts(async_engine& engine, held_claim& claim)
+        : writer{engine.core_, claim.held, engine.calls_, claim.recovery},
+          started{claimed_start(claim, engine.options())},  // before the bytes move
+          context{claim.held.scope,          claim.held.key, claim.held.fence, claim.resumed,
+                  std::move(claim.recovery), &writer},
+          member{writer, context} {
+      mark_claimed_start(context, started, engine.options(), engine.core_.clock());
+    }
+    writer_type writer;
+    std::string_view started;  // the step whose start the claim wrote, or none
+    async_handler_context context;
+    beside_handler<clock_type, writer_type> member;
   };
 
-  static bool cancelled(const asio::cancellation_state& state) noexcept {
-    return state.cancelled() != asio::cancellation_type::none;
-  }
-
-  // The answer for what a claim (made with `kept`, or null) found: the outcome when this caller
-  // may not run, else the claim it holds.
+  // The answer for what a claim (made with `kept`, or null) found, into `started`: the outcome
+  // when this caller may not run, else the claim it holds; each made in place.
   template <class Response>
-  std::variant<idempotent_outcome<Response>, held_claim> first_answer(
-      std::string_view scope, std::string_view key, const digest& print, claim_result& claimed,
-      store_time claimed_at, const kept_bytes* kept) {
+  void first_answer(call_start<Response>& started, std::string_view scope, std::string_view key,
+                    claim_result& claimed, store_time claimed_at, const kept_bytes* kept) {
     switch (claimed.status) {
       case claim_status::full:
-        return core_type::template no_room<Response>();
+        emplace_made(started.answer, [] { return core_type::template no_room<Response>(); });
+        return;
       case claim_status::existing:
-        return core_.template answer_existing<Response>(claimed.existing, print, claimed_at);
+        emplace_made(started.answer, [&] {
+          return core_.template answer_existing<Response>(claimed.existing, started.print,
+                                                          claimed_at);
+        });
+        return;
       case claim_status::claimed:
       case claim_status::taken_over:
         break;
     }
-    return core_.hold(scope, key, claimed, claimed_at, kept);
+    emplace_made(started.claim, [&] { return core_.hold(scope, key, claimed, claimed_at, kept); });
+  }
+
+  // engine::run's coroutine where the claim is not made at once: claim_after_waits, then
+  // run_held.
+  template <class Response, completion How, class Run, class Failure>
+  asio::awaitable<idempotent_outcome<Response>> run_after_waits(std::string_view scope,
+                                                                std::string_view key, digest print,
+                                                                Run run, const Failure& failure,
+                                                                const kept_bytes* kept,
+                                                                bool* waited, bool may_wait) {
+    call_start<Response> started;
+    started.print = print;
+    co_await claim_after_waits<Response>(started, scope, key, kept, waited, may_wait);
+    if (started.answer) co_return std::move(*started.answer);
+    co_return co_await run_held<Response, How>(std::move(*started.claim), print, run, failure);
   }
 
   // The claim made where the store's calls run, and with coalescing engine's coalescing_wait
   // pauses waited on a timer instead of a sleeping thread. A caller that cancels the wait gets
   // verdict::cancelled, with nothing claimed. `waited`, when not null, is set at the first pause.
+  // Answers into `started` as first_answer does.
   template <class Response>
-  asio::awaitable<std::variant<idempotent_outcome<Response>, held_claim>> claim_after_waits(
-      std::string_view scope, std::string_view key, const digest& print, const kept_bytes* kept,
-      bool* waited, bool may_wait = true) {
+  asio::awaitable<void> claim_after_waits(call_start<Response>& started, std::string_view scope,
+                                          std::string_view key, const kept_bytes* kept,
+                                          bool* waited, bool may_wait) {
+    const digest& print = started.print;
     store_time claimed_at{};
     std::optional<claim_result> claimed;
     try {
@@ -384,13 +388,15 @@ class async_engine {
         claimed.emplace(co_await calls_.claim(core_.store(), request));
       }
     } catch (const store_error& error) {
-      co_return core_type::template refused<Response>(error);
+      started.answer.emplace(core_type::template refused<Response>(error));
+      co_return;
     }
     if (!claimed) {
-      co_return cancelled_outcome<Response>(
-          "while it waited for a duplicate in progress to settle; nothing was claimed");
+      started.answer.emplace(cancelled_outcome<Response>(
+          "while it waited for a duplicate in progress to settle; nothing was claimed"));
+      co_return;
     }
-    co_return first_answer<Response>(scope, key, print, *claimed, claimed_at, kept);
+    first_answer(started, scope, key, *claimed, claimed_at, kept);
   }
 
   // What a run leaves, into `answer`, but for a response recorded inline: the response
@@ -658,20 +664,6 @@ class async_engine {
       co_return;
     }
     answer.emplace(core_.template answer_current<Response>(current, print, now));
-  }
-
-  static bool is_lease_lost(const std::exception_ptr& thrown) {
-    try {
-      std::rethrow_exception(thrown);
-    } catch (const lease_lost&) {
-      return true;
-    } catch (...) {
-      return false;
-    }
-  }
-
-  static std::exception_ptr aborted() {
-    return std::make_exception_ptr(asio_system_error(asio::error::operation_aborted));
   }
 
   core_type core_;

@@ -1,14 +1,15 @@
-// A T held in a block of Asio's per-thread recycling allocator: what an operation's outcome
-// lives in while the operation runs.
+// A T held in a block of Asio's per-thread recycling allocator, beside a coroutine frame: what
+// would make the frame pass the size Asio recycles per thread (about 1 KB), where a frame that
+// large costs a malloc and a free per operation. Both asynchronous sides hold things here:
 //
-// An async_retrying operation's retry_outcome (its key and inline history, some 600 bytes) would
-// otherwise sit in the operation's coroutine frame twice (the local and the promise's result)
-// and once more in co_spawn's frame: frames that large pass the size Asio recycles per thread
-// (about 1 KB) and cost a malloc and a free per operation. Held here, the frames stay small and
-// are recycled, and the outcome's block is recycled too: an operation settles to no heap
-// allocation at all (bench/async_retrying_bench.cpp counts them).
-#ifndef IDEM_CLIENT_DETAIL_ASYNC_RECYCLED_HPP
-#define IDEM_CLIENT_DETAIL_ASYNC_RECYCLED_HPP
+// * an async_retrying operation's retry_outcome (its key and inline history, some 600 bytes),
+//   which would otherwise sit in the operation's coroutine frame twice (the local and the
+//   promise's result) and once more in co_spawn's frame: an operation settles to no heap
+//   allocation at all (bench/async_retrying_bench.cpp counts them);
+// * an async_idempotent call's claim writer, handler context and heartbeat entry
+//   (async_engine::run_started), so that the call's frame and its handler's are both recycled.
+#ifndef IDEM_ASYNC_DETAIL_RECYCLED_HPP
+#define IDEM_ASYNC_DETAIL_RECYCLED_HPP
 
 #include <memory>
 #include <new>
@@ -65,4 +66,4 @@ class recycled {
 
 }  // namespace idem::detail
 
-#endif  // IDEM_CLIENT_DETAIL_ASYNC_RECYCLED_HPP
+#endif  // IDEM_ASYNC_DETAIL_RECYCLED_HPP
