@@ -63,8 +63,10 @@ struct fixture {
   idem::testing::temporary_directory directory;
   std::string path = directory.file("idem.sqlite3");
   idem::sqlite_store store{path};
-  asio::thread_pool pool{1};
+  // The event loop outlives the pool, whose thread may still be returning from posting a store
+  // call's completion to it when the loop's run() has already returned: the pool is joined first.
   asio::io_context io;
+  asio::thread_pool pool{1};
 
   fixture() {
     file app(path);
