@@ -562,6 +562,12 @@ TEST_CASE(
     // Odd, so the two copies of a message straddle batches and often go to both consumers.
     options.batch = 3;
     options.inbox.store = store;
+    // A lease (and claim_idle, which may not be shorter) that a loaded machine's stalls do not
+    // outlast: past a 50 ms lease, a copy reclaimed while its first consumer still runs it would
+    // take the claim over and run the effect again, by design (the lease is what bounds a
+    // holder; takeovers have their own tests). This test is about the group's copies.
+    options.claim_idle = 1s;
+    options.inbox.lease = 1s;
     totals.push_back(options.observer);
     consumers.push_back(std::make_unique<consumer_type>(handler, std::move(options)));
   }
@@ -580,11 +586,14 @@ TEST_CASE(
       }
     });
   }
+  // Done when every message ran and every second copy was met. A copy can be met more than
+  // once: one delivered to a consumer that has not acknowledged it within claim_idle (50 ms; a
+  // loaded machine, a sanitizer) is claimed by the other, which finds it recorded and counts
+  // one more duplicate.
   const auto deadline = std::chrono::steady_clock::now() + 60s;
   while (std::chrono::steady_clock::now() < deadline &&
-         !(totals[0].processed() + totals[0].duplicates() + totals[1].processed() +
-                   totals[1].duplicates() ==
-               2 * messages &&
+         !(totals[0].processed() + totals[1].processed() == messages &&
+           totals[0].duplicates() + totals[1].duplicates() >= messages &&
            fixture.pending("shipping") == 0)) {
     std::this_thread::sleep_for(20ms);
   }
@@ -599,7 +608,7 @@ TEST_CASE(
     if (count != 1) ++twice;
   CHECK(twice == 0);
   duplicates = totals[0].duplicates() + totals[1].duplicates();
-  CHECK(duplicates == messages);  // every second copy suppressed
+  CHECK(duplicates >= messages);  // every second copy suppressed (a reclaimed one again)
   CHECK(totals[0].processed() + totals[1].processed() == messages);
   CHECK(fixture.pending("shipping") == 0);
   // Both took part: the test proves nothing about two consumers if one did all the work.
