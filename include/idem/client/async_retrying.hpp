@@ -67,11 +67,11 @@
 #include <utility>
 
 #include <idem/async/asio.hpp>
+#include <idem/async/detail/recycled.hpp>
 #include <idem/async/timer.hpp>
 #include <idem/client/attempt.hpp>
 #include <idem/client/detail/async_call.hpp>
 #include <idem/client/detail/async_layer.hpp>
-#include <idem/async/detail/recycled.hpp>
 #include <idem/client/detail/retry_core.hpp>
 #include <idem/client/retry_outcome.hpp>
 #include <idem/core/key.hpp>
