@@ -6,6 +6,8 @@
 #   scripts/mutants.sh --mutant NAME     one (repeat for more)
 #   scripts/mutants.sh --list            the mutants and what each removes, and exit
 #   scripts/mutants.sh --no-baseline     skip checking that the chosen tests pass unmutated
+#   scripts/mutants.sh --check           only that every patch still applies to include/, and exit
+#                                        (seconds; ctest runs it as mutants.apply, label unit)
 #
 # Each tests/mutants/<name>.patch removes one guard from a header and names, in its leading
 # lines, the test sources that guard it ("Sources:") and the Catch2 test spec to run
@@ -23,17 +25,19 @@
 # is non-zero unless every mutant was killed.
 set -euo pipefail
 
-usage() { sed -n '2,23p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 chosen=()
 list=0
 baseline=1
+check=0
 while (($#)); do
   case "$1" in
     --mutant) chosen+=("${2:?--mutant needs a name}"); shift ;;
     --mutant=*) chosen+=("${1#--mutant=}") ;;
     --list) list=1 ;;
     --no-baseline) baseline=0 ;;
+    --check) check=1 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "scripts/mutants.sh: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -43,6 +47,22 @@ done
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root="$PWD"
 work="$root/build/mutants"
+
+# --check: a header edited since a patch was written can leave the patch's context stale, and the
+# full run (in CI, after the builds) only then reports it broken; this dry run answers in seconds
+# with the same `patch -F0` the run uses, and installs and compiles nothing.
+if ((check)); then
+  stale=0
+  for patch in tests/mutants/*.patch; do
+    if ! log="$(patch -p1 -F0 --dry-run --quiet -d "$root" <"$patch" 2>&1)"; then
+      echo "$(basename "$patch" .patch): no longer applies to include/ (refresh its context):"
+      echo "$log" | sed 's/^/  /'
+      stale=$((stale + 1))
+    fi
+  done
+  echo "mutants: $(ls tests/mutants/*.patch | wc -l) patches, $stale stale"
+  exit $((stale > 0))
+fi
 source "$root/scripts/lib/packages.sh"
 idem_install scripts/mutants.sh build tests adapters
 cxx="${CXX:-g++}"
