@@ -2,8 +2,9 @@
 # Instruction counts of the hot paths, version A beside version B: bench/ab/hot_path_calls.cpp
 # (idempotent_first, idempotent_replay, retrying_success, 20,000 calls each) and
 # bench/ab/async_hot_path_calls.cpp (async_idempotent_first, async_idempotent_replay: the same
-# calls through the asynchronous wrapper) built against each version's include/ (g++ -O2
-# -DNDEBUG, as scripts/bench.sh) and run under callgrind.
+# calls through the asynchronous wrapper; async_idempotent_first_no_heartbeat; async_floor, no
+# idem, what two coroutines cost) built against each version's include/ (g++ -O2 -DNDEBUG, as
+# scripts/bench.sh) and run under callgrind.
 #
 #   scripts/hot_path_ab.sh A B     A and B: git revisions, or . for the working tree
 #
@@ -59,10 +60,10 @@ count() {
 
 count "$1" a
 count "$2" b
-printf '%-24s %12s %12s %8s\n' phase "A ($1)" "B ($2)" B/A
+printf '%-36s %12s %12s %8s\n' phase "A ($1)" "B ($2)" B/A
 for phase in idempotent_first idempotent_replay retrying_success async_idempotent_first \
-  async_idempotent_replay; do
+  async_idempotent_first_no_heartbeat async_idempotent_replay async_floor; do
   a="$(cat "$work/a.$phase")"
   b="$(cat "$work/b.$phase")"
-  printf '%-24s %12d %12d %8s\n' "$phase" "$a" "$b" "$(python3 -c "print(f'{$b/$a:.3f}')")"
+  printf '%-36s %12d %12d %8s\n' "$phase" "$a" "$b" "$(python3 -c "print(f'{$b/$a:.3f}')")"
 done

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <idem/asio.hpp>
+#include <idem/testing/faulty_store.hpp>
 #include <idem/testing/posted_store.hpp>
 
 #include <chrono>
@@ -126,6 +127,55 @@ TEST_CASE("a handler taking only the request is guarded, and an explicit key is 
   CHECK(again.verdict() == verdict::replayed);
   CHECK(again.value() == "echo {\"amount\":100}");
   CHECK(runs == 1);
+}
+
+// The response recorded by a store whose calls run inline is the call's last act, made where the
+// caller's co_await reads it: a store that fails there answers as the blocking wrapper does (the
+// response, marked not recorded, with the store's message), and a completion whose answer was
+// lost after the store wrote it is replayed by the next call.
+TEST_CASE(
+    "a completion the store fails answers the response unrecorded, and a lost answer replays") {
+  asio::io_context io;
+  idem::manual_clock clock;
+  int runs = 0;
+  auto handler = [&runs](const idem::http_request& request) -> asio::awaitable<std::string> {
+    ++runs;
+    co_return "echo " + request.body;
+  };
+  using faulty = idem::testing::faulty_store<idem::memory_store>;
+  struct faulty_policies : test_async::manual_policies {
+    using store = faulty;
+  };
+  using plain = idem::async_idempotent<decltype(handler), faulty_policies>;
+  faulty store;
+  plain::options parts;
+  parts.clock = clock;
+  parts.store = store;
+  plain guarded{io.get_executor(), handler, parts};
+  const idem::http_request request = charge("");
+  auto call = [&](std::string_view key) {
+    return run_to_end(io, clock, guarded.async_call("tenant", key, request, asio::use_awaitable));
+  };
+
+  store.inject({idem::testing::store_operation::complete, 0,
+                idem::testing::fault_timing::before_store, faulty::mode::unavailable});
+  const auto refused = call("k-before");
+  CHECK(refused.verdict() == verdict::executed);
+  REQUIRE(refused.has_value());
+  CHECK(refused.value() == "echo {\"amount\":100}");
+  CHECK_FALSE(refused.recorded());
+  CHECK(std::string(refused.message()).find("faulty_store: complete") != std::string::npos);
+
+  store.inject({idem::testing::store_operation::complete, 0,
+                idem::testing::fault_timing::after_store, faulty::mode::unavailable});
+  const auto lost = call("k-after");
+  CHECK(lost.verdict() == verdict::executed);
+  CHECK_FALSE(lost.recorded());
+  CHECK(store.faults_struck() == 2);
+  const auto again = call("k-after");
+  CHECK(again.verdict() == verdict::replayed);
+  CHECK(again.value() == lost.value());
+  CHECK(runs == 2);
 }
 
 TEST_CASE("async_call completes through a callback, use_future and deferred alike") {
