@@ -8217,8 +8217,8 @@ struct caller_deadline {
 //   claim_waiting    claims (scope, key) in the store, waiting for a duplicate to settle where
 //                    coalescing is on (claim: one try; coalescing_wait: the pauses between
 //                    tries); hold turns a claim this caller won into a held_claim;
-//   answer_existing  answers for a record this caller may not run: replayed, mismatch,
-//                    in_progress, response_too_large;
+//   answer_existing  answers for a record this caller may not run: replayed (replays,
+//                    stored_response), mismatch, in_progress, response_too_large;
 //   run_claimed      runs the handler under the claim, with recovery points going through the
 //                    fence (checkpointer), and records its response, directly (complete:
 //                    record_directly) or in the store's transaction together with the
@@ -8921,15 +8921,19 @@ class made_later {
   bool made_ = false;
 };
 
-/// Makes `slot`'s value in place from `make()`, a prvalue, where slot.emplace(make()) would
-/// move a temporary into it: the conversion below is the prvalue that initializes the value.
+/// What converts to a T by calling `make()`, a prvalue: given where a T is made from an argument
+/// (optional::emplace, variant::emplace), the conversion's result is the prvalue that initializes
+/// the T in place, where passing make() would move a temporary into it.
+template <class T, class Make>
+struct made_by {
+  Make& make;
+  operator T() const { return make(); }
+};
+
+/// Makes `slot`'s value in place from `make()` (made_by).
 template <class T, class Make>
 T& emplace_made(std::optional<T>& slot, Make&& make) {
-  struct made {
-    Make& make;
-    operator T() const { return make(); }
-  };
-  return slot.emplace(made{make});
+  return slot.emplace(made_by<T, std::remove_reference_t<Make>>{make});
 }
 
 // A resumable wrapper's kept request: the plain recovery bytes a new record's handler starts
@@ -9415,12 +9419,10 @@ class engine {
   /// A claim the store answered `full`.
   template <class Response>
   static idempotent_outcome<Response> no_room() {
-    return idempotent_outcome<Response>{verdict::store_full,
-                                        "the store has no room for another record"};
+    return {verdict::store_full, "the store has no room for another record"};
   }
 
-  /// Runs `run` with no key and no claim, for services where the key is optional: nothing is
-  /// stored, and a repeat runs again.
+  /// Runs `run` with no key and no claim (the key optional): nothing is stored, a repeat runs.
   template <class Response, class Run>
   static idempotent_outcome<Response> run_unguarded(std::string_view scope, Run& run) {
     handler_context context{scope, {}, 0};
@@ -9604,7 +9606,25 @@ class engine {
                               " bytes, more than the store keeps; it was not stored, and the "
                               "request is not run again"};
     }
-    return replayed<Response>(existing);
+    return outcome_type::replayed(stored_response<Response>(existing));
+  }
+  /// Whether answer_existing replays `existing`: the request's own, settled, and kept.
+  static bool replays(const record& existing, const digest& print) noexcept {
+    return existing.fingerprint == print && existing.state != record_state::in_progress &&
+           !existing.response.starts_with(too_large_marker);
+  }
+  /// The stored response, decoded (a codec that adopts bytes takes over the snapshot's own).
+  template <class Response>
+  Response stored_response(record& existing) const {
+    if constexpr (seals) {
+      std::string plain;
+      options_.response_codec.open(existing.response, plain);
+      return codec<Response>::decode(plain);
+    } else if constexpr (codec_adopts_bytes<Response>) {
+      return codec<Response>::adopt(std::move(existing.response));
+    } else {
+      return codec<Response>::decode(existing.response);
+    }
   }
 
   /// Runs the handler under `claim` and records its response as `How` says. The handler's own
@@ -9954,22 +9974,6 @@ class engine {
                                       too_large_message(marker), claim.held.fence, claim.resumed);
     }
     return outcome_type::executed(std::move(*response), claim.held.fence, claim.resumed);
-  }
-
-  // The stored response, decoded; a replay's snapshot is this call's own copy, so a codec that
-  // adopts bytes takes them over.
-  template <class Response>
-  idempotent_outcome<Response> replayed(record& existing) const {
-    using outcome_type = idempotent_outcome<Response>;
-    if constexpr (seals) {
-      std::string plain;
-      options_.response_codec.open(existing.response, plain);
-      return outcome_type::replayed(codec<Response>::decode(plain));
-    } else if constexpr (codec_adopts_bytes<Response>) {
-      return outcome_type::replayed(codec<Response>::adopt(std::move(existing.response)));
-    } else {
-      return outcome_type::replayed(codec<Response>::decode(existing.response));
-    }
   }
 
   // The bytes a store keeps for `plain` (an encoded response): sealed by the response codec, or

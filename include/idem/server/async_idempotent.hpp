@@ -358,6 +358,7 @@ class async_idempotent {
     detail::call_start<Response> started;
     run.start(started);
     if (started.answer) co_return std::move(*started.answer);
+    if (started.replays()) co_return started.replay();
     // One co_await of an outcome (see call_start): GCC gives each its own slot in the frame.
     asio::awaitable<idempotent_outcome<Response>> rest;
     if (!key) {

@@ -9,15 +9,13 @@
 //                      resumable wrapper's kept request (engine::keep_request) in the claim, as
 //                      engine::run does, and a new claim starts from it (engine::hold);
 //   run_started        a call in one coroutine frame: its start (the face's checks and
-//                      claim_at_once, or run_held's claim held already), then
-//                      the handler (an asio::awaitable) under the claim, awaited in the call's
-//                      coroutine, with the wrapper's one heartbeat (async_heartbeat.hpp)
-//                      renewing the lease every third of it while the handler runs, and the
-//                      context's lease_lost_slot() emitted when a renewal finds the fence lost
-//                      (options.isolate_handler: the handler on a coroutine of its own,
-//                      cancelled then, terminal cancellation); then
-//                      engine::record_directly, settle_failure or answer_lost,
-//                      their store calls awaited (the engine's rules around them are its own).
+//                      claim_at_once, or run_held's claim held already), then the handler (an
+//                      asio::awaitable) under the claim, awaited in the call's coroutine, the
+//                      wrapper's one heartbeat (async_heartbeat.hpp) renewing the lease every
+//                      third of it and emitting the context's lease_lost_slot() when a renewal
+//                      finds the fence lost (options.isolate_handler: the handler on a coroutine
+//                      of its own, cancelled then); then engine::record_directly, settle_failure
+//                      or answer_lost, their store calls awaited.
 //
 // Every store call goes through store_calls: inline for a store that never blocks, the store's
 // own asynchronous operation for an AsyncStore, else on the store's executor. Cancellation (the
@@ -114,9 +112,8 @@ class async_engine {
   }
 
   /// The claim of (scope, key) for a request with fingerprint `started.print`, made at once
-  /// (claims_at_once()): sets `started.answer` when this caller may not run (a replay, a
-  /// mismatch, a request in progress, a full store, a store's refusal), else `started.claim`,
-  /// for run_held. `kept`: the recovery bytes a new record starts with, or null (engine::run).
+  /// (claims_at_once()), answered into `started` (first_answer). `kept`: the recovery bytes a
+  /// new record starts with, or null (engine::run).
   template <class Response>
   void claim_at_once(call_start<Response>& started, std::string_view scope, std::string_view key,
                      const kept_bytes* kept = nullptr) {
@@ -195,7 +192,7 @@ class async_engine {
 
     void start(call_start<Response>& started) {
       started.print = print;
-      started.claim.emplace(std::move(claim));
+      started.found.template emplace<1>(std::move(claim));
     }
     auto operator()(async_handler_context& context, auto&... transaction) {
       return (*run)(context, transaction...);
@@ -218,7 +215,8 @@ class async_engine {
     // The answer made before the claim (a replay, a refusal); else the claim's answer, below.
     std::optional<idempotent_outcome<Response>>& answer = started.answer;
     if (answer) co_return std::move(*answer);
-    held_claim& claim = *started.claim;
+    if (started.replays()) co_return started.replay();
+    held_claim& claim = started.claim();
     const digest& print = started.print;
     // A cancellation throws nowhere in here: each ending is a verdict.
     const bool throwing = co_await asio::this_coro::throw_if_cancelled();
@@ -268,8 +266,7 @@ class async_engine {
         if (beats && (!heartbeat_.leave(member) || member.renewing))
           co_await leave_after_beats(heartbeat_, member);
       }
-      // The common ending: a store whose calls run inline records the response below, with no
-      // frame of its own.
+      // The common ending (a store whose calls run inline) records the response below.
       constexpr bool may_record_inline = inline_store && !is_commit_with<result_type>;
       if (!may_record_inline || ran.thrown) {
         try {
@@ -283,11 +280,10 @@ class async_engine {
       if (thrown) std::rethrow_exception(thrown);
       if constexpr (may_record_inline) {
         if (!ran.thrown) {
-          // The outcome made where the caller's co_await reads it (recorded_inline), not moved
-          // there from a slot of this frame. A store's error is answered in it (not recorded);
-          // anything else thrown making it reaches the caller, as after_run's does. One co_await
-          // of throw_if_cancelled(throwing) on this path: each has a slot of its own in the
-          // frame (984 bytes with g++ -O2, 36 under what Asio recycles: async_server.md).
+          // Made where the caller's co_await reads it, not moved there (a store's error is
+          // answered in it; anything else thrown reaches the caller, as after_run's does). One
+          // co_await of throw_if_cancelled(throwing) on this path: each has a slot of its own
+          // in the frame (984 bytes with g++ -O2, 36 under what Asio recycles).
           co_return recorded_inline<Response, result_type>{this, &claim, &print, &ran};
         }
       }
@@ -299,8 +295,7 @@ class async_engine {
   using writer_type = claim_writer<core_type>;
   static constexpr bool inline_store = store_calls<store_type>::inline_calls;
 
-  // run_started's common ending, converted to the outcome where the caller reads it: the
-  // handler's response recorded by a store whose calls run inline.
+  // run_started's common ending: the response recorded inline, as the outcome the caller reads.
   template <class Response, class Result>
   struct recorded_inline {
     async_engine* engine;
@@ -330,8 +325,9 @@ class async_engine {
     beside_handler<clock_type, writer_type> member;
   };
 
-  // The answer for what a claim (made with `kept`, or null) found, into `started`: the outcome
-  // when this caller may not run, else the claim it holds; each made in place.
+  // What a claim (made with `kept`, or null) found, into `started`, each made in place: the
+  // stored response to replay, else the outcome when this caller may not run (a mismatch, a
+  // request in progress, a full store), else the claim it holds.
   template <class Response>
   void first_answer(call_start<Response>& started, std::string_view scope, std::string_view key,
                     claim_result& claimed, store_time claimed_at, const kept_bytes* kept) {
@@ -340,6 +336,11 @@ class async_engine {
         emplace_made(started.answer, [] { return core_type::template no_room<Response>(); });
         return;
       case claim_status::existing:
+        if (core_type::replays(claimed.existing, started.print)) {
+          auto stored = [&] { return core_.template stored_response<Response>(claimed.existing); };
+          started.found.template emplace<2>(made_by<Response, decltype(stored)>{stored});
+          return;
+        }
         emplace_made(started.answer, [&] {
           return core_.template answer_existing<Response>(claimed.existing, started.print,
                                                           claimed_at);
@@ -349,7 +350,8 @@ class async_engine {
       case claim_status::taken_over:
         break;
     }
-    emplace_made(started.claim, [&] { return core_.hold(scope, key, claimed, claimed_at, kept); });
+    auto hold = [&] { return core_.hold(scope, key, claimed, claimed_at, kept); };
+    started.found.template emplace<1>(made_by<held_claim, decltype(hold)>{hold});
   }
 
   // engine::run's coroutine where the claim is not made at once: claim_after_waits, then
@@ -364,7 +366,8 @@ class async_engine {
     started.print = print;
     co_await claim_after_waits<Response>(started, scope, key, kept, waited, may_wait);
     if (started.answer) co_return std::move(*started.answer);
-    co_return co_await run_held<Response, How>(std::move(*started.claim), print, run, failure);
+    if (started.replays()) co_return started.replay();
+    co_return co_await run_held<Response, How>(std::move(started.claim()), print, run, failure);
   }
 
   // The claim made where the store's calls run, and with coalescing engine's coalescing_wait

@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <variant>
 
 #include <idem/async/asio.hpp>
 #include <idem/core/fingerprint/digest.hpp>
@@ -79,8 +80,24 @@ struct call_start {
   call_start() noexcept {}
 
   std::optional<idempotent_outcome<Response>> answer;  // the call is answered
-  std::optional<held_claim> claim;                     // else the claim held, made at once
-  digest print{};                                      // the request's fingerprint
+  // Else the claim held, made at once; or a replay's stored response, whose outcome is made by
+  // the call's co_return where the caller reads it (replay()), not made here and moved there.
+  // Never both: they share their bytes.
+  std::variant<std::monostate, held_claim, Response> found;
+  digest print{};  // the request's fingerprint
+
+  bool holds() const noexcept { return found.index() == 1; }
+  held_claim& claim() noexcept { return *std::get_if<1>(&found); }
+  bool replays() const noexcept { return found.index() == 2; }
+
+  /// co_return started.replay(): the replayed outcome, made from the response in place.
+  struct replayed_answer {
+    Response* response;
+    operator idempotent_outcome<Response>() const {
+      return idempotent_outcome<Response>::replayed(std::move(*response));
+    }
+  };
+  replayed_answer replay() noexcept { return {std::get_if<2>(&found)}; }
   // A resumable wrapper's kept request (engine::keep_request), or null: behind a pointer, so a
   // call that keeps nothing adds 8 bytes to its frame, not two strings, and the view into them
   // (kept_bytes::stored) stays valid however the call_start moves.

@@ -7,8 +7,8 @@
 //   claim_waiting    claims (scope, key) in the store, waiting for a duplicate to settle where
 //                    coalescing is on (claim: one try; coalescing_wait: the pauses between
 //                    tries); hold turns a claim this caller won into a held_claim;
-//   answer_existing  answers for a record this caller may not run: replayed, mismatch,
-//                    in_progress, response_too_large;
+//   answer_existing  answers for a record this caller may not run: replayed (replays,
+//                    stored_response), mismatch, in_progress, response_too_large;
 //   run_claimed      runs the handler under the claim, with recovery points going through the
 //                    fence (checkpointer), and records its response, directly (complete:
 //                    record_directly) or in the store's transaction together with the
@@ -97,12 +97,10 @@ class engine {
   /// A claim the store answered `full`.
   template <class Response>
   static idempotent_outcome<Response> no_room() {
-    return idempotent_outcome<Response>{verdict::store_full,
-                                        "the store has no room for another record"};
+    return {verdict::store_full, "the store has no room for another record"};
   }
 
-  /// Runs `run` with no key and no claim, for services where the key is optional: nothing is
-  /// stored, and a repeat runs again.
+  /// Runs `run` with no key and no claim (the key optional): nothing is stored, a repeat runs.
   template <class Response, class Run>
   static idempotent_outcome<Response> run_unguarded(std::string_view scope, Run& run) {
     handler_context context{scope, {}, 0};
@@ -286,7 +284,25 @@ class engine {
                               " bytes, more than the store keeps; it was not stored, and the "
                               "request is not run again"};
     }
-    return replayed<Response>(existing);
+    return outcome_type::replayed(stored_response<Response>(existing));
+  }
+  /// Whether answer_existing replays `existing`: the request's own, settled, and kept.
+  static bool replays(const record& existing, const digest& print) noexcept {
+    return existing.fingerprint == print && existing.state != record_state::in_progress &&
+           !existing.response.starts_with(too_large_marker);
+  }
+  /// The stored response, decoded (a codec that adopts bytes takes over the snapshot's own).
+  template <class Response>
+  Response stored_response(record& existing) const {
+    if constexpr (seals) {
+      std::string plain;
+      options_.response_codec.open(existing.response, plain);
+      return codec<Response>::decode(plain);
+    } else if constexpr (codec_adopts_bytes<Response>) {
+      return codec<Response>::adopt(std::move(existing.response));
+    } else {
+      return codec<Response>::decode(existing.response);
+    }
   }
 
   /// Runs the handler under `claim` and records its response as `How` says. The handler's own
@@ -636,22 +652,6 @@ class engine {
                                       too_large_message(marker), claim.held.fence, claim.resumed);
     }
     return outcome_type::executed(std::move(*response), claim.held.fence, claim.resumed);
-  }
-
-  // The stored response, decoded; a replay's snapshot is this call's own copy, so a codec that
-  // adopts bytes takes them over.
-  template <class Response>
-  idempotent_outcome<Response> replayed(record& existing) const {
-    using outcome_type = idempotent_outcome<Response>;
-    if constexpr (seals) {
-      std::string plain;
-      options_.response_codec.open(existing.response, plain);
-      return outcome_type::replayed(codec<Response>::decode(plain));
-    } else if constexpr (codec_adopts_bytes<Response>) {
-      return outcome_type::replayed(codec<Response>::adopt(std::move(existing.response)));
-    } else {
-      return outcome_type::replayed(codec<Response>::decode(existing.response));
-    }
   }
 
   // The bytes a store keeps for `plain` (an encoded response): sealed by the response codec, or

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include <idem/store/contract.hpp>
@@ -64,15 +65,19 @@ class made_later {
   bool made_ = false;
 };
 
-/// Makes `slot`'s value in place from `make()`, a prvalue, where slot.emplace(make()) would
-/// move a temporary into it: the conversion below is the prvalue that initializes the value.
+/// What converts to a T by calling `make()`, a prvalue: given where a T is made from an argument
+/// (optional::emplace, variant::emplace), the conversion's result is the prvalue that initializes
+/// the T in place, where passing make() would move a temporary into it.
+template <class T, class Make>
+struct made_by {
+  Make& make;
+  operator T() const { return make(); }
+};
+
+/// Makes `slot`'s value in place from `make()` (made_by).
 template <class T, class Make>
 T& emplace_made(std::optional<T>& slot, Make&& make) {
-  struct made {
-    Make& make;
-    operator T() const { return make(); }
-  };
-  return slot.emplace(made{make});
+  return slot.emplace(made_by<T, std::remove_reference_t<Make>>{make});
 }
 
 // A resumable wrapper's kept request: the plain recovery bytes a new record's handler starts
