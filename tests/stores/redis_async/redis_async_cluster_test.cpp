@@ -3,10 +3,12 @@
 // through blocking_store on one shared cluster, then on clusters of their own: one cluster
 // shared with the blocking redis_cluster_store, MOVED after a slot moved (the map read again),
 // a slot migrating under many concurrent claims (ASK, TRYAGAIN) with one record per key, sweep
-// and stuck over every slot, and the refusals of bad options.
+// and stuck over every slot, the heartbeat's batch of renewals across every primary (one slot
+// moved: MOVED), and the refusals of bad options.
 #include <catch2/catch.hpp>
 
 #include <idem/async/blocking_store.hpp>
+#include <idem/store/batch.hpp>
 #include <idem/store/redis/async_cluster.hpp>
 #include <idem/store/redis/cluster.hpp>
 #include <idem/testing/reconciler_conformance.hpp>
@@ -17,6 +19,7 @@
 #include <cstdint>
 #include <future>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -25,6 +28,7 @@
 
 #include "redis_async_test_support.hpp"
 #include "redis_cluster_support.hpp"
+#include "support/checkpoint_batch_cases.hpp"
 
 using idem_redis_test::private_cluster;
 using namespace std::chrono_literals;
@@ -240,6 +244,83 @@ TEST_CASE(
   const idem::detail::redis_keys new_one =
       idem::detail::redis_keys_of(options.prefix, scope, "key-0");
   CHECK(exists_at(cluster.node(to), new_one.record));
+}
+
+TEST_CASE("async cluster: a batch of renewals applies each entry on its own fence",
+          "[redis_async][cluster]") {
+  cluster_maker stores(shared_cluster());
+  blocking_cluster store =
+      stores.make_blocking(async_options(shared_cluster().options(idem::time_source::caller)));
+  idem_test::checkpoint_batch_renews_each_held_record(
+      store, idem::store_time{std::chrono::seconds{1'700'000'000}}, std::chrono::nanoseconds{0});
+}
+
+// The heartbeat's batch across scopes whose slots three primaries serve, one of those slots
+// moved to another primary first (its part of the batch follows MOVED): every entry answered in
+// its own place, the held ones renewed, a stale fence refused, nothing else touched.
+TEST_CASE("async cluster: a batch of renewals across every primary's slots, one slot moved",
+          "[redis_async][cluster]") {
+  using namespace std::chrono_literals;
+  private_cluster cluster;
+  cluster_maker stores(cluster);
+  const auto options = async_options(cluster.options(idem::time_source::caller));
+  idem::async_redis_cluster_store store = stores.make(options);
+  blocking_cluster blocking(store);
+  // A scope on each primary, found by trying names.
+  std::vector<std::string> scopes;
+  std::set<std::size_t> served;
+  for (int i = 0; scopes.size() < cluster.primaries().size() && i < 1000; ++i) {
+    const std::string scope = "renewing-" + std::to_string(i);
+    if (served.insert(cluster.index_of(cluster.owner_port(slot_of_scope(scope)))).second)
+      scopes.push_back(scope);
+  }
+  REQUIRE(scopes.size() == cluster.primaries().size());
+  const idem::store_time now{std::chrono::seconds{1'700'000'000}};
+  const auto claim = [&](const std::string& scope, const std::string& key) {
+    const idem::claim_result claimed =
+        blocking.claim(idem::claim_request{scope, key, idem::digest{}, now, 30s, 24h, "start"});
+    REQUIRE(claimed.status == idem::claim_status::claimed);
+    return claimed.fence;
+  };
+  // The entries view what they name: the recovery points live here.
+  std::vector<std::string> recoveries;
+  for (const std::string& scope : scopes)
+    recoveries.push_back("r-" + scope);
+  std::vector<idem::batch_checkpoint> entries;
+  std::vector<bool> expected;
+  for (std::size_t i = 0; i < scopes.size(); ++i) {
+    const std::string& scope = scopes[i];
+    entries.push_back({{scope, "held", claim(scope, "held")}, recoveries[i]});
+    expected.push_back(true);
+    const std::uint64_t stale = claim(scope, "moved");
+    REQUIRE(blocking.release({scope, "moved", stale}));
+    (void)claim(scope, "moved");
+    entries.push_back({{scope, "moved", stale}, "r-stale"});
+    expected.push_back(false);
+  }
+  // The first scope's slot moved to another primary: the store's map still names the old one.
+  const std::uint16_t slot = slot_of_scope(scopes[0]);
+  const std::size_t from = cluster.index_of(cluster.owner_port(slot));
+  std::size_t to = from;
+  for (const std::size_t primary : cluster.primaries()) {
+    if (primary != from) to = primary;
+  }
+  REQUIRE(cluster.migrate_slot(slot, to) > 0);
+  REQUIRE(cluster.settled());
+
+  const idem::store_time lease_until = now + 90s;
+  CHECK(blocking.checkpoint_batch(entries, lease_until) == expected);
+  for (const std::string& scope : scopes) {
+    const std::optional<idem::record> renewed = blocking.find(scope, "held", now);
+    REQUIRE(renewed);
+    CHECK(renewed->recovery == "r-" + scope);
+    CHECK(renewed->lease_until == lease_until);
+    const std::optional<idem::record> taken = blocking.find(scope, "moved", now);
+    REQUIRE(taken);
+    CHECK(taken->recovery == "start");
+    CHECK(taken->lease_until == now + 30s);
+  }
+  CHECK(blocking.checkpoint_batch(std::vector<idem::batch_checkpoint>{}, lease_until).empty());
 }
 
 TEST_CASE("async cluster: sweep and stuck walk every slot that holds scopes",

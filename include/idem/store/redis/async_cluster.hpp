@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -107,6 +108,48 @@ class async_redis_cluster_store {
     return routed<bool>(std::forward<Token>(token), "checkpoint", slot_of(held.scope),
                         state().operations.checkpoint(held, bytes, lease_until, to_wire), true,
                         false, applied{"checkpoint"});
+  }
+  /// The heartbeat's renewals (idem/store/batch.hpp's checkpoint_batch): the entries grouped by
+  /// their scope's slot, each slot's checkpoint scripts pipelined in one routed exchange (WAIT
+  /// after them when writes wait for replicas), every slot's exchange written before any is
+  /// awaited: a tick costs a round trip to each primary concerned, at once, not one per lease.
+  /// A refusal (MOVED, ASK, TRYAGAIN) is followed by that slot's exchange alone; any failure
+  /// fails the batch, as one renewal's failure fails async_checkpoint.
+  template <class Token>
+  auto async_checkpoint_batch(std::span<const batch_checkpoint> entries, store_time lease_until,
+                              Token&& token) {
+    std::vector<slot_batch> batches;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      const std::uint16_t slot = slot_of(entries[i].held.scope);
+      auto batch = std::find_if(batches.begin(), batches.end(),
+                                [slot](const slot_batch& each) { return each.slot == slot; });
+      if (batch == batches.end()) batch = batches.insert(batches.end(), slot_batch{slot, {}, {}});
+      batch->positions.push_back(i);
+      for (detail::redis_wire_command& command : state().operations.checkpoint(
+               entries[i].held, entries[i].recovery, lease_until, to_wire)) {
+        batch->wire.push_back(std::move(command));
+      }
+    }
+    std::vector<detail::redis_wire_command> then;
+    for (const std::span<const std::string_view> words :
+         state().operations.wait_for_replicas(false))
+      then.push_back(detail::redis_wire_of(words));
+    return spawn<std::vector<bool>>(
+        std::forward<Token>(token),
+        [state = shared(), count = entries.size(), batches = std::move(batches),
+         then = std::move(
+             then)]() mutable -> asio::awaitable<std::vector<bool>, detail::redis_strand> {
+          std::vector<bool> renewed(count, false);
+          const std::vector<std::vector<detail::redis_reply>> replies =
+              co_await route_all(state, batches, then, "checkpoint_batch");
+          for (std::size_t b = 0; b < batches.size(); ++b) {
+            for (std::size_t k = 0; k < batches[b].positions.size(); ++k) {
+              renewed[batches[b].positions[k]] =
+                  state->operations.applied_at(replies[b], k, "checkpoint_batch");
+            }
+          }
+          co_return renewed;
+        });
   }
   template <class Token>
   auto async_find(std::string_view scope, std::string_view key, store_time now, Token&& token) {
@@ -369,6 +412,56 @@ class async_redis_cluster_store {
     }
   }
 
+  // One slot's part of a batch: the positions of its entries in the batch, and their commands.
+  struct slot_batch {
+    std::uint16_t slot;
+    std::vector<std::size_t> positions;
+    std::vector<detail::redis_wire_command> wire;
+  };
+
+  // Routes every batch's commands (with `then` after each) at once, each on a coroutine of its
+  // own on the strand, so that each exchange is written before any is awaited, and answers their
+  // replies in the batches' order once all have ended; the first failure is thrown then. What
+  // the routes write to, and the store's state, are kept by their handlers: a caller cancelled
+  // meanwhile (its next co_await throws) leaves them nothing dangling.
+  static asio::awaitable<std::vector<std::vector<detail::redis_reply>>, detail::redis_strand>
+  route_all(const std::shared_ptr<shared_state>& state, std::vector<slot_batch>& batches,
+            const std::vector<detail::redis_wire_command>& then, const char* operation) {
+    if (batches.size() == 1) {
+      std::vector<std::vector<detail::redis_reply>> replies(1);
+      replies[0] =
+          co_await route(*state, batches[0].slot, std::move(batches[0].wire), then, operation);
+      co_return replies;
+    }
+    struct joined {
+      explicit joined(const detail::redis_strand& strand, std::size_t count)
+          : replies(count), left(count), all_ended(strand) {
+        all_ended.expires_at(detail::redis_timer::time_point::max());
+      }
+      std::vector<std::vector<detail::redis_reply>> replies;
+      std::size_t left;
+      std::exception_ptr failed;
+      detail::redis_timer all_ended;
+    };
+    const auto join = std::make_shared<joined>(state->strand, batches.size());
+    for (std::size_t b = 0; b < batches.size(); ++b) {
+      asio::co_spawn(state->strand,
+                     route(*state, batches[b].slot, std::move(batches[b].wire), then, operation),
+                     [join, state, b](const std::exception_ptr& error,
+                                      std::vector<detail::redis_reply> answers) {
+                       if (error && !join->failed) join->failed = error;
+                       join->replies[b] = std::move(answers);
+                       if (--join->left == 0) join->all_ended.cancel();
+                     });
+    }
+    while (join->left > 0) {
+      asio_error_code woken;  // operation_aborted: the last route ended
+      co_await join->all_ended.async_wait(asio::redirect_error(awaitable_token{}, woken));
+    }
+    if (join->failed) std::rethrow_exception(join->failed);
+    co_return std::move(join->replies);
+  }
+
   static detail::redis_wire_command asking_command() {
     const std::array<std::string_view, 1> words{"ASKING"};
     return detail::redis_wire_of(std::span<const std::string_view>(words));
@@ -496,6 +589,7 @@ class async_redis_cluster_store {
 };
 
 static_assert(AsyncStore<async_redis_cluster_store>);
+static_assert(AsyncCheckpointBatchStore<async_redis_cluster_store>);
 
 }  // namespace idem
 
