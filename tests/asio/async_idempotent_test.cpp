@@ -104,18 +104,29 @@ TEST_CASE("a coroutine handler runs once and its repeat replays the stored respo
   CHECK(*handler.emails == 1);
 }
 
+// A handler taking only the request: answers "echo " and the body, and counts its runs.
+struct echo_handler {
+  int* runs;
+  asio::awaitable<std::string> operator()(const idem::http_request& request) const {
+    ++*runs;
+    co_return "echo " + request.body;
+  }
+};
+
+// A wrapper's options on the test's clock.
+template <class Wrapper>
+typename Wrapper::options options_on(const idem::manual_clock& clock) {
+  typename Wrapper::options parts;
+  parts.clock = clock;
+  return parts;
+}
+
 TEST_CASE("a handler taking only the request is guarded, and an explicit key is used as given") {
   asio::io_context io;
   idem::manual_clock clock;
   int runs = 0;
-  auto handler = [&runs](const idem::http_request& request) -> asio::awaitable<std::string> {
-    ++runs;
-    co_return "echo " + request.body;
-  };
-  using plain = idem::async_idempotent<decltype(handler), test_async::manual_policies>;
-  plain::options parts;
-  parts.clock = clock;
-  plain guarded{io.get_executor(), handler, parts};
+  using plain = idem::async_idempotent<echo_handler, test_async::manual_policies>;
+  plain guarded{io.get_executor(), echo_handler{&runs}, options_on<plain>(clock)};
   const idem::http_request request = charge("");  // no header: the key comes apart
 
   auto call = [&](std::optional<std::string_view> key) {
@@ -138,20 +149,15 @@ TEST_CASE(
   asio::io_context io;
   idem::manual_clock clock;
   int runs = 0;
-  auto handler = [&runs](const idem::http_request& request) -> asio::awaitable<std::string> {
-    ++runs;
-    co_return "echo " + request.body;
-  };
   using faulty = idem::testing::faulty_store<idem::memory_store>;
   struct faulty_policies : test_async::manual_policies {
     using store = faulty;
   };
-  using plain = idem::async_idempotent<decltype(handler), faulty_policies>;
+  using plain = idem::async_idempotent<echo_handler, faulty_policies>;
   faulty store;
-  plain::options parts;
-  parts.clock = clock;
+  plain::options parts = options_on<plain>(clock);
   parts.store = store;
-  plain guarded{io.get_executor(), handler, parts};
+  plain guarded{io.get_executor(), echo_handler{&runs}, parts};
   const idem::http_request request = charge("");
   auto call = [&](std::string_view key) {
     return run_to_end(io, clock, guarded.async_call("tenant", key, request, asio::use_awaitable));

@@ -86,7 +86,6 @@ struct call_start {
   std::variant<std::monostate, held_claim, Response> found;
   digest print{};  // the request's fingerprint
 
-  bool holds() const noexcept { return found.index() == 1; }
   held_claim& claim() noexcept { return *std::get_if<1>(&found); }
   bool replays() const noexcept { return found.index() == 2; }
 
