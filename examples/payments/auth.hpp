@@ -13,13 +13,10 @@
 
 #include "common.hpp"
 
-#include <idem/core/fingerprint/sha256.hpp>
+#include <idem/core/fingerprint/hmac.hpp>
 #include <idem/http/exchange.hpp>
 
-#include <algorithm>
-#include <array>
 #include <cstddef>
-#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -68,7 +65,7 @@ class api_keys {
     if (!valid_account(account)) throw std::invalid_argument("not an account name");
     std::string key(account);
     key += '.';
-    key += hex(mac(account));
+    key += idem::hmac_sha256::hex(idem::hmac_sha256::sign(secret_, {account}));
     return key;
   }
 
@@ -77,55 +74,17 @@ class api_keys {
     const std::size_t dot = key.rfind('.');
     if (dot == std::string_view::npos) return std::nullopt;
     const std::string_view account = key.substr(0, dot);
-    const std::string_view given = key.substr(dot + 1);
-    if (!valid_account(account) || given.size() != 64) return std::nullopt;
-    const std::string expected = hex(mac(account));
+    const auto given = idem::hmac_sha256::from_hex(key.substr(dot + 1));
+    if (!valid_account(account) || !given) return std::nullopt;
     // Every byte compared whatever the first difference: the time taken says nothing of how
     // much of a forged MAC was right.
-    unsigned char difference = 0;
-    for (std::size_t i = 0; i < expected.size(); ++i)
-      difference |= static_cast<unsigned char>(expected[i] ^ given[i]);
-    if (difference != 0) return std::nullopt;
+    if (!idem::hmac_sha256::equal(*given, idem::hmac_sha256::sign(secret_, {account}))) {
+      return std::nullopt;
+    }
     return std::string(account);
   }
 
  private:
-  using block = std::array<std::uint8_t, 64>;
-
-  // RFC 2104 with SHA-256: H((K ^ opad) || H((K ^ ipad) || message)).
-  std::array<std::uint8_t, 32> mac(std::string_view message) const {
-    block key{};
-    if (secret_.size() > key.size()) {
-      const auto digest = idem::sha256::hash_bytes(secret_.data(), secret_.size());
-      std::copy(digest.begin(), digest.end(), key.begin());
-    } else {
-      std::copy(secret_.begin(), secret_.end(), key.begin());
-    }
-    block inner_pad{}, outer_pad{};
-    for (std::size_t i = 0; i < key.size(); ++i) {
-      inner_pad[i] = static_cast<std::uint8_t>(key[i] ^ 0x36);
-      outer_pad[i] = static_cast<std::uint8_t>(key[i] ^ 0x5c);
-    }
-    idem::sha256::state inner;
-    inner.update(inner_pad.data(), inner_pad.size());
-    inner.update(message);
-    const auto inner_digest = inner.finish_bytes();
-    idem::sha256::state outer;
-    outer.update(outer_pad.data(), outer_pad.size());
-    outer.update(inner_digest.data(), inner_digest.size());
-    return outer.finish_bytes();
-  }
-
-  static std::string hex(const std::array<std::uint8_t, 32>& bytes) {
-    static constexpr char digits[] = "0123456789abcdef";
-    std::string out(64, '0');
-    for (std::size_t i = 0; i < bytes.size(); ++i) {
-      out[2 * i] = digits[bytes[i] >> 4];
-      out[2 * i + 1] = digits[bytes[i] & 0xf];
-    }
-    return out;
-  }
-
   std::string secret_;
 };
 

@@ -10,6 +10,7 @@
 //   specification.hpp    the idempotency specification a resource publishes, as HTML and JSON
 //   exchange.hpp         one exchange: key read, wrapper called, outcome written
 //   framing.hpp          strict request framing (RFC 9112): what is refused before a body is read
+//   webhook.hpp          webhooks received: signature and timestamp checked, one effect per event
 #ifndef IDEM_HTTP_HPP
 #define IDEM_HTTP_HPP
 
@@ -20,5 +21,6 @@
 #include <idem/http/idempotency_key.hpp>
 #include <idem/http/problem.hpp>
 #include <idem/http/specification.hpp>
+#include <idem/http/webhook.hpp>
 
 #endif  // IDEM_HTTP_HPP

@@ -694,3 +694,91 @@ TEST_CASE("beast: a request framed two ways never reaches the handler: 501, 400,
   }
   CHECK(handler.runs->load() == 0);
 }
+
+namespace {
+
+/// A webhook delivery of `body`, signed with `secret` at `at` (now by default).
+message webhook_request(
+    const std::string& body, const std::string& secret,
+    std::chrono::sys_seconds at =
+        std::chrono::time_point_cast<std::chrono::seconds>(std::chrono::system_clock::now())) {
+  message request{beast_http::verb::post, "/charges", 11};
+  request.set("Webhook-Signature", http::sign_webhook(secret, at, body));
+  request.set(beast_http::field::content_type, "application/json");
+  request.body() = body;
+  return request;
+}
+
+}  // namespace
+
+TEST_CASE("beast: webhooks through an async_inbox, one effect per event however delivered",
+          "[http][beast]") {
+  asio::io_context loop{1};
+  idem::async_inbox<> events{loop.get_executor()};
+  http::webhook_sender provider;
+  provider.name = "provider";
+  provider.secrets = {"whsec_new", "whsec_old"};
+  std::map<std::string, int> effects;  // on the loop's thread only
+  int fail_next = 0;
+  loopback_server server{loop};
+  server.start(
+      http::webhook_handler(events, http::webhook_receiver{provider},
+                            [&](const http::webhook_event& event) -> asio::awaitable<void> {
+                              if (fail_next > 0) {
+                                --fail_next;
+                                throw std::runtime_error("the ledger is down");
+                              }
+                              // Suspends, so that concurrent deliveries meet.
+                              asio::steady_timer pause{co_await asio::this_coro::executor, 5ms};
+                              co_await pause.async_wait(asio::use_awaitable);
+                              ++effects[event.id];
+                            }),
+      http::specification_handler(http::specification{}));
+  const std::string body = R"({"id":"evt_1","type":"charge.succeeded"})";
+  const auto now =
+      std::chrono::time_point_cast<std::chrono::seconds>(std::chrono::system_clock::now());
+
+  const answer first = send(server.port(), webhook_request(body, "whsec_new"));
+  CHECK(first.result_int() == 200);
+  CHECK(first.body() == R"({"event":"evt_1","outcome":"processed"})");
+  // Redeliveries, re-signed at other times and with the old secret: duplicates.
+  for (int i = 1; i <= 3; ++i) {
+    const answer again = send(server.port(), webhook_request(body, "whsec_old", now - 10s * i));
+    CHECK(again.result_int() == 200);
+    CHECK(again.body() == R"({"event":"evt_1","outcome":"duplicate"})");
+    CHECK(field(again, "Idempotent-Replayed") == "true");
+  }
+  // Ten deliveries of a new event at once, from ten clients.
+  const std::string burst = R"({"id":"evt_2","type":"charge.succeeded"})";
+  std::vector<int> statuses(10);
+  {
+    std::vector<std::thread> clients;
+    for (std::size_t i = 0; i < statuses.size(); ++i) {
+      clients.emplace_back([&, i] {
+        statuses[i] = send(server.port(), webhook_request(burst, "whsec_new")).result_int();
+      });
+    }
+    for (auto& client : clients)
+      client.join();
+  }
+  for (const int status : statuses)
+    CHECK((status == 200 || status == 409));
+  // Refused before the inbox: another secret, a stale signature, no event id.
+  const answer forged = send(server.port(), webhook_request(R"({"id":"evt_3"})", "whsec_x"));
+  CHECK(forged.result_int() == 400);
+  CHECK(forged.body().find("#invalid-signature") != std::string::npos);
+  const answer stale = send(server.port(), webhook_request(R"({"id":"evt_3"})", "whsec_new",
+                                                           now - std::chrono::hours{1}));
+  CHECK(stale.result_int() == 400);
+  CHECK(stale.body().find("#stale-webhook") != std::string::npos);
+  const answer anonymous = send(server.port(), webhook_request(R"({"type":"x"})", "whsec_new"));
+  CHECK(anonymous.result_int() == 400);
+  CHECK(anonymous.body().find("#missing-event-id") != std::string::npos);
+  // A handler that fails: 500, and the redelivery runs it.
+  asio::post(loop, [&] { fail_next = 1; });
+  const std::string failing = R"({"id":"evt_4"})";
+  CHECK(send(server.port(), webhook_request(failing, "whsec_new")).result_int() == 500);
+  CHECK(send(server.port(), webhook_request(failing, "whsec_new")).result_int() == 200);
+  server.stop();
+  CHECK(effects == std::map<std::string, int>{{"evt_1", 1}, {"evt_2", 1}, {"evt_4", 1}});
+}

@@ -73,6 +73,7 @@
 #include <idem/http/idempotency_key.hpp>
 #include <idem/http/problem.hpp>
 #include <idem/http/specification.hpp>
+#include <idem/http/webhook.hpp>
 #include <idem/server/detail/async_engine.hpp>
 #include <idem/server/outcome.hpp>
 
@@ -387,6 +388,67 @@ auto post_handler(Guarded& guarded, ScopeOf scope_of, specification spec) {
 template <class Guarded, class ScopeOf>
 auto post_handler(Guarded& guarded, ScopeOf scope_of) {
   return post_handler(guarded, std::move(scope_of), specification::of(guarded));
+}
+
+namespace detail {
+
+/// One webhook delivery received through an idem::async_inbox, as a coroutine: the framing,
+/// the signature, the timestamp and the event id checked (webhook.hpp), the handler run through
+/// the inbox, the answer written. Whatever it reads but `events` and `message` it holds.
+template <class Inbox, class Handler, class Body>
+asio::awaitable<beast_response> receive_webhook(Inbox& events,
+                                                std::shared_ptr<const webhook_receiver> receiver,
+                                                std::shared_ptr<Handler> handler,
+                                                const boost::beast::http::request<Body>& message) {
+  beast_response response{boost::beast::http::status::ok, message.version()};
+  response.keep_alive(message.keep_alive());
+  beast_writer out{response};
+  if (const auto refusal = check_framing(message)) {
+    write_framing_refusal(*refusal, out);
+    response.keep_alive(false);
+    response.prepare_payload();
+    co_return response;
+  }
+  const auto& body = message.body();
+  const webhook_check checked = receiver->check(
+      [&message](std::string_view name) { return key_field_values(message, name); },
+      std::string_view(std::data(body), std::size(body)), std::chrono::system_clock::now());
+  if (!checked) {
+    write_problem(*checked.refusal(), out);
+  } else {
+    const webhook_event& event = checked.event();
+    bool failed = false;
+    try {
+      const auto outcome = co_await events.async_deduplicate(
+          event.sender, event.id, [&handler, &event] { return (*handler)(event); },
+          asio::use_awaitable);
+      write_webhook_outcome(outcome, event, receiver->sender(), out);
+    } catch (...) {
+      failed = true;
+    }
+    if (failed) write_webhook_failure(receiver->sender(), out);
+  }
+  response.prepare_payload();
+  co_return response;
+}
+
+}  // namespace detail
+
+/// A handler for a connection's coroutine that receives `receiver`'s webhooks through `events`
+/// (an idem::async_inbox): `handler(message)` is an asio::awaitable<beast_response> that checks
+/// the delivery and runs `handler(const webhook_event&)`, an asio::awaitable<void> (or of an
+/// http_response-like answer), once per event (webhook.hpp has the answers). The awaitable owns
+/// what it needs but `events` and `message`, which must outlive it.
+template <class Inbox, class Handler>
+auto webhook_handler(Inbox& events, webhook_receiver receiver, Handler handler) {
+  static_assert(std::is_invocable_v<Handler&, const webhook_event&>,
+                "idem::http::webhook_handler: the handler must be callable as "
+                "f(const webhook_event&), answering an asio::awaitable");
+  return [&events, receiver = std::make_shared<const webhook_receiver>(std::move(receiver)),
+          handler = std::make_shared<Handler>(std::move(handler))]<class Body>(
+             const boost::beast::http::request<Body>& message) {
+    return detail::receive_webhook(events, receiver, handler, message);
+  };
 }
 
 /// A handler that serves the specification: handler(message) is the beast_response, HTML, or

@@ -41,6 +41,7 @@
 #include <idem/http/framing.hpp>
 #include <idem/http/httplib/listen.hpp>
 #include <idem/http/specification.hpp>
+#include <idem/http/webhook.hpp>
 
 namespace idem::http {
 
@@ -170,6 +171,23 @@ httplib::Server::Handler post_handler(Guarded& guarded, ScopeOf scope_of, specif
 template <class Guarded, class ScopeOf>
 httplib::Server::Handler post_handler(Guarded& guarded, ScopeOf scope_of) {
   return post_handler(guarded, std::move(scope_of), specification::of(guarded));
+}
+
+/// A handler for Server::Post that receives `receiver`'s webhooks through `events` (an
+/// idem::inbox), as receive_webhook does (webhook.hpp): the framing checked, the signature and
+/// timestamp, the event id read, `handler(const webhook_event&)` (or with a TransactionalStore
+/// `handler(const webhook_event&, Store::transaction&)`) run once per event. `handler` is called
+/// from the server's threads at once: it must be safe to. `events` must outlive the server's use
+/// of the handler.
+template <class Inbox, class Handler>
+httplib::Server::Handler webhook_handler(Inbox& events, webhook_receiver receiver,
+                                         Handler handler) {
+  return [&events, receiver = std::move(receiver), handler = std::move(handler)](
+             const httplib::Request& req, httplib::Response& res) mutable {
+    httplib_writer out{res};
+    if (const auto refusal = check_framing(req)) return write_framing_refusal(*refusal, out);
+    receive_webhook(events, receiver, field_values_in(req), req.body, handler, out);
+  };
 }
 
 /// A handler for Server::Get that serves the specification: HTML, or JSON to a request that

@@ -44,6 +44,10 @@ enum class problem_kind : std::uint8_t {
   invalid_deadline,      ///< 400: a deadline field that is not a number of milliseconds
   precondition_failed,   ///< 412: If-Match names no current version of the resource
   invalid_precondition,  ///< 400: an If-Match field that is not "*" or a list of entity-tags
+  invalid_signature,     ///< 400: a webhook delivery unsigned, or signed by no accepted secret
+  stale_webhook,         ///< 400: a webhook delivery signed too long ago (or ahead) to accept
+  missing_event_id,      ///< 400: a webhook delivery without a usable event id
+  event_failed,          ///< 500: a webhook's handler failed; the event runs again on redelivery
 };
 
 /// A problem type: the fragment that names it, its status, its title (RFC 9457 section 3.1.3:
@@ -86,6 +90,14 @@ constexpr problem_type type_of(problem_kind kind) noexcept {
       return {"precondition-failed", 412, "The resource is not in the expected version"};
     case problem_kind::invalid_precondition:
       return {"invalid-precondition", 400, "The If-Match field is not valid"};
+    case problem_kind::invalid_signature:
+      return {"invalid-signature", 400, "The webhook's signature is not valid"};
+    case problem_kind::stale_webhook:
+      return {"stale-webhook", 400, "The webhook was signed outside the accepted time window"};
+    case problem_kind::missing_event_id:
+      return {"missing-event-id", 400, "The webhook has no usable event id"};
+    case problem_kind::event_failed:
+      return {"event-failed", 500, "The webhook's handler failed"};
   }
   return {"unknown", 500, "Unknown problem"};
 }
@@ -107,6 +119,10 @@ inline constexpr problem_kind all_problem_kinds[] = {
     problem_kind::invalid_deadline,
     problem_kind::precondition_failed,
     problem_kind::invalid_precondition,
+    problem_kind::invalid_signature,
+    problem_kind::stale_webhook,
+    problem_kind::missing_event_id,
+    problem_kind::event_failed,
 };
 
 /// The problem a verdict without a response is; std::nullopt for executed and replayed.

@@ -61,6 +61,10 @@ TEST_CASE("problem types are stable: each kind keeps its fragment, status and ti
       {http::problem_kind::invalid_deadline, "invalid-deadline", 400},
       {http::problem_kind::precondition_failed, "precondition-failed", 412},
       {http::problem_kind::invalid_precondition, "invalid-precondition", 400},
+      {http::problem_kind::invalid_signature, "invalid-signature", 400},
+      {http::problem_kind::stale_webhook, "stale-webhook", 400},
+      {http::problem_kind::missing_event_id, "missing-event-id", 400},
+      {http::problem_kind::event_failed, "event-failed", 500},
   };
   std::set<std::string_view> fragments;
   for (const row& expected : table) {
