@@ -218,6 +218,12 @@ redis="$IDEM_TEST_REDIS_HOST:$IDEM_TEST_REDIS_PORT"
 # --auth-secret-file): no key issued under it outlives the run.
 secret="$work/auth.secret"
 (umask 077 && head -c 32 /dev/urandom | base64 >"$secret")
+# The processor's webhooks: signed under a secret of the run's own, sent to the servers listed
+# in the targets file once they listen, received into one SQLite file both replicas share.
+webhook_secret="$work/webhook.secret"
+(umask 077 && head -c 32 /dev/urandom | base64 >"$webhook_secret")
+webhook_targets="$work/webhook-targets"
+webhook_db="$work/webhooks.sqlite3"
 
 fail_rate=0.1
 crash_rate=0.02
@@ -230,9 +236,14 @@ drop_rate=0.05
 lease_ms=1000
 relay_crash_rate=0.03
 receipts_crash_rate=0.01
+refund_rate=0.2
+webhook_duplicate_rate=0.1
+webhook_crash_rate=0.02
 
 "$bin/payments_processor" --port 0 --db "$work/processor.sqlite3" --fail-rate "$fail_rate" \
-  --latency-ms 2 >"$work/processor.log" 2>&1 &
+  --latency-ms 2 --webhook-targets-file "$webhook_targets" \
+  --webhook-secret-file "$webhook_secret" --refund-rate "$refund_rate" \
+  --webhook-duplicate-rate "$webhook_duplicate_rate" >"$work/processor.log" 2>&1 &
 pids+=($!)
 processor_port="$(wait_listening "$work/processor.log")"
 processor="http://127.0.0.1:$processor_port"
@@ -241,12 +252,14 @@ servers=()
 for name in server-a server-b; do
   supervise "$name" --processor "$processor" --store "$store_spec" --lease-ms "$lease_ms" \
     --crash-after-charge "$crash_rate" --crash-when-asked 1 --auth-secret-file "$secret" \
-    ${server_mode[@]+"${server_mode[@]}"} 2>/dev/null &
+    --webhook-db "$webhook_db" --webhook-secret-file "$webhook_secret" \
+    --crash-in-webhook "$webhook_crash_rate" ${server_mode[@]+"${server_mode[@]}"} 2>/dev/null &
   pids+=($!)
 done
 for name in server-a server-b; do
   servers+=("http://127.0.0.1:$(wait_listening "$work/$name.log")")
 done
+printf '%s\n' "${servers[@]}" >"$webhook_targets.new" && mv "$webhook_targets.new" "$webhook_targets"
 
 keep_alive relay relay --store "$store_spec" --redis "$redis" \
   --crash-after-publish "$relay_crash_rate" &
@@ -267,6 +280,9 @@ else
 fi
 echo "== servers ${servers[*]} on $store, $server_words (crash after charging: $crash_rate, and" \
   "when asked; lease ${lease_ms} ms; callers authenticated by API key)"
+echo "== webhooks from the processor to the servers: charge.succeeded, and charge.refunded for" \
+  "$refund_rate of charges (some delivered first), signed, retried until 2xx, $webhook_duplicate_rate" \
+  "sent twice on purpose; servers crash in the middle of one: $webhook_crash_rate"
 echo "== relay and receipt consumers (two) on Redis $redis, each killed with -9 every few seconds"
 echo "== chaos client: $intents intents, concurrency $concurrency, dropped connections: $drop_rate," \
   "giving up after one try: $give_up (asking for a crash: $give_up_crash of those)"
@@ -303,6 +319,11 @@ echo "== receipts report (after the outbox drained; waited at most 30 s)"
 receipts=0
 "$bin/payments_receipts" --mode report --store "$receipts_spec" --payments "$store_spec" \
   --redis "$redis" --suppressed-log "$work/suppressed.log" --wait-s 30 || receipts=$?
+echo
+echo "== webhooks report (after the processor delivered every event; waited at most 60 s)"
+webhooks=0
+"$bin/payments_chaos" --mode check-webhooks --processor "$processor" --webhook-db "$webhook_db" \
+  --wait-s 60 || webhooks=$?
 # restarts NAME...: how often these programs died and were restarted, together.
 restarts() {
   local total=0 name
@@ -321,9 +342,9 @@ echo "consumer kills       $(restarts receipts-a receipts-b) (kill -9, restarted
 # The reconciler's exit status 1 (a person is needed) is a finding, not a failure: what it could
 # not finish is in its report, which the given-up check holds against the ledger. 2 (the pass did
 # not finish) is a failure.
-if ((charges == 0 && given_up == 0 && reconciled <= 1 && receipts == 0)); then
+if ((charges == 0 && given_up == 0 && reconciled <= 1 && receipts == 0 && webhooks == 0)); then
   echo "verdict              EXACTLY ONCE: every intent charged once (or, given up, complete or" \
-    "reported), every payment receipted once"
+    "reported), every payment receipted once, every webhook applied once"
   exit 0
 fi
 echo "verdict              FAILED"

@@ -107,9 +107,10 @@ compile() {
   local sources=() source
   for source in "$@"; do sources+=("$root/$source"); done
   # SQLite is linked into every binary: the SQLite outbox reader's guards are mutants too, and
-  # the library is small and embedded (no server).
+  # the library is small and embedded (no server). OpenSSL's libcrypto too: the webhook tests
+  # check idem's HMAC against it.
   "$cxx" "${flags[@]}" -I "$include" -I "$root/tests" -I "$root/tests/support" "${sources[@]}" \
-    "$catch_main" -o "$output" -lsqlite3
+    "$catch_main" -o "$output" -lsqlite3 -lcrypto
 }
 
 # up_to_date BINARY INPUTS...: the binary exists and no input (file or folder, searched whole) is

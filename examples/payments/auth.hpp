@@ -18,8 +18,6 @@
 
 #include <cstddef>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -40,14 +38,7 @@ class api_keys {
   }
 
   /// The secret in `path`, its trailing line end left out.
-  static api_keys from_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw std::invalid_argument("cannot read the secret file " + path);
-    std::string secret((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r'))
-      secret.pop_back();
-    return api_keys(std::move(secret));
-  }
+  static api_keys from_file(const std::string& path) { return api_keys(secret_from_file(path)); }
 
   /// Whether `account` may have a key: 1 to 64 letters, digits, '_' or '-'.
   static bool valid_account(std::string_view account) noexcept {

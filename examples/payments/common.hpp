@@ -16,6 +16,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <random>
@@ -92,9 +94,9 @@ class command_line {
     return value;
   }
 
-  double probability(const std::string& name) const {
+  double probability(const std::string& name, double fallback = 0.0) const {
     const auto it = values_.find(name);
-    if (it == values_.end()) return 0.0;
+    if (it == values_.end()) return fallback;
     char* end = nullptr;
     const double value = std::strtod(it->second.c_str(), &end);
     if (it->second.empty() || *end != '\0' || !(value >= 0.0 && value <= 1.0)) {
@@ -218,6 +220,16 @@ struct receipt_event {
 /// The header payments_chaos sends, as "X-Chaos-Crash: after-charge", on the intents whose
 /// server it asks to crash (payments_server --crash-when-asked).
 inline constexpr std::string_view chaos_crash_header = "X-Chaos-Crash";
+
+/// The secret in the file at `path` (API keys', webhooks'), its trailing line end left out.
+inline std::string secret_from_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::invalid_argument("cannot read the secret file " + path);
+  std::string secret((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r'))
+    secret.pop_back();
+  return secret;
+}
 
 /// {"error": message}, the body of every refusal.
 inline std::string error_body(std::string_view message) {

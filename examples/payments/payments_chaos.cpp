@@ -11,6 +11,9 @@
 // either complete (a replay of its request now answers its one charge) or listed in the
 // reconciler's report.
 //
+// --mode check-webhooks holds the processor's webhooks, as the servers applied them (their
+// --webhook-db), against its ledger (webhook_check.hpp).
+//
 // --mode bench is load, not faults (scripts/serve_bench.sh): --concurrency clients, each sending
 // one intent after another under a fresh key, once, for a fixed time; it prints the intents
 // answered per second and their latency, and checks nothing.
@@ -20,6 +23,7 @@
 // otherwise; 2 for bad options. --mode bench exits 0 when every intent was answered 201.
 #include "auth.hpp"
 #include "common.hpp"
+#include "webhook_check.hpp"
 
 #include <idem/idem.hpp>
 
@@ -58,11 +62,16 @@ constexpr const char* usage = R"(payments_chaos: exactly-once payments under fau
                         check-given-up: after payments_reconcile, check the intents of
                         --given-up-log against the ledger, the --report it wrote, and a replay
                         of each request;
+                        check-webhooks: once the processor delivered its webhooks, check
+                        the servers' --webhook-db against its ledger (each event applied at
+                        most once, every charge in its final state);
                         bench: --concurrency clients send intents (fresh keys, no faults, no
                         retries, a new connection each) for --warmup-s then --duration-s
                         seconds, and print one line: the intents answered 201 per second in
                         the measured seconds, and their latency p50 and p99
   --report PATH         check-given-up: payments_reconcile's report
+  --webhook-db PATH     check-webhooks: the servers' webhook database
+  --wait-s S            check-webhooks: how long the processor may take to deliver (default 30)
   --duration-s S        bench: the seconds measured (default 10)
   --warmup-s S          bench: the seconds sent before, not counted (default 2)
   --path P              bench: the route POSTed (default /v1/payments; /v1/charges drives a
@@ -434,7 +443,7 @@ int main(int argc, char** argv) {
       argc, argv,
       {"servers", "processor", "intents", "concurrency", "seed", "drop-rate", "accounts", "give-up",
        "give-up-crash", "given-up-log", "mode", "report", "duration-s", "warmup-s", "path",
-       "auth-secret-file"},
+       "auth-secret-file", "webhook-db", "wait-s"},
       usage);
   std::vector<payments::endpoint> servers;
   payments::endpoint processor;
@@ -468,8 +477,18 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  if (mode == "check-webhooks") {
+    if (args.text("webhook-db", "").empty()) args.fail("--mode check-webhooks needs --webhook-db");
+    try {
+      return payments::check_webhooks(processor, args.text("webhook-db", ""),
+                                      static_cast<int>(args.integer("wait-s", 30, 0, 3600)));
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "payments_chaos: %s\n", e.what());
+      return 1;
+    }
+  }
   if (mode != "run" && mode != "bench") {
-    args.fail("--mode wants run, check-given-up or bench, not '" + mode + "'");
+    args.fail("--mode wants run, check-given-up, check-webhooks or bench, not '" + mode + "'");
   }
   const auto intents = static_cast<std::size_t>(args.integer("intents", 1000, 1, 10'000'000));
   const auto concurrency = static_cast<int>(args.integer("concurrency", 8, 1, 1024));

@@ -12,6 +12,12 @@
 // Faults on demand: --fail-rate P answers 503 before charging, --latency-ms N delays every
 // charge (so that callers' timeouts and in-flight duplicates happen).
 //
+// Webhooks (--webhook-targets-file, webhook_sender.hpp): each charge's `charge.succeeded` (and,
+// for --refund-rate of them, `charge.refunded`) is written in the charge's transaction and
+// delivered, signed under --webhook-secret-file, to the servers, at least once, sometimes twice
+// on purpose, sometimes out of order: the merchant's second at-least-once path.
+//   GET  /v1/webhooks   the sender's counts (events, delivered, pending, attempts, ...)
+//
 // Each request holds one of --threads threads (cpp-httplib's pool) for its whole time, the
 // latency's sleep included: --threads bounds the charges in flight, and so the processor's rate
 // at about threads / latency. Each charge commits twice (the claim, then the charge with its
@@ -20,6 +26,7 @@
 // scripts/serve_bench.sh gives it more threads than the servers it drives have requests in
 // flight, and --synchronous normal, so that it is not what their benchmark measures.
 #include "common.hpp"
+#include "webhook_sender.hpp"
 
 #include <idem/http/httplib.hpp>
 #include <idem/idem.hpp>
@@ -48,6 +55,13 @@ constexpr const char* usage = R"(payments_processor: a card network that charges
   --synchronous M   full (default): each commit waits for its fsync, the charge survives power
                     loss; normal: no fsync at commit (WAL), a crash of the process still loses
                     nothing
+  --webhook-targets-file PATH   send each charge's webhooks to the servers whose base URLs
+                    the file lists, one a line (read until it lists some; default: no webhooks)
+  --webhook-secret-file PATH    the secret webhooks are signed with (needed with targets)
+  --refund-rate P   refund a charge with probability P: a charge.refunded event beside its
+                    charge.succeeded (default 0.2)
+  --webhook-duplicate-rate P    deliver an event that landed once more with probability P
+                    (default 0.1)
 )";
 
 // The network's merchants are one scope here: the demo has a single merchant, the server.
@@ -58,8 +72,12 @@ struct processor_policies : idem::default_policies {
   using fingerprint = idem::canonical_json<>;
 };
 
-// Runs inside the transaction that completes the key's record: the charge row commits with it.
+// Runs inside the transaction that completes the key's record: the charge row commits with it,
+// and so do its webhooks when they are sent (refunded with probability refund_rate).
 struct charge_handler {
+  bool webhooks = false;
+  double refund_rate = 0;
+
   idem::http_response operator()(idem::handler_context& ctx, const idem::http_request& request,
                                  idem::sqlite_store::transaction& tx) const {
     const auto [parsed, reason] = payments::intent::parse(request.body);
@@ -72,6 +90,7 @@ struct charge_handler {
         "VALUES (?, ?, ?, ?, ?, ?)",
         charge_id, ctx.key(), charge.amount, charge.currency, charge.source,
         static_cast<long long>(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count()));
+    if (webhooks) payments::write_charge_events(tx, charge_id, charge.amount, refund_rate);
     const nlohmann::ordered_json body{{"charge_id", charge_id},
                                       {"amount", charge.amount},
                                       {"currency", charge.currency},
@@ -94,29 +113,29 @@ class ledger {
   ledger(const ledger&) = delete;
   ledger& operator=(const ledger&) = delete;
 
-  std::string all_charges() {
-    return select(
-        "SELECT charge_id, idempotency_key, amount, currency, source FROM charges ORDER BY "
-        "created_ns",
-        {});
-  }
+  std::string all_charges() { return select(columns + " FROM charges ORDER BY created_ns", {}); }
 
   /// The charge made under `key`, when there is one.
   std::optional<std::string> charge(const std::string& key) {
-    auto rows = nlohmann::json::parse(
-        select("SELECT charge_id, idempotency_key, amount, currency, source FROM charges WHERE "
-               "idempotency_key = ?",
-               key));
+    auto rows =
+        nlohmann::json::parse(select(columns + " FROM charges WHERE idempotency_key = ?", key));
     if (rows.empty()) return std::nullopt;
     return rows.front().dump();
   }
 
  private:
+  // A charge's columns, its state as the network ends it last: refunded when it has a refund
+  // event.
+  inline static const std::string columns =
+      "SELECT charge_id, idempotency_key, amount, currency, source, CASE WHEN EXISTS (SELECT 1 "
+      "FROM webhooks w WHERE w.charge_id = charges.charge_id AND w.type = 'charge.refunded') "
+      "THEN 'refunded' ELSE 'succeeded' END";
+
   // The rows `sql` selects (its one parameter bound to `key` when given), as a JSON array.
-  std::string select(const char* sql, std::optional<std::string> key) {
+  std::string select(const std::string& sql, std::optional<std::string> key) {
     const std::lock_guard lock(mutex_);
     sqlite3_stmt* statement = nullptr;
-    if (sqlite3_prepare_v2(db_, sql, -1, &statement, nullptr) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &statement, nullptr) != SQLITE_OK) {
       throw std::runtime_error(std::string("cannot read the ledger: ") + sqlite3_errmsg(db_));
     }
     if (key) {
@@ -133,7 +152,8 @@ class ledger {
                                             {"key", text(1)},
                                             {"amount", sqlite3_column_int64(statement, 2)},
                                             {"currency", text(3)},
-                                            {"source", text(4)}});
+                                            {"source", text(4)},
+                                            {"status", text(5)}});
     }
     sqlite3_finalize(statement);
     if (rc != SQLITE_DONE) {
@@ -150,17 +170,18 @@ void create_charges_table(const std::string& path) {
   sqlite3* db = nullptr;
   const int opened = sqlite3_open(path.c_str(), &db);
   char* error = nullptr;
-  const int rc = opened != SQLITE_OK ? opened
-                                     : sqlite3_exec(db,
-                                                    "PRAGMA busy_timeout = 5000;"
-                                                    "CREATE TABLE IF NOT EXISTS charges ("
-                                                    " charge_id TEXT PRIMARY KEY,"
-                                                    " idempotency_key TEXT NOT NULL UNIQUE,"
-                                                    " amount INTEGER NOT NULL,"
-                                                    " currency TEXT NOT NULL,"
-                                                    " source TEXT NOT NULL,"
-                                                    " created_ns INTEGER NOT NULL)",
-                                                    nullptr, nullptr, &error);
+  const std::string sql = std::string(
+                              "PRAGMA busy_timeout = 5000;"
+                              "CREATE TABLE IF NOT EXISTS charges ("
+                              " charge_id TEXT PRIMARY KEY,"
+                              " idempotency_key TEXT NOT NULL UNIQUE,"
+                              " amount INTEGER NOT NULL,"
+                              " currency TEXT NOT NULL,"
+                              " source TEXT NOT NULL,"
+                              " created_ns INTEGER NOT NULL);") +
+                          payments::webhooks_table_sql;
+  const int rc =
+      opened != SQLITE_OK ? opened : sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
   const std::string reason = error != nullptr ? error : (db ? sqlite3_errmsg(db) : "out of memory");
   sqlite3_free(error);
   sqlite3_close(db);
@@ -171,7 +192,10 @@ void create_charges_table(const std::string& path) {
 
 int main(int argc, char** argv) {
   const payments::command_line args(
-      argc, argv, {"port", "db", "fail-rate", "latency-ms", "threads", "synchronous"}, usage);
+      argc, argv,
+      {"port", "db", "fail-rate", "latency-ms", "threads", "synchronous", "webhook-targets-file",
+       "webhook-secret-file", "refund-rate", "webhook-duplicate-rate"},
+      usage);
   const int port = static_cast<int>(args.integer("port", 0, 0, 65535));
   const std::string path = args.text("db", "processor.sqlite3");
   const double fail_rate = args.probability("fail-rate");
@@ -182,10 +206,22 @@ int main(int argc, char** argv) {
     args.fail("--synchronous wants full or normal, not '" + synchronous + "'");
   }
 
+  payments::webhook_settings webhooks;
+  webhooks.targets_file = args.text("webhook-targets-file", "");
+  webhooks.refund_rate = args.probability("refund-rate", 0.2);
+  webhooks.duplicate_rate = args.probability("webhook-duplicate-rate", 0.1);
+  const bool sends_webhooks = !webhooks.targets_file.empty();
+
   using charges_type = idem::idempotent<charge_handler, processor_policies>;
   std::unique_ptr<charges_type> charges;
   std::unique_ptr<ledger> book;
+  std::unique_ptr<payments::webhook_sender> sender;
   try {
+    if (sends_webhooks) {
+      const std::string secret_file = args.text("webhook-secret-file", "");
+      if (secret_file.empty()) args.fail("--webhook-targets-file needs --webhook-secret-file");
+      webhooks.secret = payments::secret_from_file(secret_file);
+    }
     charges_type::options options;
     idem::sqlite_store::options store_options;
     store_options.path = path;
@@ -194,8 +230,10 @@ int main(int argc, char** argv) {
                                     : idem::sqlite_store::synchronous_mode::normal;
     options.store = idem::sqlite_store{store_options};  // creates the file and idem's tables
     create_charges_table(path);
-    charges = std::make_unique<charges_type>(charge_handler{}, std::move(options));
+    charges = std::make_unique<charges_type>(charge_handler{sends_webhooks, webhooks.refund_rate},
+                                             std::move(options));
     book = std::make_unique<ledger>(path);
+    if (sends_webhooks) sender = std::make_unique<payments::webhook_sender>(path, webhooks);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "payments_processor: %s\n", e.what());
     return 1;
@@ -229,6 +267,15 @@ int main(int argc, char** argv) {
 
   server.Get("/v1/charges", [&](const httplib::Request&, httplib::Response& res) {
     res.set_content(book->all_charges(), "application/json");
+  });
+
+  server.Get("/v1/webhooks", [&](const httplib::Request&, httplib::Response& res) {
+    if (!sender) {
+      res.status = 404;
+      res.set_content(payments::error_body("this processor sends no webhooks"), "application/json");
+      return;
+    }
+    res.set_content(sender->status(), "application/json");
   });
 
   server.Get(R"(/v1/charges/([!-~]+))", [&](const httplib::Request& req, httplib::Response& res) {

@@ -12,6 +12,8 @@
 //   GET  /idempotency   the keys' specification (the draft's section 2.5): HTML, or JSON
 //   GET  /v1/payments/{id}   Authorization: Bearer <A's API key>   200 the payment, 404 unknown
 //        (or another account's)
+//   POST /v1/webhooks/processor   Webhook-Signature: t=..,v1=..   the processor's events about
+//        its charges, each applied once (webhook_receiver.hpp; with --webhook-db)
 //
 // The account (the scope of the idempotency keys, what is charged) comes from the API key alone
 // (auth.hpp); a request is authenticated, and its framing checked (idem/http/framing.hpp),
@@ -48,6 +50,7 @@
 #include "blocking_server.hpp"
 #include "server_settings.hpp"
 #include "service.hpp"
+#include "webhook_receiver.hpp"
 
 #include <idem/http/httplib.hpp>
 #include <idem/idem.hpp>
@@ -55,6 +58,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -91,6 +95,12 @@ constexpr const char* usage = R"(payments_server: payments charged exactly once 
                             (default: the hardware's threads)
   --max-connections N       with --async: the most connections held; one more closes the one
                             idle the longest (default 10000)
+  --webhook-db PATH         receive the processor's webhooks at POST /v1/webhooks/processor,
+                            their inbox and the charges' provider status in this SQLite file
+                            (the replicas share it; default: not received)
+  --webhook-secret-file PATH   the secret the webhooks are signed with (needed with --webhook-db)
+  --crash-in-webhook P      abort() with probability P while handling a webhook, before or
+                            after its effect commits (default 0)
 
 Each payment's record keeps its request until it completes (resumable records), so that
 payments_reconcile can finish a payment whose client gave up.
@@ -144,6 +154,24 @@ int serve(const payments::server_settings& config, Store store, Book& book) {
         send(res, payments::lookup_reply(book.find(req.matches[1], std::get<std::string>(caller))));
       });
 
+  // The processor's webhooks: signed, their effect once per event (webhook_receiver.hpp).
+  std::unique_ptr<idem::inbox<payments::webhook_policies>> webhook_inbox;
+  std::unique_ptr<payments::provider_status> provider;
+  if (!config.webhook_db.empty()) {
+    provider =
+        std::make_unique<payments::provider_status>(config.webhook_db, config.crash_in_webhook);
+    idem::inbox<payments::webhook_policies>::options options;
+    options.store = idem::sqlite_store{config.webhook_db};
+    options.lease = config.lease;
+    webhook_inbox = std::make_unique<idem::inbox<payments::webhook_policies>>(std::move(options));
+    server.Post(
+        std::string(payments::processor_webhook_path),
+        idem::http::webhook_handler(
+            *webhook_inbox,
+            payments::processor_webhooks(payments::secret_from_file(config.webhook_secret_file)),
+            [&provider](const idem::http::webhook_event& event) { provider->apply(event); }));
+  }
+
   server.set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
         send(res, payments::failure_reply(error));
@@ -159,7 +187,8 @@ int main(int argc, char** argv) {
   const payments::command_line args(
       argc, argv,
       {"port", "processor", "store", "lease-ms", "crash-after-charge", "crash-when-asked",
-       "read-timeout-ms", "threads", "max-connections", "auth-secret-file", "issue-key"},
+       "read-timeout-ms", "threads", "max-connections", "auth-secret-file", "issue-key",
+       "webhook-db", "webhook-secret-file", "crash-in-webhook"},
       usage);
   payments::server_settings config;
   config.port = static_cast<int>(args.integer("port", 0, 0, 65535));
@@ -177,6 +206,12 @@ int main(int argc, char** argv) {
     args.fail("--max-connections needs --async");
   }
   config.auth_secret_file = args.text("auth-secret-file", "");
+  config.webhook_db = args.text("webhook-db", "");
+  config.webhook_secret_file = args.text("webhook-secret-file", "");
+  config.crash_in_webhook = args.probability("crash-in-webhook");
+  if (!config.webhook_db.empty() && config.webhook_secret_file.empty()) {
+    args.fail("--webhook-db needs --webhook-secret-file");
+  }
   if (const std::string account = args.text("issue-key", ""); !account.empty()) {
     try {
       const payments::api_keys keys =

@@ -28,6 +28,7 @@
 #include "auth.hpp"
 #include "server_settings.hpp"
 #include "service.hpp"
+#include "webhook_receiver.hpp"
 
 #include <idem/asio.hpp>
 #include <idem/http/beast.hpp>
@@ -215,6 +216,53 @@ struct loop_service {
   idem::http::specification specification = idem::http::specification::of(endpoint);
 };
 
+/// The processor's webhooks on one loop (webhook_receiver.hpp): an async_inbox on the shared
+/// SQLite file, its calls on the pool, and the provider status applied there too, through
+/// idem's Beast binding.
+class loop_webhooks {
+ public:
+  loop_webhooks(asio::any_io_executor loop, const server_settings& config,
+                const idem::sqlite_store& store, provider_status& provider,
+                asio::any_io_executor pool)
+      : inbox_(loop, options(store, config.lease, pool)),
+        receive_(idem::http::webhook_handler(
+            inbox_, processor_webhooks(secret_from_file(config.webhook_secret_file)),
+            [&provider, pool](const idem::http::webhook_event& event) -> asio::awaitable<void> {
+              co_await off_loop(pool, [&] { provider.apply(event); });
+            })) {}
+
+  /// POST /v1/webhooks/processor, answered.
+  asio::awaitable<reply> receive(const http_request_message& message) {
+    const idem::http::beast_response answer = co_await receive_(message);
+    reply out;
+    out.status = static_cast<int>(answer.result_int());
+    for (const auto& field : answer) {
+      if (field.name() == http::field::content_type) {
+        out.content_type = std::string(field.value());
+      } else if (field.name() != http::field::content_length) {
+        out.add_header(std::string(field.name_string()), std::string(field.value()));
+      }
+    }
+    out.body = answer.body();
+    co_return out;
+  }
+
+ private:
+  using inbox_type = idem::async_inbox<webhook_policies>;
+
+  static inbox_type::options options(const idem::sqlite_store& store,
+                                     std::chrono::milliseconds lease, asio::any_io_executor pool) {
+    inbox_type::options settings;
+    settings.store = store;
+    settings.lease = lease;
+    settings.store_executor = std::move(pool);
+    return settings;
+  }
+
+  inbox_type inbox_;
+  std::function<asio::awaitable<idem::http::beast_response>(const http_request_message&)> receive_;
+};
+
 std::optional<std::string> header_of(const http_request_message& message, std::string_view name) {
   const auto found = message.find(name);
   if (found == message.end()) return std::nullopt;
@@ -225,8 +273,13 @@ template <class Store, class Book>
 class payments_routes {
  public:
   payments_routes(std::vector<std::unique_ptr<loop_service<Store, Book>>>& services,
-                  async_book<Book>& book, const api_keys& keys, double crash_when_asked)
-      : services_(services), book_(book), keys_(keys), crash_when_asked_(crash_when_asked) {}
+                  std::vector<std::unique_ptr<loop_webhooks>>& webhooks, async_book<Book>& book,
+                  const api_keys& keys, double crash_when_asked)
+      : services_(services),
+        webhooks_(webhooks),
+        book_(book),
+        keys_(keys),
+        crash_when_asked_(crash_when_asked) {}
 
   /// The refusal of a request from its head, before its body is read: its caller's (auth.hpp),
   /// on the routes that need one.
@@ -242,6 +295,10 @@ class payments_routes {
     const std::string_view path = path_of(message);
     if (message.method() == http::verb::post && path == "/v1/payments") {
       co_return co_await pay(*services_[loop], message);
+    }
+    if (message.method() == http::verb::post && path == processor_webhook_path &&
+        !webhooks_.empty()) {
+      co_return co_await webhooks_[loop]->receive(message);
     }
     if (message.method() == http::verb::get) {
       if (path == services_[loop]->specification.uri) {
@@ -302,6 +359,7 @@ class payments_routes {
   }
 
   std::vector<std::unique_ptr<loop_service<Store, Book>>>& services_;
+  std::vector<std::unique_ptr<loop_webhooks>>& webhooks_;
   async_book<Book>& book_;
   const api_keys& keys_;
   double crash_when_asked_;
@@ -325,9 +383,20 @@ int serve(const server_settings& config, MakeStore make_store, Book& book) {
     services.push_back(std::make_unique<loop_service<store_type, Book>>(
         loop, config, make_store(loop), payments_book, pool.get_executor()));
   }
+  std::optional<provider_status> provider;
+  std::optional<idem::sqlite_store> webhook_store;
+  std::vector<std::unique_ptr<loop_webhooks>> webhooks;
+  if (!config.webhook_db.empty()) {
+    provider.emplace(config.webhook_db, config.crash_in_webhook);
+    webhook_store.emplace(config.webhook_db);
+    for (std::size_t i = 0; i < loops.size(); ++i) {
+      webhooks.push_back(std::make_unique<loop_webhooks>(
+          loops.at(i).get_executor(), config, *webhook_store, *provider, pool.get_executor()));
+    }
+  }
   const api_keys keys = keys_from(config.auth_secret_file, "payments_server", true);
-  auto routes = std::make_shared<payments_routes<store_type, Book>>(services, payments_book, keys,
-                                                                    config.crash_when_asked);
+  auto routes = std::make_shared<payments_routes<store_type, Book>>(
+      services, webhooks, payments_book, keys, config.crash_when_asked);
   http_limits limits;
   limits.read_timeout = config.read_timeout;
   limits.header_limit = max_request_header_bytes;

@@ -30,6 +30,12 @@ struct server_settings {
   /// The file holding the secret the API keys are checked under (auth.hpp); empty: the built-in
   /// development secret.
   std::string auth_secret_file;
+  /// The processor's webhooks (webhook_receiver.hpp): the SQLite file their inbox and the
+  /// charges' provider status live in (empty: not received), the file of the secret they are
+  /// signed with, and the probability of a crash while one is handled.
+  std::string webhook_db;
+  std::string webhook_secret_file;
+  double crash_in_webhook = 0;
 };
 
 /// The largest request body either server reads; a larger one is answered 413 unread. A

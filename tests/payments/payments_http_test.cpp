@@ -9,8 +9,10 @@
 #include "auth.hpp"  // examples/payments: the servers' API keys
 #include "support/loopback.hpp"
 #include "support/temporary_directory.hpp"
+#include "webhook_sender.hpp"  // examples/payments: the processor's webhooks
 
 #include <idem/client/redacted_key.hpp>
+#include <idem/http/webhook.hpp>
 #include <idem/server/handler_context.hpp>
 
 #include <arpa/inet.h>
@@ -18,6 +20,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sqlite3.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -41,6 +44,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 extern char** environ;
@@ -1606,4 +1610,106 @@ TEST_CASE("on --async with every connection being answered, one more is told 503
   CHECK(turned_away->get_header_value("Retry-After") == "1");
   CHECK(statuses == std::vector<int>{201, 201});
   CHECK(ledger(processor).size() == 2);
+}
+
+namespace {
+
+/// The secret the processor's webhooks are signed with, in a file of its own.
+const std::string& webhook_secret_file() {
+  static const idem::testing::temporary_directory dir{"idem-payments-webhook-secret"};
+  static const std::string path = [] {
+    const std::string file = dir.file("webhook.secret");
+    std::ofstream(file) << "the processor's webhook secret for the tests\n";
+    return file;
+  }();
+  return path;
+}
+
+/// A webhook about `charge` posted to the server, signed with `secret` at `at`.
+httplib::Result post_webhook(
+    const program& server, const std::string& event_id, std::string_view type,
+    const std::string& charge, int version, const std::string& secret,
+    std::chrono::sys_seconds at =
+        std::chrono::time_point_cast<std::chrono::seconds>(std::chrono::system_clock::now())) {
+  const std::string payload = payments::webhook_body(event_id, type, charge, 100, version);
+  httplib::Client client("127.0.0.1", server.port());
+  client.set_read_timeout(30s);
+  const httplib::Headers headers{
+      {"Webhook-Signature", idem::http::sign_webhook(secret, at, payload)}};
+  return client.Post(std::string(payments::processor_webhook_path), headers, payload,
+                     "application/json");
+}
+
+/// The first two columns of every row `sql` answers in the SQLite file at `path`.
+std::vector<std::pair<std::string, std::string>> webhook_rows(const std::string& path,
+                                                              const char* sql) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK);
+  sqlite3_busy_timeout(db, 5000);
+  sqlite3_stmt* statement = nullptr;
+  REQUIRE(sqlite3_prepare_v2(db, sql, -1, &statement, nullptr) == SQLITE_OK);
+  std::vector<std::pair<std::string, std::string>> rows;
+  while (sqlite3_step(statement) == SQLITE_ROW) {
+    rows.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(statement, 0)),
+                      reinterpret_cast<const char*>(sqlite3_column_text(statement, 1)));
+  }
+  sqlite3_finalize(statement);
+  sqlite3_close(db);
+  return rows;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "the processor's webhooks: the signed applied once and by version, the forged, stale or "
+    "unsigned refused",
+    "[payments][server]") {
+  const idem::testing::temporary_directory dir{"idem-payments-webhooks"};
+  const program processor = start_processor(dir.file("processor.sqlite3"));
+  const std::string db = dir.file("webhooks.sqlite3");
+  const program server =
+      start_server(processor, "sqlite:" + dir.file("payments.sqlite3"),
+                   {"--webhook-db", db, "--webhook-secret-file", webhook_secret_file()});
+  const std::string secret = payments::secret_from_file(webhook_secret_file());
+  // Refused before the inbox: another secret, a signature an hour old, none.
+  auto forged = post_webhook(server, "evt_1", payments::charge_succeeded, "ch_1", 1, "not it");
+  REQUIRE(forged);
+  CHECK(forged->status == 400);
+  CHECK(forged->body.find("#invalid-signature") != std::string::npos);
+  auto stale = post_webhook(
+      server, "evt_1", payments::charge_succeeded, "ch_1", 1, secret,
+      std::chrono::time_point_cast<std::chrono::seconds>(std::chrono::system_clock::now() - 1h));
+  REQUIRE(stale);
+  CHECK(stale->status == 400);
+  CHECK(stale->body.find("#stale-webhook") != std::string::npos);
+  httplib::Client client("127.0.0.1", server.port());
+  auto unsigned_one =
+      client.Post(std::string(payments::processor_webhook_path),
+                  payments::webhook_body("evt_1", payments::charge_succeeded, "ch_1", 100, 1),
+                  "application/json");
+  REQUIRE(unsigned_one);
+  CHECK(unsigned_one->status == 400);
+  CHECK(webhook_rows(db, "SELECT event_id, charge_id FROM provider_events").empty());
+
+  // The refund first, then the charge's success (older): both answered 200, the refund kept.
+  auto refund = post_webhook(server, "evt_r", payments::charge_refunded, "ch_1", 2, secret);
+  REQUIRE(refund);
+  CHECK(refund->status == 200);
+  CHECK(refund->body == R"({"event":"evt_r","outcome":"processed"})");
+  auto success = post_webhook(server, "evt_s", payments::charge_succeeded, "ch_1", 1, secret);
+  REQUIRE(success);
+  CHECK(success->status == 200);
+  // Each again, re-signed: duplicates, marked, nothing applied again.
+  for (const auto& [id, type, version] : {std::tuple{"evt_r", payments::charge_refunded, 2},
+                                          std::tuple{"evt_s", payments::charge_succeeded, 1}}) {
+    auto again = post_webhook(server, id, type, "ch_1", version, secret);
+    REQUIRE(again);
+    CHECK(again->status == 200);
+    CHECK(again->get_header_value("Idempotent-Replayed") == "true");
+  }
+  using rows = std::vector<std::pair<std::string, std::string>>;
+  CHECK(webhook_rows(db, "SELECT event_id, charge_id FROM provider_events") ==
+        rows{{"evt_r", "ch_1"}});
+  CHECK(webhook_rows(db, "SELECT charge_id, status FROM provider_status") ==
+        rows{{"ch_1", "refunded"}});
 }
