@@ -433,3 +433,81 @@ TEST_CASE("webhooks through the inbox: a handler's own answer is replayed to dup
   }
   CHECK(runs == 1);
 }
+
+TEST_CASE("webhooks through the inbox: every bad delivery is refused with its status and applies "
+          "nothing") {
+  webhook_receiving r;
+  const auto now = webhook_now();
+  const std::string body = webhook_event_body("evt_bad");
+  std::string modified = body;
+  modified[modified.find("100")] = '7';
+  const std::string long_id = webhook_event_body(std::string(256, 'x'));
+  http::webhook_sender small;
+  small.name = "provider";
+  small.secrets = {"whsec_current"};
+  small.max_body_bytes = 32;
+  struct row {
+    const char* what;
+    webhook_fields sent;
+    std::string delivered;
+    int status;
+    std::string_view fragment;
+  };
+  const row rows[] = {
+      {"no signature", webhook_fields{}, body, 400, "invalid-signature"},
+      {"a wrong signature", signed_webhook_fields("whsec_wrong", body), body, 400,
+       "invalid-signature"},
+      {"a signature over another body", signed_webhook_fields("whsec_current", body), modified,
+       400, "invalid-signature"},
+      {"a timestamp outside the tolerance", signed_webhook_fields("whsec_current", body, now - 301s),
+       body, 400, "stale-webhook"},
+      // A delivery captured and sent again ten minutes later: its signature still matches.
+      {"a replayed old signature", signed_webhook_fields("whsec_current", body, now - 10min), body,
+       400, "stale-webhook"},
+      {"no event id", signed_webhook_fields("whsec_current", R"({"type":"x"})"), R"({"type":"x"})",
+       400, "missing-event-id"},
+      {"an event id over 255 bytes", signed_webhook_fields("whsec_current", long_id), long_id, 400,
+       "missing-event-id"},
+      {"malformed JSON", signed_webhook_fields("whsec_current", R"({"id":"evt_bad")"),
+       R"({"id":"evt_bad")", 400, "missing-event-id"},
+  };
+  for (const row& bad : rows) {
+    CAPTURE(bad.what);
+    const http::reply answer = r.deliver(bad.sent, bad.delivered);
+    CHECK(answer.status == bad.status);
+    CHECK(answer.content_type == http::problem_media_type);
+    CHECK(answer.body.find("#" + std::string(bad.fragment)) != std::string::npos);
+  }
+  // A body over the limit: 413, before its signature is computed.
+  r.receiver = http::webhook_receiver{small};
+  const http::reply big = r.deliver(signed_webhook_fields("whsec_current", body), body);
+  CHECK(big.status == 413);
+  CHECK(r.effects.empty());
+}
+
+TEST_CASE("webhooks through the inbox: deduplicated on the event id, never on the payload") {
+  // The id in a header, so that two events can have byte-identical bodies.
+  http::webhook_sender by_field;
+  by_field.name = "provider";
+  by_field.secrets = {"whsec_current"};
+  by_field.event_id_field = "Webhook-Id";
+  webhook_receiving r;
+  r.receiver = http::webhook_receiver{by_field};
+  auto delivery = [](std::string_view id, const std::string& body) {
+    webhook_fields f = signed_webhook_fields("whsec_current", body);
+    f.values.emplace("Webhook-Id", std::string(id));
+    return f;
+  };
+  // Two charges of the same amount: one payload, two events, two effects.
+  const std::string same = R"({"type":"charge.succeeded","amount":100})";
+  CHECK(r.deliver(delivery("msg_1", same), same).body ==
+        R"({"event":"msg_1","outcome":"processed"})");
+  CHECK(r.deliver(delivery("msg_2", same), same).body ==
+        R"({"event":"msg_2","outcome":"processed"})");
+  // One event redelivered with a payload that changed between attempts (an attempt counter):
+  // still one event, one effect.
+  const std::string second_attempt = R"({"type":"charge.succeeded","amount":100,"attempt":2})";
+  const http::reply again = r.deliver(delivery("msg_1", second_attempt), second_attempt);
+  CHECK(again.body == R"({"event":"msg_1","outcome":"duplicate"})");
+  CHECK(r.effects == std::map<std::string, int>{{"msg_1", 1}, {"msg_2", 1}});
+}
