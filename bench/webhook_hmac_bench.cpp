@@ -69,15 +69,13 @@ void webhook_hmac_openssl_context(benchmark::State& state) {
     state.SkipWithError("OpenSSL could not fetch HMAC");
   } else {
     char digest[] = "SHA256";
-    const OSSL_PARAM params[] = {
-        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0), OSSL_PARAM_END};
+    const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                                 OSSL_PARAM_END};
     for (auto _ : state) {
       unsigned char tag[EVP_MAX_MD_SIZE];
       std::size_t size = 0;
-      EVP_MAC_init(context, reinterpret_cast<const unsigned char*>(key.data()), key.size(),
-                   params);
-      EVP_MAC_update(context, reinterpret_cast<const unsigned char*>(stamp.data()),
-                     stamp.size());
+      EVP_MAC_init(context, reinterpret_cast<const unsigned char*>(key.data()), key.size(), params);
+      EVP_MAC_update(context, reinterpret_cast<const unsigned char*>(stamp.data()), stamp.size());
       EVP_MAC_update(context, reinterpret_cast<const unsigned char*>("."), 1);
       EVP_MAC_update(context, reinterpret_cast<const unsigned char*>(body.data()), body.size());
       EVP_MAC_final(context, tag, &size, sizeof tag);
@@ -96,8 +94,8 @@ void webhook_check_idem(benchmark::State& state) {
   sender.secrets = {std::string(key)};
   const idem::http::webhook_receiver receiver{sender};
   const auto now = std::chrono::system_clock::now();
-  const std::string signature = idem::http::sign_webhook(
-      key, std::chrono::time_point_cast<std::chrono::seconds>(now), body);
+  const std::string signature =
+      idem::http::sign_webhook(key, std::chrono::time_point_cast<std::chrono::seconds>(now), body);
   const auto fields = [&signature](std::string_view name) {
     std::vector<std::string_view> values;
     if (idem::header_name_equals(name, idem::http::webhook_signature_field))

@@ -21,11 +21,11 @@
 // temporary directory, WAL, synchronous FULL (normal:0, an fsync a commit: what a receiver that
 // must not lose an acknowledged event runs) or NORMAL (normal:1, no fsync: what is left is CPU).
 #include <benchmark/benchmark.h>
-#include <nlohmann/json.hpp>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <sqlite3.h>
+#include <nlohmann/json.hpp>
 
 #include <charconv>
 #include <chrono>
@@ -107,9 +107,9 @@ void webhook_receive_idem(benchmark::State& state) {
     idem::http::reply answer;
     idem::http::receive_webhook(events, receiver, field, body, handler, answer);
     if (answer.status != 200) {
-      state.SkipWithError(("idem's receiver answered " + std::to_string(answer.status) + ": " +
-                           answer.body)
-                              .c_str());
+      state.SkipWithError(
+          ("idem's receiver answered " + std::to_string(answer.status) + ": " + answer.body)
+              .c_str());
       break;
     }
     benchmark::DoNotOptimize(answer);
@@ -128,8 +128,9 @@ class hand_written_receiver {
     sqlite3_busy_timeout(db_, 5000);
     exec("PRAGMA journal_mode = WAL");
     exec(full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL");
-    exec("CREATE TABLE IF NOT EXISTS webhook_inbox (sender TEXT NOT NULL, event TEXT NOT NULL, "
-         "received_at INTEGER NOT NULL, PRIMARY KEY (sender, event)) WITHOUT ROWID");
+    exec(
+        "CREATE TABLE IF NOT EXISTS webhook_inbox (sender TEXT NOT NULL, event TEXT NOT NULL, "
+        "received_at INTEGER NOT NULL, PRIMARY KEY (sender, event)) WITHOUT ROWID");
     // What its purge of old events needs (idem's records expire and are swept by the same kind
     // of index): without it the table grows for ever, or each purge reads all of it.
     exec("CREATE INDEX IF NOT EXISTS webhook_inbox_by_age ON webhook_inbox (received_at)");
@@ -157,7 +158,8 @@ class hand_written_receiver {
     while (!signature.empty()) {
       const std::size_t comma = signature.find(',');
       const std::string_view part = signature.substr(0, comma);
-      signature = comma == std::string_view::npos ? std::string_view{} : signature.substr(comma + 1);
+      signature =
+          comma == std::string_view::npos ? std::string_view{} : signature.substr(comma + 1);
       if (part.starts_with("t=")) {
         std::from_chars(part.data() + 2, part.data() + part.size(), stamp);
       } else if (part.starts_with("v1=")) {
@@ -193,8 +195,8 @@ class hand_written_receiver {
       step(effect_);
     }
     step(commit_);
-    return {200, R"({"event":")" + id + (fresh ? R"(","outcome":"processed"})"
-                                              : R"(","outcome":"duplicate"})")};
+    return {200, R"({"event":")" + id +
+                     (fresh ? R"(","outcome":"processed"})" : R"(","outcome":"duplicate"})")};
   }
 
  private:

@@ -10,6 +10,8 @@
 
 #include <idem/http.hpp>
 #include <idem/server/inbox.hpp>
+#include <idem/store/memory.hpp>
+#include <idem/testing/faulty_store.hpp>
 
 #include <atomic>
 #include <cctype>
@@ -434,8 +436,9 @@ TEST_CASE("webhooks through the inbox: a handler's own answer is replayed to dup
   CHECK(runs == 1);
 }
 
-TEST_CASE("webhooks through the inbox: every bad delivery is refused with its status and applies "
-          "nothing") {
+TEST_CASE(
+    "webhooks through the inbox: every bad delivery is refused with its status and applies "
+    "nothing") {
   webhook_receiving r;
   const auto now = webhook_now();
   const std::string body = webhook_event_body("evt_bad");
@@ -457,10 +460,10 @@ TEST_CASE("webhooks through the inbox: every bad delivery is refused with its st
       {"no signature", webhook_fields{}, body, 400, "invalid-signature"},
       {"a wrong signature", signed_webhook_fields("whsec_wrong", body), body, 400,
        "invalid-signature"},
-      {"a signature over another body", signed_webhook_fields("whsec_current", body), modified,
-       400, "invalid-signature"},
-      {"a timestamp outside the tolerance", signed_webhook_fields("whsec_current", body, now - 301s),
-       body, 400, "stale-webhook"},
+      {"a signature over another body", signed_webhook_fields("whsec_current", body), modified, 400,
+       "invalid-signature"},
+      {"a timestamp outside the tolerance",
+       signed_webhook_fields("whsec_current", body, now - 301s), body, 400, "stale-webhook"},
       // A delivery captured and sent again ten minutes later: its signature still matches.
       {"a replayed old signature", signed_webhook_fields("whsec_current", body, now - 10min), body,
        400, "stale-webhook"},
@@ -510,4 +513,36 @@ TEST_CASE("webhooks through the inbox: deduplicated on the event id, never on th
   const http::reply again = r.deliver(delivery("msg_1", second_attempt), second_attempt);
   CHECK(again.body == R"({"event":"msg_1","outcome":"duplicate"})");
   CHECK(r.effects == std::map<std::string, int>{{"msg_1", 1}, {"msg_2", 1}});
+}
+
+TEST_CASE(
+    "webhooks through the inbox: a store that cannot answer is 503, runs nothing, and the "
+    "retry runs the event once") {
+  using store_type = idem::testing::faulty_store<idem::memory_store>;
+  struct policies : idem::default_policies {
+    using store = store_type;
+  };
+  store_type store;
+  idem::inbox<policies>::options options;
+  options.store = store;
+  idem::inbox<policies> events(std::move(options));
+  const auto receiver = webhook_receiver_of();
+  int runs = 0;
+  auto handler = [&runs](const http::webhook_event&) { ++runs; };
+  const std::string body = webhook_event_body("evt_down");
+  auto deliver = [&] {
+    http::reply out;
+    http::receive_webhook(events, receiver, signed_webhook_fields("whsec_current", body), body,
+                          handler, out);
+    return out;
+  };
+  store.fail(store_type::mode::unavailable);
+  const http::reply down = deliver();
+  CHECK(down.status == 503);
+  CHECK(down.body.find("#store-unavailable") != std::string::npos);
+  CHECK(runs == 0);
+  store.heal();
+  CHECK(deliver().status == 200);
+  CHECK(deliver().header(http::replayed_field) == "true");
+  CHECK(runs == 1);
 }
