@@ -3,10 +3,7 @@
 // signs each attempt afresh and retries on anything but a 2xx), the receiver killed with SIGKILL
 // where a crash hurts most. What is counted is what the receiver's database holds: one row in
 // `effects` per event that took effect, and each charge's final status.
-#include <netinet/in.h>
 #include <sqlite3.h>
-#include <sys/socket.h>
-#include <unistd.h>
 #include <catch2/catch.hpp>
 
 #include <map>
@@ -15,6 +12,7 @@
 #include <vector>
 
 #include "support/child_process.hpp"
+#include "support/loopback.hpp"
 #include "support/temporary_directory.hpp"
 
 namespace {
@@ -23,19 +21,12 @@ using idem::testing::child_process;
 
 constexpr const char* secret = "whsec_test_1";
 
-/// A port nobody listens on now (the kernel's choice, released), so that a receiver started
-/// again after a kill listens where the sender keeps sending.
+/// A port nobody listens on now, so that a receiver started again after a kill listens where
+/// the sender keeps sending.
 int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-  socklen_t length = sizeof address;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
-  ::close(fd);
-  return ntohs(address.sin_port);
+  const int port = idem_test::unused_loopback_port();
+  REQUIRE(port > 0);
+  return port;
 }
 
 struct event {

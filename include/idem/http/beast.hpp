@@ -276,6 +276,28 @@ constexpr bool check_async_guard() {
   return false;
 }
 
+/// The response to `message`: 200 until written otherwise, its version and keep-alive.
+template <class Body>
+beast_response response_to(const boost::beast::http::request<Body>& message) {
+  beast_response response{boost::beast::http::status::ok, message.version()};
+  response.keep_alive(message.keep_alive());
+  return response;
+}
+
+/// The refusal of a request framed ambiguously (check_framing), its connection closed and its
+/// payload prepared; std::nullopt for one framed well.
+template <class Body>
+std::optional<beast_response> framing_refused(const boost::beast::http::request<Body>& message) {
+  const auto refusal = check_framing(message);
+  if (!refusal) return std::nullopt;
+  beast_response response = response_to(message);
+  beast_writer out{response};
+  write_framing_refusal(*refusal, out);
+  response.keep_alive(false);
+  response.prepare_payload();
+  return response;
+}
+
 /// One exchange, as a coroutine. Scope, request and specification are taken by value (a
 /// string_view, a reference_wrapper or a pointer where the caller keeps them alive; the thing
 /// itself where the frame must own it), so that the awaitable outlives whatever made it.
@@ -284,15 +306,9 @@ asio::awaitable<beast_response> serve(Guarded& guarded, Scope scope,
                                       const boost::beast::http::request<Body>& message,
                                       Request request, Spec spec) {
   const specification& published = *spec;
-  beast_response response{boost::beast::http::status::ok, message.version()};
-  response.keep_alive(message.keep_alive());
+  if (auto refused = framing_refused(message)) co_return std::move(*refused);
+  beast_response response = response_to(message);
   beast_writer out{response};
-  if (const auto refusal = check_framing(message)) {
-    write_framing_refusal(*refusal, out);
-    response.keep_alive(false);
-    response.prepare_payload();
-    co_return response;
-  }
   // The key and the caller's deadline, read as exchange reads them (exchange.hpp).
   const call_fields fields(
       [&message](std::string_view name) { return key_field_values(message, name); }, published);
@@ -400,15 +416,9 @@ asio::awaitable<beast_response> receive_webhook(Inbox& events,
                                                 std::shared_ptr<const webhook_receiver> receiver,
                                                 std::shared_ptr<Handler> handler,
                                                 const boost::beast::http::request<Body>& message) {
-  beast_response response{boost::beast::http::status::ok, message.version()};
-  response.keep_alive(message.keep_alive());
+  if (auto refused = framing_refused(message)) co_return std::move(*refused);
+  beast_response response = response_to(message);
   beast_writer out{response};
-  if (const auto refusal = check_framing(message)) {
-    write_framing_refusal(*refusal, out);
-    response.keep_alive(false);
-    response.prepare_payload();
-    co_return response;
-  }
   const auto& body = message.body();
   const webhook_check checked = receiver->check(
       [&message](std::string_view name) { return key_field_values(message, name); },

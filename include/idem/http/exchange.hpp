@@ -87,13 +87,10 @@ void write_problem(const problem& refusal, Writer& out) {
   out.set_body(refusal.json(), problem_media_type);
 }
 
-/// Writes the response of an outcome that has one, as it was stored (its Content-Type given as
-/// the body's), a replay marked Idempotent-Replayed: true; else the outcome's problem.
+/// Writes `response` as it was stored (its Content-Type given as the body's), marked
+/// Idempotent-Replayed: true when it is a replay.
 template <http_response_like Response, reply_writer Writer>
-void write_outcome(const idempotent_outcome<Response>& outcome, const specification& spec,
-                   Writer& out) {
-  if (!outcome) return write_problem(problem_of(outcome, spec.uri), out);
-  const Response& response = *outcome;
+void write_response(const Response& response, bool replayed, Writer& out) {
   out.set_status(static_cast<int>(response.status));
   std::string_view content_type;
   for (const auto& [name, value] : response.headers) {
@@ -103,8 +100,17 @@ void write_outcome(const idempotent_outcome<Response>& outcome, const specificat
       out.add_header(name, value);
     }
   }
-  if (outcome.verdict() == verdict::replayed) out.add_header(replayed_field, "true");
+  if (replayed) out.add_header(replayed_field, "true");
   out.set_body(response.body, content_type);
+}
+
+/// Writes the response of an outcome that has one, as it was stored (its Content-Type given as
+/// the body's), a replay marked Idempotent-Replayed: true; else the outcome's problem.
+template <http_response_like Response, reply_writer Writer>
+void write_outcome(const idempotent_outcome<Response>& outcome, const specification& spec,
+                   Writer& out) {
+  if (!outcome) return write_problem(problem_of(outcome, spec.uri), out);
+  write_response(*outcome, outcome.verdict() == verdict::replayed, out);
 }
 
 /// What a request's fields say about the call: its key (Idempotency-Key, read as the

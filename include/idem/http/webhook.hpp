@@ -365,18 +365,7 @@ void write_webhook_outcome(const idempotent_outcome<Response>& outcome, const we
   if (!outcome) return write_problem(problem_of(outcome, sender.specification_uri), out);
   const bool duplicate = outcome.verdict() == verdict::replayed;
   if constexpr (http_response_like<Response>) {
-    const Response& response = *outcome;
-    out.set_status(static_cast<int>(response.status));
-    std::string_view content_type;
-    for (const auto& [name, value] : response.headers) {
-      if (idem::header_name_equals(name, "Content-Type")) {
-        content_type = value;
-      } else {
-        out.add_header(name, value);
-      }
-    }
-    if (duplicate) out.add_header(replayed_field, "true");
-    out.set_body(response.body, content_type);
+    write_response(*outcome, duplicate, out);
   } else {
     out.set_status(200);
     if (duplicate) out.add_header(replayed_field, "true");

@@ -3,10 +3,6 @@
 // by itself once the server answers again.
 #include <catch2/catch.hpp>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -20,6 +16,7 @@
 #include <idem/store/postgres.hpp>
 
 #include "postgres_test_support.hpp"
+#include "support/loopback.hpp"
 #include "support/store_errors.hpp"
 
 namespace pgtest = idem::testing::postgres;
@@ -36,17 +33,11 @@ idem::digest print() {
   return idem::digest{bytes};
 }
 
-// A loopback port nothing listens on (bound, read, released).
+// A loopback port nothing listens on (support/loopback.hpp).
 int unused_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-  socklen_t length = sizeof address;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0);
-  ::close(fd);
-  return ntohs(address.sin_port);
+  const int port = idem_test::unused_loopback_port();
+  REQUIRE(port > 0);
+  return port;
 }
 
 }  // namespace
