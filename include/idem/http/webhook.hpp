@@ -127,6 +127,7 @@ using idem::detail::json_parser;
 // receivers know them.
 struct signature_parts {
   std::int64_t timestamp = 0;
+  std::string_view timestamp_text;  // as sent: what was signed
   std::vector<hmac_sha256::tag> tags;
 };
 
@@ -158,6 +159,7 @@ inline std::optional<signature_parts> parse_signature(std::string_view value, st
         return std::nullopt;
       }
       stamped = true;
+      parts.timestamp_text = text;
     } else if (scheme == "v1") {
       const auto tag = hmac_sha256::from_hex(text);
       if (!tag) {
@@ -309,7 +311,7 @@ class webhook_receiver {
     std::string why;
     const auto parts = detail::parse_signature(signature, why);
     if (!parts) return refuse(problem_kind::invalid_signature, why);
-    const auto stamp = std::to_string(parts->timestamp);
+    const std::string_view stamp = parts->timestamp_text;
     bool matched = false;
     for (const std::string& secret : sender_.secrets) {
       const auto expected = hmac_sha256::sign(secret, {stamp, ".", body});
@@ -320,17 +322,19 @@ class webhook_receiver {
       return refuse(problem_kind::invalid_signature,
                     "no signature matches the body under any secret this receiver accepts");
     }
-    // Checked after the signature, so that the time said is the sender's.
-    const auto signed_at = std::chrono::sys_seconds(std::chrono::seconds(parts->timestamp));
-    const auto apart = now > signed_at ? now - signed_at : signed_at - now;
-    if (apart > sender_.tolerance) {
-      return refuse(
-          problem_kind::stale_webhook,
-          "the delivery was signed " +
-              std::to_string(std::chrono::duration_cast<std::chrono::seconds>(apart).count()) +
-              " s from now, more than the " + std::to_string(sender_.tolerance.count()) +
-              " s this receiver allows");
+    // Checked after the signature, so that the time said is the sender's; in whole seconds, so
+    // that no timestamp a field can hold overflows.
+    const std::int64_t now_s =
+        std::chrono::floor<std::chrono::seconds>(now).time_since_epoch().count();
+    const std::int64_t apart =
+        parts->timestamp > now_s ? parts->timestamp - now_s : now_s - parts->timestamp;
+    if (apart > sender_.tolerance.count()) {
+      return refuse(problem_kind::stale_webhook,
+                    "the delivery was signed " + std::to_string(apart) +
+                        " s from now, more than the " + std::to_string(sender_.tolerance.count()) +
+                        " s this receiver allows");
     }
+    const auto signed_at = std::chrono::sys_seconds(std::chrono::seconds(parts->timestamp));
     std::optional<std::string> id;
     if (!sender_.event_id_field.empty()) {
       std::size_t ids = 0;

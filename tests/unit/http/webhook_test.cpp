@@ -164,6 +164,12 @@ TEST_CASE("webhook signatures: a signed delivery passes, under any secret of a r
                                   .substr(http::sign_webhook("whsec_new", at, body).find("v1="));
   CHECK(
       receiver.check(webhook_fields{{{"Webhook-Signature", with_v0}}}, body, webhook_clock::now()));
+  // The timestamp is checked as it was signed, text for text: leading zeros are the sender's.
+  const std::string padded = "0" + std::to_string(at.time_since_epoch().count());
+  const std::string zeros =
+      "t=" + padded +
+      ",v1=" + idem::hmac_sha256::hex(idem::hmac_sha256::sign("whsec_new", {padded, ".", body}));
+  CHECK(receiver.check(webhook_fields{{{"Webhook-Signature", zeros}}}, body, webhook_clock::now()));
 }
 
 TEST_CASE("webhook signatures: every bad delivery is refused with its problem, before the id") {
@@ -206,6 +212,12 @@ TEST_CASE("webhook signatures: every bad delivery is refused with its problem, b
        webhook_fields{{{"Webhook-Signature", "t=12a,v1=" + tag}}}, kind::invalid_signature},
       {"a negative timestamp", webhook_fields{{{"Webhook-Signature", "t=-5,v1=" + tag}}},
        kind::invalid_signature},
+      // A timestamp far past any clock, signed: refused as stale, without overflowing.
+      {"a timestamp in the year 292 billion",
+       signed_webhook_fields(
+           "whsec_current", body,
+           std::chrono::sys_seconds(std::chrono::seconds(INT64_C(9'000'000'000'000'000'000)))),
+       kind::stale_webhook},
       {"a short tag",
        webhook_fields{{{"Webhook-Signature", "t=" + stamp + ",v1=" + tag.substr(2)}}},
        kind::invalid_signature},
