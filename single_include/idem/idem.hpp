@@ -14337,6 +14337,149 @@ class reconciler {
 #ifndef IDEM_STORE_LOCKED_HPP
 #define IDEM_STORE_LOCKED_HPP
 
+// begin idem/store/detail/cursor.hpp
+// A store's list_records cursor (idem/store/inspect.hpp) as text: the bytes of the last record's
+// position, in hex, so that a cursor passes through a command line or JSON unharmed. Standard
+// library only.
+#ifndef IDEM_STORE_DETAIL_CURSOR_HPP
+#define IDEM_STORE_DETAIL_CURSOR_HPP
+
+namespace idem::detail {
+
+inline std::string cursor_of(std::string_view position) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(position.size() * 2);
+  for (const char c : position) {
+    const auto byte = static_cast<unsigned char>(c);
+    out.push_back(digits[byte >> 4]);
+    out.push_back(digits[byte & 0xf]);
+  }
+  return out;
+}
+
+/// The position a cursor names; std::invalid_argument for text no cursor_of made. `who` names
+/// the store in the message.
+inline std::string position_of(std::string_view cursor, const char* who) {
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  std::string out;
+  bool valid = cursor.size() % 2 == 0;
+  for (std::size_t i = 0; valid && i < cursor.size(); i += 2) {
+    const int high = nibble(cursor[i]);
+    const int low = nibble(cursor[i + 1]);
+    valid = high >= 0 && low >= 0;
+    if (valid) out.push_back(static_cast<char>(high << 4 | low));
+  }
+  if (!valid) {
+    throw std::invalid_argument(std::string(who) +
+                                ": the cursor is not one this store made (lowercase hex)");
+  }
+  return out;
+}
+
+}  // namespace idem::detail
+
+#endif  // IDEM_STORE_DETAIL_CURSOR_HPP
+// end idem/store/detail/cursor.hpp
+// begin idem/store/inspect.hpp
+// InspectableStore: what an operator reads and corrects in a store (the idem-admin console,
+// docs/operations.md), an optional capability beside the contract (idem/store/contract.hpp).
+//
+// list_records(filter, cursor, limit, now) — one page of the live, unreleased records (as find
+//   sees them at `now`) that pass `filter`, at most `limit` of them, in the store's own order,
+//   whole (response and recovery bytes included); and the cursor of the next page, empty when
+//   there is none. Walking the pages from the empty cursor visits each record that lives through
+//   the walk once; a record claimed or removed meanwhile may be seen or not. A cursor is the
+//   store's own text, only ever given back to the same store; a cursor the store did not make
+//   throws std::invalid_argument.
+// forget(request) — the operator's correction: the record of (scope, key) becomes free as a
+//   release makes it, a tombstone that keeps its fence until it expires, so that a holder still
+//   running can never complete, release or checkpoint it again, and the next claim runs anew
+//   under a higher fence (a repeat after a forget takes effect once more: that is what
+//   forgetting means). It refuses, changing nothing:
+//     absent         no live, unreleased record of (scope, key);
+//     fence_changed  request.fence is given and the record's is another (it was claimed again
+//                    or taken over since the operator looked);
+//     live_claim     an in-progress record whose lease has not passed, unless request.force.
+//   Answers forgotten with the fence the record had.
+#ifndef IDEM_STORE_INSPECT_HPP
+#define IDEM_STORE_INSPECT_HPP
+
+namespace idem {
+
+/// Which records list_records answers: every condition given must hold.
+struct record_filter {
+  std::optional<std::string> scope;          ///< one scope; none: every scope
+  std::optional<record_state> state;         ///< only in-progress, or only completed records
+  std::optional<store_time> created_before;  ///< claimed before this time
+  std::optional<store_time> lease_ended_by;  ///< in progress with lease_until <= this
+};
+
+/// One page of records, and where the next one starts.
+struct record_page {
+  std::vector<record> records;
+  std::string next;  ///< empty: this was the last page
+};
+
+/// What forget is asked to do.
+struct forget_request {
+  std::string_view scope;
+  std::string_view key;
+  store_time now;
+  std::optional<std::uint64_t> fence;  ///< forget only the record under this fence
+  bool force = false;                  ///< a live in-progress claim too: its holder is fenced out
+};
+
+enum class forget_status : std::uint8_t { forgotten, absent, fence_changed, live_claim };
+
+constexpr std::string_view to_string(forget_status status) noexcept {
+  switch (status) {
+    case forget_status::forgotten:
+      return "forgotten";
+    case forget_status::absent:
+      return "absent";
+    case forget_status::fence_changed:
+      return "fence_changed";
+    case forget_status::live_claim:
+      return "live_claim";
+  }
+  return "unknown";
+}
+
+struct forget_result {
+  forget_status status = forget_status::absent;
+  std::uint64_t fence = 0;  ///< the record's fence: forgotten, fence_changed, live_claim
+};
+
+/// Whether `record` passes `filter`.
+inline bool passes(const record& r, const record_filter& filter) noexcept {
+  if (filter.scope && r.scope != *filter.scope) return false;
+  if (filter.state && r.state != *filter.state) return false;
+  if (filter.created_before && !(r.created_at < *filter.created_before)) return false;
+  if (filter.lease_ended_by &&
+      (r.state != record_state::in_progress || *filter.lease_ended_by < r.lease_until)) {
+    return false;
+  }
+  return true;
+}
+
+template <class S>
+concept InspectableStore = Store<S> &&
+    requires(S& store, const S& readable, const record_filter& filter, std::string_view cursor,
+             std::size_t limit, store_time now, const forget_request& request) {
+  { readable.list_records(filter, cursor, limit, now) } -> std::same_as<record_page>;
+  { store.forget(request) } -> std::same_as<forget_result>;
+};
+
+}  // namespace idem
+
+#endif  // IDEM_STORE_INSPECT_HPP
+// end idem/store/inspect.hpp
+
 namespace idem {
 
 class locked_store {
@@ -14476,6 +14619,51 @@ class locked_store {
       }
     }
     return out;
+  }
+
+  /// InspectableStore (idem/store/inspect.hpp): a page of the live records that pass `filter`,
+  /// in (scope, key) order, the scope's length first.
+  record_page list_records(const record_filter& filter, std::string_view cursor, std::size_t limit,
+                           store_time now) const {
+    if (limit == 0) throw std::invalid_argument("idem::locked_store::list_records: a limit of 0");
+    const std::string after = detail::position_of(cursor, "idem::locked_store::list_records");
+    const std::lock_guard lock(state_->mutex);
+    auto it = cursor.empty()
+                  ? state_->records.cbegin()
+                  : std::upper_bound(
+                        state_->records.cbegin(), state_->records.cend(), after,
+                        [](const std::string& wanted, const entry& e) { return wanted < e.id; });
+    record_page page;
+    for (; it != state_->records.cend(); ++it) {
+      if (it->released || it->snapshot.expires_at <= now || !passes(it->snapshot, filter)) continue;
+      if (page.records.size() == limit) {
+        page.next = detail::cursor_of(std::prev(it)->id);
+        break;
+      }
+      page.records.push_back(it->snapshot);
+    }
+    return page;
+  }
+
+  /// InspectableStore: the record made free as a release frees it (idem/store/inspect.hpp).
+  forget_result forget(const forget_request& request) {
+    const std::lock_guard lock(state_->mutex);
+    entry* target = held_at(make_id(request.scope, request.key));
+    if (target == nullptr || target->released || target->snapshot.expires_at <= request.now) {
+      return {forget_status::absent, 0};
+    }
+    record& r = target->snapshot;
+    if (request.fence && *request.fence != r.fence) return {forget_status::fence_changed, r.fence};
+    if (r.state == record_state::in_progress && request.now < r.lease_until && !request.force) {
+      return {forget_status::live_claim, r.fence};
+    }
+    const std::uint64_t fence = r.fence;
+    state_->bytes -= r.response.size() + r.recovery.size();
+    r.response.clear();
+    r.recovery.clear();
+    target->released = true;  // a tombstone: its holder writes nothing more, the next claim runs
+                              // under a higher fence
+    return {forget_status::forgotten, fence};
   }
 
   /// Records held, expired-but-unswept ones and release tombstones included.

@@ -12,16 +12,20 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include <idem/store/contract.hpp>
+#include <idem/store/detail/cursor.hpp>
+#include <idem/store/inspect.hpp>
 
 namespace idem {
 
@@ -162,6 +166,51 @@ class locked_store {
       }
     }
     return out;
+  }
+
+  /// InspectableStore (idem/store/inspect.hpp): a page of the live records that pass `filter`,
+  /// in (scope, key) order, the scope's length first.
+  record_page list_records(const record_filter& filter, std::string_view cursor, std::size_t limit,
+                           store_time now) const {
+    if (limit == 0) throw std::invalid_argument("idem::locked_store::list_records: a limit of 0");
+    const std::string after = detail::position_of(cursor, "idem::locked_store::list_records");
+    const std::lock_guard lock(state_->mutex);
+    auto it = cursor.empty()
+                  ? state_->records.cbegin()
+                  : std::upper_bound(
+                        state_->records.cbegin(), state_->records.cend(), after,
+                        [](const std::string& wanted, const entry& e) { return wanted < e.id; });
+    record_page page;
+    for (; it != state_->records.cend(); ++it) {
+      if (it->released || it->snapshot.expires_at <= now || !passes(it->snapshot, filter)) continue;
+      if (page.records.size() == limit) {
+        page.next = detail::cursor_of(std::prev(it)->id);
+        break;
+      }
+      page.records.push_back(it->snapshot);
+    }
+    return page;
+  }
+
+  /// InspectableStore: the record made free as a release frees it (idem/store/inspect.hpp).
+  forget_result forget(const forget_request& request) {
+    const std::lock_guard lock(state_->mutex);
+    entry* target = held_at(make_id(request.scope, request.key));
+    if (target == nullptr || target->released || target->snapshot.expires_at <= request.now) {
+      return {forget_status::absent, 0};
+    }
+    record& r = target->snapshot;
+    if (request.fence && *request.fence != r.fence) return {forget_status::fence_changed, r.fence};
+    if (r.state == record_state::in_progress && request.now < r.lease_until && !request.force) {
+      return {forget_status::live_claim, r.fence};
+    }
+    const std::uint64_t fence = r.fence;
+    state_->bytes -= r.response.size() + r.recovery.size();
+    r.response.clear();
+    r.recovery.clear();
+    target->released = true;  // a tombstone: its holder writes nothing more, the next claim runs
+                              // under a higher fence
+    return {forget_status::forgotten, fence};
   }
 
   /// Records held, expired-but-unswept ones and release tombstones included.

@@ -1,7 +1,8 @@
-// locked_store, the reference model, against the store conformance suite.
+// locked_store, the reference model, against the store conformance suite and the inspection one.
 #include <catch2/catch.hpp>
 
 #include <idem/store/locked.hpp>
+#include <idem/testing/inspect_conformance.hpp>
 #include <idem/testing/store_conformance.hpp>
 
 namespace {
@@ -16,3 +17,4 @@ struct locked_store_factory {
 }  // namespace
 
 IDEM_STORE_CONFORMANCE_TESTS(locked_store_factory)
+IDEM_INSPECT_CONFORMANCE_TESTS(locked_store_factory)
