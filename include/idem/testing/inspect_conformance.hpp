@@ -27,6 +27,7 @@
 #include <idem/core/fingerprint/digest.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/inspect.hpp>
+#include <idem/testing/detail/conformance/registration.hpp>
 #include <idem/testing/store_conformance.hpp>
 
 namespace idem::testing::inspect {
@@ -253,10 +254,13 @@ void a_forced_forget_fences_out_the_live_holder() {
 
 }  // namespace idem::testing::inspect
 
-#define IDEM_INSPECT_CASE(Factory, behaviour, function)                         \
-  TEMPLATE_TEST_CASE("inspect conformance: " behaviour, "[inspect]", Factory) { \
-    ::idem::testing::inspect::function<TestType>();                             \
-  }
+// One Catch2 test case per behaviour; none is tagged [concurrency], so a build that defines
+// IDEM_TESTING_CONCURRENCY_ONLY registers none (detail/conformance/registration.hpp).
+#define IDEM_INSPECT_CASE(Factory, behaviour, function)                             \
+  IDEM_CONFORMANCE_SERIAL(                                                          \
+      TEMPLATE_TEST_CASE("inspect conformance: " behaviour, "[inspect]", Factory) { \
+        ::idem::testing::inspect::function<TestType>();                             \
+      })
 
 #define IDEM_INSPECT_CONFORMANCE_TESTS(Factory)                                         \
   IDEM_INSPECT_CASE(Factory, "pages visit every live record once, whole",               \
