@@ -10511,6 +10511,177 @@ struct inbox_options {
 #ifndef IDEM_STORE_MEMORY_HPP
 #define IDEM_STORE_MEMORY_HPP
 
+// begin idem/store/detail/cursor.hpp
+// A store's list_records cursor (idem/store/inspect.hpp) as text: the bytes of the last record's
+// position, in hex, so that a cursor passes through a command line or JSON unharmed; for the
+// stores whose position is the record's (scope, key), that pair, its scope's length first (8
+// bytes, big-endian), as locked_store orders its records. Standard library only.
+#ifndef IDEM_STORE_DETAIL_CURSOR_HPP
+#define IDEM_STORE_DETAIL_CURSOR_HPP
+
+namespace idem::detail {
+
+inline std::string cursor_of(std::string_view position) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(position.size() * 2);
+  for (const char c : position) {
+    const auto byte = static_cast<unsigned char>(c);
+    out.push_back(digits[byte >> 4]);
+    out.push_back(digits[byte & 0xf]);
+  }
+  return out;
+}
+
+/// The position a cursor names; std::invalid_argument for text no cursor_of made. `who` names
+/// the store in the message.
+inline std::string position_of(std::string_view cursor, const char* who) {
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  std::string out;
+  bool valid = cursor.size() % 2 == 0;
+  for (std::size_t i = 0; valid && i < cursor.size(); i += 2) {
+    const int high = nibble(cursor[i]);
+    const int low = nibble(cursor[i + 1]);
+    valid = high >= 0 && low >= 0;
+    if (valid) out.push_back(static_cast<char>(high << 4 | low));
+  }
+  if (!valid) {
+    throw std::invalid_argument(std::string(who) +
+                                ": the cursor is not one this store made (lowercase hex)");
+  }
+  return out;
+}
+
+/// The cursor after the record (scope, key).
+inline std::string record_cursor(std::string_view scope, std::string_view key) {
+  std::string position;
+  position.reserve(8 + scope.size() + key.size());
+  const std::uint64_t length = scope.size();
+  for (int shift = 56; shift >= 0; shift -= 8)
+    position.push_back(static_cast<char>((length >> shift) & 0xff));
+  position.append(scope);
+  position.append(key);
+  return cursor_of(position);
+}
+
+/// The (scope, key) a record_cursor names; std::invalid_argument for any other text.
+inline std::pair<std::string, std::string> record_at_cursor(std::string_view cursor,
+                                                            const char* who) {
+  const std::string position = position_of(cursor, who);
+  std::uint64_t length = 0;
+  bool valid = position.size() >= 8;
+  for (std::size_t i = 0; valid && i < 8; ++i)
+    length = length << 8 | static_cast<unsigned char>(position[i]);
+  valid = valid && length <= position.size() - 8;
+  if (!valid) {
+    throw std::invalid_argument(std::string(who) + ": the cursor is not one this store made");
+  }
+  return {position.substr(8, static_cast<std::size_t>(length)),
+          position.substr(8 + static_cast<std::size_t>(length))};
+}
+
+}  // namespace idem::detail
+
+#endif  // IDEM_STORE_DETAIL_CURSOR_HPP
+// end idem/store/detail/cursor.hpp
+// begin idem/store/inspect.hpp
+// InspectableStore: what an operator reads and corrects in a store (the idem-admin console,
+// docs/operations.md), an optional capability beside the contract (idem/store/contract.hpp).
+//
+// list_records(filter, cursor, limit, now) — one page of the live, unreleased records (as find
+//   sees them at `now`) that pass `filter`, at most `limit` of them, in the store's own order,
+//   whole (response and recovery bytes included); and the cursor of the next page, empty when
+//   there is none. Walking the pages from the empty cursor visits each record that lives through
+//   the walk once; a record claimed or removed meanwhile may be seen or not. A cursor is the
+//   store's own text, only ever given back to the same store; a cursor the store did not make
+//   throws std::invalid_argument.
+// forget(request) — the operator's correction: the record of (scope, key) becomes free as a
+//   release makes it, a tombstone that keeps its fence until it expires, so that a holder still
+//   running can never complete, release or checkpoint it again, and the next claim runs anew
+//   under a higher fence (a repeat after a forget takes effect once more: that is what
+//   forgetting means). It refuses, changing nothing:
+//     absent         no live, unreleased record of (scope, key);
+//     fence_changed  request.fence is given and the record's is another (it was claimed again
+//                    or taken over since the operator looked);
+//     live_claim     an in-progress record whose lease has not passed, unless request.force.
+//   Answers forgotten with the fence the record had.
+#ifndef IDEM_STORE_INSPECT_HPP
+#define IDEM_STORE_INSPECT_HPP
+
+namespace idem {
+
+/// Which records list_records answers: every condition given must hold.
+struct record_filter {
+  std::optional<std::string> scope;          ///< one scope; none: every scope
+  std::optional<record_state> state;         ///< only in-progress, or only completed records
+  std::optional<store_time> created_before;  ///< claimed before this time
+  std::optional<store_time> lease_ended_by;  ///< in progress with lease_until <= this
+};
+
+/// One page of records, and where the next one starts.
+struct record_page {
+  std::vector<record> records;
+  std::string next;  ///< empty: this was the last page
+};
+
+/// What forget is asked to do.
+struct forget_request {
+  std::string_view scope;
+  std::string_view key;
+  store_time now;
+  std::optional<std::uint64_t> fence;  ///< forget only the record under this fence
+  bool force = false;                  ///< a live in-progress claim too: its holder is fenced out
+};
+
+enum class forget_status : std::uint8_t { forgotten, absent, fence_changed, live_claim };
+
+constexpr std::string_view to_string(forget_status status) noexcept {
+  switch (status) {
+    case forget_status::forgotten:
+      return "forgotten";
+    case forget_status::absent:
+      return "absent";
+    case forget_status::fence_changed:
+      return "fence_changed";
+    case forget_status::live_claim:
+      return "live_claim";
+  }
+  return "unknown";
+}
+
+struct forget_result {
+  forget_status status = forget_status::absent;
+  std::uint64_t fence = 0;  ///< the record's fence: forgotten, fence_changed, live_claim
+};
+
+/// Whether `record` passes `filter`.
+inline bool passes(const record& r, const record_filter& filter) noexcept {
+  if (filter.scope && r.scope != *filter.scope) return false;
+  if (filter.state && r.state != *filter.state) return false;
+  if (filter.created_before && !(r.created_at < *filter.created_before)) return false;
+  if (filter.lease_ended_by &&
+      (r.state != record_state::in_progress || *filter.lease_ended_by < r.lease_until)) {
+    return false;
+  }
+  return true;
+}
+
+template <class S>
+concept InspectableStore = Store<S> &&
+    requires(S& store, const S& readable, const record_filter& filter, std::string_view cursor,
+             std::size_t limit, store_time now, const forget_request& request) {
+  { readable.list_records(filter, cursor, limit, now) } -> std::same_as<record_page>;
+  { store.forget(request) } -> std::same_as<forget_result>;
+};
+
+}  // namespace idem
+
+#endif  // IDEM_STORE_INSPECT_HPP
+// end idem/store/inspect.hpp
 // begin idem/store/memory/detail/bucket_array.hpp
 // The memory store's buckets: every shard's chain heads in one zeroed allocation, on huge pages
 // where the platform gives them, and how many a shard gets.
@@ -12378,6 +12549,69 @@ class basic_memory_store {
           });
     }
     return out;
+  }
+
+  /// InspectableStore (idem/store/inspect.hpp): a page of the live records that pass `filter`,
+  /// shard by shard, bucket by bucket, each chain in its own order; the cursor is the last
+  /// record's (scope, key), whose hash names the bucket to resume in.
+  record_page list_records(const record_filter& filter, std::string_view cursor, std::size_t limit,
+                           store_time now) const {
+    constexpr const char* who = "idem::memory_store::list_records";
+    if (limit == 0) throw std::invalid_argument(std::string(who) + ": a limit of 0");
+    state& s = *state_;
+    std::size_t first_shard = 0, first_bucket = 0;
+    std::uint16_t hint = 0;
+    std::pair<std::string, std::string> after;
+    if (!cursor.empty()) {
+      after = detail::record_at_cursor(cursor, who);
+      const std::uint64_t hash = s.hash_of(after.first, after.second);
+      first_shard = hash >> detail::memory::shard_shift;
+      first_bucket = hash & s.shards[first_shard].mask;
+      hint = detail::memory::hint_of(hash);
+    }
+    const std::int64_t at = detail::memory::to_ns(now);
+    record_page page;
+    bool full = false;
+    detail::epoch_guard<Lazy> guard;
+    for (std::size_t i = first_shard; i < s.shards.size() && !full; ++i) {
+      const shard& each = s.shards[i];
+      for (std::size_t b = i == first_shard ? first_bucket : 0; b <= each.mask && !full; ++b) {
+        const bool resumes = !cursor.empty() && i == first_shard && b == first_bucket;
+        for_each_live(each.buckets[b], [&](const node& n) {
+          if (full || n.state == node_state::released || n.expires_at <= at) return;
+          if (resumes && detail::memory::compare(n, hint, after.first, after.second) <= 0) return;
+          record seen = snapshot(n, true);
+          if (!passes(seen, filter)) return;
+          if (page.records.size() == limit) {
+            page.next = detail::record_cursor(page.records.back().scope, page.records.back().key);
+            full = true;
+            return;
+          }
+          page.records.push_back(std::move(seen));
+        });
+      }
+    }
+    return page;
+  }
+
+  /// InspectableStore: the record made free as a release frees it (idem/store/inspect.hpp).
+  forget_result forget(const forget_request& request) {
+    for (;;) {
+      const std::optional<record> seen = find(request.scope, request.key, request.now);
+      if (!seen) return {forget_status::absent, 0};
+      if (request.fence && *request.fence != seen->fence) {
+        return {forget_status::fence_changed, seen->fence};
+      }
+      if (seen->state == record_state::in_progress && request.now < seen->lease_until &&
+          !request.force) {
+        return {forget_status::live_claim, seen->fence};
+      }
+      // The release of the fence just read; a record taken over or claimed again since is read
+      // again and decided anew.
+      if (release(fenced_key{request.scope, request.key, seen->fence})) {
+        return {forget_status::forgotten, seen->fence};
+      }
+    }
   }
 
   stats statistics() const noexcept {
@@ -14337,149 +14571,6 @@ class reconciler {
 #ifndef IDEM_STORE_LOCKED_HPP
 #define IDEM_STORE_LOCKED_HPP
 
-// begin idem/store/detail/cursor.hpp
-// A store's list_records cursor (idem/store/inspect.hpp) as text: the bytes of the last record's
-// position, in hex, so that a cursor passes through a command line or JSON unharmed. Standard
-// library only.
-#ifndef IDEM_STORE_DETAIL_CURSOR_HPP
-#define IDEM_STORE_DETAIL_CURSOR_HPP
-
-namespace idem::detail {
-
-inline std::string cursor_of(std::string_view position) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(position.size() * 2);
-  for (const char c : position) {
-    const auto byte = static_cast<unsigned char>(c);
-    out.push_back(digits[byte >> 4]);
-    out.push_back(digits[byte & 0xf]);
-  }
-  return out;
-}
-
-/// The position a cursor names; std::invalid_argument for text no cursor_of made. `who` names
-/// the store in the message.
-inline std::string position_of(std::string_view cursor, const char* who) {
-  auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  };
-  std::string out;
-  bool valid = cursor.size() % 2 == 0;
-  for (std::size_t i = 0; valid && i < cursor.size(); i += 2) {
-    const int high = nibble(cursor[i]);
-    const int low = nibble(cursor[i + 1]);
-    valid = high >= 0 && low >= 0;
-    if (valid) out.push_back(static_cast<char>(high << 4 | low));
-  }
-  if (!valid) {
-    throw std::invalid_argument(std::string(who) +
-                                ": the cursor is not one this store made (lowercase hex)");
-  }
-  return out;
-}
-
-}  // namespace idem::detail
-
-#endif  // IDEM_STORE_DETAIL_CURSOR_HPP
-// end idem/store/detail/cursor.hpp
-// begin idem/store/inspect.hpp
-// InspectableStore: what an operator reads and corrects in a store (the idem-admin console,
-// docs/operations.md), an optional capability beside the contract (idem/store/contract.hpp).
-//
-// list_records(filter, cursor, limit, now) — one page of the live, unreleased records (as find
-//   sees them at `now`) that pass `filter`, at most `limit` of them, in the store's own order,
-//   whole (response and recovery bytes included); and the cursor of the next page, empty when
-//   there is none. Walking the pages from the empty cursor visits each record that lives through
-//   the walk once; a record claimed or removed meanwhile may be seen or not. A cursor is the
-//   store's own text, only ever given back to the same store; a cursor the store did not make
-//   throws std::invalid_argument.
-// forget(request) — the operator's correction: the record of (scope, key) becomes free as a
-//   release makes it, a tombstone that keeps its fence until it expires, so that a holder still
-//   running can never complete, release or checkpoint it again, and the next claim runs anew
-//   under a higher fence (a repeat after a forget takes effect once more: that is what
-//   forgetting means). It refuses, changing nothing:
-//     absent         no live, unreleased record of (scope, key);
-//     fence_changed  request.fence is given and the record's is another (it was claimed again
-//                    or taken over since the operator looked);
-//     live_claim     an in-progress record whose lease has not passed, unless request.force.
-//   Answers forgotten with the fence the record had.
-#ifndef IDEM_STORE_INSPECT_HPP
-#define IDEM_STORE_INSPECT_HPP
-
-namespace idem {
-
-/// Which records list_records answers: every condition given must hold.
-struct record_filter {
-  std::optional<std::string> scope;          ///< one scope; none: every scope
-  std::optional<record_state> state;         ///< only in-progress, or only completed records
-  std::optional<store_time> created_before;  ///< claimed before this time
-  std::optional<store_time> lease_ended_by;  ///< in progress with lease_until <= this
-};
-
-/// One page of records, and where the next one starts.
-struct record_page {
-  std::vector<record> records;
-  std::string next;  ///< empty: this was the last page
-};
-
-/// What forget is asked to do.
-struct forget_request {
-  std::string_view scope;
-  std::string_view key;
-  store_time now;
-  std::optional<std::uint64_t> fence;  ///< forget only the record under this fence
-  bool force = false;                  ///< a live in-progress claim too: its holder is fenced out
-};
-
-enum class forget_status : std::uint8_t { forgotten, absent, fence_changed, live_claim };
-
-constexpr std::string_view to_string(forget_status status) noexcept {
-  switch (status) {
-    case forget_status::forgotten:
-      return "forgotten";
-    case forget_status::absent:
-      return "absent";
-    case forget_status::fence_changed:
-      return "fence_changed";
-    case forget_status::live_claim:
-      return "live_claim";
-  }
-  return "unknown";
-}
-
-struct forget_result {
-  forget_status status = forget_status::absent;
-  std::uint64_t fence = 0;  ///< the record's fence: forgotten, fence_changed, live_claim
-};
-
-/// Whether `record` passes `filter`.
-inline bool passes(const record& r, const record_filter& filter) noexcept {
-  if (filter.scope && r.scope != *filter.scope) return false;
-  if (filter.state && r.state != *filter.state) return false;
-  if (filter.created_before && !(r.created_at < *filter.created_before)) return false;
-  if (filter.lease_ended_by &&
-      (r.state != record_state::in_progress || *filter.lease_ended_by < r.lease_until)) {
-    return false;
-  }
-  return true;
-}
-
-template <class S>
-concept InspectableStore = Store<S> &&
-    requires(S& store, const S& readable, const record_filter& filter, std::string_view cursor,
-             std::size_t limit, store_time now, const forget_request& request) {
-  { readable.list_records(filter, cursor, limit, now) } -> std::same_as<record_page>;
-  { store.forget(request) } -> std::same_as<forget_result>;
-};
-
-}  // namespace idem
-
-#endif  // IDEM_STORE_INSPECT_HPP
-// end idem/store/inspect.hpp
-
 namespace idem {
 
 class locked_store {
@@ -14626,7 +14717,12 @@ class locked_store {
   record_page list_records(const record_filter& filter, std::string_view cursor, std::size_t limit,
                            store_time now) const {
     if (limit == 0) throw std::invalid_argument("idem::locked_store::list_records: a limit of 0");
-    const std::string after = detail::position_of(cursor, "idem::locked_store::list_records");
+    std::string after;
+    if (!cursor.empty()) {
+      const auto [scope, key] =
+          detail::record_at_cursor(cursor, "idem::locked_store::list_records");
+      after = make_id(scope, key);
+    }
     const std::lock_guard lock(state_->mutex);
     auto it = cursor.empty()
                   ? state_->records.cbegin()
@@ -14637,7 +14733,8 @@ class locked_store {
     for (; it != state_->records.cend(); ++it) {
       if (it->released || it->snapshot.expires_at <= now || !passes(it->snapshot, filter)) continue;
       if (page.records.size() == limit) {
-        page.next = detail::cursor_of(std::prev(it)->id);
+        const record& last = page.records.back();
+        page.next = detail::record_cursor(last.scope, last.key);
         break;
       }
       page.records.push_back(it->snapshot);

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <iterator>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -173,7 +172,12 @@ class locked_store {
   record_page list_records(const record_filter& filter, std::string_view cursor, std::size_t limit,
                            store_time now) const {
     if (limit == 0) throw std::invalid_argument("idem::locked_store::list_records: a limit of 0");
-    const std::string after = detail::position_of(cursor, "idem::locked_store::list_records");
+    std::string after;
+    if (!cursor.empty()) {
+      const auto [scope, key] =
+          detail::record_at_cursor(cursor, "idem::locked_store::list_records");
+      after = make_id(scope, key);
+    }
     const std::lock_guard lock(state_->mutex);
     auto it = cursor.empty()
                   ? state_->records.cbegin()
@@ -184,7 +188,8 @@ class locked_store {
     for (; it != state_->records.cend(); ++it) {
       if (it->released || it->snapshot.expires_at <= now || !passes(it->snapshot, filter)) continue;
       if (page.records.size() == limit) {
-        page.next = detail::cursor_of(std::prev(it)->id);
+        const record& last = page.records.back();
+        page.next = detail::record_cursor(last.scope, last.key);
         break;
       }
       page.records.push_back(it->snapshot);

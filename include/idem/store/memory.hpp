@@ -56,12 +56,16 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <idem/core/detail/lazy.hpp>
 #include <idem/store/contract.hpp>
+#include <idem/store/detail/cursor.hpp>
+#include <idem/store/inspect.hpp>
 #include <idem/store/memory/detail/bucket_array.hpp>
 #include <idem/store/memory/detail/bucket_hash.hpp>
 #include <idem/store/memory/detail/counters.hpp>
@@ -326,6 +330,69 @@ class basic_memory_store {
           });
     }
     return out;
+  }
+
+  /// InspectableStore (idem/store/inspect.hpp): a page of the live records that pass `filter`,
+  /// shard by shard, bucket by bucket, each chain in its own order; the cursor is the last
+  /// record's (scope, key), whose hash names the bucket to resume in.
+  record_page list_records(const record_filter& filter, std::string_view cursor, std::size_t limit,
+                           store_time now) const {
+    constexpr const char* who = "idem::memory_store::list_records";
+    if (limit == 0) throw std::invalid_argument(std::string(who) + ": a limit of 0");
+    state& s = *state_;
+    std::size_t first_shard = 0, first_bucket = 0;
+    std::uint16_t hint = 0;
+    std::pair<std::string, std::string> after;
+    if (!cursor.empty()) {
+      after = detail::record_at_cursor(cursor, who);
+      const std::uint64_t hash = s.hash_of(after.first, after.second);
+      first_shard = hash >> detail::memory::shard_shift;
+      first_bucket = hash & s.shards[first_shard].mask;
+      hint = detail::memory::hint_of(hash);
+    }
+    const std::int64_t at = detail::memory::to_ns(now);
+    record_page page;
+    bool full = false;
+    detail::epoch_guard<Lazy> guard;
+    for (std::size_t i = first_shard; i < s.shards.size() && !full; ++i) {
+      const shard& each = s.shards[i];
+      for (std::size_t b = i == first_shard ? first_bucket : 0; b <= each.mask && !full; ++b) {
+        const bool resumes = !cursor.empty() && i == first_shard && b == first_bucket;
+        for_each_live(each.buckets[b], [&](const node& n) {
+          if (full || n.state == node_state::released || n.expires_at <= at) return;
+          if (resumes && detail::memory::compare(n, hint, after.first, after.second) <= 0) return;
+          record seen = snapshot(n, true);
+          if (!passes(seen, filter)) return;
+          if (page.records.size() == limit) {
+            page.next = detail::record_cursor(page.records.back().scope, page.records.back().key);
+            full = true;
+            return;
+          }
+          page.records.push_back(std::move(seen));
+        });
+      }
+    }
+    return page;
+  }
+
+  /// InspectableStore: the record made free as a release frees it (idem/store/inspect.hpp).
+  forget_result forget(const forget_request& request) {
+    for (;;) {
+      const std::optional<record> seen = find(request.scope, request.key, request.now);
+      if (!seen) return {forget_status::absent, 0};
+      if (request.fence && *request.fence != seen->fence) {
+        return {forget_status::fence_changed, seen->fence};
+      }
+      if (seen->state == record_state::in_progress && request.now < seen->lease_until &&
+          !request.force) {
+        return {forget_status::live_claim, seen->fence};
+      }
+      // The release of the fence just read; a record taken over or claimed again since is read
+      // again and decided anew.
+      if (release(fenced_key{request.scope, request.key, seen->fence})) {
+        return {forget_status::forgotten, seen->fence};
+      }
+    }
   }
 
   stats statistics() const noexcept {

@@ -5,6 +5,7 @@
 
 #include <idem/store/locked.hpp>
 #include <idem/store/memory.hpp>
+#include <idem/testing/inspect_conformance.hpp>
 #include <idem/testing/store_conformance.hpp>
 
 #include <atomic>
@@ -31,9 +32,23 @@ struct memory_store_factory {
   }
 };
 
+/// The fewest buckets a store makes: chains of several records, so that a page of the
+/// inspection suite resumes inside a chain.
+struct crowded_memory_store_factory {
+  idem::memory_store make(const idem::testing::store_limits& limits) {
+    idem::memory_store::options bounds;
+    bounds.max_records = limits.max_records;
+    bounds.max_bytes = limits.max_bytes;
+    bounds.expected_records = 1;
+    return idem::memory_store{bounds};
+  }
+};
+
 }  // namespace
 
 IDEM_STORE_CONFORMANCE_TESTS(memory_store_factory)
+IDEM_INSPECT_CONFORMANCE_TESTS(memory_store_factory)
+IDEM_INSPECT_CONFORMANCE_TESTS(crowded_memory_store_factory)
 
 using namespace std::chrono_literals;
 
