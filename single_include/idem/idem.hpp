@@ -10672,9 +10672,9 @@ inline bool passes(const record& r, const record_filter& filter) noexcept {
 
 template <class S>
 concept InspectableStore = Store<S> &&
-    requires(S& store, const S& readable, const record_filter& filter, std::string_view cursor,
-             std::size_t limit, store_time now, const forget_request& request) {
-  { readable.list_records(filter, cursor, limit, now) } -> std::same_as<record_page>;
+    requires(S& store, const record_filter& filter, std::string_view cursor, std::size_t limit,
+             store_time now, const forget_request& request) {
+  { store.list_records(filter, cursor, limit, now) } -> std::same_as<record_page>;
   { store.forget(request) } -> std::same_as<forget_result>;
 };
 

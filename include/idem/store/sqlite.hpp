@@ -49,6 +49,7 @@
 #define IDEM_STORE_SQLITE_HPP
 
 #include <idem/store/sqlite/detail/batch.hpp>
+#include <idem/store/sqlite/detail/inspect.hpp>
 #include <idem/store/sqlite/detail/one_commit.hpp>
 #include <idem/store/sqlite/detail/store.hpp>
 

@@ -51,7 +51,7 @@ claim_result claim_at(Store& store, std::string_view scope, std::string_view key
 }
 
 template <class Store>
-std::vector<record> every_page(const Store& store, const record_filter& filter, std::size_t limit,
+std::vector<record> every_page(Store& store, const record_filter& filter, std::size_t limit,
                                store_time now, std::size_t* pages = nullptr) {
   std::vector<record> all;
   std::string cursor;

@@ -1,8 +1,9 @@
-// sqlite_store against the store and reconciler conformance suites, bounded and unbounded, each
-// case on a new database file in a directory of its own.
+// sqlite_store against the store, reconciler and inspection conformance suites, bounded and
+// unbounded, each case on a new database file in a directory of its own.
 #include <catch2/catch.hpp>
 
 #include <idem/store/sqlite.hpp>
+#include <idem/testing/inspect_conformance.hpp>
 #include <idem/testing/reconciler_conformance.hpp>
 #include <idem/testing/store_conformance.hpp>
 
@@ -49,3 +50,5 @@ struct unbounded_sqlite_store_factory {
 IDEM_STORE_CONFORMANCE_TESTS(sqlite_store_factory)
 IDEM_RECONCILER_CONFORMANCE_TESTS(sqlite_store_factory)
 IDEM_STORE_CONFORMANCE_TESTS(unbounded_sqlite_store_factory)
+IDEM_INSPECT_CONFORMANCE_TESTS(sqlite_store_factory)
+IDEM_INSPECT_CONFORMANCE_TESTS(unbounded_sqlite_store_factory)

@@ -26,6 +26,7 @@
 #include <idem/store/batch.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/detail/connection_pool.hpp>
+#include <idem/store/inspect.hpp>
 #include <idem/store/one_commit.hpp>
 #include <idem/store/sqlite/detail/bounds.hpp>
 #include <idem/store/sqlite/detail/connection.hpp>
@@ -334,6 +335,11 @@ class sqlite_store {
     }
     return out;
   }
+
+  /// InspectableStore (idem/store/inspect.hpp; defined in detail/inspect.hpp).
+  record_page list_records(const record_filter& filter, std::string_view cursor, std::size_t limit,
+                           store_time now);
+  forget_result forget(const forget_request& request);
 
   /// Runs `produce(transaction&) -> std::string` (the encoded response) inside ONE write
   /// transaction that also completes the record held, so the handler's own writes and the
