@@ -38,6 +38,7 @@
 #define IDEM_STORE_POSTGRES_HPP
 
 #include <idem/store/postgres/detail/batch.hpp>
+#include <idem/store/postgres/detail/inspect.hpp>
 #include <idem/store/postgres/detail/one_commit.hpp>
 #include <idem/store/postgres/detail/store.hpp>
 

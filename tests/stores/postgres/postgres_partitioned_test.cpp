@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <idem/store/postgres.hpp>
+#include <idem/testing/inspect_conformance.hpp>
 #include <idem/testing/store_conformance.hpp>
 
 #include <chrono>
@@ -71,6 +72,7 @@ std::string plan_of(pgtest::connection& on, const std::string& sql) {
 }  // namespace
 
 IDEM_STORE_CONFORMANCE_TESTS(partitioned_postgres_factory)
+IDEM_INSPECT_CONFORMANCE_TESTS(partitioned_postgres_factory)
 
 TEST_CASE("hash_partitions outside 2 to 1024 is refused with the reason, before connecting",
           "[postgres][partitioned]") {

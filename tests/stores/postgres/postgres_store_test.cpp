@@ -7,6 +7,7 @@
 
 #include <idem/outbox/message.hpp>
 #include <idem/store/postgres.hpp>
+#include <idem/testing/inspect_conformance.hpp>
 #include <idem/testing/reconciler_conformance.hpp>
 #include <idem/testing/store_conformance.hpp>
 
@@ -60,6 +61,7 @@ idem::claim_request ask(std::string_view key, idem::store_time now,
 }  // namespace
 
 IDEM_STORE_CONFORMANCE_TESTS(postgres_factory)
+IDEM_INSPECT_CONFORMANCE_TESTS(postgres_factory)
 IDEM_RECONCILER_CONFORMANCE_TESTS(postgres_factory)
 
 // ---- schema ------------------------------------------------------------------------------

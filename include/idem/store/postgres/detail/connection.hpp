@@ -60,6 +60,19 @@ class borrowed_connection {
     fail(result.get(), what, false);
   }
 
+  // Runs SQL whose text depends on the call (list_records' filters), with parameters in binary
+  // format, their types inferred by the server from the text; returns its result, or throws
+  // store_error.
+  result_ptr run_params(const std::string& sql, const parameters& values, const char* what) {
+    synchronous_wait_cancelled = false;
+    result_ptr result{PQexecParams(get(), sql.c_str(), values.count(), nullptr, values.values(),
+                                   values.lengths(), parameters::formats(), 1)};
+    const ExecStatusType status = result ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
+    if (status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK)
+      return answered(std::move(result), what);
+    fail(result.get(), what, false);
+  }
+
   // Runs SQL text (no parameters), for transaction control.
   void run_text(const char* sql, const char* what, bool retryable_as_postgres_error = false) {
     synchronous_wait_cancelled = false;

@@ -29,6 +29,7 @@
 #include <idem/store/batch.hpp>
 #include <idem/store/contract.hpp>
 #include <idem/store/detail/connection_pool.hpp>
+#include <idem/store/inspect.hpp>
 #include <idem/store/one_commit.hpp>
 #include <idem/store/postgres/detail/connection.hpp>
 #include <idem/store/postgres/detail/failure.hpp>
@@ -261,6 +262,11 @@ class postgres_store {
     auto connection = state_checked().acquire();
     return pg::stuck_records(connection.run(pg::stuck, values, "stuck").get());
   }
+
+  /// InspectableStore (idem/store/inspect.hpp; defined in detail/inspect.hpp).
+  record_page list_records(const record_filter& filter, std::string_view cursor, std::size_t limit,
+                           store_time now) const;
+  forget_result forget(const forget_request& request);
 
   /// Runs `produce(transaction&)`, which returns the encoded response (std::string), inside one
   /// transaction that also completes the record under `held`: the handler's writes and the
