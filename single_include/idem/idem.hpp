@@ -15330,6 +15330,21 @@ class tiered_store : public detail::tiered::transaction_of<Durable> {
     return durable_.stuck(now, limit);
   }
 
+  /// InspectableStore (idem/store/inspect.hpp), where the durable store is one: its pages (the
+  /// durable store holds every record the tier does).
+  record_page list_records(const record_filter& filter, std::string_view cursor, std::size_t limit,
+                           store_time now) requires InspectableStore<Durable> {
+    return durable_.list_records(filter, cursor, limit, now);
+  }
+
+  /// The durable store's forget, bracketed like a write: this process's tier drops the key and
+  /// serves it from the durable store from then on. Another process's tier is not told: it may
+  /// replay the forgotten record until it drops it (docs/stores/tiered.md).
+  forget_result forget(const forget_request& request) requires InspectableStore<Durable> {
+    const write_bracket bracket(*tier_, fenced_key{request.scope, request.key, 0});
+    return durable_.forget(request);
+  }
+
   /// The durable store's complete_within (TransactionalStore), bracketed like complete.
   template <class Produce>
   requires TransactionalStore<Durable>

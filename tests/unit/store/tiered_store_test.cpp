@@ -6,6 +6,7 @@
 
 #include <idem/store/memory.hpp>
 #include <idem/store/tiered.hpp>
+#include <idem/testing/inspect_conformance.hpp>
 #include <idem/testing/store_conformance.hpp>
 
 #include <stdexcept>
@@ -55,6 +56,26 @@ struct small_tier_memory_factory {
 
 IDEM_STORE_CONFORMANCE_TESTS(tiered_memory_factory)
 IDEM_STORE_CONFORMANCE_TESTS(small_tier_memory_factory)
+IDEM_INSPECT_CONFORMANCE_TESTS(tiered_memory_factory)
+
+TEST_CASE("tiered_store: a forgotten record is no longer served from the tier",
+          "[tiered][inspect]") {
+  using idem::testing::inspect::claim_at;
+  using idem::testing::inspect::t0;
+  using namespace std::chrono_literals;
+  tiered_memory store{make_memory()};
+  const idem::claim_result held = claim_at(store, "s", "k", t0);
+  REQUIRE(store.complete(idem::fenced_key{"s", "k", held.fence}, "answer", t0));
+  // Read twice: the second answer comes from the tier.
+  REQUIRE(store.find("s", "k", t0).has_value());
+  const auto hits_before = store.tier_statistics().hits;
+  REQUIRE(store.find("s", "k", t0).has_value());
+  REQUIRE(store.tier_statistics().hits == hits_before + 1);
+  CHECK(store.forget(idem::forget_request{"s", "k", t0 + 1s, held.fence, false}).status ==
+        idem::forget_status::forgotten);
+  CHECK_FALSE(store.find("s", "k", t0 + 1s).has_value());
+  CHECK(claim_at(store, "s", "k", t0 + 2s).status == idem::claim_status::claimed);
+}
 IDEM_TIERED_CASES("tiered_store over memory_store", make_memory, 500, 8)
 
 namespace {
