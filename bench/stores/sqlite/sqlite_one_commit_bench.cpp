@@ -28,6 +28,7 @@
 #include <idem/idem.hpp>
 #include <idem/store/sqlite.hpp>
 
+#include "stores/sqlite/raw_sqlite.hpp"
 #include "temporary_directory.hpp"
 
 namespace {
@@ -91,14 +92,9 @@ void one_commit_cycle_idem_sqlite(benchmark::State& state) {
 // The hand-written two-commit cycle on one connection.
 class raw_two_commit {
  public:
-  explicit raw_two_commit(const std::string& path) {
+  explicit raw_two_commit(const std::string& path) : db_(path) {
     { idem::sqlite_store made = open_store(path); }  // idem's schema, as on the other side
     create_effects(path);
-    if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr) !=
-        SQLITE_OK) {
-      throw std::runtime_error("cannot open the raw side's file");
-    }
-    sqlite3_busy_timeout(db_, 5000);
     exec("PRAGMA journal_mode = WAL");
     exec("PRAGMA synchronous = FULL");
     claim_ = prepare(
@@ -112,14 +108,6 @@ class raw_two_commit {
         "key = ?2 AND fence = ?3 AND state = 0");
     commit_ = prepare("COMMIT");
   }
-  raw_two_commit(const raw_two_commit&) = delete;
-  raw_two_commit& operator=(const raw_two_commit&) = delete;
-  ~raw_two_commit() {
-    for (sqlite3_stmt* statement : {claim_, begin_, effect_, complete_, commit_})
-      sqlite3_finalize(statement);
-    sqlite3_close(db_);
-  }
-
   bool cycle(std::string_view scope, std::string_view key) {
     const auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                          std::chrono::system_clock::now().time_since_epoch())
@@ -131,7 +119,7 @@ class raw_two_commit {
     sqlite3_bind_int64(claim_, 5, now + 86'400'000'000'000);
     sqlite3_bind_blob(claim_, 6, print, sizeof print, SQLITE_STATIC);
     step(claim_);  // its own transaction: the first commit
-    if (sqlite3_changes(db_) != 1) return false;
+    if (db_.changes() != 1) return false;
     step(begin_);
     bind_key(effect_, scope, key);
     sqlite3_bind_int64(effect_, 3, 1000);
@@ -141,34 +129,21 @@ class raw_two_commit {
     sqlite3_bind_blob(complete_, 4, response.data(), static_cast<int>(response.size()),
                       SQLITE_STATIC);
     step(complete_);
-    const bool completed = sqlite3_changes(db_) == 1;
+    const bool completed = db_.changes() == 1;
     step(commit_);  // the second commit
     return completed;
   }
 
  private:
-  void exec(const char* sql) {
-    if (sqlite3_exec(db_, sql, nullptr, nullptr, nullptr) != SQLITE_OK)
-      throw std::runtime_error(sqlite3_errmsg(db_));
-  }
-  sqlite3_stmt* prepare(const char* sql) {
-    sqlite3_stmt* statement = nullptr;
-    if (sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &statement, nullptr) !=
-        SQLITE_OK)
-      throw std::runtime_error(sqlite3_errmsg(db_));
-    return statement;
-  }
+  void exec(const char* sql) { db_.exec(sql); }
+  sqlite3_stmt* prepare(const char* sql) { return db_.prepare(sql); }
   static void bind_key(sqlite3_stmt* statement, std::string_view scope, std::string_view key) {
     sqlite3_bind_blob(statement, 1, scope.data(), static_cast<int>(scope.size()), SQLITE_STATIC);
     sqlite3_bind_blob(statement, 2, key.data(), static_cast<int>(key.size()), SQLITE_STATIC);
   }
-  void step(sqlite3_stmt* statement) {
-    const int rc = sqlite3_step(statement);
-    sqlite3_reset(statement);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW) throw std::runtime_error(sqlite3_errmsg(db_));
-  }
+  void step(sqlite3_stmt* statement) { db_.step(statement); }
 
-  sqlite3* db_ = nullptr;
+  idem_bench::raw_sqlite db_;
   sqlite3_stmt* claim_ = nullptr;
   sqlite3_stmt* begin_ = nullptr;
   sqlite3_stmt* effect_ = nullptr;

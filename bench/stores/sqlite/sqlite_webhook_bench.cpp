@@ -39,6 +39,7 @@
 #include <idem/idem.hpp>
 #include <idem/store/sqlite.hpp>
 
+#include "stores/sqlite/raw_sqlite.hpp"
 #include "temporary_directory.hpp"
 
 namespace {
@@ -119,13 +120,7 @@ void webhook_receive_idem(benchmark::State& state) {
 // The receiver an application writes by hand.
 class hand_written_receiver {
  public:
-  hand_written_receiver(const std::string& path, bool full) {
-    if (sqlite3_open_v2(path.c_str(), &db_,
-                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                        nullptr) != SQLITE_OK) {
-      throw std::runtime_error("cannot open the hand-written receiver's file");
-    }
-    sqlite3_busy_timeout(db_, 5000);
+  hand_written_receiver(const std::string& path, bool full) : db_(path) {
     exec("PRAGMA journal_mode = WAL");
     exec(full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL");
     exec(
@@ -141,13 +136,6 @@ class hand_written_receiver {
         "DO NOTHING");
     effect_ = prepare("INSERT INTO effects (event, amount) VALUES (?1, ?2)");
     commit_ = prepare("COMMIT");
-  }
-  hand_written_receiver(const hand_written_receiver&) = delete;
-  hand_written_receiver& operator=(const hand_written_receiver&) = delete;
-  ~hand_written_receiver() {
-    for (sqlite3_stmt* statement : {begin_, record_, effect_, commit_})
-      sqlite3_finalize(statement);
-    sqlite3_close(db_);
   }
 
   /// The status and body answered.
@@ -188,7 +176,7 @@ class hand_written_receiver {
     sqlite3_bind_text(record_, 2, id.data(), static_cast<int>(id.size()), SQLITE_STATIC);
     sqlite3_bind_int64(record_, 3, now);
     step(record_);
-    const bool fresh = sqlite3_changes(db_) == 1;
+    const bool fresh = db_.changes() == 1;
     if (fresh) {
       sqlite3_bind_text(effect_, 1, id.data(), static_cast<int>(id.size()), SQLITE_STATIC);
       sqlite3_bind_int64(effect_, 2, 1000);
@@ -200,24 +188,11 @@ class hand_written_receiver {
   }
 
  private:
-  void exec(const char* sql) {
-    if (sqlite3_exec(db_, sql, nullptr, nullptr, nullptr) != SQLITE_OK)
-      throw std::runtime_error(sqlite3_errmsg(db_));
-  }
-  sqlite3_stmt* prepare(const char* sql) {
-    sqlite3_stmt* statement = nullptr;
-    if (sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &statement, nullptr) !=
-        SQLITE_OK)
-      throw std::runtime_error(sqlite3_errmsg(db_));
-    return statement;
-  }
-  void step(sqlite3_stmt* statement) {
-    const int rc = sqlite3_step(statement);
-    sqlite3_reset(statement);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW) throw std::runtime_error(sqlite3_errmsg(db_));
-  }
+  void exec(const char* sql) { db_.exec(sql); }
+  sqlite3_stmt* prepare(const char* sql) { return db_.prepare(sql); }
+  void step(sqlite3_stmt* statement) { db_.step(statement); }
 
-  sqlite3* db_ = nullptr;
+  idem_bench::raw_sqlite db_;
   sqlite3_stmt* begin_ = nullptr;
   sqlite3_stmt* record_ = nullptr;
   sqlite3_stmt* effect_ = nullptr;
