@@ -95,18 +95,18 @@ class raw_two_commit {
   explicit raw_two_commit(const std::string& path) : db_(path) {
     { idem::sqlite_store made = open_store(path); }  // idem's schema, as on the other side
     create_effects(path);
-    exec("PRAGMA journal_mode = WAL");
-    exec("PRAGMA synchronous = FULL");
-    claim_ = prepare(
+    db_.exec("PRAGMA journal_mode = WAL");
+    db_.exec("PRAGMA synchronous = FULL");
+    claim_ = db_.prepare(
         "INSERT INTO idem_records (scope, key, state, fence, created_at, lease_until, expires_at, "
         "fingerprint, response, recovery) VALUES (?1, ?2, 0, 1, ?3, ?4, ?5, ?6, x'', x'') "
         "ON CONFLICT (scope, key) DO NOTHING");
-    begin_ = prepare("BEGIN IMMEDIATE");
-    effect_ = prepare("INSERT INTO effects (scope, key, amount) VALUES (?1, ?2, ?3)");
-    complete_ = prepare(
+    begin_ = db_.prepare("BEGIN IMMEDIATE");
+    effect_ = db_.prepare("INSERT INTO effects (scope, key, amount) VALUES (?1, ?2, ?3)");
+    complete_ = db_.prepare(
         "UPDATE idem_records SET state = 1, response = ?4, recovery = x'' WHERE scope = ?1 AND "
         "key = ?2 AND fence = ?3 AND state = 0");
-    commit_ = prepare("COMMIT");
+    commit_ = db_.prepare("COMMIT");
   }
   bool cycle(std::string_view scope, std::string_view key) {
     const auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -118,31 +118,27 @@ class raw_two_commit {
     sqlite3_bind_int64(claim_, 4, now + 30'000'000'000);
     sqlite3_bind_int64(claim_, 5, now + 86'400'000'000'000);
     sqlite3_bind_blob(claim_, 6, print, sizeof print, SQLITE_STATIC);
-    step(claim_);  // its own transaction: the first commit
+    db_.step(claim_);  // its own transaction: the first commit
     if (db_.changes() != 1) return false;
-    step(begin_);
+    db_.step(begin_);
     bind_key(effect_, scope, key);
     sqlite3_bind_int64(effect_, 3, 1000);
-    step(effect_);
+    db_.step(effect_);
     bind_key(complete_, scope, key);
     sqlite3_bind_int64(complete_, 3, 1);
     sqlite3_bind_blob(complete_, 4, response.data(), static_cast<int>(response.size()),
                       SQLITE_STATIC);
-    step(complete_);
+    db_.step(complete_);
     const bool completed = db_.changes() == 1;
-    step(commit_);  // the second commit
+    db_.step(commit_);  // the second commit
     return completed;
   }
 
  private:
-  void exec(const char* sql) { db_.exec(sql); }
-  sqlite3_stmt* prepare(const char* sql) { return db_.prepare(sql); }
   static void bind_key(sqlite3_stmt* statement, std::string_view scope, std::string_view key) {
     sqlite3_bind_blob(statement, 1, scope.data(), static_cast<int>(scope.size()), SQLITE_STATIC);
     sqlite3_bind_blob(statement, 2, key.data(), static_cast<int>(key.size()), SQLITE_STATIC);
   }
-  void step(sqlite3_stmt* statement) { db_.step(statement); }
-
   idem_bench::raw_sqlite db_;
   sqlite3_stmt* claim_ = nullptr;
   sqlite3_stmt* begin_ = nullptr;

@@ -121,21 +121,21 @@ void webhook_receive_idem(benchmark::State& state) {
 class hand_written_receiver {
  public:
   hand_written_receiver(const std::string& path, bool full) : db_(path) {
-    exec("PRAGMA journal_mode = WAL");
-    exec(full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL");
-    exec(
+    db_.exec("PRAGMA journal_mode = WAL");
+    db_.exec(full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL");
+    db_.exec(
         "CREATE TABLE IF NOT EXISTS webhook_inbox (sender TEXT NOT NULL, event TEXT NOT NULL, "
         "received_at INTEGER NOT NULL, PRIMARY KEY (sender, event)) WITHOUT ROWID");
     // What its purge of old events needs (idem's records expire and are swept by the same kind
     // of index): without it the table grows for ever, or each purge reads all of it.
-    exec("CREATE INDEX IF NOT EXISTS webhook_inbox_by_age ON webhook_inbox (received_at)");
-    exec(effects_schema);
-    begin_ = prepare("BEGIN IMMEDIATE");
-    record_ = prepare(
+    db_.exec("CREATE INDEX IF NOT EXISTS webhook_inbox_by_age ON webhook_inbox (received_at)");
+    db_.exec(effects_schema);
+    begin_ = db_.prepare("BEGIN IMMEDIATE");
+    record_ = db_.prepare(
         "INSERT INTO webhook_inbox (sender, event, received_at) VALUES (?1, ?2, ?3) ON CONFLICT "
         "DO NOTHING");
-    effect_ = prepare("INSERT INTO effects (event, amount) VALUES (?1, ?2)");
-    commit_ = prepare("COMMIT");
+    effect_ = db_.prepare("INSERT INTO effects (event, amount) VALUES (?1, ?2)");
+    commit_ = db_.prepare("COMMIT");
   }
 
   /// The status and body answered.
@@ -171,27 +171,23 @@ class hand_written_receiver {
                          .count();
     if (now - stamp > 300 || stamp - now > 300) return {400, "stale"};
     const std::string id = nlohmann::json::parse(body).at("id").get<std::string>();
-    step(begin_);
+    db_.step(begin_);
     sqlite3_bind_text(record_, 1, "provider", -1, SQLITE_STATIC);
     sqlite3_bind_text(record_, 2, id.data(), static_cast<int>(id.size()), SQLITE_STATIC);
     sqlite3_bind_int64(record_, 3, now);
-    step(record_);
+    db_.step(record_);
     const bool fresh = db_.changes() == 1;
     if (fresh) {
       sqlite3_bind_text(effect_, 1, id.data(), static_cast<int>(id.size()), SQLITE_STATIC);
       sqlite3_bind_int64(effect_, 2, 1000);
-      step(effect_);
+      db_.step(effect_);
     }
-    step(commit_);
+    db_.step(commit_);
     return {200, R"({"event":")" + id +
                      (fresh ? R"(","outcome":"processed"})" : R"(","outcome":"duplicate"})")};
   }
 
  private:
-  void exec(const char* sql) { db_.exec(sql); }
-  sqlite3_stmt* prepare(const char* sql) { return db_.prepare(sql); }
-  void step(sqlite3_stmt* statement) { db_.step(statement); }
-
   idem_bench::raw_sqlite db_;
   sqlite3_stmt* begin_ = nullptr;
   sqlite3_stmt* record_ = nullptr;
